@@ -1,0 +1,1 @@
+"""Generated protobuf and gRPC code for doq.v1 (do not edit)."""
