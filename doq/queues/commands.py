@@ -1,0 +1,126 @@
+"""Replicated commands of the queue state machine.
+
+A log entry's data is one encoded `CommandBatch`: the leader's `now_ms` stamp plus the
+commands proposed together (group commit). Every node applies the batch in order with
+`QueueMachine.apply(index, batch)`; results are only used on the node that proposed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from doq.queues.model import QueueSettings
+
+
+@dataclass(frozen=True, slots=True)
+class CreateQueue:
+    name: str
+    type: str  # "delayed" | "fair"
+    settings: QueueSettings
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateQueue:
+    name: str
+    settings: QueueSettings
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteQueue:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeQueue:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueItem:
+    content: bytes
+    group: str = ""
+    priority: int = 0
+    metadata: dict[str, str] = field(default_factory=dict)
+    dedup_id: str = ""
+    delay_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueue:
+    """Enqueue many messages into one queue. Result: list[EnqueueResult | DoqError]."""
+
+    queue: str
+    items: list[EnqueueItem]
+
+
+@dataclass(frozen=True, slots=True)
+class Dequeue:
+    """Lease (or, with ack, remove) up to max_messages deliverable messages.
+
+    Result: list[MessageView] (possibly empty), content filled by the apply loop.
+    """
+
+    queue: str
+    max_messages: int = 1
+    ack: bool = False
+    visibility_timeout_ms: int = 0  # 0 = queue setting
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """Ack many in-flight messages. lease_ids[i] == 0 means "any lease". Result: list[None | DoqError]."""
+
+    queue: str
+    ids: list[int]
+    lease_ids: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Nack:
+    queue: str
+    id: int
+    lease_id: int = 0
+    delay_ms: int = 0
+    priority: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Touch:
+    """Extend a lease; result is the new lease_expires_at_ms."""
+
+    queue: str
+    id: int
+    lease_id: int = 0
+    visibility_timeout_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class UpdatePriority:
+    """Change a message's priority; result is the MessageView (without content)."""
+
+    queue: str
+    id: int
+    priority: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteMessage:
+    queue: str
+    id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """No-op carrier of time: applying it expires due leases and releases due delays."""
+
+
+Command = (
+    CreateQueue | UpdateQueue | DeleteQueue | PurgeQueue | Enqueue | Dequeue | Ack | Nack
+    | Touch | UpdatePriority | DeleteMessage | Tick
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CommandBatch:
+    now_ms: int
+    commands: list[Command]

@@ -1,0 +1,90 @@
+"""Domain types of the queue state machine: settings, message views, counts.
+
+Pure data (no I/O). The service facade returns these; adapters map them to protobuf/JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+DEFAULT_VISIBILITY_TIMEOUT_MS = 30_000
+DEFAULT_DEDUP_WINDOW_MS = 300_000
+
+
+class QueueType(str, Enum):
+    DELAYED = "delayed"
+    FAIR = "fair"
+
+
+class MessageState(str, Enum):
+    READY = "ready"
+    DELAYED = "delayed"
+    IN_FLIGHT = "in_flight"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSettings:
+    """Per-queue settings; 0 / "" mean the documented default."""
+
+    visibility_timeout_ms: int = 0
+    max_attempts: int = 0  # 0 = unlimited deliveries
+    dead_letter_queue: str = ""
+    max_unacked_per_group: int = 0  # fair queues only; 0 = no limit
+    dedup_window_ms: int = 0
+
+    @property
+    def effective_visibility_timeout_ms(self) -> int:
+        return self.visibility_timeout_ms or DEFAULT_VISIBILITY_TIMEOUT_MS
+
+    @property
+    def effective_dedup_window_ms(self) -> int:
+        return self.dedup_window_ms or DEFAULT_DEDUP_WINDOW_MS
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    ready: int = 0
+    delayed: int = 0
+    in_flight: int = 0
+    dead: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.ready + self.delayed + self.in_flight
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    name: str
+    type: QueueType
+    settings: QueueSettings
+    stats: QueueStats
+
+
+@dataclass(slots=True)
+class MessageView:
+    """A message as returned to clients. `content` is filled from storage by the apply loop."""
+
+    id: int
+    queue_name: str
+    group: str
+    priority: int
+    attempts: int
+    deliver_at_ms: int
+    lease_expires_at_ms: int
+    enqueued_at_ms: int
+    state: MessageState
+    lease_id: int = 0
+    dedup_id: str = ""
+    metadata: dict[str, str] = field(default_factory=dict)
+    content: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueResult:
+    id: int
+    duplicate: bool
+    group: str
+    priority: int
+    deliver_at_ms: int

@@ -1,0 +1,66 @@
+"""Opening the node's LMDB environment.
+
+One environment per node (`<data_dir>/<node_id>/doq.lmdb`) holds every named database, so
+that persisting Raft entries and applying committed ones happen in ONE write transaction
+with ONE fsync (group commit). Named databases are opened by their owners through
+`open_db`; the names in `DB_NAMES` are reserved here so owners never collide.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import lmdb
+
+from doq.errors import InvalidArgument
+
+DEFAULT_MAP_SIZE = 64 * 1024**3  # sparse on Linux; grows lazily
+MAX_DBS = 32
+
+# Owners: raft_* -> doq.node (log seam / raft storage); everything else -> doq.storage.state.
+DB_NAMES = (
+    b"raft_log",
+    b"raft_meta",
+    b"state_meta",
+    b"state_queues",
+    b"state_messages",
+    b"state_versions",
+    b"state_tombstones",
+    b"state_dedup",
+)
+
+
+def node_dir(data_dir: str | os.PathLike[str], node_id: str) -> Path:
+    """Directory of one node's files: several nodes may share a data dir."""
+    if not node_id or "/" in node_id or node_id in (".", ".."):
+        raise InvalidArgument(f"invalid node id {node_id!r}")
+    return Path(data_dir) / node_id
+
+
+def open_env(path: str | os.PathLike[str], *, map_size: int = DEFAULT_MAP_SIZE) -> lmdb.Environment:
+    """Open (creating) the environment at `path` (a directory).
+
+    Durable: every write-transaction commit fsyncs (sync=True, metasync=True).
+    Raises OSError/lmdb.Error if the directory is unusable.
+    """
+    p = Path(path)
+    p.mkdir(parents=True, exist_ok=True)
+    return lmdb.open(
+        str(p),
+        map_size=map_size,
+        max_dbs=MAX_DBS,
+        sync=True,
+        metasync=True,
+        writemap=False,
+        readahead=False,
+        max_readers=256,
+        lock=True,
+    )
+
+
+def open_db(env: lmdb.Environment, name: bytes) -> lmdb._Database:
+    """Open (creating) a reserved named database."""
+    if name not in DB_NAMES:
+        raise ValueError(f"unreserved database name {name!r}; add it to DB_NAMES")
+    return env.open_db(name, create=True)
