@@ -1,0 +1,5 @@
+import sys
+
+from doq.cli import main
+
+sys.exit(main())

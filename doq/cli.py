@@ -1,0 +1,61 @@
+"""The `doq` command: serve | bench (| backup | restore | verify as they land)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+
+from doq.config import add_serve_arguments, load_config
+from doq.errors import DoqError
+
+
+def _cmd_serve(ns: argparse.Namespace) -> int:
+    from doq.server import StartupError, serve
+
+    try:
+        config = load_config(ns)
+    except DoqError as e:
+        print(f"doq serve: {e.message}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    try:
+        asyncio.run(serve(config))
+    except StartupError as e:
+        print(f"doq serve: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="doq", description="doq: a durable, replicated queue service")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run a node (single-node cluster by default)")
+    add_serve_arguments(serve)
+    serve.set_defaults(func=_cmd_serve)
+    try:
+        from doq import bench
+    except ImportError:
+        pass
+    else:
+        bench.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    return int(ns.func(ns) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

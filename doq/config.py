@@ -1,0 +1,99 @@
+"""`doq serve` configuration: flags > DOQ_* environment > TOML config file > defaults."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from doq.errors import InvalidArgument
+
+
+@dataclass(frozen=True, slots=True)
+class ServeConfig:
+    node_id: str = "node-1"
+    data_dir: str = "data"
+    grpc_addr: str = "127.0.0.1:10000"
+    http_addr: str = "127.0.0.1:8000"
+    raft_addr: str = "127.0.0.1:9000"
+    join: tuple[str, ...] = field(default_factory=tuple)
+    max_message_bytes: int = 1024 * 1024
+    log_level: str = "info"
+
+
+_HELP = {
+    "node_id": "this node's id; its files live under DATA_DIR/NODE_ID",
+    "data_dir": "directory for data (several nodes may share one)",
+    "grpc_addr": "gRPC listen address HOST:PORT",
+    "http_addr": "HTTP gateway listen address HOST:PORT",
+    "raft_addr": "Raft peer listen address HOST:PORT",
+    "join": "HTTP address(es) of a node of an existing cluster (comma separated)",
+    "max_message_bytes": "largest message content accepted",
+    "log_level": "debug | info | warning | error",
+}
+
+
+def add_serve_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="TOML config file (keys as the flags, with _ or -)")
+    for f in fields(ServeConfig):
+        flag = "--" + f.name.replace("_", "-")
+        p.add_argument(flag, dest=f.name, default=None, help=f"{_HELP[f.name]} (env DOQ_{f.name.upper()})")
+
+
+def _parse_addr(name: str, value: str) -> str:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise InvalidArgument(f"--{name.replace('_', '-')} must be HOST:PORT, got {value!r}")
+    return value
+
+
+def _coerce(name: str, value: Any) -> Any:
+    if name == "join":
+        if isinstance(value, (list, tuple)):
+            items = [str(x) for x in value]
+        else:
+            items = [x.strip() for x in str(value).split(",") if x.strip()]
+        return tuple(_parse_addr(name, x) for x in items)
+    if name == "max_message_bytes":
+        try:
+            n = int(value)
+        except (TypeError, ValueError):
+            raise InvalidArgument(f"--max-message-bytes must be an integer, got {value!r}") from None
+        if not 1 <= n <= 64 * 1024 * 1024:
+            raise InvalidArgument("--max-message-bytes must be within 1..67108864")
+        return n
+    value = str(value)
+    if name.endswith("_addr"):
+        return _parse_addr(name, value)
+    if name == "log_level" and value.lower() not in ("debug", "info", "warning", "error"):
+        raise InvalidArgument(f"--log-level must be debug, info, warning or error, got {value!r}")
+    if name == "node_id" and (not value or "/" in value or value in (".", "..")):
+        raise InvalidArgument(f"--node-id must be a plain name, got {value!r}")
+    return value
+
+
+def load_config(ns: argparse.Namespace, environ: dict[str, str] | None = None) -> ServeConfig:
+    """Merge flags, DOQ_* env and the config file; raises InvalidArgument on bad values."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    config_path = getattr(ns, "config", None) or env.get("DOQ_CONFIG")
+    if config_path:
+        try:
+            raw = tomllib.loads(Path(config_path).read_text())
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            raise InvalidArgument(f"cannot read config file {config_path}: {e}") from None
+        known = {f.name for f in fields(ServeConfig)}
+        for key, val in raw.items():
+            k = key.replace("-", "_")
+            if k not in known:
+                raise InvalidArgument(f"unknown key {key!r} in config file {config_path}")
+            values[k] = val
+    for f in fields(ServeConfig):
+        if (e := env.get(f"DOQ_{f.name.upper()}")) is not None:
+            values[f.name] = e
+        if (flag := getattr(ns, f.name, None)) is not None:
+            values[f.name] = flag
+    return ServeConfig(**{k: _coerce(k, val) for k, val in values.items()})

@@ -1,0 +1,1 @@
+"""The log seam: nodes that turn proposed commands into durable, applied state."""

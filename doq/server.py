@@ -1,0 +1,134 @@
+"""`doq serve`: one process, one event loop, gRPC + HTTP over one service facade."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import lmdb
+
+from doq.config import ServeConfig
+from doq.node.local import LocalNode
+from doq.service.api import QueueService
+from doq.service.grpc_server import build_server, set_serving
+from doq.service.limits import Limits
+from doq.storage.env import node_dir, open_env
+from doq.storage.state import StateStore
+
+log = logging.getLogger("doq.server")
+
+
+class StartupError(Exception):
+    """The node cannot start (bad data dir, port in use...): message for the operator."""
+
+
+@dataclass
+class Runtime:
+    """Everything a running node holds; built by `open_runtime`, closed by `close`."""
+
+    config: ServeConfig
+    env: lmdb.Environment
+    state: StateStore
+    node: LocalNode
+    api: QueueService
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def open_runtime(config: ServeConfig) -> Runtime:
+    """Open storage, rebuild state and build the node and facade (not started)."""
+    path = node_dir(config.data_dir, config.node_id) / "doq.lmdb"
+    try:
+        env = open_env(path)
+    except (OSError, lmdb.Error) as e:
+        raise StartupError(f"cannot open data dir {path}: {e}") from e
+    state = StateStore(env)
+    from doq.service import metrics
+
+    node = LocalNode(env, state, node_id=config.node_id, on_commit=metrics.observe_commit)
+    api = QueueService(node, Limits(max_message_bytes=config.max_message_bytes))
+    return Runtime(config, env, state, node, api)
+
+
+class _QuietUvicornServer:
+    """uvicorn.Server without its own signal handling (the node handles SIGTERM)."""
+
+    @staticmethod
+    def make(app: object, host: str, port: int, log_level: str):  # type: ignore[no-untyped-def]
+        import uvicorn
+
+        class Server(uvicorn.Server):
+            @contextlib.contextmanager
+            def capture_signals(self) -> Iterator[None]:
+                yield
+
+        cfg = uvicorn.Config(
+            app,  # type: ignore[arg-type]
+            host=host,
+            port=port,
+            log_level="warning" if log_level == "info" else log_level,
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=5,
+        )
+        return Server(cfg)
+
+
+def _split(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+async def serve(config: ServeConfig, *, ready: asyncio.Event | None = None) -> None:
+    """Run a node until SIGTERM/SIGINT, then shut down gracefully."""
+    rt = open_runtime(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    await rt.node.start()
+    try:
+        grpc_server, grpc_port = build_server(rt.api, config.grpc_addr, max_message_bytes=config.max_message_bytes)
+    except (OSError, RuntimeError) as e:
+        await rt.node.stop()
+        rt.close()
+        raise StartupError(f"cannot listen on gRPC address {config.grpc_addr}: {e}") from e
+    await grpc_server.start()
+    await set_serving(grpc_server, True)
+
+    from doq.service.http_gateway import create_app
+
+    host, port = _split(config.http_addr)
+    http = _QuietUvicornServer.make(create_app(rt.api), host, port, config.log_level)
+    http_task = asyncio.create_task(http.serve())
+    while not http.started:
+        if http_task.done():
+            await grpc_server.stop(0)
+            await rt.node.stop()
+            rt.close()
+            raise StartupError(f"cannot listen on HTTP address {config.http_addr}")
+        await asyncio.sleep(0.01)
+    log.info(
+        "doq node %s serving gRPC on %s (port %d), HTTP on %s; data in %s",
+        config.node_id, config.grpc_addr, grpc_port, config.http_addr, config.data_dir,
+    )
+    print(f"doq: node {config.node_id} ready: grpc={config.grpc_addr} http={config.http_addr}", flush=True)
+    if ready:
+        ready.set()
+    await stop.wait()
+    log.info("shutting down")
+    # Stop taking new work, let in-flight calls finish, commit what was taken, then close.
+    await set_serving(grpc_server, False)
+    http.should_exit = True
+    grpc_stop = asyncio.create_task(grpc_server.stop(grace=5))
+    await rt.node.stop()
+    await grpc_stop
+    await http_task
+    rt.close()
+    log.info("stopped")

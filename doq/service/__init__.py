@@ -1,0 +1,1 @@
+"""Service layer: one facade (api.py) with thin gRPC and HTTP adapters."""

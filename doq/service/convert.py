@@ -1,0 +1,94 @@
+"""Conversions between domain types and the doq.v1 protobuf messages."""
+
+from __future__ import annotations
+
+import grpc
+
+from doq.errors import DoqError, status_of
+from doq.queues.commands import EnqueueItem
+from doq.queues.model import EnqueueResult, MessageView, QueueInfo, QueueSettings
+from doq_client.v1 import doq_pb2 as pb
+
+
+def settings_from_pb(s: pb.QueueSettings) -> QueueSettings:
+    return QueueSettings(
+        visibility_timeout_ms=s.visibility_timeout_ms,
+        max_attempts=s.max_attempts,
+        dead_letter_queue=s.dead_letter_queue,
+        max_unacked_per_group=s.max_unacked_per_group,
+        dedup_window_ms=s.dedup_window_ms,
+    )
+
+
+def queue_to_pb(q: QueueInfo) -> pb.Queue:
+    s, st = q.settings, q.stats
+    return pb.Queue(
+        name=q.name,
+        type=q.type.value,
+        settings=pb.QueueSettings(
+            visibility_timeout_ms=s.visibility_timeout_ms,
+            max_attempts=s.max_attempts,
+            dead_letter_queue=s.dead_letter_queue,
+            max_unacked_per_group=s.max_unacked_per_group,
+            dedup_window_ms=s.dedup_window_ms,
+        ),
+        stats=pb.QueueStats(
+            ready=st.ready, delayed=st.delayed, in_flight=st.in_flight, dead=st.dead, total=st.total
+        ),
+    )
+
+
+def item_from_pb(r: pb.EnqueueRequest) -> EnqueueItem:
+    return EnqueueItem(
+        content=r.content,
+        group=r.group,
+        priority=r.priority,
+        metadata=dict(r.metadata) if r.metadata else {},
+        dedup_id=r.dedup_id,
+        delay_ms=r.delay_ms,
+    )
+
+
+def message_to_pb(m: MessageView) -> pb.Message:
+    return pb.Message(
+        id=m.id,
+        queue_name=m.queue_name,
+        content=m.content,
+        group=m.group,
+        priority=m.priority,
+        metadata=m.metadata,
+        attempts=m.attempts,
+        deliver_at_ms=m.deliver_at_ms,
+        lease_expires_at_ms=m.lease_expires_at_ms,
+        enqueued_at_ms=m.enqueued_at_ms,
+        state=m.state.value,
+        lease_id=m.lease_id,
+        dedup_id=m.dedup_id,
+    )
+
+
+def grpc_code(err: DoqError) -> grpc.StatusCode:
+    return grpc.StatusCode[status_of(err).grpc_code]
+
+
+def error_to_pb(err: DoqError) -> pb.Error:
+    return pb.Error(
+        code=grpc_code(err).value[0],
+        reason=err.reason,
+        message=err.message,
+        retryable=err.retryable,
+        leader_hint=err.leader_hint,
+    )
+
+
+def enqueue_result_to_pb(res: EnqueueResult | DoqError) -> pb.EnqueueResponse:
+    if isinstance(res, DoqError):
+        return pb.EnqueueResponse(success=False, error=error_to_pb(res))
+    return pb.EnqueueResponse(
+        success=True,
+        id=res.id,
+        duplicate=res.duplicate,
+        group=res.group,
+        priority=res.priority,
+        deliver_at_ms=res.deliver_at_ms,
+    )

@@ -1,0 +1,114 @@
+"""Input limits and validation shared by every adapter (gRPC and HTTP call the facade)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from doq.errors import InvalidArgument, TooLarge
+from doq.queues.commands import EnqueueItem
+from doq.queues.model import QueueSettings, QueueType
+
+QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+MAX_DELAY_MS = 366 * 24 * 3600 * 1000
+MAX_VISIBILITY_TIMEOUT_MS = 12 * 3600 * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_message_bytes: int = 1024 * 1024
+    max_metadata_bytes: int = 16 * 1024
+    max_metadata_entries: int = 64
+    max_group_bytes: int = 256
+    max_dedup_id_bytes: int = 256
+    max_batch_messages: int = 10_000
+    max_wait_ms: int = 60_000
+
+
+def check_queue_name(name: str, what: str = "queue name") -> str:
+    if not isinstance(name, str) or not QUEUE_NAME_RE.match(name):
+        raise InvalidArgument(
+            f"invalid {what} {name!r}: 1-200 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit",
+            reason="INVALID_QUEUE_NAME",
+        )
+    return name
+
+
+def check_queue_type(type_: str) -> QueueType:
+    try:
+        return QueueType(type_ or "delayed")
+    except ValueError:
+        raise InvalidArgument(
+            f"invalid queue type {type_!r}: expected 'delayed' or 'fair'", reason="INVALID_QUEUE_TYPE"
+        ) from None
+
+
+def check_settings(s: QueueSettings) -> QueueSettings:
+    if not 0 <= s.visibility_timeout_ms <= MAX_VISIBILITY_TIMEOUT_MS:
+        raise InvalidArgument(
+            f"visibility_timeout_ms must be within 0..{MAX_VISIBILITY_TIMEOUT_MS}", reason="INVALID_SETTINGS"
+        )
+    if not 0 <= s.max_attempts <= 1_000_000:
+        raise InvalidArgument("max_attempts must be within 0..1000000", reason="INVALID_SETTINGS")
+    if not 0 <= s.max_unacked_per_group <= 1_000_000_000:
+        raise InvalidArgument("max_unacked_per_group must be within 0..1e9", reason="INVALID_SETTINGS")
+    if not 0 <= s.dedup_window_ms <= MAX_DELAY_MS:
+        raise InvalidArgument(f"dedup_window_ms must be within 0..{MAX_DELAY_MS}", reason="INVALID_SETTINGS")
+    if s.dead_letter_queue:
+        check_queue_name(s.dead_letter_queue, "dead_letter_queue")
+    return s
+
+
+def check_id(id_: int) -> int:
+    if not isinstance(id_, int) or not 0 < id_ < 2**64:
+        raise InvalidArgument(f"invalid message id {id_!r}", reason="INVALID_ID")
+    return id_
+
+
+def check_priority(priority: int) -> int:
+    if not isinstance(priority, int) or not INT64_MIN <= priority <= INT64_MAX:
+        raise InvalidArgument("priority must be a signed 64-bit integer", reason="INVALID_PRIORITY")
+    return priority
+
+
+def check_delay_ms(delay_ms: int, what: str = "delay_ms") -> int:
+    if not isinstance(delay_ms, int) or not 0 <= delay_ms <= MAX_DELAY_MS:
+        raise InvalidArgument(f"{what} must be within 0..{MAX_DELAY_MS}", reason="INVALID_DELAY")
+    return delay_ms
+
+
+def check_visibility_timeout_ms(ms: int) -> int:
+    if not isinstance(ms, int) or not 0 <= ms <= MAX_VISIBILITY_TIMEOUT_MS:
+        raise InvalidArgument(
+            f"visibility_timeout_ms must be within 0..{MAX_VISIBILITY_TIMEOUT_MS}", reason="INVALID_TIMEOUT"
+        )
+    return ms
+
+
+def check_item(item: EnqueueItem, limits: Limits) -> EnqueueItem:
+    """Validate one message to enqueue; raises InvalidArgument / TooLarge."""
+    if len(item.content) > limits.max_message_bytes:
+        raise TooLarge(
+            f"message content is {len(item.content)} bytes; the limit is {limits.max_message_bytes}",
+            reason="MESSAGE_TOO_LARGE",
+        )
+    if len(item.group.encode()) > limits.max_group_bytes:
+        raise InvalidArgument(f"group is longer than {limits.max_group_bytes} bytes", reason="INVALID_GROUP")
+    if len(item.dedup_id.encode()) > limits.max_dedup_id_bytes:
+        raise InvalidArgument(
+            f"dedup_id is longer than {limits.max_dedup_id_bytes} bytes", reason="INVALID_DEDUP_ID"
+        )
+    if item.metadata:
+        if len(item.metadata) > limits.max_metadata_entries:
+            raise InvalidArgument(
+                f"metadata has more than {limits.max_metadata_entries} entries", reason="METADATA_TOO_LARGE"
+            )
+        size = sum(len(k.encode()) + len(v.encode()) for k, v in item.metadata.items())
+        if size > limits.max_metadata_bytes:
+            raise InvalidArgument(
+                f"metadata is {size} bytes; the limit is {limits.max_metadata_bytes}", reason="METADATA_TOO_LARGE"
+            )
+    check_priority(item.priority)
+    check_delay_ms(item.delay_ms)
+    return item
