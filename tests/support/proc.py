@@ -1,0 +1,101 @@
+"""Start and stop real `doq serve` processes on 127.0.0.1 for integration tests."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class NodeProc:
+    """A `doq serve` child process and its addresses."""
+
+    data_dir: Path
+    node_id: str = "node-1"
+    grpc_port: int = field(default_factory=free_port)
+    http_port: int = field(default_factory=free_port)
+    raft_port: int = field(default_factory=free_port)
+    extra_args: list[str] = field(default_factory=list)
+    proc: subprocess.Popen[bytes] | None = None
+    log_path: Path | None = None
+
+    @property
+    def grpc_addr(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    def start(self, timeout_s: float = 30.0) -> NodeProc:
+        self.log_path = self.data_dir / f"{self.node_id}.log"
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        cmd = [
+            sys.executable, "-m", "doq", "serve",
+            "--node-id", self.node_id,
+            "--data-dir", str(self.data_dir),
+            "--grpc-addr", self.grpc_addr,
+            "--http-addr", f"127.0.0.1:{self.http_port}",
+            "--raft-addr", f"127.0.0.1:{self.raft_port}",
+            *self.extra_args,
+        ]
+        logf = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
+        self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env={**os.environ})
+        logf.close()
+        self.wait_ready(timeout_s)
+        return self
+
+    def wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"doq serve exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                with urllib.request.urlopen(self.http_url + "/readyz", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise TimeoutError(f"doq serve not ready in {timeout_s}s:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
+
+    def kill9(self) -> None:
+        """SIGKILL the process (only ours, by pid) and reap it."""
+        if self.proc and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def terminate(self, timeout_s: float = 20.0) -> int:
+        """SIGTERM and wait; returns the exit code."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+        return self.proc.wait(timeout_s)
+
+
+@contextlib.contextmanager
+def running_node(data_dir: Path, **kw: object) -> Iterator[NodeProc]:
+    node = NodeProc(data_dir, **kw).start()  # type: ignore[arg-type]
+    try:
+        yield node
+    finally:
+        node.kill9()
