@@ -1,0 +1,35 @@
+# doq developer entry points. `make serve` and `make test` set up .venv on first use.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# Budget for the slow suites (long simulations) in CI.
+SLOW_SEEDS ?= 300
+
+.PHONY: setup serve test test-fast lint check-proto sim
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[all]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+serve: $(STAMP)
+	$(VENV)/bin/doq serve
+
+check-proto: $(STAMP)
+	$(PY) proto/generate.py --check
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q
+
+test: check-proto lint test-fast
+	$(PY) -m pytest -q -m slow -x
+
+sim: $(STAMP)
+	$(PY) -m doq.sim --seeds 0:5000 --nodes 5
