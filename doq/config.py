@@ -92,8 +92,8 @@ def load_config(ns: argparse.Namespace, environ: dict[str, str] | None = None) -
                 raise InvalidArgument(f"unknown key {key!r} in config file {config_path}")
             values[k] = val
     for f in fields(ServeConfig):
-        if (e := env.get(f"DOQ_{f.name.upper()}")) is not None:
-            values[f.name] = e
+        if (env_value := env.get(f"DOQ_{f.name.upper()}")) is not None:
+            values[f.name] = env_value
         if (flag := getattr(ns, f.name, None)) is not None:
             values[f.name] = flag
     return ServeConfig(**{k: _coerce(k, val) for k, val in values.items()})
