@@ -1,0 +1,1 @@
+"""Backups versioned by Raft index: the file format (`format`) and backup/restore (`ops`)."""

@@ -1,0 +1,452 @@
+"""The doq backup file format (byte layout documented in docs/backup.md).
+
+    preamble (16 B) | header (protobuf) | header CRC-32 (4 B)
+    frame 0 | frame 1 | ...           each an independent zstd frame of length-delimited
+                                      `BackupRecord` protobufs
+    footer (protobuf: frame index, totals)
+    trailer (32 B): footer offset, footer length, footer CRC-32, format version, end magic
+
+`BackupWriter` streams (memory bounded by one frame); `BackupReader` validates every
+checksum and count and raises `BackupFormatError` (an `InvalidArgument`) with a stable
+reason; `read_frame(file, entry)` decodes one frame given only its index entry, so a job
+can split a file across tasks by frame.
+
+A record is a tuple `(key, value, version)` where `value is None` means a tombstone.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import BinaryIO
+
+import zstandard
+
+from doq.errors import InvalidArgument
+from doq_client.v1 import backup_pb2 as pb
+
+Record = tuple[bytes, bytes | None, int]
+
+MAGIC = b"DOQBAK1\n"
+END_MAGIC = b"DOQBAKE\n"
+FORMAT_VERSION = 1
+COMPRESSION = "zstd"
+PREAMBLE = struct.Struct("<8sHHI")  # magic, format version, flags, header length
+TRAILER = struct.Struct("<QQIHH8s")  # footer offset, footer length, footer crc, version, reserved, end magic
+CRC = struct.Struct("<I")
+DEFAULT_FRAME_BYTES = 2 * 1024 * 1024  # uncompressed bytes per frame (target)
+MAX_FRAME_BYTES = 64 * 1024 * 1024  # a reader refuses larger frames (corruption guard)
+MAX_HEADER_BYTES = 1024 * 1024
+DEFAULT_LEVEL = 3
+
+
+class BackupFormatError(InvalidArgument):
+    """A backup file is not valid. `reason`: BAD_MAGIC, UNSUPPORTED_VERSION, TRUNCATED,
+    CHECKSUM_MISMATCH or CORRUPT (all prefixed BACKUP_)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message, reason=f"BACKUP_{reason}")
+
+
+@dataclass(frozen=True, slots=True)
+class BackupHeader:
+    """What a file says about itself (from the header)."""
+
+    cluster_id: str
+    node_id: str
+    from_version: int  # records with version >= from_version (the request's `since`)
+    to_version: int  # snapshot point: every change with version <= to_version is covered
+    created_at_ms: int
+    format_version: int = FORMAT_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class FrameEntry:
+    """One frame of the index: enough to read and verify the frame on its own."""
+
+    offset: int
+    length: int
+    uncompressed_length: int
+    record_count: int
+    first_version: int
+    last_version: int
+    crc32: int
+
+
+@dataclass(frozen=True, slots=True)
+class BackupSummary:
+    """Totals of a file (from the footer; `BackupWriter.close` returns the same)."""
+
+    header: BackupHeader
+    frames: tuple[FrameEntry, ...]
+    record_count: int
+    tombstone_count: int
+    last_version: int  # greatest version contained; max(from_version - 1, 0) if empty
+    uncompressed_bytes: int
+    file_bytes: int
+
+
+# -- encoding -----------------------------------------------------------------------------
+_SMALL = [bytes((i,)) for i in range(128)]
+
+
+def _varint(n: int) -> bytes:
+    if n < 128:
+        return _SMALL[n]
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def encode_record(key: bytes, value: bytes | None, version: int) -> bytes:
+    """Length-delimited `BackupRecord` bytes, identical to protobuf's own serialization."""
+    return b"".join(_record_parts(key, value, version)[0])
+
+
+def _record_parts(key: bytes, value: bytes | None, version: int) -> tuple[list[bytes], int]:
+    """The pieces of one length-delimited record and their total length."""
+    # Hand-rolled proto3 encoding (fields in number order, defaults omitted): several
+    # times faster than building a message object per record.
+    parts: list[bytes] = [b""]
+    size = 0
+    if key:
+        lk = _varint(len(key))
+        parts += (b"\x0a", lk, key)
+        size += 1 + len(lk) + len(key)
+    if value:
+        lv = _varint(len(value))
+        parts += (b"\x12", lv, value)
+        size += 1 + len(lv) + len(value)
+    if version:
+        vv = _varint(version)
+        parts += (b"\x18", vv)
+        size += 1 + len(vv)
+    if value is None:
+        parts.append(b"\x20\x01")
+        size += 2
+    head = _varint(size)
+    parts[0] = head
+    return parts, size + len(head)
+
+
+def _decode_records(data: bytes, where: str) -> Iterator[Record]:
+    """Records of one decompressed frame; raises BackupFormatError on malformed bytes."""
+    pos, end = 0, len(data)
+    mv = memoryview(data)
+    parse = pb.BackupRecord.FromString
+    while pos < end:
+        n = 0
+        shift = 0
+        while True:
+            if pos >= end or shift > 63:
+                raise BackupFormatError("CORRUPT", f"{where}: malformed record length")
+            b = data[pos]
+            pos += 1
+            n |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                break
+        if pos + n > end:
+            raise BackupFormatError("CORRUPT", f"{where}: record runs past the end of the frame")
+        try:
+            msg = parse(mv[pos : pos + n])
+        except Exception as e:  # protobuf raises DecodeError (a Message error)
+            raise BackupFormatError("CORRUPT", f"{where}: undecodable record: {e}") from e
+        pos += n
+        if msg.tombstone:
+            if msg.value:
+                raise BackupFormatError("CORRUPT", f"{where}: tombstone with a value")
+            yield (msg.key, None, msg.version)
+        else:
+            yield (msg.key, msg.value, msg.version)
+
+
+# -- writer -------------------------------------------------------------------------------
+class BackupWriter:
+    """Stream records into a backup file; call `close()` to write the footer.
+
+    Records must come in non-decreasing version order, each with
+    from_version <= version <= to_version. `out` needs only `write` (no seek).
+    Memory is bounded by one frame (`frame_bytes` uncompressed).
+    """
+
+    def __init__(
+        self,
+        out: BinaryIO,
+        *,
+        from_version: int,
+        to_version: int,
+        cluster_id: str = "",
+        node_id: str = "",
+        created_at_ms: int | None = None,
+        frame_bytes: int = DEFAULT_FRAME_BYTES,
+        level: int = DEFAULT_LEVEL,
+    ) -> None:
+        if from_version < 0 or to_version < 0:
+            raise ValueError("versions must be >= 0")
+        if not 0 < frame_bytes <= MAX_FRAME_BYTES // 2:
+            raise ValueError(f"frame_bytes must be in (0, {MAX_FRAME_BYTES // 2}]")
+        self._out = out
+        self._frame_bytes = frame_bytes
+        self._offset = 0
+        self._cctx = zstandard.ZstdCompressor(level=level, write_checksum=False, write_content_size=True)
+        self.header = BackupHeader(
+            cluster_id, node_id, from_version, to_version,
+            int(time.time() * 1000) if created_at_ms is None else created_at_ms,
+        )
+        body = pb.BackupHeader(
+            cluster_id=cluster_id, node_id=node_id, from_version=from_version,
+            to_version=to_version, created_at_ms=self.header.created_at_ms, compression=COMPRESSION,
+        ).SerializeToString()
+        head = PREAMBLE.pack(MAGIC, FORMAT_VERSION, 0, len(body)) + body
+        self._header_crc = zlib.crc32(head)
+        self._write(head + CRC.pack(self._header_crc))
+        self._parts: list[bytes] = []
+        self._size = 0
+        self._count = 0
+        self._first = 0
+        self._last_seen = from_version
+        self._frames: list[FrameEntry] = []
+        self._records = 0
+        self._tombstones = 0
+        self._uncompressed = 0
+        self._last_version = max(from_version - 1, 0)
+        self._closed = False
+
+    def _write(self, data: bytes) -> None:
+        self._out.write(data)
+        self._offset += len(data)
+
+    def add(self, key: bytes, value: bytes | None, version: int) -> None:
+        """Append one record (value None = tombstone)."""
+        if version < self._last_seen or version > self.header.to_version:
+            raise ValueError(
+                f"record version {version} out of order or outside "
+                f"[{self.header.from_version}, {self.header.to_version}]"
+            )
+        self._last_seen = version
+        parts, nbytes = _record_parts(key, value, version)
+        if not self._count:
+            self._first = version
+        self._parts += parts
+        self._size += nbytes
+        self._count += 1
+        if value is None:
+            self._tombstones += 1
+        if self._size >= self._frame_bytes:
+            self._flush()
+
+    def add_many(self, records: Iterable[Record]) -> None:
+        for key, value, version in records:
+            self.add(key, value, version)
+
+    def _flush(self) -> None:
+        if not self._count:
+            return
+        raw = b"".join(self._parts)
+        comp = self._cctx.compress(raw)
+        self._frames.append(FrameEntry(
+            self._offset, len(comp), len(raw), self._count, self._first, self._last_seen,
+            zlib.crc32(comp),
+        ))
+        self._write(comp)
+        self._records += self._count
+        self._uncompressed += len(raw)
+        self._last_version = self._last_seen
+        self._parts = []
+        self._size = 0
+        self._count = 0
+
+    def close(self) -> BackupSummary:
+        """Flush the last frame, write footer and trailer; returns the file's totals."""
+        if self._closed:
+            raise ValueError("backup writer already closed")
+        self._flush()
+        self._closed = True
+        footer = pb.BackupFooter(
+            frames=[pb.FrameIndexEntry(
+                offset=f.offset, length=f.length, uncompressed_length=f.uncompressed_length,
+                record_count=f.record_count, first_version=f.first_version,
+                last_version=f.last_version, crc32=f.crc32,
+            ) for f in self._frames],
+            record_count=self._records, tombstone_count=self._tombstones,
+            last_version=self._last_version, uncompressed_bytes=self._uncompressed,
+            header_crc32=self._header_crc,
+        ).SerializeToString()
+        footer_offset = self._offset
+        self._write(footer)
+        self._write(TRAILER.pack(footer_offset, len(footer), zlib.crc32(footer), FORMAT_VERSION, 0, END_MAGIC))
+        return BackupSummary(
+            self.header, tuple(self._frames), self._records, self._tombstones,
+            self._last_version, self._uncompressed, self._offset,
+        )
+
+    def __enter__(self) -> BackupWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is None and not self._closed:
+            self.close()
+
+
+def write_records(out: BinaryIO, records: Iterable[Record], **header: object) -> BackupSummary:
+    """Write a whole file from an iterable (keyword arguments as for `BackupWriter`)."""
+    w = BackupWriter(out, **header)  # type: ignore[arg-type]
+    w.add_many(records)
+    return w.close()
+
+
+# -- reader -------------------------------------------------------------------------------
+def _read_exact(f: BinaryIO, offset: int, n: int, what: str) -> bytes:
+    f.seek(offset)
+    data = f.read(n)
+    if len(data) != n:
+        raise BackupFormatError("TRUNCATED", f"truncated backup file: {what} ends past end of file")
+    return data
+
+
+def read_frame(f: BinaryIO, entry: FrameEntry) -> list[Record]:
+    """Read, verify (CRC, sizes, counts, versions) and decode one frame (random access)."""
+    where = f"frame at offset {entry.offset}"
+    comp = _read_exact(f, entry.offset, entry.length, where)
+    if zlib.crc32(comp) != entry.crc32:
+        raise BackupFormatError("CHECKSUM_MISMATCH", f"{where}: CRC-32 mismatch (corrupted data)")
+    if entry.uncompressed_length > MAX_FRAME_BYTES:
+        raise BackupFormatError("CORRUPT", f"{where}: frame too large ({entry.uncompressed_length} B)")
+    try:
+        raw = zstandard.ZstdDecompressor().decompress(comp, max_output_size=entry.uncompressed_length)
+    except zstandard.ZstdError as e:
+        raise BackupFormatError("CORRUPT", f"{where}: zstd decompression failed: {e}") from e
+    if len(raw) != entry.uncompressed_length:
+        raise BackupFormatError("CORRUPT", f"{where}: decompressed size differs from the index")
+    records = list(_decode_records(raw, where))
+    if len(records) != entry.record_count:
+        raise BackupFormatError("CORRUPT", f"{where}: {len(records)} records, index says {entry.record_count}")
+    versions = [r[2] for r in records]
+    if versions and (versions[0] != entry.first_version or versions[-1] != entry.last_version
+                     or any(a > b for a, b in zip(versions, versions[1:], strict=False))):
+        raise BackupFormatError("CORRUPT", f"{where}: record versions disagree with the index")
+    return records
+
+
+class BackupReader:
+    """Open a backup from a seekable binary file; validates preamble, header and footer.
+
+    Frames are verified when read (`records()`, `frames()` or `read_frame`). `verify()`
+    reads everything and checks the totals.
+    """
+
+    def __init__(self, f: BinaryIO) -> None:
+        self._f = f
+        f.seek(0, 2)
+        size = f.tell()
+        f.seek(0)
+        pre = f.read(PREAMBLE.size)
+        if len(pre) < len(MAGIC) or pre[: len(MAGIC)] != MAGIC:
+            if MAGIC.startswith(pre[: len(MAGIC)]) and len(pre) < len(MAGIC):
+                raise BackupFormatError("TRUNCATED", f"truncated backup file ({size} bytes)")
+            raise BackupFormatError("BAD_MAGIC", "not a doq backup file (wrong magic)")
+        if len(pre) < PREAMBLE.size:
+            raise BackupFormatError("TRUNCATED", f"truncated backup file ({size} bytes)")
+        _, version, flags, hlen = PREAMBLE.unpack(pre)
+        if version != FORMAT_VERSION:
+            raise BackupFormatError("UNSUPPORTED_VERSION", f"unsupported backup format version {version}")
+        if flags != 0 or hlen > MAX_HEADER_BYTES:
+            raise BackupFormatError("CORRUPT", "corrupt backup header (flags or length)")
+        rest = _read_exact(f, PREAMBLE.size, hlen + CRC.size, "header")
+        body = rest[:hlen]
+        header_crc = zlib.crc32(pre + body)
+        if CRC.unpack(rest[hlen:])[0] != header_crc:
+            raise BackupFormatError("CHECKSUM_MISMATCH", "backup header CRC-32 mismatch")
+        try:
+            h = pb.BackupHeader.FromString(body)
+        except Exception as e:
+            raise BackupFormatError("CORRUPT", f"undecodable backup header: {e}") from e
+        if h.compression != COMPRESSION:
+            raise BackupFormatError("CORRUPT", f"unknown compression {h.compression!r}")
+        self.header = BackupHeader(h.cluster_id, h.node_id, h.from_version, h.to_version, h.created_at_ms, version)
+        frames_start = PREAMBLE.size + hlen + CRC.size
+
+        if size < frames_start + TRAILER.size:
+            raise BackupFormatError("TRUNCATED", "truncated backup file: no trailer")
+        tr = _read_exact(f, size - TRAILER.size, TRAILER.size, "trailer")
+        foff, flen, fcrc, tversion, _, end = TRAILER.unpack(tr)
+        if end != END_MAGIC:
+            raise BackupFormatError("TRUNCATED", "truncated backup file: no trailer (end magic missing)")
+        if tversion != version or foff < frames_start or foff + flen + TRAILER.size != size:
+            raise BackupFormatError("CORRUPT", "backup trailer points outside the file")
+        fbytes = _read_exact(f, foff, flen, "footer")
+        if zlib.crc32(fbytes) != fcrc:
+            raise BackupFormatError("CHECKSUM_MISMATCH", "backup footer CRC-32 mismatch")
+        try:
+            ft = pb.BackupFooter.FromString(fbytes)
+        except Exception as e:
+            raise BackupFormatError("CORRUPT", f"undecodable backup footer: {e}") from e
+        if ft.header_crc32 != header_crc:
+            raise BackupFormatError("CORRUPT", "footer does not belong to this header")
+        frames = tuple(FrameEntry(e.offset, e.length, e.uncompressed_length, e.record_count,
+                                  e.first_version, e.last_version, e.crc32) for e in ft.frames)
+        pos = frames_start
+        for fr in frames:  # frames tile [frames_start, footer) exactly, in version order
+            if fr.offset != pos or fr.record_count == 0:
+                raise BackupFormatError("CORRUPT", f"frame index inconsistent at offset {fr.offset}")
+            pos += fr.length
+        if pos != foff:
+            raise BackupFormatError("CORRUPT", "frame index does not cover the frames section")
+        if sum(fr.record_count for fr in frames) != ft.record_count:
+            raise BackupFormatError("CORRUPT", "footer record count disagrees with the frame index")
+        self.summary = BackupSummary(
+            self.header, frames, ft.record_count, ft.tombstone_count, ft.last_version,
+            ft.uncompressed_bytes, size,
+        )
+
+    @property
+    def frames(self) -> tuple[FrameEntry, ...]:
+        return self.summary.frames
+
+    def read_frame(self, entry: FrameEntry) -> list[Record]:
+        return read_frame(self._f, entry)
+
+    def iter_frames(self) -> Iterator[tuple[FrameEntry, list[Record]]]:
+        """Each frame with its records, in order; checks version order across frames."""
+        prev = self.header.from_version
+        for entry in self.summary.frames:
+            if entry.first_version < prev or entry.last_version > self.header.to_version:
+                raise BackupFormatError("CORRUPT", f"frame at offset {entry.offset}: versions out of range")
+            prev = entry.last_version
+            yield entry, self.read_frame(entry)
+
+    def records(self) -> Iterator[Record]:
+        """All records in file order, each frame verified before any of its records is yielded."""
+        for _, recs in self.iter_frames():
+            yield from recs
+
+    def verify(self) -> BackupSummary:
+        """Read every frame; check totals. Returns the summary or raises BackupFormatError."""
+        count = tombs = raw = 0
+        last = max(self.header.from_version - 1, 0)
+        for entry, recs in self.iter_frames():
+            count += len(recs)
+            tombs += sum(1 for r in recs if r[1] is None)
+            raw += entry.uncompressed_length
+            last = entry.last_version
+        s = self.summary
+        if (count, tombs, raw, last) != (s.record_count, s.tombstone_count, s.uncompressed_bytes, s.last_version):
+            raise BackupFormatError("CORRUPT", "footer totals disagree with the frames")
+        return s
+
+
+def open_backup(path: str) -> tuple[BinaryIO, BackupReader]:
+    """Open a file and its reader; the caller closes the returned file."""
+    f = open(path, "rb")  # noqa: SIM115 - returned to the caller
+    try:
+        return f, BackupReader(f)
+    except BaseException:
+        f.close()
+        raise

@@ -1,0 +1,286 @@
+"""Backup and restore of a node's state (see docs/backup.md).
+
+- `write_backup(state, since, out)`: every record and tombstone with version >= since, read
+  in ONE LMDB read transaction (a consistent snapshot), streamed into the backup format.
+  Returns the last version contained (`X-Last-Version`): the greatest record version, or
+  `max(since - 1, 0)` if there is none; the next incremental uses `since = last + 1`.
+- `restore_offline(data_dir, node_id, full, incrementals)`: into a STOPPED node's data dir.
+- `restore_online(node, files)`: into a running node (single node, empty state for now).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, BinaryIO, Protocol
+
+from doq.backup.format import (
+    DEFAULT_FRAME_BYTES,
+    BackupHeader,
+    BackupReader,
+    BackupWriter,
+    Record,
+)
+from doq.errors import FailedPrecondition, InvalidArgument
+
+RESTORE_TXN_BYTES = 64 * 1024 * 1024  # uncompressed record bytes per restore write txn
+
+
+class BackupState(Protocol):
+    """What backup/restore need from `doq.storage.state.StateStore`."""
+
+    env: Any
+
+    def iter_changes(self, since_version: int, txn: Any = None) -> Iterator[Record]: ...
+
+    def restore_records(self, txn: Any, records: Iterable[Record]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreResult:
+    """What a restore did: files applied, records written, and the resulting version."""
+
+    files: int
+    records: int
+    tombstones: int
+    to_version: int  # the node's applied index after the restore
+    last_version: int  # greatest record version restored
+
+
+# -- backup -------------------------------------------------------------------------------
+def write_backup(
+    state: BackupState,
+    since: int,
+    out: BinaryIO,
+    *,
+    cluster_id: str = "",
+    node_id: str = "",
+    frame_bytes: int = DEFAULT_FRAME_BYTES,
+) -> int:
+    """Write a backup of every change with version >= `since` to `out`; return the last version.
+
+    Consistent: one read transaction covers the snapshot point (applied index, written to
+    the header as `to_version`) and every record read. Raises `InvalidArgument` for a
+    negative `since` and (from the store) reason SINCE_TOO_OLD below the tombstone horizon.
+    """
+    if since < 0:
+        raise InvalidArgument(f"since must be >= 0, got {since}", reason="INVALID_SINCE")
+    with state.env.begin(buffers=False) as txn:
+        to_version = _applied_index(state, txn)
+        changes = state.iter_changes(since, txn=txn)
+        w = BackupWriter(
+            out, from_version=since, to_version=max(to_version, since - 1, 0),
+            cluster_id=cluster_id, node_id=node_id, frame_bytes=frame_bytes,
+        )
+        add = w.add
+        for key, value, version in changes:
+            add(key, value, version)
+        return w.close().last_version
+
+
+def backup_to_tempfile(
+    state: BackupState, since: int, *, cluster_id: str = "", node_id: str = "",
+    dir: str | None = None,
+) -> tuple[BinaryIO, int, int]:
+    """For the HTTP gateway: backup into an anonymous temp file, rewound.
+
+    Returns (file, last_version, size). The caller streams the file and closes it; the
+    last version is known before the first byte is sent (for the `X-Last-Version` header).
+    Blocking: run it in a thread.
+    """
+    f = tempfile.TemporaryFile(dir=dir)  # noqa: SIM115 - handed to the caller
+    try:
+        last = write_backup(state, since, f, cluster_id=cluster_id, node_id=node_id)  # type: ignore[arg-type]
+        size = f.tell()
+        f.seek(0)
+    except BaseException:
+        f.close()
+        raise
+    return f, last, size  # type: ignore[return-value]
+
+
+def _applied_index(state: Any, txn: Any) -> int:
+    """The store's applied index as seen by `txn` (falls back to the in-memory value)."""
+    fn = getattr(state, "applied_index_in", None)
+    if fn is not None:
+        return int(fn(txn))
+    return int(state.applied_index)
+
+
+# -- restore: checks ----------------------------------------------------------------------
+def check_chain(headers: Sequence[BackupHeader], *, names: Sequence[str] | None = None) -> None:
+    """Refuse a chain that would not restore exactly.
+
+    The first file must be a full backup (from_version 0); each next file must start no
+    later than the previous one's to_version + 1 (no gap) and must not end before it; all
+    files must come from the same cluster (when the cluster id is recorded).
+    """
+    if not headers:
+        raise InvalidArgument("no backup file to restore", reason="BACKUP_CHAIN")
+    label = list(names) if names else [f"file #{i + 1}" for i in range(len(headers))]
+    first = headers[0]
+    if first.from_version != 0:
+        raise InvalidArgument(
+            f"{label[0]} is an incremental backup (from version {first.from_version}), "
+            "not a full one: restore needs a full backup (since 0) first",
+            reason="BACKUP_CHAIN",
+        )
+    prev = first
+    for name, h in zip(label[1:], headers[1:], strict=True):
+        if prev.cluster_id and h.cluster_id and h.cluster_id != prev.cluster_id:
+            raise InvalidArgument(
+                f"{name} is from cluster {h.cluster_id!r}, the previous from {prev.cluster_id!r}",
+                reason="BACKUP_CHAIN",
+            )
+        if h.from_version > prev.to_version + 1:
+            raise InvalidArgument(
+                f"gap in the backup chain: {name} starts at version {h.from_version} but the "
+                f"previous file covers only up to {prev.to_version} (need an incremental "
+                f"with since <= {prev.to_version + 1})",
+                reason="BACKUP_CHAIN_GAP",
+            )
+        if h.to_version < prev.to_version:
+            raise InvalidArgument(
+                f"{name} (up to version {h.to_version}) is older than the previous file "
+                f"(up to {prev.to_version}): give incrementals in order",
+                reason="BACKUP_CHAIN",
+            )
+        prev = h
+
+
+def _is_empty(state: Any) -> bool:
+    """No applied entry and no record or tombstone."""
+    if _applied_index(state, None) if hasattr(state, "applied_index_in") else state.applied_index:
+        return False
+    with state.env.begin(buffers=False) as txn:
+        return next(iter(state.iter_changes(0, txn=txn)), None) is None
+
+
+@contextlib.contextmanager
+def _open_chain(paths: Sequence[str | os.PathLike[str]]) -> Iterator[list[BackupReader]]:
+    with contextlib.ExitStack() as stack:
+        readers = []
+        for p in paths:
+            try:
+                f = stack.enter_context(open(p, "rb"))
+            except OSError as e:
+                raise InvalidArgument(f"cannot open backup file {p}: {e.strerror}", reason="BACKUP_FILE") from e
+            readers.append(_reader(f, str(p)))
+        yield readers
+
+
+def _reader(f: BinaryIO, name: str) -> BackupReader:
+    from doq.backup.format import BackupFormatError
+
+    try:
+        return BackupReader(f)
+    except BackupFormatError as e:
+        raise BackupFormatError(e.reason.removeprefix("BACKUP_"), f"{name}: {e.message}") from e
+
+
+def _verify_all(readers: Sequence[BackupReader], names: Sequence[str]) -> None:
+    from doq.backup.format import BackupFormatError
+
+    for r, name in zip(readers, names, strict=True):
+        try:
+            r.verify()
+        except BackupFormatError as e:
+            raise BackupFormatError(e.reason.removeprefix("BACKUP_"), f"{name}: {e.message}") from e
+
+
+# -- restore: apply -----------------------------------------------------------------------
+def restore_into(state: Any, readers: Sequence[BackupReader], names: Sequence[str]) -> RestoreResult:
+    """Check the chain, verify every file, then write all records into `state` in order.
+
+    `state` must be empty. Records are written in chunked write transactions; the applied
+    index is set to the last file's to_version in the final one.
+    """
+    check_chain([r.header for r in readers], names=names)
+    _verify_all(readers, names)  # nothing is written unless every file is intact
+    if not _is_empty(state):
+        raise FailedPrecondition(
+            "the target state is not empty: restore needs a fresh node (remove its data dir)",
+            reason="RESTORE_TARGET_NOT_EMPTY",
+        )
+    records = tombstones = 0
+    last = 0
+    batch: list[Record] = []
+    size = 0
+    env = state.env
+    for r in readers:
+        for entry, recs in r.iter_frames():
+            batch += recs
+            size += entry.uncompressed_length
+            records += len(recs)
+            tombstones += sum(1 for x in recs if x[1] is None)
+            last = max(last, entry.last_version)
+            if size >= RESTORE_TXN_BYTES:
+                with env.begin(write=True) as txn:
+                    state.restore_records(txn, batch)
+                batch, size = [], 0
+    to_version = max(r.header.to_version for r in readers)
+    with env.begin(write=True) as txn:
+        state.restore_records(txn, batch)
+        _set_applied_index(state, txn, to_version)
+    return RestoreResult(len(readers), records, tombstones, to_version, last)
+
+
+def _set_applied_index(state: Any, txn: Any, index: int) -> None:
+    state.set_applied_index(txn, index)
+
+
+def restore_offline(
+    data_dir: str | os.PathLike[str],
+    node_id: str,
+    full_path: str | os.PathLike[str],
+    incremental_paths: Sequence[str | os.PathLike[str]] = (),
+) -> RestoreResult:
+    """Restore full + incrementals (in order) into a STOPPED node's empty data dir.
+
+    Creates `<data_dir>/<node_id>/doq.lmdb` if missing. Raises `InvalidArgument` (bad or
+    corrupt file, gap in the chain) or `FailedPrecondition` (state not empty) and then
+    writes nothing. The node must not be running (not checked: LMDB cannot tell).
+    """
+    from doq.storage.env import node_dir, open_env
+    from doq.storage.state import StateStore
+
+    paths = [full_path, *incremental_paths]
+    names = [str(p) for p in paths]
+    with _open_chain(paths) as readers:
+        check_chain([r.header for r in readers], names=names)
+        env = open_env(node_dir(data_dir, node_id) / "doq.lmdb")
+        try:
+            return restore_into(StateStore(env), readers, names)
+        finally:
+            env.close()
+
+
+async def restore_online(node: Any, files: Sequence[BinaryIO], names: Sequence[str] | None = None) -> RestoreResult:
+    """Restore full + incrementals into a RUNNING node, for `POST /db/restore`.
+
+    Preconditions for now (refused with `FailedPrecondition` otherwise): the node is the
+    leader of a one-node cluster and its state is empty. The restore then runs in the
+    node's writer, serialized with commits. Later (Raft) it becomes a replicated command so
+    every node applies the same records; the API stays the same.
+    """
+    import asyncio
+
+    names = list(names) if names else [f"file #{i + 1}" for i in range(len(files))]
+    readers = [_reader(f, n) for f, n in zip(files, names, strict=True)]
+    check_chain([r.header for r in readers], names=names)
+    if not node.is_leader:
+        raise FailedPrecondition("online restore must be sent to the leader", reason="NOT_LEADER")
+    members = getattr(node, "members", None)
+    if members is not None and len(members) > 1:
+        raise FailedPrecondition(
+            "online restore into a multi-node cluster is not supported yet: restore offline "
+            "into each stopped node, or into one node and add the others",
+            reason="RESTORE_MULTI_NODE",
+        )
+    restore = getattr(node, "restore_backup", None)
+    if restore is not None:  # the node serializes the restore with its commits
+        return await restore(lambda state: restore_into(state, readers, names))  # type: ignore[no-any-return]
+    return await asyncio.to_thread(restore_into, node.state, readers, names)

@@ -1,0 +1,50 @@
+"""An in-memory stand-in for StateStore's backup contract (versions, tombstones)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from doq.backup.format import Record
+from doq.errors import InvalidArgument
+
+
+class FakeEnv:
+    @contextlib.contextmanager
+    def begin(self, write: bool = False, buffers: bool = False) -> Iterator[None]:
+        yield None
+
+
+class FakeState:
+    """key -> (value or None for a tombstone, version); `applied_index` like the store."""
+
+    def __init__(self, horizon: int = 0) -> None:
+        self.env = FakeEnv()
+        self.records: dict[bytes, tuple[bytes | None, int]] = {}
+        self.applied_index = 0
+        self.horizon = horizon
+
+    def apply(self, index: int, puts: dict[bytes, bytes | None]) -> None:
+        """One log entry: writes (value None = delete, leaving a tombstone)."""
+        assert index > self.applied_index
+        for k, v in puts.items():
+            self.records[k] = (v, index)
+        self.applied_index = index
+
+    def iter_changes(self, since_version: int, txn: Any = None) -> Iterator[Record]:
+        if since_version and since_version < self.horizon:
+            raise InvalidArgument("since too old", reason="SINCE_TOO_OLD")
+        rows = sorted((ver, k, v) for k, (v, ver) in self.records.items() if ver >= since_version)
+        for ver, k, v in rows:
+            yield (k, v, ver)
+
+    def restore_records(self, txn: Any, records: Iterable[Record]) -> None:
+        for k, v, ver in records:
+            self.records[k] = (v, ver)
+
+    def set_applied_index(self, txn: Any, index: int) -> None:
+        self.applied_index = index
+
+    def live(self) -> dict[bytes, bytes]:
+        return {k: v for k, (v, _) in self.records.items() if v is not None}
