@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
         pass
     else:
         bench.add_parser(sub)
+    from doq.backup import cli as backup_cli  # doq backup | doq restore
+
+    backup_cli.add_parser(sub)
     return parser
 
 

@@ -192,14 +192,18 @@ def _verify_all(readers: Sequence[BackupReader], names: Sequence[str]) -> None:
 
 
 # -- restore: apply -----------------------------------------------------------------------
-def restore_into(state: Any, readers: Sequence[BackupReader], names: Sequence[str]) -> RestoreResult:
-    """Check the chain, verify every file, then write all records into `state` in order.
+def restore_into(
+    state: Any, readers: Sequence[BackupReader], names: Sequence[str], *, verified: bool = False
+) -> RestoreResult:
+    """Check the chain, verify every file (unless `verified`), then write all records into
+    `state` in order.
 
     `state` must be empty. Records are written in chunked write transactions; the applied
     index is set to the last file's to_version in the final one.
     """
     check_chain([r.header for r in readers], names=names)
-    _verify_all(readers, names)  # nothing is written unless every file is intact
+    if not verified:
+        _verify_all(readers, names)  # nothing is written unless every file is intact
     if not _is_empty(state):
         raise FailedPrecondition(
             "the target state is not empty: restore needs a fresh node (remove its data dir)",
@@ -244,16 +248,17 @@ def restore_offline(
     corrupt file, gap in the chain) or `FailedPrecondition` (state not empty) and then
     writes nothing. The node must not be running (not checked: LMDB cannot tell).
     """
-    from doq.storage.env import node_dir, open_env
-    from doq.storage.state import StateStore
-
     paths = [full_path, *incremental_paths]
     names = [str(p) for p in paths]
     with _open_chain(paths) as readers:
         check_chain([r.header for r in readers], names=names)
+        _verify_all(readers, names)  # before the data dir is even created
+        from doq.storage.env import node_dir, open_env
+        from doq.storage.state import StateStore
+
         env = open_env(node_dir(data_dir, node_id) / "doq.lmdb")
         try:
-            return restore_into(StateStore(env), readers, names)
+            return restore_into(StateStore(env), readers, names, verified=True)
         finally:
             env.close()
 
