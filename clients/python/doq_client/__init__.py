@@ -1,0 +1,77 @@
+"""doq_client: the Python client of doq (gRPC), sync and asyncio.
+
+Depends only on grpcio and protobuf. Entry points:
+- `DoqClient` / `AsyncDoqClient`: unary calls (queues, enqueue, dequeue, ack, ...);
+- `Producer` / `AsyncProducer`: pipelined enqueues with a window, over streams;
+- `Consumer` / `AsyncConsumer`: prefetching consumers with acks in the stream;
+- errors: `DoqClientError` and subclasses (`doq_client.errors`);
+- `RetryPolicy`: optional bounded retry of retryable unary failures.
+"""
+
+from doq_client.aio import AsyncDoqClient
+from doq_client.client import DoqClient
+from doq_client.consumer import AsyncConsumer, Consumer
+from doq_client.errors import (
+    AlreadyExists,
+    Cancelled,
+    DeadlineExceeded,
+    DoqClientError,
+    FailedPrecondition,
+    Internal,
+    InvalidArgument,
+    MessageNotFound,
+    NotFound,
+    NotLeader,
+    Overloaded,
+    QueueNotFound,
+    ResourceExhausted,
+    StaleLease,
+    TooLarge,
+    Unavailable,
+)
+from doq_client.producer import AsyncProducer, Producer
+from doq_client.retry import RetryPolicy
+from doq_client.types import (
+    AckResult,
+    EnqueueResult,
+    Message,
+    Queue,
+    QueueSettings,
+    QueueStats,
+    enqueue_request,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AckResult",
+    "AlreadyExists",
+    "AsyncConsumer",
+    "AsyncDoqClient",
+    "AsyncProducer",
+    "Cancelled",
+    "Consumer",
+    "DeadlineExceeded",
+    "DoqClient",
+    "DoqClientError",
+    "EnqueueResult",
+    "FailedPrecondition",
+    "Internal",
+    "InvalidArgument",
+    "Message",
+    "MessageNotFound",
+    "NotFound",
+    "NotLeader",
+    "Overloaded",
+    "Producer",
+    "Queue",
+    "QueueNotFound",
+    "QueueSettings",
+    "QueueStats",
+    "ResourceExhausted",
+    "RetryPolicy",
+    "StaleLease",
+    "TooLarge",
+    "Unavailable",
+    "enqueue_request",
+]

@@ -1,0 +1,159 @@
+"""The unary operations, transport-neutral: each builds a request and a result converter.
+
+`DoqClient` (sync) and `AsyncDoqClient` (asyncio) call the same `Op`s, so their semantics
+cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from doq_client.errors import from_pb_error
+from doq_client.types import (
+    AckResult,
+    Content,
+    EnqueueResult,
+    Message,
+    Queue,
+    QueueSettings,
+    enqueue_outcome,
+    enqueue_request,
+    enqueue_result,
+    nack_request,
+)
+from doq_client.v1 import doq_pb2 as pb
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Op(Generic[T]):
+    """One unary call: stub method name, request, response converter, idempotency."""
+
+    method: str
+    request: Any
+    convert: Callable[[Any], T]
+    idempotent: bool = False
+
+
+def _queue(r: Any) -> Queue:
+    return Queue.from_pb(r.queue)
+
+
+def _true(_: Any) -> None:
+    return None
+
+
+def create_queue(name: str, type: str, settings: QueueSettings | None) -> Op[Queue]:
+    req = pb.CreateQueueRequest(
+        name=name, type=type, settings=(settings or QueueSettings()).to_pb()
+    )
+    return Op("CreateQueue", req, _queue)
+
+
+def update_queue(name: str, settings: QueueSettings) -> Op[Queue]:
+    return Op(
+        "UpdateQueue", pb.UpdateQueueRequest(name=name, settings=settings.to_pb()), _queue, True
+    )
+
+
+def delete_queue(name: str) -> Op[None]:
+    return Op("DeleteQueue", pb.DeleteQueueRequest(name=name), _true)
+
+
+def get_queue(name: str) -> Op[Queue]:
+    return Op("GetQueue", pb.GetQueueRequest(name=name), _queue, True)
+
+
+def list_queues() -> Op[list[Queue]]:
+    return Op(
+        "ListQueues", pb.ListQueuesRequest(), lambda r: [Queue.from_pb(q) for q in r.queues], True
+    )
+
+
+def purge_queue(name: str) -> Op[int]:
+    return Op("PurgeQueue", pb.PurgeQueueRequest(name=name), lambda r: int(r.purged))
+
+
+def enqueue(
+    queue: str,
+    content: Content,
+    group: str,
+    priority: int,
+    metadata: Mapping[str, str] | None,
+    dedup_id: str,
+    delay_ms: int,
+) -> Op[EnqueueResult]:
+    req = enqueue_request(
+        queue,
+        content,
+        group=group,
+        priority=priority,
+        metadata=metadata,
+        dedup_id=dedup_id,
+        delay_ms=delay_ms,
+    )
+    return Op("Enqueue", req, enqueue_result, bool(dedup_id))
+
+
+def enqueue_batch(requests: Iterable[pb.EnqueueRequest]) -> Op[list[EnqueueResult | Any]]:
+    reqs = list(requests)
+    idem = bool(reqs) and all(r.dedup_id for r in reqs)
+    return Op(
+        "EnqueueBatch",
+        pb.EnqueueBatchRequest(messages=reqs),
+        lambda r: [enqueue_outcome(x) for x in r.results],
+        idem,
+    )
+
+
+def dequeue(
+    queue: str, ack: bool, max_messages: int, wait_ms: int, visibility_timeout_ms: int
+) -> Op[list[Message]]:
+    req = pb.DequeueRequest(
+        queue_name=queue,
+        ack=ack,
+        max_messages=max_messages,
+        wait_ms=wait_ms,
+        visibility_timeout_ms=visibility_timeout_ms,
+    )
+    return Op("Dequeue", req, lambda r: [Message(m) for m in r.messages])
+
+
+def get(queue: str, id_: int) -> Op[Message]:
+    return Op("Get", pb.GetRequest(queue_name=queue, id=id_), Message, True)
+
+
+def delete(queue: str, id_: int) -> Op[None]:
+    return Op("Delete", pb.DeleteRequest(queue_name=queue, id=id_), _true)
+
+
+def ack(queue: str, id_: int, lease_id: int) -> Op[None]:
+    return Op("Ack", pb.AckRequest(queue_name=queue, id=id_, lease_id=lease_id), _true)
+
+
+def _ack_results(r: Any) -> list[AckResult]:
+    return [AckResult(x.id, None if x.success else from_pb_error(x.error)) for x in r.results]
+
+
+def ack_batch(queue: str, ids: Sequence[int]) -> Op[list[AckResult]]:
+    return Op("AckBatch", pb.AckBatchRequest(queue_name=queue, ids=list(ids)), _ack_results)
+
+
+def nack(queue: str, id_: int, lease_id: int, delay_ms: int, priority: int | None) -> Op[None]:
+    req = nack_request(queue, id_, lease_id=lease_id, delay_ms=delay_ms, priority=priority)
+    return Op("Nack", req, _true)
+
+
+def touch(queue: str, id_: int, lease_id: int, visibility_timeout_ms: int) -> Op[int]:
+    req = pb.TouchRequest(
+        queue_name=queue, id=id_, lease_id=lease_id, visibility_timeout_ms=visibility_timeout_ms
+    )
+    return Op("Touch", req, lambda r: int(r.lease_expires_at_ms), True)
+
+
+def update_priority(queue: str, id_: int, priority: int) -> Op[Message]:
+    req = pb.UpdatePriorityRequest(queue_name=queue, id=id_, priority=priority)
+    return Op("UpdatePriority", req, lambda r: Message(r.message), True)

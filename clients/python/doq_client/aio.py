@@ -1,0 +1,193 @@
+"""`AsyncDoqClient`: the asyncio client (one `grpc.aio.Channel`).
+
+Same methods and semantics as `doq_client.DoqClient`, as coroutines. Create and use it
+inside one running event loop. Streaming helpers: `producer()` and `consumer()`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import grpc
+
+from doq_client import _ops
+from doq_client.client import CHANNEL_OPTIONS, DEFAULT_TARGET
+from doq_client.consumer import AsyncConsumer
+from doq_client.errors import DoqClientError, from_rpc_error
+from doq_client.producer import AsyncProducer
+from doq_client.retry import NO_RETRY, RetryPolicy, acall_with_retry
+from doq_client.types import (
+    AckResult,
+    Content,
+    EnqueueResult,
+    Message,
+    Queue,
+    QueueSettings,
+)
+from doq_client.v1 import doq_pb2 as pb
+from doq_client.v1 import doq_pb2_grpc as pb_grpc
+
+T = TypeVar("T")
+
+
+class AsyncDoqClient:
+    """asyncio doq client; see `DoqClient` for the parameters and each method's contract."""
+
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        *,
+        channel: grpc.aio.Channel | None = None,
+        timeout_s: float | None = 30.0,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self._own_channel = channel is None
+        self.channel: grpc.aio.Channel = channel or grpc.aio.insecure_channel(
+            target, options=CHANNEL_OPTIONS
+        )
+        self.stub = pb_grpc.DOQStub(self.channel)
+        self.timeout_s = timeout_s
+        self.retry = retry or NO_RETRY
+
+    async def close(self) -> None:
+        if self._own_channel:
+            await self.channel.close()
+
+    async def __aenter__(self) -> AsyncDoqClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _call(self, op: _ops.Op[T], extra_timeout_s: float = 0.0) -> T:
+        fn = getattr(self.stub, op.method)
+        timeout = None if self.timeout_s is None else self.timeout_s + extra_timeout_s
+
+        async def once() -> T:
+            try:
+                return op.convert(await fn(op.request, timeout=timeout))
+            except grpc.RpcError as e:
+                raise from_rpc_error(e) from None
+
+        return await acall_with_retry(self.retry, op.idempotent, once)
+
+    # -- queues -----------------------------------------------------------------------
+    async def create_queue(
+        self, name: str, type: str = "delayed", settings: QueueSettings | None = None
+    ) -> Queue:
+        """Create a queue ("delayed" or "fair"); raises AlreadyExists if it exists."""
+        return await self._call(_ops.create_queue(name, type, settings))
+
+    async def update_queue(self, name: str, settings: QueueSettings) -> Queue:
+        """Replace a queue's settings."""
+        return await self._call(_ops.update_queue(name, settings))
+
+    async def delete_queue(self, name: str) -> None:
+        """Delete a queue and its messages; raises NotFound if it does not exist."""
+        await self._call(_ops.delete_queue(name))
+
+    async def get_queue(self, name: str) -> Queue:
+        """A queue with its current counts."""
+        return await self._call(_ops.get_queue(name))
+
+    async def list_queues(self) -> list[Queue]:
+        return await self._call(_ops.list_queues())
+
+    async def purge_queue(self, name: str) -> int:
+        """Remove every message of a queue; returns how many were removed."""
+        return await self._call(_ops.purge_queue(name))
+
+    # -- messages ---------------------------------------------------------------------
+    async def enqueue(
+        self,
+        queue: str,
+        content: Content,
+        *,
+        group: str = "",
+        priority: int = 0,
+        metadata: Mapping[str, str] | None = None,
+        dedup_id: str = "",
+        delay_ms: int = 0,
+    ) -> EnqueueResult:
+        """Store one message (durably) and return its id.
+
+        `str` content is sent as UTF-8. With `dedup_id`, a repeat within the queue's dedup
+        window returns the original id with `duplicate=True` (safe to retry).
+        """
+        return await self._call(
+            _ops.enqueue(queue, content, group, priority, metadata, dedup_id, delay_ms)
+        )
+
+    async def enqueue_batch(
+        self, requests: Iterable[pb.EnqueueRequest]
+    ) -> list[EnqueueResult | DoqClientError]:
+        """Enqueue many messages in one call (build them with `doq_client.enqueue_request`).
+
+        One result per request, in order: an invalid item fails alone (its slot holds its
+        error) while the others are stored.
+        """
+        return await self._call(_ops.enqueue_batch(requests))
+
+    async def dequeue(
+        self,
+        queue: str,
+        *,
+        ack: bool = False,
+        max_messages: int = 1,
+        wait_ms: int = 0,
+        visibility_timeout_ms: int = 0,
+    ) -> list[Message]:
+        """Lease up to `max_messages` (or with `ack=True`, remove them on delivery).
+
+        Waits up to `wait_ms` for a message (long poll); returns [] if none came.
+        """
+        op = _ops.dequeue(queue, ack, max_messages, wait_ms, visibility_timeout_ms)
+        return await self._call(op, wait_ms / 1000)
+
+    async def get(self, queue: str, id: int) -> Message:
+        """One message by id (any state); raises NotFound."""
+        return await self._call(_ops.get(queue, id))
+
+    async def delete(self, queue: str, id: int) -> None:
+        """Delete one message by id (any state)."""
+        await self._call(_ops.delete(queue, id))
+
+    async def ack(self, queue: str, id: int, lease_id: int = 0) -> None:
+        """Acknowledge (remove) a leased message; with `lease_id`, only that delivery's lease."""
+        await self._call(_ops.ack(queue, id, lease_id))
+
+    async def ack_batch(self, queue: str, ids: Sequence[int]) -> list[AckResult]:
+        """Acknowledge many leased messages; one result per id, in order."""
+        return await self._call(_ops.ack_batch(queue, ids))
+
+    async def nack(
+        self,
+        queue: str,
+        id: int,
+        *,
+        lease_id: int = 0,
+        delay_ms: int = 0,
+        priority: int | None = None,
+    ) -> None:
+        """Return a leased message to the queue, after `delay_ms`, optionally re-prioritised."""
+        await self._call(_ops.nack(queue, id, lease_id, delay_ms, priority))
+
+    async def touch(
+        self, queue: str, id: int, *, lease_id: int = 0, visibility_timeout_ms: int = 0
+    ) -> int:
+        """Extend a lease (by `visibility_timeout_ms` or the queue's); returns the new expiry (Unix ms)."""
+        return await self._call(_ops.touch(queue, id, lease_id, visibility_timeout_ms))
+
+    async def update_priority(self, queue: str, id: int, priority: int) -> Message:
+        """Change a message's priority; returns the updated message."""
+        return await self._call(_ops.update_priority(queue, id, priority))
+
+    # -- streams ----------------------------------------------------------------------
+    def producer(self, *, window: int = 1024, batch: int = 0) -> AsyncProducer:
+        """A pipelined producer on this channel (see `doq_client.producer.AsyncProducer`)."""
+        return AsyncProducer(self.channel, window=window, batch=batch)
+
+    def consumer(self, queue: str, **kw: Any) -> AsyncConsumer:
+        """A prefetching consumer on this channel (see `doq_client.consumer.AsyncConsumer`)."""
+        return AsyncConsumer(self.channel, queue, **kw)

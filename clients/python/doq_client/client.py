@@ -1,0 +1,204 @@
+"""`DoqClient`: the synchronous client (one `grpc.Channel`, thread-safe).
+
+Every method is one unary call; failures raise `doq_client.errors.DoqClientError`
+subclasses. With `retry=RetryPolicy(...)` retryable failures are retried (see
+`doq_client.retry` for exactly when). Streaming helpers: `producer()` and `consumer()`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import grpc
+
+from doq_client import _ops
+from doq_client.consumer import Consumer
+from doq_client.errors import DoqClientError, from_rpc_error
+from doq_client.producer import Producer
+from doq_client.retry import NO_RETRY, RetryPolicy, call_with_retry
+from doq_client.types import (
+    AckResult,
+    Content,
+    EnqueueResult,
+    Message,
+    Queue,
+    QueueSettings,
+)
+from doq_client.v1 import doq_pb2 as pb
+from doq_client.v1 import doq_pb2_grpc as pb_grpc
+
+T = TypeVar("T")
+
+DEFAULT_TARGET = "127.0.0.1:10000"
+CHANNEL_OPTIONS: list[tuple[str, Any]] = [
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+]
+
+
+class DoqClient:
+    """Synchronous doq client.
+
+    `target` is ``HOST:PORT`` of a node's gRPC address (ignored when `channel` is given;
+    a passed channel is not closed by `close()`). `timeout_s` is the deadline of each
+    unary call (None = no deadline; long polls add their `wait_ms`).
+    """
+
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        *,
+        channel: grpc.Channel | None = None,
+        timeout_s: float | None = 30.0,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self._own_channel = channel is None
+        self.channel: grpc.Channel = channel or grpc.insecure_channel(
+            target, options=CHANNEL_OPTIONS
+        )
+        self.stub = pb_grpc.DOQStub(self.channel)
+        self.timeout_s = timeout_s
+        self.retry = retry or NO_RETRY
+
+    def close(self) -> None:
+        if self._own_channel:
+            self.channel.close()
+
+    def __enter__(self) -> DoqClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, op: _ops.Op[T], extra_timeout_s: float = 0.0) -> T:
+        fn = getattr(self.stub, op.method)
+        timeout = None if self.timeout_s is None else self.timeout_s + extra_timeout_s
+
+        def once() -> T:
+            try:
+                return op.convert(fn(op.request, timeout=timeout))
+            except grpc.RpcError as e:
+                raise from_rpc_error(e) from None
+
+        return call_with_retry(self.retry, op.idempotent, once)
+
+    # -- queues -----------------------------------------------------------------------
+    def create_queue(
+        self, name: str, type: str = "delayed", settings: QueueSettings | None = None
+    ) -> Queue:
+        """Create a queue ("delayed" or "fair"); raises AlreadyExists if it exists."""
+        return self._call(_ops.create_queue(name, type, settings))
+
+    def update_queue(self, name: str, settings: QueueSettings) -> Queue:
+        """Replace a queue's settings."""
+        return self._call(_ops.update_queue(name, settings))
+
+    def delete_queue(self, name: str) -> None:
+        """Delete a queue and its messages; raises NotFound if it does not exist."""
+        self._call(_ops.delete_queue(name))
+
+    def get_queue(self, name: str) -> Queue:
+        """A queue with its current counts."""
+        return self._call(_ops.get_queue(name))
+
+    def list_queues(self) -> list[Queue]:
+        return self._call(_ops.list_queues())
+
+    def purge_queue(self, name: str) -> int:
+        """Remove every message of a queue; returns how many were removed."""
+        return self._call(_ops.purge_queue(name))
+
+    # -- messages ---------------------------------------------------------------------
+    def enqueue(
+        self,
+        queue: str,
+        content: Content,
+        *,
+        group: str = "",
+        priority: int = 0,
+        metadata: Mapping[str, str] | None = None,
+        dedup_id: str = "",
+        delay_ms: int = 0,
+    ) -> EnqueueResult:
+        """Store one message (durably) and return its id.
+
+        `str` content is sent as UTF-8. With `dedup_id`, a repeat within the queue's dedup
+        window returns the original id with `duplicate=True` (safe to retry).
+        """
+        return self._call(
+            _ops.enqueue(queue, content, group, priority, metadata, dedup_id, delay_ms)
+        )
+
+    def enqueue_batch(
+        self, requests: Iterable[pb.EnqueueRequest]
+    ) -> list[EnqueueResult | DoqClientError]:
+        """Enqueue many messages in one call (build them with `doq_client.enqueue_request`).
+
+        One result per request, in order: an invalid item fails alone (its slot holds its
+        error) while the others are stored.
+        """
+        return self._call(_ops.enqueue_batch(requests))
+
+    def dequeue(
+        self,
+        queue: str,
+        *,
+        ack: bool = False,
+        max_messages: int = 1,
+        wait_ms: int = 0,
+        visibility_timeout_ms: int = 0,
+    ) -> list[Message]:
+        """Lease up to `max_messages` (or with `ack=True`, remove them on delivery).
+
+        Waits up to `wait_ms` for a message (long poll); returns [] if none came.
+        """
+        op = _ops.dequeue(queue, ack, max_messages, wait_ms, visibility_timeout_ms)
+        return self._call(op, wait_ms / 1000)
+
+    def get(self, queue: str, id: int) -> Message:
+        """One message by id (any state); raises NotFound."""
+        return self._call(_ops.get(queue, id))
+
+    def delete(self, queue: str, id: int) -> None:
+        """Delete one message by id (any state)."""
+        self._call(_ops.delete(queue, id))
+
+    def ack(self, queue: str, id: int, lease_id: int = 0) -> None:
+        """Acknowledge (remove) a leased message; with `lease_id`, only that delivery's lease."""
+        self._call(_ops.ack(queue, id, lease_id))
+
+    def ack_batch(self, queue: str, ids: Sequence[int]) -> list[AckResult]:
+        """Acknowledge many leased messages; one result per id, in order."""
+        return self._call(_ops.ack_batch(queue, ids))
+
+    def nack(
+        self,
+        queue: str,
+        id: int,
+        *,
+        lease_id: int = 0,
+        delay_ms: int = 0,
+        priority: int | None = None,
+    ) -> None:
+        """Return a leased message to the queue, after `delay_ms`, optionally re-prioritised."""
+        self._call(_ops.nack(queue, id, lease_id, delay_ms, priority))
+
+    def touch(
+        self, queue: str, id: int, *, lease_id: int = 0, visibility_timeout_ms: int = 0
+    ) -> int:
+        """Extend a lease (by `visibility_timeout_ms` or the queue's); returns the new expiry (Unix ms)."""
+        return self._call(_ops.touch(queue, id, lease_id, visibility_timeout_ms))
+
+    def update_priority(self, queue: str, id: int, priority: int) -> Message:
+        """Change a message's priority; returns the updated message."""
+        return self._call(_ops.update_priority(queue, id, priority))
+
+    # -- streams ----------------------------------------------------------------------
+    def producer(self, *, window: int = 1024, batch: int = 0) -> Producer:
+        """A pipelined producer on this channel (see `doq_client.producer.Producer`)."""
+        return Producer(self.channel, window=window, batch=batch)
+
+    def consumer(self, queue: str, **kw: Any) -> Consumer:
+        """A prefetching consumer on this channel (see `doq_client.consumer.Consumer`)."""
+        return Consumer(self.channel, queue, **kw)

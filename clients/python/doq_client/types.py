@@ -1,0 +1,238 @@
+"""Typed results of the doq client, and builders of request messages.
+
+Results are small frozen dataclasses, except `Message`, a thin typed view over the
+protobuf message (no copying; messages are the hot path of consumers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from doq_client.errors import DoqClientError, from_pb_error
+from doq_client.v1 import doq_pb2 as pb
+
+Content = bytes | str
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSettings:
+    """Per-queue settings; 0 / "" mean the server default (see the .proto comments)."""
+
+    visibility_timeout_ms: int = 0
+    max_attempts: int = 0
+    dead_letter_queue: str = ""
+    max_unacked_per_group: int = 0
+    dedup_window_ms: int = 0
+
+    def to_pb(self) -> pb.QueueSettings:
+        return pb.QueueSettings(
+            visibility_timeout_ms=self.visibility_timeout_ms,
+            max_attempts=self.max_attempts,
+            dead_letter_queue=self.dead_letter_queue,
+            max_unacked_per_group=self.max_unacked_per_group,
+            dedup_window_ms=self.dedup_window_ms,
+        )
+
+    @classmethod
+    def from_pb(cls, s: pb.QueueSettings) -> QueueSettings:
+        return cls(
+            s.visibility_timeout_ms,
+            s.max_attempts,
+            s.dead_letter_queue,
+            s.max_unacked_per_group,
+            s.dedup_window_ms,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """Counts of a queue at the time of the call."""
+
+    ready: int = 0
+    delayed: int = 0
+    in_flight: int = 0
+    dead: int = 0
+    total: int = 0
+
+    @classmethod
+    def from_pb(cls, s: pb.QueueStats) -> QueueStats:
+        return cls(s.ready, s.delayed, s.in_flight, s.dead, s.total)
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    """A queue: name, type ("delayed" | "fair"), settings and counts."""
+
+    name: str
+    type: str
+    settings: QueueSettings = field(default_factory=QueueSettings)
+    stats: QueueStats = field(default_factory=QueueStats)
+
+    @classmethod
+    def from_pb(cls, q: pb.Queue) -> Queue:
+        return cls(q.name, q.type, QueueSettings.from_pb(q.settings), QueueStats.from_pb(q.stats))
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueResult:
+    """A stored message's id; `duplicate` when a dedup_id matched an earlier enqueue."""
+
+    id: int
+    duplicate: bool = False
+    group: str = ""
+    priority: int = 0
+    deliver_at_ms: int = 0
+
+    @classmethod
+    def from_pb(cls, r: pb.EnqueueResponse) -> EnqueueResult:
+        return cls(r.id, r.duplicate, r.group, r.priority, r.deliver_at_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class AckResult:
+    """Outcome of one id of `ack_batch`: `error` is None when it was acked."""
+
+    id: int
+    error: DoqClientError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class Message:
+    """A delivered or fetched message: a typed, read-only view over `doq.v1.Message`.
+
+    Pass `id` and `lease_id` to ack/nack/touch; `lease_id` changes with every delivery.
+    """
+
+    __slots__ = ("pb",)
+
+    def __init__(self, msg: pb.Message) -> None:
+        self.pb = msg
+
+    @property
+    def id(self) -> int:
+        return self.pb.id
+
+    @property
+    def queue_name(self) -> str:
+        return self.pb.queue_name
+
+    @property
+    def content(self) -> bytes:
+        return self.pb.content
+
+    @property
+    def text(self) -> str:
+        """`content` decoded as UTF-8."""
+        return self.pb.content.decode()
+
+    @property
+    def group(self) -> str:
+        return self.pb.group
+
+    @property
+    def priority(self) -> int:
+        return self.pb.priority
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return dict(self.pb.metadata)
+
+    @property
+    def attempts(self) -> int:
+        return self.pb.attempts
+
+    @property
+    def deliver_at_ms(self) -> int:
+        return self.pb.deliver_at_ms
+
+    @property
+    def lease_expires_at_ms(self) -> int:
+        return self.pb.lease_expires_at_ms
+
+    @property
+    def enqueued_at_ms(self) -> int:
+        return self.pb.enqueued_at_ms
+
+    @property
+    def state(self) -> str:
+        """ "ready" | "delayed" | "in_flight"."""
+        return self.pb.state
+
+    @property
+    def lease_id(self) -> int:
+        return self.pb.lease_id
+
+    @property
+    def dedup_id(self) -> str:
+        return self.pb.dedup_id
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Message) and self.pb == other.pb
+
+    def __hash__(self) -> int:
+        return hash((self.pb.queue_name, self.pb.id, self.pb.lease_id))
+
+    def __repr__(self) -> str:
+        return (
+            f"Message(id={self.id}, queue={self.queue_name!r}, state={self.state!r}, "
+            f"priority={self.priority}, group={self.group!r}, attempts={self.attempts}, "
+            f"content={self.content[:32]!r})"
+        )
+
+
+def to_bytes(content: Content) -> bytes:
+    """Message content as bytes (str is encoded as UTF-8)."""
+    if isinstance(content, str):
+        return content.encode()
+    if isinstance(content, (bytes, bytearray, memoryview)):
+        return bytes(content)
+    raise TypeError(f"content must be bytes or str, not {type(content).__name__}")
+
+
+def enqueue_request(
+    queue: str,
+    content: Content,
+    *,
+    group: str = "",
+    priority: int = 0,
+    metadata: Mapping[str, str] | None = None,
+    dedup_id: str = "",
+    delay_ms: int = 0,
+) -> pb.EnqueueRequest:
+    """Build one `EnqueueRequest` (also usable in `enqueue_batch` and producers)."""
+    return pb.EnqueueRequest(
+        queue_name=queue,
+        content=to_bytes(content),
+        group=group,
+        priority=priority,
+        metadata=metadata or None,
+        dedup_id=dedup_id,
+        delay_ms=delay_ms,
+    )
+
+
+def nack_request(
+    queue: str, id_: int, *, lease_id: int = 0, delay_ms: int = 0, priority: int | None = None
+) -> pb.NackRequest:
+    req = pb.NackRequest(queue_name=queue, id=id_, lease_id=lease_id, delay_ms=delay_ms)
+    if priority is not None:
+        req.priority = priority
+    return req
+
+
+def enqueue_result(r: pb.EnqueueResponse) -> EnqueueResult:
+    """An `EnqueueResult`, or raise the item's error."""
+    if not r.success:
+        raise from_pb_error(r.error)
+    return EnqueueResult(r.id, r.duplicate, r.group, r.priority, r.deliver_at_ms)
+
+
+def enqueue_outcome(r: pb.EnqueueResponse) -> EnqueueResult | DoqClientError:
+    """An `EnqueueResult` or the item's error (for batches: one bad item fails alone)."""
+    if not r.success:
+        return from_pb_error(r.error)
+    return EnqueueResult(r.id, r.duplicate, r.group, r.priority, r.deliver_at_ms)
