@@ -104,6 +104,18 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
+_NVAR = 1 << 14
+_VAR = [_varint(i) for i in range(_NVAR)]  # varints of 0 .. 16383
+
+
+def _strip_len(record: bytes) -> bytes:
+    """A length-delimited record without its length prefix."""
+    pos = 0
+    while record[pos] & 0x80:
+        pos += 1
+    return record[pos + 1 :]
+
+
 def encode_record(key: bytes, value: bytes | None, version: int) -> bytes:
     """Length-delimited `BackupRecord` bytes, identical to protobuf's own serialization."""
     return b"".join(_record_parts(key, value, version)[0])
@@ -225,26 +237,55 @@ class BackupWriter:
 
     def add(self, key: bytes, value: bytes | None, version: int) -> None:
         """Append one record (value None = tombstone)."""
-        if version < self._last_seen or version > self.header.to_version:
-            raise ValueError(
-                f"record version {version} out of order or outside "
-                f"[{self.header.from_version}, {self.header.to_version}]"
-            )
-        self._last_seen = version
-        parts, nbytes = _record_parts(key, value, version)
-        if not self._count:
-            self._first = version
-        self._parts += parts
-        self._size += nbytes
-        self._count += 1
-        if value is None:
-            self._tombstones += 1
-        if self._size >= self._frame_bytes:
-            self._flush()
+        self.add_many(((key, value, version),))
 
     def add_many(self, records: Iterable[Record]) -> None:
-        for key, value, version in records:
-            self.add(key, value, version)
+        """Append records in order. The hot loop of a backup: kept flat on purpose."""
+        var = _VAR
+        parts = self._parts
+        app = parts.append
+        size, count, tombs = self._size, self._count, self._tombstones
+        last, top, limit = self._last_seen, self.header.to_version, self._frame_bytes
+        vv = _varint(last)
+        try:
+            for key, value, version in records:
+                if version != last or version > top:
+                    if version < last or version > top:
+                        raise ValueError(
+                            f"record version {version} out of order or outside "
+                            f"[{self.header.from_version}, {top}]"
+                        )
+                    last = version
+                    vv = var[version] if version < _NVAR else _varint(version)
+                if not count:
+                    self._first = version
+                lk = len(key)
+                if value is None:
+                    tombs += 1
+                    if lk and lk < _NVAR and version:
+                        body = b"\x0a%b%b\x18%b\x20\x01" % (var[lk], key, vv)
+                    else:
+                        body = _strip_len(encode_record(key, value, version))
+                else:
+                    lv = len(value)
+                    if lk and lv and lk < _NVAR and lv < _NVAR and version:
+                        body = b"\x0a%b%b\x12%b%b\x18%b" % (var[lk], key, var[lv], value, vv)
+                    else:
+                        body = _strip_len(encode_record(key, value, version))
+                n = len(body)
+                head = var[n] if n < _NVAR else _varint(n)
+                app(head)
+                app(body)
+                size += len(head) + n
+                count += 1
+                if size >= limit:
+                    self._size, self._count, self._tombstones, self._last_seen = size, count, tombs, last
+                    self._flush()
+                    parts = self._parts
+                    app = parts.append
+                    size = count = 0
+        finally:
+            self._size, self._count, self._tombstones, self._last_seen = size, count, tombs, last
 
     def _flush(self) -> None:
         if not self._count:

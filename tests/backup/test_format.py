@@ -6,6 +6,7 @@ import io
 import struct
 
 import pytest
+import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -51,6 +52,23 @@ def test_round_trip(records, frame_bytes):
     assert (r.header.cluster_id, r.header.node_id) == ("c1", "n1")
     # every frame decodes on its own, and the frames in order give all the records
     assert [x for e in r.frames for x in read_frame(buf, e)] == records
+    # the writer's fast path emits protobuf's canonical bytes
+    raw = b"".join(
+        zstandard.ZstdDecompressor().decompress(buf.getvalue()[e.offset : e.offset + e.length])
+        for e in r.frames
+    )
+    assert raw == b"".join(encode_record(*x) for x in records)
+
+
+def test_large_keys_values_and_versions_round_trip():
+    recs = [(b"k" * 20000, b"v" * 70000, 1), (b"", b"", 2), (b"x", None, 2**40),
+            (b"k" * 17000, None, 2**63)]
+    buf = _file(recs, frame_bytes=1024)
+    r = BackupReader(buf)
+    assert list(r.records()) == recs
+    raw = b"".join(zstandard.ZstdDecompressor().decompress(buf.getvalue()[e.offset : e.offset + e.length])
+                   for e in r.frames)
+    assert raw == b"".join(encode_record(*x) for x in recs)
 
 
 @given(record)
