@@ -1,0 +1,72 @@
+"""`doq bench` smoke runs: the JSON line has every field."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.proc import NodeProc
+
+FIELDS = {"workload", "frames", "messages", "seconds", "msg_per_s", "p50_ms", "p90_ms", "p99_ms"}
+
+
+def _bench(*args: str) -> dict[str, object]:
+    out = subprocess.run(
+        [sys.executable, "-m", "doq", "bench", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ},
+    )
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(x) for x in out.stdout.splitlines() if x.strip()]
+    assert len(lines) == 1
+    line = lines[0]
+    assert FIELDS <= set(line), line
+    return line
+
+
+@pytest.mark.parametrize(
+    ("workload", "frames", "extra"),
+    [
+        ("enqueue", "single", ["--rate", "2000"]),
+        ("enqueue", "batched", ["--batch", "10", "--concurrency", "2"]),
+        ("dequeue", "batched", ["--batch", "10"]),
+        ("mixed", "single", []),
+    ],
+)
+def test_bench_smoke(node: NodeProc, workload: str, frames: str, extra: list[str]) -> None:
+    line = _bench(
+        "--server",
+        node.grpc_addr,
+        "--workload",
+        workload,
+        "--frames",
+        frames,
+        "--count",
+        "200",
+        "--queue",
+        f"bench-{workload}-{frames}",
+        *extra,
+    )
+    assert (line["workload"], line["frames"], line["messages"], line["errors"]) == (
+        workload,
+        frames,
+        200,
+        0,
+    )
+    assert isinstance(line["seconds"], float) and line["seconds"] > 0
+    assert isinstance(line["msg_per_s"], float) and line["msg_per_s"] > 0
+    if workload != "dequeue":
+        p50, p90, p99 = line["p50_ms"], line["p90_ms"], line["p99_ms"]
+        assert isinstance(p50, float) and isinstance(p90, float) and isinstance(p99, float)
+        assert 0 < p50 <= p90 <= p99
+
+
+def test_bench_echo_ceiling() -> None:
+    line = _bench("--workload", "echo", "--count", "300")
+    assert line["workload"] == "echo" and line["messages"] == 300

@@ -1,0 +1,72 @@
+"""Error mapping and retry policy without a server."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from doq_client import errors as e
+from doq_client.retry import RetryPolicy, call_with_retry
+from doq_client.v1 import doq_pb2 as pb
+
+
+def test_from_pb_error_picks_the_specific_class() -> None:
+    err = e.from_pb_error(
+        pb.Error(code=grpc.StatusCode.NOT_FOUND.value[0], reason="QUEUE_NOT_FOUND", message="no q")
+    )
+    assert type(err) is e.QueueNotFound and err.code == grpc.StatusCode.NOT_FOUND
+    err = e.from_pb_error(
+        pb.Error(
+            code=grpc.StatusCode.UNAVAILABLE.value[0],
+            reason="NOT_LEADER",
+            retryable=True,
+            leader_hint="n2",
+        )
+    )
+    assert type(err) is e.NotLeader and err.retryable and err.leader_hint == "n2"
+    err = e.from_pb_error(
+        pb.Error(code=grpc.StatusCode.RESOURCE_EXHAUSTED.value[0], reason="MESSAGE_TOO_LARGE")
+    )
+    assert type(err) is e.TooLarge
+    # a reason that does not fit the code does not override it
+    err = e.from_pb_error(
+        pb.Error(code=grpc.StatusCode.INVALID_ARGUMENT.value[0], reason="QUEUE_NOT_FOUND")
+    )
+    assert type(err) is e.InvalidArgument
+
+
+def test_retry_only_when_safe() -> None:
+    policy = RetryPolicy(max_attempts=3, initial_backoff_s=0.001, max_backoff_s=0.002)
+    calls = []
+
+    def flaky_then_ok() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise e.make_error(grpc.StatusCode.UNAVAILABLE, "x", "NOT_LEADER", True)
+        return "ok"
+
+    assert call_with_retry(policy, False, flaky_then_ok) == "ok" and len(calls) == 3
+
+    calls.clear()
+
+    def timeout() -> str:
+        calls.append(1)
+        raise e.make_error(grpc.StatusCode.DEADLINE_EXCEEDED, "x", "COMMIT_TIMEOUT", True)
+
+    with pytest.raises(e.DeadlineExceeded):  # may have been applied: not retried unless idempotent
+        call_with_retry(policy, False, timeout)
+    assert len(calls) == 1
+    calls.clear()
+    with pytest.raises(e.DeadlineExceeded):
+        call_with_retry(policy, True, timeout)
+    assert len(calls) == 3
+
+    calls.clear()
+
+    def not_found() -> str:
+        calls.append(1)
+        raise e.make_error(grpc.StatusCode.NOT_FOUND, "x", "QUEUE_NOT_FOUND", False)
+
+    with pytest.raises(e.QueueNotFound):
+        call_with_retry(policy, True, not_found)
+    assert len(calls) == 1

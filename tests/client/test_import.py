@@ -1,0 +1,64 @@
+"""The client is importable and installable without the server's dependencies."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.client.conftest import CLIENT_DIR
+
+SERVER_ONLY = ("doq", "lmdb", "fastapi", "uvicorn", "zstandard", "sortedcontainers", "starlette")
+
+
+def test_import_pulls_no_server_modules(tmp_path: Path) -> None:
+    code = (
+        "import sys, doq_client\n"
+        "from doq_client import DoqClient, AsyncDoqClient, Producer, Consumer\n"
+        f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {SERVER_ONLY!r})\n"
+        "print(','.join(bad))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(CLIENT_DIR)}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == ""
+
+
+def test_pip_install_of_the_client_package(tmp_path: Path) -> None:
+    target = tmp_path / "site"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(CLIENT_DIR),
+        ],
+        check=True,
+        capture_output=True,
+        cwd=tmp_path,
+    )
+    assert (target / "doq_client" / "v1" / "doq_pb2_grpc.py").exists()
+    assert (target / "doq_client" / "py.typed").exists()
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    out = subprocess.run(
+        [sys.executable, "-c", "import doq_client; print(doq_client.__file__)"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.startswith(str(target))

@@ -1,0 +1,121 @@
+"""Producers (window, many in flight) and consumers (prefetch, acks in the stream)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from doq_client import DoqClient, EnqueueResult, InvalidArgument, QueueNotFound, enqueue_request
+
+
+def _drain_ids(client: DoqClient, queue: str) -> list[int]:
+    ids: list[int] = []
+    while got := client.dequeue(queue, ack=True, max_messages=1000):
+        ids.extend(m.id for m in got)
+    return ids
+
+
+def _wait_total(client: DoqClient, queue: str, total: int, timeout_s: float = 10) -> None:
+    deadline = time.monotonic() + timeout_s
+    while (t := client.get_queue(queue).stats.total) != total:
+        assert time.monotonic() < deadline, f"queue total is {t}, expected {total}"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("batch", [0, 50])
+def test_producer_window_many_in_flight(client: DoqClient, queue: str, batch: int) -> None:
+    n = 3000
+    with client.producer(window=256, batch=batch) as p:
+        futs = [p.enqueue(queue, f"m{i}") for i in range(n)]
+        assert p._inflight > 1  # pipelined: more than one unacknowledged at once
+        many = p.enqueue_many([enqueue_request(queue, b"x") for _ in range(10)])
+    ids = [f.result(timeout=10).id for f in futs]
+    extra = many.result(timeout=10)
+    assert all(isinstance(r, EnqueueResult) for r in extra)
+    ids += [r.id for r in extra]  # type: ignore[union-attr]
+    assert len(set(ids)) == n + 10
+    assert ids[:n] == sorted(ids[:n])  # responses in order
+    assert sorted(_drain_ids(client, queue)) == sorted(ids)
+
+
+def test_producer_item_error_fails_alone(client: DoqClient, queue: str) -> None:
+    with client.producer(window=16) as p:
+        ok = p.enqueue(queue, b"ok")
+        bad = p.enqueue("no-such-queue-xyz", b"x")
+        bad_name = p.enqueue("bad name!", b"x")
+        ok2 = p.enqueue(queue, b"ok2")
+    assert ok.result().id < ok2.result().id
+    with pytest.raises(QueueNotFound):
+        bad.result()
+    with pytest.raises(InvalidArgument):
+        bad_name.result()
+    assert client.get_queue(queue).stats.ready == 2
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_consumer_prefetch_and_stream_acks(client: DoqClient, queue: str, batched: bool) -> None:
+    n = 300
+    client.enqueue_batch([enqueue_request(queue, f"{i}") for i in range(n)])
+    seen: list[int] = []
+    with client.consumer(queue, prefetch=20, batched=batched, max_batch=7) as c:
+        for m in c:
+            seen.append(m.id)
+            if len(seen) % 50 == 0:  # prefetch bounds what is leased and unacked
+                assert client.get_queue(queue).stats.in_flight <= 20
+            c.ack(m)
+            if len(seen) == n:
+                break
+    assert len(set(seen)) == n
+    _wait_total(client, queue, 0)
+
+
+def test_consumer_prefetch_limits_unacked(client: DoqClient, queue: str) -> None:
+    client.enqueue_batch([enqueue_request(queue, f"{i}") for i in range(50)])
+    with client.consumer(queue, prefetch=5) as c:
+        got = [c.next() for _ in range(5)]
+        time.sleep(0.3)  # the server must not send more without credits
+        assert client.get_queue(queue).stats.in_flight == 5
+        c.ack(*[m for m in got if m is not None])
+        more = c.next()
+        assert more is not None and more.id not in {m.id for m in got if m}
+        c.ack(more)
+    _wait_total(client, queue, 44)
+
+
+def test_consumer_nack_redelivers_and_close_releases(client: DoqClient, queue: str) -> None:
+    first = client.enqueue(queue, b"a").id
+    client.enqueue(queue, b"b")
+    with client.consumer(queue, prefetch=1, visibility_timeout_ms=1000) as c:
+        m = c.next()
+        assert m is not None and m.id == first and m.attempts == 1
+        c.nack(m, priority=-1)
+        again = c.next()
+        assert again is not None and again.id == first and again.attempts == 2
+        c.ack(again)
+    # the unacked "b" was nacked on close or will expire; it is not lost
+    deadline = time.monotonic() + 10
+    while not (got := client.dequeue(queue, wait_ms=500)):
+        assert time.monotonic() < deadline
+    assert got[0].content == b"b"
+
+
+def test_consumer_auto_ack_mode(client: DoqClient, queue: str) -> None:
+    client.enqueue_batch([enqueue_request(queue, f"{i}") for i in range(40)])
+    with client.consumer(queue, prefetch=4, ack=True, batched=True) as c:
+        contents = []
+        for m in c:
+            contents.append(m.text)
+            if len(contents) == 40:
+                break
+        with pytest.raises(ValueError):
+            c.ack(1)
+    assert sorted(contents, key=int) == [str(i) for i in range(40)]
+    assert client.get_queue(queue).stats.total == 0
+
+
+def test_consumer_unknown_queue(client: DoqClient) -> None:
+    with pytest.raises(QueueNotFound) as ei:
+        with client.consumer("no-such-queue-xyz") as c:
+            c.next()
+    assert ei.value.reason == "QUEUE_NOT_FOUND"
