@@ -18,10 +18,11 @@ from doq.backup.format import BackupReader, BackupWriter, Record
 
 
 def _records(n: int, value_bytes: int) -> Iterator[Record]:
-    payload = os.urandom(value_bytes // 2).hex().encode()[:value_bytes]
+    pad = os.urandom(value_bytes).hex().encode()
     for i in range(n):
         key = b"m/orders-queue/%012d" % i
-        yield (key, None if i % 10 == 9 else payload, i + 1)
+        value = (b'{"user_id": %d, "event": "signup", "pad": "%s"}' % (i, pad[i % 64 : i % 64 + value_bytes]))
+        yield (key, None if i % 10 == 9 else value[:value_bytes], i + 1)
 
 
 def _report(label: str, n: int, payload: int, size: int, seconds: float) -> None:

@@ -16,6 +16,7 @@ A record is a tuple `(key, value, version)` where `value is None` means a tombst
 
 from __future__ import annotations
 
+import concurrent.futures
 import struct
 import time
 import zlib
@@ -230,6 +231,8 @@ class BackupWriter:
         self._uncompressed = 0
         self._last_version = max(from_version - 1, 0)
         self._closed = False
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._pending: tuple[concurrent.futures.Future[tuple[bytes, int]], tuple[int, int, int, int]] | None = None
 
     def _write(self, data: bytes) -> None:
         self._out.write(data)
@@ -288,27 +291,54 @@ class BackupWriter:
             self._size, self._count, self._tombstones, self._last_seen = size, count, tombs, last
 
     def _flush(self) -> None:
+        """Hand the current frame to the compressor thread; write the previous one.
+
+        zstd and CRC-32 release the GIL, so compressing frame N overlaps encoding frame
+        N+1; at most two frames are in memory.
+        """
         if not self._count:
             return
         raw = b"".join(self._parts)
-        comp = self._cctx.compress(raw)
-        self._frames.append(FrameEntry(
-            self._offset, len(comp), len(raw), self._count, self._first, self._last_seen,
-            zlib.crc32(comp),
-        ))
-        self._write(comp)
+        meta = (len(raw), self._count, self._first, self._last_seen)
         self._records += self._count
         self._uncompressed += len(raw)
         self._last_version = self._last_seen
         self._parts = []
         self._size = 0
         self._count = 0
+        self._drain()
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="doq-backup-zstd")
+        self._pending = (self._pool.submit(self._compress, raw), meta)
+
+    def _compress(self, raw: bytes) -> tuple[bytes, int]:
+        comp = self._cctx.compress(raw)
+        return comp, zlib.crc32(comp)
+
+    def _drain(self) -> None:
+        """Write the frame being compressed, if any."""
+        if self._pending is None:
+            return
+        fut, (raw_len, count, first, last) = self._pending
+        self._pending = None
+        comp, crc = fut.result()
+        self._frames.append(FrameEntry(self._offset, len(comp), raw_len, count, first, last, crc))
+        self._write(comp)
+
+    def _shutdown(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
     def close(self) -> BackupSummary:
         """Flush the last frame, write footer and trailer; returns the file's totals."""
         if self._closed:
             raise ValueError("backup writer already closed")
-        self._flush()
+        try:
+            self._flush()
+            self._drain()
+        finally:
+            self._shutdown()
         self._closed = True
         footer = pb.BackupFooter(
             frames=[pb.FrameIndexEntry(
@@ -334,6 +364,8 @@ class BackupWriter:
     def __exit__(self, *exc: object) -> None:
         if exc[0] is None and not self._closed:
             self.close()
+        else:
+            self._shutdown()
 
 
 def write_records(out: BinaryIO, records: Iterable[Record], **header: object) -> BackupSummary:

@@ -71,14 +71,12 @@ def write_backup(
     with state.env.begin(buffers=False) as txn:
         to_version = _applied_index(state, txn)
         changes = state.iter_changes(since, txn=txn)
-        w = BackupWriter(
+        with BackupWriter(
             out, from_version=since, to_version=max(to_version, since - 1, 0),
             cluster_id=cluster_id, node_id=node_id, frame_bytes=frame_bytes,
-        )
-        add = w.add
-        for key, value, version in changes:
-            add(key, value, version)
-        return w.close().last_version
+        ) as w:
+            w.add_many(changes)
+            return w.close().last_version
 
 
 def backup_to_tempfile(
