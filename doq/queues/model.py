@@ -12,12 +12,12 @@ DEFAULT_VISIBILITY_TIMEOUT_MS = 30_000
 DEFAULT_DEDUP_WINDOW_MS = 300_000
 
 
-class QueueType(str, Enum):
+class QueueType(str, Enum):  # noqa: UP042 (str() stays the member name)
     DELAYED = "delayed"
     FAIR = "fair"
 
 
-class MessageState(str, Enum):
+class MessageState(str, Enum):  # noqa: UP042
     READY = "ready"
     DELAYED = "delayed"
     IN_FLIGHT = "in_flight"

@@ -1,0 +1,731 @@
+"""`QueueMachine`: the deterministic replicated queue state machine (pure, no I/O).
+
+Contract:
+- `apply(index, batch)` applies one `CommandBatch` at log index `index` and returns one
+  result per command. Replicated time is `max(last_now_ms, batch.now_ms)`; before the
+  commands run, due delayed messages become ready, due leases expire (redelivery or
+  dead-lettering) and due dedup entries are forgotten.
+- A failed command returns its `DoqError` instance (never raised) and changes nothing;
+  `Enqueue` returns a list with one `EnqueueResult | DoqError` per item, `Ack` one
+  `None | DoqError` per id, `Dequeue` a `list[MessageView]` (with content).
+- Every durable change goes through the injected `Store` (records keyed by
+  `doq.storage.keys`); message payloads are never kept in memory. `load(records)` rebuilds
+  the in-memory indexes from the records alone, so a rebuilt replica behaves identically.
+
+Semantics (documented rules):
+- Delivery time: `deliver_at = max(not_before, priority_deliver_at(priority))` where
+  `not_before = now + delay_ms` (enqueue / nack delay) and a priority >= 1e9 is read as a
+  Unix timestamp in seconds (`priority*1000` ms). A message is delayed while
+  `deliver_at > now`.
+- A message is delivered at most `max_attempts` times (0 = unlimited): when it would go
+  back to the queue after its `max_attempts`-th delivery (lease expiry or nack), it is
+  dead-lettered instead: moved as a new message (new id, attempts 0, same content,
+  metadata, group, priority; no dedup id) to `dead_letter_queue` if that queue exists,
+  else dropped. Either way the source queue's `dead` count grows by one.
+- Lease ids come from a replicated counter (`next_lease`), message ids from `next_id`,
+  both starting at 1 and unique across the node.
+- `CreateQueue` of an existing queue with the same type and settings succeeds (retries are
+  harmless); with different ones it fails with AlreadyExists.
+- A duplicate enqueue (dedup_id seen within the window) returns the original id with
+  duplicate=True, the request's group/priority, and enqueues nothing. At most
+  `MAX_DEDUP_ENTRIES` dedup ids are remembered (the earliest-expiring is evicted first).
+- `Dequeue(ack=True)` removes the delivered messages; their views have state in_flight,
+  lease_id 0 and lease_expires_at_ms 0.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from sortedcontainers import SortedList
+
+from doq.errors import (
+    AlreadyExists,
+    DoqError,
+    FailedPrecondition,
+    InvalidArgument,
+    MessageNotFound,
+    QueueNotFound,
+    StaleLease,
+)
+from doq.queues import commands as c
+from doq.queues.delayed import MASK64, PriorityIndex, ready_key
+from doq.queues.fair import FairIndex
+from doq.queues.model import (
+    EnqueueResult,
+    MessageState,
+    MessageView,
+    QueueInfo,
+    QueueSettings,
+    QueueStats,
+    QueueType,
+)
+from doq.queues.store import Store
+from doq.storage import keys as K
+from doq.storage import records as R
+
+READY, DELAYED, IN_FLIGHT = 0, 1, 2
+MASK32 = (1 << 32) - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+MAX_DELAY_MS = 2**48
+MAX_U32 = 2**32 - 1
+MAX_DEDUP_ENTRIES = 1_000_000
+_U64 = struct.Struct(">Q")
+_HDR = R.MSG_HDR
+_HDR_SIZE = R.HDR_SIZE
+_ts = R.priority_deliver_at
+
+
+class Entry:
+    """In-memory index entry of one message (its record lives in the store).
+
+    key: READY -> ready_key(prio, id); DELAYED -> global delay key; IN_FLIGHT -> lease key
+    (global keys are `time << 96 | id << 32 | qnum`).
+    """
+
+    __slots__ = ("state", "key", "prio", "group", "lease_id")
+
+    def __init__(self, state: int, key: int, prio: int, group: str, lease_id: int = 0) -> None:
+        self.state = state
+        self.key = key
+        self.prio = prio
+        self.group = group
+        self.lease_id = lease_id
+
+
+class Queue:
+    __slots__ = ("name", "qtype", "settings", "qnum", "prefix", "msgs", "index", "n_delayed",
+                 "n_inflight", "dead", "dedup")
+
+    def __init__(self, name: str, qtype: QueueType, settings: QueueSettings, qnum: int,
+                 dead: int = 0, cursor: str = "") -> None:
+        self.name = name
+        self.qtype = qtype
+        self.settings = settings
+        self.qnum = qnum
+        self.prefix = K.name_prefix(K.MESSAGE, name)
+        self.msgs: dict[int, Entry] = {}
+        self.index: PriorityIndex | FairIndex = (
+            FairIndex(settings.max_unacked_per_group, cursor) if qtype is QueueType.FAIR
+            else PriorityIndex()
+        )
+        self.n_delayed = 0
+        self.n_inflight = 0
+        self.dead = dead
+        self.dedup: dict[str, tuple[int, int]] = {}  # dedup_id -> (id, expires_at_ms)
+
+    @property
+    def cursor(self) -> str:
+        return self.index.cursor if isinstance(self.index, FairIndex) else ""
+
+    def record(self) -> bytes:
+        return R.encode_queue(self.qtype, self.settings, self.dead, self.cursor)
+
+    def info(self) -> QueueInfo:
+        return QueueInfo(self.name, self.qtype, self.settings,
+                         QueueStats(self.index.n_ready, self.n_delayed, self.n_inflight, self.dead))
+
+
+def _int(v: object, lo: int, hi: int, what: str) -> int:
+    if type(v) is not int or not lo <= v <= hi:
+        raise InvalidArgument(f"{what} must be an integer within {lo}..{hi}", reason="INVALID_ARGUMENT")
+    return v
+
+
+def _name(v: object, what: str = "queue name") -> str:
+    if type(v) is not str or not v:
+        raise InvalidArgument(f"invalid {what}", reason="INVALID_QUEUE_NAME")
+    try:
+        if len(v.encode()) > K.MAX_NAME_BYTES:
+            raise InvalidArgument(f"{what} too long", reason="INVALID_QUEUE_NAME")
+    except UnicodeError:
+        raise InvalidArgument(f"invalid {what}", reason="INVALID_QUEUE_NAME") from None
+    return v
+
+
+def _settings(s: object) -> QueueSettings:
+    if not isinstance(s, QueueSettings):
+        raise InvalidArgument("invalid settings", reason="INVALID_SETTINGS")
+    _int(s.visibility_timeout_ms, 0, MAX_DELAY_MS, "visibility_timeout_ms")
+    _int(s.max_attempts, 0, MAX_U32, "max_attempts")
+    _int(s.max_unacked_per_group, 0, MAX_U32, "max_unacked_per_group")
+    _int(s.dedup_window_ms, 0, MAX_DELAY_MS, "dedup_window_ms")
+    if type(s.dead_letter_queue) is not str:
+        raise InvalidArgument("invalid dead_letter_queue", reason="INVALID_SETTINGS")
+    if s.dead_letter_queue:
+        _name(s.dead_letter_queue, "dead_letter_queue")
+    return s
+
+
+def _utf8(v: object, what: str) -> bytes:
+    if type(v) is not str:
+        raise InvalidArgument(f"{what} must be a string", reason="INVALID_ARGUMENT")
+    try:
+        b = v.encode()
+    except UnicodeError:
+        raise InvalidArgument(f"{what} is not valid unicode", reason="INVALID_ARGUMENT") from None
+    if len(b) > 0xFFFF:
+        raise InvalidArgument(f"{what} too long", reason="INVALID_ARGUMENT")
+    return b
+
+
+def _metadata(md: object) -> bytes:
+    if type(md) is not dict:
+        raise InvalidArgument("metadata must be a map of strings", reason="INVALID_METADATA")
+    if not md:
+        return b""
+    for k, v in md.items():
+        if type(k) is not str or type(v) is not str:
+            raise InvalidArgument("metadata must be a map of strings", reason="INVALID_METADATA")
+    try:
+        return R.encode_metadata(md)
+    except UnicodeError:
+        raise InvalidArgument("metadata is not valid unicode", reason="INVALID_METADATA") from None
+
+
+class QueueMachine:
+    """The replicated queue state. Only `apply`/`load` mutate it (single writer)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.queues: dict[str, Queue] = {}
+        self._by_num: dict[int, Queue] = {}
+        self._qnums = 0  # in-memory handles; never influence ordering (ids are unique)
+        self.delayed: SortedList = SortedList()  # deliver_at << 96 | id << 32 | qnum
+        self.leases: SortedList = SortedList()  # expires_at << 96 | id << 32 | qnum
+        self.dedup_exp: SortedList = SortedList()  # (expires_at, queue, dedup_id)
+        self.next_id = 1
+        self.next_lease = 1
+        self.now_ms = 0
+        self._meta_written: tuple[int, int, int] = (1, 0, 1)
+        self._handlers: dict[type, Callable[[Any], object]] = {
+            c.Enqueue: self._enqueue, c.Dequeue: self._dequeue, c.Ack: self._ack,
+            c.Nack: self._nack, c.Touch: self._touch, c.UpdatePriority: self._update_priority,
+            c.DeleteMessage: self._delete_message, c.Tick: lambda cmd: None,
+            c.CreateQueue: self._create_queue, c.UpdateQueue: self._update_queue,
+            c.DeleteQueue: self._delete_queue, c.PurgeQueue: self._purge_queue,
+        }
+
+    # -- public API ----------------------------------------------------------------------
+    def apply(self, index: int, batch: c.CommandBatch) -> list[object]:
+        """Apply one batch; one result per command (errors returned, not raised)."""
+        now = batch.now_ms if type(batch.now_ms) is int else 0
+        now = min(max(self.now_ms, now), R.MAX_MS >> 1)
+        self.now_ms = now
+        self._advance(now)
+        results: list[object] = []
+        handlers = self._handlers
+        for cmd in batch.commands:
+            h = handlers.get(type(cmd))
+            if h is None:
+                results.append(InvalidArgument(f"unknown command {type(cmd).__name__}"))
+                continue
+            try:
+                results.append(h(cmd))
+            except DoqError as e:
+                results.append(e)
+        meta = (self.next_id, self.now_ms, self.next_lease)
+        if meta != self._meta_written:
+            self.store.put(K.META_KEY, R.META_REC.pack(*meta))
+            self._meta_written = meta
+        return results
+
+    def next_due_ms(self) -> int | None:
+        """Earliest replicated time at which a delay ends or a lease expires (None: never)."""
+        due: int | None = None
+        if self.delayed:
+            due = self.delayed[0] >> 96
+        if self.leases:
+            t = self.leases[0] >> 96
+            due = t if due is None else min(due, t)
+        return due
+
+    def has_deliverable(self, queue: str) -> bool:
+        q = self.queues.get(queue)
+        return q is not None and q.index.has_ready()
+
+    def queue_info(self, name: str) -> QueueInfo:
+        q = self.queues.get(name)
+        if q is None:
+            raise QueueNotFound(f"queue {name!r} not found")
+        return q.info()
+
+    def queue_infos(self) -> list[QueueInfo]:
+        qs = list(self.queues.values())
+        return [q.info() for q in sorted(qs, key=lambda q: q.name)]
+
+    def get_message(self, queue: str, id_: int) -> MessageView:
+        """Read a message through the store (the caller's current view)."""
+        q = self._queue(queue)
+        rec = self.store.get(q.prefix + _U64.pack(id_)) if type(id_) is int and 0 < id_ <= MASK64 else None
+        if rec is None:
+            raise MessageNotFound(f"message {id_} not found in queue {queue!r}")
+        return R.message_view(queue, id_, rec, self.now_ms)
+
+    # -- rebuild -------------------------------------------------------------------------
+    def load(self, records: Iterable[tuple[bytes, bytes]]) -> None:
+        """Rebuild all in-memory state from the records (any order of kinds is fine,
+        but keys of one kind in key order is fastest). Replaces the current state."""
+        self.__init__(self.store)  # type: ignore[misc]
+        msgs: list[tuple[bytes, bytes]] = []
+        dedups: list[tuple[bytes, bytes]] = []
+        for key, rec in records:
+            kind = key[0]
+            if key == K.META_KEY:
+                self.next_id, self.now_ms, self.next_lease = R.META_REC.unpack(rec)
+                self._meta_written = (self.next_id, self.now_ms, self.next_lease)
+            elif kind == K.QUEUE:
+                _, name, _ = K.split_name(key)
+                qtype, settings, dead, cursor = R.decode_queue(rec)
+                self._add_queue(name, qtype, settings, dead, cursor)
+            elif kind == K.MESSAGE:
+                msgs.append((key, rec))
+            elif kind == K.DEDUP:
+                dedups.append((key, rec))
+            else:
+                raise ValueError(f"unknown record key {key!r}")
+        self._load_messages(msgs)
+        exp = []
+        for key, rec in dedups:
+            _, name, rest = K.split_name(key)
+            id_, expires = R.DEDUP_REC.unpack(rec)
+            did = rest.decode()
+            self.queues[name].dedup[did] = (id_, expires)
+            exp.append((expires, name, did))
+        self.dedup_exp = SortedList(exp)
+
+    def _load_messages(self, msgs: list[tuple[bytes, bytes]]) -> None:
+        now = self.now_ms
+        delayed: list[int] = []
+        leases: list[int] = []
+        per_q: dict[str, tuple[dict[str, list[int]], dict[str, int]]] = {}
+        prefix = b""
+        q: Queue | None = None
+        ready: dict[str, list[int]] = {}
+        infl: dict[str, int] = {}
+        names: dict[str, str] = {}  # interned group names (shared by entries and index)
+        unpack = _HDR.unpack_from
+        for key, rec in msgs:
+            if q is None or not key.startswith(prefix) or len(key) != len(prefix) + 8:
+                _, name, _ = K.split_name(key)
+                q = self.queues[name]
+                prefix = q.prefix
+                ready, infl = per_q.setdefault(name, ({}, {}))
+                names = {}
+            id_ = _U64.unpack_from(key, len(prefix))[0]
+            prio, not_before, _, lease_exp, lease_id, _, flags, glen, _, _ = unpack(rec)
+            g = rec[_HDR_SIZE : _HDR_SIZE + glen].decode() if q.qtype is QueueType.FAIR else ""
+            qn = q.qnum
+            g = names.setdefault(g, g)
+            if flags & R.FLAG_IN_FLIGHT:
+                k = (lease_exp << 96) | (id_ << 32) | qn
+                leases.append(k)
+                infl[g] = infl.get(g, 0) + 1
+                q.msgs[id_] = Entry(IN_FLIGHT, k, prio, g, lease_id)
+                q.n_inflight += 1
+                continue
+            at = max(not_before, _ts(prio))
+            if at > now:
+                k = (at << 96) | (id_ << 32) | qn
+                delayed.append(k)
+                q.msgs[id_] = Entry(DELAYED, k, prio, g)
+                q.n_delayed += 1
+            else:
+                k = ((prio + (1 << 63)) << 64) | id_
+                lst = ready.get(g)
+                if lst is None:
+                    lst = ready[g] = []
+                lst.append(k)
+                q.msgs[id_] = Entry(READY, k, prio, g)
+        for name, (rd, inf) in per_q.items():
+            self.queues[name].index.bulk_load(rd, inf)
+        self.delayed = SortedList(delayed)
+        self.leases = SortedList(leases)
+
+    # -- time ----------------------------------------------------------------------------
+    def _advance(self, now: int) -> None:
+        delayed = self.delayed
+        if delayed and delayed[0] >> 96 <= now:
+            by_num = self._by_num
+            while delayed and delayed[0] >> 96 <= now:
+                k = delayed.pop(0)
+                q = by_num[k & MASK32]
+                id_ = (k >> 32) & MASK64
+                e = q.msgs[id_]
+                q.n_delayed -= 1
+                e.state = READY
+                e.key = ready_key(e.prio, id_)
+                q.index.add(e.key, e.group)
+        leases = self.leases
+        if leases and leases[0] >> 96 <= now:
+            while leases and leases[0] >> 96 <= now:
+                k = leases.pop(0)
+                q = self._by_num[k & MASK32]
+                id_ = (k >> 32) & MASK64
+                e = q.msgs[id_]
+                q.n_inflight -= 1
+                q.index.unleased(e.group)
+                self._return(q, id_, e, 0, None)
+        dexp = self.dedup_exp
+        while dexp and dexp[0][0] <= now:
+            self._forget_dedup(dexp.pop(0))
+
+    def _forget_dedup(self, item: tuple[int, str, str]) -> None:
+        _, name, did = item
+        del self.queues[name].dedup[did]
+        self.store.delete(K.dedup_key(name, did))
+
+    # -- placement -----------------------------------------------------------------------
+    def _place(self, q: Queue, id_: int, e: Entry, deliver_at: int) -> None:
+        """Put a not-in-flight entry into the ready or delayed index."""
+        if deliver_at > self.now_ms:
+            e.state = DELAYED
+            e.key = (deliver_at << 96) | (id_ << 32) | q.qnum
+            self.delayed.add(e.key)
+            q.n_delayed += 1
+        else:
+            e.state = READY
+            e.key = ready_key(e.prio, id_)
+            q.index.add(e.key, e.group)
+
+    def _unplace(self, q: Queue, e: Entry) -> None:
+        """Remove an entry from whichever index holds it."""
+        if e.state == READY:
+            q.index.remove(e.key, e.group)
+        elif e.state == DELAYED:
+            self.delayed.remove(e.key)
+            q.n_delayed -= 1
+        else:
+            self.leases.remove(e.key)
+            q.n_inflight -= 1
+            q.index.unleased(e.group)
+
+    def _return(self, q: Queue, id_: int, e: Entry, delay_ms: int, prio: int | None) -> None:
+        """A message left flight without ack (expiry or nack): requeue or dead-letter.
+        The caller already removed it from the lease index and counters."""
+        mkey = q.prefix + _U64.pack(id_)
+        rec = self.store.get(mkey)
+        assert rec is not None
+        h = _HDR.unpack_from(rec)
+        attempts = h[5]
+        maxa = q.settings.max_attempts
+        if maxa and attempts >= maxa:
+            self._dead_letter(q, id_, mkey, rec)
+            return
+        p = h[0] if prio is None else prio
+        not_before = self.now_ms + delay_ms if delay_ms else h[1]
+        self.store.put(mkey, R.with_header(rec, p, not_before, 0, 0, attempts, 0))
+        e.lease_id = 0
+        e.prio = p
+        self._place(q, id_, e, max(not_before, _ts(p)))
+
+    def _dead_letter(self, q: Queue, id_: int, mkey: bytes, rec: bytes) -> None:
+        self.store.delete(mkey)
+        del q.msgs[id_]
+        q.dead += 1
+        self.store.put(K.queue_key(q.name), q.record())
+        dlq = self.queues.get(q.settings.dead_letter_queue) if q.settings.dead_letter_queue else None
+        if dlq is None:
+            return
+        h = _HDR.unpack_from(rec)
+        p = _HDR_SIZE
+        group = rec[p : p + h[7]]
+        p += h[7] + h[8]
+        md = rec[p : p + h[9]]
+        content = rec[p + h[9] :]
+        self._insert(dlq, h[0], 0, group.decode(), R.encode_message(
+            h[0], 0, self.now_ms, group, b"", md, content))
+
+    def _insert(self, q: Queue, prio: int, not_before: int, group: str, rec_without_id: bytes) -> int:
+        id_ = self.next_id
+        self.next_id = id_ + 1
+        self.store.put(q.prefix + _U64.pack(id_), rec_without_id)
+        g = q.index.group_name(group) if q.qtype is QueueType.FAIR else ""
+        e = Entry(READY, 0, prio, g)
+        q.msgs[id_] = e
+        self._place(q, id_, e, max(not_before, _ts(prio)))
+        return id_
+
+    # -- queues --------------------------------------------------------------------------
+    def _queue(self, name: object) -> Queue:
+        q = self.queues.get(name) if type(name) is str else None
+        if q is None:
+            raise QueueNotFound(f"queue {name!r} not found")
+        return q
+
+    def _add_queue(self, name: str, qtype: QueueType, settings: QueueSettings, dead: int = 0,
+                   cursor: str = "") -> Queue:
+        self._qnums += 1
+        q = Queue(name, qtype, settings, self._qnums, dead, cursor)
+        self.queues[name] = q
+        self._by_num[q.qnum] = q
+        return q
+
+    def _create_queue(self, cmd: c.CreateQueue) -> None:
+        name = _name(cmd.name)
+        if cmd.type not in ("delayed", "fair"):
+            raise InvalidArgument(f"invalid queue type {cmd.type!r}", reason="INVALID_QUEUE_TYPE")
+        qtype = QueueType(cmd.type)
+        settings = _settings(cmd.settings)
+        old = self.queues.get(name)
+        if old is not None:
+            if old.qtype is qtype and old.settings == settings:
+                return None
+            raise AlreadyExists(f"queue {name!r} already exists", reason="QUEUE_EXISTS")
+        q = self._add_queue(name, qtype, settings)
+        self.store.put(K.queue_key(name), q.record())
+        return None
+
+    def _update_queue(self, cmd: c.UpdateQueue) -> None:
+        q = self._queue(cmd.name)
+        settings = _settings(cmd.settings)
+        q.settings = settings
+        if isinstance(q.index, FairIndex):
+            q.index.set_limit(settings.max_unacked_per_group)
+        self.store.put(K.queue_key(q.name), q.record())
+        return None
+
+    def _purge(self, q: Queue) -> int:
+        n = len(q.msgs)
+        delete = self.store.delete
+        prefix = q.prefix
+        for id_, e in q.msgs.items():
+            if e.state == DELAYED:
+                self.delayed.remove(e.key)
+            elif e.state == IN_FLIGHT:
+                self.leases.remove(e.key)
+            delete(prefix + _U64.pack(id_))
+        q.msgs = {}
+        q.index.clear()
+        q.n_delayed = q.n_inflight = 0
+        return n
+
+    def _purge_queue(self, cmd: c.PurgeQueue) -> int:
+        return self._purge(self._queue(cmd.name))
+
+    def _delete_queue(self, cmd: c.DeleteQueue) -> None:
+        q = self._queue(cmd.name)
+        self._purge(q)
+        for did in sorted(q.dedup):
+            _, exp = q.dedup[did]
+            self.dedup_exp.remove((exp, q.name, did))
+            self.store.delete(K.dedup_key(q.name, did))
+        self.store.delete(K.queue_key(q.name))
+        del self.queues[q.name]
+        del self._by_num[q.qnum]
+        return None
+
+    # -- messages ------------------------------------------------------------------------
+    def _enqueue(self, cmd: c.Enqueue) -> list[EnqueueResult | DoqError]:
+        q = self._queue(cmd.queue)
+        if type(cmd.items) is not list:
+            raise InvalidArgument("items must be a list")
+        out: list[EnqueueResult | DoqError] = []
+        ap = out.append
+        now = self.now_ms
+        fair = q.qtype is QueueType.FAIR
+        put = self.store.put
+        prefix = q.prefix
+        for it in cmd.items:
+            try:
+                if type(it) is not c.EnqueueItem:
+                    raise InvalidArgument("not an EnqueueItem")
+                content = it.content
+                if type(content) is not bytes:
+                    raise InvalidArgument("content must be bytes", reason="INVALID_CONTENT")
+                prio = it.priority
+                if type(prio) is not int or not INT64_MIN <= prio <= INT64_MAX:
+                    raise InvalidArgument("priority must be a signed 64-bit integer",
+                                          reason="INVALID_PRIORITY")
+                delay = it.delay_ms
+                if type(delay) is not int or not 0 <= delay <= MAX_DELAY_MS:
+                    raise InvalidArgument("invalid delay_ms", reason="INVALID_DELAY")
+                gb = _utf8(it.group, "group")
+                did = it.dedup_id
+                db = _utf8(did, "dedup_id") if did else b""
+                md = _metadata(it.metadata) if it.metadata else b""
+            except DoqError as err:
+                ap(err)
+                continue
+            not_before = now + delay if delay else 0
+            deliver_at = max(not_before, _ts(prio))
+            if did:
+                seen = q.dedup.get(did)
+                if seen is not None and seen[1] > now:
+                    ap(EnqueueResult(seen[0], True, it.group, prio, deliver_at))
+                    continue
+            id_ = self.next_id
+            self.next_id = id_ + 1
+            put(prefix + _U64.pack(id_), b"".join((
+                _HDR.pack(prio, not_before, now, 0, 0, 0, 0, len(gb), len(db), len(md)),
+                gb, db, md, content)))
+            g = q.index.group_name(it.group) if fair else ""
+            if deliver_at > now:
+                k = (deliver_at << 96) | (id_ << 32) | q.qnum
+                q.msgs[id_] = Entry(DELAYED, k, prio, g)
+                self.delayed.add(k)
+                q.n_delayed += 1
+            else:
+                k = ((prio + (1 << 63)) << 64) | id_
+                q.msgs[id_] = Entry(READY, k, prio, g)
+                q.index.add(k, g)
+            if did:
+                self._remember_dedup(q, did, id_)
+            ap(EnqueueResult(id_, False, it.group, prio, deliver_at))
+        return out
+
+    def _remember_dedup(self, q: Queue, did: str, id_: int) -> None:
+        old = q.dedup.get(did)
+        if old is not None:  # expired but not yet forgotten (window shrank)
+            self.dedup_exp.remove((old[1], q.name, did))
+        exp = self.now_ms + q.settings.effective_dedup_window_ms
+        q.dedup[did] = (id_, exp)
+        self.dedup_exp.add((exp, q.name, did))
+        self.store.put(K.dedup_key(q.name, did), R.DEDUP_REC.pack(id_, exp))
+        if len(self.dedup_exp) > MAX_DEDUP_ENTRIES:
+            self._forget_dedup(self.dedup_exp.pop(0))
+
+    def _dequeue(self, cmd: c.Dequeue) -> list[MessageView]:
+        q = self._queue(cmd.queue)
+        mx = _int(cmd.max_messages, 1, MAX_U32, "max_messages")
+        vis = _int(cmd.visibility_timeout_ms, 0, MAX_DELAY_MS, "visibility_timeout_ms")
+        if type(cmd.ack) is not bool:
+            raise InvalidArgument("ack must be a bool")
+        vis = vis or q.settings.effective_visibility_timeout_ms
+        ack = cmd.ack
+        now = self.now_ms
+        exp = now + vis
+        store = self.store
+        out: list[MessageView] = []
+        index = q.index
+        cursor = q.cursor
+        name = q.name
+        for _ in range(mx):
+            picked = index.pop(not ack)
+            if picked is None:
+                break
+            key, _g = picked
+            id_ = key & MASK64
+            mkey = q.prefix + _U64.pack(id_)
+            rec = store.get(mkey)
+            assert rec is not None
+            h = _HDR.unpack_from(rec)
+            attempts = h[5] + 1
+            if ack:
+                store.delete(mkey)
+                del q.msgs[id_]
+                lid = 0
+                lexp = 0
+            else:
+                lid = self.next_lease
+                self.next_lease = lid + 1
+                lexp = exp
+                rec = R.with_header(rec, h[0], h[1], exp, lid, attempts, R.FLAG_IN_FLIGHT)
+                store.put(mkey, rec)
+                e = q.msgs[id_]
+                e.state = IN_FLIGHT
+                e.lease_id = lid
+                e.key = (exp << 96) | (id_ << 32) | q.qnum
+                self.leases.add(e.key)
+                q.n_inflight += 1
+            group, dedup, md, content = R.message_parts(rec)
+            out.append(MessageView(id_, name, group, h[0], attempts, max(h[1], _ts(h[0])), lexp,
+                                   h[2], MessageState.IN_FLIGHT, lid, dedup, md, content))
+        if q.cursor != cursor:
+            store.put(K.queue_key(name), q.record())
+        return out
+
+    def _in_flight(self, q: Queue, id_: object, lease_id: object) -> Entry:
+        """The in-flight entry named by (id, lease) or the error the rules prescribe."""
+        _int(lease_id, 0, MASK64, "lease_id")
+        e = q.msgs.get(id_) if type(id_) is int else None  # type: ignore[call-overload]
+        if e is None:
+            raise MessageNotFound(f"message {id_} not found in queue {q.name!r}")
+        if lease_id and (e.state != IN_FLIGHT or lease_id != e.lease_id):
+            raise StaleLease(f"lease {lease_id} of message {id_} is no longer current")
+        if e.state != IN_FLIGHT:
+            raise FailedPrecondition(f"message {id_} is not in flight", reason="NOT_IN_FLIGHT")
+        return e
+
+    def _ack(self, cmd: c.Ack) -> list[DoqError | None]:
+        q = self._queue(cmd.queue)
+        ids, lids = cmd.ids, cmd.lease_ids
+        if type(ids) is not list or type(lids) is not list or (lids and len(lids) != len(ids)):
+            raise InvalidArgument("lease_ids must be empty or as long as ids",
+                                  reason="INVALID_LEASE_IDS")
+        out: list[DoqError | None] = []
+        delete = self.store.delete
+        for i, id_ in enumerate(ids):
+            try:
+                e = self._in_flight(q, id_, lids[i] if lids else 0)
+            except DoqError as err:
+                out.append(err)
+                continue
+            self.leases.remove(e.key)
+            q.n_inflight -= 1
+            q.index.unleased(e.group)
+            del q.msgs[id_]
+            delete(q.prefix + _U64.pack(id_))
+            out.append(None)
+        return out
+
+    def _nack(self, cmd: c.Nack) -> None:
+        q = self._queue(cmd.queue)
+        delay = _int(cmd.delay_ms, 0, MAX_DELAY_MS, "delay_ms")
+        if cmd.priority is not None:
+            _int(cmd.priority, INT64_MIN, INT64_MAX, "priority")
+        e = self._in_flight(q, cmd.id, cmd.lease_id)
+        self.leases.remove(e.key)
+        q.n_inflight -= 1
+        q.index.unleased(e.group)
+        self._return(q, cmd.id, e, delay, cmd.priority)
+        return None
+
+    def _touch(self, cmd: c.Touch) -> int:
+        q = self._queue(cmd.queue)
+        vis = _int(cmd.visibility_timeout_ms, 0, MAX_DELAY_MS, "visibility_timeout_ms")
+        e = self._in_flight(q, cmd.id, cmd.lease_id)
+        exp = self.now_ms + (vis or q.settings.effective_visibility_timeout_ms)
+        self.leases.remove(e.key)
+        e.key = (exp << 96) | (cmd.id << 32) | q.qnum
+        self.leases.add(e.key)
+        mkey = q.prefix + _U64.pack(cmd.id)
+        rec = self.store.get(mkey)
+        assert rec is not None
+        h = _HDR.unpack_from(rec)
+        self.store.put(mkey, R.with_header(rec, h[0], h[1], exp, h[4], h[5], h[6]))
+        return exp
+
+    def _entry(self, q: Queue, id_: object) -> Entry:
+        e = q.msgs.get(id_) if type(id_) is int else None  # type: ignore[call-overload]
+        if e is None:
+            raise MessageNotFound(f"message {id_} not found in queue {q.name!r}")
+        return e
+
+    def _update_priority(self, cmd: c.UpdatePriority) -> MessageView:
+        q = self._queue(cmd.queue)
+        prio = _int(cmd.priority, INT64_MIN, INT64_MAX, "priority")
+        e = self._entry(q, cmd.id)
+        mkey = q.prefix + _U64.pack(cmd.id)
+        rec = self.store.get(mkey)
+        assert rec is not None
+        h = _HDR.unpack_from(rec)
+        rec = R.with_header(rec, prio, h[1], h[3], h[4], h[5], h[6])
+        self.store.put(mkey, rec)
+        if e.state != IN_FLIGHT:
+            self._unplace(q, e)
+            e.prio = prio
+            self._place(q, cmd.id, e, max(h[1], _ts(prio)))
+        else:
+            e.prio = prio
+        return R.message_view(q.name, cmd.id, rec, self.now_ms, with_content=False)
+
+    def _delete_message(self, cmd: c.DeleteMessage) -> None:
+        q = self._queue(cmd.queue)
+        e = self._entry(q, cmd.id)
+        self._unplace(q, e)
+        del q.msgs[cmd.id]
+        self.store.delete(q.prefix + _U64.pack(cmd.id))
+        return None

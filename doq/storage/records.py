@@ -1,0 +1,152 @@
+"""Compact binary codecs of the replicated records (pure: struct only; the hot path).
+
+Message record: a fixed little-endian header, then group, dedup_id, metadata, content.
+The mutable fields live in the header, so a state change rewrites the header and reuses
+the tail bytes unchanged (`with_header`).
+"""
+
+from __future__ import annotations
+
+import struct
+
+from doq.queues.model import MessageState, MessageView, QueueSettings, QueueType
+
+# priority, not_before_ms, enqueued_at_ms, lease_expires_at_ms, lease_id, attempts, flags,
+# group_len, dedup_len, meta_len
+MSG_HDR = struct.Struct("<qQQQQIBHHI")
+HDR_SIZE = MSG_HDR.size
+FLAG_IN_FLIGHT = 1
+_LEN = struct.Struct("<I")
+
+TS_PRIORITY_MIN = 1_000_000_000
+MAX_MS = 2**63 - 1
+
+
+def priority_deliver_at(priority: int) -> int:
+    """The seed's rule: a priority >= 1e9 is a Unix timestamp in seconds, and the message is
+    not delivered before priority*1000 ms (clamped to 2**63-1). Smaller priorities: 0."""
+    if priority >= TS_PRIORITY_MIN:
+        return min(priority * 1000, MAX_MS)
+    return 0
+
+
+def encode_metadata(md: dict[str, str]) -> bytes:
+    """Canonical (sorted by key) encoding of a str->str map."""
+    if not md:
+        return b""
+    out = []
+    for k in sorted(md):
+        kb = k.encode()
+        vb = md[k].encode()
+        out.append(_LEN.pack(len(kb)))
+        out.append(kb)
+        out.append(_LEN.pack(len(vb)))
+        out.append(vb)
+    return b"".join(out)
+
+
+def decode_metadata(raw: bytes | memoryview) -> dict[str, str]:
+    md: dict[str, str] = {}
+    pos, end = 0, len(raw)
+    while pos < end:
+        n = _LEN.unpack_from(raw, pos)[0]
+        k = bytes(raw[pos + 4 : pos + 4 + n]).decode()
+        pos += 4 + n
+        n = _LEN.unpack_from(raw, pos)[0]
+        md[k] = bytes(raw[pos + 4 : pos + 4 + n]).decode()
+        pos += 4 + n
+    return md
+
+
+def encode_message(
+    priority: int,
+    not_before_ms: int,
+    enqueued_at_ms: int,
+    group: bytes,
+    dedup_id: bytes,
+    metadata: bytes,
+    content: bytes,
+    *,
+    attempts: int = 0,
+    lease_expires_at_ms: int = 0,
+    lease_id: int = 0,
+    flags: int = 0,
+) -> bytes:
+    return b"".join((
+        MSG_HDR.pack(priority, not_before_ms, enqueued_at_ms, lease_expires_at_ms, lease_id,
+                     attempts, flags, len(group), len(dedup_id), len(metadata)),
+        group, dedup_id, metadata, content,
+    ))
+
+
+def with_header(
+    rec: bytes, priority: int, not_before_ms: int, lease_expires_at_ms: int, lease_id: int,
+    attempts: int, flags: int,
+) -> bytes:
+    """`rec` with its mutable header fields replaced (tail bytes reused)."""
+    h = MSG_HDR.unpack_from(rec)
+    return MSG_HDR.pack(priority, not_before_ms, h[2], lease_expires_at_ms, lease_id, attempts,
+                        flags, h[7], h[8], h[9]) + rec[HDR_SIZE:]
+
+
+def message_parts(rec: bytes) -> tuple[str, str, dict[str, str], bytes]:
+    """(group, dedup_id, metadata, content) of a message record."""
+    h = MSG_HDR.unpack_from(rec)
+    p = HDR_SIZE
+    group = rec[p : p + h[7]].decode()
+    p += h[7]
+    dedup = rec[p : p + h[8]].decode()
+    p += h[8]
+    md = decode_metadata(rec[p : p + h[9]]) if h[9] else {}
+    p += h[9]
+    return group, dedup, md, rec[p:]
+
+
+def message_view(queue: str, id_: int, rec: bytes, now_ms: int, *, with_content: bool = True) -> MessageView:
+    """The client view of a stored message; its state is derived from replicated time."""
+    prio, not_before, enq, lease_exp, lease_id, attempts, flags, _, _, _ = MSG_HDR.unpack_from(rec)
+    group, dedup, md, content = message_parts(rec)
+    deliver_at = max(not_before, priority_deliver_at(prio))
+    if flags & FLAG_IN_FLIGHT:
+        state = MessageState.IN_FLIGHT
+    elif deliver_at > now_ms:
+        state = MessageState.DELAYED
+    else:
+        state = MessageState.READY
+    return MessageView(
+        id=id_, queue_name=queue, group=group, priority=prio, attempts=attempts,
+        deliver_at_ms=deliver_at, lease_expires_at_ms=lease_exp, enqueued_at_ms=enq,
+        state=state, lease_id=lease_id, dedup_id=dedup, metadata=md,
+        content=content if with_content else b"",
+    )
+
+
+# -- queue record ------------------------------------------------------------------------
+_Q_HDR = struct.Struct("<BQIIQQ")  # type, visibility, max_attempts, max_unacked, dedup_window, dead
+_TYPES = (QueueType.DELAYED, QueueType.FAIR)
+
+
+def encode_queue(qtype: QueueType, s: QueueSettings, dead: int, cursor: str) -> bytes:
+    dlq = s.dead_letter_queue.encode()
+    cur = cursor.encode()
+    return b"".join((
+        _Q_HDR.pack(_TYPES.index(qtype), s.visibility_timeout_ms, s.max_attempts,
+                    s.max_unacked_per_group, s.dedup_window_ms, dead),
+        _LEN.pack(len(dlq)), dlq, cur,
+    ))
+
+
+def decode_queue(rec: bytes) -> tuple[QueueType, QueueSettings, int, str]:
+    """(type, settings, dead, fair cursor)."""
+    t, vis, maxa, maxu, win, dead = _Q_HDR.unpack_from(rec)
+    p = _Q_HDR.size
+    n = _LEN.unpack_from(rec, p)[0]
+    p += 4
+    dlq = rec[p : p + n].decode()
+    cursor = rec[p + n :].decode()
+    return _TYPES[t], QueueSettings(vis, maxa, dlq, maxu, win), dead, cursor
+
+
+# -- meta and dedup records ----------------------------------------------------------------
+META_REC = struct.Struct("<QQQ")  # next_id, now_ms, next_lease_id
+DEDUP_REC = struct.Struct("<QQ")  # original id, expires_at_ms
