@@ -1,0 +1,165 @@
+"""A simulated node: a RaftCore over MemoryStorage ("the disk"), a toy state machine,
+and the Ready loop a real driver runs (persist, send, apply, advance, compact)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from hashlib import blake2b
+from typing import Protocol
+
+from doq.raft import codec
+from doq.raft.config import RaftConfig
+from doq.raft.core import RaftCore
+from doq.raft.storage import MemoryStorage
+from doq.raft.types import (
+    ConfChangeType,
+    Entry,
+    EntryType,
+    Message,
+    ReadState,
+    Ready,
+    Snapshot,
+    SoftState,
+)
+
+ZERO_HASH = bytes(16)
+
+
+class ToyStateMachine:
+    """Hash chain over every applied entry; snapshot = (index, hash)."""
+
+    __slots__ = ("index", "hash", "count")
+
+    def __init__(self, index: int = 0, hash_: bytes = ZERO_HASH) -> None:
+        self.index = index
+        self.hash = hash_
+        self.count = 0
+
+    def apply(self, e: Entry) -> None:
+        h = blake2b(self.hash, digest_size=16)
+        h.update(e.index.to_bytes(8, "big"))
+        h.update(e.term.to_bytes(8, "big"))
+        h.update(e.data)
+        self.hash = h.digest()
+        self.index = e.index
+        self.count += 1
+
+    def snapshot(self) -> bytes:
+        return self.index.to_bytes(8, "big") + self.hash
+
+    @classmethod
+    def restore(cls, snap: Snapshot) -> ToyStateMachine:
+        if not snap.data:  # the bootstrap snapshot: empty state
+            return cls(snap.meta.index, ZERO_HASH)
+        return cls(int.from_bytes(snap.data[:8], "big"), snap.data[8:])
+
+
+class Observer(Protocol):
+    """Hooks the invariant checker uses (all called synchronously)."""
+
+    def on_soft_state(self, node: SimNode, ss: SoftState) -> None: ...
+    def on_persist(self, node: SimNode, entries: list[Entry]) -> None: ...
+    def on_install_snapshot(self, node: SimNode, snap: Snapshot) -> None: ...
+    def on_commit(self, node: SimNode, commit: int) -> None: ...
+    def on_apply(self, node: SimNode, e: Entry, sm_hash: bytes) -> None: ...
+    def on_read_state(self, node: SimNode, rs: ReadState) -> None: ...
+    def on_removed(self, node: SimNode) -> None: ...
+
+
+class SimNode:
+    """One node. ``storage`` survives crashes; ``core`` and ``sm`` do not."""
+
+    def __init__(
+        self,
+        config: RaftConfig,
+        storage: MemoryStorage,
+        seed: int,
+        observer: Observer | None = None,
+        snapshot_every: int = 0,
+        keep_entries: int = 0,
+    ) -> None:
+        self.id = config.id
+        self.config = config
+        self.storage = storage
+        self.observer = observer
+        self.snapshot_every = snapshot_every
+        self.keep_entries = keep_entries
+        self._rng = random.Random(seed)
+        self.core: RaftCore | None = None
+        self.sm = ToyStateMachine()
+        self.removed = False
+        self.last_ready: Ready | None = None
+        self.start()
+
+    @property
+    def alive(self) -> bool:
+        return self.core is not None
+
+    def start(self) -> None:
+        """(Re)start from what is persisted: hard state, stable entries, snapshot."""
+        self.core = RaftCore(self.config, self.storage, random.Random(self._rng.getrandbits(64)))
+        self.sm = ToyStateMachine.restore(self.storage.snapshot())
+
+    def crash(self) -> None:
+        """Lose everything not persisted (the core, its unstable log, the state machine)."""
+        self.core = None
+
+    def set_bugs(self, bugs: frozenset[str]) -> None:
+        self.config = replace(self.config, bugs=bugs)
+
+    def handle_ready(self) -> list[Message]:
+        """Run one Ready through persist → send (returned) → apply → advance."""
+        core = self.core
+        assert core is not None
+        rd = core.ready()
+        obs = self.observer
+        if rd.soft_state is not None and obs:
+            obs.on_soft_state(self, rd.soft_state)
+        if rd.snapshot is not None:
+            self.storage.apply_snapshot(rd.snapshot)
+            self.sm = ToyStateMachine.restore(rd.snapshot)
+            if obs:
+                obs.on_install_snapshot(self, rd.snapshot)
+        if rd.entries:
+            self.storage.append(rd.entries)
+            if obs:
+                obs.on_persist(self, rd.entries)
+        if rd.hard_state is not None:
+            self.storage.set_hard_state(rd.hard_state)
+            if obs:
+                obs.on_commit(self, rd.hard_state.commit)
+        removed = False
+        for e in rd.committed_entries:
+            if e.type == EntryType.CONF_CHANGE:
+                cc = codec.decode_conf_change(e.data)
+                core.apply_conf_change(cc)
+                if cc.type == ConfChangeType.REMOVE_NODE and cc.node_id == self.id:
+                    removed = True
+            if e.index <= self.sm.index:
+                continue
+            self.sm.apply(e)
+            if obs:
+                obs.on_apply(self, e, self.sm.hash)
+        if obs:
+            for rs in rd.read_states:
+                obs.on_read_state(self, rs)
+        core.advance(rd)
+        self.last_ready = rd
+        if self.snapshot_every and self.sm.index - self.storage.first_index() >= self.snapshot_every:
+            self.compact()
+        if removed:
+            self.removed = True
+            if obs:
+                obs.on_removed(self)
+        return rd.messages
+
+    def compact(self) -> None:
+        """Snapshot the state machine at the applied index and compact the log."""
+        core = self.core
+        assert core is not None
+        applied = core.log.applied
+        if applied <= self.storage.snapshot().meta.index:
+            return
+        self.storage.create_snapshot(core.make_snapshot(applied, self.sm.snapshot()))
+        self.storage.compact(max(self.storage.first_index() - 1, applied - self.keep_entries))
