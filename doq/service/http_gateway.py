@@ -1,23 +1,76 @@
-"""HTTP/JSON gateway (placeholder: health only; the full gateway replaces this module)."""
+"""HTTP/JSON gateway over the `QueueService` facade (FastAPI, served by uvicorn in the node's loop).
+
+Paths follow the seed (`/API/v1/queues/...`, `/db/backup`, `/db/restore`); the OpenAPI
+document is at `/openapi.json`, Swagger UI at `/docs` and ReDoc at `/redoc`, all offline.
+Errors are `application/problem+json` with the status from `doq.errors.STATUS_TABLE`.
+See docs/http.md.
+"""
 
 from __future__ import annotations
 
-from fastapi import FastAPI
-from fastapi.responses import JSONResponse
+from typing import TYPE_CHECKING
 
-from doq.service.api import QueueService
+from fastapi import FastAPI
+
+from doq.service.http.bodylimit import BodyLimitMiddleware
+from doq.service.http.docs import install_docs
+from doq.service.http.ops import build_ops_router
+from doq.service.http.problems import install_handlers
+from doq.service.http.routes import build_router
+
+if TYPE_CHECKING:
+    from doq.service.api import QueueService
+
+BODY_SLACK = 64 * 1024
+BATCH_BODY_MIN = 16 * 1024 * 1024
+RESTORE_PATH = "/db/restore"
+
+DESCRIPTION = """\
+doq: a durable, replicated queue. Every change answers only after it is fsynced (and
+replicated to a majority).
+
+* Message `content` is a JSON **string**: UTF-8 text (a JSON document is sent as a string,
+  e.g. `"{\\"user_id\\": 1}"`), or base64 with `"content_encoding": "base64"`.
+* Message ids are unsigned 64-bit integers, sent as **strings** (`"id": "123"`); requests
+  accept a string or an integer.
+* Dequeue (`GET .../messages`) answers **204 No Content** when nothing is deliverable.
+* Errors are `application/problem+json` with a stable `reason`, `retryable` and `leader_hint`.
+"""
+
+
+def body_limits(max_message_bytes: int) -> tuple[int, int]:
+    """(single-message body limit, batch body limit) for a max message size.
+
+    A single message may arrive base64-encoded (4/3 of its size) plus its JSON envelope;
+    a batch gets at least 16 MiB.
+    """
+    single = max_message_bytes * 4 // 3 + BODY_SLACK
+    return single, max(BATCH_BODY_MIN, 4 * max_message_bytes)
 
 
 def create_app(api: QueueService) -> FastAPI:
-    app = FastAPI(title="doq")
-
-    @app.get("/livez")
-    async def livez() -> dict[str, str]:
-        return {"status": "ok"}
-
-    @app.get("/readyz")
-    async def readyz() -> JSONResponse:
-        ok = api.node.is_leader
-        return JSONResponse({"ready": ok}, status_code=200 if ok else 503)
-
+    """The gateway application for one service facade."""
+    app = FastAPI(
+        title="doq",
+        version="1.0.0",
+        description=DESCRIPTION,
+        docs_url=None,
+        redoc_url=None,
+        openapi_tags=[
+            {"name": "queues", "description": "Create, inspect, update, purge and delete queues."},
+            {"name": "messages", "description": "Enqueue, dequeue, ack, nack, touch, re-prioritise."},
+            {"name": "backup", "description": "Full and incremental backups, online restore."},
+            {"name": "health", "description": "Liveness, readiness and Prometheus metrics."},
+        ],
+    )
+    install_handlers(app)
+    app.include_router(build_router(api))
+    app.include_router(build_ops_router(api))
+    install_docs(app)
+    single, batch = body_limits(api.limits.max_message_bytes)
+    app.add_middleware(
+        BodyLimitMiddleware,
+        limit_for=lambda path: batch if path.endswith((":batch", ":ack")) else single,
+        unbounded=(RESTORE_PATH,),
+    )
     return app

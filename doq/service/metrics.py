@@ -1,8 +1,19 @@
-"""Prometheus metrics of a node (exposed by the HTTP gateway at /metrics)."""
+"""Prometheus metrics of a node (exposed by the HTTP gateway at /metrics).
+
+Process-wide: commit and fsync latency (observed by the node), message counters by
+transport. Per app: queue depths and leadership, collected at scrape time from the node
+(`QueueDepthCollector`), so a scrape always shows the current state.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from collections.abc import Callable, Iterable, Iterator
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from doq.queues.model import QueueInfo
 
 COMMIT_SECONDS = Histogram(
     "doq_commit_seconds",
@@ -17,6 +28,25 @@ FSYNC_SECONDS = Histogram(
 COMMANDS = Counter("doq_commands_applied_total", "Commands applied by this node")
 BATCHES = Counter("doq_batches_committed_total", "Log batches committed by this node")
 
+MESSAGES_ENQUEUED = Counter(
+    "doq_messages_enqueued_total", "Messages enqueued (new, not deduplicated) through this node", ["transport"]
+)
+MESSAGES_DEQUEUED = Counter("doq_messages_dequeued_total", "Messages delivered by this node", ["transport"])
+MESSAGES_ACKED = Counter("doq_messages_acked_total", "Messages acked through this node", ["transport"])
+
+
+class Transport:
+    """Pre-bound counter children of one transport (label lookups off the hot path)."""
+
+    def __init__(self, name: str) -> None:
+        self.enqueued = MESSAGES_ENQUEUED.labels(name)
+        self.dequeued = MESSAGES_DEQUEUED.labels(name)
+        self.acked = MESSAGES_ACKED.labels(name)
+
+
+HTTP = Transport("http")
+GRPC = Transport("grpc")
+
 
 def observe_commit(commands: int, commit_seconds: float, fsync_seconds: float) -> None:
     """Called by the node after each committed batch."""
@@ -24,3 +54,40 @@ def observe_commit(commands: int, commit_seconds: float, fsync_seconds: float) -
     FSYNC_SECONDS.observe(fsync_seconds)
     COMMANDS.inc(commands)
     BATCHES.inc()
+
+
+class QueueDepthCollector(Collector):
+    """Gauges read at scrape time: messages per queue and state, and whether this node leads."""
+
+    def __init__(self, list_queues: Callable[[], Iterable[QueueInfo]], is_leader: Callable[[], bool]) -> None:
+        self._list_queues = list_queues
+        self._is_leader = is_leader
+
+    def collect(self) -> Iterator[Metric]:
+        depth = GaugeMetricFamily(
+            "doq_queue_messages", "Messages in a queue by state (ready, delayed, in_flight, dead)",
+            labels=["queue", "state"],
+        )
+        queues = GaugeMetricFamily("doq_queues", "Queues on this node")
+        count = 0
+        for q in self._list_queues():
+            count += 1
+            st = q.stats
+            depth.add_metric([q.name, "ready"], st.ready)
+            depth.add_metric([q.name, "delayed"], st.delayed)
+            depth.add_metric([q.name, "in_flight"], st.in_flight)
+            depth.add_metric([q.name, "dead"], st.dead)
+        queues.add_metric([], count)
+        leader = GaugeMetricFamily("doq_node_is_leader", "1 if this node is the leader")
+        leader.add_metric([], 1.0 if self._is_leader() else 0.0)
+        yield depth
+        yield queues
+        yield leader
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())  # collected at scrape time only
+
+
+def render(*registries: CollectorRegistry) -> bytes:
+    """Prometheus text format of the process-wide registry plus `registries`."""
+    return b"".join(generate_latest(r) for r in (REGISTRY, *registries))

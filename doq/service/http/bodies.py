@@ -1,0 +1,73 @@
+"""Reading JSON request bodies cheaply, and documenting them and the error responses.
+
+Handlers take the raw `Request` and parse with `Model.model_validate_json` (one pass in
+Rust, strict types); `body_doc(Model)` declares the same model as the operation's
+request body in the OpenAPI document, and `errors(...)` declares problem+json answers.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from fastapi import Request
+from pydantic import BaseModel
+
+from doq.service.http.problems import PROBLEM_JSON, BadRequest
+
+M = TypeVar("M", bound=BaseModel)
+
+# Every model used as a request body; `docs.build_openapi` adds them to the components.
+BODY_MODELS: dict[str, type[BaseModel]] = {}
+
+_JSON_TYPES = ("application/json", "application/x-www-form-urlencoded")  # the latter: curl -d default
+
+
+async def read_json(request: Request, model: type[M], *, required: bool = True) -> M:
+    """Parse the body as `model`; an empty optional body gives the model's defaults."""
+    body = await request.body()
+    ctype = request.headers.get("content-type")
+    if ctype:
+        base = ctype.split(";", 1)[0].strip().lower()
+        if base not in _JSON_TYPES and not base.endswith("+json"):
+            raise BadRequest(f"expected a JSON body (Content-Type: application/json), got {base!r}",
+                             status=415, reason="UNSUPPORTED_MEDIA_TYPE")
+    if not body.strip():
+        if required:
+            raise BadRequest("a JSON body is required", reason="MISSING_BODY")
+        return model()
+    return model.model_validate_json(body)
+
+
+def body_doc(model: type[BaseModel], *, required: bool = True, description: str | None = None) -> dict[str, Any]:
+    """`openapi_extra` declaring `model` as the JSON request body."""
+    BODY_MODELS[model.__name__] = model
+    doc: dict[str, Any] = {
+        "required": required,
+        "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}},
+    }
+    if description:
+        doc["description"] = description
+    return {"requestBody": doc}
+
+
+_DESCRIPTIONS = {
+    400: "Invalid request: malformed JSON, wrong types, unknown fields or invalid values.",
+    404: "No such queue or message (reason QUEUE_NOT_FOUND / MESSAGE_NOT_FOUND).",
+    409: "Conflict: the queue exists, the message is not in flight, or the lease is stale.",
+    413: "The request body or the message is too large.",
+    415: "The body is not JSON.",
+    429: "Overloaded: too many commands waiting for commit; retry later.",
+    503: "Not the leader, no leader, or shutting down (see leader_hint); retryable.",
+    504: "The command was not committed in time; retryable (use dedup_id for enqueue).",
+}
+
+
+def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """`responses=` entries for problem+json answers (429, 503, 504 are always added)."""
+    out: dict[int | str, dict[str, Any]] = {}
+    for status in sorted({*statuses, 429, 503, 504}):
+        out[status] = {
+            "description": _DESCRIPTIONS.get(status, "Error"),
+            "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+        }
+    return out

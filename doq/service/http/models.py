@@ -1,0 +1,401 @@
+"""Request and response models of the HTTP gateway (they define the OpenAPI document).
+
+Requests are parsed with `Model.model_validate_json` (strict types, unknown fields
+rejected). Responses are declared with these models for the document but encoded by the
+small `*_json` functions below (no per-request pydantic validation on the hot paths).
+
+Ids (message ids, lease ids) are unsigned 64-bit integers: responses carry them as JSON
+strings so JavaScript keeps their precision; requests accept a string of digits or a
+JSON integer.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic_core import to_json
+
+from doq.errors import DoqError, InvalidArgument
+from doq.queues.commands import EnqueueItem
+from doq.queues.model import EnqueueResult, MessageView, QueueInfo, QueueSettings
+from doq.service.limits import (
+    INT64_MAX,
+    INT64_MIN,
+    MAX_DELAY_MS,
+    MAX_VISIBILITY_TIMEOUT_MS,
+    QUEUE_NAME_RE,
+)
+
+UINT64_MAX = 2**64 - 1
+ID_PATTERN = r"^[0-9]{1,20}$"
+MAX_BATCH = 10_000
+MAX_WAIT_MS = 60_000
+
+
+def _coerce_id(value: object) -> int:
+    """Accept a JSON integer or a string of digits within 1..2^64-1."""
+    if isinstance(value, bool):
+        raise ValueError("an id is a string of digits or an integer, not a boolean")
+    if isinstance(value, str):
+        if not value.isascii() or not value.isdigit() or len(value) > 20:
+            raise ValueError("an id is a string of 1-20 digits")
+        value = int(value)
+    if not isinstance(value, int):
+        raise ValueError("an id is a string of digits or an integer")
+    if not 0 < value <= UINT64_MAX:
+        raise ValueError("an id is within 1..18446744073709551615")
+    return value
+
+
+_ID_SCHEMA = {
+    "anyOf": [
+        {"type": "string", "pattern": r"^0*[1-9][0-9]{0,19}$", "maxLength": 20},
+        {"type": "integer", "minimum": 1, "maximum": UINT64_MAX},
+    ],
+    "description": "A message or lease id: a string of digits (preferred) or an integer.",
+    "examples": ["123"],
+}
+IdIn = Annotated[int, BeforeValidator(_coerce_id), WithJsonSchema(_ID_SCHEMA)]
+IdOut = Annotated[str, Field(pattern=ID_PATTERN, description="An unsigned 64-bit id as a string of digits.", examples=["123"])]
+LeaseIdOut = Annotated[
+    str, Field(pattern=ID_PATTERN, description="The lease id of the current delivery (\"0\" when not leased).")
+]
+
+Priority = Annotated[
+    int,
+    Field(
+        ge=INT64_MIN, le=INT64_MAX,
+        description="Signed 64-bit. Delayed queues deliver lower values first; a Unix timestamp "
+        "(seconds) in the future delays delivery until then. Within a fair-queue group, lower first.",
+        examples=[60],
+    ),
+]
+QueueName = Annotated[
+    str,
+    Field(
+        min_length=1, max_length=200, pattern=QUEUE_NAME_RE.pattern,
+        description="1-200 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit.",
+        examples=["user_indexing_queue"],
+    ),
+]
+ContentEncoding = Literal["text", "base64"]
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# -- queues ---------------------------------------------------------------------------------
+class QueueSettingsModel(_In):
+    """Per-queue settings; 0 / "" select the documented default."""
+
+    visibility_timeout_ms: int = Field(
+        0, ge=0, le=MAX_VISIBILITY_TIMEOUT_MS,
+        description="Lease length of a dequeued message (0 = 30000 ms).",
+    )
+    max_attempts: int = Field(
+        0, ge=0, le=1_000_000,
+        description="Deliveries before a message is dead-lettered (0 = unlimited).",
+    )
+    dead_letter_queue: str = Field(
+        "", max_length=200, description="Queue receiving messages past max_attempts (\"\" = dropped)."
+    )
+    max_unacked_per_group: int = Field(
+        0, ge=0, le=1_000_000_000, description="Fair queues: in-flight limit per group (0 = none)."
+    )
+    dedup_window_ms: int = Field(
+        0, ge=0, le=MAX_DELAY_MS, description="How long a dedup_id is remembered (0 = 300000 ms)."
+    )
+
+    def to_domain(self) -> QueueSettings:
+        return QueueSettings(
+            visibility_timeout_ms=self.visibility_timeout_ms,
+            max_attempts=self.max_attempts,
+            dead_letter_queue=self.dead_letter_queue,
+            max_unacked_per_group=self.max_unacked_per_group,
+            dedup_window_ms=self.dedup_window_ms,
+        )
+
+
+class CreateQueueBody(_In):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"name": "user_indexing_queue", "type": "delayed"}]}
+    )
+    name: QueueName
+    type: Literal["delayed", "fair"] = Field(
+        "delayed", description="delayed: by priority (and time); fair: round-robin across groups."
+    )
+    settings: QueueSettingsModel | None = None
+
+
+class UpdateQueueBody(_In):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"settings": {"visibility_timeout_ms": 60000}}]})
+    settings: QueueSettingsModel
+
+
+class QueueStatsModel(_Out):
+    ready: int = Field(description="Deliverable now.")
+    delayed: int = Field(description="Waiting for their delivery time.")
+    in_flight: int = Field(description="Leased to a consumer, not yet acked.")
+    dead: int = Field(description="Moved to the dead-letter queue.")
+    total: int = Field(description="ready + delayed + in_flight.")
+
+
+class QueueSettingsOut(_Out):
+    visibility_timeout_ms: int
+    max_attempts: int
+    dead_letter_queue: str
+    max_unacked_per_group: int
+    dedup_window_ms: int
+
+
+class QueueModel(_Out):
+    name: str
+    type: Literal["delayed", "fair"]
+    settings: QueueSettingsOut
+    stats: QueueStatsModel
+
+
+class QueueResult(_Out):
+    success: bool = True
+    queue: QueueModel
+
+
+class QueueList(_Out):
+    queues: list[QueueModel]
+
+
+class Success(_Out):
+    success: bool = True
+
+
+class PurgeResult(_Out):
+    success: bool = True
+    purged: int = Field(description="Messages removed.")
+
+
+# -- messages -------------------------------------------------------------------------------
+class EnqueueBody(_In):
+    """One message. `content` is UTF-8 text (e.g. a JSON document as a string) unless
+    `content_encoding` is "base64"."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"content": "{\"user_id\": 1}", "group": "default", "priority": 60}]}
+    )
+    content: str = Field(description="The payload: UTF-8 text, or base64 with content_encoding=base64.")
+    content_encoding: ContentEncoding = Field("text", description="How `content` is encoded.")
+    group: str = Field("", max_length=256, description="Fair queues: the round-robin group.")
+    priority: Priority = 0
+    metadata: dict[str, str] = Field(default_factory=dict, description="Small string attributes.")
+    dedup_id: str = Field(
+        "", max_length=256, description="Idempotency key: a retry within the dedup window returns the original id."
+    )
+    delay_ms: int = Field(0, ge=0, le=MAX_DELAY_MS, description="Deliver no sooner than this from now.")
+
+    def to_item(self) -> EnqueueItem:
+        if self.content_encoding == "base64":
+            try:
+                raw = base64.b64decode(self.content, validate=True)
+            except (binascii.Error, ValueError):
+                raise InvalidArgument("content is not valid base64", reason="INVALID_CONTENT") from None
+        else:
+            try:
+                raw = self.content.encode("utf-8")
+            except UnicodeEncodeError:
+                raise InvalidArgument("content is not valid UTF-8 text", reason="INVALID_CONTENT") from None
+        return EnqueueItem(raw, self.group, self.priority, self.metadata, self.dedup_id, self.delay_ms)
+
+
+class EnqueueBatchBody(_In):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"messages": [{"content": "a", "priority": 1}, {"content": "b"}]}]}
+    )
+    messages: list[EnqueueBody] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class EnqueueResultModel(_Out):
+    success: bool = True
+    id: IdOut
+    queue_name: str
+    duplicate: bool = Field(description="true: dedup_id was seen; `id` is the original message's.")
+    group: str
+    priority: int
+    deliver_at_ms: int = Field(description="Not deliverable before this Unix time (ms); 0 = now.")
+
+
+class MessageModel(_Out):
+    id: IdOut
+    queue_name: str
+    content: str = Field(description="UTF-8 text, or base64 when content_encoding is base64 (not valid UTF-8).")
+    content_encoding: ContentEncoding
+    group: str
+    priority: int
+    metadata: dict[str, str]
+    attempts: int = Field(description="Deliveries so far.")
+    deliver_at_ms: int
+    lease_expires_at_ms: int = Field(description="In flight until this Unix time (ms); 0 = not leased.")
+    enqueued_at_ms: int
+    state: Literal["ready", "delayed", "in_flight"]
+    lease_id: LeaseIdOut
+    dedup_id: str
+
+
+class MessageList(_Out):
+    messages: list[MessageModel]
+
+
+class DequeueBody(_In):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"max_messages": 10, "wait_ms": 1000}]})
+    max_messages: int = Field(1, ge=1, le=MAX_BATCH)
+    ack: bool = Field(False, description="true: remove on delivery (at-most-once); false: lease.")
+    wait_ms: int = Field(0, ge=0, le=MAX_WAIT_MS, description="Long poll: wait up to this long for a message.")
+    visibility_timeout_ms: int = Field(0, ge=0, le=MAX_VISIBILITY_TIMEOUT_MS, description="0 = the queue's setting.")
+
+
+class LeaseBody(_In):
+    lease_id: IdIn | None = Field(None, description="Only act if this is still the current delivery.")
+
+
+class TouchBody(LeaseBody):
+    visibility_timeout_ms: int = Field(0, ge=0, le=MAX_VISIBILITY_TIMEOUT_MS, description="0 = the queue's setting.")
+
+
+class NackBody(LeaseBody):
+    delay_ms: int = Field(0, ge=0, le=MAX_DELAY_MS, description="Redeliver no sooner than this.")
+    priority: Priority | None = Field(None, description="A new priority, if given.")
+
+
+class TouchResult(_Out):
+    success: bool = True
+    lease_expires_at_ms: int
+
+
+class PriorityBody(_In):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"priority": 12}]})
+    priority: Priority
+
+
+class MessageResult(_Out):
+    success: bool = True
+    message: MessageModel
+
+
+class AckBatchBody(_In):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"ids": ["123", "124"]}]})
+    ids: list[IdIn] = Field(min_length=1, max_length=MAX_BATCH)
+    lease_ids: list[IdIn] = Field(default_factory=list, max_length=MAX_BATCH, description="Empty, or one per id.")
+
+
+# -- errors ---------------------------------------------------------------------------------
+class FieldError(_Out):
+    loc: list[str | int] = Field(description="Where: e.g. [\"body\", \"priority\"].")
+    msg: str
+    type: str
+
+
+class Problem(_Out):
+    """RFC 9457 problem details, with doq's stable reason, retryable flag and leader hint."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{
+                "type": "urn:doq:problem:QUEUE_NOT_FOUND", "title": "Not found", "status": 404,
+                "detail": "queue 'orders' does not exist", "reason": "QUEUE_NOT_FOUND",
+                "retryable": False, "leader_hint": "",
+            }]
+        },
+    )
+    type: str = Field(description="urn:doq:problem:<reason>.")
+    title: str
+    status: int
+    detail: str
+    reason: str = Field(description="Stable machine-readable reason, e.g. QUEUE_NOT_FOUND.")
+    retryable: bool
+    leader_hint: str = Field(description="Address of the leader when this node is not it, else \"\".")
+    instance: str | None = Field(None, description="The request path.")
+    errors: list[FieldError] | None = Field(None, description="Field errors of an invalid request.")
+
+
+class BatchEnqueueItemResult(_Out):
+    success: bool
+    id: IdOut | None = None
+    duplicate: bool | None = None
+    group: str | None = None
+    priority: int | None = None
+    deliver_at_ms: int | None = None
+    error: Problem | None = None
+
+
+class BatchEnqueueResult(_Out):
+    results: list[BatchEnqueueItemResult]
+
+
+class AckItemResult(_Out):
+    id: IdOut
+    success: bool
+    error: Problem | None = None
+
+
+class AckBatchResult(_Out):
+    results: list[AckItemResult]
+
+
+# -- encoders (hot paths: plain dicts -> JSON bytes) -------------------------------------------
+def dumps(obj: Any) -> bytes:
+    return to_json(obj)
+
+
+def queue_dict(q: QueueInfo) -> dict[str, Any]:
+    s, st = q.settings, q.stats
+    return {
+        "name": q.name,
+        "type": q.type.value,
+        "settings": {
+            "visibility_timeout_ms": s.visibility_timeout_ms,
+            "max_attempts": s.max_attempts,
+            "dead_letter_queue": s.dead_letter_queue,
+            "max_unacked_per_group": s.max_unacked_per_group,
+            "dedup_window_ms": s.dedup_window_ms,
+        },
+        "stats": {
+            "ready": st.ready, "delayed": st.delayed, "in_flight": st.in_flight,
+            "dead": st.dead, "total": st.total,
+        },
+    }
+
+
+def enqueue_dict(queue: str, r: EnqueueResult) -> dict[str, Any]:
+    return {
+        "success": True, "id": str(r.id), "queue_name": queue, "duplicate": r.duplicate,
+        "group": r.group, "priority": r.priority, "deliver_at_ms": r.deliver_at_ms,
+    }
+
+
+def message_dict(m: MessageView) -> dict[str, Any]:
+    raw = m.content
+    try:
+        content, enc = raw.decode("utf-8"), "text"
+    except UnicodeDecodeError:
+        content, enc = base64.b64encode(raw).decode("ascii"), "base64"
+    return {
+        "id": str(m.id), "queue_name": m.queue_name, "content": content, "content_encoding": enc,
+        "group": m.group, "priority": m.priority, "metadata": m.metadata, "attempts": m.attempts,
+        "deliver_at_ms": m.deliver_at_ms, "lease_expires_at_ms": m.lease_expires_at_ms,
+        "enqueued_at_ms": m.enqueued_at_ms, "state": m.state.value, "lease_id": str(m.lease_id),
+        "dedup_id": m.dedup_id,
+    }
+
+
+def item_error(err: DoqError) -> dict[str, Any]:
+    """A problem object for one failed item of a batch (imported lazily to avoid a cycle)."""
+    from doq.service.http.problems import problem_dict
+
+    return problem_dict(err)

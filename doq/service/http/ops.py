@@ -1,0 +1,148 @@
+"""Operational endpoints: `/livez`, `/readyz`, `/metrics`, `POST /db/backup`, `POST /db/restore`."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO
+
+from fastapi import APIRouter, File, Request, UploadFile
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.responses import Response, StreamingResponse
+
+from doq.service import metrics
+from doq.service.http import models as m
+from doq.service.http.bodies import body_doc, errors, read_json
+
+if TYPE_CHECKING:
+    from doq.service.api import QueueService
+
+CHUNK = 256 * 1024
+
+
+class Health(BaseModel):
+    status: str = Field(examples=["ok"])
+
+
+class Readiness(BaseModel):
+    ready: bool
+    leader: bool = Field(description="This node is the leader.")
+    leader_hint: str = Field(description="The leader this node knows of (\"\" if none).")
+
+
+class BackupBody(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", json_schema_extra={"examples": [{"since": 0}]})
+    since: int = Field(ge=0, description="0: a full backup; last+1 (X-Last-Version of the previous one): the next incremental.")
+
+
+class RestoreResultModel(BaseModel):
+    success: bool = True
+    files: int
+    records: int
+    tombstones: int
+    to_version: int = Field(description="The node's applied index after the restore.")
+    last_version: int = Field(description="Greatest record version restored.")
+
+
+def is_ready(node: Any) -> bool:
+    """Ready = knows a leader and has applied up to it.
+
+    A node may expose `is_ready` (Raft: leader known and applied index caught up with the
+    leader's commit index); otherwise being the leader (the local node) is the test.
+    """
+    probe = getattr(node, "is_ready", None)
+    if probe is not None:
+        return bool(probe() if callable(probe) else probe)
+    return bool(node.is_leader)
+
+
+def build_ops_router(api: QueueService) -> APIRouter:
+    r = APIRouter()
+    node = api.node
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(metrics.QueueDepthCollector(lambda: node.state.list_queues(), lambda: bool(node.is_leader)))
+
+    @r.get("/livez", tags=["health"], response_model=Health, summary="Liveness")
+    async def livez() -> Response:
+        """200 while the process serves HTTP."""
+        return Response(b'{"status":"ok"}', media_type="application/json")
+
+    @r.get(
+        "/readyz", tags=["health"], response_model=Readiness, summary="Readiness",
+        responses={503: {"description": "Not ready (no leader known or not caught up).", "model": Readiness}},
+    )
+    async def readyz() -> Response:
+        """200 when this node knows a leader and has applied up to it, else 503."""
+        ok = is_ready(node)
+        body = {"ready": ok, "leader": bool(node.is_leader), "leader_hint": node.leader_hint or ""}
+        return Response(m.dumps(body), status_code=200 if ok else 503, media_type="application/json")
+
+    @r.get(
+        "/metrics", tags=["health"], summary="Prometheus metrics",
+        responses={200: {"description": "Prometheus text format.", "content": {"text/plain": {"schema": {"type": "string"}}}}},
+        response_class=Response,
+    )
+    async def prometheus() -> Response:
+        """Queue depths per queue and state, message counters, commit and fsync latency."""
+        return Response(metrics.render(registry), media_type=CONTENT_TYPE_LATEST)
+
+    _add_backup_routes(r, api)
+    return r
+
+
+def _add_backup_routes(r: APIRouter, api: QueueService) -> None:
+    from doq.backup import ops as backup_ops
+
+    node = api.node
+
+    @r.post(
+        "/db/backup", tags=["backup"], summary="Back up (full or incremental)",
+        response_class=Response,
+        responses={
+            200: {
+                "description": "The backup file (see docs/backup.md); header X-Last-Version.",
+                "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+                "headers": {"X-Last-Version": {
+                    "description": "Greatest version in the file; the next incremental uses since = this + 1.",
+                    "schema": {"type": "string", "pattern": "^[0-9]+$"},
+                }},
+            },
+            **errors(400, 413, 415),
+        },
+        openapi_extra=body_doc(BackupBody),
+    )
+    async def backup(request: Request) -> Response:
+        """Every record and tombstone with version >= `since`, from one consistent snapshot."""
+        b = await read_json(request, BackupBody)
+        await node.read_barrier()
+        f, last, size = await asyncio.to_thread(
+            backup_ops.backup_to_tempfile, node.state, b.since, node_id=getattr(node, "node_id", "")
+        )
+        return StreamingResponse(
+            _iter_file(f), media_type="application/octet-stream",
+            headers={"X-Last-Version": str(last), "Content-Length": str(size),
+                     "Content-Disposition": f'attachment; filename="backup-{b.since}.bak"'},
+        )
+
+    @r.post(
+        "/db/restore", tags=["backup"], summary="Restore (online)", response_model=RestoreResultModel,
+        responses=errors(400, 409),
+    )
+    async def restore(
+        file: Annotated[list[UploadFile], File(description="Backup files in order: the full one, then incrementals.")],
+    ) -> Response:
+        """Restore full + incremental backups into this (empty, single-node) leader."""
+        res = await backup_ops.restore_online(node, [u.file for u in file], [u.filename or f"file #{i + 1}" for i, u in enumerate(file)])
+        return Response(m.dumps({
+            "success": True, "files": res.files, "records": res.records, "tombstones": res.tombstones,
+            "to_version": res.to_version, "last_version": res.last_version,
+        }), media_type="application/json")
+
+
+def _iter_file(f: BinaryIO) -> Iterator[bytes]:
+    try:
+        while chunk := f.read(CHUNK):
+            yield chunk
+    finally:
+        f.close()

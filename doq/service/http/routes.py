@@ -1,0 +1,298 @@
+"""Queue and message endpoints (`/API/v1/...`): thin translations onto `QueueService`.
+
+Handlers read the raw body (`bodies.read_json`) and return ready-made JSON `Response`s
+(no per-request response-model validation); `response_model=`/`responses=` keep the
+OpenAPI document precise.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any
+
+from fastapi import APIRouter, Path, Query, Request
+from starlette.responses import Response
+
+from doq.errors import DoqError, InvalidArgument, QueueNotFound
+from doq.service import metrics
+from doq.service.http import models as m
+from doq.service.http.bodies import body_doc, errors, read_json
+from doq.service.limits import MAX_VISIBILITY_TIMEOUT_MS, QUEUE_NAME_RE
+
+if TYPE_CHECKING:
+    from doq.service.api import QueueService
+
+QueueName = Annotated[
+    str,
+    Path(
+        description="The queue name: 1-200 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit.",
+        examples=["user_indexing_queue"],
+        json_schema_extra={"pattern": QUEUE_NAME_RE.pattern, "maxLength": 200},
+    ),
+]
+MessageId = Annotated[
+    str,
+    Path(
+        description="The message id (unsigned 64-bit, as digits).",
+        examples=["123"],
+        json_schema_extra={"pattern": r"^[0-9]{1,20}$"},
+    ),
+]
+JSON = "application/json"
+M_HTTP = metrics.HTTP
+
+
+def _json(obj: Any, status: int = 200) -> Response:
+    return Response(m.dumps(obj), status_code=status, media_type=JSON)
+
+
+_OK = b'{"success":true}'
+
+
+def _ok() -> Response:
+    return Response(_OK, media_type=JSON)
+
+
+def _id(raw: str) -> int:
+    try:
+        return m._coerce_id(raw)
+    except ValueError as e:
+        raise InvalidArgument(f"invalid message id {raw!r}: {e}", reason="INVALID_ID") from None
+
+
+def build_router(api: QueueService) -> APIRouter:
+    """All `/API/v1` routes bound to one service facade."""
+    r = APIRouter(prefix="/API/v1")
+
+    # -- queues ---------------------------------------------------------------------------
+    @r.post(
+        "/queues", tags=["queues"], status_code=201, response_model=m.QueueResult,
+        summary="Create a queue", responses=errors(400, 409, 413, 415),
+        openapi_extra=body_doc(m.CreateQueueBody),
+    )
+    async def create_queue(request: Request) -> Response:
+        """Create a `delayed` (default) or `fair` queue. 409 ALREADY_EXISTS if the name is taken."""
+        b = await read_json(request, m.CreateQueueBody)
+        q = await api.create_queue(b.name, b.type, b.settings.to_domain() if b.settings else None)
+        return _json({"success": True, "queue": m.queue_dict(q)}, 201)
+
+    @r.get("/queues", tags=["queues"], response_model=m.QueueList, summary="List queues", responses=errors())
+    async def list_queues() -> Response:
+        """Every queue with its settings and message counts."""
+        return _json({"queues": [m.queue_dict(q) for q in await api.list_queues()]})
+
+    @r.get(
+        "/queues/{name}", tags=["queues"], response_model=m.QueueModel, summary="Get a queue",
+        responses=errors(400, 404),
+    )
+    async def get_queue(name: QueueName) -> Response:
+        """A queue's settings and counts (ready, delayed, in flight, dead, total)."""
+        return _json(m.queue_dict(await api.get_queue(name)))
+
+    @r.put(
+        "/queues/{name}", tags=["queues"], response_model=m.QueueResult, summary="Update a queue's settings",
+        responses=errors(400, 404, 413, 415), openapi_extra=body_doc(m.UpdateQueueBody),
+    )
+    async def update_queue(name: QueueName, request: Request) -> Response:
+        """Replace the queue's settings (the type cannot change)."""
+        b = await read_json(request, m.UpdateQueueBody)
+        q = await api.update_queue(name, b.settings.to_domain())
+        return _json({"success": True, "queue": m.queue_dict(q)})
+
+    @r.delete(
+        "/queues/{name}", tags=["queues"], response_model=m.Success, summary="Delete a queue",
+        responses=errors(400, 404),
+    )
+    async def delete_queue(name: QueueName) -> Response:
+        """Delete the queue and every message in it."""
+        await api.delete_queue(name)
+        return _ok()
+
+    @r.post(
+        "/queues/{name}/purge", tags=["queues"], response_model=m.PurgeResult, summary="Purge a queue",
+        responses=errors(400, 404),
+    )
+    async def purge_queue(name: QueueName) -> Response:
+        """Remove every message (ready, delayed and in flight); the queue stays."""
+        return _json({"success": True, "purged": await api.purge_queue(name)})
+
+    # -- enqueue --------------------------------------------------------------------------
+    @r.post(
+        "/queues/{name}/messages", tags=["messages"], status_code=201, response_model=m.EnqueueResultModel,
+        summary="Enqueue a message",
+        responses={
+            200: {"description": "A duplicate (dedup_id seen): the original message's id.",
+                  "model": m.EnqueueResultModel},
+            **errors(400, 404, 413, 415),
+        },
+        openapi_extra=body_doc(m.EnqueueBody),
+    )
+    async def enqueue(name: QueueName, request: Request) -> Response:
+        """Enqueue one message; answers once it is durable. `id` is a string."""
+        b = await read_json(request, m.EnqueueBody)
+        res = await api.enqueue(name, b.to_item())
+        if res.duplicate:
+            return _json(m.enqueue_dict(name, res), 200)
+        M_HTTP.enqueued.inc()
+        return _json(m.enqueue_dict(name, res), 201)
+
+    @r.post(
+        "/queues/{name}/messages:batch", tags=["messages"], response_model=m.BatchEnqueueResult,
+        summary="Enqueue many messages", responses=errors(400, 404, 413, 415),
+        openapi_extra=body_doc(m.EnqueueBatchBody),
+    )
+    async def enqueue_batch(name: QueueName, request: Request) -> Response:
+        """Enqueue up to 10000 messages in one commit; one result per message, in order.
+        An invalid message fails alone (its result holds the problem); a missing queue is a 404."""
+        b = await read_json(request, m.EnqueueBatchBody)
+        reqs: list[tuple[str, Any]] = []
+        pre: dict[int, DoqError] = {}
+        for i, msg in enumerate(b.messages):
+            try:
+                reqs.append((name, msg.to_item()))
+            except DoqError as e:
+                pre[i] = e
+        answered = await api.enqueue_many(reqs)
+        if answered and not pre and all(isinstance(x, QueueNotFound) for x in answered):
+            raise answered[0]  # type: ignore[misc]
+        answers = iter(answered)
+        results: list[dict[str, Any]] = []
+        enqueued = 0
+        for i in range(len(b.messages)):
+            res = pre.get(i) or next(answers)
+            if isinstance(res, DoqError):
+                results.append({"success": False, "error": m.item_error(res)})
+            else:
+                enqueued += not res.duplicate
+                d = m.enqueue_dict(name, res)
+                del d["queue_name"]
+                results.append(d)
+        M_HTTP.enqueued.inc(enqueued)
+        return _json({"results": results})
+
+    # -- dequeue --------------------------------------------------------------------------
+    @r.get(
+        "/queues/{name}/messages", tags=["messages"], response_model=m.MessageModel, summary="Dequeue a message",
+        responses={
+            204: {"description": "The queue has no deliverable message (after waiting `wait_ms`). No body."},
+            **errors(400, 404),
+        },
+    )
+    async def dequeue(
+        name: QueueName,
+        ack: Annotated[bool, Query(description="true: remove on delivery (at-most-once); false: lease it.")] = False,
+        wait_ms: Annotated[int, Query(ge=0, le=m.MAX_WAIT_MS, description="Long poll: wait up to this long.")] = 0,
+        visibility_timeout_ms: Annotated[
+            int, Query(ge=0, le=MAX_VISIBILITY_TIMEOUT_MS, description="Lease length; 0 = the queue's setting.")
+        ] = 0,
+    ) -> Response:
+        """Deliver the next message. Without `ack`, it is leased: ack it (`.../ack`) before
+        the visibility timeout or it is delivered again. An empty queue answers **204 No Content**."""
+        got = await api.dequeue(name, ack=ack, wait_ms=wait_ms, visibility_timeout_ms=visibility_timeout_ms)
+        if not got:
+            return Response(status_code=204)
+        M_HTTP.dequeued.inc()
+        if ack:
+            M_HTTP.acked.inc()
+        return _json(m.message_dict(got[0]))
+
+    @r.post(
+        "/queues/{name}/messages:dequeue", tags=["messages"], response_model=m.MessageList,
+        summary="Dequeue many messages", responses=errors(400, 404, 413, 415),
+        openapi_extra=body_doc(m.DequeueBody, required=False),
+    )
+    async def dequeue_batch(name: QueueName, request: Request) -> Response:
+        """Deliver up to `max_messages`; an empty queue gives `{"messages": []}`."""
+        b = await read_json(request, m.DequeueBody, required=False)
+        got = await api.dequeue(
+            name, max_messages=b.max_messages, ack=b.ack, wait_ms=b.wait_ms,
+            visibility_timeout_ms=b.visibility_timeout_ms,
+        )
+        M_HTTP.dequeued.inc(len(got))
+        if b.ack:
+            M_HTTP.acked.inc(len(got))
+        return _json({"messages": [m.message_dict(x) for x in got]})
+
+    # -- one message ----------------------------------------------------------------------
+    @r.get(
+        "/queues/{name}/messages/{id}", tags=["messages"], response_model=m.MessageModel,
+        summary="Get a message", responses=errors(400, 404),
+    )
+    async def get_message(name: QueueName, id: MessageId) -> Response:
+        """A message and its state, without changing it."""
+        return _json(m.message_dict(await api.get_message(name, _id(id))))
+
+    @r.delete(
+        "/queues/{name}/messages/{id}", tags=["messages"], response_model=m.Success,
+        summary="Delete a message", responses=errors(400, 404),
+    )
+    async def delete_message(name: QueueName, id: MessageId) -> Response:
+        """Remove a message in any state."""
+        await api.delete_message(name, _id(id))
+        return _ok()
+
+    @r.post(
+        "/queues/{name}/messages/{id}/ack", tags=["messages"], response_model=m.Success,
+        summary="Ack a message", responses=errors(400, 404, 409, 413, 415),
+        openapi_extra=body_doc(m.LeaseBody, required=False),
+    )
+    async def ack(name: QueueName, id: MessageId, request: Request) -> Response:
+        """Acknowledge an in-flight message (removes it). The body is optional."""
+        b = await read_json(request, m.LeaseBody, required=False)
+        await api.ack(name, _id(id), b.lease_id or 0)
+        M_HTTP.acked.inc()
+        return _ok()
+
+    @r.post(
+        "/queues/{name}/messages/{id}/nack", tags=["messages"], response_model=m.Success,
+        summary="Nack a message", responses=errors(400, 404, 409, 413, 415),
+        openapi_extra=body_doc(m.NackBody, required=False),
+    )
+    async def nack(name: QueueName, id: MessageId, request: Request) -> Response:
+        """Return an in-flight message to the queue, optionally after `delay_ms` or with a new priority."""
+        b = await read_json(request, m.NackBody, required=False)
+        await api.nack(name, _id(id), lease_id=b.lease_id or 0, delay_ms=b.delay_ms, priority=b.priority)
+        return _ok()
+
+    @r.post(
+        "/queues/{name}/messages/{id}/touch", tags=["messages"], response_model=m.TouchResult,
+        summary="Extend a lease", responses=errors(400, 404, 409, 413, 415),
+        openapi_extra=body_doc(m.TouchBody, required=False),
+    )
+    async def touch(name: QueueName, id: MessageId, request: Request) -> Response:
+        """Renew the lease of an in-flight message (by `visibility_timeout_ms` or the queue's setting)."""
+        b = await read_json(request, m.TouchBody, required=False)
+        until = await api.touch(name, _id(id), lease_id=b.lease_id or 0, visibility_timeout_ms=b.visibility_timeout_ms)
+        return _json({"success": True, "lease_expires_at_ms": until})
+
+    @r.put(
+        "/queues/{name}/messages/{id}/priority", tags=["messages"], response_model=m.MessageResult,
+        summary="Change a message's priority", responses=errors(400, 404, 409, 413, 415),
+        openapi_extra=body_doc(m.PriorityBody),
+    )
+    async def update_priority(name: QueueName, id: MessageId, request: Request) -> Response:
+        """Set a new priority (re-orders the message; for delayed queues may delay it)."""
+        b = await read_json(request, m.PriorityBody)
+        view = await api.update_priority(name, _id(id), b.priority)
+        return _json({"success": True, "message": m.message_dict(view)})
+
+    @r.post(
+        "/queues/{name}/messages:ack", tags=["messages"], response_model=m.AckBatchResult,
+        summary="Ack many messages", responses=errors(400, 404, 413, 415),
+        openapi_extra=body_doc(m.AckBatchBody),
+    )
+    async def ack_batch(name: QueueName, request: Request) -> Response:
+        """Ack up to 10000 messages in one commit; one result per id, in order."""
+        b = await read_json(request, m.AckBatchBody)
+        res = await api.ack_many(name, b.ids, b.lease_ids)
+        out = []
+        acked = 0
+        for id_, err in zip(b.ids, res, strict=True):
+            if err is None:
+                acked += 1
+                out.append({"id": str(id_), "success": True})
+            else:
+                out.append({"id": str(id_), "success": False, "error": m.item_error(err)})
+        M_HTTP.acked.inc(acked)
+        return _json({"results": out})
+
+    return r
