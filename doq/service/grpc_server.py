@@ -60,6 +60,12 @@ def _unary(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
     return wrapper
 
 
+async def _wait_closed(event: asyncio.Event, is_closed: Callable[[], bool]) -> None:
+    while not is_closed():
+        event.clear()
+        await event.wait()
+
+
 class DOQServicer(pb_grpc.DOQServicer):
     def __init__(self, api: QueueService) -> None:
         self.api = api
@@ -149,23 +155,25 @@ class DOQServicer(pb_grpc.DOQServicer):
         self, request_iterator: AsyncIterator[pb.EnqueueBatchRequest], context: Any
     ) -> AsyncIterator[pb.EnqueueBatchResponse]:
         """Pipelined batches: one response per request frame, in order."""
-        inflight: asyncio.Queue[asyncio.Future[Any] | None] = asyncio.Queue(64)
+        inflight: asyncio.Queue[tuple[int, asyncio.Future[Any]] | None] = asyncio.Queue(64)
 
         async def reader() -> None:
             try:
                 async for r in request_iterator:
                     items = [(m.queue_name, cv.item_from_pb(m)) for m in r.messages]
-                    await inflight.put(asyncio.ensure_future(self.api.enqueue_many(items)))
+                    await inflight.put((len(items), asyncio.ensure_future(self.api.enqueue_many(items))))
             finally:
                 await inflight.put(None)
 
         task = asyncio.create_task(reader())
         try:
-            while (fut := await inflight.get()) is not None:
+            while (entry := await inflight.get()) is not None:
+                count, fut = entry
                 try:
                     results = await fut
-                except DoqError as e:
-                    yield pb.EnqueueBatchResponse(results=[cv.enqueue_result_to_pb(e)])
+                except DoqError as e:  # the whole frame failed: one error per item
+                    err = cv.enqueue_result_to_pb(e)
+                    yield pb.EnqueueBatchResponse(results=[err] * count)
                     continue
                 yield pb.EnqueueBatchResponse(results=[cv.enqueue_result_to_pb(x) for x in results])
             await task
@@ -190,9 +198,11 @@ class DOQServicer(pb_grpc.DOQServicer):
         """Shared engine of DequeueStream and DequeueBatchStream.
 
         The first request names the queue. With `prefetch` > 0 the server sends at most
-        that many messages until the client returns credits (explicitly, or by acking in
-        the stream when `auto_credit` is set); with prefetch 0 it pushes as fast as the
-        client reads (gRPC flow control bounds it).
+        that many messages until the client returns credits (explicitly, or by acking or
+        nacking in the stream when `auto_credit` is set: the credit returns as soon as the
+        ack arrives, so the next dequeue shares a commit with the ack); with prefetch 0 it
+        pushes as fast as the client reads (gRPC flow control bounds it). When the client
+        half-closes, the server settles the acks/nacks it received and ends the stream.
         """
         try:
             first = await anext(aiter(request_iterator))
@@ -207,59 +217,87 @@ class DOQServicer(pb_grpc.DOQServicer):
             return
         credit_mode = first.prefetch > 0
         credits = first.prefetch
-        credit_event = asyncio.Event()
+        wake = asyncio.Event()  # credits arrived or the client half-closed
         max_batch = max(1, min(first.max_batch or batch_default, self.api.limits.max_batch_messages))
+        settles: set[asyncio.Future[object]] = set()
 
         def add_credits(n: int) -> None:
             nonlocal credits
             if n > 0:
                 credits += n
-                credit_event.set()
+                wake.set()
 
-        async def settle(req: pb.DequeueStreamRequest) -> None:
+        def track(fut: asyncio.Future[object]) -> None:
+            settles.add(fut)
+            fut.add_done_callback(_settled)
+
+        def _settled(fut: asyncio.Future[object]) -> None:
+            settles.discard(fut)
+            if not fut.cancelled():
+                res = fut.exception() or fut.result()
+                if isinstance(res, BaseException) or (isinstance(res, list) and any(res)):
+                    log.debug("stream ack/nack on %s failed: %s", queue, res)
+
+        def settle(req: pb.DequeueStreamRequest) -> None:
+            """Propose this request's acks/nacks without waiting (pipelined)."""
             if req.ack_ids:
-                results = await self.api.node.propose(Ack(queue, list(req.ack_ids), []))
+                lease_ids = list(req.ack_lease_ids)
+                if lease_ids and len(lease_ids) != len(req.ack_ids):
+                    lease_ids = []
+                track(self.api.node.propose_nowait(Ack(queue, list(req.ack_ids), lease_ids)))
                 if first.auto_credit:
                     add_credits(len(req.ack_ids))
-                if isinstance(results, DoqError):
-                    log.debug("stream ack failed: %s", results)
             for n in req.nacks:
-                res = await self.api.node.propose(
-                    Nack(queue, n.id, n.lease_id, n.delay_ms, n.priority if n.HasField("priority") else None)
-                )
+                prio = n.priority if n.HasField("priority") else None
+                track(self.api.node.propose_nowait(Nack(queue, n.id, n.lease_id, n.delay_ms, prio)))
                 if first.auto_credit:
                     add_credits(1)
-                if isinstance(res, DoqError):
-                    log.debug("stream nack failed: %s", res)
             add_credits(req.credits)
 
+        closed = False
+
         async def reader() -> None:
-            pending: set[asyncio.Task[None]] = set()
-            async for req in request_iterator:
-                t = asyncio.create_task(settle(req))
-                pending.add(t)
-                t.add_done_callback(pending.discard)
-            if pending:
-                await asyncio.gather(*pending, return_exceptions=True)
+            nonlocal closed
+            try:
+                async for req in request_iterator:
+                    try:
+                        settle(req)
+                    except DoqError as e:  # overloaded or shutting down: the stream ends
+                        log.debug("stream settle refused: %s", e)
+                        break
+            finally:
+                closed = True
+                wake.set()
 
         task = asyncio.create_task(reader())
         try:
-            while True:
-                if credit_mode:
-                    while credits <= 0:
-                        credit_event.clear()
-                        await credit_event.wait()
-                    want = min(credits, max_batch)
-                else:
-                    want = max_batch
-                try:
-                    msgs = await self.api.dequeue(
+            while not closed:
+                if credit_mode and credits <= 0:
+                    wake.clear()
+                    await wake.wait()
+                    continue
+                want = min(credits, max_batch) if credit_mode else max_batch
+                poll = asyncio.ensure_future(
+                    self.api.dequeue(
                         queue,
                         max_messages=want,
                         ack=first.ack,
                         wait_ms=LONG_POLL_MS,
                         visibility_timeout_ms=first.visibility_timeout_ms,
                     )
+                )
+                closing = asyncio.ensure_future(_wait_closed(wake, lambda: closed))
+                await asyncio.wait((poll, closing), return_when=asyncio.FIRST_COMPLETED)
+                closing.cancel()
+                if not poll.done():
+                    # Half-closed while long-polling: cancel the wait. A dequeue already
+                    # proposed still commits; its messages are leased and expire as usual.
+                    poll.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, DoqError):
+                        await poll
+                    break
+                try:
+                    msgs = poll.result()
                 except DoqError as e:
                     await _abort(context, e)
                     return
@@ -267,6 +305,8 @@ class DOQServicer(pb_grpc.DOQServicer):
                     if credit_mode:
                         credits -= len(msgs)
                     yield msgs
+            if settles:
+                await asyncio.gather(*list(settles), return_exceptions=True)
         finally:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -182,3 +182,34 @@ def test_bad_flag_and_unusable_data_dir_exit_nonzero(tmp_path: Path) -> None:
          "--grpc-addr", f"127.0.0.1:{free_port()}", "--http-addr", f"127.0.0.1:{free_port()}"],
         capture_output=True, text=True, timeout=30, cwd=tmp_path)
     assert r.returncode != 0 and "data dir" in r.stderr
+
+
+def test_dequeue_stream_settles_acks_and_ends_on_half_close(doq_node: NodeProc) -> None:
+    import queue as q
+
+    ch, stub = stub_for(doq_node)
+    stub.CreateQueue(pb.CreateQueueRequest(name="s", type="delayed"))
+    for i in range(5):
+        stub.Enqueue(pb.EnqueueRequest(queue_name="s", content=b"%d" % i, priority=i))
+    outbox: q.Queue[pb.DequeueStreamRequest | None] = q.Queue()
+    outbox.put(pb.DequeueStreamRequest(queue_name="s", prefetch=2, auto_credit=True))
+
+    def requests() -> Iterator[pb.DequeueStreamRequest]:
+        while (r := outbox.get()) is not None:
+            yield r
+
+    stream = stub.DequeueStream(requests(), timeout=10)
+    got = [next(stream), next(stream)]
+    assert [m.content for m in got] == [b"0", b"1"]  # priority order, prefetch bound
+    # Ack the first with its lease, the second with a stale lease id (refused, stays leased).
+    outbox.put(pb.DequeueStreamRequest(ack_ids=[got[0].id, got[1].id],
+                                       ack_lease_ids=[got[0].lease_id, got[1].lease_id + 999]))
+    third = next(stream)  # the ack returned credits
+    assert third.content == b"2"
+    outbox.put(None)  # half-close: the server settles and ends the stream
+    rest = list(stream)
+    assert len(rest) <= 1  # at most the one credit left
+    stats = stub.GetQueue(pb.GetQueueRequest(name="s")).queue.stats
+    assert stats.total == 4, "only the validly acked message is gone"
+    assert stats.in_flight == 2 + len(rest)
+    ch.close()

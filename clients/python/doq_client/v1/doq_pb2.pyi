@@ -253,7 +253,7 @@ class DequeueResponse(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
 
 class DequeueStreamRequest(_message.Message):
-    __slots__ = ("queue_name", "ack", "prefetch", "credits", "ack_ids", "nacks", "visibility_timeout_ms", "max_batch", "auto_credit")
+    __slots__ = ("queue_name", "ack", "prefetch", "credits", "ack_ids", "nacks", "visibility_timeout_ms", "max_batch", "auto_credit", "ack_lease_ids")
     QUEUE_NAME_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
     PREFETCH_FIELD_NUMBER: _ClassVar[int]
@@ -263,6 +263,7 @@ class DequeueStreamRequest(_message.Message):
     VISIBILITY_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_FIELD_NUMBER: _ClassVar[int]
     AUTO_CREDIT_FIELD_NUMBER: _ClassVar[int]
+    ACK_LEASE_IDS_FIELD_NUMBER: _ClassVar[int]
     queue_name: str
     ack: bool
     prefetch: int
@@ -272,7 +273,8 @@ class DequeueStreamRequest(_message.Message):
     visibility_timeout_ms: int
     max_batch: int
     auto_credit: bool
-    def __init__(self, queue_name: _Optional[str] = ..., ack: _Optional[bool] = ..., prefetch: _Optional[int] = ..., credits: _Optional[int] = ..., ack_ids: _Optional[_Iterable[int]] = ..., nacks: _Optional[_Iterable[_Union[NackRequest, _Mapping]]] = ..., visibility_timeout_ms: _Optional[int] = ..., max_batch: _Optional[int] = ..., auto_credit: _Optional[bool] = ...) -> None: ...
+    ack_lease_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, queue_name: _Optional[str] = ..., ack: _Optional[bool] = ..., prefetch: _Optional[int] = ..., credits: _Optional[int] = ..., ack_ids: _Optional[_Iterable[int]] = ..., nacks: _Optional[_Iterable[_Union[NackRequest, _Mapping]]] = ..., visibility_timeout_ms: _Optional[int] = ..., max_batch: _Optional[int] = ..., auto_credit: _Optional[bool] = ..., ack_lease_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class MessageBatch(_message.Message):
     __slots__ = ("messages",)
