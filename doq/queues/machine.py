@@ -640,7 +640,7 @@ class QueueMachine:
     def _in_flight(self, q: Queue, id_: object, lease_id: object) -> Entry:
         """The in-flight entry named by (id, lease) or the error the rules prescribe."""
         _int(lease_id, 0, MASK64, "lease_id")
-        e = q.msgs.get(id_) if type(id_) is int else None  # type: ignore[call-overload]
+        e = q.msgs.get(_int(id_, 1, MASK64, "id"))
         if e is None:
             raise MessageNotFound(f"message {id_} not found in queue {q.name!r}")
         if lease_id and (e.state != IN_FLIGHT or lease_id != e.lease_id):
@@ -699,7 +699,7 @@ class QueueMachine:
         return exp
 
     def _entry(self, q: Queue, id_: object) -> Entry:
-        e = q.msgs.get(id_) if type(id_) is int else None  # type: ignore[call-overload]
+        e = q.msgs.get(_int(id_, 1, MASK64, "id"))
         if e is None:
             raise MessageNotFound(f"message {id_} not found in queue {q.name!r}")
         return e

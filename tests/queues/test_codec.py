@@ -1,0 +1,63 @@
+"""CommandBatch codec: exact round trip, determinism, rejection of malformed bytes."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from doq.queues import commands as c
+from doq.queues.codec import decode_batch, encode_batch
+from doq.queues.model import QueueSettings
+
+u64 = st.integers(0, 2**64 - 1)
+u32 = st.integers(0, 2**32 - 1)
+i64 = st.integers(-(2**63), 2**63 - 1)
+text = st.text(max_size=12)
+settings_st = st.builds(QueueSettings, u64, u32, text, u32, u64)
+item_st = st.builds(c.EnqueueItem, st.binary(max_size=40), text, i64,
+                    st.dictionaries(text, text, max_size=3), text, u64)
+command_st = st.one_of(
+    st.builds(c.CreateQueue, text, st.sampled_from(["delayed", "fair", "x"]), settings_st),
+    st.builds(c.UpdateQueue, text, settings_st),
+    st.builds(c.DeleteQueue, text),
+    st.builds(c.PurgeQueue, text),
+    st.builds(c.Enqueue, text, st.lists(item_st, max_size=4)),
+    st.builds(c.Dequeue, text, u32, st.booleans(), u64),
+    st.builds(c.Ack, text, st.lists(u64, max_size=4), st.lists(u64, max_size=4)),
+    st.builds(c.Nack, text, u64, u64, u64, st.none() | i64),
+    st.builds(c.Touch, text, u64, u64, u64),
+    st.builds(c.UpdatePriority, text, u64, i64),
+    st.builds(c.DeleteMessage, text, u64),
+    st.just(c.Tick()),
+)
+batch_st = st.builds(c.CommandBatch, u64, st.lists(command_st, max_size=6))
+
+
+@settings(max_examples=300)
+@given(batch_st)
+def test_round_trip(batch: c.CommandBatch) -> None:
+    data = encode_batch(batch)
+    assert decode_batch(data) == batch
+    assert encode_batch(decode_batch(data)) == data
+
+
+def test_metadata_order_does_not_change_the_bytes() -> None:
+    a = c.CommandBatch(1, [c.Enqueue("q", [c.EnqueueItem(b"x", metadata={"a": "1", "b": "2"})])])
+    b = c.CommandBatch(1, [c.Enqueue("q", [c.EnqueueItem(b"x", metadata={"b": "2", "a": "1"})])])
+    assert encode_batch(a) == encode_batch(b)
+
+
+@pytest.mark.parametrize("data", [b"", b"\x02" + bytes(12), b"\x01" + bytes(8) + b"\x01\x00\x00\x00\x63"])
+def test_malformed_bytes_raise_value_error(data: bytes) -> None:
+    with pytest.raises(ValueError):
+        decode_batch(data)
+
+
+def test_truncation_and_trailing_bytes_are_rejected() -> None:
+    data = encode_batch(c.CommandBatch(5, [c.Enqueue("q", [c.EnqueueItem(b"hello")]), c.Tick()]))
+    for cut in range(len(data)):
+        with pytest.raises(ValueError):
+            decode_batch(data[:cut])
+    with pytest.raises(ValueError):
+        decode_batch(data + b"\x00")

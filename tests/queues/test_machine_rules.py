@@ -1,0 +1,345 @@
+"""One test per documented rule of the queue state machine (pure; in-memory store)."""
+
+from __future__ import annotations
+
+import pytest
+
+from doq.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    MessageNotFound,
+    QueueNotFound,
+    StaleLease,
+)
+from doq.queues import commands as c
+from doq.queues.machine import QueueMachine
+from doq.queues.model import EnqueueResult, MessageState, MessageView, QueueSettings
+from doq.queues.store import MemoryStore
+
+T0 = 1_700_000_000_000
+
+
+class Harness:
+    def __init__(self) -> None:
+        self.store = MemoryStore()
+        self.m = QueueMachine(self.store)
+        self.now = T0
+        self.index = 0
+
+    def run(self, *cmds: c.Command, at: int | None = None) -> list[object]:
+        self.now = self.now if at is None else at
+        self.index += 1
+        return self.m.apply(self.index, c.CommandBatch(self.now, list(cmds)))
+
+    def one(self, cmd: c.Command, at: int | None = None) -> object:
+        return self.run(cmd, at=at)[0]
+
+    def create(self, name: str = "q", type_: str = "delayed", **settings: object) -> None:
+        assert self.one(c.CreateQueue(name, type_, QueueSettings(**settings))) is None  # type: ignore[arg-type]
+
+    def enqueue(self, q: str, *items: c.EnqueueItem) -> list[int]:
+        res = self.one(c.Enqueue(q, list(items)))
+        assert isinstance(res, list)
+        out = []
+        for r in res:
+            assert isinstance(r, EnqueueResult), r
+            out.append(r.id)
+        return out
+
+    def dequeue(self, q: str, n: int = 1, **kw: object) -> list[MessageView]:
+        res = self.one(c.Dequeue(q, n, **kw))  # type: ignore[arg-type]
+        assert isinstance(res, list)
+        return res
+
+    def ids(self, q: str, n: int = 1, **kw: object) -> list[int]:
+        return [v.id for v in self.dequeue(q, n, **kw)]
+
+
+def item(content: bytes = b"x", **kw: object) -> c.EnqueueItem:
+    return c.EnqueueItem(content, **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def h() -> Harness:
+    return Harness()
+
+
+def test_ids_start_at_one_and_are_unique_across_queues(h: Harness) -> None:
+    h.create("a")
+    h.create("b", "fair")
+    assert h.enqueue("a", item(), item()) == [1, 2]
+    assert h.enqueue("b", item()) == [3]
+    assert h.enqueue("a", item()) == [4]
+
+
+def test_delayed_queue_lower_priority_first_then_fifo(h: Harness) -> None:
+    h.create()
+    ids = h.enqueue("q", item(priority=5), item(priority=1), item(priority=5), item(priority=-2))
+    assert h.ids("q", 10, ack=True) == [ids[3], ids[1], ids[0], ids[2]]
+
+
+def test_fair_round_robin_with_a_huge_backlog_in_one_group(h: Harness) -> None:
+    h.create("f", "fair")
+    h.enqueue("f", *[item(group="big") for _ in range(5000)])
+    small = h.enqueue("f", item(group="t1"), item(group="t2"), item(group="t2"))
+    got = h.dequeue("f", 3)
+    assert {v.group for v in got} == {"big", "t1", "t2"}
+    assert small[0] in {v.id for v in got}
+    # the rotation keeps giving t2 a turn although "big" has thousands waiting
+    assert [v.group for v in h.dequeue("f", 2)] == ["big", "t2"]
+
+
+def test_fair_priority_then_fifo_inside_a_group(h: Harness) -> None:
+    h.create("f", "fair")
+    a = h.enqueue("f", item(group="g", priority=3), item(group="g", priority=1), item(group="g", priority=3))
+    assert h.ids("f", 3, ack=True) == [a[1], a[0], a[2]]
+
+
+def test_fair_max_unacked_per_group_skips_a_group_at_its_limit(h: Harness) -> None:
+    h.create("f", "fair", max_unacked_per_group=1)
+    h.enqueue("f", item(group="a"), item(group="a"), item(group="b"))
+    got = h.dequeue("f", 5)
+    assert sorted(v.group for v in got) == ["a", "b"]
+    assert h.dequeue("f", 5) == []
+    assert not h.m.has_deliverable("f")
+    first_a = next(v for v in got if v.group == "a")
+    assert h.one(c.Ack("f", [first_a.id], [first_a.lease_id])) == [None]
+    assert h.m.has_deliverable("f")
+    assert [v.group for v in h.dequeue("f", 5)] == ["a"]
+
+
+def test_priority_that_is_a_future_unix_timestamp_delays_delivery(h: Harness) -> None:
+    h.create()
+    ts = T0 // 1000 + 10  # ten seconds from now, in seconds
+    late, now = h.enqueue("q", item(priority=ts), item(priority=ts + 100_000_000_000))[0], None
+    assert now is None
+    assert h.ids("q", 5) == []
+    assert h.m.queue_info("q").stats.delayed == 2
+    assert h.m.next_due_ms() == ts * 1000
+    h.one(c.Tick(), at=ts * 1000 - 1)
+    assert h.ids("q", 5) == []
+    h.one(c.Tick(), at=ts * 1000)
+    assert h.m.has_deliverable("q")
+    assert h.ids("q", 5) == [late]
+    # a timestamp in the past is just a (large) priority
+    past = h.enqueue("q", item(priority=1_000_000_000), item(priority=7))
+    assert h.ids("q", 5, ack=True) == [past[1], past[0]]
+
+
+def test_explicit_delay(h: Harness) -> None:
+    h.create()
+    res = h.one(c.Enqueue("q", [item(delay_ms=500)]))
+    assert isinstance(res, list) and isinstance(res[0], EnqueueResult)
+    assert res[0].deliver_at_ms == T0 + 500
+    assert h.m.get_message("q", res[0].id).state is MessageState.DELAYED
+    assert h.ids("q") == []
+    h.one(c.Tick(), at=T0 + 500)
+    assert h.ids("q") == [res[0].id]
+
+
+def test_replicated_time_never_goes_back(h: Harness) -> None:
+    h.create()
+    h.one(c.Tick(), at=T0 + 1000)
+    h.one(c.Tick(), at=T0)
+    assert h.m.now_ms == T0 + 1000
+    v = h.dequeue("q", 1)
+    assert v == []
+    h.enqueue("q", item())
+    assert h.dequeue("q", 1, visibility_timeout_ms=10)[0].lease_expires_at_ms == T0 + 1010
+
+
+def test_lease_expiry_redelivers_and_old_lease_is_stale(h: Harness) -> None:
+    h.create(visibility_timeout_ms=100)
+    [id_] = h.enqueue("q", item(b"payload", metadata={"k": "v"}))
+    [first] = h.dequeue("q")
+    assert (first.attempts, first.lease_expires_at_ms, first.content, first.metadata) == (
+        1, T0 + 100, b"payload", {"k": "v"})
+    assert h.m.next_due_ms() == T0 + 100
+    h.one(c.Tick(), at=T0 + 100)
+    assert h.m.get_message("q", id_).state is MessageState.READY
+    [second] = h.dequeue("q")
+    assert second.attempts == 2 and second.lease_id != first.lease_id
+    assert isinstance(h.one(c.Ack("q", [id_], [first.lease_id]))[0], StaleLease)  # type: ignore[index]
+    assert isinstance(h.one(c.Touch("q", id_, first.lease_id)), StaleLease)
+    assert isinstance(h.one(c.Nack("q", id_, first.lease_id)), StaleLease)
+    assert h.one(c.Ack("q", [id_], [second.lease_id])) == [None]
+    assert isinstance(h.one(c.Ack("q", [id_]))[0], MessageNotFound)  # type: ignore[index]
+
+
+def test_ack_of_a_ready_message_is_not_in_flight(h: Harness) -> None:
+    h.create()
+    [id_] = h.enqueue("q", item())
+    [err] = h.one(c.Ack("q", [id_]))  # type: ignore[misc]
+    assert isinstance(err, FailedPrecondition) and err.reason == "NOT_IN_FLIGHT"
+    [err] = h.one(c.Ack("q", [id_], [5]))  # type: ignore[misc]
+    assert isinstance(err, StaleLease)
+    assert isinstance(h.one(c.Ack("nope", [id_])), QueueNotFound)
+
+
+def test_touch_extends_the_lease_from_now(h: Harness) -> None:
+    h.create(visibility_timeout_ms=100)
+    h.enqueue("q", item())
+    [v] = h.dequeue("q")
+    h.one(c.Tick(), at=T0 + 90)
+    assert h.one(c.Touch("q", v.id, v.lease_id, 200)) == T0 + 290
+    h.one(c.Tick(), at=T0 + 289)
+    assert h.m.get_message("q", v.id).state is MessageState.IN_FLIGHT
+    h.one(c.Tick(), at=T0 + 290)
+    assert h.m.get_message("q", v.id).state is MessageState.READY
+
+
+def test_nack_with_delay_and_new_priority(h: Harness) -> None:
+    h.create()
+    a, b = h.enqueue("q", item(priority=1), item(priority=2))
+    [v] = h.dequeue("q")
+    assert v.id == a
+    assert h.one(c.Nack("q", a, v.lease_id, delay_ms=50, priority=9)) is None
+    assert h.ids("q", 5) == [b]
+    h.one(c.Tick(), at=T0 + 50)
+    [again] = h.dequeue("q")
+    assert (again.id, again.priority, again.attempts) == (a, 9, 2)
+
+
+def test_update_priority_ready_delayed_and_in_flight(h: Harness) -> None:
+    h.create()
+    a, b, d = h.enqueue("q", item(priority=1), item(priority=2), item(priority=3, delay_ms=10))
+    view = h.one(c.UpdatePriority("q", b, 0))
+    assert isinstance(view, MessageView) and view.priority == 0 and view.content == b""
+    [v] = h.dequeue("q")
+    assert v.id == b
+    h.one(c.UpdatePriority("q", b, -5))  # in flight: takes effect when it comes back
+    h.one(c.Nack("q", b, v.lease_id))
+    h.one(c.UpdatePriority("q", d, -1))
+    h.one(c.Tick(), at=T0 + 10)
+    assert h.ids("q", 5, ack=True) == [b, d, a]
+    # a priority that is a future timestamp turns a ready message into a delayed one
+    [e] = h.enqueue("q", item())
+    h.one(c.UpdatePriority("q", e, T0 // 1000 + 60))
+    assert h.m.get_message("q", e).state is MessageState.DELAYED
+
+
+def test_dead_letter_after_max_attempts(h: Harness) -> None:
+    h.create("dlq", "fair")
+    h.create(visibility_timeout_ms=10, max_attempts=2, dead_letter_queue="dlq")
+    [id_] = h.enqueue("q", item(b"body", group="tenant", priority=4, metadata={"a": "b"}))
+    h.dequeue("q")
+    h.one(c.Tick(), at=T0 + 10)
+    [v] = h.dequeue("q")
+    assert v.attempts == 2
+    h.one(c.Tick(), at=T0 + 20)
+    assert h.m.queue_info("q").stats.dead == 1
+    assert h.m.queue_info("q").stats.total == 0
+    with pytest.raises(MessageNotFound):
+        h.m.get_message("q", id_)
+    [moved] = h.dequeue("dlq")
+    assert moved.id != id_
+    assert (moved.content, moved.group, moved.priority, moved.metadata, moved.attempts) == (
+        b"body", "tenant", 4, {"a": "b"}, 1)
+
+
+def test_nack_after_the_last_attempt_dead_letters(h: Harness) -> None:
+    h.create(max_attempts=1)  # no DLQ: dropped, counted as dead
+    [id_] = h.enqueue("q", item())
+    [v] = h.dequeue("q")
+    h.one(c.Nack("q", id_, v.lease_id))
+    assert h.m.queue_info("q").stats.dead == 1
+    assert h.m.queue_info("q").stats.total == 0
+    assert [k for k in h.store.data if k[:1] == b"M"] == []
+
+
+def test_dedup_within_window_and_expiry(h: Harness) -> None:
+    h.create(dedup_window_ms=1000)
+    r1 = h.one(c.Enqueue("q", [item(dedup_id="x"), item(dedup_id="x")]))
+    assert isinstance(r1, list)
+    assert [(r.id, r.duplicate) for r in r1] == [(1, False), (1, True)]  # type: ignore[union-attr]
+    h.dequeue("q", 1, ack=True)  # consumed: a retry is still a duplicate
+    r2 = h.one(c.Enqueue("q", [item(dedup_id="x")]), at=T0 + 999)
+    assert [(r.id, r.duplicate) for r in r2] == [(1, True)]  # type: ignore[union-attr]
+    assert h.m.queue_info("q").stats.total == 0
+    r3 = h.one(c.Enqueue("q", [item(dedup_id="x")]), at=T0 + 1000)
+    assert [(r.id, r.duplicate) for r in r3] == [(2, False)]  # type: ignore[union-attr]
+    assert len(h.m.dedup_exp) == 1  # the expired entry was forgotten (bounded memory)
+
+
+def test_purge_and_delete_queue(h: Harness) -> None:
+    h.create()
+    h.enqueue("q", item(), item(delay_ms=100), item(dedup_id="d"))
+    h.dequeue("q")
+    assert h.one(c.PurgeQueue("q")) == 3
+    assert h.m.queue_info("q").stats.total == 0 and h.m.next_due_ms() is None
+    h.enqueue("q", item())
+    assert h.one(c.DeleteQueue("q")) is None
+    assert [k for k in h.store.data if k != b"G"] == []
+    assert isinstance(h.one(c.PurgeQueue("q")), QueueNotFound)
+    with pytest.raises(QueueNotFound):
+        h.m.queue_info("q")
+
+
+def test_delete_and_get_message(h: Harness) -> None:
+    h.create()
+    [a] = h.enqueue("q", item(b"c"))
+    assert h.m.get_message("q", a).content == b"c"
+    assert h.one(c.DeleteMessage("q", a)) is None
+    assert isinstance(h.one(c.DeleteMessage("q", a)), MessageNotFound)
+
+
+def test_create_queue_is_idempotent_only_with_identical_settings(h: Harness) -> None:
+    h.create()
+    assert h.one(c.CreateQueue("q", "delayed", QueueSettings())) is None
+    assert isinstance(h.one(c.CreateQueue("q", "fair", QueueSettings())), AlreadyExists)
+    assert isinstance(h.one(c.CreateQueue("r", "lifo", QueueSettings())), InvalidArgument)
+
+
+def test_bad_input_fails_alone_and_changes_nothing(h: Harness) -> None:
+    h.create()
+    before = dict(h.store.data)
+    bad: list[object] = [
+        c.Enqueue("q", [item(priority=2**70)]),
+        c.Enqueue("q", [item(delay_ms=-1)]),
+        c.Enqueue("q", [item(metadata={"k": 1})]),
+        c.Enqueue("q", [c.EnqueueItem("not bytes")]),  # type: ignore[arg-type]
+        c.Dequeue("q", 0),
+        c.Dequeue(None, 1),  # type: ignore[arg-type]
+        c.Ack("q", [1, 2], [1]),
+        c.Nack("q", 1, delay_ms=-5),
+        c.Touch("q", "1"),  # type: ignore[arg-type]
+        c.UpdatePriority("q", 1, 2**64),
+        c.CreateQueue("x", "delayed", QueueSettings(visibility_timeout_ms=-1)),
+        c.CreateQueue("", "delayed", QueueSettings()),
+        "not a command",
+    ]
+    results = h.run(*bad)  # type: ignore[arg-type]
+    flat = [r[0] if isinstance(r, list) else r for r in results]
+    assert all(isinstance(r, (InvalidArgument, QueueNotFound)) for r in flat), flat
+    assert {k: v for k, v in h.store.data.items() if k != b"G"} == {
+        k: v for k, v in before.items() if k != b"G"}
+    # one bad item among good ones fails only itself
+    res = h.one(c.Enqueue("q", [item(), item(priority=2**70), item()]))
+    assert isinstance(res, list)
+    assert [type(r) for r in res] == [EnqueueResult, InvalidArgument, EnqueueResult]
+    assert h.m.queue_info("q").stats.ready == 2
+
+
+def test_lease_ids_are_deterministic_counters(h: Harness) -> None:
+    h.create()
+    h.enqueue("q", item(), item(), item())
+    assert [v.lease_id for v in h.dequeue("q", 3)] == [1, 2, 3]
+
+
+def test_rebuild_from_records_gives_identical_behaviour() -> None:
+    a, b = Harness(), Harness()
+    for x in (a, b):
+        x.create("f", "fair", max_unacked_per_group=2, visibility_timeout_ms=50)
+        x.enqueue("f", *[item(bytes([i]), group=f"g{i % 3}", priority=i % 4) for i in range(30)])
+        x.enqueue("f", item(delay_ms=70), item(dedup_id="d"))
+        x.dequeue("f", 4)
+    rebuilt = QueueMachine(b.store)
+    rebuilt.load(b.store.items())
+    b.m = rebuilt
+    for x in (a, b):
+        x.one(c.Tick(), at=T0 + 60)
+    for _ in range(10):
+        assert [(v.id, v.lease_id) for v in a.dequeue("f", 3)] == [(v.id, v.lease_id) for v in b.dequeue("f", 3)]
+    assert a.store.data == b.store.data
+    assert a.m.queue_infos() == b.m.queue_infos()
