@@ -170,10 +170,11 @@ def test_lease_expiry_redelivers_and_old_lease_is_stale(h: Harness) -> None:
 def test_ack_of_a_ready_message_is_not_in_flight(h: Harness) -> None:
     h.create()
     [id_] = h.enqueue("q", item())
-    [err] = h.one(c.Ack("q", [id_]))  # type: ignore[misc]
-    assert isinstance(err, FailedPrecondition) and err.reason == "NOT_IN_FLIGHT"
-    [err] = h.one(c.Ack("q", [id_], [5]))  # type: ignore[misc]
-    assert isinstance(err, StaleLease)
+    res = h.one(c.Ack("q", [id_]))
+    assert isinstance(res, list)
+    assert isinstance(res[0], FailedPrecondition) and res[0].reason == "NOT_IN_FLIGHT"
+    res = h.one(c.Ack("q", [id_], [5]))
+    assert isinstance(res, list) and isinstance(res[0], StaleLease)
     assert isinstance(h.one(c.Ack("nope", [id_])), QueueNotFound)
 
 
@@ -255,9 +256,11 @@ def test_dedup_within_window_and_expiry(h: Harness) -> None:
     assert [(r.id, r.duplicate) for r in r1] == [(1, False), (1, True)]  # type: ignore[union-attr]
     h.dequeue("q", 1, ack=True)  # consumed: a retry is still a duplicate
     r2 = h.one(c.Enqueue("q", [item(dedup_id="x")]), at=T0 + 999)
+    assert isinstance(r2, list)
     assert [(r.id, r.duplicate) for r in r2] == [(1, True)]  # type: ignore[union-attr]
     assert h.m.queue_info("q").stats.total == 0
     r3 = h.one(c.Enqueue("q", [item(dedup_id="x")]), at=T0 + 1000)
+    assert isinstance(r3, list)
     assert [(r.id, r.duplicate) for r in r3] == [(2, False)]  # type: ignore[union-attr]
     assert len(h.m.dedup_exp) == 1  # the expired entry was forgotten (bounded memory)
 

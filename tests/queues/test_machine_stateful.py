@@ -70,7 +70,8 @@ class MachineVsReference(RuleBasedStateMachine):
         return got[0], want
 
     def pick(self, data: st.DataObject) -> tuple[str, int, int]:
-        if self.known and data.draw(st.booleans()):
+        use_known = data.draw(st.booleans())
+        if self.known and use_known:
             return data.draw(st.sampled_from(self.known[-12:]))
         return data.draw(MSG_QUEUES), data.draw(st.integers(1, 40)), 0
 
@@ -130,7 +131,8 @@ class MachineVsReference(RuleBasedStateMachine):
           deqs=st.lists(st.integers(1, 4), min_size=1, max_size=4))
     def burst(self, name: str, items: list[c.EnqueueItem], deqs: list[int]) -> None:
         """Several commands in ONE batch (one replicated time): enqueue, then dequeues."""
-        cmds: list[c.Command] = [c.Enqueue(name, items)] + [c.Dequeue(name, n) for n in deqs]
+        cmds: list[c.Command] = [c.Enqueue(name, items)]
+        cmds += [c.Dequeue(name, n) for n in deqs]
         self.now += 1
         self.index += 1
         got = self.m.apply(self.index, c.CommandBatch(self.now, cmds))
