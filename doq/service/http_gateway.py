@@ -64,8 +64,9 @@ def create_app(api: QueueService) -> FastAPI:
         ],
     )
     install_handlers(app)
-    app.include_router(build_router(api))
-    app.include_router(build_ops_router(api))
+    # Routes are added flat (not as included sub-routers): one route match per request.
+    for router in (build_router(api), build_ops_router(api)):
+        app.router.routes.extend(router.routes)
     install_docs(app)
     single, batch = body_limits(api.limits.max_message_bytes)
     app.add_middleware(

@@ -73,12 +73,13 @@ Priority = Annotated[
         examples=[60],
     ),
 ]
+# Documented here, enforced by the service (reason INVALID_QUEUE_NAME, like path names).
 QueueName = Annotated[
     str,
     Field(
-        min_length=1, max_length=200, pattern=QUEUE_NAME_RE.pattern,
         description="1-200 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit.",
         examples=["user_indexing_queue"],
+        json_schema_extra={"pattern": QUEUE_NAME_RE.pattern, "minLength": 1, "maxLength": 200},
     ),
 ]
 ContentEncoding = Literal["text", "base64"]

@@ -7,7 +7,6 @@ unexpected exception a 500 problem (logged) rather than a bare traceback.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,8 +18,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from doq.errors import DoqError, status_of
-
-log = logging.getLogger(__name__)
 
 PROBLEM_JSON = "application/problem+json"
 _GENERIC_REASON = {
@@ -127,7 +124,7 @@ def install_handlers(app: FastAPI) -> None:
         return problem_response(BadRequest(detail, status=status), request.url.path, headers)
 
     async def on_unexpected(request: Request, exc: Exception) -> Response:
-        log.exception("unexpected error in %s %s", request.method, request.url.path)
+        # Starlette re-raises after this response is sent, so the server logs the traceback.
         err = DoqError(f"internal error: {type(exc).__name__}")
         return problem_response(err, request.url.path)
 

@@ -1,0 +1,272 @@
+"""The HTTP adapter over an in-memory fake service: mapping, JSON shapes, problem+json errors.
+
+Every refused request is checked to have changed nothing (`fake.mutations`, snapshot).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+
+import httpx
+import pytest
+
+from doq.service.http_gateway import body_limits
+from tests.http.fakes import FakeQueueService
+
+Q = "/API/v1/queues"
+PROBLEM_KEYS = {"type", "title", "status", "detail", "reason", "retryable", "leader_hint"}
+
+
+def assert_problem(r: httpx.Response, status: int, reason: str | None = None) -> dict[str, object]:
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"] == "application/problem+json"
+    doc = r.json()
+    assert PROBLEM_KEYS <= doc.keys()
+    assert doc["status"] == status
+    assert doc["detail"]
+    if reason:
+        assert doc["reason"] == reason, doc
+    return doc
+
+
+async def make_queue(client: httpx.AsyncClient, name: str = "q1") -> None:
+    r = await client.post(Q, json={"name": name, "type": "delayed"})
+    assert r.status_code == 201, r.text
+
+
+async def test_queue_lifecycle(client: httpx.AsyncClient) -> None:
+    r = await client.post(Q, json={"name": "jobs", "type": "fair", "settings": {"max_attempts": 3}})
+    assert r.status_code == 201
+    assert r.json()["queue"]["type"] == "fair"
+    assert r.json()["queue"]["settings"]["max_attempts"] == 3
+    assert_problem(await client.post(Q, json={"name": "jobs"}), 409, "ALREADY_EXISTS")
+    r = await client.put(f"{Q}/jobs", json={"settings": {"visibility_timeout_ms": 5000}})
+    assert r.json()["queue"]["settings"]["visibility_timeout_ms"] == 5000
+    await client.post(f"{Q}/jobs/messages", json={"content": "a", "group": "g"})
+    r = await client.get(f"{Q}/jobs")
+    assert r.json()["stats"] == {"ready": 1, "delayed": 0, "in_flight": 0, "dead": 0, "total": 1}
+    assert [q["name"] for q in (await client.get(Q)).json()["queues"]] == ["jobs"]
+    assert (await client.post(f"{Q}/jobs/purge")).json() == {"success": True, "purged": 1}
+    assert (await client.delete(f"{Q}/jobs")).json() == {"success": True}
+    assert_problem(await client.get(f"{Q}/jobs"), 404, "QUEUE_NOT_FOUND")
+
+
+async def test_enqueue_dequeue_ack_with_string_ids(client: httpx.AsyncClient) -> None:
+    await make_queue(client)
+    r = await client.post(f"{Q}/q1/messages", json={"content": "{\"user_id\": 1}", "group": "default", "priority": 60})
+    assert r.status_code == 201
+    doc = r.json()
+    assert doc["id"] == "1" and doc["success"] is True and doc["duplicate"] is False
+    r = await client.get(f"{Q}/q1/messages", params={"ack": "false"})
+    msg = r.json()
+    assert msg["id"] == "1" and msg["content"] == "{\"user_id\": 1}" and msg["content_encoding"] == "text"
+    assert msg["state"] == "in_flight" and isinstance(msg["lease_id"], str)
+    r = await client.post(f"{Q}/q1/messages/1/touch", json={"lease_id": msg["lease_id"], "visibility_timeout_ms": 1000})
+    assert r.json()["success"] is True and r.json()["lease_expires_at_ms"] > 0
+    assert_problem(await client.post(f"{Q}/q1/messages/1/ack", json={"lease_id": 1}), 409, "STALE_LEASE")
+    r = await client.post(f"{Q}/q1/messages/1/ack", json={"lease_id": int(msg["lease_id"])})  # integer id accepted
+    assert r.json() == {"success": True}
+    assert_problem(await client.post(f"{Q}/q1/messages/1/ack"), 404, "MESSAGE_NOT_FOUND")
+
+
+async def test_empty_queue_dequeue_is_204(client: httpx.AsyncClient) -> None:
+    await make_queue(client)
+    r = await client.get(f"{Q}/q1/messages", params={"ack": "true", "wait_ms": 10})
+    assert r.status_code == 204 and r.content == b""
+    r = await client.post(f"{Q}/q1/messages:dequeue", json={"max_messages": 5})
+    assert r.json() == {"messages": []}
+
+
+async def test_nack_priority_get_delete(client: httpx.AsyncClient, fake: FakeQueueService) -> None:
+    await make_queue(client)
+    await client.post(f"{Q}/q1/messages", json={"content": "x", "metadata": {"k": "v"}})
+    await client.get(f"{Q}/q1/messages")
+    assert (await client.post(f"{Q}/q1/messages/1/nack", json={"priority": 7})).json() == {"success": True}
+    assert (await client.get(f"{Q}/q1/messages/1")).json()["priority"] == 7
+    r = await client.put(f"{Q}/q1/messages/1/priority", json={"priority": 12})
+    assert r.json()["success"] is True and r.json()["message"]["priority"] == 12
+    assert (await client.get(f"{Q}/q1/messages/1")).json()["metadata"] == {"k": "v"}
+    assert (await client.delete(f"{Q}/q1/messages/1")).json() == {"success": True}
+    assert_problem(await client.get(f"{Q}/q1/messages/1"), 404, "MESSAGE_NOT_FOUND")
+
+
+async def test_binary_content_round_trips_as_base64(client: httpx.AsyncClient, fake: FakeQueueService) -> None:
+    await make_queue(client)
+    raw = bytes(range(256))
+    r = await client.post(f"{Q}/q1/messages", json={"content": base64.b64encode(raw).decode(), "content_encoding": "base64"})
+    assert r.status_code == 201
+    assert fake.state.queues["q1"].messages[1].content == raw
+    msg = (await client.get(f"{Q}/q1/messages?ack=true")).json()
+    assert msg["content_encoding"] == "base64" and base64.b64decode(msg["content"]) == raw
+    before = fake.mutations
+    assert_problem(await client.post(f"{Q}/q1/messages", json={"content": "!!", "content_encoding": "base64"}), 400,
+                   "INVALID_CONTENT")
+    assert fake.mutations == before
+
+
+async def test_batch_enqueue_and_ack(client: httpx.AsyncClient) -> None:
+    await make_queue(client)
+    msgs = [{"content": f"m{i}", "priority": i - 10} for i in range(3)] + [{"content": "d", "dedup_id": "k"}] * 2
+    r = await client.post(f"{Q}/q1/messages:batch", json={"messages": msgs})
+    res = r.json()["results"]
+    assert [x["success"] for x in res] == [True] * 5
+    assert [x["id"] for x in res] == ["1", "2", "3", "4", "4"] and res[4]["duplicate"] is True
+    got = (await client.post(f"{Q}/q1/messages:dequeue", json={"max_messages": 2})).json()["messages"]
+    assert [m["id"] for m in got] == ["1", "2"]
+    r = await client.post(f"{Q}/q1/messages:ack", json={"ids": ["1", 2, "3"]})
+    res = r.json()["results"]
+    assert [(x["id"], x["success"]) for x in res] == [("1", True), ("2", True), ("3", False)]
+    assert res[2]["error"]["reason"] == "NOT_IN_FLIGHT" and res[2]["error"]["status"] == 409
+    assert_problem(await client.post(f"{Q}/nope/messages:batch", json={"messages": msgs}), 404, "QUEUE_NOT_FOUND")
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status", "reason"),
+    [
+        ("POST", f"{Q}/q1/messages", b'{"content": "a",', 400, "MALFORMED_JSON"),
+        ("POST", f"{Q}/q1/messages", b"[1, 2]", 400, "INVALID_REQUEST"),
+        ("POST", f"{Q}/q1/messages", b'{"content": 5}', 400, "INVALID_REQUEST"),
+        ("POST", f"{Q}/q1/messages", b'{"content": "a", "priority": "60"}', 400, "INVALID_REQUEST"),
+        ("POST", f"{Q}/q1/messages", b'{"content": "a", "priority": 1e3}', 400, "INVALID_REQUEST"),
+        ("POST", f"{Q}/q1/messages", b'{"content": "a", "priority": 9223372036854775808}', 400, "INVALID_REQUEST"),
+        ("POST", f"{Q}/q1/messages", b'{"content": "a", "colour": "red"}', 400, "INVALID_REQUEST"),
+        ("POST", f"{Q}/q1/messages", b'{"content": "a", "delay_ms": -1}', 400, "INVALID_REQUEST"),
+        ("POST", f"{Q}/q1/messages", b"", 400, "MISSING_BODY"),
+        ("POST", f"{Q}/nope/messages", b'{"content": "a"}', 404, "QUEUE_NOT_FOUND"),
+        ("POST", f"{Q}/bad%20name/messages", b'{"content": "a"}', 400, "INVALID_QUEUE_NAME"),
+        ("POST", Q, b'{"name": "bad name"}', 400, "INVALID_QUEUE_NAME"),
+        ("POST", Q, b'{"name": "q2", "type": "lifo"}', 400, "INVALID_REQUEST"),
+        ("POST", Q, b'{"name": "q2", "settings": {"max_attempts": -1}}', 400, "INVALID_REQUEST"),
+        ("PUT", f"{Q}/q1/messages/1/priority", b'{"priority": true}', 400, "INVALID_REQUEST"),
+        ("PUT", f"{Q}/q1/messages/abc/priority", b'{"priority": 1}', 400, "INVALID_ID"),
+        ("PUT", f"{Q}/q1/messages/0/priority", b'{"priority": 1}', 400, "INVALID_ID"),
+        ("POST", f"{Q}/q1/messages/1/ack", b'{"lease_id": "x"}', 400, "INVALID_REQUEST"),
+        ("POST", f"{Q}/q1/messages:ack", b'{"ids": []}', 400, "INVALID_REQUEST"),
+        ("GET", f"{Q}/q1/messages?wait_ms=-5", b"", 400, "INVALID_REQUEST"),
+        ("GET", f"{Q}/q1/messages?ack=maybe", b"", 400, "INVALID_REQUEST"),
+        ("GET", "/API/v1/nothing", b"", 404, "NOT_FOUND"),
+        ("PATCH", f"{Q}/q1", b"{}", 405, "METHOD_NOT_ALLOWED"),
+    ],
+)
+async def test_bad_requests_are_problems_and_change_nothing(
+    client: httpx.AsyncClient, fake: FakeQueueService, method: str, path: str, body: bytes, status: int, reason: str
+) -> None:
+    await make_queue(client)
+    await client.post(f"{Q}/q1/messages", json={"content": "keep"})
+    before, snap = fake.mutations, fake.snapshot()
+    r = await client.request(method, path, content=body, headers={"Content-Type": "application/json"})
+    doc = assert_problem(r, status, reason)
+    assert doc["retryable"] is False
+    assert fake.mutations == before and fake.snapshot() == snap
+
+
+async def test_validation_problem_names_the_field(client: httpx.AsyncClient) -> None:
+    await make_queue(client)
+    r = await client.post(f"{Q}/q1/messages", json={"content": "a", "priority": "high"})
+    doc = assert_problem(r, 400, "INVALID_REQUEST")
+    assert "priority" in doc["detail"]  # type: ignore[operator]
+    assert doc["errors"][0]["loc"] == ["body", "priority"]  # type: ignore[index]
+
+
+async def test_wrong_content_type_is_415(client: httpx.AsyncClient, fake: FakeQueueService) -> None:
+    await make_queue(client)
+    before = fake.mutations
+    r = await client.post(f"{Q}/q1/messages", content=b'{"content": "a"}', headers={"Content-Type": "text/plain"})
+    assert_problem(r, 415, "UNSUPPORTED_MEDIA_TYPE")
+    # curl -d without -H sends application/x-www-form-urlencoded: accepted as JSON
+    r = await client.post(f"{Q}/q1/messages", content=b'{"content": "a"}',
+                          headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 201 and fake.mutations == before + 1
+
+
+async def test_oversized_bodies_are_413_and_change_nothing(client: httpx.AsyncClient, fake: FakeQueueService) -> None:
+    await make_queue(client)
+    single, batch = body_limits(fake.limits.max_message_bytes)
+    before = fake.mutations
+    big = json.dumps({"content": "x" * (single + 10)}).encode()
+    r = await client.post(f"{Q}/q1/messages", content=big, headers={"Content-Type": "application/json"})
+    assert_problem(r, 413, "BODY_TOO_LARGE")
+
+    async def chunks():  # no Content-Length: refused while streaming
+        for _ in range(single // 65536 + 2):
+            yield b"x" * 65536
+
+    r = await client.post(f"{Q}/q1/messages", content=chunks(), headers={"Content-Type": "application/json"})
+    assert "content-length" not in r.request.headers
+    assert_problem(r, 413, "BODY_TOO_LARGE")
+    # within the body limit but over the message limit: the service's TooLarge (413)
+    r = await client.post(f"{Q}/q1/messages", json={"content": "x" * (fake.limits.max_message_bytes + 1)})
+    assert_problem(r, 413, "MESSAGE_TOO_LARGE")
+    assert fake.mutations == before
+    # a batch body may exceed the single-message limit
+    msgs = [{"content": "y" * 1000}] * ((single // 1000) + 10)
+    r = await client.post(f"{Q}/q1/messages:batch", json={"messages": msgs})
+    assert r.status_code == 200 and len(r.json()["results"]) == len(msgs)
+
+
+async def test_not_leader_is_503_with_hint(client: httpx.AsyncClient, fake: FakeQueueService) -> None:
+    from doq.errors import NotLeader
+
+    async def refuse(*a: object, **k: object) -> None:
+        raise NotLeader("not the leader", leader_hint="127.0.0.1:8002")
+
+    fake.create_queue = refuse  # type: ignore[method-assign]
+    r = await client.post(Q, json={"name": "x"})
+    doc = assert_problem(r, 503, "NOT_LEADER")
+    assert doc["retryable"] is True and doc["leader_hint"] == "127.0.0.1:8002"
+    assert r.headers["retry-after"] == "1"
+
+
+async def test_health_and_metrics(client: httpx.AsyncClient, fake: FakeQueueService) -> None:
+    assert (await client.get("/livez")).json() == {"status": "ok"}
+    r = await client.get("/readyz")
+    assert r.status_code == 200 and r.json()["ready"] is True
+    fake.node.is_leader = False
+    assert (await client.get("/readyz")).status_code == 503
+    await make_queue(client, "depth_q")
+    await client.post(f"{Q}/depth_q/messages", json={"content": "a"})
+    await client.post(f"{Q}/depth_q/messages", json={"content": "b"})
+    await client.get(f"{Q}/depth_q/messages")
+    text = (await client.get("/metrics")).text
+    assert 'doq_queue_messages{queue="depth_q",state="ready"} 1.0' in text
+    assert 'doq_queue_messages{queue="depth_q",state="in_flight"} 1.0' in text
+    assert re.search(r'doq_messages_enqueued_total\{transport="http"\} [1-9]', text)
+    assert "doq_commit_seconds_bucket" in text and "doq_fsync_seconds_bucket" in text
+    assert "doq_node_is_leader 0.0" in text
+
+
+async def test_openapi_document(client: httpx.AsyncClient) -> None:
+    doc = (await client.get("/openapi.json")).json()
+    assert doc["openapi"].startswith("3.")
+    text = json.dumps(doc)
+    assert "HTTPValidationError" not in text and '"422"' not in text
+    for ref in set(re.findall(r'"#/components/schemas/([^"]+)"', text)):
+        assert ref in doc["components"]["schemas"], ref
+    paths = doc["paths"]
+    for path, methods in {
+        "/API/v1/queues": {"get", "post"},
+        "/API/v1/queues/{name}": {"get", "put", "delete"},
+        "/API/v1/queues/{name}/purge": {"post"},
+        "/API/v1/queues/{name}/messages": {"get", "post"},
+        "/API/v1/queues/{name}/messages:batch": {"post"},
+        "/API/v1/queues/{name}/messages:dequeue": {"post"},
+        "/API/v1/queues/{name}/messages:ack": {"post"},
+        "/API/v1/queues/{name}/messages/{id}": {"get", "delete"},
+        "/API/v1/queues/{name}/messages/{id}/ack": {"post"},
+        "/API/v1/queues/{name}/messages/{id}/nack": {"post"},
+        "/API/v1/queues/{name}/messages/{id}/touch": {"post"},
+        "/API/v1/queues/{name}/messages/{id}/priority": {"put"},
+        "/db/backup": {"post"}, "/db/restore": {"post"},
+        "/livez": {"get"}, "/readyz": {"get"}, "/metrics": {"get"},
+    }.items():
+        assert methods <= set(paths[path]), path
+    enqueue = paths["/API/v1/queues/{name}/messages"]["post"]
+    assert enqueue["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/EnqueueBody")
+    assert "application/problem+json" in enqueue["responses"]["404"]["content"]
+    assert "204" in paths["/API/v1/queues/{name}/messages"]["get"]["responses"]
+    schemas = doc["components"]["schemas"]
+    assert schemas["EnqueueResultModel"]["properties"]["id"]["type"] == "string"
+    assert schemas["EnqueueBody"]["additionalProperties"] is False
+    assert schemas["EnqueueBody"]["examples"][0]["content"] == "{\"user_id\": 1}"
