@@ -1,0 +1,64 @@
+"""A deterministic, seeded stream of encoded log entries exercising every command."""
+
+from __future__ import annotations
+
+import random
+
+from doq.queues import commands as c
+from doq.queues.codec import encode_batch
+from doq.queues.model import QueueSettings
+
+T0 = 1_700_000_000_000
+
+
+def entries(seed: int, n: int, start_index: int = 1, start_ms: int = T0) -> list[tuple[int, bytes]]:
+    """`n` log entries (some empty Raft no-ops). Ids are guessed (1..next), so some commands
+    fail: failures must be deterministic too."""
+    rnd = random.Random(seed)
+    out: list[tuple[int, bytes]] = []
+    now = start_ms
+    guess = 1
+    for i in range(n):
+        index = start_index + i
+        now += rnd.choice([0, 1, 5, 40, 200])
+        if rnd.random() < 0.05:
+            out.append((index, b""))
+            continue
+        cmds: list[c.Command] = []
+        if i == 0 or rnd.random() < 0.02:
+            cmds.append(c.CreateQueue("d", "delayed", QueueSettings(visibility_timeout_ms=100, max_attempts=2,
+                                                                      dead_letter_queue="f")))
+            cmds.append(c.CreateQueue("f", "fair", QueueSettings(visibility_timeout_ms=150,
+                                                                   max_unacked_per_group=3,
+                                                                   dedup_window_ms=500)))
+        for _ in range(rnd.randint(1, 4)):
+            q = rnd.choice(["d", "f"])
+            r = rnd.random()
+            if r < 0.35:
+                items = [c.EnqueueItem(rnd.randbytes(rnd.randint(0, 30)), f"g{rnd.randint(0, 3)}",
+                                       rnd.choice([0, 1, 2, 9]), rnd.choice([{}, {"k": "v"}]),
+                                       rnd.choice(["", "", "x", "y", f"u{i}"]), rnd.choice([0, 0, 30]))
+                         for _ in range(rnd.randint(1, 5))]
+                cmds.append(c.Enqueue(q, items))
+                guess += len(items)
+            elif r < 0.55:
+                cmds.append(c.Dequeue(q, rnd.randint(1, 4), rnd.random() < 0.2))
+            elif r < 0.70:
+                cmds.append(c.Ack(q, [rnd.randint(1, guess) for _ in range(rnd.randint(1, 3))]))
+            elif r < 0.76:
+                cmds.append(c.Nack(q, rnd.randint(1, guess), 0, rnd.choice([0, 20]),
+                                   rnd.choice([None, 3])))
+            elif r < 0.80:
+                cmds.append(c.Touch(q, rnd.randint(1, guess)))
+            elif r < 0.85:
+                cmds.append(c.UpdatePriority(q, rnd.randint(1, guess), rnd.randint(-3, 3)))
+            elif r < 0.90:
+                cmds.append(c.DeleteMessage(q, rnd.randint(1, guess)))
+            elif r < 0.92:
+                cmds.append(c.PurgeQueue(q))
+            elif r < 0.93:
+                cmds.append(c.DeleteQueue(q))
+            else:
+                cmds.append(c.Tick())
+        out.append((index, encode_batch(c.CommandBatch(now, cmds))))
+    return out
