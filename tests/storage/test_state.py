@@ -102,7 +102,9 @@ def test_reads_and_dequeue_content(tmp_path: Path) -> None:
                c.Enqueue("q", [c.EnqueueItem(b"hello", metadata={"m": "1"}), c.EnqueueItem(b"later", delay_ms=99)])),
         _batch(2, T0 + 1, c.Dequeue("q", 5)),
     ])
-    [msg] = res[1][0]  # type: ignore[misc]
+    views = res[1][0]
+    assert isinstance(views, list) and len(views) == 1
+    msg = views[0]
     assert (msg.content, msg.metadata, msg.state) == (b"hello", {"m": "1"}, MessageState.IN_FLIGHT)
     got = st.get_message("q", 2)
     assert (got.content, got.state, got.deliver_at_ms) == (b"later", MessageState.DELAYED, T0 + 99)
