@@ -25,6 +25,8 @@ class Network:
         self.rng = rng
         self.faults = faults
         self.blocked: set[tuple[str, str]] = set()
+        self.isolated: dict[str, int] = {}
+        """Node id -> time its isolation ends (independent of ``blocked``)."""
         self._heap: list[tuple[int, int, Message]] = []
         self._seq = 0
         self.sent = 0
@@ -34,7 +36,7 @@ class Network:
         self.sent += 1
         f = self.faults
         rng = self.rng
-        if (m.frm, m.to) in self.blocked or (f.drop and rng.random() < f.drop):
+        if self.cut(m) or (f.drop and rng.random() < f.drop):
             self.dropped += 1
             return
         copies = 2 if f.duplicate and rng.random() < f.duplicate else 1
@@ -49,7 +51,7 @@ class Network:
         heap = self._heap
         while heap and heap[0][0] <= now:
             m = heapq.heappop(heap)[2]
-            if (m.frm, m.to) in self.blocked:
+            if self.cut(m):
                 self.dropped += 1
                 continue
             out.append(m)
@@ -59,6 +61,20 @@ class Network:
         return len(self._heap)
 
     # -- partitions ------------------------------------------------------------------
+    def cut(self, m: Message) -> bool:
+        iso = self.isolated
+        if iso and (m.frm in iso or m.to in iso):
+            return True
+        return (m.frm, m.to) in self.blocked
+
+    def isolate(self, node: str, until: int) -> None:
+        self.isolated[node] = until
+
+    def expire_isolations(self, now: int) -> None:
+        for n, t in list(self.isolated.items()):
+            if t <= now:
+                del self.isolated[n]
+
     def partition(self, side_a: list[str], side_b: list[str]) -> None:
         for a in side_a:
             for b in side_b:
@@ -70,3 +86,4 @@ class Network:
 
     def heal(self) -> None:
         self.blocked.clear()
+        self.isolated.clear()

@@ -43,8 +43,12 @@ class SimOptions:
     p_crash: float = 0.003
     p_conf: float = 0.003
     p_transfer: float = 0.002
-    p_crash_after_vote: float = 0.25
+    p_crash_after_vote: float = 0.5
     p_ready_now: float = 0.7
+    p_kill_new_leader: tuple[float, ...] = (0.0, 0.5, 0.9)
+    """Per-seed choice: chance that a freshly elected leader is soon crashed or isolated."""
+    p_isolate_on_commit: tuple[float, ...] = (0.0, 0.03, 0.1)
+    """Per-seed choice: chance that a leader is isolated right as it advances its commit."""
 
     def __post_init__(self) -> None:
         if self.bug is not None and self.bug not in KNOWN_BUGS:
@@ -85,7 +89,10 @@ class Simulation:
             max_delay=rng.choice([2, 6, 12, 25]),
         )
         self.net = Network(random.Random(rng.getrandbits(64)), self.faults)
-        self.max_entries = rng.choice([1, 1, 2, 3, 64])
+        self.max_entries = rng.choice([1, 1, 1, 2, 64])
+        self.p_kill = rng.choice(opts.p_kill_new_leader)
+        self.kill_at: dict[str, int] = {}
+        self.p_isolate_on_commit = rng.choice(opts.p_isolate_on_commit)
         self.bugs = frozenset({opts.bug}) if opts.bug else frozenset()
         self.nodes: dict[str, SimNode] = {}
         self.phase: dict[str, int] = {}
@@ -193,6 +200,10 @@ class Simulation:
             rd = n.last_ready
             if rd is not None and rd.soft_state is not None and rd.soft_state.role == Role.LEADER:
                 self.result.elections += 1
+                if faults and rng.random() < self.p_kill:
+                    # at once (its first appends never leave) or mid-replication
+                    delay = rng.randint(0, 3) if rng.random() < 0.5 else rng.randint(10, 80)
+                    self.kill_at[nid] = self.now + delay
             granted_vote = False
             for m in msgs:
                 self.net.send(self.now, m)
@@ -200,6 +211,15 @@ class Simulation:
                     granted_vote = True
             if rd is not None:
                 self._note_conf_changes(rd.committed_entries)
+            if (
+                faults
+                and rd is not None
+                and rd.hard_state is not None
+                and core.role == Role.LEADER
+                and rng.random() < self.p_isolate_on_commit
+            ):
+                self.net.isolate(nid, self.now + rng.randint(20, 250))
+                self._trace(self.now, "isolate-on-commit", nid)
             if faults and granted_vote and rng.random() < self.opts.p_crash_after_vote:
                 self._crash(nid, self.rng.randint(1, 30))
         for rid in self.checker.removed - self.retired:
@@ -249,10 +269,28 @@ class Simulation:
         rng = self.rng
         opts = self.opts
         now = self.now
+        self.net.expire_isolations(now)
         if self.heal_at >= 0 and now >= self.heal_at:
             self.net.heal()
             self.heal_at = -1
             self._trace(now, "heal")
+        for nid, t in list(self.kill_at.items()):
+            if t <= now:
+                del self.kill_at[nid]
+                n = self.nodes[nid]
+                if n.core is None or n.core.role != Role.LEADER:
+                    continue
+                r = rng.random()
+                if r < 0.4 and self.heal_at < 0:
+                    buddy = rng.choice([i for i in self.nodes if i != nid])
+                    self.net.partition([nid, buddy], [i for i in self.nodes if i not in (nid, buddy)])
+                    self.heal_at = now + rng.randint(20, 250)
+                    self._trace(now, "isolate-new-leader-with", nid, buddy)
+                elif r < 0.8:
+                    self.net.isolate(nid, now + rng.randint(20, 250))
+                    self._trace(now, "isolate-new-leader", nid)
+                else:
+                    self._crash(nid, rng.randint(5, 150))
         if self.heal_at < 0 and rng.random() < opts.p_partition:
             self._partition()
         if rng.random() < opts.p_crash:
