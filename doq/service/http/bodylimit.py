@@ -32,7 +32,7 @@ class BodyLimitMiddleware:
         limit = self.limit_for(scope["path"])
         declared = _content_length(scope)
         if declared is not None and declared > limit:
-            await self._too_large(scope, send, declared, limit)
+            await self._too_large(scope, send, declared, limit, partial=False)
             return
         chunks: list[bytes] = []
         size = 0
@@ -44,7 +44,7 @@ class BodyLimitMiddleware:
             if chunk:
                 size += len(chunk)
                 if size > limit:
-                    await self._too_large(scope, send, size, limit)
+                    await self._too_large(scope, send, size, limit, partial=True)
                     return
                 chunks.append(chunk)
             if not message.get("more_body", False):
@@ -62,9 +62,9 @@ class BodyLimitMiddleware:
         await self.app(scope, replay, send)
 
     @staticmethod
-    async def _too_large(scope: Scope, send: Send, size: int, limit: int) -> None:
+    async def _too_large(scope: Scope, send: Send, size: int, limit: int, *, partial: bool) -> None:
         err = BadRequest(
-            f"request body of {'at least ' if size <= limit else ''}{size} bytes exceeds the limit of {limit} bytes "
+            f"request body of {'at least ' if partial else ''}{size} bytes exceeds the limit of {limit} bytes "
             f"for {scope['path']}",
             status=413, reason="BODY_TOO_LARGE",
         )
