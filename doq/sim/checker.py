@@ -40,6 +40,7 @@ class Checker:
         self.read_floor: dict[bytes, int] = {}
         self.removed: set[str] = set()
         self.reads_ok = 0
+        self.read_log: list[tuple[str, ReadState]] = []
 
     def violation(self, msg: str) -> None:
         if len(self.violations) < self.max_violations:
@@ -138,6 +139,7 @@ class Checker:
                 self.max_acked_index = e.index
 
     def on_read_state(self, node: SimNode, rs: ReadState) -> None:
+        self.read_log.append((node.id, rs))
         floor = self.read_floor.pop(rs.context, None)
         if floor is None:
             return
