@@ -270,8 +270,10 @@ class StateStore:
     def restore_records(self, txn: lmdb.Transaction,
                         records: Iterable[tuple[bytes, bytes | None, int]]) -> int:
         """Write backup records (payload None = tombstone) with their versions into `txn`,
-        in the order given (version order). Returns the count. The caller commits and then
-        calls `rebuild()`; applied_index is not changed."""
+        in the order given (version order). Every tombstone is kept, even for a key this
+        store never had. Returns the count. The caller commits and then calls `rebuild()`
+        (apply_entries refuses to run until then); applied_index is not changed (see
+        `set_applied_index`)."""
         sink = _TxnSink(self._kind_db, self._versions, self._tombs)
         sink.txn = txn
         n = 0
@@ -281,11 +283,22 @@ class StateStore:
             sink.ver = _V.pack(version)
             if value is None:
                 sink.delete(key)
+                # keep every tombstone of the backup, even for keys this store never had,
+                # so the restored state is identical to the source's
+                txn.put(sink.ver + key, b"", db=self._tombs)
             else:
                 sink.put(key, value)
             n += 1
         self._broken = True
         return n
+
+    def set_applied_index(self, txn: lmdb.Transaction, index: int) -> None:
+        """Record `index` as applied (offline restore: the node's next log index follows it).
+        If the caller aborts `txn`, it must call `rebuild()`."""
+        if type(index) is not int or index < 0:
+            raise InvalidArgument("applied index must be >= 0", reason="INVALID_INDEX")
+        txn.put(APPLIED_KEY, _V.pack(index), db=self._meta)
+        self.applied_index = index
 
     # -- snapshots -------------------------------------------------------------------------
     def iter_dump(self) -> Iterator[bytes]:

@@ -224,3 +224,22 @@ def test_an_aborted_apply_requires_rebuild(tmp_path: Path) -> None:
             st.apply_entries(txn, [(len(WORK) + 1, b"\x07garbage")])
         with pytest.raises(RuntimeError):
             st.apply_entries(txn, [])
+
+
+def test_restore_keeps_every_tombstone_and_sets_the_applied_index(tmp_path: Path) -> None:
+    env, st = _open(tmp_path / "live")
+    apply(env, st, WORK[:300])
+    _, it = st.changes(0)
+    everything = list(it)  # live records and the tombstones still kept
+    assert any(v is None for _, v, _ in everything)
+    renv, rst = _open(tmp_path / "restored")
+    with renv.begin(write=True) as txn:
+        rst.restore_records(txn, everything)
+        rst.set_applied_index(txn, st.applied_index)
+    with pytest.raises(RuntimeError):  # memory is stale until rebuild
+        with renv.begin(write=True) as txn:
+            rst.apply_entries(txn, [])
+    rst.rebuild()
+    assert rst.applied_index == 300
+    assert rst.dump_state_bytes() == st.dump_state_bytes()
+    assert shape(apply(env, st, WORK[300:])) == shape(apply(renv, rst, WORK[300:]))
