@@ -19,6 +19,7 @@ from doq.raft.storage import MemoryStorage
 from doq.raft.types import (
     ConfChange,
     ConfChangeType,
+    Entry,
     EntryType,
     MessageType,
     RaftError,
@@ -47,7 +48,7 @@ class SimOptions:
     p_ready_now: float = 0.7
     p_kill_new_leader: tuple[float, ...] = (0.0, 0.5, 0.9)
     """Per-seed choice: chance that a freshly elected leader is soon crashed or isolated."""
-    p_isolate_on_commit: tuple[float, ...] = (0.0, 0.03, 0.1)
+    p_isolate_on_commit: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6)
     """Per-seed choice: chance that a leader is isolated right as it advances its commit."""
 
     def __post_init__(self) -> None:
@@ -227,7 +228,7 @@ class Simulation:
             self.nodes[rid].crash()
             self._trace(self.now, "retire", rid)
 
-    def _note_conf_changes(self, entries: list) -> None:
+    def _note_conf_changes(self, entries: list[Entry]) -> None:
         for e in entries:
             if e.type == EntryType.CONF_CHANGE:
                 cc = codec.decode_conf_change(e.data)
@@ -306,10 +307,10 @@ class Simulation:
             if lead is not None and lead.core is not None:
                 targets = [v for v in lead.core.voters if v != lead.id]
                 if targets:
-                    t = rng.choice(targets)
+                    target = rng.choice(targets)
                     try:
-                        lead.core.transfer_leadership(t)
-                        self._trace(now, "transfer", lead.id, t)
+                        lead.core.transfer_leadership(target)
+                        self._trace(now, "transfer", lead.id, target)
                     except RaftError:
                         pass
 
