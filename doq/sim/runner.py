@@ -223,7 +223,7 @@ class Simulation:
                 self._trace(self.now, "isolate-on-commit", nid)
             if faults and granted_vote and rng.random() < self.opts.p_crash_after_vote:
                 self._crash(nid, self.rng.randint(1, 30))
-        for rid in self.checker.removed - self.retired:
+        for rid in sorted(self.checker.removed - self.retired):
             self.retired.add(rid)
             self.nodes[rid].crash()
             self._trace(self.now, "retire", rid)

@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 from doq.sim.__main__ import main
 from doq.sim.runner import SimOptions, run_seed
 
@@ -25,6 +30,20 @@ def test_same_seed_same_run_byte_for_byte() -> None:
     a, b = run_seed(7, opts), run_seed(7, opts)
     assert a.trace_hash == b.trace_hash and a == b
     assert run_seed(8, opts).trace_hash != a.trace_hash
+
+
+def test_replay_is_identical_across_processes_and_hash_seeds() -> None:
+    root = Path(__file__).resolve().parents[2]
+
+    def run(hash_seed: str) -> str:
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(root)}
+        cmd = [sys.executable, "-m", "doq.sim", "--seeds", "11:13", "--steps", "2000", "-v"]
+        out = subprocess.run(cmd, env=env, cwd=root, capture_output=True, text=True, check=True)
+        return "\n".join(line for line in out.stdout.splitlines() if line.startswith("seed="))
+
+    first = run("1")
+    assert first.count("trace=") == 2
+    assert first == run("2")
 
 
 def test_clean_core_has_no_violations() -> None:
