@@ -3,12 +3,12 @@ catch each deliberately injected bug."""
 
 from __future__ import annotations
 
-import pytest
-
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from doq.sim.__main__ import main
 from doq.sim.runner import SimOptions, run_seed
