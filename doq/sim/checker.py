@@ -76,6 +76,12 @@ class Checker:
                 f"entry {index}@{eterm} (has term {core.log.term(index)})"
             )
 
+    def on_leader_message(self, node: SimNode, term: int) -> None:
+        """``node`` sent APP/HEARTBEAT/SNAP in ``term``: only a leader of that term may."""
+        other = self.leaders.setdefault(term, node.id)
+        if other != node.id:
+            self.violation(f"election safety: {other} and {node.id} both lead term {term}")
+
     def on_persist(self, node: SimNode, entries: list[Entry]) -> None:
         base, hashes = self.node_prefix.get(node.id, (1, [BOOT_PREFIX]))
         first = entries[0].index

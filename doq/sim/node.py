@@ -17,6 +17,7 @@ from doq.raft.types import (
     Entry,
     EntryType,
     Message,
+    MessageType,
     ReadState,
     Ready,
     Snapshot,
@@ -24,6 +25,7 @@ from doq.raft.types import (
 )
 
 ZERO_HASH = bytes(16)
+LEADER_MESSAGES = frozenset({MessageType.APP, MessageType.HEARTBEAT, MessageType.SNAP})
 
 
 class ToyStateMachine:
@@ -65,6 +67,7 @@ class Observer(Protocol):
     def on_apply(self, node: SimNode, e: Entry, sm_hash: bytes) -> None: ...
     def on_read_state(self, node: SimNode, rs: ReadState) -> None: ...
     def on_removed(self, node: SimNode) -> None: ...
+    def on_leader_message(self, node: SimNode, term: int) -> None: ...
 
 
 class SimNode:
@@ -142,6 +145,11 @@ class SimNode:
             if obs:
                 obs.on_apply(self, e, self.sm.hash)
         if obs:
+            sent_as_leader = 0
+            for m in rd.messages:
+                if m.type in LEADER_MESSAGES and m.term != sent_as_leader:
+                    sent_as_leader = m.term
+                    obs.on_leader_message(self, m.term)
             for rs in rd.read_states:
                 obs.on_read_state(self, rs)
         core.advance(rd)
