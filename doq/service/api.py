@@ -24,6 +24,23 @@ def _raise_if_error(result: object) -> object:
     return result
 
 
+async def _wait_any(event: asyncio.Event, other: asyncio.Event | None, timeout_s: float) -> bool:
+    """Wait for `event` (True) or for `other`/the timeout (False)."""
+    if other is None:
+        try:
+            await asyncio.wait_for(event.wait(), timeout_s)
+            return True
+        except TimeoutError:
+            return False
+    waits = [asyncio.ensure_future(event.wait()), asyncio.ensure_future(other.wait())]
+    try:
+        await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+    return event.is_set() and not other.is_set()
+
+
 class QueueService:
     """One facade over a node. Methods are coroutine-safe; many may run concurrently."""
 
@@ -120,8 +137,13 @@ class QueueService:
         ack: bool = False,
         wait_ms: int = 0,
         visibility_timeout_ms: int = 0,
+        stop_waiting: asyncio.Event | None = None,
     ) -> list[MessageView]:
-        """Lease (or with `ack`, remove) up to `max_messages`; wait up to `wait_ms` for one."""
+        """Lease (or with `ack`, remove) up to `max_messages`; wait up to `wait_ms` for one.
+
+        `stop_waiting`, when set, ends a long poll early (returning []) but never interrupts
+        a dequeue already proposed, so messages it removed or leased are always returned.
+        """
         v.check_queue_name(queue)
         if not 0 <= max_messages <= self.limits.max_batch_messages:
             raise InvalidArgument(
@@ -142,11 +164,9 @@ class QueueService:
             # expiry Tick) and this queue may have a deliverable message, or time is up.
             while True:
                 remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                if remaining <= 0 or (stop_waiting is not None and stop_waiting.is_set()):
                     return []
-                try:
-                    await asyncio.wait_for(changed.wait(), remaining)
-                except TimeoutError:
+                if not await _wait_any(changed, stop_waiting, remaining):
                     return []
                 changed = self.node.applied_event()
                 if self.node.state.has_deliverable(queue):

@@ -20,14 +20,16 @@ from grpc_reflection.v1alpha import reflection
 
 from doq.errors import DoqError, InvalidArgument
 from doq.queues.commands import Ack, Enqueue, Nack
-from doq.queues.model import MessageView
+from doq.queues.model import EnqueueResult, MessageView
 from doq.service import convert as cv
 from doq.service import limits as v
+from doq.service import metrics
 from doq.service.api import QueueService
 from doq_client.v1 import doq_pb2 as pb
 from doq_client.v1 import doq_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
+M = metrics.GRPC
 
 T = TypeVar("T")
 STREAM_WINDOW = 8192  # responses in flight per EnqueueStream before we stop reading
@@ -58,12 +60,6 @@ def _unary(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
             raise AssertionError("unreachable") from e
 
     return wrapper
-
-
-async def _wait_closed(event: asyncio.Event, is_closed: Callable[[], bool]) -> None:
-    while not is_closed():
-        event.clear()
-        await event.wait()
 
 
 class DOQServicer(pb_grpc.DOQServicer):
@@ -102,11 +98,14 @@ class DOQServicer(pb_grpc.DOQServicer):
     @_unary
     async def Enqueue(self, request: pb.EnqueueRequest, context: Any) -> pb.EnqueueResponse:
         res = await self.api.enqueue(request.queue_name, cv.item_from_pb(request))
+        if not res.duplicate:
+            M.enqueued.inc()
         return cv.enqueue_result_to_pb(res)
 
     @_unary
     async def EnqueueBatch(self, request: pb.EnqueueBatchRequest, context: Any) -> pb.EnqueueBatchResponse:
         results = await self.api.enqueue_many([(r.queue_name, cv.item_from_pb(r)) for r in request.messages])
+        M.enqueued.inc(_count_enqueued(results))
         return pb.EnqueueBatchResponse(results=[cv.enqueue_result_to_pb(r) for r in results])
 
     def _enqueue_one_nowait(self, r: pb.EnqueueRequest) -> asyncio.Future[object]:
@@ -128,6 +127,8 @@ class DOQServicer(pb_grpc.DOQServicer):
             return cv.enqueue_result_to_pb(e)
         if isinstance(res, list):
             res = res[0]
+        if isinstance(res, EnqueueResult) and not res.duplicate:
+            M.enqueued.inc()
         return cv.enqueue_result_to_pb(res)  # type: ignore[arg-type]
 
     async def EnqueueStream(
@@ -175,6 +176,7 @@ class DOQServicer(pb_grpc.DOQServicer):
                     err = cv.enqueue_result_to_pb(e)
                     yield pb.EnqueueBatchResponse(results=[err] * count)
                     continue
+                M.enqueued.inc(_count_enqueued(results))
                 yield pb.EnqueueBatchResponse(results=[cv.enqueue_result_to_pb(x) for x in results])
             await task
         finally:
@@ -190,6 +192,9 @@ class DOQServicer(pb_grpc.DOQServicer):
             wait_ms=request.wait_ms,
             visibility_timeout_ms=request.visibility_timeout_ms,
         )
+        M.dequeued.inc(len(msgs))
+        if request.ack:
+            M.acked.inc(len(msgs))
         return pb.DequeueResponse(messages=[cv.message_to_pb(m) for m in msgs])
 
     async def _dequeue_frames(
@@ -233,10 +238,13 @@ class DOQServicer(pb_grpc.DOQServicer):
 
         def _settled(fut: asyncio.Future[object]) -> None:
             settles.discard(fut)
-            if not fut.cancelled():
-                res = fut.exception() or fut.result()
-                if isinstance(res, BaseException) or (isinstance(res, list) and any(res)):
-                    log.debug("stream ack/nack on %s failed: %s", queue, res)
+            if fut.cancelled():
+                return
+            res = fut.exception() or fut.result()
+            if isinstance(res, list):
+                M.acked.inc(sum(1 for r in res if r is None))
+            if isinstance(res, BaseException) or (isinstance(res, list) and any(res)):
+                log.debug("stream ack/nack on %s failed: %s", queue, res)
 
         def settle(req: pb.DequeueStreamRequest) -> None:
             """Propose this request's acks/nacks without waiting (pipelined)."""
@@ -254,10 +262,9 @@ class DOQServicer(pb_grpc.DOQServicer):
                     add_credits(1)
             add_credits(req.credits)
 
-        closed = False
+        half_closed = asyncio.Event()
 
         async def reader() -> None:
-            nonlocal closed
             try:
                 async for req in request_iterator:
                     try:
@@ -266,44 +273,33 @@ class DOQServicer(pb_grpc.DOQServicer):
                         log.debug("stream settle refused: %s", e)
                         break
             finally:
-                closed = True
+                half_closed.set()
                 wake.set()
 
         task = asyncio.create_task(reader())
         try:
-            while not closed:
+            while not half_closed.is_set():
                 if credit_mode and credits <= 0:
                     wake.clear()
                     await wake.wait()
                     continue
                 want = min(credits, max_batch) if credit_mode else max_batch
-                poll = asyncio.ensure_future(
-                    self.api.dequeue(
+                try:
+                    msgs = await self.api.dequeue(
                         queue,
                         max_messages=want,
                         ack=first.ack,
                         wait_ms=LONG_POLL_MS,
                         visibility_timeout_ms=first.visibility_timeout_ms,
+                        stop_waiting=half_closed,
                     )
-                )
-                closing = asyncio.ensure_future(_wait_closed(wake, lambda: closed))
-                await asyncio.wait((poll, closing), return_when=asyncio.FIRST_COMPLETED)
-                closing.cancel()
-                if not poll.done():
-                    # Half-closed while long-polling: cancel the wait. A dequeue already
-                    # proposed still commits; its messages are leased and expire as usual.
-                    poll.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, DoqError):
-                        await poll
-                    break
-                try:
-                    msgs = poll.result()
                 except DoqError as e:
                     await _abort(context, e)
                     return
                 if msgs:
                     if credit_mode:
                         credits -= len(msgs)
+                    M.dequeued.inc(len(msgs))
                     yield msgs
             if settles:
                 await asyncio.gather(*list(settles), return_exceptions=True)
@@ -338,11 +334,13 @@ class DOQServicer(pb_grpc.DOQServicer):
     @_unary
     async def Ack(self, request: pb.AckRequest, context: Any) -> pb.AckResponse:
         await self.api.ack(request.queue_name, request.id, request.lease_id)
+        M.acked.inc()
         return pb.AckResponse(success=True)
 
     @_unary
     async def AckBatch(self, request: pb.AckBatchRequest, context: Any) -> pb.AckBatchResponse:
         results = await self.api.ack_many(request.queue_name, list(request.ids))
+        M.acked.inc(sum(1 for r in results if r is None))
         return pb.AckBatchResponse(
             results=[
                 pb.AckResult(id=i, success=True) if r is None else pb.AckResult(id=i, success=False, error=cv.error_to_pb(r))
@@ -380,6 +378,10 @@ class DOQServicer(pb_grpc.DOQServicer):
             raise InvalidArgument("this node does not report cluster membership")
         servers = node.servers()
         return pb.ListServersResponse(servers=servers, leader_id=node.leader_hint)
+
+
+def _count_enqueued(results: list[Any]) -> int:
+    return sum(1 for r in results if isinstance(r, EnqueueResult) and not r.duplicate)
 
 
 def build_server(api: QueueService, addr: str, *, max_message_bytes: int) -> tuple[grpc.aio.Server, int]:
