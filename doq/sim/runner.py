@@ -32,6 +32,10 @@ from doq.sim.node import SimNode
 
 @dataclass(slots=True)
 class SimOptions:
+    """Shape of a run. ``steps`` fault-injection steps (virtual time units) are followed
+    by up to ``heal_steps`` of healing; ``p_*`` are per-step probabilities, tuples are
+    per-seed choices. Network fault rates are drawn from the seed (see Simulation)."""
+
     nodes: int = 5
     steps: int = 3000
     bug: str | None = None
@@ -60,6 +64,8 @@ class SimOptions:
 
 @dataclass(slots=True)
 class SimResult:
+    """Outcome of one seed; ``steps`` counts all virtual time units, healing included."""
+
     seed: int
     steps: int
     violations: list[str] = field(default_factory=list)
