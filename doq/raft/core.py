@@ -282,7 +282,9 @@ class RaftCore:
 
     # ------------------------------------------------------------------ step
     def step(self, m: Message) -> None:
-        """Process one message from a peer."""
+        """Process one message from a peer (messages addressed to another node are ignored)."""
+        if m.to != self.id:
+            return
         if m.term > self.term:
             if m.type in (MT.VOTE, MT.PRE_VOTE):
                 force = m.context == CAMPAIGN_TRANSFER
