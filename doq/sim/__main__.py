@@ -27,7 +27,10 @@ def replay_command(seed: int, opts: SimOptions) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m doq.sim", description=__doc__)
+    ap = argparse.ArgumentParser(
+        prog="python -m doq.sim", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--seeds", default="0:100", help="A:B runs seeds A..B-1 (default 0:100)")
     ap.add_argument("--nodes", type=int, default=5)
     ap.add_argument("--steps", type=int, default=3000)
