@@ -24,6 +24,7 @@ check-proto: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy doq
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q
