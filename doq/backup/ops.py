@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import tempfile
@@ -33,10 +34,15 @@ class BackupState(Protocol):
     """What backup/restore need from `doq.storage.state.StateStore`."""
 
     env: Any
+    applied_index: int
 
-    def iter_changes(self, since_version: int, txn: Any = None) -> Iterator[Record]: ...
+    def changes(self, since: int) -> tuple[int, Iterator[Record]]:
+        """(applied index, records with version >= since), both from one read txn."""
+        ...
 
-    def restore_records(self, txn: Any, records: Iterable[Record]) -> None: ...
+    def restore_records(self, txn: Any, records: Iterable[Record]) -> int: ...
+
+    def rebuild(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,15 +74,18 @@ def write_backup(
     """
     if since < 0:
         raise InvalidArgument(f"since must be >= 0, got {since}", reason="INVALID_SINCE")
-    with state.env.begin(buffers=False) as txn:
-        to_version = _applied_index(state, txn)
-        changes = state.iter_changes(since, txn=txn)
+    to_version, changes = state.changes(since)
+    try:
         with BackupWriter(
             out, from_version=since, to_version=max(to_version, since - 1, 0),
             cluster_id=cluster_id, node_id=node_id, frame_bytes=frame_bytes,
         ) as w:
             w.add_many(changes)
             return w.close().last_version
+    finally:
+        close = getattr(changes, "close", None)
+        if close is not None:
+            close()  # ends the store's read txn even if the writer failed
 
 
 def backup_to_tempfile(
@@ -98,14 +107,6 @@ def backup_to_tempfile(
         f.close()
         raise
     return f, last, size  # type: ignore[return-value]
-
-
-def _applied_index(state: Any, txn: Any) -> int:
-    """The store's applied index as seen by `txn` (falls back to the in-memory value)."""
-    fn = getattr(state, "applied_index_in", None)
-    if fn is not None:
-        return int(fn(txn))
-    return int(state.applied_index)
 
 
 # -- restore: checks ----------------------------------------------------------------------
@@ -151,10 +152,11 @@ def check_chain(headers: Sequence[BackupHeader], *, names: Sequence[str] | None 
 
 def _is_empty(state: Any) -> bool:
     """No applied entry and no record or tombstone."""
-    if _applied_index(state, None) if hasattr(state, "applied_index_in") else state.applied_index:
-        return False
-    with state.env.begin(buffers=False) as txn:
-        return next(iter(state.iter_changes(0, txn=txn)), None) is None
+    applied, changes = state.changes(0)
+    try:
+        return applied == 0 and next(changes, None) is None
+    finally:
+        changes.close()
 
 
 @contextlib.contextmanager
@@ -212,26 +214,64 @@ def restore_into(
     batch: list[Record] = []
     size = 0
     env = state.env
-    for r in readers:
-        for entry, recs in r.iter_frames():
-            batch += recs
-            size += entry.uncompressed_length
-            records += len(recs)
-            tombstones += sum(1 for x in recs if x[1] is None)
-            last = max(last, entry.last_version)
-            if size >= RESTORE_TXN_BYTES:
-                with env.begin(write=True) as txn:
-                    state.restore_records(txn, batch)
-                batch, size = [], 0
     to_version = max(r.header.to_version for r in readers)
-    with env.begin(write=True) as txn:
-        state.restore_records(txn, batch)
-        _set_applied_index(state, txn, to_version)
+    dbs = _store_dbs(state)  # opened before any write txn (opening takes its own txn)
+    try:
+        for r in readers:
+            for entry, recs in r.iter_frames():
+                batch += recs
+                size += entry.uncompressed_length
+                records += len(recs)
+                tombstones += sum(1 for x in recs if x[1] is None)
+                last = max(last, entry.last_version)
+                if size >= RESTORE_TXN_BYTES:
+                    with env.begin(write=True) as txn:
+                        _write_chunk(state, txn, batch, dbs)
+                    batch, size = [], 0
+        with env.begin(write=True) as txn:
+            _write_chunk(state, txn, batch, dbs)
+            _set_applied_index(state, txn, to_version, dbs)
+    finally:
+        state.rebuild()  # the store's memory follows what was committed
     return RestoreResult(len(readers), records, tombstones, to_version, last)
 
 
-def _set_applied_index(state: Any, txn: Any, index: int) -> None:
-    state.set_applied_index(txn, index)
+def _store_dbs(state: Any) -> dict[bytes, Any] | None:
+    """The LMDB databases restore writes besides `restore_records` (None for other stores)."""
+    import lmdb
+
+    if not isinstance(state.env, lmdb.Environment):
+        return None
+    from doq.storage.env import open_db
+
+    return {n: open_db(state.env, n) for n in (b"state_tombstones", b"state_meta")}
+
+
+def _write_chunk(state: Any, txn: Any, records: list[Record], dbs: dict[bytes, Any] | None) -> None:
+    """Write records; every tombstone of the backup is kept as a tombstone, even for a key
+    the target never had (so the restored state is byte-identical to the source)."""
+    state.restore_records(txn, records)
+    if dbs is None:
+        return
+    # Layout of doq.storage.state (module docstring): state_tombstones holds
+    # (u64 BE version + key) -> b"". `restore_records` writes a tombstone only when the
+    # key existed; this put is idempotent when it did.
+    tombs = dbs[b"state_tombstones"]
+    for key, value, version in records:
+        if value is None:
+            txn.put(version.to_bytes(8, "big") + key, b"", db=tombs)
+
+
+def _set_applied_index(state: Any, txn: Any, index: int, dbs: dict[bytes, Any] | None) -> None:
+    """Record the restored version as applied (so the node's next log index follows it)."""
+    setter = getattr(state, "set_applied_index", None)
+    if setter is not None:
+        setter(txn, index)
+        return
+    from doq.storage.state import APPLIED_KEY
+
+    assert dbs is not None
+    txn.put(APPLIED_KEY, index.to_bytes(8, "big"), db=dbs[b"state_meta"])
 
 
 def restore_offline(
@@ -269,10 +309,8 @@ async def restore_online(node: Any, files: Sequence[BinaryIO], names: Sequence[s
     node's writer, serialized with commits. Later (Raft) it becomes a replicated command so
     every node applies the same records; the API stays the same.
     """
-    import asyncio
-
     names = list(names) if names else [f"file #{i + 1}" for i in range(len(files))]
-    readers = [_reader(f, n) for f, n in zip(files, names, strict=True)]
+    readers = await asyncio.to_thread(lambda: [_reader(f, n) for f, n in zip(files, names, strict=True)])
     check_chain([r.header for r in readers], names=names)
     if not node.is_leader:
         raise FailedPrecondition("online restore must be sent to the leader", reason="NOT_LEADER")
@@ -283,7 +321,7 @@ async def restore_online(node: Any, files: Sequence[BinaryIO], names: Sequence[s
             "into each stopped node, or into one node and add the others",
             reason="RESTORE_MULTI_NODE",
         )
-    _verify_all(readers, names)  # off the writer: only the write part is serialized
+    await asyncio.to_thread(_verify_all, readers, names)  # off the writer and the loop
     restore = getattr(node, "restore_backup", None)
     if restore is not None:  # the node serializes the restore with its commits
         return await restore(lambda state: restore_into(state, readers, names, verified=True))  # type: ignore[no-any-return]
@@ -297,20 +335,13 @@ async def _restore_local_node(node: Any, readers: Sequence[BackupReader], names:
 
     Runs the restore in the node's single writer thread (so it is serialized with commits),
     then moves the node's next log index past the restored version (versions must keep
-    growing for incremental backups) and lets the store rebuild its in-memory indexes.
+    growing for incremental backups). `restore_into` has rebuilt the store's memory.
     """
-    import asyncio
-
     loop = asyncio.get_running_loop()
     res: RestoreResult = await loop.run_in_executor(
         node._writer, lambda: restore_into(node.state, readers, names, verified=True)
     )
     node._next_index = max(node._next_index, res.to_version + 1)
-    for hook in ("reload", "rebuild_indexes"):
-        fn = getattr(node.state, hook, None)
-        if fn is not None:
-            await loop.run_in_executor(node._writer, fn)
-            break
     schedule = getattr(node, "_schedule_tick", None)
     if schedule is not None:
         schedule()

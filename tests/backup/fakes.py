@@ -32,19 +32,29 @@ class FakeState:
             self.records[k] = (v, index)
         self.applied_index = index
 
-    def iter_changes(self, since_version: int, txn: Any = None) -> Iterator[Record]:
-        if since_version and since_version < self.horizon:
+    def changes(self, since: int) -> tuple[int, Iterator[Record]]:
+        if since < 0:
+            raise InvalidArgument("since must be >= 0", reason="INVALID_SINCE")
+        if 0 < since < self.horizon:
             raise InvalidArgument("since too old", reason="SINCE_TOO_OLD")
-        rows = sorted((ver, k, v) for k, (v, ver) in self.records.items() if ver >= since_version)
-        for ver, k, v in rows:
-            yield (k, v, ver)
+        rows = sorted((ver, k, v) for k, (v, ver) in self.records.items() if ver >= since)
+        return self.applied_index, ((k, v, ver) for ver, k, v in rows)
 
-    def restore_records(self, txn: Any, records: Iterable[Record]) -> None:
+    def iter_changes(self, since: int) -> Iterator[Record]:
+        return self.changes(since)[1]
+
+    def restore_records(self, txn: Any, records: Iterable[Record]) -> int:
+        n = 0
         for k, v, ver in records:
             self.records[k] = (v, ver)
+            n += 1
+        return n
 
     def set_applied_index(self, txn: Any, index: int) -> None:
         self.applied_index = index
+
+    def rebuild(self) -> None:
+        self.rebuilt = True
 
     def live(self) -> dict[bytes, bytes]:
         return {k: v for k, (v, _) in self.records.items() if v is not None}
