@@ -19,8 +19,9 @@ from doq.backup.format import BackupReader, BackupWriter, Record
 
 def _records(n: int, value_bytes: int) -> Iterator[Record]:
     pad = os.urandom(value_bytes).hex().encode()
+    prefix = b"M" + len(b"orders-queue").to_bytes(2, "big") + b"orders-queue"
     for i in range(n):
-        key = b"m/orders-queue/%012d" % i
+        key = prefix + i.to_bytes(8, "big")  # a message key of doq.storage.keys
         value = (b'{"user_id": %d, "event": "signup", "pad": "%s"}' % (i, pad[i % 64 : i % 64 + value_bytes]))
         yield (key, None if i % 10 == 9 else value[:value_bytes], i + 1)
 
@@ -48,7 +49,7 @@ def bench_format(n: int, value_bytes: int, path: str) -> None:
 
 
 def bench_lmdb(n: int, value_bytes: int, path: str, tmp: str) -> None:
-    from doq.backup.ops import write_backup
+    from doq.backup.ops import _set_applied_index, _store_dbs, _write_chunk, write_backup
     from doq.storage.env import open_env
     from doq.storage.state import StateStore
 
@@ -56,9 +57,10 @@ def bench_lmdb(n: int, value_bytes: int, path: str, tmp: str) -> None:
     state = StateStore(env)
     recs = list(_records(n, value_bytes))
     payload = sum(len(k) + len(v or b"") for k, v, _ in recs)
+    dbs = _store_dbs(state)
     with env.begin(write=True) as txn:
-        state.restore_records(txn, recs)
-        state.set_applied_index(txn, n)
+        _write_chunk(state, txn, recs, dbs)
+        _set_applied_index(state, txn, n, dbs)
     t0 = time.perf_counter()
     with open(path, "wb") as f:
         last = write_backup(state, 0, f)
