@@ -325,24 +325,4 @@ async def restore_online(node: Any, files: Sequence[BinaryIO], names: Sequence[s
     restore = getattr(node, "restore_backup", None)
     if restore is not None:  # the node serializes the restore with its commits
         return await restore(lambda state: restore_into(state, readers, names, verified=True))  # type: ignore[no-any-return]
-    if hasattr(node, "_writer") and hasattr(node, "_next_index"):
-        return await _restore_local_node(node, readers, names)
     return await asyncio.to_thread(restore_into, node.state, readers, names, verified=True)
-
-
-async def _restore_local_node(node: Any, readers: Sequence[BackupReader], names: Sequence[str]) -> RestoreResult:
-    """Shim for `doq.node.local.LocalNode` until it offers `restore_backup(fn)`.
-
-    Runs the restore in the node's single writer thread (so it is serialized with commits),
-    then moves the node's next log index past the restored version (versions must keep
-    growing for incremental backups). `restore_into` has rebuilt the store's memory.
-    """
-    loop = asyncio.get_running_loop()
-    res: RestoreResult = await loop.run_in_executor(
-        node._writer, lambda: restore_into(node.state, readers, names, verified=True)
-    )
-    node._next_index = max(node._next_index, res.to_version + 1)
-    schedule = getattr(node, "_schedule_tick", None)
-    if schedule is not None:
-        schedule()
-    return res

@@ -18,6 +18,7 @@ import concurrent.futures
 import logging
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 import lmdb
 
@@ -27,6 +28,7 @@ from doq.queues.commands import Command, CommandBatch, Tick
 from doq.storage.state import StateStore
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MAX_COMMANDS_PER_ENTRY = 4096
 MAX_BATCH_BYTES = 8 * 1024 * 1024
@@ -63,6 +65,7 @@ class LocalNode:
         self._last_now_ms = 0
         self._stopping = False
         self._next_index = state.applied_index + 1
+        self._commit_lock = asyncio.Lock()  # one commit or restore at a time
 
     # -- Node protocol ---------------------------------------------------------------------
     @property
@@ -107,6 +110,21 @@ class LocalNode:
     def applied_event(self) -> asyncio.Event:
         return self._applied
 
+    async def restore_backup(self, fn: Callable[[StateStore], T]) -> T:
+        """Run `fn(state)` (an online restore) in the writer, between two commits.
+
+        Afterwards the next log index follows the restored applied index, so versions keep
+        growing (incremental backups stay exact) and long polls and ticks are re-armed.
+        """
+        async with self._commit_lock:
+            loop = asyncio.get_running_loop()
+            result = await loop.run_in_executor(self._writer, fn, self.state)
+            self._next_index = self.state.applied_index + 1
+            self._applied.set()
+            self._applied = asyncio.Event()
+            self._schedule_tick()
+            return result
+
     # -- internals -------------------------------------------------------------------------
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -117,6 +135,7 @@ class LocalNode:
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
+            await self._commit_lock.acquire()
             count = _take_count(self._pending)
             taken = self._pending[:count]
             del self._pending[:count]
@@ -136,6 +155,8 @@ class LocalNode:
                         fut.set_exception(err)
                 self._pending.clear()
                 raise
+            finally:
+                self._commit_lock.release()
             self._next_index = index + 1
             for (_, fut), res in zip(taken, results, strict=True):
                 if not fut.done():
