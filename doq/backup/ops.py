@@ -72,8 +72,8 @@ def write_backup(
     the header as `to_version`) and every record read. Raises `InvalidArgument` for a
     negative `since` and (from the store) reason SINCE_TOO_OLD below the tombstone horizon.
     """
-    if since < 0:
-        raise InvalidArgument(f"since must be >= 0, got {since}", reason="INVALID_SINCE")
+    if not 0 <= since < 2**63:
+        raise InvalidArgument(f"since must be within 0..2**63-1, got {since}", reason="INVALID_SINCE")
     to_version, changes = state.changes(since)
     try:
         with BackupWriter(

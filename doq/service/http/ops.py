@@ -33,7 +33,7 @@ class Readiness(BaseModel):
 
 class BackupBody(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", json_schema_extra={"examples": [{"since": 0}]})
-    since: int = Field(ge=0, description="0: a full backup; last+1 (X-Last-Version of the previous one): the next incremental.")
+    since: int = Field(ge=0, le=2**63 - 1, description="0: a full backup; last+1 (X-Last-Version of the previous one): the next incremental.")
 
 
 class RestoreResultModel(BaseModel):
