@@ -35,8 +35,10 @@ class PurgeQueue:
     name: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class EnqueueItem:
+    """One message to enqueue (not frozen: built per message on the hot path; never mutated)."""
+
     content: bytes
     group: str = ""
     priority: int = 0

@@ -81,8 +81,10 @@ class MessageView:
     content: bytes = b""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class EnqueueResult:
+    """Built per message on the hot path (not frozen: cheaper to construct); never mutated."""
+
     id: int
     duplicate: bool
     group: str

@@ -39,14 +39,8 @@ def queue_to_pb(q: QueueInfo) -> pb.Queue:
 
 
 def item_from_pb(r: pb.EnqueueRequest) -> EnqueueItem:
-    return EnqueueItem(
-        content=r.content,
-        group=r.group,
-        priority=r.priority,
-        metadata=dict(r.metadata) if r.metadata else {},
-        dedup_id=r.dedup_id,
-        delay_ms=r.delay_ms,
-    )
+    md = r.metadata
+    return EnqueueItem(r.content, r.group, r.priority, dict(md) if md else {}, r.dedup_id, r.delay_ms)
 
 
 def message_to_pb(m: MessageView) -> pb.Message:

@@ -34,6 +34,7 @@ import lmdb
 
 from doq.errors import InvalidArgument, MessageNotFound
 from doq.queues.codec import decode_batch
+from doq.queues.commands import CommandBatch
 from doq.queues.machine import QueueMachine
 from doq.queues.model import MessageView, QueueInfo
 from doq.storage import keys as K
@@ -135,8 +136,13 @@ class StateStore:
                     yield k, v[8:]
 
     # -- apply ---------------------------------------------------------------------------
-    def apply_entries(self, txn: lmdb.Transaction, entries: Sequence[tuple[int, bytes]]) -> list[list[object]]:
+    def apply_entries(
+        self, txn: lmdb.Transaction, entries: Sequence[tuple[int, bytes | CommandBatch]]
+    ) -> list[list[object]]:
         """Apply committed log entries inside the caller's write txn (the caller commits).
+
+        An entry's data is the encoded `CommandBatch`, or the batch object itself when the
+        caller holds it already (the single-node log: nothing to decode).
 
         Entries at or below `applied_index` are skipped (their result is []); an empty
         entry (a Raft no-op) only advances `applied_index`. Returns one result list per
@@ -155,7 +161,10 @@ class StateStore:
                     out.append([])
                     continue
                 sink.ver = _V.pack(index)
-                out.append(self.machine.apply(index, decode_batch(data)) if data else [])
+                if type(data) is CommandBatch:
+                    out.append(self.machine.apply(index, data))
+                else:
+                    out.append(self.machine.apply(index, decode_batch(data)) if data else [])  # type: ignore[arg-type]
                 if index % PRUNE_EVERY == 0:
                     self._prune(txn, index)
                 applied = index
