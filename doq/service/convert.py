@@ -78,11 +78,15 @@ def error_to_pb(err: DoqError) -> pb.Error:
 def enqueue_result_to_pb(res: EnqueueResult | DoqError) -> pb.EnqueueResponse:
     if isinstance(res, DoqError):
         return pb.EnqueueResponse(success=False, error=error_to_pb(res))
-    return pb.EnqueueResponse(
-        success=True,
-        id=res.id,
-        duplicate=res.duplicate,
-        group=res.group,
-        priority=res.priority,
-        deliver_at_ms=res.deliver_at_ms,
-    )
+    r = pb.EnqueueResponse(success=True, id=res.id)
+    # Only non-default fields are set: each setter is a Python call on the hot path, and an
+    # unset proto3 field reads as its default anyway.
+    if res.duplicate:
+        r.duplicate = True
+    if res.group:
+        r.group = res.group
+    if res.priority:
+        r.priority = res.priority
+    if res.deliver_at_ms:
+        r.deliver_at_ms = res.deliver_at_ms
+    return r
