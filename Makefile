@@ -30,7 +30,7 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -q
 
 test: check-proto lint test-fast
-	$(PY) -m pytest -q -m slow -x
+	DOQ_SIM_SEEDS=$(SLOW_SEEDS) $(PY) -m pytest -q -m slow -x
 
 sim: $(STAMP)
 	$(PY) -m doq.sim --seeds 0:5000 --nodes 5

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import sys
 
@@ -12,6 +11,8 @@ from doq.errors import DoqError
 
 
 def _cmd_serve(ns: argparse.Namespace) -> int:
+    import asyncio
+
     from doq.server import StartupError, serve
 
     try:
@@ -42,12 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run a node (single-node cluster by default)")
     add_serve_arguments(serve)
     serve.set_defaults(func=_cmd_serve)
-    try:
-        from doq import bench
-    except ImportError:
-        pass
-    else:
-        bench.add_parser(sub)
+    from doq import bench_cli
+
+    bench_cli.add_parser(sub)
     from doq.backup import cli as backup_cli  # doq backup | doq restore
 
     backup_cli.add_parser(sub)

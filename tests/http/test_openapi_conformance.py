@@ -76,7 +76,7 @@ def _clamp_waits(case: schemathesis.Case) -> None:
 
 
 @schema.parametrize()
-@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 def test_every_operation_conforms(case: schemathesis.Case, conformance_node: NodeProc) -> None:
     _clamp_waits(case)
     case.call_and_validate(base_url=conformance_node.http_url, checks=CHECKS, timeout=30)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -220,6 +221,17 @@ class MachineVsReference(RuleBasedStateMachine):
 
 TestMachineVsReference = MachineVsReference.TestCase
 TestMachineVsReference.settings = settings(
-    max_examples=200, stateful_step_count=50, deadline=None,
+    max_examples=60, stateful_step_count=50, deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+class TestMachineVsReferenceLong(MachineVsReference.TestCase):  # type: ignore[misc,valid-type]
+    """The same comparison with a larger budget (the slow suite)."""
+
+    settings = settings(
+        max_examples=400, stateful_step_count=80, deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )

@@ -1,0 +1,43 @@
+"""`doq bench` arguments, kept apart from the load generator so that building the `doq`
+command line (every `doq serve`, `doq backup`...) does not import the client stack."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+WORKLOADS = ("enqueue", "dequeue", "mixed", "echo")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--workload", choices=WORKLOADS, default="enqueue")
+    p.add_argument("--frames", choices=("single", "batched"), default="single")
+    p.add_argument("--batch", type=int, default=100, help="messages per frame with --frames batched")
+    p.add_argument("--server", default="127.0.0.1:10000", help="gRPC HOST:PORT of a node")
+    p.add_argument("--queue", default="bench", help="queue to use (created if missing)")
+    p.add_argument("--concurrency", type=int, default=1, help="producer/consumer streams")
+    p.add_argument("--payload-bytes", type=int, default=100)
+    p.add_argument("--count", type=int, default=0, help="messages per run")
+    p.add_argument("--duration-s", type=float, default=0.0, help="run length (with or without --count)")
+    p.add_argument("--rate", type=float, default=0.0, help="target msg/s in total (0 = as fast as possible)")
+    p.add_argument("--window", type=int, default=0, help="unacked messages per producer stream")
+    p.add_argument("--prefetch", type=int, default=0, help="unacked messages per consumer stream")
+    p.add_argument("--no-purge", dest="purge", action="store_false", help="keep the queue's messages")
+    p.add_argument("--with-echo", action="store_true", help="also run the echo ceiling, add the ratio")
+    p.add_argument("--runs", type=int, default=1, help="repeat the run (one JSON line each)")
+
+
+def _cmd_bench(ns: argparse.Namespace) -> int:
+    from doq.bench import run_from_args
+
+    return run_from_args(ns)
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register `doq bench` on the `doq` command's subparsers."""
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "bench", help="load generator: throughput and latency as JSON lines"
+    )
+    add_arguments(p)
+    p.set_defaults(func=_cmd_bench)
+    return p
