@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from doq.config import add_serve_arguments, load_config
@@ -34,7 +35,12 @@ def _cmd_serve(ns: argparse.Namespace) -> int:
     except StartupError as e:
         print(f"doq serve: {e}", file=sys.stderr)
         return 1
-    return 0
+    # Everything is committed and closed. Skip the interpreter's final garbage collection
+    # of the web/gRPC stacks' objects: it costs seconds of CPU and holds up restarts.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def build_parser() -> argparse.ArgumentParser:
