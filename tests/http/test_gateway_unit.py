@@ -123,6 +123,53 @@ async def test_batch_enqueue_and_ack(client: httpx.AsyncClient) -> None:
 
 
 @pytest.mark.parametrize(
+    ("bad", "status", "reason"),
+    [
+        ({"content": "!!", "content_encoding": "base64"}, 400, "INVALID_CONTENT"),
+        ({"content": "x" * (1024 * 1024 + 1)}, 413, "MESSAGE_TOO_LARGE"),
+        ({"content": "a", "metadata": {f"k{i}": "v" for i in range(65)}}, 400, "METADATA_TOO_LARGE"),
+        ({"content": "a", "group": "\u00e9" * 200}, 400, "INVALID_GROUP"),  # 400 bytes > 256
+    ],
+)
+async def test_batch_enqueue_is_all_or_nothing(
+    client: httpx.AsyncClient, fake: FakeQueueService, bad: dict[str, object], status: int, reason: str
+) -> None:
+    """One invalid message refuses the whole batch, naming it; nothing is enqueued."""
+    await make_queue(client)
+    before, snap = fake.mutations, fake.snapshot()
+    msgs = [{"content": "ok0"}, {"content": "ok1"}, bad, {"content": "ok3"}]
+    r = await client.post(f"{Q}/q1/messages:batch", json={"messages": msgs})
+    doc = assert_problem(r, status, reason)
+    assert doc["detail"].startswith("messages[2]: ") and "nothing was enqueued" in doc["detail"]  # type: ignore[union-attr]
+    assert doc["errors"][0]["loc"] == ["body", "messages", 2]  # type: ignore[index]
+    assert fake.mutations == before and fake.snapshot() == snap
+    # a wrong JSON type in one item is refused by the body's schema, also as a whole
+    msgs[2] = {"content": "a", "priority": "60"}
+    doc = assert_problem(await client.post(f"{Q}/q1/messages:batch", json={"messages": msgs}), 400, "INVALID_REQUEST")
+    assert doc["errors"][0]["loc"] == ["body", "messages", 2, "priority"]  # type: ignore[index]
+    assert fake.mutations == before and fake.snapshot() == snap
+    assert (await client.get(f"{Q}/q1")).json()["stats"]["total"] == 0
+
+
+async def test_batch_enqueue_command_level_errors_are_the_answer(
+    client: httpx.AsyncClient, fake: FakeQueueService
+) -> None:
+    from doq.errors import NotLeader
+
+    msgs = {"messages": [{"content": "a"}, {"content": "b"}]}
+    assert_problem(await client.post(f"{Q}/bad%20name/messages:batch", json=msgs), 400, "INVALID_QUEUE_NAME")
+    await make_queue(client)
+    err = NotLeader("not the leader", leader_hint="127.0.0.1:8002")
+
+    async def refuse(requests: object) -> list[object]:
+        return [err, err]  # what the facade answers when the one proposal is refused
+
+    fake.enqueue_many = refuse  # type: ignore[assignment,method-assign]
+    doc = assert_problem(await client.post(f"{Q}/q1/messages:batch", json=msgs), 503, "NOT_LEADER")
+    assert doc["leader_hint"] == "127.0.0.1:8002"
+
+
+@pytest.mark.parametrize(
     ("method", "path", "body", "status", "reason"),
     [
         ("POST", f"{Q}/q1/messages", b'{"content": "a",', 400, "MALFORMED_JSON"),

@@ -12,11 +12,17 @@ from typing import TYPE_CHECKING, Annotated, Any
 from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import Response
 
-from doq.errors import DoqError, InvalidArgument, QueueNotFound
+from doq.errors import DoqError, InvalidArgument, status_of
 from doq.service import metrics
 from doq.service.http import models as m
 from doq.service.http.bodies import body_doc, errors, read_json
-from doq.service.limits import MAX_VISIBILITY_TIMEOUT_MS, QUEUE_NAME_RE
+from doq.service.http.problems import BadRequest
+from doq.service.limits import (
+    MAX_VISIBILITY_TIMEOUT_MS,
+    QUEUE_NAME_RE,
+    check_item,
+    check_queue_name,
+)
 
 if TYPE_CHECKING:
     from doq.service.api import QueueService
@@ -57,6 +63,15 @@ def _id(raw: str) -> int:
         return m._coerce_id(raw)
     except ValueError as e:
         raise InvalidArgument(f"invalid message id {raw!r}: {e}", reason="INVALID_ID") from None
+
+
+def _batch_item_refused(index: int, err: DoqError) -> BadRequest:
+    """The whole batch is refused because of message `index` (status of `err`: 400 or 413)."""
+    status = status_of(err).http_status
+    return BadRequest(
+        f"messages[{index}]: {err.message}; nothing was enqueued", status=status, reason=err.reason,
+        errors=[{"loc": ["body", "messages", index], "msg": err.message, "type": err.reason}],
+    )
 
 
 def build_router(api: QueueService) -> APIRouter:
@@ -142,24 +157,24 @@ def build_router(api: QueueService) -> APIRouter:
     )
     async def enqueue_batch(name: QueueName, request: Request) -> Response:
         """Enqueue up to 10000 messages in one commit; one result per message, in order.
-        An invalid message fails alone (its result holds the problem); a missing queue is a 404."""
+        All or nothing: an invalid message refuses the whole batch (400, or 413 for one too
+        large; `errors[].loc` names it) and nothing is enqueued; a missing queue is a 404."""
         b = await read_json(request, m.EnqueueBatchBody)
+        check_queue_name(name)
         reqs: list[tuple[str, Any]] = []
-        pre: dict[int, DoqError] = {}
         for i, msg in enumerate(b.messages):
             try:
-                reqs.append((name, msg.to_item()))
+                reqs.append((name, check_item(msg.to_item(), api.limits)))
             except DoqError as e:
-                pre[i] = e
+                raise _batch_item_refused(i, e) from None
         answered = await api.enqueue_many(reqs)
-        if answered and not pre and all(isinstance(x, QueueNotFound) for x in answered):
+        if all(isinstance(x, DoqError) for x in answered):
+            # A command-level failure (no such queue, not the leader, overload, timeout).
             raise answered[0]  # type: ignore[misc]
-        answers = iter(answered)
         results: list[dict[str, Any]] = []
         enqueued = 0
-        for i in range(len(b.messages)):
-            res = pre.get(i) or next(answers)
-            if isinstance(res, DoqError):
+        for res in answered:
+            if isinstance(res, DoqError):  # not expected after the checks above (kept per item)
                 results.append({"success": False, "error": m.item_error(res)})
             else:
                 enqueued += not res.duplicate
