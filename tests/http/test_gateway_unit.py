@@ -317,3 +317,25 @@ async def test_openapi_document(client: httpx.AsyncClient) -> None:
     assert schemas["EnqueueResultModel"]["properties"]["id"]["type"] == "string"
     assert schemas["EnqueueBody"]["additionalProperties"] is False
     assert schemas["EnqueueBody"]["examples"][0]["content"] == "{\"user_id\": 1}"
+    assert schemas["MessageModel"]["properties"]["id"]["type"] == "string"
+    assert set(schemas["Problem"]["required"]) == PROBLEM_KEYS
+    for name in ("EnqueueResultModel", "MessageModel", "MessageList", "QueueModel", "QueueList",
+                 "BatchEnqueueResult", "AckBatchResult", "Problem", "EnqueueBatchBody", "AckBatchBody"):
+        assert schemas[name].get("examples"), f"{name} has no example"
+    ids = []
+    for path, item in paths.items():
+        for method, op in item.items():
+            where = f"{method.upper()} {path}"
+            ids.append(op["operationId"])
+            assert re.fullmatch(r"[a-z_]+", op["operationId"]), where
+            assert op.get("summary") and op.get("description"), where
+            for status, answer in op["responses"].items():
+                assert answer["description"] and answer["description"] != "Successful Response", (where, status)
+                if path.startswith("/API/") and int(status) >= 400:
+                    assert answer["content"] == {"application/problem+json": {
+                        "schema": {"$ref": "#/components/schemas/Problem"}}}, (where, status)
+    assert len(ids) == len(set(ids))
+    # long poll on dequeue: wait_ms, bounded
+    params = {p["name"]: p for p in paths["/API/v1/queues/{name}/messages"]["get"]["parameters"]}
+    assert params["wait_ms"]["in"] == "query" and params["wait_ms"]["schema"]["maximum"] == 60000
+    assert "ack" in params and "visibility_timeout_ms" in params

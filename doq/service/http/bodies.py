@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from fastapi import Request
+from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
 from doq.service.http.problems import PROBLEM_JSON, BadRequest
@@ -38,6 +39,11 @@ async def read_json(request: Request, model: type[M], *, required: bool = True) 
     return model.model_validate_json(body)
 
 
+def operation_id(route: APIRoute) -> str:
+    """OpenAPI operationId: the handler's name (create_queue, enqueue, dequeue, ack, ...)."""
+    return route.name
+
+
 def body_doc(model: type[BaseModel], *, required: bool = True, description: str | None = None) -> dict[str, Any]:
     """`openapi_extra` declaring `model` as the JSON request body."""
     BODY_MODELS[model.__name__] = model
@@ -62,12 +68,13 @@ _DESCRIPTIONS = {
 }
 
 
-def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """`responses=` entries for problem+json answers (429, 503, 504 are always added)."""
+def errors(*statuses: int, notes: dict[int, str] | None = None) -> dict[int | str, dict[str, Any]]:
+    """`responses=` entries for problem+json answers (429, 503, 504 are always added);
+    `notes` replaces the generic description of a status for this operation."""
     out: dict[int | str, dict[str, Any]] = {}
     for status in sorted({*statuses, 429, 503, 504}):
         out[status] = {
-            "description": _DESCRIPTIONS.get(status, "Error"),
+            "description": (notes or {}).get(status) or _DESCRIPTIONS.get(status, "Error"),
             "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}},
         }
     return out

@@ -93,6 +93,26 @@ class _Out(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+SUCCESS = Field(True, description="Always true in a 2xx answer (errors are problem+json).")
+
+_QUEUE_EXAMPLE: dict[str, Any] = {
+    "name": "user_indexing_queue", "type": "delayed",
+    "settings": {"visibility_timeout_ms": 0, "max_attempts": 0, "dead_letter_queue": "",
+                 "max_unacked_per_group": 0, "dedup_window_ms": 0},
+    "stats": {"ready": 1, "delayed": 0, "in_flight": 0, "dead": 0, "total": 1},
+}
+_MESSAGE_EXAMPLE: dict[str, Any] = {
+    "id": "123", "queue_name": "user_indexing_queue", "content": "{\"user_id\": 1}", "content_encoding": "text",
+    "group": "default", "priority": 60, "metadata": {}, "attempts": 1, "deliver_at_ms": 0,
+    "lease_expires_at_ms": 1700000030000, "enqueued_at_ms": 1700000000000, "state": "in_flight",
+    "lease_id": "7", "dedup_id": "",
+}
+_PROBLEM_EXAMPLE: dict[str, Any] = {
+    "type": "urn:doq:problem:NOT_IN_FLIGHT", "title": "Conflict", "status": 409,
+    "detail": "message 124 is not in flight", "reason": "NOT_IN_FLIGHT", "retryable": False, "leader_hint": "",
+}
+
+
 # -- queues ---------------------------------------------------------------------------------
 class QueueSettingsModel(_In):
     """Per-queue settings; 0 / "" select the documented default."""
@@ -150,35 +170,44 @@ class QueueStatsModel(_Out):
 
 
 class QueueSettingsOut(_Out):
-    visibility_timeout_ms: int
-    max_attempts: int
-    dead_letter_queue: str
-    max_unacked_per_group: int
-    dedup_window_ms: int
+    """The queue's settings as stored (0 / "" = the documented default)."""
+
+    visibility_timeout_ms: int = Field(description="Lease length of a dequeued message (0 = 30000 ms).")
+    max_attempts: int = Field(description="Deliveries before a message is dead-lettered (0 = unlimited).")
+    dead_letter_queue: str = Field(description="Queue receiving messages past max_attempts (\"\" = dropped).")
+    max_unacked_per_group: int = Field(description="Fair queues: in-flight limit per group (0 = none).")
+    dedup_window_ms: int = Field(description="How long a dedup_id is remembered (0 = 300000 ms).")
 
 
 class QueueModel(_Out):
-    name: str
-    type: Literal["delayed", "fair"]
+    """A queue: its type, settings and message counts."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [_QUEUE_EXAMPLE]})
+    name: str = Field(description="The queue name.", examples=["user_indexing_queue"])
+    type: Literal["delayed", "fair"] = Field(description="delayed: by priority (and time); fair: round-robin by group.")
     settings: QueueSettingsOut
     stats: QueueStatsModel
 
 
 class QueueResult(_Out):
-    success: bool = True
-    queue: QueueModel
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"success": True, "queue": _QUEUE_EXAMPLE}]})
+    success: bool = SUCCESS
+    queue: QueueModel = Field(description="The queue after the change.")
 
 
 class QueueList(_Out):
-    queues: list[QueueModel]
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"queues": [_QUEUE_EXAMPLE]}]})
+    queues: list[QueueModel] = Field(description="Every queue, by name.")
 
 
 class Success(_Out):
-    success: bool = True
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"success": True}]})
+    success: bool = SUCCESS
 
 
 class PurgeResult(_Out):
-    success: bool = True
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"success": True, "purged": 42}]})
+    success: bool = SUCCESS
     purged: int = Field(description="Messages removed.")
 
 
@@ -218,64 +247,91 @@ class EnqueueBatchBody(_In):
     model_config = ConfigDict(
         json_schema_extra={"examples": [{"messages": [{"content": "a", "priority": 1}, {"content": "b"}]}]}
     )
-    messages: list[EnqueueBody] = Field(min_length=1, max_length=MAX_BATCH)
+    messages: list[EnqueueBody] = Field(
+        min_length=1, max_length=MAX_BATCH,
+        description="1-10000 messages, enqueued in one commit, all or nothing: one invalid message refuses the batch.",
+    )
 
 
 class EnqueueResultModel(_Out):
-    success: bool = True
+    """The enqueued message (durable when this is answered)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+        "success": True, "id": "123", "queue_name": "user_indexing_queue", "duplicate": False,
+        "group": "default", "priority": 60, "deliver_at_ms": 0,
+    }]})
+    success: bool = SUCCESS
     id: IdOut
-    queue_name: str
+    queue_name: str = Field(description="The queue it was enqueued to.")
     duplicate: bool = Field(description="true: dedup_id was seen; `id` is the original message's.")
-    group: str
-    priority: int
+    group: str = Field(description="The message's group (\"\" if none).")
+    priority: int = Field(description="The message's priority.")
     deliver_at_ms: int = Field(description="Not deliverable before this Unix time (ms); 0 = now.")
 
 
 class MessageModel(_Out):
+    """A message and its delivery state."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [_MESSAGE_EXAMPLE]})
     id: IdOut
-    queue_name: str
+    queue_name: str = Field(description="The queue holding the message.")
     content: str = Field(description="UTF-8 text, or base64 when content_encoding is base64 (not valid UTF-8).")
-    content_encoding: ContentEncoding
-    group: str
-    priority: int
-    metadata: dict[str, str]
+    content_encoding: ContentEncoding = Field(description="text when the bytes are valid UTF-8, else base64.")
+    group: str = Field(description="Fair queues: the round-robin group (\"\" if none).")
+    priority: int = Field(description="Signed 64-bit priority (lower first).")
+    metadata: dict[str, str] = Field(description="The string attributes given at enqueue.")
     attempts: int = Field(description="Deliveries so far.")
-    deliver_at_ms: int
+    deliver_at_ms: int = Field(description="Not deliverable before this Unix time (ms); 0 = now.")
     lease_expires_at_ms: int = Field(description="In flight until this Unix time (ms); 0 = not leased.")
-    enqueued_at_ms: int
-    state: Literal["ready", "delayed", "in_flight"]
+    enqueued_at_ms: int = Field(description="When it was enqueued (Unix time, ms, the leader's clock).")
+    state: Literal["ready", "delayed", "in_flight"] = Field(
+        description="in_flight: leased to a consumer; delayed: waiting for deliver_at_ms; ready: deliverable."
+    )
     lease_id: LeaseIdOut
-    dedup_id: str
+    dedup_id: str = Field(description="The idempotency key given at enqueue (\"\" if none).")
 
 
 class MessageList(_Out):
-    messages: list[MessageModel]
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"messages": [_MESSAGE_EXAMPLE]}]})
+    messages: list[MessageModel] = Field(description="The delivered messages (empty when none is deliverable).")
 
 
 class DequeueBody(_In):
     model_config = ConfigDict(json_schema_extra={"examples": [{"max_messages": 10, "wait_ms": 1000}]})
-    max_messages: int = Field(1, ge=1, le=MAX_BATCH)
+    max_messages: int = Field(1, ge=1, le=MAX_BATCH, description="Deliver at most this many (1-10000).")
     ack: bool = Field(False, description="true: remove on delivery (at-most-once); false: lease.")
     wait_ms: int = Field(0, ge=0, le=MAX_WAIT_MS, description="Long poll: wait up to this long for a message.")
     visibility_timeout_ms: int = Field(0, ge=0, le=MAX_VISIBILITY_TIMEOUT_MS, description="0 = the queue's setting.")
 
 
 class LeaseBody(_In):
+    """Optional: the `lease_id` of the delivery being acked (409 STALE_LEASE if it was redelivered since)."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"lease_id": "7"}]})
     lease_id: IdIn | None = Field(None, description="Only act if this is still the current delivery.")
 
 
 class TouchBody(LeaseBody):
+    """Optional: the lease to extend and the new visibility timeout from now."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"lease_id": "7", "visibility_timeout_ms": 60000}]})
     visibility_timeout_ms: int = Field(0, ge=0, le=MAX_VISIBILITY_TIMEOUT_MS, description="0 = the queue's setting.")
 
 
 class NackBody(LeaseBody):
+    """Optional: the lease to return, a redelivery delay and a new priority."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"lease_id": "7", "delay_ms": 5000}]})
     delay_ms: int = Field(0, ge=0, le=MAX_DELAY_MS, description="Redeliver no sooner than this.")
     priority: Priority | None = Field(None, description="A new priority, if given.")
 
 
 class TouchResult(_Out):
-    success: bool = True
-    lease_expires_at_ms: int
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"success": True, "lease_expires_at_ms": 1700000060000}]}
+    )
+    success: bool = SUCCESS
+    lease_expires_at_ms: int = Field(description="The lease now ends at this Unix time (ms).")
 
 
 class PriorityBody(_In):
@@ -284,21 +340,23 @@ class PriorityBody(_In):
 
 
 class MessageResult(_Out):
-    success: bool = True
-    message: MessageModel
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+        "success": True, "message": {**_MESSAGE_EXAMPLE, "priority": 12, "content": ""}}]})
+    success: bool = SUCCESS
+    message: MessageModel = Field(description="The message after the change (content omitted: \"\").")
 
 
 class AckBatchBody(_In):
     model_config = ConfigDict(json_schema_extra={"examples": [{"ids": ["123", "124"]}]})
-    ids: list[IdIn] = Field(min_length=1, max_length=MAX_BATCH)
+    ids: list[IdIn] = Field(min_length=1, max_length=MAX_BATCH, description="1-10000 ids, acked in one commit.")
     lease_ids: list[IdIn] = Field(default_factory=list, max_length=MAX_BATCH, description="Empty, or one per id.")
 
 
 # -- errors ---------------------------------------------------------------------------------
 class FieldError(_Out):
     loc: list[str | int] = Field(description="Where: e.g. [\"body\", \"priority\"].")
-    msg: str
-    type: str
+    msg: str = Field(description="What is wrong.")
+    type: str = Field(description="A machine-readable error type, e.g. int_type, missing, extra_forbidden.")
 
 
 class Problem(_Out):
@@ -315,38 +373,48 @@ class Problem(_Out):
         },
     )
     type: str = Field(description="urn:doq:problem:<reason>.")
-    title: str
-    status: int
-    detail: str
+    title: str = Field(description="A short summary of the status, e.g. Not found.")
+    status: int = Field(description="The HTTP status code of the answer.")
+    detail: str = Field(description="What went wrong, for a human.")
     reason: str = Field(description="Stable machine-readable reason, e.g. QUEUE_NOT_FOUND.")
-    retryable: bool
+    retryable: bool = Field(description="true: the same request may succeed later (503, 504, 429).")
     leader_hint: str = Field(description="Address of the leader when this node is not it, else \"\".")
     instance: str | None = Field(None, description="The request path.")
     errors: list[FieldError] | None = Field(None, description="Field errors of an invalid request.")
 
 
 class BatchEnqueueItemResult(_Out):
-    success: bool
+    """One enqueued message of a batch (as EnqueueResultModel, without queue_name)."""
+
+    success: bool = Field(description="true: enqueued (or a duplicate). A batch is all or nothing, so false "
+                          "(with `error`) is not expected.")
     id: IdOut | None = None
-    duplicate: bool | None = None
-    group: str | None = None
-    priority: int | None = None
-    deliver_at_ms: int | None = None
+    duplicate: bool | None = Field(None, description="true: dedup_id was seen; `id` is the original message's.")
+    group: str | None = Field(None, description="The message's group.")
+    priority: int | None = Field(None, description="The message's priority.")
+    deliver_at_ms: int | None = Field(None, description="Not deliverable before this Unix time (ms); 0 = now.")
     error: Problem | None = None
 
 
 class BatchEnqueueResult(_Out):
-    results: list[BatchEnqueueItemResult]
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"results": [
+        {"success": True, "id": "123", "duplicate": False, "group": "", "priority": 1, "deliver_at_ms": 0},
+        {"success": True, "id": "124", "duplicate": False, "group": "", "priority": 0, "deliver_at_ms": 0},
+    ]}]})
+    results: list[BatchEnqueueItemResult] = Field(description="One per message, in order.")
 
 
 class AckItemResult(_Out):
     id: IdOut
-    success: bool
-    error: Problem | None = None
+    success: bool = Field(description="true: acked; false: see `error` (e.g. 409 NOT_IN_FLIGHT, 404).")
+    error: Problem | None = Field(None, description="Why this id was not acked.")
 
 
 class AckBatchResult(_Out):
-    results: list[AckItemResult]
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"results": [
+        {"id": "123", "success": True}, {"id": "124", "success": False, "error": _PROBLEM_EXAMPLE},
+    ]}]})
+    results: list[AckItemResult] = Field(description="One per id, in order; each id is acked or fails alone.")
 
 
 # -- encoders (hot paths: plain dicts -> JSON bytes) -------------------------------------------

@@ -7,13 +7,14 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated, Any, BinaryIO
 
 from fastapi import APIRouter, File, Request, UploadFile
+from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response, StreamingResponse
 
 from doq.service import metrics
 from doq.service.http import models as m
-from doq.service.http.bodies import body_doc, errors, read_json
+from doq.service.http.bodies import body_doc, errors, operation_id, read_json
 
 if TYPE_CHECKING:
     from doq.service.api import QueueService
@@ -22,11 +23,12 @@ CHUNK = 256 * 1024
 
 
 class Health(BaseModel):
-    status: str = Field(examples=["ok"])
+    status: str = Field(description="Always \"ok\" (the process serves HTTP).", examples=["ok"])
 
 
 class Readiness(BaseModel):
-    ready: bool
+    model_config = ConfigDict(json_schema_extra={"examples": [{"ready": True, "leader": True, "leader_hint": "node-1"}]})
+    ready: bool = Field(description="This node knows a leader and has applied up to it.")
     leader: bool = Field(description="This node is the leader.")
     leader_hint: str = Field(description="The leader this node knows of (\"\" if none).")
 
@@ -37,12 +39,21 @@ class BackupBody(BaseModel):
 
 
 class RestoreResultModel(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{
+        "success": True, "files": 1, "records": 125, "tombstones": 3, "to_version": 130, "last_version": 129}]})
     success: bool = True
-    files: int
-    records: int
-    tombstones: int
+    files: int = Field(description="Backup files restored (the full one, then incrementals).")
+    records: int = Field(description="Records (queues, messages, ...) written.")
+    tombstones: int = Field(description="Deletions applied.")
     to_version: int = Field(description="The node's applied index after the restore.")
     last_version: int = Field(description="Greatest record version restored.")
+
+
+_ANSWERS = {
+    "livez": "The process serves HTTP.",
+    "readyz": "Ready: a leader is known and this node has applied up to it.",
+    "restore": "Restored; the node serves the restored state.",
+}
 
 
 def is_ready(node: Any) -> bool:
@@ -58,7 +69,7 @@ def is_ready(node: Any) -> bool:
 
 
 def build_ops_router(api: QueueService) -> APIRouter:
-    r = APIRouter()
+    r = APIRouter(generate_unique_id_function=operation_id)
     node = api.node
     registry = CollectorRegistry(auto_describe=False)
     registry.register(metrics.QueueDepthCollector(lambda: node.state.list_queues(), lambda: bool(node.is_leader)))
@@ -88,6 +99,9 @@ def build_ops_router(api: QueueService) -> APIRouter:
         return Response(metrics.render(registry), media_type=CONTENT_TYPE_LATEST)
 
     _add_backup_routes(r, api)
+    for route in r.routes:
+        if isinstance(route, APIRoute) and route.name in _ANSWERS:
+            route.response_description = _ANSWERS[route.name]
     return r
 
 
@@ -108,7 +122,8 @@ def _add_backup_routes(r: APIRouter, api: QueueService) -> None:
                     "schema": {"type": "string", "pattern": "^[0-9]+$"},
                 }},
             },
-            **errors(400, 413, 415),
+            **errors(400, 413, 415, notes={400: "Invalid body, or `since` older than the tombstone horizon "
+                                                "(SINCE_TOO_OLD: take a full backup)."}),
         },
         openapi_extra=body_doc(BackupBody),
     )
@@ -127,7 +142,10 @@ def _add_backup_routes(r: APIRouter, api: QueueService) -> None:
 
     @r.post(
         "/db/restore", tags=["backup"], summary="Restore (online)", response_model=RestoreResultModel,
-        responses=errors(400, 409),
+        responses=errors(400, 409, notes={
+            400: "Not a doq backup, a corrupt file, or files out of order (a gap in the chain).",
+            409: "The node is not empty (RESTORE_TARGET_NOT_EMPTY), not the leader, or part of a multi-node cluster.",
+        }),
     )
     async def restore(
         file: Annotated[list[UploadFile], File(description="Backup files in order: the full one, then incrementals.")],

@@ -10,12 +10,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
+from fastapi.routing import APIRoute
 from starlette.responses import Response
 
 from doq.errors import DoqError, InvalidArgument, status_of
 from doq.service import metrics
 from doq.service.http import models as m
-from doq.service.http.bodies import body_doc, errors, read_json
+from doq.service.http.bodies import body_doc, errors, operation_id, read_json
 from doq.service.http.problems import BadRequest
 from doq.service.limits import (
     MAX_VISIBILITY_TIMEOUT_MS,
@@ -74,9 +75,31 @@ def _batch_item_refused(index: int, err: DoqError) -> BadRequest:
     )
 
 
+# The 2xx answer of each operation, for the document (FastAPI's default is "Successful Response").
+_ANSWERS = {
+    "create_queue": "Created: the new queue.",
+    "list_queues": "Every queue.",
+    "get_queue": "The queue with its counts.",
+    "update_queue": "Updated: the queue with its new settings.",
+    "delete_queue": "Deleted, with its messages.",
+    "purge_queue": "Purged: how many messages were removed.",
+    "enqueue": "Enqueued (durable): the new message's id.",
+    "enqueue_batch": "Every message enqueued (durable), one result per message.",
+    "dequeue": "The delivered message (leased, or removed with ack=true).",
+    "dequeue_batch": "The delivered messages (possibly none).",
+    "get_message": "The message and its state.",
+    "delete_message": "Deleted.",
+    "ack": "Acked: the message is removed.",
+    "nack": "Returned to the queue.",
+    "touch": "The lease is extended.",
+    "update_priority": "The message with its new priority.",
+    "ack_batch": "One result per id, in order.",
+}
+
+
 def build_router(api: QueueService) -> APIRouter:
     """All `/API/v1` routes bound to one service facade."""
-    r = APIRouter(prefix="/API/v1")
+    r = APIRouter(prefix="/API/v1", generate_unique_id_function=operation_id)
 
     # -- queues ---------------------------------------------------------------------------
     @r.post(
@@ -310,4 +333,7 @@ def build_router(api: QueueService) -> APIRouter:
         M_HTTP.acked.inc(acked)
         return _json({"results": out})
 
+    for route in r.routes:
+        if isinstance(route, APIRoute) and route.name in _ANSWERS:
+            route.response_description = _ANSWERS[route.name]
     return r
