@@ -1,5 +1,8 @@
 """Scenario tests: one per rule of the Raft paper's figure 2 and per feature, plus the
-classic failures. Every Cluster also runs the simulator's invariant checker."""
+classic failures. Every Cluster also runs the simulator's invariant checker.
+
+The map from each figure-2 rule, feature and classic failure to its test(s) is in
+docs/raft.md ("What the scenario tests cover")."""
 
 from __future__ import annotations
 
@@ -8,14 +11,19 @@ import pytest
 from doq.raft import (
     ConfChange,
     ConfChangeType,
+    ConfState,
+    Entry,
     HardState,
     Message,
     MessageType,
     NotLeader,
+    ProgressState,
     ProposalDropped,
     Role,
 )
 from doq.sim.harness import Cluster
+from doq.sim.node import SimNode
+from doq.sim.runner import SimOptions, run_seed
 
 MT = MessageType
 
@@ -63,6 +71,25 @@ def test_vote_survives_a_restart() -> None:
     assert [m.reject for m in b.ready().messages] == [True]
 
 
+def test_vote_in_the_current_term_survives_a_restart() -> None:
+    """A vote cast without a term change (the term came earlier, from a rejected
+    candidate) must be persisted as well before the grant leaves."""
+    c = Cluster(("a", "b", "c", "d", "e"), pre_vote=False, check_quorum=False)
+    c.elect("a")  # everyone holds 2@2
+    b = c.core("b")
+    b.step(Message(MT.VOTE, to="b", frm="c", term=7, index=1, log_term=1))  # stale log
+    c.flush()
+    assert (b.term, b.vote) == (7, "")
+    b.step(Message(MT.VOTE, to="b", frm="d", term=7, index=2, log_term=2))
+    c.flush()
+    assert c.nodes["b"].storage.hard_state.vote == "d"
+    c.crash("b")
+    c.restart("b")
+    b = c.core("b")
+    b.step(Message(MT.VOTE, to="b", frm="e", term=7, index=2, log_term=2))
+    assert [(m.to, m.reject) for m in b.ready().messages] == [("e", True)]
+
+
 def test_no_persist_vote_bug_forgets_the_vote_after_a_restart() -> None:
     c = Cluster(("a", "b", "c"), pre_vote=False, bugs=frozenset({"no-persist-vote"}))
     c.core("b").step(Message(MT.VOTE, to="b", frm="a", term=5, index=1, log_term=1))
@@ -72,6 +99,125 @@ def test_no_persist_vote_bug_forgets_the_vote_after_a_restart() -> None:
     b = c.core("b")
     b.step(Message(MT.VOTE, to="b", frm="c", term=5, index=1, log_term=1))
     assert [m.reject for m in b.ready().messages] == [False]  # a second vote in term 5
+
+
+def test_candidate_increments_term_votes_for_itself_and_requests_votes() -> None:
+    """Candidates: on conversion increment the term, vote for self, reset the election
+    timer, send RequestVote to all others; if the election times out, start a new one."""
+    c = Cluster(("a", "b", "c"), pre_vote=False)
+    a = c.core("a")
+    term = a.term
+    c.isolate("a")  # nobody will answer
+    for _ in range(3):
+        a.tick()
+    a.campaign()
+    assert (a.role, a.term, a.vote, a.election_elapsed) == (Role.CANDIDATE, term + 1, "a", 0)
+    c.flush()
+    requests = sorted((m.to, m.term, m.index, m.log_term) for m in c.queue if m.type == MT.VOTE)
+    assert requests == [("b", term + 1, 1, 1), ("c", term + 1, 1, 1)]
+    hs = c.nodes["a"].storage.hard_state
+    assert (hs.term, hs.vote) == (term + 1, "a")  # persisted before the requests left
+    c.stabilize()
+    ticks = 0
+    while a.term == term + 1:
+        c.tick(1, nodes=["a"])
+        ticks += 1
+    assert 10 <= ticks < 20  # a randomized timeout in [election_tick, 2*election_tick)
+    assert (a.role, a.term, a.vote) == (Role.CANDIDATE, term + 2, "a")
+    c.heal()
+    c.isolate("c")
+    c.tick(20, nodes=["a"])
+    assert c.leader() == "a"  # its own vote + b's make a majority of three
+
+
+def test_follower_campaigns_only_after_a_timeout_without_leader_or_vote() -> None:
+    """Followers: become a candidate once the election timeout elapses without an
+    AppendEntries/heartbeat from the current leader or granting a vote; both reset it."""
+    c = Cluster(("a", "b", "c"), pre_vote=False)
+    b = c.core("b")
+    term = b.term
+    timeout = b.randomized_election_timeout
+    assert 10 <= timeout < 20
+
+    def idle(n: int) -> None:
+        for _ in range(n):
+            b.tick()
+
+    idle(timeout - 1)
+    b.step(Message(MT.VOTE, to="b", frm="c", term=term, index=1, log_term=1))
+    assert b.vote == "c" and b.election_elapsed == 0  # granting a vote resets the timer
+    idle(timeout - 1)
+    b.step(Message(MT.HEARTBEAT, to="b", frm="c", term=term))
+    assert b.lead == "c" and b.election_elapsed == 0  # so does hearing from the leader...
+    idle(timeout - 1)
+    b.step(Message(MT.APP, to="b", frm="c", term=term, index=1, log_term=1))
+    assert b.election_elapsed == 0  # ...by heartbeat or AppendEntries
+    idle(timeout - 1)
+    assert (b.role, b.term) == (Role.FOLLOWER, term)
+    b.tick()
+    assert (b.role, b.term, b.vote) == (Role.CANDIDATE, term + 1, "b")
+
+
+def test_idle_leader_heartbeats_keep_followers_from_campaigning() -> None:
+    """Leaders: send heartbeats during idle periods to prevent election timeouts."""
+    c = Cluster(("a", "b", "c"))
+    c.elect("a")
+    term = c.core("a").term
+    c.delivered.clear()
+    c.tick(100)
+    beats = [m.to for m in c.delivered if m.type == MT.HEARTBEAT and m.frm == "a"]
+    assert sorted(set(beats)) == ["b", "c"] and len(beats) == 200  # every tick (heartbeat_tick=1)
+    assert not any(m.type in (MT.VOTE, MT.PRE_VOTE) for m in c.delivered)
+    assert c.leader() == "a" and all(c.core(n).term == term for n in "abc")
+    ok(c)
+
+
+def test_vote_request_of_an_older_term_is_refused() -> None:
+    """RequestVote receiver rule 1: no vote for a candidate whose term is older."""
+    for pre_vote in (False, True):
+        c = Cluster(("a", "b", "c"), pre_vote=pre_vote)
+        b = c.core("b")
+        b.step(Message(MT.APP_RESP, to="b", frm="c", term=5))  # b moves to term 5, no vote
+        assert (b.term, b.vote) == (5, "")
+        vote = MT.PRE_VOTE if pre_vote else MT.VOTE
+        b.step(Message(vote, to="b", frm="c", term=4, index=99, log_term=4))
+        assert (b.term, b.vote) == (5, "")
+        replies = [(m.type, m.reject, m.term) for m in b.ready().messages if m.to == "c"]
+        # a stale VOTE is ignored (as in etcd); a stale pre-candidate learns the term
+        assert replies == ([(MT.PRE_VOTE_RESP, True, 5)] if pre_vote else [])
+
+
+def test_vote_is_granted_again_to_the_same_candidate() -> None:
+    """RequestVote receiver rule 2: granted if votedFor is null *or candidateId*
+    (a duplicated or retried request gets the same answer)."""
+    c = Cluster(("a", "b", "c"), pre_vote=False)
+    b = c.core("b")
+    for _ in range(2):
+        b.step(Message(MT.VOTE, to="b", frm="a", term=5, index=1, log_term=1))
+    rd = b.ready()
+    assert [(m.type, m.to, m.reject) for m in rd.messages] == [(MT.VOTE_RESP, "a", False)] * 2
+    assert rd.hard_state == HardState(5, "a", 1)
+
+
+@pytest.mark.parametrize(
+    ("last_index", "last_term", "granted"),
+    [(1, 3, True), (5, 2, True), (9, 2, True), (4, 2, False), (9, 1, False)],
+)
+def test_vote_only_for_a_log_at_least_as_up_to_date(
+    last_index: int, last_term: int, granted: bool
+) -> None:
+    """RequestVote receiver rule 2, up-to-date check (section 5.4.1): a higher last term
+    wins whatever the length; with equal last terms the longer log wins."""
+    c = Cluster(("a", "b", "c"), pre_vote=False, check_quorum=False)
+    c.elect("a")  # term 2, noop at 2
+    for i in range(3):
+        c.propose("a", b"v%d" % i)
+    b = c.core("b")
+    assert (b.log.last_index(), b.log.last_term()) == (5, 2)
+    b.step(Message(MT.VOTE, to="b", frm="c", term=9, index=last_index, log_term=last_term))
+    (resp,) = [m for m in b.ready().messages if m.type == MT.VOTE_RESP]
+    assert resp.reject is not granted
+    assert b.vote == ("c" if granted else "")
 
 
 def test_vote_denied_to_candidate_with_stale_log() -> None:
@@ -127,6 +273,37 @@ def test_initial_leader_appends_empty_entry_of_its_term() -> None:
     ok(c)
 
 
+def test_entries_apply_in_order_once_and_only_after_commit() -> None:
+    """Rules for all servers: apply log[lastApplied+1..commitIndex] in order.
+    Leaders: a client command is appended to the leader's log in its term, and is
+    answered only once applied, which needs a commit."""
+    c = Cluster(("a", "b", "c"))
+    applied: dict[str, list[int]] = {n: [] for n in "abc"}
+    on_apply = c.checker.on_apply
+
+    def record(node: SimNode, e: Entry, h: bytes) -> None:
+        applied[node.id].append(e.index)
+        on_apply(node, e, h)
+
+    c.checker.on_apply = record  # type: ignore[method-assign,assignment]
+    c.elect("a")
+    c.filters.append(lambda m: m.type != MT.APP_RESP)  # replicated, but nothing commits
+    a = c.core("a")
+    idx = a.propose(b"x")
+    c.checker.proposed("a", b"x")
+    assert idx == a.log.last_index() and a.log.term(idx) == a.term
+    c.stabilize()
+    assert all(c.nodes[n].storage.last_index() == idx for n in "abc")
+    assert all(idx not in applied[n] for n in "abc")
+    c.heal()
+    c.propose("a", b"y")
+    c.tick(2)
+    for n in "abc":
+        assert applied[n] == list(range(2, idx + 2))  # noop, x, y: each once, in order
+    assert c.checker.acked == {b"x": idx, b"y": idx + 1}
+    ok(c)
+
+
 # ------------------------------------------------------------------------ AppendEntries
 def test_append_from_stale_term_is_refused_with_our_term() -> None:
     c = Cluster(("a", "b", "c"))
@@ -143,6 +320,41 @@ def test_append_without_matching_prev_is_rejected_with_a_hint() -> None:
     b.step(Message(MT.APP, to="b", frm="a", term=3, index=7, log_term=3))
     (resp,) = b.ready().messages
     assert resp.reject and resp.index == 7 and resp.reject_hint == b.log.last_index() == 1
+
+
+def test_append_rejected_when_prev_entry_has_another_term() -> None:
+    """AppendEntries receiver rule 2, at an index the follower has but with another term."""
+    c = Cluster(("a", "b", "c"))
+    c.elect("a")  # noop 2@2 everywhere
+    b = c.core("b")
+    new = (Entry(b.term, 3, data=b"z"),)
+    b.step(Message(MT.APP, to="b", frm="a", term=b.term, index=2, log_term=1, entries=new))
+    (resp,) = b.ready().messages
+    assert resp.reject and resp.index == 2 and (resp.reject_hint, resp.log_term) == (1, 1)
+    assert b.log.last_index() == 2
+
+
+def test_append_keeps_entries_already_present_and_appends_only_new_ones() -> None:
+    """AppendEntries receiver rules 3-4: a late or duplicated AppendEntries whose entries
+    the follower already holds must not truncate what follows them; new ones are added."""
+    c = Cluster(("a", "b", "c"))
+    c.elect("a")
+    c.filters.append(lambda m: m.type != MT.APP_RESP)  # keep 3..5 uncommitted on b
+    for i in range(3):
+        c.propose("a", b"v%d" % i)
+    b = c.core("b")
+    assert (b.log.committed, b.log.last_index()) == (2, 5)
+    st = c.nodes["b"].storage
+    term = b.term
+    b.step(Message(MT.APP, to="b", frm="a", term=term, index=2, log_term=term,
+                   entries=tuple(st.entries(3, 4, 1 << 20))))
+    (resp,) = b.ready().messages
+    assert not resp.reject and resp.index == 3
+    assert b.log.last_index() == 5 and b.log.unstable.entries == []  # nothing rewritten
+    tail = (Entry(term, 5, data=b"v2"), Entry(term, 6, data=b"v3"))
+    b.step(Message(MT.APP, to="b", frm="a", term=term, index=4, log_term=term, entries=tail))
+    assert [e.index for e in b.log.unstable.entries] == [6]  # only the new entry
+    assert b.log.last_index() == 6
 
 
 def test_commit_index_is_min_of_leader_commit_and_last_new_entry() -> None:
@@ -363,6 +575,25 @@ def test_check_quorum_leader_steps_down_when_isolated() -> None:
     assert c2.core("a").role == Role.LEADER
 
 
+def test_check_quorum_lease_ignores_disruptive_vote_requests() -> None:
+    """A follower that heard from its leader within the election timeout ignores a vote
+    request of a higher term (but not one sent after a leadership transfer)."""
+    from doq.raft import CAMPAIGN_TRANSFER
+
+    c = Cluster(("a", "b", "c"), pre_vote=False)
+    c.elect("a")
+    b = c.core("b")
+    term = b.term
+    b.step(Message(MT.VOTE, to="b", frm="c", term=term + 5, index=9, log_term=9))
+    assert (b.term, b.lead, b.vote) == (term, "a", "a") and not b.ready().messages
+    c2 = Cluster(("a", "b", "c"), pre_vote=False)
+    c2.elect("a")
+    b2 = c2.core("b")
+    b2.step(Message(MT.VOTE, to="b", frm="c", term=term + 5, index=9, log_term=9,
+                    context=CAMPAIGN_TRANSFER))
+    assert (b2.term, b2.vote) == (term + 5, "c")
+
+
 # ------------------------------------------------------------------ replication mechanics
 def test_proposals_are_batched_into_one_append_per_follower() -> None:
     c = Cluster(("a", "b", "c"))
@@ -390,6 +621,55 @@ def test_inflight_window_bounds_pipelined_appends() -> None:
     assert c.core("a").log.committed == c.core("a").log.last_index()  # a + c suffice
     c.heal()
     c.tick(3)
+    assert c.nodes["b"].sm.hash == c.nodes["a"].sm.hash
+    ok(c)
+
+
+def test_progress_probes_then_pipelines_and_probes_again_after_a_gap() -> None:
+    """Leaders: on success update nextIndex/matchIndex, on an inconsistency move
+    nextIndex back and retry. PROBE sends one MsgApp at a time until the match is known,
+    REPLICATE pipelines within the window, a rejection falls back to PROBE."""
+    c = Cluster(("a", "b", "c"), max_entries_per_msg=1, max_inflight_msgs=8)
+    to_b: list[tuple[int, int, ProgressState]] = []  # (prev index, entries, a's state for b)
+    drop_prev: set[int] = set()
+
+    def watch_b(m: Message) -> bool:
+        if m.type != MT.APP or m.to != "b":
+            return True
+        to_b.append((m.index, len(m.entries), c.core("a").prs["b"].state))
+        if m.index in drop_prev:
+            drop_prev.discard(m.index)
+            return False
+        return True
+
+    c.filters.append(lambda m: m.to != "b")  # b hears nothing at first
+    c.elect("a")
+    pr = c.core("a").prs["b"]
+    assert (pr.state, pr.probe_sent, pr.match, pr.next) == (ProgressState.PROBE, True, 0, 2)
+    for i in range(3):
+        c.propose("a", b"v%d" % i)
+    assert pr.probe_sent and pr.next == 2  # paused: no second MsgApp while probing
+    c.heal()
+    c.filters.append(watch_b)
+    c.tick(1)  # heartbeat response unpauses the probe; the ack switches b to REPLICATE
+    assert (pr.state, pr.match, pr.next) == (ProgressState.REPLICATE, 5, 6)
+    assert to_b[0] == (1, 1, ProgressState.PROBE)
+    assert to_b[1:] == [(i, 1, ProgressState.REPLICATE) for i in (2, 3, 4)]  # pipelined...
+    resp = [i for i, m in enumerate(c.delivered) if m.type == MT.APP_RESP and m.frm == "b"]
+    apps = [i for i, m in enumerate(c.delivered) if m.type == MT.APP and m.to == "b"]
+    assert apps[-1] < resp[-3]  # ...before the first of them was acknowledged
+    to_b.clear()
+    drop_prev.add(5)  # lose the MsgApp carrying entry 6
+    c.propose("a", b"v3")  # committed by a + c; the commit notice to b (prev 6) has a gap
+    rejects = [m for m in c.delivered if m.type == MT.APP_RESP and m.frm == "b" and m.reject]
+    assert [(m.index, m.reject_hint) for m in rejects] == [(6, 5)]
+    assert to_b[:3] == [
+        (5, 1, ProgressState.REPLICATE),  # lost
+        (6, 0, ProgressState.REPLICATE),  # rejected: b lacks 6
+        (5, 1, ProgressState.PROBE),  # back to probing from match + 1
+    ]
+    c.propose("a", b"v4")
+    assert (pr.state, pr.match, pr.next) == (ProgressState.REPLICATE, 7, 8)
     assert c.nodes["b"].sm.hash == c.nodes["a"].sm.hash
     ok(c)
 
@@ -441,6 +721,38 @@ def test_lost_snapshot_chunk_is_retried() -> None:
     ok(c)
 
 
+def test_snapshot_is_taken_at_the_applied_index_with_its_conf_state() -> None:
+    c = Cluster(("a", "b", "c"))
+    c.elect("a")
+    c.add_node("d")
+    c.core("a").propose_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, "d"))
+    c.stabilize()
+    for i in range(3):
+        c.propose("a", b"v%d" % i)
+    a, node = c.core("a"), c.nodes["a"]
+    applied = a.log.applied
+    assert applied == a.log.committed == node.sm.index
+    with pytest.raises(ValueError):
+        a.make_snapshot(applied - 1, b"")  # only at the applied index
+    snap = a.make_snapshot(applied, node.sm.snapshot())
+    assert (snap.meta.index, snap.meta.term) == (applied, a.term)
+    assert snap.meta.conf_state == ConfState(("a", "b", "c"), ("d",))
+    node.storage.create_snapshot(snap)
+    node.storage.compact(applied)
+    assert node.storage.first_index() == applied + 1
+    before = node.sm.hash
+    c.crash("a")
+    c.restart("a")  # restores the state machine and the conf state from the snapshot
+    assert c.nodes["a"].sm.hash == before and c.core("a").learners == ("d",)
+    c.tick(40)
+    lead = c.leader()
+    assert lead is not None
+    c.propose(lead, b"after")
+    c.tick(2)
+    assert len({c.nodes[n].sm.hash for n in "abcd"}) == 1
+    ok(c)
+
+
 # ----------------------------------------------------------------------------- membership
 def test_learner_catches_up_before_promotion() -> None:
     c = Cluster(("a", "b", "c"), snapshot_every=5)
@@ -475,6 +787,37 @@ def test_only_one_conf_change_at_a_time() -> None:
     c.core("a").propose_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, "d"))
     with pytest.raises(ProposalDropped):
         c.core("a").propose_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, "e"))
+
+
+def test_removing_a_follower_shrinks_the_quorum() -> None:
+    c = Cluster(("a", "b", "c", "d"))
+    c.elect("a")
+    c.core("a").propose_conf_change(ConfChange(ConfChangeType.REMOVE_NODE, "d"))
+    c.stabilize()
+    assert all(c.core(n).voters == ("a", "b", "c") for n in "abc")
+    assert "d" not in c.core("a").prs
+    c.crash("c")
+    c.crash("d")
+    idx = c.propose("a", b"x")  # a + b: 2 of 3 voters now (it would be 2 of 4 before)
+    assert c.core("a").log.committed >= idx
+    ok(c)
+
+
+def test_a_learner_never_campaigns_and_cannot_be_transfer_target() -> None:
+    c = Cluster(("a", "b", "c"))
+    c.elect("a")
+    c.add_node("d")
+    c.core("a").propose_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, "d"))
+    c.stabilize()
+    c.tick(2)
+    term = c.core("a").term
+    c.isolate("d")
+    c.tick(60, nodes=["d"])
+    assert (c.core("d").role, c.core("d").term) == (Role.FOLLOWER, term)
+    c.core("d").step(Message(MT.TIMEOUT_NOW, to="d", frm="a", term=term))
+    assert c.core("d").role == Role.FOLLOWER
+    with pytest.raises(ProposalDropped):
+        c.core("a").transfer_leadership("d")
 
 
 def test_removing_the_leader() -> None:
@@ -563,3 +906,61 @@ def test_new_leader_serves_reads_only_after_committing_in_its_term() -> None:
     c.tick(2)
     ((_, rs),) = c.checker.read_log
     assert rs.index == c.core("a").log.committed and rs.context == b"r4"
+
+
+# ---------------------------------------------------------------------- Ready contract
+def contract_breaches(node: SimNode, msgs: list[Message]) -> list[str]:
+    """Messages a node sends after running a Ready must not depend on state that is not
+    durable yet: its term and vote, the entries it acknowledges or replicates."""
+    st = node.storage
+    hs = st.hard_state
+    out: list[str] = []
+    for m in msgs:
+        kind = f"{node.id}: {m.type.name} to {m.to} in term {m.term}"
+        if m.type in (MT.PRE_VOTE, MT.PRE_VOTE_RESP):
+            continue  # pre-votes are for a term nobody has entered
+        if m.term > hs.term:
+            out.append(f"{kind} but persisted term {hs.term}")
+        elif m.term == hs.term:
+            if m.type == MT.VOTE and hs.vote != m.frm:
+                out.append(f"{kind} but persisted vote {hs.vote!r}")
+            if m.type == MT.VOTE_RESP and not m.reject and hs.vote != m.to:
+                out.append(f"{kind} grants a vote but persisted vote {hs.vote!r}")
+            if m.type == MT.APP_RESP and not m.reject and m.index > st.last_index():
+                out.append(f"{kind} acks {m.index} but persisted last {st.last_index()}")
+        if m.type == MT.APP and m.entries:
+            last = m.entries[-1]
+            if last.index > st.last_index() or (
+                last.index >= st.first_index() and st.term(last.index) != last.term
+            ):
+                out.append(f"{kind} replicates {last.index}@{last.term} not persisted")
+    return out
+
+
+def test_ready_contract_holds_in_simulated_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hard state and entries are durable before any message that depends on them is
+    sent, through elections, crashes, snapshots and membership changes."""
+    breaches: list[str] = []
+    checked: dict[MessageType, int] = {}
+    handle_ready = SimNode.handle_ready
+
+    def handle_and_check(self: SimNode) -> list[Message]:
+        msgs = handle_ready(self)
+        breaches.extend(contract_breaches(self, msgs))
+        for m in msgs:
+            checked[m.type] = checked.get(m.type, 0) + 1
+        return msgs
+
+    monkeypatch.setattr(SimNode, "handle_ready", handle_and_check)
+    for seed in range(3):
+        assert run_seed(seed, SimOptions(nodes=5, steps=2000)).violations == []
+    assert breaches == []
+    assert all(checked.get(t, 0) > 20 for t in (MT.VOTE, MT.VOTE_RESP, MT.APP, MT.APP_RESP))
+
+
+def test_ready_contract_check_catches_an_unpersisted_vote() -> None:
+    for bugs, broken in ((frozenset(), False), (frozenset({"no-persist-vote"}), True)):
+        c = Cluster(("a", "b", "c"), pre_vote=False, bugs=bugs)
+        c.core("b").step(Message(MT.VOTE, to="b", frm="a", term=5, index=1, log_term=1))
+        node = c.nodes["b"]
+        assert bool(contract_breaches(node, node.handle_ready())) == broken
