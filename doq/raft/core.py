@@ -260,7 +260,8 @@ class RaftCore:
         rd.committed_entries = self.log.next_committed()
         rd.messages, self.msgs = self.msgs, []
         rd.read_states, self.read_states = self.read_states, []
-        rd.must_sync = bool(rd.entries) or (
+        # a received snapshot is acknowledged in this very Ready: it must be durable too
+        rd.must_sync = bool(rd.entries) or rd.snapshot is not None or (
             hs.term != self._prev_hs.term or hs.vote != self._prev_hs.vote
         )
         self._ready_out = True

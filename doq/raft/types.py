@@ -155,7 +155,8 @@ class Ready:
     """Work the driver must do, in this order (see docs/raft.md, "Ready contract").
 
     1. ``snapshot`` (if any): persist it and install it in the state machine;
-    2. ``entries`` and ``hard_state`` (if any): persist atomically (fsync if ``must_sync``);
+    2. ``entries`` and ``hard_state`` (if any): persist atomically (fsync if ``must_sync``,
+       which is set whenever entries, a snapshot, the term or the vote are to be persisted);
     3. ``messages``: send (only after 1 and 2 are durable);
     4. ``committed_entries``: apply in order (conf changes via ``apply_conf_change``);
     5. call ``RaftCore.advance(ready)``.

@@ -19,6 +19,8 @@ from doq.raft import (
     NotLeader,
     ProgressState,
     ProposalDropped,
+    RaftCore,
+    Ready,
     Role,
 )
 from doq.sim.harness import Cluster
@@ -697,6 +699,36 @@ def test_follower_far_behind_receives_a_chunked_snapshot() -> None:
     assert len(chunks) >= 6 and chunks[-1].done  # 24-byte snapshot in 4-byte chunks
     assert c.nodes["c"].storage.snapshot().meta.index > 1
     assert c.nodes["c"].sm.hash == c.nodes["a"].sm.hash
+    ok(c)
+
+
+def test_installed_snapshot_is_synced_before_it_is_acknowledged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Regression: the Ready carrying a received snapshot (and the APP_RESP that
+    acknowledges it) had must_sync=False, so a driver fsyncing only on must_sync could
+    ack a snapshot it then lost; the leader, whose match covers it, ignores the
+    follower's later rejections as stale and never resends."""
+    readies: list[tuple[str, bool, list[Message]]] = []
+    ready = RaftCore.ready
+
+    def recording(self: RaftCore) -> Ready:
+        rd = ready(self)
+        if rd.snapshot is not None:
+            readies.append((self.id, rd.must_sync, list(rd.messages)))
+        return rd
+
+    monkeypatch.setattr(RaftCore, "ready", recording)
+    c = Cluster(("a", "b", "c"), snapshot_every=5)
+    c.elect("a")
+    c.isolate("c")
+    for i in range(30):
+        c.propose("a", b"v%d" % i)
+    c.heal()
+    c.tick(3)
+    ((nid, must_sync, msgs),) = readies
+    assert nid == "c" and any(m.type == MT.APP_RESP and not m.reject for m in msgs)
+    assert must_sync
     ok(c)
 
 
