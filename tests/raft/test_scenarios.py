@@ -257,13 +257,24 @@ def test_candidate_steps_down_on_append_from_leader_of_its_term() -> None:
     assert (b.role, b.lead) == (Role.FOLLOWER, "c")
 
 
-def test_higher_term_in_any_message_turns_leader_into_follower() -> None:
-    c = Cluster(("a", "b", "c"))
-    c.elect("a")
+@pytest.mark.parametrize("mtype", [MT.APP_RESP, MT.HEARTBEAT_RESP, MT.VOTE_RESP, MT.READ_INDEX])
+@pytest.mark.parametrize("role", [Role.LEADER, Role.CANDIDATE])
+def test_higher_term_in_any_message_turns_leader_or_candidate_into_follower(
+    mtype: MessageType, role: Role
+) -> None:
+    """Rules for all servers: a request or response with term T > currentTerm sets
+    currentTerm = T (forgetting the vote) and converts to follower."""
+    c = Cluster(("a", "b", "c"), pre_vote=False)
+    if role == Role.LEADER:
+        c.elect("a")
+    else:
+        c.isolate("a")
+        c.core("a").campaign()
     a = c.core("a")
+    assert a.role == role
     old = a.term
-    a.step(Message(MT.APP_RESP, to="a", frm="b", term=old + 3))
-    assert (a.role, a.term, a.lead) == (Role.FOLLOWER, old + 3, "")
+    a.step(Message(mtype, to="a", frm="b", term=old + 3))
+    assert (a.role, a.term, a.lead, a.vote) == (Role.FOLLOWER, old + 3, "", "")
 
 
 def test_initial_leader_appends_empty_entry_of_its_term() -> None:
