@@ -1,11 +1,13 @@
-"""The seed's curl examples (CONTRACT.md), run verbatim with the real `curl` against real
-`doq serve` processes; only `localhost:8001` is replaced by the node's address."""
+"""The seed's examples (CONTRACT.md), run verbatim with the real `curl` and the real `doq`
+against real `doq serve` processes; only `localhost:8001` is replaced by the node's address
+(for `doq restore`, through DOQ_SERVER)."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 
@@ -30,6 +32,7 @@ curl -X DELETE http://localhost:8001/API/v1/queues/user_indexing_queue
 curl -X POST http://localhost:8001/db/backup -H 'Content-Type: application/json' \
   -d '{"since": 0}' -o backup-0.bak        # response header X-Last-Version
 curl -X POST http://localhost:8001/db/restore -F 'file=@backup-0.bak'
+doq restore -f backup-0.bak -i backup-1.bak -i backup-2.bak
 """
 
 
@@ -76,7 +79,7 @@ def problem(body: str, status: int, reason: str) -> None:
 
 
 def test_seed_curl_examples_verbatim(tmp_path: Path) -> None:
-    create, enqueue, dequeue, ack, priority, delete, backup, restore = seed_commands()
+    create, enqueue, dequeue, ack, priority, delete, backup, restore, _ = seed_commands()
     with running_node(tmp_path / "a") as node, running_node(tmp_path / "b") as fresh:
         status, body = curl(create, node, tmp_path)
         assert status == 201
@@ -128,6 +131,54 @@ def test_seed_curl_examples_verbatim(tmp_path: Path) -> None:
 
         status, body = curl(restore, fresh, tmp_path)  # not empty any more: refused, nothing changed
         problem(body, 409, "RESTORE_TARGET_NOT_EMPTY")
+
+
+def backup_to(node: NodeProc, since: int, path: Path) -> int:
+    """`POST /db/backup {"since"}` into `path`; returns X-Last-Version."""
+    req = urllib.request.Request(node.http_url + "/db/backup", data=json.dumps({"since": since}).encode(),
+                                 method="POST", headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        path.write_bytes(r.read())
+        return int(r.headers["X-Last-Version"])
+
+
+def state_of(node: NodeProc) -> list[object]:
+    """Every queue with its counts and each ready message's content, in delivery order."""
+    _, raw, _ = get(node, "/API/v1/queues")
+    out: list[object] = []
+    for q in json.loads(raw)["queues"]:
+        out.append(q)
+        for _ in range(q["stats"]["ready"]):
+            _, msg, _ = get(node, f"/API/v1/queues/{q['name']}/messages?ack=true")
+            m = json.loads(msg)
+            out.append((m["id"], m["content"], m["priority"]))
+    return out
+
+
+def test_seed_doq_restore_full_and_incrementals_verbatim(tmp_path: Path) -> None:
+    """The seed's last line: full + two incrementals (since = X-Last-Version + 1) restored
+    online by `doq restore` into a fresh node, which then holds the same state."""
+    *_, doq_restore = seed_commands()
+    assert doq_restore.startswith("doq restore ")
+    with running_node(tmp_path / "src") as src, running_node(tmp_path / "dst") as dst:
+        post_json(src, "/API/v1/queues", {"name": "user_indexing_queue", "type": "delayed"})
+        post_json(src, "/API/v1/queues/user_indexing_queue/messages", {"content": "{\"user_id\": 1}", "priority": 60})
+        last = backup_to(src, 0, tmp_path / "backup-0.bak")
+        post_json(src, "/API/v1/queues/user_indexing_queue/messages", {"content": "{\"user_id\": 2}", "priority": 5})
+        post_json(src, "/API/v1/queues", {"name": "other", "type": "fair"})
+        last = backup_to(src, last + 1, tmp_path / "backup-1.bak")
+        first = json.loads(get(src, "/API/v1/queues/user_indexing_queue/messages?ack=true")[1])  # a deletion
+        assert first["content"] == "{\"user_id\": 2}"
+        post_json(src, "/API/v1/queues/other/messages", {"content": "three", "group": "g"})
+        backup_to(src, last + 1, tmp_path / "backup-2.bak")
+
+        out = subprocess.run(
+            doq_restore, shell=True, cwd=tmp_path, capture_output=True, text=True, timeout=60,
+            env={**os.environ, "DOQ_SERVER": dst.http_url,
+                 "PATH": os.pathsep.join((str(Path(sys.executable).parent), os.environ.get("PATH", "")))},
+        )
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert state_of(dst) == state_of(src)
 
 
 def test_backup_headers(doq_node: NodeProc) -> None:
