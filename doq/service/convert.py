@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import grpc
 
 from doq.errors import DoqError, status_of
@@ -90,3 +92,22 @@ def enqueue_result_to_pb(res: EnqueueResult | DoqError) -> pb.EnqueueResponse:
     if res.deliver_at_ms:
         r.deliver_at_ms = res.deliver_at_ms
     return r
+
+
+def enqueue_batch_to_pb(results: Sequence[EnqueueResult | DoqError]) -> tuple[pb.EnqueueBatchResponse, int]:
+    """The response to a batch, and how many of its messages were newly enqueued (not
+    duplicates, not failed). Items are added in place, not built and then copied."""
+    out = pb.EnqueueBatchResponse()
+    add = out.results.add
+    fresh = 0
+    for res in results:
+        if isinstance(res, DoqError):
+            add(success=False, error=error_to_pb(res))
+        elif res.duplicate or res.group or res.priority or res.deliver_at_ms:
+            add(success=True, id=res.id, duplicate=res.duplicate, group=res.group,
+                priority=res.priority, deliver_at_ms=res.deliver_at_ms)
+            fresh += not res.duplicate
+        else:
+            add(success=True, id=res.id)
+            fresh += 1
+    return out, fresh

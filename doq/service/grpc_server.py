@@ -105,8 +105,9 @@ class DOQServicer(pb_grpc.DOQServicer):
     @_unary
     async def EnqueueBatch(self, request: pb.EnqueueBatchRequest, context: Any) -> pb.EnqueueBatchResponse:
         results = await self.api.enqueue_many([(r.queue_name, cv.item_from_pb(r)) for r in request.messages])
-        M.enqueued.inc(_count_enqueued(results))
-        return pb.EnqueueBatchResponse(results=[cv.enqueue_result_to_pb(r) for r in results])
+        response, fresh = cv.enqueue_batch_to_pb(results)
+        M.enqueued.inc(fresh)
+        return response
 
     def _enqueue_one_nowait(self, r: pb.EnqueueRequest) -> asyncio.Future[object]:
         """Validate and queue one enqueue without a task; errors come back in the future."""
@@ -176,8 +177,9 @@ class DOQServicer(pb_grpc.DOQServicer):
                     err = cv.enqueue_result_to_pb(e)
                     yield pb.EnqueueBatchResponse(results=[err] * count)
                     continue
-                M.enqueued.inc(_count_enqueued(results))
-                yield pb.EnqueueBatchResponse(results=[cv.enqueue_result_to_pb(x) for x in results])
+                response, fresh = cv.enqueue_batch_to_pb(results)
+                M.enqueued.inc(fresh)
+                yield response
             await task
         finally:
             task.cancel()
@@ -378,10 +380,6 @@ class DOQServicer(pb_grpc.DOQServicer):
             raise InvalidArgument("this node does not report cluster membership")
         servers = node.servers()
         return pb.ListServersResponse(servers=servers, leader_id=node.leader_hint)
-
-
-def _count_enqueued(results: list[Any]) -> int:
-    return sum(1 for r in results if isinstance(r, EnqueueResult) and not r.duplicate)
 
 
 def build_server(api: QueueService, addr: str, *, max_message_bytes: int) -> tuple[grpc.aio.Server, int]:
