@@ -213,3 +213,25 @@ def test_dequeue_stream_settles_acks_and_ends_on_half_close(doq_node: NodeProc) 
     assert stats.total == 4, "only the validly acked message is gone"
     assert stats.in_flight == 2 + len(rest)
     ch.close()
+
+
+def test_reflection_and_health_are_served(doq_node: NodeProc) -> None:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+        ProtoReflectionDescriptorDatabase,
+    )
+
+    ch, _ = stub_for(doq_node)
+    db = ProtoReflectionDescriptorDatabase(ch)
+    services = set(db.get_services())
+    assert {"doq.v1.DOQ", "grpc.health.v1.Health"} <= services
+    methods = {m.name for m in db.FindFileContainingSymbol("doq.v1.DOQ").service[0].method}
+    assert {"EnqueueStream", "DequeueStream", "Ack", "Nack", "Touch", "UpdatePriority"} <= methods
+    health = health_pb2_grpc.HealthStub(ch)
+    for service in ("", "doq.v1.DOQ"):
+        resp = health.Check(health_pb2.HealthCheckRequest(service=service))
+        assert resp.status == health_pb2.HealthCheckResponse.SERVING
+    with pytest.raises(grpc.RpcError) as e:
+        health.Check(health_pb2.HealthCheckRequest(service="no.such.Service"))
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
+    ch.close()
