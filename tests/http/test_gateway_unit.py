@@ -8,10 +8,15 @@ from __future__ import annotations
 import base64
 import json
 import re
+from typing import Annotated
 
 import httpx
 import pytest
+from fastapi import APIRouter, FastAPI, Query, Request
+from starlette.responses import JSONResponse
 
+from doq.service.http.lean import LeanRoute
+from doq.service.http.problems import install_handlers
 from doq.service.http_gateway import body_limits
 from tests.http.fakes import FakeQueueService
 
@@ -339,3 +344,46 @@ async def test_openapi_document(client: httpx.AsyncClient) -> None:
     params = {p["name"]: p for p in paths["/API/v1/queues/{name}/messages"]["get"]["parameters"]}
     assert params["wait_ms"]["in"] == "query" and params["wait_ms"]["schema"]["maximum"] == 60000
     assert "ack" in params and "visibility_timeout_ms" in params
+
+
+# -- LeanRoute: the same parameters as FastAPI's own handling -------------------------------
+@pytest.fixture(scope="module")
+def lean_vs_fastapi_app() -> FastAPI:
+    """One endpoint mounted twice: /fastapi (FastAPI's handler) and /lean (LeanRoute)."""
+    app = FastAPI()
+    install_handlers(app)
+    for prefix, route_class in (("/fastapi", None), ("/lean", LeanRoute)):
+        r = APIRouter(prefix=prefix, **({"route_class": route_class} if route_class else {}))
+
+        @r.get("/q/{name}/m/{id}")
+        async def endpoint(
+            request: Request, name: str, id: str,
+            ack: Annotated[bool, Query()] = False,
+            wait_ms: Annotated[int, Query(ge=0, le=60_000)] = 0,
+            vis: Annotated[int, Query(ge=0)] = 7,
+        ) -> JSONResponse:
+            return JSONResponse({"name": name, "id": id, "ack": ack, "wait_ms": wait_ms, "vis": vis,
+                                 "path": request.url.path.split("/", 2)[2]})
+
+        app.router.routes.extend(r.routes)
+    assert isinstance(app.router.routes[-1], LeanRoute)
+    return app
+
+
+@pytest.mark.parametrize("query", [
+    "", "ack=true", "ack=TRUE", "ack=1", "ack=0", "ack=off", "ack=yes", "ack=maybe", "ack=",
+    "wait_ms=5", "wait_ms=60000", "wait_ms=60001", "wait_ms=-1", "wait_ms=1e3", "wait_ms=", "wait_ms=5.0",
+    "wait_ms=1&wait_ms=2", "vis=3&other=x", "ack=true&wait_ms=abc&vis=-2", "wait_ms=%20", "wait_ms=0x10",
+])
+async def test_lean_route_parameters_match_fastapi(lean_vs_fastapi_app: FastAPI, query: str) -> None:
+    transport = httpx.ASGITransport(app=lean_vs_fastapi_app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://doq.test") as c:
+        answers = []
+        for prefix in ("/fastapi", "/lean"):
+            r = await c.get(f"{prefix}/q/my%20queue/m/12?{query}")
+            doc = r.json()
+            doc.pop("instance", None)
+            doc.pop("path", None)
+            answers.append((r.status_code, doc))
+    assert answers[0] == answers[1]
+    assert answers[0][0] in (200, 400)

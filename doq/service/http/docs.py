@@ -30,7 +30,8 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
     if app.openapi_schema:
         return app.openapi_schema
     doc = get_openapi(
-        title=app.title, version=app.version, description=app.description, routes=app.routes,
+        title=app.title, version=app.version, description=app.description,
+        routes=getattr(app.state, "openapi_routes", app.routes),
         tags=app.openapi_tags, separate_input_output_schemas=False,
     )
     schemas: dict[str, Any] = doc.setdefault("components", {}).setdefault("schemas", {})

@@ -15,6 +15,7 @@ from starlette.responses import Response, StreamingResponse
 from doq.service import metrics
 from doq.service.http import models as m
 from doq.service.http.bodies import body_doc, errors, operation_id, read_json
+from doq.service.http.lean import LeanRoute
 
 if TYPE_CHECKING:
     from doq.service.api import QueueService
@@ -69,7 +70,7 @@ def is_ready(node: Any) -> bool:
 
 
 def build_ops_router(api: QueueService) -> APIRouter:
-    r = APIRouter(generate_unique_id_function=operation_id)
+    r = APIRouter(generate_unique_id_function=operation_id, route_class=LeanRoute)
     node = api.node
     registry = CollectorRegistry(auto_describe=False)
     registry.register(metrics.QueueDepthCollector(lambda: node.state.list_queues(), lambda: bool(node.is_leader)))

@@ -17,6 +17,7 @@ from doq.errors import DoqError, InvalidArgument, status_of
 from doq.service import metrics
 from doq.service.http import models as m
 from doq.service.http.bodies import body_doc, errors, operation_id, read_json
+from doq.service.http.lean import LeanRoute
 from doq.service.http.problems import BadRequest
 from doq.service.limits import (
     MAX_VISIBILITY_TIMEOUT_MS,
@@ -99,7 +100,7 @@ _ANSWERS = {
 
 def build_router(api: QueueService) -> APIRouter:
     """All `/API/v1` routes bound to one service facade."""
-    r = APIRouter(prefix="/API/v1", generate_unique_id_function=operation_id)
+    r = APIRouter(prefix="/API/v1", generate_unique_id_function=operation_id, route_class=LeanRoute)
 
     # -- queues ---------------------------------------------------------------------------
     @r.post(
