@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from doq.raft.config import RaftConfig
 from doq.raft.core import RaftCore
 from doq.raft.storage import MemoryStorage
-from doq.raft.types import EntryType, Message, Role
+from doq.raft.types import ConfChange, ConfChangeType, EntryType, Message, Role
 from doq.sim.checker import Checker
 from doq.sim.node import SimNode
 
@@ -53,6 +53,13 @@ class Cluster:
             snapshot_every=self.snapshot_every,
         )
         self.nodes[nid] = node
+        return node
+
+    def add_learner(self, leader: str, nid: str) -> SimNode:
+        """Start a fresh node and make it a learner through ``leader`` (stabilized)."""
+        node = self.add_node(nid)
+        self.core(leader).propose_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, nid))
+        self.stabilize()
         return node
 
     def core(self, nid: str) -> RaftCore:

@@ -767,9 +767,7 @@ def test_lost_snapshot_chunk_is_retried() -> None:
 def test_snapshot_is_taken_at_the_applied_index_with_its_conf_state() -> None:
     c = Cluster(("a", "b", "c"))
     c.elect("a")
-    c.add_node("d")
-    c.core("a").propose_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, "d"))
-    c.stabilize()
+    c.add_learner("a", "d")
     for i in range(3):
         c.propose("a", b"v%d" % i)
     a, node = c.core("a"), c.nodes["a"]
@@ -802,9 +800,7 @@ def test_learner_catches_up_before_promotion() -> None:
     c.elect("a")
     for i in range(12):
         c.propose("a", b"v%d" % i)
-    c.add_node("d")
-    c.core("a").propose_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, "d"))
-    c.stabilize()
+    c.add_learner("a", "d")
     c.tick(2)
     assert c.core("a").learners == ("d",) and c.core("d").learners == ("d",)
     assert c.nodes["d"].sm.hash == c.nodes["a"].sm.hash
@@ -849,9 +845,7 @@ def test_removing_a_follower_shrinks_the_quorum() -> None:
 def test_a_learner_never_campaigns_and_cannot_be_transfer_target() -> None:
     c = Cluster(("a", "b", "c"))
     c.elect("a")
-    c.add_node("d")
-    c.core("a").propose_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, "d"))
-    c.stabilize()
+    c.add_learner("a", "d")
     c.tick(2)
     term = c.core("a").term
     c.isolate("d")

@@ -8,8 +8,6 @@ import pytest
 
 from doq.raft import (
     CompactedError,
-    ConfChange,
-    ConfChangeType,
     ConfState,
     Entry,
     MemoryStorage,
@@ -160,9 +158,7 @@ def test_unpersisted_entries_are_lost_in_a_crash() -> None:
 def test_learner_is_not_counted_for_commit() -> None:
     c = Cluster(("a", "b", "c"))
     c.elect("a")
-    c.add_node("d")
-    c.core("a").propose_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, "d"))
-    c.stabilize()
+    c.add_learner("a", "d")
     c.tick(2)
     c.partition(["a", "d"], ["b", "c"])
     idx = c.core("a").propose(b"x")
