@@ -15,9 +15,23 @@ import pytest
 from fastapi import APIRouter, FastAPI, Query, Request
 from starlette.responses import JSONResponse
 
+from doq.errors import (
+    AlreadyExists,
+    CommitTimeout,
+    DoqError,
+    FailedPrecondition,
+    InvalidArgument,
+    MessageNotFound,
+    NotLeader,
+    Overloaded,
+    QueueNotFound,
+    StaleLease,
+    TooLarge,
+    Unavailable,
+)
 from doq.service.http.lean import LeanRoute
 from doq.service.http.problems import install_handlers
-from doq.service.http_gateway import body_limits
+from doq.service.http_gateway import body_limits, create_app
 from tests.http.fakes import FakeQueueService
 
 Q = "/API/v1/queues"
@@ -269,6 +283,56 @@ async def test_not_leader_is_503_with_hint(client: httpx.AsyncClient, fake: Fake
     doc = assert_problem(r, 503, "NOT_LEADER")
     assert doc["retryable"] is True and doc["leader_hint"] == "127.0.0.1:8002"
     assert r.headers["retry-after"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "reason", "retry_after"),
+    [
+        (InvalidArgument("bad"), 400, "INVALID_ARGUMENT", None),
+        (QueueNotFound("queue 'q1' does not exist"), 404, "QUEUE_NOT_FOUND", None),
+        (MessageNotFound("message 1 not found"), 404, "MESSAGE_NOT_FOUND", None),
+        (AlreadyExists("exists"), 409, "ALREADY_EXISTS", None),
+        (FailedPrecondition("not in flight", reason="NOT_IN_FLIGHT"), 409, "NOT_IN_FLIGHT", None),
+        (StaleLease("stale"), 409, "STALE_LEASE", None),
+        (TooLarge("too large", reason="MESSAGE_TOO_LARGE"), 413, "MESSAGE_TOO_LARGE", None),
+        (Overloaded("too many commands waiting"), 429, "OVERLOADED", "1"),
+        (NotLeader("not the leader", leader_hint="127.0.0.1:8002"), 503, "NOT_LEADER", "1"),
+        (Unavailable("shutting down", reason="SHUTTING_DOWN"), 503, "SHUTTING_DOWN", "1"),
+        (CommitTimeout("not committed in time"), 504, "COMMIT_TIMEOUT", None),
+    ],
+)
+async def test_error_table_on_every_path(
+    client: httpx.AsyncClient, fake: FakeQueueService, error: DoqError, status: int, reason: str,
+    retry_after: str | None,
+) -> None:
+    """Each domain error answers the status of ARCHITECTURE's table, as problem+json, from
+    enqueue, dequeue and ack alike (the gateway adds no mapping of its own)."""
+    await make_queue(client)
+
+    async def fail(*a: object, **k: object) -> None:
+        raise error
+
+    for name in ("enqueue", "dequeue", "ack"):
+        setattr(fake, name, fail)
+    for method, path, body in [("POST", f"{Q}/q1/messages", {"content": "a"}),
+                               ("GET", f"{Q}/q1/messages?wait_ms=5", None),
+                               ("POST", f"{Q}/q1/messages/7/ack", None)]:
+        r = await client.request(method, path, json=body)
+        doc = assert_problem(r, status, reason)
+        assert doc["retryable"] is error.retryable and doc["detail"] == error.message
+        assert doc["leader_hint"] == error.leader_hint
+        assert r.headers.get("retry-after") == retry_after
+
+
+async def test_unexpected_exception_is_a_500_problem(fake: FakeQueueService) -> None:
+    async def boom(*a: object, **k: object) -> None:
+        raise RuntimeError("bug")
+
+    fake.list_queues = boom  # type: ignore[method-assign]
+    transport = httpx.ASGITransport(app=create_app(fake), raise_app_exceptions=False)  # type: ignore[arg-type]
+    async with httpx.AsyncClient(transport=transport, base_url="http://doq.test") as c:
+        doc = assert_problem(await c.get(Q), 500, "INTERNAL")
+    assert "RuntimeError" in doc["detail"] and "bug" not in doc["detail"]  # no internals leak
 
 
 async def test_health_and_metrics(client: httpx.AsyncClient, fake: FakeQueueService) -> None:
