@@ -1,7 +1,8 @@
 """HTTP gateway load generator: bounded, loopback, keep-alive, N concurrent connections.
 
-    python bench/http_bench.py [--url http://127.0.0.1:8000] --workload enqueue|dequeue|livez
+    python bench/http_bench.py [--url http://127.0.0.1:8000] --workload enqueue|dequeue|livez|bare
                                [--connections 32] [--count 20000] [--runs 3] [--payload 100]
+                               [--data-dir-parent /dev/shm]
 
 Each connection sends one request at a time (no pipelining) over a raw asyncio HTTP/1.1
 stream with keep-alive and reads the full response (Content-Length); any non-2xx answer
@@ -10,7 +11,9 @@ stopped afterwards. `dequeue` first fills the queue over HTTP (batch enqueue), t
 `GET .../messages?ack=true` (one durable command per request). `livez` measures the
 gateway's per-request floor (no command). `bare` starts a bare uvicorn (httptools, uvloop)
 app answering a trivial JSON POST and loads it the same way: the ceiling to compare with.
-Prints one JSON line per run.
+`--data-dir-parent /dev/shm` puts the started node's data on tmpfs (fsync costs nothing):
+not a durable figure, but it separates CPU effects from a noisy disk in A/B comparisons.
+Prints one JSON line per run, with the 1-minute load average before and after it.
 """
 
 from __future__ import annotations
@@ -93,6 +96,10 @@ async def run_once(url: str, workload: str, connections: int, count: int, payloa
     dt = time.perf_counter() - t0
     return {"workload": workload, "connections": connections, "requests": count, "ok": ok[0],
             "errors": errs[0], "seconds": round(dt, 3), "req_per_s": round(count / dt)}
+
+
+def _load1() -> float:
+    return round(os.getloadavg()[0], 2)
 
 
 def _http(url: str, method: str, path: str, doc: object | None = None) -> tuple[int, bytes]:
@@ -178,6 +185,8 @@ def main() -> None:
     ap.add_argument("--count", type=int, default=20000, help="requests per run")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--payload", type=int, default=100, help="content bytes")
+    ap.add_argument("--data-dir-parent", default=None,
+                    help="where the started node's temp data dir goes (e.g. /dev/shm: not durable)")
     ns = ap.parse_args()
     try:
         import uvloop
@@ -185,11 +194,14 @@ def main() -> None:
         uvloop.install()
     except ImportError:
         pass
-    with tempfile.TemporaryDirectory(prefix="doq-http-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="doq-http-bench-", dir=ns.data_dir_parent) as tmp:
+        proc: subprocess.Popen[bytes] | None
         if ns.workload == "bare":
             proc, url = _start_bare()
+        elif ns.url:
+            proc, url = None, ns.url.rstrip("/")
         else:
-            proc, url = (None, ns.url.rstrip("/")) if ns.url else _start_node(tmp)
+            proc, url = _start_node(tmp)
         try:
             queue = f"httpbench-{os.getpid()}"
             if ns.workload != "bare":
@@ -199,7 +211,9 @@ def main() -> None:
             for _ in range(ns.runs):
                 if ns.workload == "dequeue":
                     _fill(url, queue, ns.count, ns.payload)
+                load_before = _load1()
                 res = asyncio.run(run_once(url, ns.workload, ns.connections, ns.count, ns.payload, queue))
+                res["load1"] = [load_before, _load1()]
                 print(json.dumps(res), flush=True)
             if ns.workload != "bare":
                 _http(url, "DELETE", f"/API/v1/queues/{queue}")
