@@ -1,0 +1,64 @@
+"""Cluster membership as the service and the peer transport see it (no Raft types).
+
+A member is known by its node id and the three addresses it serves: `raft_addr` (peer
+transport), `grpc_addr` (clients, doq.v1.DOQ) and `http_addr` (the HTTP gateway). The
+addresses travel with the member's conf change through the log, so every member knows
+every other one and can point clients at the leader.
+
+`ClusterAdmin` is what a clustered node offers on top of `doq.node.base.Node`; the HTTP
+`/cluster` endpoints and `doq cluster` call it. A single-process `LocalNode` answers it as
+a one-member cluster that refuses joins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class MemberAddrs:
+    """Where a member listens (HOST:PORT each)."""
+
+    raft_addr: str
+    grpc_addr: str
+    http_addr: str
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    node_id: str
+    addrs: MemberAddrs
+    role: str  # "voter" | "learner"
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterStatus:
+    """One node's view of the cluster (`GET /cluster`)."""
+
+    node_id: str
+    leader_id: str  # "" when no leader is known
+    term: int
+    commit_index: int
+    applied_index: int
+    role: str  # this node: "leader" | "follower" | "candidate" | "learner"
+    members: list[Member] = field(default_factory=list)
+
+
+class ClusterAdmin(Protocol):
+    """Membership and leadership operations. Mutations must run on the leader: a follower
+    raises `doq.errors.NotLeader` with the leader's hint (the HTTP layer forwards)."""
+
+    def cluster_status(self) -> ClusterStatus: ...
+
+    async def add_member(self, node_id: str, addrs: MemberAddrs) -> ClusterStatus:
+        """Add `node_id` as a learner (idempotent for the same addresses); the leader
+        promotes it to voter once it has caught up. Returns the status after the add."""
+        ...
+
+    async def remove_member(self, node_id: str) -> None: ...
+
+    async def transfer_leader(self, target_id: str | None = None) -> str:
+        """Hand leadership to `target_id` (None: the most up-to-date voter); returns the
+        new leader's id once it leads."""
+        ...
