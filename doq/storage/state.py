@@ -301,6 +301,22 @@ class StateStore:
         self._broken = True
         return n
 
+    def replace_records(self, txn: lmdb.Transaction,
+                        records: Iterable[tuple[bytes, bytes | None, int]],
+                        applied_index: int, horizon: int) -> int:
+        """Replace the whole state by `records` (a full backup's, e.g. a Raft snapshot) at
+        `applied_index` with tombstone `horizon`, inside `txn`, and rebuild memory from it.
+        Returns the record count. If the caller then aborts, it must call `rebuild()`."""
+        self._broken = True
+        for db in self._db.values():
+            txn.drop(db, delete=False)
+        n = self.restore_records(txn, records)
+        if horizon:
+            txn.put(HORIZON_KEY, _V.pack(horizon), db=self._meta)
+        self.set_applied_index(txn, applied_index)
+        self.rebuild(txn)
+        return n
+
     def set_applied_index(self, txn: lmdb.Transaction, index: int) -> None:
         """Record `index` as applied (offline restore: the node's next log index follows it).
         If the caller aborts `txn`, it must call `rebuild()`."""

@@ -1,0 +1,206 @@
+"""RaftNode over an in-memory network: real LMDB per node, real asyncio, the real queue
+machine. Every test also checks the Ready contract at each send (tests/node/raftnet.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from doq.errors import NotLeader
+from doq.node.raft_node import RaftNode, RaftNodeConfig
+from doq.queues import commands as c
+from doq.queues.model import QueueSettings
+from doq.raft.types import Ready
+from tests.node.raftnet import FAST, Cluster, addrs, eventually, retry
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def enq(i: int) -> c.Enqueue:
+    return c.Enqueue("q", [c.EnqueueItem(b"m%d" % i)])
+
+
+async def create_queue(node: RaftNode) -> None:
+    await retry(lambda: node.propose(c.CreateQueue("q", "delayed", QueueSettings())))
+
+
+async def three(tmp_path: Path, config: RaftNodeConfig = FAST,
+                node_cls: type[RaftNode] = RaftNode) -> Cluster:
+    cl = Cluster(tmp_path, config, node_cls)
+    await cl.start("n1")
+    await create_queue(await cl.wait_leader())
+    await cl.grow("n2", "n3")
+    return cl
+
+
+async def test_one_node_bootstraps_serves_and_restarts_from_its_data(tmp_path: Path) -> None:
+    cl = Cluster(tmp_path)
+    n1 = await cl.start("n1")
+    assert await cl.wait_leader() is n1
+    await create_queue(n1)
+    res = await asyncio.gather(*(n1.propose(enq(i)) for i in range(50)))
+    assert [r[0].id for r in res] == list(range(1, 51))  # type: ignore[index]
+    await n1.read_barrier()
+    st = n1.cluster_status()
+    assert (st.role, st.leader_id, [m.node_id for m in st.members]) == ("leader", "n1", ["n1"])
+    assert st.members[0].addrs == addrs("n1")
+    digest, term = n1.state.snapshot_digest(), st.term
+    await cl.stop("n1")
+    n1 = await cl.start("n1")  # same data dir: restarts, not a new cluster
+    await cl.wait_leader()
+    assert n1.cluster_status().term > term
+    await cl.converged()
+    assert n1.state.get_queue("q").stats.total == 50
+    assert n1.state.snapshot_digest() != "" and digest
+    assert not cl.net.violations
+    await cl.close()
+
+
+async def test_three_nodes_replicate_with_identical_digests(tmp_path: Path) -> None:
+    cl = await three(tmp_path)
+    leader = await cl.wait_leader()
+    assert sorted(m.node_id for m in leader.cluster_status().members if m.role == "voter") == ["n1", "n2", "n3"]
+    futs = [leader.propose_nowait(enq(i)) for i in range(300)]  # one burst: group commit
+    res = await asyncio.gather(*futs)
+    assert len({r[0].id for r in res}) == 300  # type: ignore[index]
+    await cl.converged()
+    assert len(set(cl.digests().values())) == 1
+    for n in cl.nodes.values():
+        assert n.state.get_queue("q").stats.total == 300
+        assert n.members == {nid: addrs(nid) for nid in ("n1", "n2", "n3")}  # addresses travelled
+    assert not cl.net.violations, cl.net.violations[:5]
+    await cl.close()
+
+
+async def test_group_commit_puts_a_burst_into_few_entries(tmp_path: Path) -> None:
+    cl = Cluster(tmp_path)
+    n1 = await cl.start("n1")
+    await create_queue(await cl.wait_leader())
+    before = n1.state.applied_index
+    await asyncio.gather(*[n1.propose_nowait(enq(i)) for i in range(1000)])
+    assert n1.state.applied_index - before <= 3  # 1000 commands, one entry per Ready
+    await cl.close()
+
+
+class SendsBeforePersisting(RaftNode):
+    """A planted bug: messages leave before the Ready is durable."""
+
+    async def _handle_ready(self, core, rd: Ready) -> None:  # type: ignore[no-untyped-def]
+        if rd.messages:
+            self.transport.send(rd.messages)
+            rd.messages = []
+        await super()._handle_ready(core, rd)
+
+
+async def test_contract_check_catches_sending_before_persisting(tmp_path: Path) -> None:
+    cl = await three(tmp_path, node_cls=SendsBeforePersisting)
+    leader = await cl.wait_leader()
+    await asyncio.gather(*[leader.propose_nowait(enq(i)) for i in range(20)])
+    assert cl.net.violations  # the check has teeth
+    await cl.close()
+
+
+async def test_follower_refuses_at_once_with_the_leader_hint(tmp_path: Path) -> None:
+    cl = await three(tmp_path)
+    leader = await cl.wait_leader()
+    follower = next(n for n in cl.nodes.values() if n is not leader)
+    await eventually(lambda: _async(follower.leader_hint == leader.node_id), 10, "hint")
+    with pytest.raises(NotLeader) as ei:
+        follower.propose_nowait(enq(0))
+    assert ei.value.leader_hint == leader.node_id
+    assert follower.leader_addrs() == addrs(leader.node_id)
+    await follower.read_barrier()  # ReadIndex through the leader works on a follower
+    await cl.close()
+
+
+async def test_partitioned_leader_fails_pending_proposals_and_a_new_leader_takes_over(tmp_path: Path) -> None:
+    cl = await three(tmp_path)
+    old = await cl.wait_leader()
+    await cl.converged()
+    cl.net.isolate(old.node_id)
+    futs = [old.propose_nowait(enq(i)) for i in range(10)]
+    done, _ = await asyncio.wait(futs, timeout=30)  # never hangs: check-quorum steps it down
+    assert len(done) == 10
+    for f in futs:
+        assert isinstance(f.exception(), NotLeader)
+    new = await cl.wait_leader(exclude=old.node_id)
+    assert new is not old
+    res = await retry(lambda: new.propose(enq(99)))
+    assert res[0].id  # type: ignore[index]
+    with pytest.raises(NotLeader):
+        old.propose_nowait(enq(100))
+    cl.net.heal()
+    await cl.converged()
+    assert len(set(cl.digests().values())) == 1
+    # the isolated leader's entries were never committed: nobody has them
+    assert all(n.state.get_queue("q").stats.total == 1 for n in cl.nodes.values())
+    assert not cl.net.violations, cl.net.violations[:5]
+    await cl.close()
+
+
+async def test_restarted_node_recovers_its_state_and_catches_up(tmp_path: Path) -> None:
+    cl = await three(tmp_path)
+    leader = await cl.wait_leader()
+    await asyncio.gather(*[leader.propose_nowait(enq(i)) for i in range(50)])
+    await cl.converged()
+    victim = next(nid for nid in cl.nodes if nid != leader.node_id)
+    hs, conf = cl.nodes[victim].storage.hard_state, cl.nodes[victim].core.conf_state()  # type: ignore[union-attr]
+    await cl.stop(victim)
+    await asyncio.gather(*[leader.propose_nowait(enq(i)) for i in range(50, 80)])
+    node = await cl.start(victim)  # its own data: term, vote, log, conf state
+    assert node.storage.hard_state.term >= hs.term and node.storage.hard_state.vote == hs.vote
+    await cl.converged()
+    assert node.core is not None and node.core.conf_state() == conf
+    assert len(set(cl.digests().values())) == 1
+    assert node.state.get_queue("q").stats.total == 80
+    assert not cl.net.violations, cl.net.violations[:5]
+    await cl.close()
+
+
+async def test_node_behind_a_compacted_log_catches_up_by_snapshot(tmp_path: Path) -> None:
+    cfg = RaftNodeConfig(tick_ms=25, election_tick=10, snapshot_every=20, keep_entries=5)
+    cl = await three(tmp_path, cfg)
+    leader = await cl.wait_leader()
+    victim = next(nid for nid in cl.nodes if nid != leader.node_id)
+    await cl.converged()
+    await cl.stop(victim)
+    for i in range(120):  # one entry each: the log is compacted several times
+        await leader.propose(enq(i))
+        if i % 10 == 0:
+            await leader.propose(c.Dequeue("q", 1, ack=True))  # deletions: tombstones too
+
+    async def compacted() -> bool:
+        return leader.storage.first_index() > 60
+
+    await eventually(compacted, 30, "leader log not compacted")
+    node = await cl.start(victim)
+    await cl.converged()
+    assert node.storage.snapshot_meta().index > 60  # it got a snapshot, not entries
+    assert len(set(cl.digests().values())) == 1
+    assert node.members == leader.members
+    assert not cl.net.violations, cl.net.violations[:5]
+    await cl.close()
+
+
+async def test_transfer_leadership_and_remove_a_member(tmp_path: Path) -> None:
+    cl = await three(tmp_path)
+    leader = await cl.wait_leader()
+    new_id = await retry(lambda: leader.transfer_leader())
+    assert new_id != leader.node_id
+    new = cl.nodes[new_id]
+    await eventually(lambda: _async(new.is_leader), 10, "target leads")
+    gone = leader.node_id
+    await retry(lambda: new.remove_member(gone))
+    assert sorted(m.node_id for m in new.cluster_status().members) == sorted(set(cl.nodes) - {gone})
+    assert gone not in new.members
+    await cl.stop(gone)
+    await retry(lambda: new.propose(enq(1)))  # two voters left: still a quorum
+    await cl.converged()
+    assert len(set(cl.digests().values())) == 1
+    await cl.close()
+
+
+async def _async(v: bool) -> bool:
+    return v
