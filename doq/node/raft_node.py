@@ -460,6 +460,7 @@ class RaftNode:
             if not isinstance(e, asyncio.CancelledError):
                 log.exception("Raft node %s failed; it stops taking requests", self.node_id)
             self._failed = e
+            self._role = Role.FOLLOWER
             self._fail_all(Unavailable(f"node failed: {e}", reason="NODE_FAILED"))
             raise
 

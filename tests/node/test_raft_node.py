@@ -4,6 +4,7 @@ machine. Every test also checks the Ready contract at each send (tests/node/raft
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,21 @@ from doq.raft.types import Ready
 from tests.node.raftnet import FAST, Cluster, addrs, eventually, retry
 
 pytestmark = pytest.mark.timeout(180)
+_open: list[Cluster] = []
+
+
+@pytest.fixture(autouse=True)
+async def _close_clusters() -> AsyncIterator[None]:
+    """Stop every node a test started, also when it fails."""
+    yield
+    while _open:
+        await _open.pop().close()
+
+
+def new_cluster(root: Path, config: RaftNodeConfig = FAST, node_cls: type[RaftNode] = RaftNode) -> Cluster:
+    cl = Cluster(root, config, node_cls)
+    _open.append(cl)
+    return cl
 
 
 def enq(i: int) -> c.Enqueue:
@@ -28,7 +44,7 @@ async def create_queue(node: RaftNode) -> None:
 
 async def three(tmp_path: Path, config: RaftNodeConfig = FAST,
                 node_cls: type[RaftNode] = RaftNode) -> Cluster:
-    cl = Cluster(tmp_path, config, node_cls)
+    cl = new_cluster(tmp_path, config, node_cls)
     await cl.start("n1")
     await create_queue(await cl.wait_leader())
     await cl.grow("n2", "n3")
@@ -36,7 +52,7 @@ async def three(tmp_path: Path, config: RaftNodeConfig = FAST,
 
 
 async def test_one_node_bootstraps_serves_and_restarts_from_its_data(tmp_path: Path) -> None:
-    cl = Cluster(tmp_path)
+    cl = new_cluster(tmp_path)
     n1 = await cl.start("n1")
     assert await cl.wait_leader() is n1
     await create_queue(n1)
@@ -55,7 +71,6 @@ async def test_one_node_bootstraps_serves_and_restarts_from_its_data(tmp_path: P
     assert n1.state.get_queue("q").stats.total == 50
     assert n1.state.snapshot_digest() != "" and digest
     assert not cl.net.violations
-    await cl.close()
 
 
 async def test_three_nodes_replicate_with_identical_digests(tmp_path: Path) -> None:
@@ -71,17 +86,15 @@ async def test_three_nodes_replicate_with_identical_digests(tmp_path: Path) -> N
         assert n.state.get_queue("q").stats.total == 300
         assert n.members == {nid: addrs(nid) for nid in ("n1", "n2", "n3")}  # addresses travelled
     assert not cl.net.violations, cl.net.violations[:5]
-    await cl.close()
 
 
 async def test_group_commit_puts_a_burst_into_few_entries(tmp_path: Path) -> None:
-    cl = Cluster(tmp_path)
+    cl = new_cluster(tmp_path)
     n1 = await cl.start("n1")
     await create_queue(await cl.wait_leader())
     before = n1.state.applied_index
     await asyncio.gather(*[n1.propose_nowait(enq(i)) for i in range(1000)])
     assert n1.state.applied_index - before <= 3  # 1000 commands, one entry per Ready
-    await cl.close()
 
 
 class SendsBeforePersisting(RaftNode):
@@ -99,7 +112,6 @@ async def test_contract_check_catches_sending_before_persisting(tmp_path: Path) 
     leader = await cl.wait_leader()
     await asyncio.gather(*[leader.propose_nowait(enq(i)) for i in range(20)])
     assert cl.net.violations  # the check has teeth
-    await cl.close()
 
 
 async def test_follower_refuses_at_once_with_the_leader_hint(tmp_path: Path) -> None:
@@ -112,7 +124,6 @@ async def test_follower_refuses_at_once_with_the_leader_hint(tmp_path: Path) -> 
     assert ei.value.leader_hint == leader.node_id
     assert follower.leader_addrs() == addrs(leader.node_id)
     await follower.read_barrier()  # ReadIndex through the leader works on a follower
-    await cl.close()
 
 
 async def test_partitioned_leader_fails_pending_proposals_and_a_new_leader_takes_over(tmp_path: Path) -> None:
@@ -137,7 +148,6 @@ async def test_partitioned_leader_fails_pending_proposals_and_a_new_leader_takes
     # the isolated leader's entries were never committed: nobody has them
     assert all(n.state.get_queue("q").stats.total == 1 for n in cl.nodes.values())
     assert not cl.net.violations, cl.net.violations[:5]
-    await cl.close()
 
 
 async def test_restarted_node_recovers_its_state_and_catches_up(tmp_path: Path) -> None:
@@ -156,7 +166,6 @@ async def test_restarted_node_recovers_its_state_and_catches_up(tmp_path: Path) 
     assert len(set(cl.digests().values())) == 1
     assert node.state.get_queue("q").stats.total == 80
     assert not cl.net.violations, cl.net.violations[:5]
-    await cl.close()
 
 
 async def test_node_behind_a_compacted_log_catches_up_by_snapshot(tmp_path: Path) -> None:
@@ -181,7 +190,6 @@ async def test_node_behind_a_compacted_log_catches_up_by_snapshot(tmp_path: Path
     assert len(set(cl.digests().values())) == 1
     assert node.members == leader.members
     assert not cl.net.violations, cl.net.violations[:5]
-    await cl.close()
 
 
 async def test_transfer_leadership_and_remove_a_member(tmp_path: Path) -> None:
@@ -199,8 +207,59 @@ async def test_transfer_leadership_and_remove_a_member(tmp_path: Path) -> None:
     await retry(lambda: new.propose(enq(1)))  # two voters left: still a quorum
     await cl.converged()
     assert len(set(cl.digests().values())) == 1
-    await cl.close()
 
 
 async def _async(v: bool) -> bool:
     return v
+
+
+async def test_a_new_leader_never_stamps_a_time_before_one_already_applied(tmp_path: Path) -> None:
+    """n2's wall clock is an hour behind; once it leads, its entries still carry a time
+    >= the last applied one (replicated time never goes back)."""
+    import time as _time
+
+    from doq.queues.codec import decode_batch
+
+    cl = new_cluster(tmp_path)
+    real = lambda: _time.time_ns() // 1_000_000  # noqa: E731
+    n1 = await cl.start("n1")
+    n1._clock_ms = real
+    await create_queue(await cl.wait_leader())
+    await cl.grow("n2")
+    n2 = cl.nodes["n2"]
+    n2._clock_ms = lambda: real() - 3_600_000
+    await retry(lambda: n1.propose(enq(0)))
+    await retry(lambda: n1.transfer_leader("n2"))
+    await retry(lambda: n2.propose(enq(1)))
+    await cl.converged()
+    st = n2.storage
+    stamps = [decode_batch(e.data).now_ms for e in st.entries(st.first_index(), st.last_index() + 1, 1 << 30)
+              if e.data and e.type == 0]
+    assert len(stamps) >= 3 and stamps == sorted(stamps), stamps
+
+
+async def test_single_node_data_becomes_a_raft_cluster_and_replicates(tmp_path: Path) -> None:
+    """A data dir written without Raft (LocalNode, offline restore) bootstraps at its applied
+    index; a node added later receives that state by snapshot."""
+    from doq.node.local import LocalNode
+    from doq.storage.env import open_env
+    from doq.storage.state import StateStore
+
+    env = open_env(tmp_path / "n1", map_size=1 << 30)
+    local = LocalNode(env, StateStore(env))
+    await local.start()
+    await local.propose(c.CreateQueue("q", "delayed", QueueSettings()))
+    for i in range(5):
+        await local.propose(enq(i))
+    await local.stop()
+    env.close()
+    cl = new_cluster(tmp_path)
+    n1 = await cl.start("n1")
+    await cl.wait_leader()
+    assert n1.state.get_queue("q").stats.total == 5
+    res = await retry(lambda: n1.propose(enq(5)))
+    assert res[0].id == 6  # type: ignore[index]
+    await cl.grow("n2")
+    await cl.converged()
+    assert len(set(cl.digests().values())) == 1
+    assert cl.nodes["n2"].state.get_queue("q").stats.total == 6
