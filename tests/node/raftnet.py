@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 import struct
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -45,6 +46,8 @@ class Net:
         self.blocked: set[tuple[str, str]] = set()
         self.violations: list[str] = []
         self.sent = 0
+        self.drop_rate = 0.0
+        self.rng = random.Random(0)
 
     def factory(self, nid: str) -> Callable[[OnMessages], FakeTransport]:
         def make(on_messages: OnMessages) -> FakeTransport:
@@ -115,6 +118,8 @@ class FakeTransport:
             if m.to not in self.peers or (self.nid, m.to) in self.net.blocked:
                 continue
             if dst is None or not dst.started:
+                continue
+            if self.net.drop_rate and self.net.rng.random() < self.net.drop_rate:
                 continue
             loop.call_soon(dst.deliver, codec.decode_message(codec.encode_message(m)))
 
