@@ -263,3 +263,43 @@ async def test_single_node_data_becomes_a_raft_cluster_and_replicates(tmp_path: 
     await cl.converged()
     assert len(set(cl.digests().values())) == 1
     assert cl.nodes["n2"].state.get_queue("q").stats.total == 6
+
+
+async def test_open_raft_node_bootstraps_joins_and_restarts_without_joining_again(tmp_path: Path) -> None:
+    from doq.node.build import open_raft_node
+    from doq.node.cluster import ClusterStatus, MemberAddrs
+    from doq.storage.env import open_env
+    from doq.storage.state import StateStore
+
+    cl = new_cluster(tmp_path)
+    loop = asyncio.get_running_loop()
+    calls: list[tuple[list[str], str]] = []
+
+    def join_cluster(join_addrs: list[str], node_id: str, a: MemberAddrs) -> ClusterStatus:
+        """What the HTTP join does, from a thread: ask the leader to add the node."""
+        calls.append((list(join_addrs), node_id))
+        leader = cl.leader()
+        assert leader is not None
+        return asyncio.run_coroutine_threadsafe(leader.add_member(node_id, a), loop).result(30)
+
+    async def open_node(nid: str, join: tuple[str, ...]) -> RaftNode:
+        env = open_env(tmp_path / nid, map_size=1 << 30)
+        cl.net.envs[nid] = env
+        node = await open_raft_node(env, StateStore(env), node_id=nid, addrs=addrs(nid),
+                                    transport=cl.net.factory(nid), join_addrs=join,
+                                    join_cluster=join_cluster, config=FAST)
+        await node.start()
+        cl.nodes[nid] = node
+        return node
+
+    await open_node("n1", ())
+    await create_queue(await cl.wait_leader())
+    n2 = await open_node("n2", ("http-n1:3",))
+    assert calls == [(["http-n1:3"], "n2")]
+    await cl.converged()
+    assert n2.state.get_queue("q").name == "q" and n2.members == {"n1": addrs("n1"), "n2": addrs("n2")}
+    await cl.stop("n2")
+    await open_node("n2", ("http-n1:3",))  # its own data: no second join
+    assert len(calls) == 1
+    await cl.converged()
+    assert len(set(cl.digests().values())) == 1
