@@ -27,7 +27,7 @@ class NullStore:
     """Discards writes; `get` returns a minimal valid record (for dequeue)."""
 
     def __init__(self) -> None:
-        from doq.storage.records import encode_message
+        from doq.queues.records import encode_message
 
         self.rec = encode_message(0, 0, T0, b"", b"", b"", b"x" * 100)
 
