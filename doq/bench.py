@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import struct
@@ -29,11 +30,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
+from doq_proto.v1 import doq_pb2 as pb
 
 from doq.bench_cli import add_arguments
 from doq_client import AlreadyExists, AsyncConsumer, AsyncDoqClient, AsyncProducer, enqueue_request
 from doq_client.client import CHANNEL_OPTIONS
-from doq_client.v1 import doq_pb2 as pb
 
 _TS = struct.Struct("<q")
 
@@ -199,8 +200,10 @@ async def _produce(
             else:
                 reqs = fixed if n == len(fixed) else fixed[:n]
             t0 = perf()
-            fut = await (producer.enqueue_many(reqs) if args.batched else producer.send(reqs[0]))
-            fut.add_done_callback(lambda f, t0=t0, n=n: done(f, t0, n))
+            fut: asyncio.Future[Any] = await (
+                producer.enqueue_many(reqs) if args.batched else producer.send(reqs[0])
+            )
+            fut.add_done_callback(functools.partial(done, t0=t0, n=n))
             frames += 1
         await producer.flush()
     finally:
