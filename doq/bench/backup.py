@@ -1,4 +1,4 @@
-"""Backup throughput: `python -m doq.backup.bench [--records N] [--value-bytes B] [--lmdb]`.
+"""Backup throughput: `python -m doq.bench.backup [--records N] [--value-bytes B] [--lmdb]`.
 
 Writes N small records (key ~20 B, value B bytes, 1 in 10 a tombstone) to a backup file in
 a temp dir and prints MB/s of record payload (key + value bytes) and of file bytes.
