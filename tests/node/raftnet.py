@@ -206,20 +206,28 @@ class Cluster:
         await eventually(promoted, 30, f"{nid} not promoted")
 
     async def converged(self, timeout_s: float = 30.0) -> int:
-        """Wait until every node applied the leader's commit index; returns it."""
+        """Wait until every node has committed (durably) the leader's commit index as
+        applied; returns it. (A node's in-memory applied index runs ahead of its disk
+        while the writer's txn is being fsynced.)"""
         async def same() -> int | None:
             ld = self.leader()
             if ld is None:
                 return None
             commit = ld.cluster_status().commit_index
-            ok = all(n.state.applied_index >= commit for n in self.nodes.values())
-            ok = ok and len({n.state.applied_index for n in self.nodes.values()}) == 1
-            return commit if ok else None
+            applied = {durable_applied(n) for n in self.nodes.values()}
+            return commit if applied == {commit} else None
 
         return await eventually(same, timeout_s, "nodes did not converge")
 
     def digests(self) -> dict[str, str]:
         return {nid: n.state.snapshot_digest() for nid, n in self.nodes.items()}
+
+
+def durable_applied(node: RaftNode) -> int:
+    """The applied index in the node's LMDB files (a fresh read txn)."""
+    applied, records = node.state.changes(0)
+    records.close()  # type: ignore[attr-defined]
+    return applied
 
 
 async def eventually(fn: Callable[[], Awaitable[T | None]], timeout_s: float, what: str) -> T:
