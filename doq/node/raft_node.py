@@ -212,11 +212,22 @@ class RaftNode:
             self.storage.set_hard_state(txn, HardState(1, NONE, index))
             self.storage.set_members(txn, members)
 
-    async def stop(self) -> None:
-        """Refuse new proposals, let the current Ready finish, fail what is still pending
-        (`Unavailable`, retryable), stop the transport and the threads."""
+    async def stop(self, *, transfer_leadership: bool = True) -> None:
+        """Leave well: a leader with other voters first hands leadership to the most
+        up-to-date one (bounded by an election timeout), so clients see at most one
+        retryable error instead of waiting for an election. Then refuse new proposals,
+        let the current Ready finish, fail what is still pending (`Unavailable`,
+        retryable), stop the transport and the threads."""
         if self._stopping:
             return
+        core = self.core
+        if transfer_leadership and self.is_leader and core is not None and len(core.voters) > 1:
+            timeout_s = 2 * self.cfg.election_tick * self.cfg.tick_ms / 1000
+            try:
+                target = await asyncio.wait_for(self.transfer_leader(), timeout_s)
+                log.info("node %s handed leadership to %s before stopping", self.node_id, target)
+            except (DoqError, TimeoutError) as e:
+                log.warning("leadership transfer before stopping failed: %s", e)
         self._stopping = True
         for h in (self._tick_handle, self._lease_handle):
             if h:
@@ -697,18 +708,21 @@ class RaftNode:
 
     # -- peers and membership ----------------------------------------------------------------
     def _sync_peers(self) -> None:
-        """Point the transport at every other member (and the join answer's peers)."""
+        """Point the transport at every member whose address this node knows: the
+        replicated address map (as of the applied index) and the join answer's peers.
+
+        Not the core's conf state: after a restart it is the snapshot's until the
+        committed conf changes are re-applied, and a follower must reach every member at
+        once (it may have to elect a leader with them)."""
+        if self.node_id in self.storage.members:
+            self._peers = {}  # the replicated map now includes us: it is the whole truth
         known = {**self._peers, **self.storage.members}
-        core = self.core
-        members = set(core.voters) | set(core.learners) if core else set()
+        known.pop(self.node_id, None)
         for nid, a in known.items():
-            if nid == self.node_id:
-                continue
-            if nid in members or nid in self._peers:
-                self.transport.set_peer(nid, a.raft_addr)
-        for nid in self._peers_set - members - set(self._peers):
+            self.transport.set_peer(nid, a.raft_addr)
+        for nid in self._peers_set - set(known):
             self.transport.remove_peer(nid)
-        self._peers_set = members | set(self._peers)
+        self._peers_set = set(known)
 
     def _maybe_promote(self, core: RaftCore) -> None:
         """Leader: promote a learner once its match index reached the commit index."""

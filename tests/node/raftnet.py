@@ -163,9 +163,9 @@ class Cluster:
         self.nodes[nid] = node
         return node
 
-    async def stop(self, nid: str) -> None:
+    async def stop(self, nid: str, *, transfer_leadership: bool = True) -> None:
         node = self.nodes.pop(nid)
-        await node.stop()
+        await node.stop(transfer_leadership=transfer_leadership)
         node.env.close()
 
     async def close(self) -> None:

@@ -64,7 +64,7 @@ async def test_acknowledged_enqueues_survive_a_nemesis(tmp_path: Path, seed: int
                 elif action == "restart":
                     nid = rng.choice(sorted(cl.nodes))
                     if len(cl.nodes) == 3:
-                        await cl.stop(nid)
+                        await cl.stop(nid, transfer_leadership=rng.random() < 0.5)
                         await asyncio.sleep(rng.uniform(0.05, 0.5))
                         await cl.start(nid)
                 elif action == "loss":
@@ -81,8 +81,11 @@ async def test_acknowledged_enqueues_survive_a_nemesis(tmp_path: Path, seed: int
         await asyncio.gather(*tasks)
         cl.net.heal()
         cl.net.drop_rate = 0.0
-        await cl.wait_leader()
-        await retry(lambda: cl.leader().propose(c.Tick()))  # type: ignore[union-attr]
+
+        async def tick() -> object:
+            return await (await cl.wait_leader()).propose(c.Tick())
+
+        await retry(tick)
         await cl.converged(60)
         assert len(acked) > 50, len(acked)
         assert len(set(cl.digests().values())) == 1

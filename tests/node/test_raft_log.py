@@ -149,7 +149,7 @@ def test_entries_respect_max_bytes_in_cache_and_on_disk(env: lmdb.Environment) -
 
 
 # -- property: the same observable behaviour as MemoryStorage ---------------------------
-op = st.one_of(
+op: st.SearchStrategy[tuple[str, int, list[int]]] = st.one_of(
     st.tuples(st.just("append"), st.integers(0, 6), st.lists(st.integers(0, 3), min_size=1, max_size=5)),
     st.tuples(st.just("compact"), st.integers(0, 8), st.just([])),
     st.tuples(st.just("snapshot"), st.integers(0, 8), st.just([])),
