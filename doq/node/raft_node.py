@@ -222,12 +222,12 @@ class RaftNode:
             return
         core = self.core
         if transfer_leadership and self.is_leader and core is not None and len(core.voters) > 1:
-            timeout_s = 2 * self.cfg.election_tick * self.cfg.tick_ms / 1000
+            timeout_s = max(1.0, 3 * self.cfg.election_tick * self.cfg.tick_ms / 1000)
             try:
                 target = await asyncio.wait_for(self.transfer_leader(), timeout_s)
                 log.info("node %s handed leadership to %s before stopping", self.node_id, target)
             except (DoqError, TimeoutError) as e:
-                log.warning("leadership transfer before stopping failed: %s", e)
+                log.warning("leadership transfer before stopping failed: %r", e)
         self._stopping = True
         for h in (self._tick_handle, self._lease_handle):
             if h:
@@ -268,12 +268,15 @@ class RaftNode:
     def propose_nowait(self, command: Command) -> Fut:
         """Queue a command for the next entry. Raises at once on a follower (`NotLeader` +
         hint), while stopping (`Unavailable`) or when too many wait (`Overloaded`)."""
-        self._check_serving()
-        if len(self._pending) >= MAX_PENDING_COMMANDS:
+        if self._role != Role.LEADER or self._stopping or self._removed or self._failed is not None:
+            self._check_serving()  # raises the right error
+        pending = self._pending
+        if len(pending) >= MAX_PENDING_COMMANDS:
             raise Overloaded("too many commands waiting for commit; retry later")
         fut: Fut = asyncio.get_running_loop().create_future()
-        self._pending.append((command, fut))
-        self._wake.set()
+        pending.append((command, fut))
+        if not pending[1:]:
+            self._wake.set()  # the first since the last Ready wakes the driver
         return fut
 
     async def read_barrier(self) -> None:
@@ -398,16 +401,17 @@ class RaftNode:
         return target
 
     def _best_transferee(self, core: RaftCore) -> str | None:
-        """The most up-to-date other voter (highest match; ties by id)."""
-        best: tuple[int, str] | None = None
+        """The most up-to-date other voter that was heard from recently (then the highest
+        match index; ties by id). None without another voter."""
+        best: tuple[bool, int, str] | None = None
         for nid in core.voters:
             pr = core.prs.get(nid)
             if nid == self.node_id or pr is None:
                 continue
-            key = (pr.match, nid)
-            if best is None or key[0] > best[0]:
+            key = (pr.recent_active, pr.match, nid)
+            if best is None or key[:2] > best[:2]:
                 best = key
-        return best[1] if best else None
+        return best[2] if best else None
 
     async def _conf_change(self, cc: ConfChange) -> None:
         fut: Fut = asyncio.get_running_loop().create_future()

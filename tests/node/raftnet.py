@@ -170,7 +170,7 @@ class Cluster:
 
     async def close(self) -> None:
         for nid in list(self.nodes):
-            await self.stop(nid)
+            await self.stop(nid, transfer_leadership=False)
 
     def leader(self) -> RaftNode | None:
         leaders = [n for n in self.nodes.values() if n.is_leader]
