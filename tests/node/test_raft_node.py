@@ -343,3 +343,42 @@ async def test_restarted_members_reach_each_other_without_a_snapshot_of_the_full
     await cl.stop(leader.node_id, transfer_leadership=False)
     new = await cl.wait_leader(timeout_s=30)
     assert new.node_id in others
+
+
+async def test_the_service_runs_unchanged_on_a_raft_node_lease_expiry_replicates(tmp_path: Path) -> None:
+    """QueueService over the leader: a long poll wakes on a replicated enqueue; an expired
+    lease comes back through the leader's Tick, on every replica."""
+    from doq.service.api import QueueService
+
+    cl = await three(tmp_path)
+    leader = await cl.wait_leader()
+    api = QueueService(leader)
+    poll = asyncio.create_task(api.dequeue("q", wait_ms=10_000, visibility_timeout_ms=300))
+    await asyncio.sleep(0.05)
+    await api.enqueue("q", c.EnqueueItem(b"hello"))
+    got = await asyncio.wait_for(poll, 10)
+    assert [m.content for m in got] == [b"hello"]
+
+    async def redelivered() -> bool:  # the lease expired: replicated time moved via a Tick
+        return all(n.state.get_queue("q").stats.ready == 1 for n in cl.nodes.values())
+
+    await eventually(redelivered, 10, "lease did not expire on every replica")
+    again = await api.dequeue("q", visibility_timeout_ms=60_000)
+    assert [(m.id, m.attempts) for m in again] == [(got[0].id, 2)]
+    await cl.converged()
+    assert len(set(cl.digests().values())) == 1
+
+
+async def test_add_member_is_idempotent_and_refuses_other_addresses(tmp_path: Path) -> None:
+    from doq.errors import FailedPrecondition
+    from doq.node.cluster import MemberAddrs
+
+    cl = await three(tmp_path)
+    leader = await cl.wait_leader()
+    st = await leader.add_member("n2", addrs("n2"))  # same addresses: nothing to do
+    assert [m.node_id for m in st.members] == ["n1", "n2", "n3"]
+    with pytest.raises(FailedPrecondition):
+        await leader.add_member("n2", MemberAddrs("elsewhere:1", "x:2", "y:3"))
+    follower = next(n for n in cl.nodes.values() if n is not leader)
+    with pytest.raises(NotLeader):
+        await follower.add_member("n4", addrs("n4"))
