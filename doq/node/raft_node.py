@@ -162,6 +162,7 @@ class RaftNode:
         self._read_ctx = itertools.count(1)
         self._last_stamp_ms = 0
         self._lead = NONE
+        self._announced_lead = NONE  # the leader _lead_changed waiters last heard of
         self._role = Role.FOLLOWER
         self._lead_changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -214,8 +215,9 @@ class RaftNode:
 
     async def stop(self, *, transfer_leadership: bool = True) -> None:
         """Leave well: a leader with other voters first hands leadership to the most
-        up-to-date one (bounded by an election timeout), so clients see at most one
-        retryable error instead of waiting for an election. Then refuse new proposals,
+        up-to-date one (bounded by max(1 s, 3 election timeouts); on failure it stops
+        anyway), so clients see at most one retryable error instead of waiting for an
+        election. Then refuse new proposals,
         let the current Ready finish, fail what is still pending (`Unavailable`,
         retryable), stop the transport and the threads."""
         if self._stopping:
@@ -556,6 +558,8 @@ class RaftNode:
                     removed = True
         if job.members is not None or rd.snapshot is not None:
             self._sync_peers()
+        if rd.soft_state is not None:
+            self._lead = rd.soft_state.lead  # the hint of the errors below
         if rd.snapshot is not None:
             self._fail_proposals_upto(rd.snapshot.meta.index, core.lead)
         self._resolve_committed(rd.committed_entries, job.results)
@@ -693,8 +697,9 @@ class RaftNode:
 
     def _on_soft_state(self, lead: str, role: Role) -> None:
         was_leader = self._role == Role.LEADER
-        if lead != self._lead:
-            self._lead = lead
+        self._lead = lead
+        if lead != self._announced_lead:
+            self._announced_lead = lead
             self._lead_changed.set()
             self._lead_changed = asyncio.Event()
         self._role = role
