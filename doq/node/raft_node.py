@@ -389,9 +389,10 @@ class RaftNode:
         self._admin.append(request)
         self._wake.set()
         await done
-        deadline = time.monotonic() + self.cfg.admin_timeout_ms / 1000
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.cfg.admin_timeout_ms / 1000
         while self._lead != target:
-            left = deadline - time.monotonic()
+            left = deadline - loop.time()
             if left <= 0:
                 raise Unavailable(f"leadership did not move to {target} in time",
                                   reason="TRANSFER_TIMEOUT")

@@ -8,16 +8,17 @@ already be durable in the sender's LMDB files (read with a fresh read transactio
 from __future__ import annotations
 
 import asyncio
-import itertools
+import contextlib
 import random
 import struct
-import time
+import zlib
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import lmdb
 
+from doq.errors import Unavailable
 from doq.node.cluster import MemberAddrs
 from doq.node.raft_log import FIRST_KEY, HS_KEY
 from doq.node.raft_node import RaftNode, RaftNodeConfig
@@ -45,9 +46,13 @@ class Net:
         self.envs: dict[str, lmdb.Environment] = {}
         self.blocked: set[tuple[str, str]] = set()
         self.violations: list[str] = []
+        self._dbs: dict[str, tuple[Any, Any, Any]] = {}  # node -> (env, raft_meta, raft_log)
         self.sent = 0
         self.drop_rate = 0.0
+        self.dup_rate = 0.0
+        self.max_delay_s = 0.0  # > 0: each message is delayed uniformly in [0, max) (reorders)
         self.rng = random.Random(0)
+        self.trace: list[tuple[float, str, str, int, int, int]] = []  # (time, from, to, type, term, index)
 
     def factory(self, nid: str) -> Callable[[OnMessages], FakeTransport]:
         def make(on_messages: OnMessages) -> FakeTransport:
@@ -65,38 +70,39 @@ class Net:
     def heal(self) -> None:
         self.blocked.clear()
 
-    def durable(self, nid: str) -> tuple[HardState, int, dict[int, int]]:
-        """(hard state, last index, index -> term of the last entries) as on disk."""
-        env = self.envs[nid]
-        with env.begin() as txn:
-            raw = txn.get(HS_KEY, db=open_db(env, b"raft_meta"))
-            hs = codec.decode_hard_state(bytes(raw)) if raw else HardState()
-            cur = txn.cursor(db=open_db(env, b"raft_log"))
-            terms: dict[int, int] = {}
-            first = txn.get(FIRST_KEY, db=open_db(env, b"raft_meta"))
-            last = _U64.unpack_from(first)[0] if first else 0  # the snapshot's index
-            if first:
-                terms[last] = _U64.unpack_from(first, 8)[0]
-            if cur.last():
-                last = _U64.unpack(cur.key())[0]
-                for k, v in itertools.islice(cur.iterprev(), 2048):
-                    terms[_U64.unpack(k)[0]] = _U64.unpack_from(v)[0]
-        return hs, last, terms
-
     def check(self, nid: str, msgs: Sequence[Message]) -> None:
-        hs, last, terms = self.durable(nid)
-        for m in msgs:
-            if m.type not in (MT.PRE_VOTE, MT.PRE_VOTE_RESP) and m.term > hs.term:
-                self.violations.append(f"{nid}: {m.type.name} of term {m.term} sent, durable term {hs.term}")
-            if m.type == MT.VOTE_RESP and not m.reject and hs.vote != m.to:
-                self.violations.append(f"{nid}: vote for {m.to} sent, durable vote {hs.vote!r}")
-            if m.type == MT.APP and m.entries:
-                for e in m.entries:
-                    if e.index > last or terms.get(e.index, e.term) != e.term:
-                        self.violations.append(f"{nid}: entry {e.index} sent before it was durable (last {last})")
-                        break
-            if m.type == MT.APP_RESP and not m.reject and m.index > last:
-                self.violations.append(f"{nid}: ack of {m.index} sent, durable last {last}")
+        """Record a violation for each message that depends on something not yet durable
+        in the sender's files (read with a fresh read transaction)."""
+        env = self.envs[nid]
+        if self._dbs.get(nid, (None,))[0] is not env:
+            self._dbs[nid] = (env, open_db(env, b"raft_meta"), open_db(env, b"raft_log"))
+        _, meta, log = self._dbs[nid]
+        with env.begin() as txn:
+            raw = txn.get(HS_KEY, db=meta)
+            hs = codec.decode_hard_state(bytes(raw)) if raw else HardState()
+            first = txn.get(FIRST_KEY, db=meta)
+            snap_index, snap_term = (_U64.unpack_from(first)[0], _U64.unpack_from(first, 8)[0]) if first else (0, 0)
+            cur = txn.cursor(db=log)
+            last = max(snap_index, _U64.unpack(cur.key())[0] if cur.last() else 0)
+
+            def durable_term(i: int) -> int | None:
+                if i == snap_index:
+                    return snap_term
+                v = txn.get(_U64.pack(i), db=log)
+                return None if v is None else int(_U64.unpack_from(v)[0])
+
+            for m in msgs:
+                if m.type not in (MT.PRE_VOTE, MT.PRE_VOTE_RESP) and m.term > hs.term:
+                    self.violations.append(f"{nid}: {m.type.name} of term {m.term} sent, durable term {hs.term}")
+                if m.type == MT.VOTE_RESP and not m.reject and hs.vote != m.to:
+                    self.violations.append(f"{nid}: vote for {m.to} sent, durable vote {hs.vote!r}")
+                if m.type == MT.APP and m.entries:
+                    for e in (m.entries[0], m.entries[-1]):
+                        if durable_term(e.index) != e.term:
+                            self.violations.append(f"{nid}: entry {e.index} sent before it was durable (last {last})")
+                            break
+                if m.type == MT.APP_RESP and not m.reject and m.index > last:
+                    self.violations.append(f"{nid}: ack of {m.index} sent, durable last {last}")
 
 
 class FakeTransport:
@@ -119,12 +125,21 @@ class FakeTransport:
                 continue
             if dst is None or not dst.started:
                 continue
-            if self.net.drop_rate and self.net.rng.random() < self.net.drop_rate:
+            net = self.net
+            if net.drop_rate and net.rng.random() < net.drop_rate:
                 continue
-            loop.call_soon(dst.deliver, codec.decode_message(codec.encode_message(m)))
+            copies = 2 if net.dup_rate and net.rng.random() < net.dup_rate else 1
+            for _ in range(copies):
+                wire = codec.decode_message(codec.encode_message(m))
+                if net.max_delay_s:
+                    loop.call_later(net.rng.uniform(0, net.max_delay_s), dst.deliver, wire)
+                else:
+                    loop.call_soon(dst.deliver, wire)
 
     def deliver(self, m: Message) -> None:
         if self.started and (m.frm, self.nid) not in self.net.blocked:
+            loop = asyncio.get_running_loop()
+            self.net.trace.append((loop.time(), m.frm, self.nid, int(m.type), m.term, m.index))
             self.on_messages([m])
 
     def set_peer(self, node_id: str, raft_addr: str) -> None:
@@ -144,21 +159,28 @@ class Cluster:
     """Nodes on `Net`, each with its own LMDB environment under `root`."""
 
     def __init__(self, root: Path, config: RaftNodeConfig = FAST,
-                 node_cls: type[RaftNode] = RaftNode) -> None:
+                 node_cls: type[RaftNode] = RaftNode, *,
+                 prepare: Callable[[RaftNode], None] | None = None,
+                 clock_ms: Callable[[], int] | None = None) -> None:
         self.root = root
         self.config = config
         self.net = Net()
         self.nodes: dict[str, RaftNode] = {}
         self.node_cls = node_cls
+        self.prepare = prepare  # called on each node before it starts (e.g. executors)
+        self.clock_ms = clock_ms
 
     async def start(self, nid: str, *, join: bool = False) -> RaftNode:
         env = open_env(self.root / nid, map_size=1 << 30)
         self.net.envs[nid] = env
         peers = {m: addrs(m) for m in self.nodes} if join else None
+        extra = {"clock_ms": self.clock_ms} if self.clock_ms else {}
         node = self.node_cls(
             env, StateStore(env), node_id=nid, addrs=addrs(nid), transport=self.net.factory(nid),
-            config=self.config, join=join, peers=peers, seed=hash(nid) & 0xFFFF,
+            config=self.config, join=join, peers=peers, seed=zlib.crc32(nid.encode()), **extra,  # type: ignore[arg-type]
         )
+        if self.prepare:
+            self.prepare(node)
         await node.start()
         self.nodes[nid] = node
         return node
@@ -166,6 +188,27 @@ class Cluster:
     async def stop(self, nid: str, *, transfer_leadership: bool = True) -> None:
         node = self.nodes.pop(nid)
         await node.stop(transfer_leadership=transfer_leadership)
+        node.env.close()
+
+    async def crash(self, nid: str) -> None:
+        """Kill the node abruptly: no handover, no final Ready, nothing more sent or
+        persisted; its callers see Unavailable (as a client of a dead process would)."""
+        node = self.nodes.pop(nid)
+        node._stopping = True
+        for h in (node._tick_handle, node._lease_handle):
+            if h:
+                h.cancel()
+        for t in (node._task, node._snap_task):
+            if t:
+                t.cancel()
+        for t in (node._task, node._snap_task):
+            if t:
+                with contextlib.suppress(BaseException):
+                    await t
+        node._fail_all(Unavailable("crashed"))
+        self.net.transports[nid].started = False
+        node._writer.shutdown(wait=True)  # a thread's txn must end before the env closes
+        node._snapshotter.shutdown(wait=True)
         node.env.close()
 
     async def close(self) -> None:
@@ -232,12 +275,13 @@ def durable_applied(node: RaftNode) -> int:
 
 async def eventually(fn: Callable[[], Awaitable[T | None]], timeout_s: float, what: str) -> T:
     """Poll `fn` until it returns a truthy value (bounded deadline)."""
-    deadline = time.monotonic() + timeout_s
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
     while True:
         v = await fn()
         if v:
             return v
-        if time.monotonic() > deadline:
+        if loop.time() > deadline:
             raise AssertionError(f"{what} within {timeout_s}s")
         await asyncio.sleep(0.02)
 
@@ -246,11 +290,12 @@ async def retry(fn: Callable[[], Awaitable[T]], timeout_s: float = 30.0) -> T:
     """Retry a call that fails with a retryable DoqError (no leader yet, change pending)."""
     from doq.errors import DoqError
 
-    deadline = time.monotonic() + timeout_s
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
     while True:
         try:
             return await fn()
         except DoqError as e:
-            if not e.retryable or time.monotonic() > deadline:
+            if not e.retryable or loop.time() > deadline:
                 raise
         await asyncio.sleep(0.05)
