@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import lmdb
 
 from doq.config import ServeConfig
+from doq.node.cluster import MemberAddrs
 from doq.node.local import LocalNode
 from doq.service.api import QueueService
 from doq.service.grpc_server import build_server, set_serving
@@ -51,7 +52,8 @@ def open_runtime(config: ServeConfig) -> Runtime:
     state = StateStore(env)
     from doq.service import metrics
 
-    node = LocalNode(env, state, node_id=config.node_id, on_commit=metrics.observe_commit)
+    addrs = MemberAddrs(config.raft_addr, config.grpc_addr, config.http_addr)
+    node = LocalNode(state, node_id=config.node_id, addrs=addrs, on_commit=metrics.observe_commit)
     api = QueueService(node, Limits(max_message_bytes=config.max_message_bytes))
     return Runtime(config, env, state, node, api)
 

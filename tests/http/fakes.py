@@ -72,6 +72,9 @@ class FakeNode:
     async def read_barrier(self) -> None:
         return None
 
+    def is_ready(self) -> bool:
+        return self.is_leader
+
 
 class FakeQueueService:
     def __init__(self, limits: v.Limits | None = None) -> None:
@@ -164,7 +167,8 @@ class FakeQueueService:
         return out
 
     async def dequeue(
-        self, queue: str, *, max_messages: int = 1, ack: bool = False, wait_ms: int = 0, visibility_timeout_ms: int = 0
+        self, queue: str, *, max_messages: int = 1, ack: bool = False, wait_ms: int = 0, visibility_timeout_ms: int = 0,
+        stop_waiting: asyncio.Event | None = None,
     ) -> list[MessageView]:
         v.check_queue_name(queue)
         if not 0 <= max_messages <= self.limits.max_batch_messages:
