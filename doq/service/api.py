@@ -31,20 +31,20 @@ def _raise_if_error(result: object) -> object:
 
 
 async def _wait_any(event: asyncio.Event, other: asyncio.Event | None, timeout_s: float) -> bool:
-    """Wait for `event` (True) or for `other`/the timeout (False)."""
-    if other is None:
-        try:
-            await asyncio.wait_for(event.wait(), timeout_s)
-            return True
-        except TimeoutError:
-            return False
-    waits = [asyncio.ensure_future(event.wait()), asyncio.ensure_future(other.wait())]
+    """Wait for `event` (True) or for `other`/the timeout (False).
+
+    A cancel always propagates, even if `event` was set meanwhile (`asyncio.wait_for` of
+    Python 3.11 would swallow it and report the event, so a cancelled long poll would go on
+    to take a message nobody receives)."""
+    waits = [asyncio.ensure_future(event.wait())]
+    if other is not None:
+        waits.append(asyncio.ensure_future(other.wait()))
     try:
         await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
     finally:
         for w in waits:
             w.cancel()
-    return event.is_set() and not other.is_set()
+    return event.is_set() and not (other is not None and other.is_set())
 
 
 class _Waiter:
@@ -69,9 +69,11 @@ class LongPolls:
         self._parked: dict[str, deque[_Waiter]] = {}
         self._claimed: dict[str, int] = {}
 
-    def parked(self, queue: str) -> int:
-        """How many long polls wait on `queue` (not yet woken)."""
-        return len(self._parked.get(queue, ()))
+    def waiting(self, queue: str | None = None) -> int:
+        """How many long polls are parked (on `queue`, or on any queue), not yet woken."""
+        if queue is not None:
+            return len(self._parked.get(queue, ()))
+        return sum(len(w) for w in self._parked.values())
 
     async def wait(self, queue: str, wanted: int, timeout_s: float, stop: asyncio.Event | None) -> _Waiter | None:
         """Park until woken (returns the waiter: the caller holds a claim and must

@@ -31,6 +31,7 @@ from doq.queues.model import (
     QueueStats,
 )
 from doq.service import limits as v
+from doq.service.api import LongPolls
 
 
 @dataclass
@@ -80,6 +81,7 @@ class FakeQueueService:
     def __init__(self, limits: v.Limits | None = None) -> None:
         self.node = FakeNode()
         self.limits = limits or v.Limits()
+        self.long_polls = LongPolls(lambda queue: 0)  # the fake's long polls do not park
         self.next_id = 1
         self.next_lease = 1000
         self.now_ms = 1_700_000_000_000

@@ -61,7 +61,8 @@ def build_ops_router(api: QueueService) -> APIRouter:
     r = APIRouter(generate_unique_id_function=operation_id, route_class=LeanRoute)
     node = api.node
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(metrics.QueueDepthCollector(lambda: node.state.list_queues(), lambda: bool(node.is_leader)))
+    registry.register(metrics.QueueDepthCollector(
+        node.state.list_queues, lambda: bool(node.is_leader), api.long_polls.waiting))
 
     @r.get("/livez", tags=["health"], response_model=Health, summary="Liveness")
     async def livez() -> Response:
