@@ -126,3 +126,17 @@ def test_offline_restore_of_a_bad_file_is_a_clear_error(tmp_path: Path, capsys):
     assert main(["restore", "--data-dir", str(tmp_path / "d"), "-f", str(f)]) == 1
     err = capsys.readouterr().err
     assert "not a doq backup" in err and str(f) in err
+    assert not (tmp_path / "d").exists()  # a refused restore creates nothing
+
+
+def test_offline_restore_refuses_a_directory_a_node_holds(tmp_path: Path, capsys):
+    import os
+
+    from doq.storage.dirlock import NodeDirLock
+
+    f = tmp_path / "x.bak"
+    f.write_bytes(b"x")
+    with NodeDirLock.acquire(tmp_path / "d" / "node-1"):  # as a running `doq serve` holds it
+        assert main(["restore", "--data-dir", str(tmp_path / "d"), "-f", str(f)]) == 1
+    err = capsys.readouterr().err
+    assert str(tmp_path / "d" / "node-1") in err and f"pid {os.getpid()}" in err
