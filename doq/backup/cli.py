@@ -131,13 +131,16 @@ def cmd_restore(ns: argparse.Namespace) -> int:
     paths = [ns.full, *ns.incremental]
     if ns.data_dir is not None and given(ns.server):
         return _fail("restore", "give either --data-dir or --server, not both", 2)
+    try:
+        where = ns.data_dir if ns.data_dir is not None else server_url(ns.server)
+    except DoqError as e:
+        return _fail("restore", e.message, 2)
     if (problem := _check_inputs(paths)) is not None:
         return _fail("restore", problem)
     try:
         if ns.data_dir is not None:
             res, where = _restore_offline(ns.data_dir, ns.node_id, ns.full, ns.incremental)
         else:
-            where = server_url(ns.server)
             res = _restore_online(where, paths, ns.timeout)
     except DoqError as e:
         return _fail("restore", e.message)
