@@ -11,6 +11,7 @@ Results: one human line on stdout, or one JSON object with `--json`.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import stat
@@ -93,25 +94,19 @@ def cmd_backup(ns: argparse.Namespace) -> int:
         return _fail("backup", e.message, 2)
     out = Path(ns.output)
     tmp = out.with_name(out.name + ".part")
-    req = urllib.request.Request(url, data=json.dumps({"since": ns.since}).encode(),
-                                 headers={"Content-Type": "application/json"}, method="POST")
     try:
-        try:
-            resp = urllib.request.urlopen(req, timeout=ns.timeout)
-        except OSError as e:  # HTTPError, URLError, timeouts
-            return _fail("backup", describe_error(url, e))
-        with resp, open(tmp, "wb") as f:
-            header_last = resp.headers.get("X-Last-Version")
-            while chunk := resp.read(CHUNK):
-                f.write(chunk)
+        header_last = _download(url, {"since": ns.since}, tmp, ns.timeout)
         with open(tmp, "rb") as f:
             summary = BackupReader(f).verify()
+    except _RequestFailed as e:
+        tmp.unlink(missing_ok=True)
+        return _fail("backup", str(e))
     except (OSError, BackupFormatError) as e:
         tmp.unlink(missing_ok=True)
-        return _fail("backup", e.message if isinstance(e, DoqError) else f"{out}: {e}")
-    if header_last is not None and int(header_last) != summary.last_version:
+        return _fail("backup", e.message if isinstance(e, DoqError) else f"{tmp}: {e}")
+    if header_last is not None and header_last.strip() != str(summary.last_version):
         tmp.unlink(missing_ok=True)
-        return _fail("backup", f"X-Last-Version {header_last} disagrees with the file "
+        return _fail("backup", f"{url}: X-Last-Version {header_last} disagrees with the file "
                                f"({summary.last_version})")
     os.replace(tmp, out)
     kind = "full backup" if ns.since == 0 else f"incremental backup since {ns.since}"
@@ -157,6 +152,33 @@ def cmd_restore(ns: argparse.Namespace) -> int:
 
 class _RequestFailed(Exception):
     """An HTTP request failed; the message names the URL."""
+
+
+def _download(url: str, body: dict[str, Any], path: Path, timeout_s: float) -> str | None:
+    """POST `body` as JSON to `url` and stream the answer into `path`; returns the
+    X-Last-Version header. Raises _RequestFailed (naming the URL) for any network or HTTP
+    failure, OSError for a local file problem."""
+    req = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        resp = urllib.request.urlopen(req, timeout=timeout_s)
+    except (OSError, http.client.HTTPException) as e:  # HTTPError, URLError, timeouts
+        raise _RequestFailed(describe_error(url, e)) from e
+    expected = resp.headers.get("Content-Length")
+    received = 0
+    with resp, open(path, "wb") as f:
+        while True:
+            try:
+                chunk = resp.read(CHUNK)
+            except (OSError, http.client.HTTPException) as e:
+                raise _RequestFailed(describe_error(url, e)) from e
+            if not chunk:
+                break
+            received += len(chunk)
+            f.write(chunk)
+    if expected is not None and expected.isdigit() and received != int(expected):
+        raise _RequestFailed(f"{url}: the answer ended after {received} of {expected} bytes")
+    return resp.headers.get("X-Last-Version")
 
 
 def _restore_offline(data_dir: str, node_id: str, full: str, incrementals: list[str]) -> tuple[dict[str, Any], str]:
@@ -213,7 +235,7 @@ def _restore_online(server: str, paths: list[str], timeout: float) -> dict[str, 
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             doc = json.loads(resp.read() or b"{}")
-    except OSError as e:
+    except (OSError, http.client.HTTPException) as e:
         raise _RequestFailed(describe_error(url, e)) from e
     except ValueError as e:
         raise _RequestFailed(f"{url}: the answer is not JSON") from e

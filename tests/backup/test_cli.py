@@ -27,6 +27,7 @@ class Stub:
         self.restored = FakeState()
         self.uploads: list[str] = []
         self.corrupt = False
+        self.truncate = False
 
 
 @pytest.fixture
@@ -48,9 +49,10 @@ def stub() -> Iterator[tuple[Stub, str]]:
                 self.send_response(200)
                 self.send_header("Content-Type", "application/octet-stream")
                 self.send_header("X-Last-Version", str(last))
-                self.send_header("Content-Length", str(len(data)))
+                self.send_header("Content-Length", str(len(data) + 100 * st.truncate))
                 self.end_headers()
                 self.wfile.write(bytes(data))
+                self.close_connection = True
             elif self.path == "/db/restore":
                 head = f"Content-Type: {self.headers['Content-Type']}\r\n\r\n".encode()
                 msg = BytesParser(policy=HTTP).parsebytes(head + body)
@@ -107,6 +109,16 @@ def test_backup_refuses_a_corrupt_download(stub, tmp_path: Path, capsys):
     out = tmp_path / "b.bak"
     assert main(["backup", "--server", url, "-o", str(out)]) == 1
     assert "CRC" in capsys.readouterr().err
+    assert not out.exists() and not (tmp_path / "b.bak.part").exists()
+
+
+def test_backup_cut_short_names_the_url_and_leaves_no_file(stub, tmp_path: Path, capsys):
+    st, url = stub
+    st.truncate = True  # the server promises more bytes than it sends, then closes
+    out = tmp_path / "b.bak"
+    assert main(["backup", "--server", url, "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert f"{url}/db/backup" in err and "Traceback" not in err
     assert not out.exists() and not (tmp_path / "b.bak.part").exists()
 
 
