@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import struct
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -56,6 +57,16 @@ def user_records(service: QueueService) -> list[tuple[int, bytes, bytes]]:
             out.append((tag, dump[pos : pos + kl], dump[pos + kl : pos + kl + vl]))
         pos += kl + vl
     return out
+
+
+def openapi_document() -> dict[str, object]:
+    """The OpenAPI document of the gateway, built in process over a real (unstarted) node."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = open_env(Path(tmp) / "doq.lmdb")
+        try:
+            return create_app(QueueService(LocalNode(env, StateStore(env)))).openapi()
+        finally:
+            env.close()
 
 
 @contextlib.asynccontextmanager
