@@ -13,10 +13,10 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
+from doq_proto.v1 import doq_pb2 as pb
+from doq_proto.v1 import doq_pb2_grpc as pb_grpc
 
 from doq.backup.format import BackupReader
-from doq_client.v1 import doq_pb2 as pb
-from doq_client.v1 import doq_pb2_grpc as pb_grpc
 from tests.support.proc import NodeProc, running_node
 
 pytestmark = pytest.mark.integration
