@@ -85,11 +85,11 @@ class LocalNode:
 
     @property
     def applied_index(self) -> int:
-        return self.state.applied_index
+        return self.state.view.applied_index  # committed (the writer may be applying the next)
 
     def cluster_status(self) -> ClusterStatus:
         """A one-member cluster: this node, leader and only voter."""
-        index = self.state.applied_index
+        index = self.applied_index
         return ClusterStatus(
             node_id=self.node_id, leader_id="" if self._stopping else self.node_id, term=1,
             commit_index=index, applied_index=index, role="leader" if self.is_leader else "follower",

@@ -24,7 +24,8 @@ while `apply_entries` runs, before the commit; if the block or the commit raises
 aborts the transaction and `rebuild()`s memory from LMDB, so the store is as before the
 block and the next write may proceed. Only if that rebuild fails too does `write` raise
 `StoreBroken`: then nothing may be applied until a successful `rebuild()` (or a restart).
-A caller managing its own transaction must do the same (abort, `rebuild()`).
+A caller managing its own transaction must do the same (abort, `rebuild()`), and its
+commits reach readers only with the next `write()` or `rebuild()`: prefer `write()`.
 """
 
 from __future__ import annotations
@@ -400,11 +401,11 @@ class StateStore:
         Returns the number of records written. Writer thread."""
         if type(applied_index) is not int or not 0 <= applied_index < 2**64:
             raise InvalidArgument("applied index must be within 0..2**64-1", reason="INVALID_INDEX")
-        with self.write() as txn:
-            if not self._is_empty(txn):
-                raise FailedPrecondition(
-                    "the target state is not empty: restore needs a fresh node (remove its data dir)",
-                    reason="RESTORE_TARGET_NOT_EMPTY")
+        if not self.is_empty():  # checked before the write: a refusal reloads nothing
+            raise FailedPrecondition(
+                "the target state is not empty: restore needs a fresh node (remove its data dir)",
+                reason="RESTORE_TARGET_NOT_EMPTY")
+        with self.write() as txn:  # the only writer: still empty
             n = self._write_records(txn, records)
             txn.put(APPLIED_KEY, _V.pack(applied_index), db=self._meta)
             try:
