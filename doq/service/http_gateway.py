@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI
 
 from doq.service.http.bodylimit import BodyLimitMiddleware
+from doq.service.http.cluster import build_cluster_router
 from doq.service.http.docs import install_docs
 from doq.service.http.ops import build_ops_router
 from doq.service.http.problems import install_handlers
@@ -74,11 +75,12 @@ def create_app(api: QueueService) -> FastAPI:
             {"name": "messages", "description": "Enqueue, dequeue, ack, nack, touch, re-prioritise."},
             {"name": "backup", "description": "Full and incremental backups, online restore."},
             {"name": "health", "description": "Liveness, readiness and Prometheus metrics."},
+            {"name": "cluster", "description": "Members, leadership, joining and removing nodes."},
         ],
     )
     install_handlers(app)
     # Routes are added flat (not as included sub-routers): one route match per request.
-    for router in (build_router(api), build_ops_router(api)):
+    for router in (build_router(api), build_ops_router(api), build_cluster_router(api)):
         app.router.routes.extend(router.routes)
     install_docs(app)
     # The document lists paths in declaration order; requests try the hot routes first.
