@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run a node (single-node cluster by default)")
     add_serve_arguments(serve)
     serve.set_defaults(func=_cmd_serve)
-    from doq import bench_cli
+    from doq.bench import cli as bench_cli
 
     bench_cli.add_parser(sub)
     from doq.backup import cli as backup_cli  # doq backup | doq restore

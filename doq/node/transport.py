@@ -34,9 +34,9 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 import grpc
+from doq_proto.raft.v1 import raft_pb2, raft_pb2_grpc
 from prometheus_client import Counter
 
-from doq._pb import raft_pb2, raft_pb2_grpc
 from doq.raft.codec import DecodeError, decode_message, encode_message
 from doq.raft.types import Message
 

@@ -9,7 +9,7 @@ Contract:
   `Enqueue` returns a list with one `EnqueueResult | DoqError` per item, `Ack` one
   `None | DoqError` per id, `Dequeue` a `list[MessageView]` (with content).
 - Every durable change goes through the injected `Store` (records keyed by
-  `doq.storage.keys`); message payloads are never kept in memory. `load(records)` rebuilds
+  `doq.queues.keys`); message payloads are never kept in memory. `load(records)` rebuilds
   the in-memory indexes from the records alone, so a rebuilt replica behaves identically.
 
 Semantics (documented rules):
@@ -51,6 +51,8 @@ from doq.errors import (
     StaleLease,
 )
 from doq.queues import commands as c
+from doq.queues import keys as K
+from doq.queues import records as R
 from doq.queues.delayed import MASK64, PriorityIndex, ready_key
 from doq.queues.fair import FairIndex
 from doq.queues.model import (
@@ -63,8 +65,6 @@ from doq.queues.model import (
     QueueType,
 )
 from doq.queues.store import Store
-from doq.storage import keys as K
-from doq.storage import records as R
 
 READY, DELAYED, IN_FLIGHT = 0, 1, 2
 MASK32 = (1 << 32) - 1

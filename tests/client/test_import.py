@@ -50,11 +50,13 @@ def test_pip_install_of_the_client_package(tmp_path: Path) -> None:
         capture_output=True,
         cwd=tmp_path,
     )
-    assert (target / "doq_client" / "v1" / "doq_pb2_grpc.py").exists()
+    assert (target / "doq_proto" / "v1" / "doq_pb2_grpc.py").exists()
+    assert (target / "doq_proto" / "v1" / "doq_pb2.pyi").exists()
+    assert (target / "doq_proto" / "py.typed").exists()
     assert (target / "doq_client" / "py.typed").exists()
     env = {**os.environ, "PYTHONPATH": str(target)}
     out = subprocess.run(
-        [sys.executable, "-c", "import doq_client; print(doq_client.__file__)"],
+        [sys.executable, "-c", "import doq_client, doq_proto; print(doq_client.__file__)"],
         cwd=tmp_path,
         env=env,
         capture_output=True,

@@ -1,6 +1,6 @@
 """Fixtures for the HTTP gateway tests.
 
-The client package (clients/python, home of the generated `doq_client.v1` modules the
+The client package (clients/python, also home of the generated `doq_proto` package the
 server imports) is put on sys.path and PYTHONPATH when it is not installed.
 """
 

@@ -10,8 +10,8 @@ from contextlib import asynccontextmanager
 
 import grpc
 import pytest
+from doq_proto.raft.v1 import raft_pb2, raft_pb2_grpc
 
-from doq._pb import raft_pb2, raft_pb2_grpc
 from doq.node.transport import GrpcRaftTransport, backoff_delay_s
 from doq.raft.types import Message, MessageType, SnapshotMeta
 from tests.support.proc import free_port

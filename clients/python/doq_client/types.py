@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from doq_client.errors import DoqClientError, from_pb_error
-from doq_client.v1 import doq_pb2 as pb
+from doq_proto.v1 import doq_pb2 as pb
 
 Content = bytes | str
 

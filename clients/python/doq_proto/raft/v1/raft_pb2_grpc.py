@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from doq._pb import raft_pb2 as doq_dot_raft_dot_v1_dot_raft__pb2
+from doq_proto.raft.v1 import raft_pb2 as doq_dot_raft_dot_v1_dot_raft__pb2
 
 GRPC_GENERATED_VERSION = '1.81.1'
 GRPC_VERSION = grpc.__version__

@@ -28,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_bench(ns: argparse.Namespace) -> int:
-    from doq.bench import run_from_args
+    from doq.bench.grpc_load import run_from_args
 
     return run_from_args(ns)
 
