@@ -16,6 +16,7 @@ from fastapi import FastAPI
 from doq.service.http.bodylimit import BodyLimitMiddleware
 from doq.service.http.cluster import build_cluster_router
 from doq.service.http.docs import install_docs
+from doq.service.http.forward import install_leader_forwarding
 from doq.service.http.ops import build_ops_router
 from doq.service.http.problems import install_handlers
 from doq.service.http.routes import build_router
@@ -87,6 +88,7 @@ def create_app(api: QueueService) -> FastAPI:
     app.state.openapi_routes = list(app.router.routes)
     hot = {name: i for i, name in enumerate(HOT_ROUTES)}
     app.router.routes.sort(key=lambda r: hot.get(getattr(r, "name", ""), len(hot)))
+    install_leader_forwarding(app, api.node)  # inside the body limit: added before it
     single, batch = body_limits(api.limits.max_message_bytes)
     app.add_middleware(
         BodyLimitMiddleware,

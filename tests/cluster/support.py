@@ -91,8 +91,8 @@ class _Server(uvicorn.Server):
 
 
 @contextlib.asynccontextmanager
-async def serving(app: FastAPI, port: int = 0) -> AsyncIterator[str]:
-    """Serve `app` with uvicorn on 127.0.0.1:`port` (0: a free one) in this loop; yields HOST:PORT."""
+async def serving(app: Any, port: int = 0) -> AsyncIterator[str]:
+    """Serve the ASGI `app` with uvicorn on 127.0.0.1:`port` (0: a free one) in this loop; yields HOST:PORT."""
     port = port or free_port()
     server = _Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
                                     lifespan="off", access_log=False))
