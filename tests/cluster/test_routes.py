@@ -192,3 +192,17 @@ def test_openapi_documents_the_cluster_operations() -> None:
     assert {"200", "400", "409", "503"} <= join["responses"].keys()
     assert ops[("/cluster/transfer-leader", "post")]["requestBody"]["required"] is False
     assert all(op["tags"] == ["cluster"] and op["summary"] for op in ops.values())
+
+
+class _StatusOnlyNode(_PlainNode):
+    """A node offering `cluster_status` but no membership changes."""
+
+    def cluster_status(self) -> Any:
+        return FakeCluster("solo", "solo", [Member("solo", MemberAddrs("a:1", "b:2", "c:3"), "voter")]).status
+
+
+async def test_a_node_with_only_cluster_status_answers_it_and_refuses_changes() -> None:
+    async for c in client_for(_StatusOnlyNode()):
+        doc = (await c.get("/cluster")).json()
+        assert doc["members"][0]["http_addr"] == "c:3" and doc["term"] == 3
+        assert_problem(await c.post("/cluster/join", json=NEW), 409, "NOT_CLUSTERED")

@@ -102,8 +102,7 @@ def build_cluster_router(api: QueueService) -> APIRouter:
     """The `/cluster` routes over `api.node` (a node without `ClusterAdmin` answers as a
     one-member cluster that refuses changes)."""
     r = APIRouter(generate_unique_id_function=operation_id, route_class=LeanRoute)
-    node: Any = api.node
-    admin: ClusterAdmin = node if hasattr(node, "cluster_status") else _Standalone(node)
+    admin = admin_of(api.node)
 
     def not_leader(e: NotLeader, path: str) -> Response:
         addr = _leader_addr(admin, e.leader_hint)
@@ -174,6 +173,16 @@ def build_cluster_router(api: QueueService) -> APIRouter:
     return r
 
 
+_ADMIN_METHODS = ("cluster_status", "add_member", "remove_member", "transfer_leader")
+
+
+def admin_of(node: Any) -> ClusterAdmin:
+    """`node` itself if it implements `ClusterAdmin`, else a `_Standalone` view of it."""
+    if all(callable(getattr(node, name, None)) for name in _ADMIN_METHODS):
+        return node  # type: ignore[no-any-return]
+    return _Standalone(node)
+
+
 def _json(obj: Any) -> Response:
     return Response(m.dumps(obj), media_type="application/json")
 
@@ -188,13 +197,17 @@ def _leader_addr(admin: ClusterAdmin, hint: str) -> str:
 
 
 class _Standalone:
-    """`ClusterAdmin` of a node that does not implement it: a one-member cluster led by
-    itself (addresses unknown) that refuses every change with 409 NOT_CLUSTERED."""
+    """`ClusterAdmin` of a node that does not implement it (whole): its own `cluster_status`
+    if it has one, else a one-member cluster led by itself (addresses unknown); every
+    change is refused with 409 NOT_CLUSTERED."""
 
     def __init__(self, node: Any) -> None:
         self._node = node
 
     def cluster_status(self) -> ClusterStatus:
+        own = getattr(self._node, "cluster_status", None)
+        if callable(own):
+            return own()  # type: ignore[no-any-return]
         node_id = str(getattr(self._node, "node_id", "") or self._node.leader_hint)
         applied = int(self._node.state.applied_index)
         return ClusterStatus(
