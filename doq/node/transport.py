@@ -30,13 +30,14 @@ import contextlib
 import logging
 import random
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 import grpc
 from doq_proto.raft.v1 import raft_pb2, raft_pb2_grpc
 from prometheus_client import Counter
 
+from doq.node.transport_base import OnMessages, RaftTransport
 from doq.raft.codec import DecodeError, decode_message, encode_message
 from doq.raft.types import Message
 
@@ -129,9 +130,6 @@ class _Peer:
             size += len(b)
         self.queued_bytes -= size
         return out
-
-
-OnMessages = Callable[[list[Message]], None]
 
 
 class GrpcRaftTransport:
@@ -342,6 +340,10 @@ class GrpcRaftTransport:
             self._on_messages(messages)
         except Exception:
             log.exception("on_messages failed on %d messages from %s", len(messages), frm)
+
+
+def _implements_protocol(t: GrpcRaftTransport) -> RaftTransport:
+    return t  # mypy checks that GrpcRaftTransport satisfies RaftTransport
 
 
 def _describe(e: BaseException) -> str:
