@@ -13,7 +13,8 @@ Implements `doq.node.transport_base.RaftTransport`. Contract:
   one `Frame`. Messages to one peer arrive in the order they were given to `send`; the
   frame in flight when a stream breaks may be lost.
 - Opening a stream is a handshake: the receiver checks that it is the node the sender
-  means (metadata `doq-raft-to`) and answers with its initial metadata. A failed or
+  means (metadata `doq-raft-to`) and accepts with initial metadata `doq-raft-accepted`
+  (its node id); anything else is a failed attempt. A failed or
   broken stream is reopened on a fresh channel after an exponential, jittered, bounded
   backoff (`backoff_delay_s`), which restarts after each successful handshake.
 - Inbound frames are decoded and handed to `on_messages`, one call per frame, on the
@@ -45,6 +46,8 @@ log = logging.getLogger(__name__)
 
 FROM_KEY = "doq-raft-from"
 TO_KEY = "doq-raft-to"
+ACCEPTED_KEY = "doq-raft-accepted"
+"""Initial metadata of an accepted stream: the receiver's node id (the handshake)."""
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 """The largest encoded Raft message (e.g. a snapshot chunk) the transport carries."""
 _GRPC_MAX_BYTES = 2 * MAX_MESSAGE_BYTES  # a frame: messages up to max_frame_bytes, or one large one
@@ -285,10 +288,11 @@ class GrpcRaftTransport:
             try:
                 call = raft_pb2_grpc.RaftTransportStub(channel).Send(metadata=metadata)
                 call.add_done_callback(lambda _c: peer.wake.set())
-                await asyncio.wait_for(call.initial_metadata(), self._connect_timeout_s)
-                if call.done():
-                    await call  # refused or unreachable: raises the call's error
-                    raise _StreamClosed()
+                md = await asyncio.wait_for(call.initial_metadata(), self._connect_timeout_s)
+                if (ACCEPTED_KEY, peer.node_id) not in list(md or ()):
+                    if call.done():
+                        await call  # refused or unreachable: raises the call's error
+                    raise _StreamClosed("no handshake")
                 attempt = 0
                 peer.stats.handshakes += 1
                 if not peer.connected:
@@ -367,7 +371,7 @@ class _Servicer(raft_pb2_grpc.RaftTransportServicer):
             await context.abort(
                 grpc.StatusCode.FAILED_PRECONDITION, f"this is node {self._t.node_id!r}, not {to!r}"
             )
-        await context.send_initial_metadata(())
+        await context.send_initial_metadata(((ACCEPTED_KEY, self._t.node_id),))
         frames = messages = 0
         async for frame in request_iterator:
             try:

@@ -7,13 +7,12 @@ import asyncio
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from doq.cli import main
 from tests.cluster.support import FakeCluster, cluster_app, env, serving, three_members
-from tests.support.proc import free_port, running_node
+from tests.support.proc import free_port
 
 
 async def doq(*args: str) -> int:
@@ -61,17 +60,3 @@ async def test_unreachable_server(capsys: pytest.CaptureFixture[str]) -> None:
 def test_usage_errors_exit_2() -> None:
     r = subprocess.run([sys.executable, "-m", "doq", "cluster", "remove"], capture_output=True, text=True)
     assert r.returncode == 2 and "ID" in r.stderr
-
-
-@pytest.mark.integration
-def test_status_of_a_real_single_node(tmp_path: Path) -> None:
-    with running_node(tmp_path / "data") as node:
-        r = subprocess.run([sys.executable, "-m", "doq", "cluster", "status", "--json", "--server", node.http_url],
-                           capture_output=True, text=True, timeout=60)
-        assert r.returncode == 0, r.stderr
-        doc = json.loads(r.stdout)
-        assert doc["leader_id"] == doc["node_id"] == "node-1"
-        assert [m["node_id"] for m in doc["members"]] == ["node-1"]
-        r = subprocess.run([sys.executable, "-m", "doq", "cluster", "remove", "node-9", "--server", node.http_url],
-                           capture_output=True, text=True, timeout=60)
-        assert r.returncode == 1 and "404" in r.stderr

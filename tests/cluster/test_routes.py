@@ -151,27 +151,25 @@ async def test_transfer_leader_with_and_without_target(leader: FakeCluster) -> N
         assert r.status_code == 200 and r.json()["leader_id"] == "node-2"
 
 
-class _State:
-    applied_index = 42
-
-
 class _PlainNode:
-    """A node without ClusterAdmin (as LocalNode was before it grew one)."""
+    """A node without ClusterAdmin (LocalNode before it implemented it)."""
 
     node_id = "solo"
     leader_hint = "solo"
-    state = _State()
 
 
-async def test_a_node_without_cluster_admin_is_a_one_member_cluster() -> None:
-    async for c in client_for(_PlainNode()):
-        doc = (await c.get("/cluster")).json()
-        assert doc["leader_id"] == "solo" and doc["applied_index"] == 42
-        assert [(m["node_id"], m["leader"]) for m in doc["members"]] == [("solo", True)]
-        assert_problem(await c.post("/cluster/join", json=NEW), 409, "NOT_CLUSTERED")
-        assert_problem(await c.delete("/cluster/members/solo"), 409, "NOT_CLUSTERED")
-        assert_problem(await c.delete("/cluster/members/other"), 404, "MEMBER_NOT_FOUND")
-        assert_problem(await c.post("/cluster/transfer-leader", json={}), 409, "NOT_CLUSTERED")
+class _StatusOnlyNode(_PlainNode):
+    """A node offering `cluster_status` but not the membership changes."""
+
+    def cluster_status(self) -> Any:
+        return FakeCluster("solo", "solo", [Member("solo", MemberAddrs("a:1", "b:2", "c:3"), "voter")]).status
+
+
+@pytest.mark.parametrize("node", [_PlainNode(), _StatusOnlyNode()])
+async def test_a_node_without_the_whole_cluster_admin_has_no_cluster_routes(node: Any) -> None:
+    async for c in client_for(node):
+        assert_problem(await c.get("/cluster"), 404, "NOT_FOUND")
+        assert_problem(await c.post("/cluster/join", json=NEW), 404, "NOT_FOUND")
 
 
 def test_openapi_documents_the_cluster_operations() -> None:
@@ -180,7 +178,7 @@ def test_openapi_documents_the_cluster_operations() -> None:
     from doq.service.http.docs import install_docs
 
     app = FastAPI()
-    app.router.routes.extend(build_cluster_router(SimpleNamespace(node=_PlainNode())).routes)  # type: ignore[arg-type]
+    app.router.routes.extend(build_cluster_router(SimpleNamespace(node=FakeCluster("n", "n", []))).routes)  # type: ignore[arg-type]
     install_docs(app)
     paths = app.openapi()["paths"]
     ops = {(p, meth): op for p, item in paths.items() for meth, op in item.items()}
@@ -193,16 +191,3 @@ def test_openapi_documents_the_cluster_operations() -> None:
     assert ops[("/cluster/transfer-leader", "post")]["requestBody"]["required"] is False
     assert all(op["tags"] == ["cluster"] and op["summary"] for op in ops.values())
 
-
-class _StatusOnlyNode(_PlainNode):
-    """A node offering `cluster_status` but no membership changes."""
-
-    def cluster_status(self) -> Any:
-        return FakeCluster("solo", "solo", [Member("solo", MemberAddrs("a:1", "b:2", "c:3"), "voter")]).status
-
-
-async def test_a_node_with_only_cluster_status_answers_it_and_refuses_changes() -> None:
-    async for c in client_for(_StatusOnlyNode()):
-        doc = (await c.get("/cluster")).json()
-        assert doc["members"][0]["http_addr"] == "c:3" and doc["term"] == 3
-        assert_problem(await c.post("/cluster/join", json=NEW), 409, "NOT_CLUSTERED")

@@ -126,7 +126,7 @@ class StalledServicer(raft_pb2_grpc.RaftTransportServicer):
     """Accepts the stream, then never reads from it (a slow or frozen peer)."""
 
     async def Send(self, request_iterator, context):  # type: ignore[no-untyped-def]  # noqa: N802
-        await context.send_initial_metadata(())
+        await context.send_initial_metadata((("doq-raft-accepted", "slow"),))
         await asyncio.Event().wait()
 
 
@@ -229,9 +229,7 @@ async def test_receiver_checks_handshake_with_raw_client(bad_to: str) -> None:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{ts['b'].port}") as ch:
             call = raft_pb2_grpc.RaftTransportStub(ch).Send(metadata=(("doq-raft-from", "x"), ("doq-raft-to", bad_to)))
             with pytest.raises(grpc.aio.AioRpcError) as e:
-                await call.write(raft_pb2.Frame(messages=[]))
-                await call.done_writing()
-                await call
+                await call  # refused before any frame
             assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
             call2 = raft_pb2_grpc.RaftTransportStub(ch).Send(metadata=(("doq-raft-from", "x"), ("doq-raft-to", "b")))
             await call2.write(raft_pb2.Frame(messages=[b"\x00garbage"]))

@@ -17,8 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
 from doq.cluster_client import LEADER_HEADER, status_to_json
-from doq.errors import FailedPrecondition, NotFound, NotLeader
-from doq.node.cluster import ClusterAdmin, ClusterStatus, Member, MemberAddrs
+from doq.errors import NotLeader
+from doq.node.cluster import ClusterAdmin, MemberAddrs
 from doq.service.http import models as m
 from doq.service.http.bodies import body_doc, errors, operation_id, read_json
 from doq.service.http.lean import LeanRoute
@@ -99,10 +99,13 @@ _ANSWERS = {
 
 
 def build_cluster_router(api: QueueService) -> APIRouter:
-    """The `/cluster` routes over `api.node` (a node without `ClusterAdmin` answers as a
-    one-member cluster that refuses changes)."""
+    """The `/cluster` routes over `api.node`; none if the node does not implement
+    `ClusterAdmin` (then `/cluster` is 404, and clients such as `doq bench` fall back to
+    the single-node defaults)."""
     r = APIRouter(generate_unique_id_function=operation_id, route_class=LeanRoute)
     admin = admin_of(api.node)
+    if admin is None:
+        return r
 
     def not_leader(e: NotLeader, path: str) -> Response:
         addr = _leader_addr(admin, e.leader_hint)
@@ -118,7 +121,7 @@ def build_cluster_router(api: QueueService) -> APIRouter:
     @r.post(
         "/cluster/join", tags=["cluster"], response_model=ClusterStatusModel, summary="Add a member",
         responses=errors(400, 409, 413, 415, notes={
-            409: "The node id is taken by a member with other addresses, or this node is not clustered.",
+            409: "The node id is taken by a member with other addresses, or this node cannot add members.",
             503: _NOT_LEADER}),
         openapi_extra=body_doc(JoinBody),
     )
@@ -137,7 +140,7 @@ def build_cluster_router(api: QueueService) -> APIRouter:
         responses=errors(400, 404, 409, notes={
             404: "No member has this id (NOT_FOUND).",
             409: "The change is refused now (e.g. another membership change is in progress, or the "
-                 "last voter), or this node is not clustered.",
+                 "last voter), or this node cannot remove members.",
             503: _NOT_LEADER}),
     )
     async def remove_member(node_id: MemberId, request: Request) -> Response:
@@ -153,7 +156,7 @@ def build_cluster_router(api: QueueService) -> APIRouter:
         summary="Transfer leadership",
         responses=errors(400, 404, 409, 413, 415, notes={
             404: "No voter has the target id (NOT_FOUND).",
-            409: "The transfer is refused (e.g. the target is a learner), or this node is not clustered.",
+            409: "The transfer is refused (e.g. the target is a learner, or there is no other voter).",
             503: _NOT_LEADER}),
         openapi_extra=body_doc(TransferBody, required=False),
     )
@@ -176,11 +179,11 @@ def build_cluster_router(api: QueueService) -> APIRouter:
 _ADMIN_METHODS = ("cluster_status", "add_member", "remove_member", "transfer_leader")
 
 
-def admin_of(node: Any) -> ClusterAdmin:
-    """`node` itself if it implements `ClusterAdmin`, else a `_Standalone` view of it."""
+def admin_of(node: Any) -> ClusterAdmin | None:
+    """`node` if it implements `ClusterAdmin` (all of it), else None."""
     if all(callable(getattr(node, name, None)) for name in _ADMIN_METHODS):
         return node  # type: ignore[no-any-return]
-    return _Standalone(node)
+    return None
 
 
 def _json(obj: Any) -> Response:
@@ -194,39 +197,3 @@ def _leader_addr(admin: ClusterAdmin, hint: str) -> str:
         if member.node_id == (hint or status.leader_id):
             return member.addrs.http_addr
     return hint if ":" in hint else ""
-
-
-class _Standalone:
-    """`ClusterAdmin` of a node that does not implement it (whole): its own `cluster_status`
-    if it has one, else a one-member cluster led by itself (addresses unknown); every
-    change is refused with 409 NOT_CLUSTERED."""
-
-    def __init__(self, node: Any) -> None:
-        self._node = node
-
-    def cluster_status(self) -> ClusterStatus:
-        own = getattr(self._node, "cluster_status", None)
-        if callable(own):
-            return own()  # type: ignore[no-any-return]
-        node_id = str(getattr(self._node, "node_id", "") or self._node.leader_hint)
-        applied = int(self._node.state.applied_index)
-        return ClusterStatus(
-            node_id=node_id, leader_id=node_id, term=0, commit_index=applied, applied_index=applied,
-            role="leader", members=[Member(node_id, MemberAddrs("", "", ""), "voter")],
-        )
-
-    def _refuse(self) -> FailedPrecondition:
-        return FailedPrecondition("this node runs alone, without cluster membership", reason="NOT_CLUSTERED")
-
-    async def add_member(self, node_id: str, addrs: MemberAddrs) -> ClusterStatus:
-        raise self._refuse()
-
-    async def remove_member(self, node_id: str) -> None:
-        if node_id != self.cluster_status().node_id:
-            raise NotFound(f"no member {node_id!r}", reason="MEMBER_NOT_FOUND")
-        raise self._refuse()
-
-    async def transfer_leader(self, target_id: str | None = None) -> str:
-        if target_id is not None and target_id != self.cluster_status().node_id:
-            raise NotFound(f"no voter {target_id!r}", reason="MEMBER_NOT_FOUND")
-        raise self._refuse()

@@ -26,6 +26,7 @@ import h11
 
 from doq.cluster_client import LEADER_HEADER, leader_http_addr
 from doq.errors import Unavailable
+from doq.service.http.cluster import admin_of
 from doq.service.http.problems import problem_response
 
 Scope = MutableMapping[str, Any]
@@ -163,7 +164,7 @@ class _ClientGone(Exception):
 
 
 def install_leader_forwarding(app: Any, node: Any) -> None:
-    """Add `LeaderForwardMiddleware` to a Starlette/FastAPI `app` when `node` is clustered
-    (offers `cluster_status`); call it before adding the body limit so the limit runs first."""
-    if hasattr(node, "cluster_status"):
+    """Add `LeaderForwardMiddleware` to a Starlette/FastAPI `app` when `node` implements
+    `ClusterAdmin`; call it before adding the body limit so the limit runs first."""
+    if admin_of(node) is not None:
         app.add_middleware(LeaderForwardMiddleware, node=node)

@@ -50,8 +50,9 @@ class RaftTransportServicer:
         """One long-lived stream per (sender, receiver) pair, opened by the sender. The call
         carries metadata `doq-raft-from` (the sender's node id) and `doq-raft-to` (the
         receiver's): the receiver rejects a stream meant for another node with
-        FAILED_PRECONDITION, else sends its initial metadata (the handshake) and then
-        hands each frame's messages, in order, to its Raft node. Delivery is best effort:
+        FAILED_PRECONDITION, else accepts with initial metadata `doq-raft-accepted` (its
+        node id; the handshake) and then hands each frame's messages, in order, to its
+        Raft node. Delivery is best effort:
         a frame in flight when the stream breaks is lost (Raft retries).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
