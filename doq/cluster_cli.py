@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any
 
 from doq import cluster_client as cc
+from doq.client_cli import add_json_argument, add_server_argument, server_url
+from doq.errors import InvalidArgument
 from doq.node.cluster import ClusterStatus
 
 
@@ -29,9 +30,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--server", default=None,
-                        help=f"a member's HTTP URL (env DOQ_SERVER; default {cc.DEFAULT_SERVER})")
-    common.add_argument("--json", action="store_true", help="print JSON instead of text")
+    add_server_argument(common, "member to ask (any)")
+    add_json_argument(common)
     common.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer")
     sub = p.add_subparsers(dest="cluster_command", required=True)
     sub.add_parser("status", parents=[common], help="members, roles, addresses, leader, term and indexes")
@@ -44,7 +44,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(ns: argparse.Namespace) -> int:
-    server = ns.server or os.environ.get("DOQ_SERVER") or cc.DEFAULT_SERVER
+    try:
+        server = server_url(str(ns.server))
+    except InvalidArgument as e:
+        print(f"doq cluster {ns.cluster_command}: {e.message}", file=sys.stderr)
+        return 2
     try:
         if ns.cluster_command == "status":
             status = cc.get_status(server, ns.timeout)

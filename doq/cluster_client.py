@@ -29,7 +29,6 @@ log = logging.getLogger(__name__)
 LEADER_HEADER = "X-Doq-Leader"
 """Response header: the leader's HTTP address (HOST:PORT), on NOT_LEADER answers and on
 answers a follower relayed from the leader."""
-DEFAULT_SERVER = "http://127.0.0.1:8000"
 
 
 def status_to_json(s: ClusterStatus) -> dict[str, Any]:

@@ -60,3 +60,8 @@ async def test_unreachable_server(capsys: pytest.CaptureFixture[str]) -> None:
 def test_usage_errors_exit_2() -> None:
     r = subprocess.run([sys.executable, "-m", "doq", "cluster", "remove"], capture_output=True, text=True)
     assert r.returncode == 2 and "ID" in r.stderr
+
+
+async def test_bad_server_url_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert await doq("status", "--server", "ftp://x:1") == 2
+    assert "--server must be an http(s) URL" in capsys.readouterr().err
