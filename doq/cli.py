@@ -77,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     from doq.backup import cli as backup_cli  # doq backup | doq restore
 
     backup_cli.add_parser(sub)
+    from doq import cluster_cli  # doq cluster status | remove | transfer
+
+    cluster_cli.add_parser(sub)
     return parser
 
 
