@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
-from doq.node.cluster import ClusterStatus
+from doq.node.cluster import ClusterAdmin, ClusterStatus
 from doq.queues.commands import Command
 from doq.storage.state import StateStore
 
@@ -77,6 +77,11 @@ class Node(Protocol):
 
     def cluster_status(self) -> ClusterStatus:
         """This node's view of the cluster (members, leader, indexes)."""
+        ...
+
+    def cluster_admin(self) -> ClusterAdmin | None:
+        """The node's membership operations (`/cluster`), or None for a node that cannot
+        change its membership (a lone `LocalNode`)."""
         ...
 
     async def restore_backup(self, fn: Callable[[StateStore], T]) -> T:

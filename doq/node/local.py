@@ -25,8 +25,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from doq.errors import FailedPrecondition, Overloaded, Unavailable
-from doq.node.cluster import ClusterStatus, Member, MemberAddrs
+from doq.errors import Overloaded, Unavailable
+from doq.node.cluster import ClusterAdmin, ClusterStatus, Member, MemberAddrs
 from doq.queues.commands import Command, CommandBatch, Tick
 from doq.storage.state import StateStore, StoreBroken
 
@@ -96,14 +96,9 @@ class LocalNode:
             members=[Member(self.node_id, self.addrs, "voter")],
         )
 
-    async def add_member(self, node_id: str, addrs: MemberAddrs) -> ClusterStatus:
-        raise FailedPrecondition("this node runs alone (no Raft): it cannot add members", reason="SINGLE_NODE")
-
-    async def remove_member(self, node_id: str) -> None:
-        raise FailedPrecondition("this node runs alone (no Raft): it cannot remove members", reason="SINGLE_NODE")
-
-    async def transfer_leader(self, target_id: str | None = None) -> str:
-        raise FailedPrecondition("this node runs alone (no Raft): there is no other leader", reason="SINGLE_NODE")
+    def cluster_admin(self) -> ClusterAdmin | None:
+        """None: a lone node cannot change membership (`/cluster` is 404)."""
+        return None
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="doq-local-log")

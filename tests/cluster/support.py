@@ -38,6 +38,9 @@ class FakeCluster:
     def cluster_status(self) -> ClusterStatus:
         return self.status
 
+    def cluster_admin(self) -> FakeCluster:
+        return self
+
     def _check_leader(self) -> None:
         if self.status.leader_id != self.status.node_id:
             raise NotLeader("not the leader", leader_hint=self.status.leader_id)

@@ -152,21 +152,24 @@ async def test_transfer_leader_with_and_without_target(leader: FakeCluster) -> N
 
 
 class _PlainNode:
-    """A node without ClusterAdmin (LocalNode before it implemented it)."""
+    """A node that cannot change membership (`cluster_admin()` is None, as a LocalNode)."""
 
     node_id = "solo"
     leader_hint = "solo"
 
+    def cluster_admin(self) -> None:
+        return None
+
 
 class _StatusOnlyNode(_PlainNode):
-    """A node offering `cluster_status` but not the membership changes."""
+    """Such a node offering `cluster_status` (for ListServers) all the same."""
 
     def cluster_status(self) -> Any:
         return FakeCluster("solo", "solo", [Member("solo", MemberAddrs("a:1", "b:2", "c:3"), "voter")]).status
 
 
 @pytest.mark.parametrize("node", [_PlainNode(), _StatusOnlyNode()])
-async def test_a_node_without_the_whole_cluster_admin_has_no_cluster_routes(node: Any) -> None:
+async def test_a_node_without_a_cluster_admin_has_no_cluster_routes(node: Any) -> None:
     async for c in client_for(node):
         assert_problem(await c.get("/cluster"), 404, "NOT_FOUND")
         assert_problem(await c.post("/cluster/join", json=NEW), 404, "NOT_FOUND")

@@ -25,6 +25,7 @@ from doq.service.http.lean import LeanRoute
 from doq.service.http.problems import problem_response
 
 if TYPE_CHECKING:
+    from doq.node.base import Node
     from doq.service.api import QueueService
 
 NODE_ID_PATTERN = r"^[^/\s]{1,128}$"
@@ -99,9 +100,9 @@ _ANSWERS = {
 
 
 def build_cluster_router(api: QueueService) -> APIRouter:
-    """The `/cluster` routes over `api.node`; none if the node does not implement
-    `ClusterAdmin` (then `/cluster` is 404, and clients such as `doq bench` fall back to
-    the single-node defaults)."""
+    """The `/cluster` routes over `api.node`'s `ClusterAdmin`; none if it has none
+    (`cluster_admin()` is None: then `/cluster` is 404, and clients such as `doq bench`
+    fall back to the single-node defaults)."""
     r = APIRouter(generate_unique_id_function=operation_id, route_class=LeanRoute)
     admin = admin_of(api.node)
     if admin is None:
@@ -176,14 +177,9 @@ def build_cluster_router(api: QueueService) -> APIRouter:
     return r
 
 
-_ADMIN_METHODS = ("cluster_status", "add_member", "remove_member", "transfer_leader")
-
-
-def admin_of(node: Any) -> ClusterAdmin | None:
-    """`node` if it implements `ClusterAdmin` (all of it), else None."""
-    if all(callable(getattr(node, name, None)) for name in _ADMIN_METHODS):
-        return node  # type: ignore[no-any-return]
-    return None
+def admin_of(node: Node) -> ClusterAdmin | None:
+    """The node's `ClusterAdmin`, or None if it cannot change membership."""
+    return node.cluster_admin()
 
 
 def _json(obj: Any) -> Response:

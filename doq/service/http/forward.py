@@ -164,7 +164,8 @@ class _ClientGone(Exception):
 
 
 def install_leader_forwarding(app: Any, node: Any) -> None:
-    """Add `LeaderForwardMiddleware` to a Starlette/FastAPI `app` when `node` implements
-    `ClusterAdmin`; call it before adding the body limit so the limit runs first."""
+    """Add `LeaderForwardMiddleware` to a Starlette/FastAPI `app` when `node` has a
+    `ClusterAdmin` (`cluster_admin()`); call it before adding the body limit so the limit
+    runs first."""
     if admin_of(node) is not None:
         app.add_middleware(LeaderForwardMiddleware, node=node)
