@@ -31,6 +31,7 @@ from doq.queues.model import (
     QueueStats,
 )
 from doq.service import limits as v
+from doq.service.api import batch_item_refused
 
 
 @dataclass
@@ -153,11 +154,15 @@ class FakeQueueService:
         return self._enqueue(queue, item)
 
     async def enqueue_many(self, requests: Sequence[tuple[str, EnqueueItem]]) -> list[EnqueueResult | DoqError]:
-        out: list[EnqueueResult | DoqError] = []
-        for queue, item in requests:
+        for pos, (queue, item) in enumerate(requests):  # all or nothing, as QueueService
             try:
                 v.check_queue_name(queue)
                 v.check_item(item, self.limits)
+            except DoqError as e:
+                raise batch_item_refused(pos, e) from None
+        out: list[EnqueueResult | DoqError] = []
+        for queue, item in requests:
+            try:
                 out.append(self._enqueue(queue, item))
             except DoqError as e:
                 out.append(e)
@@ -225,7 +230,8 @@ class FakeQueueService:
         return out
 
     async def nack(
-        self, queue: str, id_: int, *, lease_id: int = 0, delay_ms: int = 0, priority: int | None = None
+        self, queue: str, id_: int, *, lease_id: int = 0, delay_ms: int = 0, priority: int | None = None,
+        release: bool = False,
     ) -> None:
         v.check_queue_name(queue)
         v.check_id(id_)
@@ -237,6 +243,8 @@ class FakeQueueService:
         msg.lease_expires_at_ms = 0
         if priority is not None:
             msg.priority = priority
+        if release:
+            msg.attempts -= 1
 
     async def touch(self, queue: str, id_: int, *, lease_id: int = 0, visibility_timeout_ms: int = 0) -> int:
         v.check_queue_name(queue)

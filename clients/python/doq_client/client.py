@@ -168,9 +168,14 @@ class DoqClient:
         """Acknowledge (remove) a leased message; with `lease_id`, only that delivery's lease."""
         self._call(_ops.ack(queue, id, lease_id))
 
-    def ack_batch(self, queue: str, ids: Sequence[int]) -> list[AckResult]:
-        """Acknowledge many leased messages; one result per id, in order."""
-        return self._call(_ops.ack_batch(queue, ids))
+    def ack_batch(
+        self, queue: str, ids: Sequence[int], lease_ids: Sequence[int] = ()
+    ) -> list[AckResult]:
+        """Acknowledge many leased messages; one result per id, in order.
+
+        `lease_ids`: empty, or one per id (0 = any lease); else InvalidArgument.
+        """
+        return self._call(_ops.ack_batch(queue, ids, lease_ids))
 
     def nack(
         self,
@@ -180,9 +185,14 @@ class DoqClient:
         lease_id: int = 0,
         delay_ms: int = 0,
         priority: int | None = None,
+        release: bool = False,
     ) -> None:
-        """Return a leased message to the queue, after `delay_ms`, optionally re-prioritised."""
-        self._call(_ops.nack(queue, id, lease_id, delay_ms, priority))
+        """Return a leased message to the queue, after `delay_ms`, optionally re-prioritised.
+
+        `release=True` undoes the delivery instead: the attempt is not counted and the
+        message is ready at once (no `delay_ms`, no `priority`).
+        """
+        self._call(_ops.nack(queue, id, lease_id, delay_ms, priority, release))
 
     def touch(
         self, queue: str, id: int, *, lease_id: int = 0, visibility_timeout_ms: int = 0

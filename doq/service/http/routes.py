@@ -15,6 +15,7 @@ from starlette.responses import Response
 
 from doq.errors import DoqError, InvalidArgument, status_of
 from doq.service import metrics
+from doq.service.api import batch_item_refused
 from doq.service.http import models as m
 from doq.service.http.bodies import body_doc, errors, operation_id, read_json
 from doq.service.http.lean import LeanRoute
@@ -22,7 +23,6 @@ from doq.service.http.problems import BadRequest
 from doq.service.limits import (
     MAX_VISIBILITY_TIMEOUT_MS,
     QUEUE_NAME_RE,
-    check_item,
     check_queue_name,
 )
 
@@ -67,12 +67,11 @@ def _id(raw: str) -> int:
         raise InvalidArgument(f"invalid message id {raw!r}: {e}", reason="INVALID_ID") from None
 
 
-def _batch_item_refused(index: int, err: DoqError) -> BadRequest:
-    """The whole batch is refused because of message `index` (status of `err`: 400 or 413)."""
-    status = status_of(err).http_status
+def _batch_refused(err: DoqError) -> BadRequest:
+    """The whole batch is refused because of the message at `err.loc` (status of `err`: 400 or 413)."""
     return BadRequest(
-        f"messages[{index}]: {err.message}; nothing was enqueued", status=status, reason=err.reason,
-        errors=[{"loc": ["body", "messages", index], "msg": err.message, "type": err.reason}],
+        err.message, status=status_of(err).http_status, reason=err.reason,
+        errors=[{"loc": ["body", *err.loc], "msg": err.message, "type": err.reason}],
     )
 
 
@@ -186,12 +185,17 @@ def build_router(api: QueueService) -> APIRouter:
         b = await read_json(request, m.EnqueueBatchBody)
         check_queue_name(name)
         reqs: list[tuple[str, Any]] = []
-        for i, msg in enumerate(b.messages):
-            try:
-                reqs.append((name, check_item(msg.to_item(), api.limits)))
-            except DoqError as e:
-                raise _batch_item_refused(i, e) from None
-        answered = await api.enqueue_many(reqs)
+        try:
+            for i, msg in enumerate(b.messages):
+                try:
+                    reqs.append((name, msg.to_item()))
+                except DoqError as e:
+                    raise batch_item_refused(i, e) from None
+            answered = await api.enqueue_many(reqs)
+        except DoqError as e:
+            if e.loc:
+                raise _batch_refused(e) from None
+            raise
         if all(isinstance(x, DoqError) for x in answered):
             # A command-level failure (no such queue, not the leader, overload, timeout).
             raise answered[0]  # type: ignore[misc]
@@ -287,9 +291,12 @@ def build_router(api: QueueService) -> APIRouter:
         openapi_extra=body_doc(m.NackBody, required=False),
     )
     async def nack(name: QueueName, id: MessageId, request: Request) -> Response:
-        """Return an in-flight message to the queue, optionally after `delay_ms` or with a new priority."""
+        """Return an in-flight message to the queue, optionally after `delay_ms` or with a new priority;
+        with `release`, as if it had not been delivered (the attempt is not counted)."""
         b = await read_json(request, m.NackBody, required=False)
-        await api.nack(name, _id(id), lease_id=b.lease_id or 0, delay_ms=b.delay_ms, priority=b.priority)
+        await api.nack(
+            name, _id(id), lease_id=b.lease_id or 0, delay_ms=b.delay_ms, priority=b.priority, release=b.release
+        )
         return _ok()
 
     @r.post(
