@@ -8,6 +8,10 @@ delivery), and with `ack=True` the one handed out must be gone.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 
@@ -75,3 +79,36 @@ async def test_async_close_hands_back_prefetched(
             if not ack:
                 c.ack(taken)
     _assert_handed_back(client, queue, ids, taken)
+
+
+CRASHING_CONSUMER = """
+import sys, time
+from doq_client import DoqClient
+with DoqClient(sys.argv[1]) as c:
+    cons = c.consumer(sys.argv[2], prefetch=int(sys.argv[3]), ack=True, visibility_timeout_ms=1500)
+    m = cons.next()
+    print(m.id, flush=True)
+    time.sleep(600)
+"""
+
+
+def test_ack_true_consumer_killed_loses_nothing_it_did_not_hand_out(
+    client: DoqClient, node: NodeProc, queue: str
+) -> None:
+    """kill -9 of an ack=True consumer: what it had prefetched but not handed out comes back
+    when the leases end (the one it handed out is acked, or redelivered: never lost)."""
+    ids = _enqueue(client, queue)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CRASHING_CONSUMER, node.grpc_addr, queue, str(N)], stdout=subprocess.PIPE
+    )
+    try:
+        assert proc.stdout is not None
+        taken = int(proc.stdout.readline())
+        _poll(lambda: client.get_queue(queue).stats.ready == 0, "all 20 to be prefetched")
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    _poll(lambda: client.get_queue(queue).stats.ready >= N - 1, "the leases to end")
+    back = client.dequeue(queue, max_messages=100)
+    assert {m.id for m in back} >= set(ids) - {taken}
+    assert {m.attempts for m in back if m.id != taken} == {2}  # the expired lease counted

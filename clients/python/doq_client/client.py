@@ -135,8 +135,10 @@ class DoqClient:
     ) -> list[EnqueueResult | DoqClientError]:
         """Enqueue many messages in one call (build them with `doq_client.enqueue_request`).
 
-        One result per request, in order: an invalid item fails alone (its slot holds its
-        error) while the others are stored.
+        All or nothing: one invalid message raises its error (`InvalidArgument` or
+        `TooLarge`, naming `messages[i]`) and nothing is enqueued. Otherwise one result
+        per request, in order; a queue's command-level failure (e.g. `QueueNotFound`) is
+        the result of each of that queue's messages (other queues' messages are stored).
         """
         return self._call(_ops.enqueue_batch(requests))
 

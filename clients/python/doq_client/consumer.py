@@ -40,7 +40,7 @@ from typing import Any
 
 import grpc
 
-from doq_client.errors import InvalidArgument, from_rpc_error
+from doq_client.errors import from_rpc_error, invalid_argument
 from doq_client.types import Message, build, nack_request
 from doq_client.v1 import doq_pb2 as pb
 from doq_client.v1 import doq_pb2_grpc as pb_grpc
@@ -160,8 +160,8 @@ class _ConsumerBase:
                 p.acks.append(m)
                 p.lease_ids.append(0)
             else:
-                raise InvalidArgument(
-                    f"a message id must be an integer within 0..{_U64 - 1}, not {m!r}", reason="INVALID_ID"
+                raise invalid_argument(
+                    f"a message id must be an integer within 0..{_U64 - 1}, not {m!r}", "INVALID_ID"
                 )
         self._wakeup()
 

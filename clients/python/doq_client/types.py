@@ -10,11 +10,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import grpc
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message as PbMessage
 
-from doq_client.errors import DoqClientError, InvalidArgument, from_pb_error
+from doq_client.errors import DoqClientError, InvalidArgument, from_pb_error, invalid_argument
 from doq_client.v1 import doq_pb2 as pb
 
 Content = bytes | str
@@ -65,11 +64,7 @@ def _out_of_range(cls: type[PbMessage], fields: dict[str, Any]) -> InvalidArgume
     within = f"within {bounds[0]}..{bounds[1]}" if bounds else "in range"
     what = f"each of {name}" if isinstance(value, (list, tuple)) else name
     reason = "INVALID_SETTINGS" if cls is pb.QueueSettings else _FIELD_REASONS.get(name, "INVALID_ARGUMENT")
-    return InvalidArgument(
-        f"{what} must be an integer {within}, not {value!r}",
-        code=grpc.StatusCode.INVALID_ARGUMENT,
-        reason=reason,
-    )
+    return invalid_argument(f"{what} must be an integer {within}, not {value!r}", reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,7 +297,7 @@ def enqueue_result(r: pb.EnqueueResponse) -> EnqueueResult:
 
 
 def enqueue_outcome(r: pb.EnqueueResponse) -> EnqueueResult | DoqClientError:
-    """An `EnqueueResult` or the item's error (for batches: one bad item fails alone)."""
+    """An `EnqueueResult` or the item's error (for batches: its queue's failure)."""
     if not r.success:
         return from_pb_error(r.error)
     return EnqueueResult(r.id, r.duplicate, r.group, r.priority, r.deliver_at_ms)
