@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 import zstandard
+from doq_proto.v1 import backup_pb2 as pb
 
 from doq.errors import InvalidArgument
-from doq_client.v1 import backup_pb2 as pb
 
 Record = tuple[bytes, bytes | None, int]
 

@@ -9,8 +9,10 @@ Contract:
   `Enqueue` returns a list with one `EnqueueResult | DoqError` per item, `Ack` one
   `None | DoqError` per id, `Dequeue` a `list[MessageView]` (with content).
 - Every durable change goes through the injected `Store` (records keyed by
-  `doq.storage.keys`); message payloads are never kept in memory. `load(records)` rebuilds
+  `doq.queues.keys`); message payloads are never kept in memory. `load(records)` rebuilds
   the in-memory indexes from the records alone, so a rebuilt replica behaves identically.
+- Queue names, settings and command arguments beyond the bounds of `doq.queues.limits`
+  are refused with InvalidArgument (the service checks the same bounds before proposing).
 
 Semantics (documented rules):
 - Delivery time: `deliver_at = max(not_before, priority_deliver_at(priority))` where
@@ -53,6 +55,9 @@ from doq.errors import (
     StaleLease,
 )
 from doq.queues import commands as c
+from doq.queues import keys as K
+from doq.queues import limits as L
+from doq.queues import records as R
 from doq.queues.delayed import MASK64, PriorityIndex, ready_key
 from doq.queues.fair import FairIndex
 from doq.queues.model import (
@@ -65,14 +70,11 @@ from doq.queues.model import (
     QueueType,
 )
 from doq.queues.store import Store
-from doq.storage import keys as K
-from doq.storage import records as R
 
 READY, DELAYED, IN_FLIGHT = 0, 1, 2
 MASK32 = (1 << 32) - 1
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-MAX_DELAY_MS = 2**48
-MAX_U32 = 2**32 - 1
+INT64_MIN, INT64_MAX = L.PRIORITY_MIN, L.PRIORITY_MAX
+MAX_DELAY_MS = L.MAX_DELAY_MS
 MAX_DEDUP_ENTRIES = 1_000_000
 _U64 = struct.Struct(">Q")
 _HDR = R.MSG_HDR
@@ -137,23 +139,18 @@ def _int(v: object, lo: int, hi: int, what: str) -> int:
 
 
 def _name(v: object, what: str = "queue name") -> str:
-    if type(v) is not str or not v:
-        raise InvalidArgument(f"invalid {what}", reason="INVALID_QUEUE_NAME")
-    try:
-        if len(v.encode()) > K.MAX_NAME_BYTES:
-            raise InvalidArgument(f"{what} too long", reason="INVALID_QUEUE_NAME")
-    except UnicodeError:
-        raise InvalidArgument(f"invalid {what}", reason="INVALID_QUEUE_NAME") from None
+    if type(v) is not str or not L.is_queue_name(v):
+        raise InvalidArgument(f"invalid {what}: {L.QUEUE_NAME_RULE}", reason="INVALID_QUEUE_NAME")
     return v
 
 
 def _settings(s: object) -> QueueSettings:
     if not isinstance(s, QueueSettings):
         raise InvalidArgument("invalid settings", reason="INVALID_SETTINGS")
-    _int(s.visibility_timeout_ms, 0, MAX_DELAY_MS, "visibility_timeout_ms")
-    _int(s.max_attempts, 0, MAX_U32, "max_attempts")
-    _int(s.max_unacked_per_group, 0, MAX_U32, "max_unacked_per_group")
-    _int(s.dedup_window_ms, 0, MAX_DELAY_MS, "dedup_window_ms")
+    _int(s.visibility_timeout_ms, 0, L.MAX_VISIBILITY_TIMEOUT_MS, "visibility_timeout_ms")
+    _int(s.max_attempts, 0, L.MAX_ATTEMPTS, "max_attempts")
+    _int(s.max_unacked_per_group, 0, L.MAX_UNACKED_PER_GROUP, "max_unacked_per_group")
+    _int(s.dedup_window_ms, 0, L.MAX_DEDUP_WINDOW_MS, "dedup_window_ms")
     if type(s.dead_letter_queue) is not str:
         raise InvalidArgument("invalid dead_letter_queue", reason="INVALID_SETTINGS")
     if s.dead_letter_queue:
@@ -591,8 +588,8 @@ class QueueMachine:
 
     def _dequeue(self, cmd: c.Dequeue) -> list[MessageView]:
         q = self._queue(cmd.queue)
-        mx = _int(cmd.max_messages, 1, MAX_U32, "max_messages")
-        vis = _int(cmd.visibility_timeout_ms, 0, MAX_DELAY_MS, "visibility_timeout_ms")
+        mx = _int(cmd.max_messages, 1, L.MAX_BATCH_MESSAGES, "max_messages")
+        vis = _int(cmd.visibility_timeout_ms, 0, L.MAX_VISIBILITY_TIMEOUT_MS, "visibility_timeout_ms")
         if type(cmd.ack) is not bool:
             raise InvalidArgument("ack must be a bool")
         vis = vis or q.settings.effective_visibility_timeout_ms
@@ -706,7 +703,7 @@ class QueueMachine:
 
     def _touch(self, cmd: c.Touch) -> int:
         q = self._queue(cmd.queue)
-        vis = _int(cmd.visibility_timeout_ms, 0, MAX_DELAY_MS, "visibility_timeout_ms")
+        vis = _int(cmd.visibility_timeout_ms, 0, L.MAX_VISIBILITY_TIMEOUT_MS, "visibility_timeout_ms")
         e = self._in_flight(q, cmd.id, cmd.lease_id)
         exp = self.now_ms + (vis or q.settings.effective_visibility_timeout_ms)
         self.leases.remove(e.key)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import grpc
+from doq_proto.v1 import doq_pb2 as pb
 
 from doq.errors import DoqError, status_of
 from doq.queues.commands import EnqueueItem
 from doq.queues.model import EnqueueResult, MessageView, QueueInfo, QueueSettings
-from doq_client.v1 import doq_pb2 as pb
 
 
 def settings_from_pb(s: pb.QueueSettings) -> QueueSettings:

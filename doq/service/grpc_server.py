@@ -18,6 +18,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
+from doq_proto.v1 import doq_pb2 as pb
+from doq_proto.v1 import doq_pb2_grpc as pb_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -28,8 +30,6 @@ from doq.service import convert as cv
 from doq.service import limits as v
 from doq.service import metrics
 from doq.service.api import QueueService
-from doq_client.v1 import doq_pb2 as pb
-from doq_client.v1 import doq_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 M = metrics.GRPC

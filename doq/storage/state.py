@@ -2,7 +2,7 @@
 
 Databases (reserved in `doq.storage.env.DB_NAMES`):
 - state_meta: the machine meta record (b"G") and store keys (b"\\x00applied", b"\\x00horizon")
-- state_queues / state_messages / state_dedup: the records of `doq.storage.keys`
+- state_queues / state_messages / state_dedup: the records of `doq.queues.keys`
 - state_versions: (u64 BE version + key) -> b"" for every live record
 - state_tombstones: (u64 BE version + key) -> b"" for every deletion
 
@@ -33,12 +33,12 @@ from typing import Any
 import lmdb
 
 from doq.errors import InvalidArgument, MessageNotFound
+from doq.queues import keys as K
+from doq.queues import records as R
 from doq.queues.codec import decode_batch
 from doq.queues.commands import CommandBatch
 from doq.queues.machine import QueueMachine
 from doq.queues.model import MessageView, QueueInfo
-from doq.storage import keys as K
-from doq.storage import records as R
 from doq.storage.env import open_db
 
 _V = struct.Struct(">Q")

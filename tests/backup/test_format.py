@@ -7,6 +7,7 @@ import struct
 
 import pytest
 import zstandard
+from doq_proto.v1 import backup_pb2 as pb
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,7 +21,6 @@ from doq.backup.format import (
     read_frame,
     write_records,
 )
-from doq_client.v1 import backup_pb2 as pb
 
 record = st.tuples(
     st.binary(max_size=40),

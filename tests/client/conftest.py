@@ -1,7 +1,7 @@
 """Fixtures for the client tests: one real `doq serve` process per test module.
 
 The client package lives in clients/python; it is put on sys.path (and PYTHONPATH, so the
-server child process finds `doq_client.v1` too) when it is not installed.
+server child process finds `doq_proto` too) when it is not installed.
 """
 
 from __future__ import annotations

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import grpc
 import pytest
+from doq_proto.v1 import doq_pb2 as pb
 
 from doq_client import errors as e
 from doq_client.retry import RetryPolicy, call_with_retry
-from doq_client.v1 import doq_pb2 as pb
 
 
 def test_from_pb_error_picks_the_specific_class() -> None:

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import grpc
 import pytest
+from doq_proto.v1 import doq_pb2 as pb
 
 from doq.errors import InvalidArgument, MessageNotFound
 from doq.queues.commands import Command, Dequeue, EnqueueItem
 from doq.queues.model import MessageState
 from doq.service.grpc_server import DequeueSession
-from doq_client.v1 import doq_pb2 as pb
 from tests.support import inproc
 from tests.support.inproc import Served, stalled_commits
 

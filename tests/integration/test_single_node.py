@@ -12,9 +12,9 @@ from pathlib import Path
 
 import grpc
 import pytest
+from doq_proto.v1 import doq_pb2 as pb
+from doq_proto.v1 import doq_pb2_grpc as pb_grpc
 
-from doq_client.v1 import doq_pb2 as pb
-from doq_client.v1 import doq_pb2_grpc as pb_grpc
 from tests.support.proc import NodeProc, free_port
 
 pytestmark = pytest.mark.integration

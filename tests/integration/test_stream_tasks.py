@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from doq_proto.v1 import doq_pb2 as pb
 
 import doq
 from doq.service import grpc_server
-from doq_client.v1 import doq_pb2 as pb
 from tests.support import inproc
 from tests.support.inproc import Served, stalled_commits
 

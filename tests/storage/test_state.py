@@ -10,9 +10,9 @@ import pytest
 
 from doq.errors import InvalidArgument, MessageNotFound, QueueNotFound
 from doq.queues import commands as c
+from doq.queues import keys as K
 from doq.queues.codec import encode_batch
 from doq.queues.model import MessageState, QueueSettings
-from doq.storage import keys as K
 from doq.storage.env import open_env
 from doq.storage.state import PRUNE_EVERY, StateStore
 from tests.storage.workload import T0, entries

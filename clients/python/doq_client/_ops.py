@@ -25,7 +25,7 @@ from doq_client.types import (
     enqueue_result,
     nack_request,
 )
-from doq_client.v1 import doq_pb2 as pb
+from doq_proto.v1 import doq_pb2 as pb
 
 T = TypeVar("T")
 

@@ -25,8 +25,8 @@ from doq_client.types import (
     Queue,
     QueueSettings,
 )
-from doq_client.v1 import doq_pb2 as pb
-from doq_client.v1 import doq_pb2_grpc as pb_grpc
+from doq_proto.v1 import doq_pb2 as pb
+from doq_proto.v1 import doq_pb2_grpc as pb_grpc
 
 T = TypeVar("T")
 

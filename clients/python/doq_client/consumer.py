@@ -42,8 +42,8 @@ import grpc
 
 from doq_client.errors import from_rpc_error, invalid_argument
 from doq_client.types import Message, build, nack_request
-from doq_client.v1 import doq_pb2 as pb
-from doq_client.v1 import doq_pb2_grpc as pb_grpc
+from doq_proto.v1 import doq_pb2 as pb
+from doq_proto.v1 import doq_pb2_grpc as pb_grpc
 
 _MsgOrId = Message | int
 _U64 = 2**64

@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 
-from doq_client.v1 import doq_pb2 as pb
+from doq_proto.v1 import doq_pb2 as pb
 
 
 class DoqClientError(Exception):

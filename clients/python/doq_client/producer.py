@@ -28,8 +28,8 @@ import grpc
 from doq_client._ledger import Chunk, Ledger, Outcome
 from doq_client.errors import Cancelled, DoqClientError, Unavailable, from_rpc_error
 from doq_client.types import Content, EnqueueResult, enqueue_request
-from doq_client.v1 import doq_pb2 as pb
-from doq_client.v1 import doq_pb2_grpc as pb_grpc
+from doq_proto.v1 import doq_pb2 as pb
+from doq_proto.v1 import doq_pb2_grpc as pb_grpc
 
 
 def _frames(outbox: deque[Chunk], batch: int) -> tuple[list[Chunk], int]:

@@ -14,7 +14,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message as PbMessage
 
 from doq_client.errors import DoqClientError, InvalidArgument, from_pb_error, invalid_argument
-from doq_client.v1 import doq_pb2 as pb
+from doq_proto.v1 import doq_pb2 as pb
 
 Content = bytes | str
 P = TypeVar("P", bound=PbMessage)

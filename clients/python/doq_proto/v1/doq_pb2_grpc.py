@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from doq_client.v1 import doq_pb2 as doq_dot_v1_dot_doq__pb2
+from doq_proto.v1 import doq_pb2 as doq_dot_v1_dot_doq__pb2
 
 GRPC_GENERATED_VERSION = '1.81.1'
 GRPC_VERSION = grpc.__version__

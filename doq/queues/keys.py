@@ -1,5 +1,8 @@
 """Key layout of the replicated state (pure: struct only).
 
+This is the queue machine's own data layout: the machine writes these keys through its
+`Store`, and doq.storage persists them unchanged (one LMDB database per record kind).
+
 One logical key space; the first byte names the record kind (and the LMDB database the
 state store keeps it in). Queue names are length-prefixed (u16, big endian), so no queue
 name can collide with another queue's keys; message ids are big-endian u64, so a queue's

@@ -1,4 +1,4 @@
-"""Backup throughput: `python -m doq.backup.bench [--records N] [--value-bytes B] [--lmdb]`.
+"""Backup throughput: `python -m doq.bench.backup [--records N] [--value-bytes B] [--lmdb]`.
 
 Writes N small records (key ~20 B, value B bytes, 1 in 10 a tombstone) to a backup file in
 a temp dir and prints MB/s of record payload (key + value bytes) and of file bytes.
@@ -21,7 +21,7 @@ def _records(n: int, value_bytes: int) -> Iterator[Record]:
     pad = os.urandom(value_bytes).hex().encode()
     prefix = b"M" + len(b"orders-queue").to_bytes(2, "big") + b"orders-queue"
     for i in range(n):
-        key = prefix + i.to_bytes(8, "big")  # a message key of doq.storage.keys
+        key = prefix + i.to_bytes(8, "big")  # a message key of doq.queues.keys
         value = (b'{"user_id": %d, "event": "signup", "pad": "%s"}' % (i, pad[i % 64 : i % 64 + value_bytes]))
         yield (key, None if i % 10 == 9 else value[:value_bytes], i + 1)
 

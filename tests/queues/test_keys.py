@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from doq.storage import keys as K
+from doq.queues import keys as K
 
 names = st.text(min_size=1, max_size=12)
 ids = st.integers(1, 2**64 - 1)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import struct
@@ -29,11 +30,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
+from doq_proto.v1 import doq_pb2 as pb
 
-from doq.bench_cli import add_arguments
-from doq_client import AlreadyExists, AsyncConsumer, AsyncDoqClient, AsyncProducer, enqueue_request
+from doq.bench.cli import add_arguments
+from doq_client import (
+    AlreadyExists,
+    AsyncConsumer,
+    AsyncDoqClient,
+    AsyncProducer,
+    DoqClientError,
+    enqueue_request,
+)
 from doq_client.client import CHANNEL_OPTIONS
-from doq_client.v1 import doq_pb2 as pb
 
 _TS = struct.Struct("<q")
 
@@ -199,8 +207,10 @@ async def _produce(
             else:
                 reqs = fixed if n == len(fixed) else fixed[:n]
             t0 = perf()
-            fut = await (producer.enqueue_many(reqs) if args.batched else producer.send(reqs[0]))
-            fut.add_done_callback(lambda f, t0=t0, n=n: done(f, t0, n))
+            fut: asyncio.Future[Any] = await (
+                producer.enqueue_many(reqs) if args.batched else producer.send(reqs[0])
+            )
+            fut.add_done_callback(functools.partial(done, t0=t0, n=n))
             frames += 1
         await producer.flush()
     finally:
@@ -394,7 +404,7 @@ async def _echo_serve(addr: str) -> None:
 def echo_server() -> Iterator[str]:
     """Start the echo server as a child process (uvloop if installed, like `doq serve`)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "doq.bench", "--echo-serve", "127.0.0.1:0"],
+        [sys.executable, "-m", "doq.bench.grpc_load", "--echo-serve", "127.0.0.1:0"],
         stdout=subprocess.PIPE,
         env={**os.environ},
     )
@@ -444,7 +454,7 @@ def _install_uvloop() -> None:
 
 
 def run_from_args(ns: argparse.Namespace) -> int:
-    """Run `doq bench` with parsed arguments (see `doq.bench_cli`)."""
+    """Run `doq bench` with parsed arguments (see `doq.bench.cli`)."""
     fields = BenchArgs.__dataclass_fields__
     args = BenchArgs(**{k: v for k, v in vars(ns).items() if k in fields})
     if args.count <= 0 and args.duration_s <= 0:
@@ -452,9 +462,23 @@ def run_from_args(ns: argparse.Namespace) -> int:
     if args.concurrency < 1 or args.batch < 1:
         print("doq bench: --concurrency and --batch must be >= 1", file=sys.stderr)
         return 2
+    if args.workload != "echo":
+        from doq.client_cli import grpc_target
+        from doq.errors import DoqError
+
+        try:
+            args.server = grpc_target(ns.server)
+        except DoqError as e:
+            print(f"doq bench: {e.message}", file=sys.stderr)
+            return 1
     _install_uvloop()
     for _ in range(max(1, ns.runs)):
-        for line in asyncio.run(run(args)):
+        try:
+            lines = asyncio.run(run(args))
+        except (DoqClientError, grpc.RpcError) as e:
+            print(f"doq bench: gRPC {args.server} (from --server {ns.server}): {e}", file=sys.stderr)
+            return 1
+        for line in lines:
             print(json.dumps(line), flush=True)
     return 0
 

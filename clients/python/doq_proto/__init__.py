@@ -1,0 +1,1 @@
+"""Generated protobuf and gRPC code of doq (do not edit; see proto/generate.py)."""
