@@ -103,9 +103,9 @@ class QueueService:
         """Enqueue a batch (possibly to several queues); one result per request, in order.
 
         All or nothing: one invalid request refuses the whole batch, raising
-        `batch_item_refused(i, its error)`. The items of one queue go in one command, so they succeed or fail
-        together; a command-level failure (unknown queue, not leader, overload) fills the
-        slots of that queue's items with its error.
+        `batch_item_refused(i, its error)`. The items of one queue go in one command, so
+        they succeed or fail together; a command-level failure (unknown queue, not leader,
+        overload) fills the slots of that queue's items with its error.
         """
         if len(requests) > self.limits.max_batch_messages:
             raise InvalidArgument(
