@@ -150,19 +150,24 @@ class _ConsumerBase:
             raise ValueError("the consumer is closed: settle with the client's ack/nack calls")
 
     def _add_ack(self, items: Iterable[_MsgOrId]) -> None:
+        """Queue acks: a Message's with its lease id, a bare id's with 0 (any lease).
+        A bad id refuses the whole call (nothing is queued)."""
         self._check_open()
-        p = self._pending
+        ids: list[int] = []
+        lease_ids: list[int] = []
         for m in items:
             if isinstance(m, Message):
-                p.acks.append(m.id)
-                p.lease_ids.append(m.lease_id)
+                ids.append(m.id)
+                lease_ids.append(m.lease_id)
             elif type(m) is int and 0 <= m < _U64:
-                p.acks.append(m)
-                p.lease_ids.append(0)
+                ids.append(m)
+                lease_ids.append(0)
             else:
                 raise invalid_argument(
                     f"a message id must be an integer within 0..{_U64 - 1}, not {m!r}", "INVALID_ID"
                 )
+        self._pending.acks.extend(ids)
+        self._pending.lease_ids.extend(lease_ids)
         self._wakeup()
 
     def _add_nack(self, msg: _MsgOrId, delay_ms: int, priority: int | None) -> None:
