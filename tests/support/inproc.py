@@ -106,7 +106,7 @@ class Served:
 async def served(path: Path) -> AsyncIterator[Served]:
     """`local_service` and `grpc_stub` together; everything stopped on exit."""
     async with local_service(path) as api, grpc_stub(api) as stub:
-        yield Served(api, cast(LocalNode, api.node).env, stub)
+        yield Served(api, cast(LocalNode, api.node).state.env, stub)
 
 
 @contextlib.contextmanager
