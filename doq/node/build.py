@@ -30,7 +30,6 @@ def has_raft_data(env: lmdb.Environment) -> bool:
 
 
 async def open_raft_node(
-    env: lmdb.Environment,
     state: StateStore,
     *,
     node_id: str,
@@ -45,10 +44,10 @@ async def open_raft_node(
     Raises what `join_cluster` raises when the cluster refuses or cannot be reached."""
     peers: dict[str, MemberAddrs] | None = None
     join = bool(join_addrs)
-    if join and not has_raft_data(env):
+    if join and not has_raft_data(state.env):
         if join_cluster is None:
             raise ValueError("join_addrs given without a join_cluster function")
         status = await asyncio.to_thread(join_cluster, list(join_addrs), node_id, addrs)
         peers = {m.node_id: m.addrs for m in status.members if m.node_id != node_id}
-    return RaftNode(env, state, node_id=node_id, addrs=addrs, transport=transport,
+    return RaftNode(state, node_id=node_id, addrs=addrs, transport=transport,
                     config=config, join=join, peers=peers, on_commit=on_commit)

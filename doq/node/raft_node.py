@@ -122,7 +122,6 @@ class RaftNode:
 
     def __init__(
         self,
-        env: lmdb.Environment,
         state: StateStore,
         *,
         node_id: str,
@@ -135,7 +134,7 @@ class RaftNode:
         seed: int | None = None,
         on_commit: Callable[[int, float, float], None] | None = None,
     ) -> None:
-        self.env = env
+        self.env = state.env  # the node's one environment: the Raft log lives beside the state
         self.state = state
         self.node_id = node_id
         self.addrs = addrs
@@ -145,13 +144,13 @@ class RaftNode:
         self._clock_ms = clock_ms
         self._rng = random.Random(seed)
         self._on_commit = on_commit
-        self.storage = LmdbLogStorage(env)
+        self.storage = LmdbLogStorage(self.env)
         self.transport = transport(self._on_messages)
         self.core: RaftCore | None = None
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="doq-raft-writer")
         self._snapshotter = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="doq-raft-snap")
         self._wake = asyncio.Event()
-        self._applied = asyncio.Event()
+        self._listeners: list[Callable[[], None]] = []
         self._inbox: list[Message] = []
         self._ticks = 0
         self._pending: list[tuple[Command, Fut]] = []
@@ -308,8 +307,28 @@ class RaftNode:
             self._reads.pop(ctx, None)
             raise Unavailable("read not confirmed by a quorum in time", reason="READ_TIMEOUT") from None
 
-    def applied_event(self) -> asyncio.Event:
-        return self._applied
+    def add_apply_listener(self, callback: Callable[[], None]) -> None:
+        self._listeners.append(callback)
+
+    def _notify_applied(self) -> None:
+        for callback in self._listeners:
+            try:
+                callback()
+            except Exception:
+                log.exception("apply listener %r failed", callback)
+
+    @property
+    def applied_index(self) -> int:
+        return self.state.view.applied_index  # committed (the writer may be applying more)
+
+    def is_ready(self) -> bool:
+        """Knows a leader and has applied up to the commit index it learned from it."""
+        core = self.core
+        return (core is not None and self._lead != NONE and not self._stopping
+                and self._failed is None and self.applied_index >= core.log.committed)
+
+    def cluster_admin(self) -> RaftNode:
+        return self
 
     async def restore_backup(self, fn: Callable[[StateStore], T]) -> T:
         """Online restore bypassing the log would break the replicas' agreement."""
@@ -336,7 +355,7 @@ class RaftNode:
         return ClusterStatus(
             node_id=self.node_id, leader_id=self._lead, term=core.term if core else 0,
             commit_index=core.log.committed if core else 0,
-            applied_index=self.state.applied_index, role=role, members=members,
+            applied_index=self.applied_index, role=role, members=members,
         )
 
     async def add_member(self, node_id: str, addrs: MemberAddrs) -> ClusterStatus:
@@ -501,7 +520,7 @@ class RaftNode:
             self._propose_pending(core)
 
     def _propose_pending(self, core: RaftCore) -> None:
-        pending = self._pending
+        pending = [p for p in self._pending if not p[1].cancelled()]  # cancelled: dropped
         if core.role != Role.LEADER:
             self._pending = []
             err = NotLeader("not the leader", leader_hint=core.lead)
@@ -574,8 +593,7 @@ class RaftNode:
         if self._read_waits:
             self._serve_reads()
         if rd.committed_entries or rd.snapshot is not None:
-            self._applied.set()
-            self._applied = asyncio.Event()
+            self._notify_applied()
             if core.role == Role.LEADER:
                 self._schedule_lease_tick()
             self._maybe_snapshot(core)
@@ -597,7 +615,7 @@ class RaftNode:
         """Writer thread: the Ready's durable part and the apply, in ONE txn (fsync)."""
         t0 = time.perf_counter()
         st = self.storage
-        with self.env.begin(write=True) as txn:
+        with self.state.write() as txn:  # commits with fsync, then publishes the readers' view
             if job.snapshot is not None:
                 members = install_snapshot_data(self.state, txn, job.snapshot.data,
                                                 job.snapshot.meta.index)
@@ -687,7 +705,7 @@ class RaftNode:
             _fail(fut, err)
 
     def _serve_reads(self) -> None:
-        applied = self.state.applied_index
+        applied = self.applied_index
         keep: list[tuple[int, Fut]] = []
         for index, fut in self._read_waits:
             if index <= applied:

@@ -11,6 +11,8 @@ Contract:
 - Every durable change goes through the injected `Store` (records keyed by
   `doq.queues.keys`); message payloads are never kept in memory. `load(records)` rebuilds
   the in-memory indexes from the records alone, so a rebuilt replica behaves identically.
+- Queue names, settings and command arguments beyond the bounds of `doq.queues.limits`
+  are refused with InvalidArgument (the service checks the same bounds before proposing).
 
 Semantics (documented rules):
 - Delivery time: `deliver_at = max(not_before, priority_deliver_at(priority))` where
@@ -22,10 +24,15 @@ Semantics (documented rules):
   dead-lettered instead: moved as a new message (new id, attempts 0, same content,
   metadata, group, priority; no dedup id) to `dead_letter_queue` if that queue exists,
   else dropped. Either way the source queue's `dead` count grows by one.
+- `Nack(release=True)` undoes a delivery: the attempt is taken back, the message is
+  placed as it was before (no delay, same priority) and never dead-lettered.
 - Lease ids come from a replicated counter (`next_lease`), message ids from `next_id`,
   both starting at 1 and unique across the node.
 - `CreateQueue` of an existing queue with the same type and settings succeeds (retries are
-  harmless); with different ones it fails with AlreadyExists.
+  harmless); with different ones it fails with AlreadyExists. `CreateQueue` and
+  `UpdateQueue` return the queue's `QueueInfo` as it is right after the command.
+- `take_changed()` names the queues whose `QueueInfo` (settings, counts) may have changed
+  since the last call, deleted ones included, so a reader's copy can be refreshed per batch.
 - A duplicate enqueue (dedup_id seen within the window) returns the original id with
   duplicate=True, the request's group/priority, and enqueues nothing. At most
   `MAX_DEDUP_ENTRIES` dedup ids are remembered (the earliest-expiring is evicted first).
@@ -52,6 +59,7 @@ from doq.errors import (
 )
 from doq.queues import commands as c
 from doq.queues import keys as K
+from doq.queues import limits as L
 from doq.queues import records as R
 from doq.queues.delayed import MASK64, PriorityIndex, ready_key
 from doq.queues.fair import FairIndex
@@ -68,9 +76,8 @@ from doq.queues.store import Store
 
 READY, DELAYED, IN_FLIGHT = 0, 1, 2
 MASK32 = (1 << 32) - 1
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-MAX_DELAY_MS = 2**48
-MAX_U32 = 2**32 - 1
+INT64_MIN, INT64_MAX = L.PRIORITY_MIN, L.PRIORITY_MAX
+MAX_DELAY_MS = L.MAX_DELAY_MS
 MAX_DEDUP_ENTRIES = 1_000_000
 _U64 = struct.Struct(">Q")
 _HDR = R.MSG_HDR
@@ -135,23 +142,18 @@ def _int(v: object, lo: int, hi: int, what: str) -> int:
 
 
 def _name(v: object, what: str = "queue name") -> str:
-    if type(v) is not str or not v:
-        raise InvalidArgument(f"invalid {what}", reason="INVALID_QUEUE_NAME")
-    try:
-        if len(v.encode()) > K.MAX_NAME_BYTES:
-            raise InvalidArgument(f"{what} too long", reason="INVALID_QUEUE_NAME")
-    except UnicodeError:
-        raise InvalidArgument(f"invalid {what}", reason="INVALID_QUEUE_NAME") from None
+    if type(v) is not str or not L.is_queue_name(v):
+        raise InvalidArgument(f"invalid {what}: {L.QUEUE_NAME_RULE}", reason="INVALID_QUEUE_NAME")
     return v
 
 
 def _settings(s: object) -> QueueSettings:
     if not isinstance(s, QueueSettings):
         raise InvalidArgument("invalid settings", reason="INVALID_SETTINGS")
-    _int(s.visibility_timeout_ms, 0, MAX_DELAY_MS, "visibility_timeout_ms")
-    _int(s.max_attempts, 0, MAX_U32, "max_attempts")
-    _int(s.max_unacked_per_group, 0, MAX_U32, "max_unacked_per_group")
-    _int(s.dedup_window_ms, 0, MAX_DELAY_MS, "dedup_window_ms")
+    _int(s.visibility_timeout_ms, 0, L.MAX_VISIBILITY_TIMEOUT_MS, "visibility_timeout_ms")
+    _int(s.max_attempts, 0, L.MAX_ATTEMPTS, "max_attempts")
+    _int(s.max_unacked_per_group, 0, L.MAX_UNACKED_PER_GROUP, "max_unacked_per_group")
+    _int(s.dedup_window_ms, 0, L.MAX_DEDUP_WINDOW_MS, "dedup_window_ms")
     if type(s.dead_letter_queue) is not str:
         raise InvalidArgument("invalid dead_letter_queue", reason="INVALID_SETTINGS")
     if s.dead_letter_queue:
@@ -200,6 +202,7 @@ class QueueMachine:
         self.next_lease = 1
         self.now_ms = 0
         self._meta_written: tuple[int, int, int] = (1, 0, 1)
+        self._changed: set[str] = set()  # queue names whose info may differ (take_changed)
         self._handlers: dict[type, Callable[[Any], object]] = {
             c.Enqueue: self._enqueue, c.Dequeue: self._dequeue, c.Ack: self._ack,
             c.Nack: self._nack, c.Touch: self._touch, c.UpdatePriority: self._update_priority,
@@ -252,13 +255,26 @@ class QueueMachine:
             raise QueueNotFound(f"queue {name!r} not found")
         return q.info()
 
+    def take_changed(self) -> set[str]:
+        """Names of the queues created, changed or deleted since the last call (then reset)."""
+        changed, self._changed = self._changed, set()
+        return changed
+
+    def deliverable(self, queue: str) -> int:
+        """How many messages a dequeue of `queue` could take now (0 if none or no such
+        queue; for a fair queue with a per-group limit, an upper bound)."""
+        q = self.queues.get(queue)
+        return q.index.n_ready if q is not None and q.index.has_ready() else 0
+
     def queue_infos(self) -> list[QueueInfo]:
         qs = list(self.queues.values())
         return [q.info() for q in sorted(qs, key=lambda q: q.name)]
 
     def get_message(self, queue: str, id_: int) -> MessageView:
         """Read a message through the store (the caller's current view)."""
-        q = self._queue(queue)
+        q = self.queues.get(queue)
+        if q is None:
+            raise QueueNotFound(f"queue {queue!r} not found")
         rec = self.store.get(q.prefix + _U64.pack(id_)) if type(id_) is int and 0 < id_ <= MASK64 else None
         if rec is None:
             raise MessageNotFound(f"message {id_} not found in queue {queue!r}")
@@ -355,6 +371,7 @@ class QueueMachine:
                 id_ = (k >> 32) & MASK64
                 e = q.msgs[id_]
                 q.n_delayed -= 1
+                self._changed.add(q.name)
                 e.state = READY
                 e.key = ready_key(e.prio, id_)
                 q.index.add(e.key, e.group)
@@ -366,6 +383,7 @@ class QueueMachine:
                 id_ = (k >> 32) & MASK64
                 e = q.msgs[id_]
                 q.n_inflight -= 1
+                self._changed.add(q.name)
                 q.index.unleased(e.group)
                 self._return(q, id_, e, 0, None)
         dexp = self.dedup_exp
@@ -429,6 +447,7 @@ class QueueMachine:
         dlq = self.queues.get(q.settings.dead_letter_queue) if q.settings.dead_letter_queue else None
         if dlq is None:
             return
+        self._changed.add(dlq.name)
         h = _HDR.unpack_from(rec)
         p = _HDR_SIZE
         group = rec[p : p + h[7]]
@@ -450,9 +469,11 @@ class QueueMachine:
 
     # -- queues --------------------------------------------------------------------------
     def _queue(self, name: object) -> Queue:
+        """The queue a command acts on (marked changed: the command may alter its info)."""
         q = self.queues.get(name) if type(name) is str else None
         if q is None:
             raise QueueNotFound(f"queue {name!r} not found")
+        self._changed.add(q.name)
         return q
 
     def _add_queue(self, name: str, qtype: QueueType, settings: QueueSettings, dead: int = 0,
@@ -461,9 +482,10 @@ class QueueMachine:
         q = Queue(name, qtype, settings, self._qnums, dead, cursor)
         self.queues[name] = q
         self._by_num[q.qnum] = q
+        self._changed.add(name)
         return q
 
-    def _create_queue(self, cmd: c.CreateQueue) -> None:
+    def _create_queue(self, cmd: c.CreateQueue) -> QueueInfo:
         name = _name(cmd.name)
         if cmd.type not in ("delayed", "fair"):
             raise InvalidArgument(f"invalid queue type {cmd.type!r}", reason="INVALID_QUEUE_TYPE")
@@ -472,20 +494,20 @@ class QueueMachine:
         old = self.queues.get(name)
         if old is not None:
             if old.qtype is qtype and old.settings == settings:
-                return None
+                return old.info()
             raise AlreadyExists(f"queue {name!r} already exists", reason="QUEUE_EXISTS")
         q = self._add_queue(name, qtype, settings)
         self.store.put(K.queue_key(name), q.record())
-        return None
+        return q.info()
 
-    def _update_queue(self, cmd: c.UpdateQueue) -> None:
+    def _update_queue(self, cmd: c.UpdateQueue) -> QueueInfo:
         q = self._queue(cmd.name)
         settings = _settings(cmd.settings)
         q.settings = settings
         if isinstance(q.index, FairIndex):
             q.index.set_limit(settings.max_unacked_per_group)
         self.store.put(K.queue_key(q.name), q.record())
-        return None
+        return q.info()
 
     def _purge(self, q: Queue) -> int:
         n = len(q.msgs)
@@ -589,8 +611,8 @@ class QueueMachine:
 
     def _dequeue(self, cmd: c.Dequeue) -> list[MessageView]:
         q = self._queue(cmd.queue)
-        mx = _int(cmd.max_messages, 1, MAX_U32, "max_messages")
-        vis = _int(cmd.visibility_timeout_ms, 0, MAX_DELAY_MS, "visibility_timeout_ms")
+        mx = _int(cmd.max_messages, 1, L.MAX_BATCH_MESSAGES, "max_messages")
+        vis = _int(cmd.visibility_timeout_ms, 0, L.MAX_VISIBILITY_TIMEOUT_MS, "visibility_timeout_ms")
         if type(cmd.ack) is not bool:
             raise InvalidArgument("ack must be a bool")
         vis = vis or q.settings.effective_visibility_timeout_ms
@@ -676,16 +698,35 @@ class QueueMachine:
         delay = _int(cmd.delay_ms, 0, MAX_DELAY_MS, "delay_ms")
         if cmd.priority is not None:
             _int(cmd.priority, INT64_MIN, INT64_MAX, "priority")
+        if type(cmd.release) is not bool:
+            raise InvalidArgument("release must be a bool")
+        if cmd.release and (delay or cmd.priority is not None):
+            raise InvalidArgument("a release takes no delay_ms and no priority", reason="INVALID_RELEASE")
         e = self._in_flight(q, cmd.id, cmd.lease_id)
         self.leases.remove(e.key)
         q.n_inflight -= 1
         q.index.unleased(e.group)
-        self._return(q, cmd.id, e, delay, cmd.priority)
+        if cmd.release:
+            self._release(q, cmd.id, e)
+        else:
+            self._return(q, cmd.id, e, delay, cmd.priority)
         return None
+
+    def _release(self, q: Queue, id_: int, e: Entry) -> None:
+        """Undo a delivery (the caller took the entry out of flight): the attempt it
+        counted is taken back and the message is placed as before it was delivered."""
+        mkey = q.prefix + _U64.pack(id_)
+        rec = self.store.get(mkey)
+        assert rec is not None
+        h = _HDR.unpack_from(rec)
+        prio, not_before, attempts = h[0], h[1], h[5]
+        self.store.put(mkey, R.with_header(rec, prio, not_before, 0, 0, max(attempts - 1, 0), 0))
+        e.lease_id = 0
+        self._place(q, id_, e, max(not_before, _ts(prio)))
 
     def _touch(self, cmd: c.Touch) -> int:
         q = self._queue(cmd.queue)
-        vis = _int(cmd.visibility_timeout_ms, 0, MAX_DELAY_MS, "visibility_timeout_ms")
+        vis = _int(cmd.visibility_timeout_ms, 0, L.MAX_VISIBILITY_TIMEOUT_MS, "visibility_timeout_ms")
         e = self._in_flight(q, cmd.id, cmd.lease_id)
         exp = self.now_ms + (vis or q.settings.effective_visibility_timeout_ms)
         self.leases.remove(e.key)

@@ -1,37 +1,36 @@
-"""Input limits and validation shared by every adapter (gRPC and HTTP call the facade)."""
+"""Input validation shared by every adapter (gRPC and HTTP call the facade), checked
+before anything is proposed. The bounds themselves are defined once, in
+`doq.queues.limits` (the state machine enforces the same ones)."""
 
 from __future__ import annotations
 
-import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from doq.errors import InvalidArgument, TooLarge
+from doq.queues import limits as L
 from doq.queues.commands import EnqueueItem
 from doq.queues.model import QueueSettings, QueueType
-
-QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-MAX_DELAY_MS = 366 * 24 * 3600 * 1000
-MAX_VISIBILITY_TIMEOUT_MS = 12 * 3600 * 1000
 
 
 @dataclass(frozen=True, slots=True)
 class Limits:
+    """A node's request limits (`max_batch_messages` and `max_wait_ms` must not exceed
+    the bounds of doq.queues.limits, which the state machine enforces)."""
+
     max_message_bytes: int = 1024 * 1024
     max_metadata_bytes: int = 16 * 1024
     max_metadata_entries: int = 64
     max_group_bytes: int = 256
     max_dedup_id_bytes: int = 256
-    max_batch_messages: int = 10_000
-    max_wait_ms: int = 60_000
+    max_batch_messages: int = L.MAX_BATCH_MESSAGES
+    max_wait_ms: int = L.MAX_WAIT_MS
 
 
 def check_queue_name(name: str, what: str = "queue name") -> str:
-    if not isinstance(name, str) or not QUEUE_NAME_RE.match(name):
-        raise InvalidArgument(
-            f"invalid {what} {name!r}: 1-200 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit",
-            reason="INVALID_QUEUE_NAME",
-        )
+    """`name` if it is a valid queue name as a whole (a trailing newline is not valid)."""
+    if not L.is_queue_name(name):
+        raise InvalidArgument(f"invalid {what} {name!r}: {L.QUEUE_NAME_RULE}", reason="INVALID_QUEUE_NAME")
     return name
 
 
@@ -45,16 +44,14 @@ def check_queue_type(type_: str) -> QueueType:
 
 
 def check_settings(s: QueueSettings) -> QueueSettings:
-    if not 0 <= s.visibility_timeout_ms <= MAX_VISIBILITY_TIMEOUT_MS:
-        raise InvalidArgument(
-            f"visibility_timeout_ms must be within 0..{MAX_VISIBILITY_TIMEOUT_MS}", reason="INVALID_SETTINGS"
-        )
-    if not 0 <= s.max_attempts <= 1_000_000:
-        raise InvalidArgument("max_attempts must be within 0..1000000", reason="INVALID_SETTINGS")
-    if not 0 <= s.max_unacked_per_group <= 1_000_000_000:
-        raise InvalidArgument("max_unacked_per_group must be within 0..1e9", reason="INVALID_SETTINGS")
-    if not 0 <= s.dedup_window_ms <= MAX_DELAY_MS:
-        raise InvalidArgument(f"dedup_window_ms must be within 0..{MAX_DELAY_MS}", reason="INVALID_SETTINGS")
+    for what, value, hi in (
+        ("visibility_timeout_ms", s.visibility_timeout_ms, L.MAX_VISIBILITY_TIMEOUT_MS),
+        ("max_attempts", s.max_attempts, L.MAX_ATTEMPTS),
+        ("max_unacked_per_group", s.max_unacked_per_group, L.MAX_UNACKED_PER_GROUP),
+        ("dedup_window_ms", s.dedup_window_ms, L.MAX_DEDUP_WINDOW_MS),
+    ):
+        if not 0 <= value <= hi:
+            raise InvalidArgument(f"{what} must be within 0..{hi}", reason="INVALID_SETTINGS")
     if s.dead_letter_queue:
         check_queue_name(s.dead_letter_queue, "dead_letter_queue")
     return s
@@ -66,22 +63,31 @@ def check_id(id_: int) -> int:
     return id_
 
 
+def check_lease_ids(ids: Sequence[int], lease_ids: Sequence[int]) -> None:
+    """An ack names its leases with no lease_ids at all or one per id (0 = any lease)."""
+    if lease_ids and len(lease_ids) != len(ids):
+        raise InvalidArgument(
+            f"lease_ids must be empty or as long as ids ({len(lease_ids)} for {len(ids)} ids)",
+            reason="INVALID_LEASE_IDS",
+        )
+
+
 def check_priority(priority: int) -> int:
-    if not isinstance(priority, int) or not INT64_MIN <= priority <= INT64_MAX:
+    if not isinstance(priority, int) or not L.PRIORITY_MIN <= priority <= L.PRIORITY_MAX:
         raise InvalidArgument("priority must be a signed 64-bit integer", reason="INVALID_PRIORITY")
     return priority
 
 
 def check_delay_ms(delay_ms: int, what: str = "delay_ms") -> int:
-    if not isinstance(delay_ms, int) or not 0 <= delay_ms <= MAX_DELAY_MS:
-        raise InvalidArgument(f"{what} must be within 0..{MAX_DELAY_MS}", reason="INVALID_DELAY")
+    if not isinstance(delay_ms, int) or not 0 <= delay_ms <= L.MAX_DELAY_MS:
+        raise InvalidArgument(f"{what} must be within 0..{L.MAX_DELAY_MS}", reason="INVALID_DELAY")
     return delay_ms
 
 
 def check_visibility_timeout_ms(ms: int) -> int:
-    if not isinstance(ms, int) or not 0 <= ms <= MAX_VISIBILITY_TIMEOUT_MS:
+    if not isinstance(ms, int) or not 0 <= ms <= L.MAX_VISIBILITY_TIMEOUT_MS:
         raise InvalidArgument(
-            f"visibility_timeout_ms must be within 0..{MAX_VISIBILITY_TIMEOUT_MS}", reason="INVALID_TIMEOUT"
+            f"visibility_timeout_ms must be within 0..{L.MAX_VISIBILITY_TIMEOUT_MS}", reason="INVALID_TIMEOUT"
         )
     return ms
 

@@ -1,4 +1,5 @@
-"""Fixtures for the HTTP gateway tests.
+"""Fixtures for the HTTP gateway tests: the gateway app over the real service (a started
+`LocalNode` over LMDB in the test's temp dir), reached in process through httpx.
 
 The client package (clients/python, also home of the generated `doq_proto` package the
 server imports) is put on sys.path and PYTHONPATH when it is not installed.
@@ -21,18 +22,18 @@ if str(CLIENT_DIR) not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
 
 import httpx  # noqa: E402
 
-from doq.service.http_gateway import create_app  # noqa: E402
-from tests.http.fakes import FakeQueueService  # noqa: E402
+from doq.service.api import QueueService  # noqa: E402
+from tests.support.inproc import http_client, local_service  # noqa: E402
 
 
 @pytest.fixture
-def fake() -> FakeQueueService:
-    return FakeQueueService()
+async def service(tmp_path: Path) -> AsyncIterator[QueueService]:
+    async with local_service(tmp_path) as s:
+        yield s
 
 
 @pytest.fixture
-async def client(fake: FakeQueueService) -> AsyncIterator[httpx.AsyncClient]:
-    """An httpx client on the gateway app over the in-memory fake service (no sockets)."""
-    transport = httpx.ASGITransport(app=create_app(fake))  # type: ignore[arg-type]
-    async with httpx.AsyncClient(transport=transport, base_url="http://doq.test") as c:
+async def client(service: QueueService) -> AsyncIterator[httpx.AsyncClient]:
+    """An httpx client on the gateway app over `service` (no sockets)."""
+    async with http_client(service) as c:
         yield c

@@ -1,6 +1,10 @@
-"""The HTTP adapter over an in-memory fake service: mapping, JSON shapes, problem+json errors.
+"""The HTTP adapter over the real service (LocalNode, LMDB in a temp dir): mapping, JSON
+shapes, problem+json errors.
 
-Every refused request is checked to have changed nothing (`fake.mutations`, snapshot).
+Every refused request is checked to have changed nothing: the stored queue, message,
+dedup and tombstone records are the same before and after (`user_records`). Error rows
+the real node cannot be made to produce on demand (not the leader, overload, commit
+timeout...) are injected by replacing one facade method on the service instance.
 """
 
 from __future__ import annotations
@@ -29,10 +33,11 @@ from doq.errors import (
     TooLarge,
     Unavailable,
 )
+from doq.service.api import QueueService
 from doq.service.http.lean import LeanRoute
 from doq.service.http.problems import install_handlers
-from doq.service.http_gateway import body_limits, create_app
-from tests.http.fakes import FakeQueueService
+from doq.service.http_gateway import body_limits
+from tests.support.inproc import http_client, user_records
 
 Q = "/API/v1/queues"
 PROBLEM_KEYS = {"type", "title", "status", "detail", "reason", "retryable", "leader_hint"}
@@ -60,7 +65,7 @@ async def test_queue_lifecycle(client: httpx.AsyncClient) -> None:
     assert r.status_code == 201
     assert r.json()["queue"]["type"] == "fair"
     assert r.json()["queue"]["settings"]["max_attempts"] == 3
-    assert_problem(await client.post(Q, json={"name": "jobs"}), 409, "ALREADY_EXISTS")
+    assert_problem(await client.post(Q, json={"name": "jobs"}), 409, "QUEUE_EXISTS")  # kind already_exists
     r = await client.put(f"{Q}/jobs", json={"settings": {"visibility_timeout_ms": 5000}})
     assert r.json()["queue"]["settings"]["visibility_timeout_ms"] == 5000
     await client.post(f"{Q}/jobs/messages", json={"content": "a", "group": "g"})
@@ -84,7 +89,8 @@ async def test_enqueue_dequeue_ack_with_string_ids(client: httpx.AsyncClient) ->
     assert msg["state"] == "in_flight" and isinstance(msg["lease_id"], str)
     r = await client.post(f"{Q}/q1/messages/1/touch", json={"lease_id": msg["lease_id"], "visibility_timeout_ms": 1000})
     assert r.json()["success"] is True and r.json()["lease_expires_at_ms"] > 0
-    assert_problem(await client.post(f"{Q}/q1/messages/1/ack", json={"lease_id": 1}), 409, "STALE_LEASE")
+    stale = int(msg["lease_id"]) + 1
+    assert_problem(await client.post(f"{Q}/q1/messages/1/ack", json={"lease_id": stale}), 409, "STALE_LEASE")
     r = await client.post(f"{Q}/q1/messages/1/ack", json={"lease_id": int(msg["lease_id"])})  # integer id accepted
     assert r.json() == {"success": True}
     assert_problem(await client.post(f"{Q}/q1/messages/1/ack"), 404, "MESSAGE_NOT_FOUND")
@@ -98,7 +104,7 @@ async def test_empty_queue_dequeue_is_204(client: httpx.AsyncClient) -> None:
     assert r.json() == {"messages": []}
 
 
-async def test_nack_priority_get_delete(client: httpx.AsyncClient, fake: FakeQueueService) -> None:
+async def test_nack_priority_get_delete(client: httpx.AsyncClient) -> None:
     await make_queue(client)
     await client.post(f"{Q}/q1/messages", json={"content": "x", "metadata": {"k": "v"}})
     await client.get(f"{Q}/q1/messages")
@@ -111,18 +117,18 @@ async def test_nack_priority_get_delete(client: httpx.AsyncClient, fake: FakeQue
     assert_problem(await client.get(f"{Q}/q1/messages/1"), 404, "MESSAGE_NOT_FOUND")
 
 
-async def test_binary_content_round_trips_as_base64(client: httpx.AsyncClient, fake: FakeQueueService) -> None:
+async def test_binary_content_round_trips_as_base64(client: httpx.AsyncClient, service: QueueService) -> None:
     await make_queue(client)
     raw = bytes(range(256))
     r = await client.post(f"{Q}/q1/messages", json={"content": base64.b64encode(raw).decode(), "content_encoding": "base64"})
     assert r.status_code == 201
-    assert fake.state.queues["q1"].messages[1].content == raw
+    assert service.node.state.get_message("q1", 1).content == raw
     msg = (await client.get(f"{Q}/q1/messages?ack=true")).json()
     assert msg["content_encoding"] == "base64" and base64.b64decode(msg["content"]) == raw
-    before = fake.mutations
+    before = user_records(service)
     assert_problem(await client.post(f"{Q}/q1/messages", json={"content": "!!", "content_encoding": "base64"}), 400,
                    "INVALID_CONTENT")
-    assert fake.mutations == before
+    assert user_records(service) == before
 
 
 async def test_batch_enqueue_and_ack(client: httpx.AsyncClient) -> None:
@@ -151,27 +157,27 @@ async def test_batch_enqueue_and_ack(client: httpx.AsyncClient) -> None:
     ],
 )
 async def test_batch_enqueue_is_all_or_nothing(
-    client: httpx.AsyncClient, fake: FakeQueueService, bad: dict[str, object], status: int, reason: str
+    client: httpx.AsyncClient, service: QueueService, bad: dict[str, object], status: int, reason: str
 ) -> None:
     """One invalid message refuses the whole batch, naming it; nothing is enqueued."""
     await make_queue(client)
-    before, snap = fake.mutations, fake.snapshot()
+    before = user_records(service)
     msgs = [{"content": "ok0"}, {"content": "ok1"}, bad, {"content": "ok3"}]
     r = await client.post(f"{Q}/q1/messages:batch", json={"messages": msgs})
     doc = assert_problem(r, status, reason)
     assert doc["detail"].startswith("messages[2]: ") and "nothing was enqueued" in doc["detail"]  # type: ignore[union-attr]
     assert doc["errors"][0]["loc"] == ["body", "messages", 2]  # type: ignore[index]
-    assert fake.mutations == before and fake.snapshot() == snap
+    assert user_records(service) == before
     # a wrong JSON type in one item is refused by the body's schema, also as a whole
     msgs[2] = {"content": "a", "priority": "60"}
     doc = assert_problem(await client.post(f"{Q}/q1/messages:batch", json={"messages": msgs}), 400, "INVALID_REQUEST")
     assert doc["errors"][0]["loc"] == ["body", "messages", 2, "priority"]  # type: ignore[index]
-    assert fake.mutations == before and fake.snapshot() == snap
+    assert user_records(service) == before
     assert (await client.get(f"{Q}/q1")).json()["stats"]["total"] == 0
 
 
 async def test_batch_enqueue_command_level_errors_are_the_answer(
-    client: httpx.AsyncClient, fake: FakeQueueService
+    client: httpx.AsyncClient, service: QueueService
 ) -> None:
     from doq.errors import NotLeader
 
@@ -183,7 +189,7 @@ async def test_batch_enqueue_command_level_errors_are_the_answer(
     async def refuse(requests: object) -> list[object]:
         return [err, err]  # what the facade answers when the one proposal is refused
 
-    fake.enqueue_many = refuse  # type: ignore[assignment,method-assign]
+    service.enqueue_many = refuse  # type: ignore[assignment,method-assign]
     doc = assert_problem(await client.post(f"{Q}/q1/messages:batch", json=msgs), 503, "NOT_LEADER")
     assert doc["leader_hint"] == "127.0.0.1:8002"
 
@@ -217,15 +223,15 @@ async def test_batch_enqueue_command_level_errors_are_the_answer(
     ],
 )
 async def test_bad_requests_are_problems_and_change_nothing(
-    client: httpx.AsyncClient, fake: FakeQueueService, method: str, path: str, body: bytes, status: int, reason: str
+    client: httpx.AsyncClient, service: QueueService, method: str, path: str, body: bytes, status: int, reason: str
 ) -> None:
     await make_queue(client)
     await client.post(f"{Q}/q1/messages", json={"content": "keep"})
-    before, snap = fake.mutations, fake.snapshot()
+    before = user_records(service)
     r = await client.request(method, path, content=body, headers={"Content-Type": "application/json"})
     doc = assert_problem(r, status, reason)
     assert doc["retryable"] is False
-    assert fake.mutations == before and fake.snapshot() == snap
+    assert user_records(service) == before
 
 
 async def test_validation_problem_names_the_field(client: httpx.AsyncClient) -> None:
@@ -236,21 +242,23 @@ async def test_validation_problem_names_the_field(client: httpx.AsyncClient) -> 
     assert doc["errors"][0]["loc"] == ["body", "priority"]  # type: ignore[index]
 
 
-async def test_wrong_content_type_is_415(client: httpx.AsyncClient, fake: FakeQueueService) -> None:
+async def test_wrong_content_type_is_415(client: httpx.AsyncClient, service: QueueService) -> None:
     await make_queue(client)
-    before = fake.mutations
+    before = user_records(service)
     r = await client.post(f"{Q}/q1/messages", content=b'{"content": "a"}', headers={"Content-Type": "text/plain"})
     assert_problem(r, 415, "UNSUPPORTED_MEDIA_TYPE")
+    assert user_records(service) == before
     # curl -d without -H sends application/x-www-form-urlencoded: accepted as JSON
     r = await client.post(f"{Q}/q1/messages", content=b'{"content": "a"}',
                           headers={"Content-Type": "application/x-www-form-urlencoded"})
-    assert r.status_code == 201 and fake.mutations == before + 1
+    assert r.status_code == 201 and user_records(service) != before
+    assert (await client.get(f"{Q}/q1")).json()["stats"]["total"] == 1
 
 
-async def test_oversized_bodies_are_413_and_change_nothing(client: httpx.AsyncClient, fake: FakeQueueService) -> None:
+async def test_oversized_bodies_are_413_and_change_nothing(client: httpx.AsyncClient, service: QueueService) -> None:
     await make_queue(client)
-    single, batch = body_limits(fake.limits.max_message_bytes)
-    before = fake.mutations
+    single, batch = body_limits(service.limits.max_message_bytes)
+    before = user_records(service)
     big = json.dumps({"content": "x" * (single + 10)}).encode()
     r = await client.post(f"{Q}/q1/messages", content=big, headers={"Content-Type": "application/json"})
     assert_problem(r, 413, "BODY_TOO_LARGE")
@@ -263,22 +271,22 @@ async def test_oversized_bodies_are_413_and_change_nothing(client: httpx.AsyncCl
     assert "content-length" not in r.request.headers
     assert_problem(r, 413, "BODY_TOO_LARGE")
     # within the body limit but over the message limit: the service's TooLarge (413)
-    r = await client.post(f"{Q}/q1/messages", json={"content": "x" * (fake.limits.max_message_bytes + 1)})
+    r = await client.post(f"{Q}/q1/messages", json={"content": "x" * (service.limits.max_message_bytes + 1)})
     assert_problem(r, 413, "MESSAGE_TOO_LARGE")
-    assert fake.mutations == before
+    assert user_records(service) == before
     # a batch body may exceed the single-message limit
     msgs = [{"content": "y" * 1000}] * ((single // 1000) + 10)
     r = await client.post(f"{Q}/q1/messages:batch", json={"messages": msgs})
     assert r.status_code == 200 and len(r.json()["results"]) == len(msgs)
 
 
-async def test_not_leader_is_503_with_hint(client: httpx.AsyncClient, fake: FakeQueueService) -> None:
+async def test_not_leader_is_503_with_hint(client: httpx.AsyncClient, service: QueueService) -> None:
     from doq.errors import NotLeader
 
     async def refuse(*a: object, **k: object) -> None:
         raise NotLeader("not the leader", leader_hint="127.0.0.1:8002")
 
-    fake.create_queue = refuse  # type: ignore[method-assign]
+    service.create_queue = refuse  # type: ignore[method-assign]
     r = await client.post(Q, json={"name": "x"})
     doc = assert_problem(r, 503, "NOT_LEADER")
     assert doc["retryable"] is True and doc["leader_hint"] == "127.0.0.1:8002"
@@ -302,7 +310,7 @@ async def test_not_leader_is_503_with_hint(client: httpx.AsyncClient, fake: Fake
     ],
 )
 async def test_error_table_on_every_path(
-    client: httpx.AsyncClient, fake: FakeQueueService, error: DoqError, status: int, reason: str,
+    client: httpx.AsyncClient, service: QueueService, error: DoqError, status: int, reason: str,
     retry_after: str | None,
 ) -> None:
     """Each domain error answers the status of ARCHITECTURE's table, as problem+json, from
@@ -313,7 +321,7 @@ async def test_error_table_on_every_path(
         raise error
 
     for name in ("enqueue", "dequeue", "ack"):
-        setattr(fake, name, fail)
+        setattr(service, name, fail)
     for method, path, body in [("POST", f"{Q}/q1/messages", {"content": "a"}),
                                ("GET", f"{Q}/q1/messages?wait_ms=5", None),
                                ("POST", f"{Q}/q1/messages/7/ack", None)]:
@@ -324,27 +332,28 @@ async def test_error_table_on_every_path(
         assert r.headers.get("retry-after") == retry_after
 
 
-async def test_unexpected_exception_is_a_500_problem(fake: FakeQueueService) -> None:
+async def test_unexpected_exception_is_a_500_problem(service: QueueService) -> None:
     async def boom(*a: object, **k: object) -> None:
         raise RuntimeError("bug")
 
-    fake.list_queues = boom  # type: ignore[method-assign]
-    transport = httpx.ASGITransport(app=create_app(fake), raise_app_exceptions=False)  # type: ignore[arg-type]
-    async with httpx.AsyncClient(transport=transport, base_url="http://doq.test") as c:
+    service.list_queues = boom  # type: ignore[method-assign]
+    async with http_client(service, raise_app_exceptions=False) as c:
         doc = assert_problem(await c.get(Q), 500, "INTERNAL")
     assert "RuntimeError" in doc["detail"] and "bug" not in doc["detail"]  # no internals leak
 
 
-async def test_health_and_metrics(client: httpx.AsyncClient, fake: FakeQueueService) -> None:
+async def test_health_and_metrics(client: httpx.AsyncClient, service: QueueService) -> None:
     assert (await client.get("/livez")).json() == {"status": "ok"}
     r = await client.get("/readyz")
     assert r.status_code == 200 and r.json()["ready"] is True
-    fake.node.is_leader = False
-    assert (await client.get("/readyz")).status_code == 503
     await make_queue(client, "depth_q")
     await client.post(f"{Q}/depth_q/messages", json={"content": "a"})
     await client.post(f"{Q}/depth_q/messages", json={"content": "b"})
     await client.get(f"{Q}/depth_q/messages")
+    await service.node.stop()  # a stopping node is no leader: not ready
+    r = await client.get("/readyz")
+    assert r.status_code == 503 and r.json()["ready"] is False
+    assert (await client.get("/livez")).status_code == 200
     text = (await client.get("/metrics")).text
     assert 'doq_queue_messages{queue="depth_q",state="ready"} 1.0' in text
     assert 'doq_queue_messages{queue="depth_q",state="in_flight"} 1.0' in text

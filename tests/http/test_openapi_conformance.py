@@ -17,7 +17,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis import checks as sc
 
-from doq.service.http_gateway import create_app
+from tests.support.inproc import openapi_document
 from tests.support.proc import NodeProc, running_node
 
 pytestmark = pytest.mark.integration
@@ -48,15 +48,9 @@ def conformance_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeP
         yield node
 
 
-def _document() -> dict[str, object]:
-    """The document the gateway serves (built in-process from the same code; a test below
-    checks the real node serves exactly this)."""
-    from tests.http.fakes import FakeQueueService
-
-    return create_app(FakeQueueService()).openapi()  # type: ignore[arg-type]
-
-
-DOCUMENT = _document()
+# The document the gateway serves, built in process from the same code (a test below
+# checks the real node serves exactly this).
+DOCUMENT = openapi_document()
 schema = schemathesis.openapi.from_dict(DOCUMENT)
 
 

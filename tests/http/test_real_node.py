@@ -1,7 +1,7 @@
 """The gateway on a real `doq serve` process (127.0.0.1): metrics, health, long poll,
 batch endpoints, refused requests (never a 5xx, never a change), backup versions.
 
-The adapter's mapping is covered in depth over a fake service (test_gateway_unit.py);
+The adapter's mapping is covered in depth in process (test_gateway_unit.py);
 these tests check the same promises end to end, with the real node, LMDB and uvicorn.
 """
 

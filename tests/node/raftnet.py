@@ -176,7 +176,7 @@ class Cluster:
         peers = {m: addrs(m) for m in self.nodes} if join else None
         extra = {"clock_ms": self.clock_ms} if self.clock_ms else {}
         node = self.node_cls(
-            env, StateStore(env), node_id=nid, addrs=addrs(nid), transport=self.net.factory(nid),
+            StateStore(env), node_id=nid, addrs=addrs(nid), transport=self.net.factory(nid),
             config=self.config, join=join, peers=peers, seed=zlib.crc32(nid.encode()), **extra,  # type: ignore[arg-type]
         )
         if self.prepare:
@@ -267,10 +267,8 @@ class Cluster:
 
 
 def durable_applied(node: RaftNode) -> int:
-    """The applied index in the node's LMDB files (a fresh read txn)."""
-    applied, records = node.state.changes(0)
-    records.close()  # type: ignore[attr-defined]
-    return applied
+    """The committed applied index (what readers see; the writer may be applying more)."""
+    return node.applied_index
 
 
 async def eventually(fn: Callable[[], Awaitable[T | None]], timeout_s: float, what: str) -> T:

@@ -11,6 +11,7 @@ from doq.errors import (
     AlreadyExists,
     DoqError,
     FailedPrecondition,
+    InvalidArgument,
     MessageNotFound,
     QueueNotFound,
     StaleLease,
@@ -121,17 +122,19 @@ class Reference:
             raise QueueNotFound(name)
         return self.queues[name]
 
-    def _CreateQueue(self, cmd: c.CreateQueue) -> None:
+    def _CreateQueue(self, cmd: c.CreateQueue) -> tuple[str, str, QueueSettings]:
         old = self.queues.get(cmd.name)
         if old is not None:
             if old.type == cmd.type and old.settings == cmd.settings:
-                return None
+                return (cmd.name, cmd.type, cmd.settings)
             raise AlreadyExists(cmd.name)
         self.queues[cmd.name] = RQueue(cmd.name, cmd.type, cmd.settings)
-        return None
+        return (cmd.name, cmd.type, cmd.settings)
 
-    def _UpdateQueue(self, cmd: c.UpdateQueue) -> None:
-        self._q(cmd.name).settings = cmd.settings
+    def _UpdateQueue(self, cmd: c.UpdateQueue) -> tuple[str, str, QueueSettings]:
+        q = self._q(cmd.name)
+        q.settings = cmd.settings
+        return (q.name, q.type, q.settings)
 
     def _DeleteQueue(self, cmd: c.DeleteQueue) -> None:
         self._q(cmd.name)
@@ -233,7 +236,13 @@ class Reference:
 
     def _Nack(self, cmd: c.Nack) -> None:
         q = self._q(cmd.queue)
+        if cmd.release and (cmd.delay_ms or cmd.priority is not None):
+            raise InvalidArgument("a release takes no delay_ms and no priority")
         m = self._check(q, cmd.id, cmd.lease_id)
+        if cmd.release:  # undo the delivery: attempt taken back, never dead-lettered
+            m.inflight, m.lease_exp, m.lease_id = False, 0, 0
+            m.attempts = max(m.attempts - 1, 0)
+            return
         self._return(q, m, cmd.delay_ms, cmd.priority)
 
     def _Touch(self, cmd: c.Touch) -> int:

@@ -10,7 +10,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from doq.errors import DoqError
 from doq.queues import commands as c
 from doq.queues.machine import QueueMachine
-from doq.queues.model import EnqueueResult, MessageState, MessageView, QueueSettings
+from doq.queues.model import EnqueueResult, MessageState, MessageView, QueueInfo, QueueSettings
 from doq.queues.store import MemoryStore
 from tests.queues.reference import Reference
 
@@ -49,6 +49,8 @@ def norm(result: object) -> object:
         return (result.id, result.duplicate)
     if isinstance(result, MessageView):
         return result
+    if isinstance(result, QueueInfo):  # CreateQueue / UpdateQueue: the queue as it is now
+        return (result.name, result.type.value, result.settings)
     return result
 
 
@@ -61,6 +63,7 @@ class MachineVsReference(RuleBasedStateMachine):
         self.now = T0
         self.index = 0
         self.known: list[tuple[str, int, int]] = []  # (queue, id, last lease id)
+        self.copy: dict[str, object] = {}  # a reader's copy, refreshed by take_changed()
 
     def run(self, cmd: c.Command, dt: int = 1) -> tuple[object, object]:
         self.now += dt
@@ -155,10 +158,10 @@ class MachineVsReference(RuleBasedStateMachine):
         assert norm(got) == (type(want) if isinstance(want, DoqError) else norm(want))
 
     @rule(data=st.data(), zero=st.booleans(), delay=st.sampled_from([0, 40, 600]),
-          prio=st.none() | PRIOS)
-    def nack(self, data: st.DataObject, zero: bool, delay: int, prio: int | None) -> None:
+          prio=st.none() | PRIOS, release=st.booleans())
+    def nack(self, data: st.DataObject, zero: bool, delay: int, prio: int | None, release: bool) -> None:
         q, id_, lid = self.pick(data)
-        got, want = self.run(c.Nack(q, id_, 0 if zero else lid, delay, prio))
+        got, want = self.run(c.Nack(q, id_, 0 if zero else lid, delay, prio, release))
         assert norm(got) == (type(want) if isinstance(want, DoqError) else want)
 
     @rule(data=st.data(), vis=st.sampled_from([0, 20, 2000]))
@@ -193,8 +196,20 @@ class MachineVsReference(RuleBasedStateMachine):
         fresh = QueueMachine(self.store)
         fresh.load(self.store.items())
         self.m = fresh
+        self.copy = {}  # a reader refreshes everything after a rebuild
 
     # -- invariants --------------------------------------------------------------------
+    @invariant()
+    def take_changed_names_every_changed_queue(self) -> None:
+        """Refreshing only the queues `take_changed()` names keeps a copy of every
+        `QueueInfo` (and deliverable count) exact: what the store's reader view relies on."""
+        for name in self.m.take_changed():
+            if name in self.m.queues:
+                self.copy[name] = (self.m.queue_info(name), self.m.deliverable(name))
+            else:
+                self.copy.pop(name, None)
+        assert self.copy == {i.name: (i, self.m.deliverable(i.name)) for i in self.m.queue_infos()}
+
     @invariant()
     def same_state(self) -> None:
         ref = self.ref

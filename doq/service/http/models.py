@@ -19,20 +19,18 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSche
 from pydantic_core import to_json
 
 from doq.errors import DoqError, InvalidArgument
+from doq.queues import limits as L
 from doq.queues.commands import EnqueueItem
 from doq.queues.model import EnqueueResult, MessageView, QueueInfo, QueueSettings
-from doq.service.limits import (
-    INT64_MAX,
-    INT64_MIN,
-    MAX_DELAY_MS,
-    MAX_VISIBILITY_TIMEOUT_MS,
-    QUEUE_NAME_RE,
-)
+from doq.service.limits import Limits
 
 UINT64_MAX = 2**64 - 1
 ID_PATTERN = r"^[0-9]{1,20}$"
-MAX_BATCH = 10_000
-MAX_WAIT_MS = 60_000
+# Bounds come from doq.queues.limits (enforced by the service and the machine): the models
+# only declare them, so the document and the answers cannot disagree.
+MAX_BATCH = L.MAX_BATCH_MESSAGES
+MAX_WAIT_MS = L.MAX_WAIT_MS
+_LIMITS = Limits()  # the defaults a node runs with (per-byte bounds; max_length counts characters)
 
 
 def _coerce_id(value: object) -> int:
@@ -67,7 +65,7 @@ LeaseIdOut = Annotated[
 Priority = Annotated[
     int,
     Field(
-        ge=INT64_MIN, le=INT64_MAX,
+        ge=L.PRIORITY_MIN, le=L.PRIORITY_MAX,
         description="Signed 64-bit. Delayed queues deliver lower values first; a Unix timestamp "
         "(seconds) in the future delays delivery until then. Within a fair-queue group, lower first.",
         examples=[60],
@@ -77,9 +75,9 @@ Priority = Annotated[
 QueueName = Annotated[
     str,
     Field(
-        description="1-200 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit.",
+        description=f"{L.QUEUE_NAME_RULE}.",
         examples=["user_indexing_queue"],
-        json_schema_extra={"pattern": QUEUE_NAME_RE.pattern, "minLength": 1, "maxLength": 200},
+        json_schema_extra={"pattern": L.QUEUE_NAME_PATTERN, "minLength": 1, "maxLength": L.MAX_QUEUE_NAME_CHARS},
     ),
 ]
 ContentEncoding = Literal["text", "base64"]
@@ -118,21 +116,22 @@ class QueueSettingsModel(_In):
     """Per-queue settings; 0 / "" select the documented default."""
 
     visibility_timeout_ms: int = Field(
-        0, ge=0, le=MAX_VISIBILITY_TIMEOUT_MS,
+        0, ge=0, le=L.MAX_VISIBILITY_TIMEOUT_MS,
         description="Lease length of a dequeued message (0 = 30000 ms).",
     )
     max_attempts: int = Field(
-        0, ge=0, le=1_000_000,
+        0, ge=0, le=L.MAX_ATTEMPTS,
         description="Deliveries before a message is dead-lettered (0 = unlimited).",
     )
     dead_letter_queue: str = Field(
-        "", max_length=200, description="Queue receiving messages past max_attempts (\"\" = dropped)."
+        "", max_length=L.MAX_QUEUE_NAME_CHARS,
+        description="Queue receiving messages past max_attempts (\"\" = dropped).",
     )
     max_unacked_per_group: int = Field(
-        0, ge=0, le=1_000_000_000, description="Fair queues: in-flight limit per group (0 = none)."
+        0, ge=0, le=L.MAX_UNACKED_PER_GROUP, description="Fair queues: in-flight limit per group (0 = none)."
     )
     dedup_window_ms: int = Field(
-        0, ge=0, le=MAX_DELAY_MS, description="How long a dedup_id is remembered (0 = 300000 ms)."
+        0, ge=0, le=L.MAX_DEDUP_WINDOW_MS, description="How long a dedup_id is remembered (0 = 300000 ms)."
     )
 
     def to_domain(self) -> QueueSettings:
@@ -221,13 +220,14 @@ class EnqueueBody(_In):
     )
     content: str = Field(description="The payload: UTF-8 text, or base64 with content_encoding=base64.")
     content_encoding: ContentEncoding = Field("text", description="How `content` is encoded.")
-    group: str = Field("", max_length=256, description="Fair queues: the round-robin group.")
+    group: str = Field("", max_length=_LIMITS.max_group_bytes, description="Fair queues: the round-robin group.")
     priority: Priority = 0
     metadata: dict[str, str] = Field(default_factory=dict, description="Small string attributes.")
     dedup_id: str = Field(
-        "", max_length=256, description="Idempotency key: a retry within the dedup window returns the original id."
+        "", max_length=_LIMITS.max_dedup_id_bytes,
+        description="Idempotency key: a retry within the dedup window returns the original id.",
     )
-    delay_ms: int = Field(0, ge=0, le=MAX_DELAY_MS, description="Deliver no sooner than this from now.")
+    delay_ms: int = Field(0, ge=0, le=L.MAX_DELAY_MS, description="Deliver no sooner than this from now.")
 
     def to_item(self) -> EnqueueItem:
         if self.content_encoding == "base64":
@@ -249,7 +249,7 @@ class EnqueueBatchBody(_In):
     )
     messages: list[EnqueueBody] = Field(
         min_length=1, max_length=MAX_BATCH,
-        description="1-10000 messages, enqueued in one commit, all or nothing: one invalid message refuses the batch.",
+        description=f"1-{MAX_BATCH} messages, enqueued in one commit, all or nothing: one invalid message refuses the batch.",
     )
 
 
@@ -298,10 +298,10 @@ class MessageList(_Out):
 
 class DequeueBody(_In):
     model_config = ConfigDict(json_schema_extra={"examples": [{"max_messages": 10, "wait_ms": 1000}]})
-    max_messages: int = Field(1, ge=1, le=MAX_BATCH, description="Deliver at most this many (1-10000).")
+    max_messages: int = Field(1, ge=1, le=MAX_BATCH, description=f"Deliver at most this many (1-{MAX_BATCH}).")
     ack: bool = Field(False, description="true: remove on delivery (at-most-once); false: lease.")
     wait_ms: int = Field(0, ge=0, le=MAX_WAIT_MS, description="Long poll: wait up to this long for a message.")
-    visibility_timeout_ms: int = Field(0, ge=0, le=MAX_VISIBILITY_TIMEOUT_MS, description="0 = the queue's setting.")
+    visibility_timeout_ms: int = Field(0, ge=0, le=L.MAX_VISIBILITY_TIMEOUT_MS, description="0 = the queue's setting.")
 
 
 class LeaseBody(_In):
@@ -315,15 +315,21 @@ class TouchBody(LeaseBody):
     """Optional: the lease to extend and the new visibility timeout from now."""
 
     model_config = ConfigDict(json_schema_extra={"examples": [{"lease_id": "7", "visibility_timeout_ms": 60000}]})
-    visibility_timeout_ms: int = Field(0, ge=0, le=MAX_VISIBILITY_TIMEOUT_MS, description="0 = the queue's setting.")
+    visibility_timeout_ms: int = Field(0, ge=0, le=L.MAX_VISIBILITY_TIMEOUT_MS, description="0 = the queue's setting.")
 
 
 class NackBody(LeaseBody):
     """Optional: the lease to return, a redelivery delay and a new priority."""
 
     model_config = ConfigDict(json_schema_extra={"examples": [{"lease_id": "7", "delay_ms": 5000}]})
-    delay_ms: int = Field(0, ge=0, le=MAX_DELAY_MS, description="Redeliver no sooner than this.")
+    delay_ms: int = Field(0, ge=0, le=L.MAX_DELAY_MS, description="Redeliver no sooner than this.")
     priority: Priority | None = Field(None, description="A new priority, if given.")
+    release: bool = Field(
+        False,
+        description="true: undo the delivery as if it had not happened: the attempt is not counted, the "
+        "message is ready at once at its old place and never dead-lettered (delay_ms must be 0 and "
+        "priority absent, else 400 INVALID_RELEASE).",
+    )
 
 
 class TouchResult(_Out):
@@ -348,7 +354,7 @@ class MessageResult(_Out):
 
 class AckBatchBody(_In):
     model_config = ConfigDict(json_schema_extra={"examples": [{"ids": ["123", "124"]}]})
-    ids: list[IdIn] = Field(min_length=1, max_length=MAX_BATCH, description="1-10000 ids, acked in one commit.")
+    ids: list[IdIn] = Field(min_length=1, max_length=MAX_BATCH, description=f"1-{MAX_BATCH} ids, acked in one commit.")
     lease_ids: list[IdIn] = Field(default_factory=list, max_length=MAX_BATCH, description="Empty, or one per id.")
 
 

@@ -1,30 +1,31 @@
 """Queue and message endpoints (`/API/v1/...`): thin translations onto `QueueService`.
 
-Handlers read the raw body (`bodies.read_json`) and return ready-made JSON `Response`s
-(no per-request response-model validation); `response_model=`/`responses=` keep the
-OpenAPI document precise.
+`QueueRoutes` holds one method per operation, each declared with `@route(...)` (path,
+documentation, 2xx answer) right above it; `build_router` registers them in declaration
+order (the order of the OpenAPI document). Handlers read the raw body
+(`bodies.read_json`) and return ready-made JSON `Response`s (no per-request
+response-model validation); `response_model=`/`responses=` keep the document precise.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Path, Query, Request
-from fastapi.routing import APIRoute
 from starlette.responses import Response
 
 from doq.errors import DoqError, InvalidArgument, status_of
+from doq.queues import limits as L
 from doq.service import metrics
+from doq.service.api import batch_item_refused
 from doq.service.http import models as m
 from doq.service.http.bodies import body_doc, errors, operation_id, read_json
 from doq.service.http.lean import LeanRoute
 from doq.service.http.problems import BadRequest
-from doq.service.limits import (
-    MAX_VISIBILITY_TIMEOUT_MS,
-    QUEUE_NAME_RE,
-    check_item,
-    check_queue_name,
-)
+from doq.service.limits import check_queue_name
 
 if TYPE_CHECKING:
     from doq.service.api import QueueService
@@ -32,9 +33,9 @@ if TYPE_CHECKING:
 QueueName = Annotated[
     str,
     Path(
-        description="The queue name: 1-200 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit.",
+        description=f"The queue name: {L.QUEUE_NAME_RULE}.",
         examples=["user_indexing_queue"],
-        json_schema_extra={"pattern": QUEUE_NAME_RE.pattern, "maxLength": 200},
+        json_schema_extra={"pattern": L.QUEUE_NAME_PATTERN, "maxLength": L.MAX_QUEUE_NAME_CHARS},
     ),
 ]
 MessageId = Annotated[
@@ -67,97 +68,115 @@ def _id(raw: str) -> int:
         raise InvalidArgument(f"invalid message id {raw!r}: {e}", reason="INVALID_ID") from None
 
 
-def _batch_item_refused(index: int, err: DoqError) -> BadRequest:
-    """The whole batch is refused because of message `index` (status of `err`: 400 or 413)."""
-    status = status_of(err).http_status
+@contextlib.asynccontextmanager
+async def _client_gone(request: Request, wait_ms: int) -> AsyncIterator[asyncio.Event | None]:
+    """For a long poll (`wait_ms` > 0): an event set when the client disconnects (ASGI
+    `http.disconnect`), so the poll stops waiting and takes nothing. None otherwise."""
+    if wait_ms <= 0:
+        yield None
+        return
+    gone = asyncio.Event()
+
+    async def watch() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass  # the (already read) request body
+        gone.set()
+
+    task = asyncio.create_task(watch())
+    try:
+        yield gone
+    finally:
+        task.cancel()
+
+
+def _batch_refused(err: DoqError) -> BadRequest:
+    """The whole batch is refused because of the message at `err.loc` (status of `err`: 400 or 413)."""
     return BadRequest(
-        f"messages[{index}]: {err.message}; nothing was enqueued", status=status, reason=err.reason,
-        errors=[{"loc": ["body", "messages", index], "msg": err.message, "type": err.reason}],
+        err.message, status=status_of(err).http_status, reason=err.reason,
+        errors=[{"loc": ["body", *err.loc], "msg": err.message, "type": err.reason}],
     )
 
 
-# The 2xx answer of each operation, for the document (FastAPI's default is "Successful Response").
-_ANSWERS = {
-    "create_queue": "Created: the new queue.",
-    "list_queues": "Every queue.",
-    "get_queue": "The queue with its counts.",
-    "update_queue": "Updated: the queue with its new settings.",
-    "delete_queue": "Deleted, with its messages.",
-    "purge_queue": "Purged: how many messages were removed.",
-    "enqueue": "Enqueued (durable): the new message's id.",
-    "enqueue_batch": "Every message enqueued (durable), one result per message.",
-    "dequeue": "The delivered message (leased, or removed with ack=true).",
-    "dequeue_batch": "The delivered messages (possibly none).",
-    "get_message": "The message and its state.",
-    "delete_message": "Deleted.",
-    "ack": "Acked: the message is removed.",
-    "nack": "Returned to the queue.",
-    "touch": "The lease is extended.",
-    "update_priority": "The message with its new priority.",
-    "ack_batch": "One result per id, in order.",
-}
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-def build_router(api: QueueService) -> APIRouter:
-    """All `/API/v1` routes bound to one service facade."""
-    r = APIRouter(prefix="/API/v1", generate_unique_id_function=operation_id, route_class=LeanRoute)
+def route(method: str, path: str, *, answer: str, **options: Any) -> Callable[[F], F]:
+    """Declare the method below as the handler of `method path`; `answer` documents its 2xx
+    response; `options` are `APIRouter.add_api_route` arguments (tags, responses...)."""
+
+    def mark(handler: F) -> F:
+        handler.route = (method, path, {"response_description": answer, **options})  # type: ignore[attr-defined]
+        return handler
+
+    return mark
+
+
+class QueueRoutes:
+    """The `/API/v1` handlers over one service facade, one method per operation."""
+
+    def __init__(self, api: QueueService) -> None:
+        self.api = api
 
     # -- queues ---------------------------------------------------------------------------
-    @r.post(
-        "/queues", tags=["queues"], status_code=201, response_model=m.QueueResult,
-        summary="Create a queue", responses=errors(400, 409, 413, 415),
+    @route(
+        "POST", "/queues", answer="Created: the new queue.", tags=["queues"], status_code=201,
+        response_model=m.QueueResult, summary="Create a queue", responses=errors(400, 409, 413, 415),
         openapi_extra=body_doc(m.CreateQueueBody),
     )
-    async def create_queue(request: Request) -> Response:
+    async def create_queue(self, request: Request) -> Response:
         """Create a `delayed` (default) or `fair` queue. 409 ALREADY_EXISTS if the name is taken."""
         b = await read_json(request, m.CreateQueueBody)
-        q = await api.create_queue(b.name, b.type, b.settings.to_domain() if b.settings else None)
+        q = await self.api.create_queue(b.name, b.type, b.settings.to_domain() if b.settings else None)
         return _json({"success": True, "queue": m.queue_dict(q)}, 201)
 
-    @r.get("/queues", tags=["queues"], response_model=m.QueueList, summary="List queues", responses=errors())
-    async def list_queues() -> Response:
-        """Every queue with its settings and message counts."""
-        return _json({"queues": [m.queue_dict(q) for q in await api.list_queues()]})
-
-    @r.get(
-        "/queues/{name}", tags=["queues"], response_model=m.QueueModel, summary="Get a queue",
-        responses=errors(400, 404),
+    @route(
+        "GET", "/queues", answer="Every queue.", tags=["queues"], response_model=m.QueueList,
+        summary="List queues", responses=errors(),
     )
-    async def get_queue(name: QueueName) -> Response:
-        """A queue's settings and counts (ready, delayed, in flight, dead, total)."""
-        return _json(m.queue_dict(await api.get_queue(name)))
+    async def list_queues(self) -> Response:
+        """Every queue with its settings and message counts."""
+        return _json({"queues": [m.queue_dict(q) for q in await self.api.list_queues()]})
 
-    @r.put(
-        "/queues/{name}", tags=["queues"], response_model=m.QueueResult, summary="Update a queue's settings",
+    @route(
+        "GET", "/queues/{name}", answer="The queue with its counts.", tags=["queues"],
+        response_model=m.QueueModel, summary="Get a queue", responses=errors(400, 404),
+    )
+    async def get_queue(self, name: QueueName) -> Response:
+        """A queue's settings and counts (ready, delayed, in flight, dead, total)."""
+        return _json(m.queue_dict(await self.api.get_queue(name)))
+
+    @route(
+        "PUT", "/queues/{name}", answer="Updated: the queue with its new settings.", tags=["queues"],
+        response_model=m.QueueResult, summary="Update a queue's settings",
         responses=errors(400, 404, 413, 415), openapi_extra=body_doc(m.UpdateQueueBody),
     )
-    async def update_queue(name: QueueName, request: Request) -> Response:
+    async def update_queue(self, name: QueueName, request: Request) -> Response:
         """Replace the queue's settings (the type cannot change)."""
         b = await read_json(request, m.UpdateQueueBody)
-        q = await api.update_queue(name, b.settings.to_domain())
+        q = await self.api.update_queue(name, b.settings.to_domain())
         return _json({"success": True, "queue": m.queue_dict(q)})
 
-    @r.delete(
-        "/queues/{name}", tags=["queues"], response_model=m.Success, summary="Delete a queue",
-        responses=errors(400, 404),
+    @route(
+        "DELETE", "/queues/{name}", answer="Deleted, with its messages.", tags=["queues"],
+        response_model=m.Success, summary="Delete a queue", responses=errors(400, 404),
     )
-    async def delete_queue(name: QueueName) -> Response:
+    async def delete_queue(self, name: QueueName) -> Response:
         """Delete the queue and every message in it."""
-        await api.delete_queue(name)
+        await self.api.delete_queue(name)
         return _ok()
 
-    @r.post(
-        "/queues/{name}/purge", tags=["queues"], response_model=m.PurgeResult, summary="Purge a queue",
-        responses=errors(400, 404),
+    @route(
+        "POST", "/queues/{name}/purge", answer="Purged: how many messages were removed.", tags=["queues"],
+        response_model=m.PurgeResult, summary="Purge a queue", responses=errors(400, 404),
     )
-    async def purge_queue(name: QueueName) -> Response:
+    async def purge_queue(self, name: QueueName) -> Response:
         """Remove every message (ready, delayed and in flight); the queue stays."""
-        return _json({"success": True, "purged": await api.purge_queue(name)})
+        return _json({"success": True, "purged": await self.api.purge_queue(name)})
 
     # -- enqueue --------------------------------------------------------------------------
-    @r.post(
-        "/queues/{name}/messages", tags=["messages"], status_code=201, response_model=m.EnqueueResultModel,
-        summary="Enqueue a message",
+    @route(
+        "POST", "/queues/{name}/messages", answer="Enqueued (durable): the new message's id.",
+        tags=["messages"], status_code=201, response_model=m.EnqueueResultModel, summary="Enqueue a message",
         responses={
             200: {"description": "A duplicate (dedup_id seen): the original message's id.",
                   "model": m.EnqueueResultModel},
@@ -165,33 +184,32 @@ def build_router(api: QueueService) -> APIRouter:
         },
         openapi_extra=body_doc(m.EnqueueBody),
     )
-    async def enqueue(name: QueueName, request: Request) -> Response:
+    async def enqueue(self, name: QueueName, request: Request) -> Response:
         """Enqueue one message; answers once it is durable. `id` is a string."""
         b = await read_json(request, m.EnqueueBody)
-        res = await api.enqueue(name, b.to_item())
+        res = await self.api.enqueue(name, b.to_item())
         if res.duplicate:
             return _json(m.enqueue_dict(name, res), 200)
         M_HTTP.enqueued.inc()
         return _json(m.enqueue_dict(name, res), 201)
 
-    @r.post(
-        "/queues/{name}/messages:batch", tags=["messages"], response_model=m.BatchEnqueueResult,
-        summary="Enqueue many messages", responses=errors(400, 404, 413, 415),
-        openapi_extra=body_doc(m.EnqueueBatchBody),
+    @route(
+        "POST", "/queues/{name}/messages:batch", answer="Every message enqueued (durable), one result per message.",
+        tags=["messages"], response_model=m.BatchEnqueueResult, summary="Enqueue many messages",
+        responses=errors(400, 404, 413, 415), openapi_extra=body_doc(m.EnqueueBatchBody),
     )
-    async def enqueue_batch(name: QueueName, request: Request) -> Response:
+    async def enqueue_batch(self, name: QueueName, request: Request) -> Response:
         """Enqueue up to 10000 messages in one commit; one result per message, in order.
         All or nothing: an invalid message refuses the whole batch (400, or 413 for one too
         large; `errors[].loc` names it) and nothing is enqueued; a missing queue is a 404."""
         b = await read_json(request, m.EnqueueBatchBody)
         check_queue_name(name)
-        reqs: list[tuple[str, Any]] = []
-        for i, msg in enumerate(b.messages):
-            try:
-                reqs.append((name, check_item(msg.to_item(), api.limits)))
-            except DoqError as e:
-                raise _batch_item_refused(i, e) from None
-        answered = await api.enqueue_many(reqs)
+        try:
+            answered = await self.api.enqueue_many(_batch_items(name, b))
+        except DoqError as e:
+            if e.loc:  # one message refused the batch (QueueService.enqueue_many's rule)
+                raise _batch_refused(e) from None
+            raise
         if all(isinstance(x, DoqError) for x in answered):
             # A command-level failure (no such queue, not the leader, overload, timeout).
             raise answered[0]  # type: ignore[misc]
@@ -209,24 +227,29 @@ def build_router(api: QueueService) -> APIRouter:
         return _json({"results": results})
 
     # -- dequeue --------------------------------------------------------------------------
-    @r.get(
-        "/queues/{name}/messages", tags=["messages"], response_model=m.MessageModel, summary="Dequeue a message",
+    @route(
+        "GET", "/queues/{name}/messages", answer="The delivered message (leased, or removed with ack=true).",
+        tags=["messages"], response_model=m.MessageModel, summary="Dequeue a message",
         responses={
             204: {"description": "The queue has no deliverable message (after waiting `wait_ms`). No body."},
             **errors(400, 404),
         },
     )
     async def dequeue(
+        self,
+        request: Request,
         name: QueueName,
         ack: Annotated[bool, Query(description="true: remove on delivery (at-most-once); false: lease it.")] = False,
-        wait_ms: Annotated[int, Query(ge=0, le=m.MAX_WAIT_MS, description="Long poll: wait up to this long.")] = 0,
+        wait_ms: Annotated[int, Query(ge=0, le=L.MAX_WAIT_MS, description="Long poll: wait up to this long.")] = 0,
         visibility_timeout_ms: Annotated[
-            int, Query(ge=0, le=MAX_VISIBILITY_TIMEOUT_MS, description="Lease length; 0 = the queue's setting.")
+            int, Query(ge=0, le=L.MAX_VISIBILITY_TIMEOUT_MS, description="Lease length; 0 = the queue's setting.")
         ] = 0,
     ) -> Response:
         """Deliver the next message. Without `ack`, it is leased: ack it (`.../ack`) before
         the visibility timeout or it is delivered again. An empty queue answers **204 No Content**."""
-        got = await api.dequeue(name, ack=ack, wait_ms=wait_ms, visibility_timeout_ms=visibility_timeout_ms)
+        async with _client_gone(request, wait_ms) as gone:
+            got = await self.api.dequeue(name, ack=ack, wait_ms=wait_ms, visibility_timeout_ms=visibility_timeout_ms,
+                                         stop_waiting=gone)
         if not got:
             return Response(status_code=204)
         M_HTTP.dequeued.inc()
@@ -234,95 +257,101 @@ def build_router(api: QueueService) -> APIRouter:
             M_HTTP.acked.inc()
         return _json(m.message_dict(got[0]))
 
-    @r.post(
-        "/queues/{name}/messages:dequeue", tags=["messages"], response_model=m.MessageList,
-        summary="Dequeue many messages", responses=errors(400, 404, 413, 415),
-        openapi_extra=body_doc(m.DequeueBody, required=False),
+    @route(
+        "POST", "/queues/{name}/messages:dequeue", answer="The delivered messages (possibly none).",
+        tags=["messages"], response_model=m.MessageList, summary="Dequeue many messages",
+        responses=errors(400, 404, 413, 415), openapi_extra=body_doc(m.DequeueBody, required=False),
     )
-    async def dequeue_batch(name: QueueName, request: Request) -> Response:
+    async def dequeue_batch(self, name: QueueName, request: Request) -> Response:
         """Deliver up to `max_messages`; an empty queue gives `{"messages": []}`."""
         b = await read_json(request, m.DequeueBody, required=False)
-        got = await api.dequeue(
-            name, max_messages=b.max_messages, ack=b.ack, wait_ms=b.wait_ms,
-            visibility_timeout_ms=b.visibility_timeout_ms,
-        )
+        async with _client_gone(request, b.wait_ms) as gone:
+            got = await self.api.dequeue(
+                name, max_messages=b.max_messages, ack=b.ack, wait_ms=b.wait_ms,
+                visibility_timeout_ms=b.visibility_timeout_ms, stop_waiting=gone,
+            )
         M_HTTP.dequeued.inc(len(got))
         if b.ack:
             M_HTTP.acked.inc(len(got))
         return _json({"messages": [m.message_dict(x) for x in got]})
 
     # -- one message ----------------------------------------------------------------------
-    @r.get(
-        "/queues/{name}/messages/{id}", tags=["messages"], response_model=m.MessageModel,
-        summary="Get a message", responses=errors(400, 404),
+    @route(
+        "GET", "/queues/{name}/messages/{id}", answer="The message and its state.", tags=["messages"],
+        response_model=m.MessageModel, summary="Get a message", responses=errors(400, 404),
     )
-    async def get_message(name: QueueName, id: MessageId) -> Response:
+    async def get_message(self, name: QueueName, id: MessageId) -> Response:
         """A message and its state, without changing it."""
-        return _json(m.message_dict(await api.get_message(name, _id(id))))
+        return _json(m.message_dict(await self.api.get_message(name, _id(id))))
 
-    @r.delete(
-        "/queues/{name}/messages/{id}", tags=["messages"], response_model=m.Success,
-        summary="Delete a message", responses=errors(400, 404),
+    @route(
+        "DELETE", "/queues/{name}/messages/{id}", answer="Deleted.", tags=["messages"],
+        response_model=m.Success, summary="Delete a message", responses=errors(400, 404),
     )
-    async def delete_message(name: QueueName, id: MessageId) -> Response:
+    async def delete_message(self, name: QueueName, id: MessageId) -> Response:
         """Remove a message in any state."""
-        await api.delete_message(name, _id(id))
+        await self.api.delete_message(name, _id(id))
         return _ok()
 
-    @r.post(
-        "/queues/{name}/messages/{id}/ack", tags=["messages"], response_model=m.Success,
-        summary="Ack a message", responses=errors(400, 404, 409, 413, 415),
+    @route(
+        "POST", "/queues/{name}/messages/{id}/ack", answer="Acked: the message is removed.", tags=["messages"],
+        response_model=m.Success, summary="Ack a message", responses=errors(400, 404, 409, 413, 415),
         openapi_extra=body_doc(m.LeaseBody, required=False),
     )
-    async def ack(name: QueueName, id: MessageId, request: Request) -> Response:
+    async def ack(self, name: QueueName, id: MessageId, request: Request) -> Response:
         """Acknowledge an in-flight message (removes it). The body is optional."""
         b = await read_json(request, m.LeaseBody, required=False)
-        await api.ack(name, _id(id), b.lease_id or 0)
+        await self.api.ack(name, _id(id), b.lease_id or 0)
         M_HTTP.acked.inc()
         return _ok()
 
-    @r.post(
-        "/queues/{name}/messages/{id}/nack", tags=["messages"], response_model=m.Success,
-        summary="Nack a message", responses=errors(400, 404, 409, 413, 415),
+    @route(
+        "POST", "/queues/{name}/messages/{id}/nack", answer="Returned to the queue.", tags=["messages"],
+        response_model=m.Success, summary="Nack a message", responses=errors(400, 404, 409, 413, 415),
         openapi_extra=body_doc(m.NackBody, required=False),
     )
-    async def nack(name: QueueName, id: MessageId, request: Request) -> Response:
-        """Return an in-flight message to the queue, optionally after `delay_ms` or with a new priority."""
+    async def nack(self, name: QueueName, id: MessageId, request: Request) -> Response:
+        """Return an in-flight message to the queue, optionally after `delay_ms` or with a new priority;
+        with `release`, as if it had not been delivered (the attempt is not counted)."""
         b = await read_json(request, m.NackBody, required=False)
-        await api.nack(name, _id(id), lease_id=b.lease_id or 0, delay_ms=b.delay_ms, priority=b.priority)
+        await self.api.nack(
+            name, _id(id), lease_id=b.lease_id or 0, delay_ms=b.delay_ms, priority=b.priority, release=b.release
+        )
         return _ok()
 
-    @r.post(
-        "/queues/{name}/messages/{id}/touch", tags=["messages"], response_model=m.TouchResult,
-        summary="Extend a lease", responses=errors(400, 404, 409, 413, 415),
+    @route(
+        "POST", "/queues/{name}/messages/{id}/touch", answer="The lease is extended.", tags=["messages"],
+        response_model=m.TouchResult, summary="Extend a lease", responses=errors(400, 404, 409, 413, 415),
         openapi_extra=body_doc(m.TouchBody, required=False),
     )
-    async def touch(name: QueueName, id: MessageId, request: Request) -> Response:
+    async def touch(self, name: QueueName, id: MessageId, request: Request) -> Response:
         """Renew the lease of an in-flight message (by `visibility_timeout_ms` or the queue's setting)."""
         b = await read_json(request, m.TouchBody, required=False)
-        until = await api.touch(name, _id(id), lease_id=b.lease_id or 0, visibility_timeout_ms=b.visibility_timeout_ms)
+        until = await self.api.touch(
+            name, _id(id), lease_id=b.lease_id or 0, visibility_timeout_ms=b.visibility_timeout_ms
+        )
         return _json({"success": True, "lease_expires_at_ms": until})
 
-    @r.put(
-        "/queues/{name}/messages/{id}/priority", tags=["messages"], response_model=m.MessageResult,
-        summary="Change a message's priority", responses=errors(400, 404, 409, 413, 415),
-        openapi_extra=body_doc(m.PriorityBody),
+    @route(
+        "PUT", "/queues/{name}/messages/{id}/priority", answer="The message with its new priority.",
+        tags=["messages"], response_model=m.MessageResult, summary="Change a message's priority",
+        responses=errors(400, 404, 409, 413, 415), openapi_extra=body_doc(m.PriorityBody),
     )
-    async def update_priority(name: QueueName, id: MessageId, request: Request) -> Response:
+    async def update_priority(self, name: QueueName, id: MessageId, request: Request) -> Response:
         """Set a new priority (re-orders the message; for delayed queues may delay it)."""
         b = await read_json(request, m.PriorityBody)
-        view = await api.update_priority(name, _id(id), b.priority)
+        view = await self.api.update_priority(name, _id(id), b.priority)
         return _json({"success": True, "message": m.message_dict(view)})
 
-    @r.post(
-        "/queues/{name}/messages:ack", tags=["messages"], response_model=m.AckBatchResult,
-        summary="Ack many messages", responses=errors(400, 404, 413, 415),
+    @route(
+        "POST", "/queues/{name}/messages:ack", answer="One result per id, in order.", tags=["messages"],
+        response_model=m.AckBatchResult, summary="Ack many messages", responses=errors(400, 404, 413, 415),
         openapi_extra=body_doc(m.AckBatchBody),
     )
-    async def ack_batch(name: QueueName, request: Request) -> Response:
+    async def ack_batch(self, name: QueueName, request: Request) -> Response:
         """Ack up to 10000 messages in one commit; one result per id, in order."""
         b = await read_json(request, m.AckBatchBody)
-        res = await api.ack_many(name, b.ids, b.lease_ids)
+        res = await self.api.ack_many(name, b.ids, b.lease_ids)
         out = []
         acked = 0
         for id_, err in zip(b.ids, res, strict=True):
@@ -334,7 +363,25 @@ def build_router(api: QueueService) -> APIRouter:
         M_HTTP.acked.inc(acked)
         return _json({"results": out})
 
-    for route in r.routes:
-        if isinstance(route, APIRoute) and route.name in _ANSWERS:
-            route.response_description = _ANSWERS[route.name]
+
+def _batch_items(name: str, body: m.EnqueueBatchBody) -> list[tuple[str, Any]]:
+    """Every message of a batch as an item; one whose content cannot be decoded refuses the
+    whole batch (the service checks the rest, by the same rule)."""
+    items: list[tuple[str, Any]] = []
+    for i, msg in enumerate(body.messages):
+        try:
+            items.append((name, msg.to_item()))
+        except DoqError as e:
+            raise batch_item_refused(i, e) from None
+    return items
+
+
+def build_router(api: QueueService) -> APIRouter:
+    """All `/API/v1` routes bound to one service facade, in `QueueRoutes` order."""
+    r = APIRouter(prefix="/API/v1", generate_unique_id_function=operation_id, route_class=LeanRoute)
+    handlers = QueueRoutes(api)
+    for name, fn in vars(QueueRoutes).items():
+        if hasattr(fn, "route"):
+            method, path, options = fn.route
+            r.add_api_route(path, getattr(handlers, name), methods=[method], **options)
     return r
