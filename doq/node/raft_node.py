@@ -174,23 +174,23 @@ class RaftNode:
         self._own_snapshot: Snapshot | None = None
         self._snap_task: asyncio.Task[None] | None = None
         self._peers_set: set[str] = set()
+        self._ready_lock = asyncio.Lock()
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        if self.storage.is_empty() and not self._join:
-            await loop.run_in_executor(self._writer, self._bootstrap)
-        rcfg = RaftConfig(
-            id=self.node_id, election_tick=self.cfg.election_tick,
-            heartbeat_tick=self.cfg.heartbeat_tick, max_inflight_msgs=self.cfg.max_inflight_msgs,
-            max_msg_bytes=self.cfg.max_msg_bytes, snapshot_chunk_bytes=self.cfg.snapshot_chunk_bytes,
-        )
-        self.core = RaftCore(rcfg, self.storage, random.Random(self._rng.getrandbits(64)))
+        if self.storage.is_empty():
+            if not self._join:
+                await loop.run_in_executor(self._writer, self._bootstrap)
+        elif self.state.applied_index > self.storage.last_index():
+            # the state is ahead of the log (a restore whose rebase did not finish, an
+            # offline restore into a member): entries it already holds must not be reused
+            conf = self.storage.snapshot_meta().conf_state
+            await loop.run_in_executor(self._writer, self._rebase, conf, False)
+        self.core = self._new_core()
         self._last_stamp_ms = self.state.machine.now_ms
         self._sync_peers()
         await self.transport.start()
-        if self.core.voters == (self.node_id,):
-            self.core.campaign()  # alone: no need to wait for an election timeout
         self._task = asyncio.create_task(self._run(), name=f"doq-raft-{self.node_id}")
         self._tick_handle = loop.call_later(self.cfg.tick_ms / 1000, self._on_tick)
         self._wake.set()
@@ -331,10 +331,74 @@ class RaftNode:
         return self
 
     async def restore_backup(self, fn: Callable[[StateStore], T]) -> T:
-        """Online restore bypassing the log would break the replicas' agreement."""
-        raise FailedPrecondition(
-            "online restore into a Raft node is not supported yet: restore offline into a "
-            "stopped node, then start the cluster from it", reason="RESTORE_RAFT")
+        """Online restore into a ONE-member cluster (a larger one is refused: a restore
+        must then go through the log). Between two Readies: the log is first rebased on
+        the current (empty) state, so no entry applied before is ever applied again on top
+        of the restored one; `fn(state)` restores (all or nothing); if the restored
+        applied index is ahead of the log, the log is rebased on the restored state (its
+        next entries follow that index: versions keep growing). The core then restarts
+        from the log and campaigns at once; proposals pending meanwhile fail with
+        `NotLeader` (retryable)."""
+        async with self._ready_lock:
+            core = self.core
+            if core is None or self._stopping or self._failed is not None:
+                raise Unavailable("node is shutting down", reason="SHUTTING_DOWN")
+            if core.role != Role.LEADER:
+                raise NotLeader("online restore must be sent to the leader", leader_hint=self._lead)
+            if core.voters != (self.node_id,) or core.learners:
+                raise FailedPrecondition(
+                    "online restore into a multi-node cluster is not supported yet",
+                    reason="RESTORE_MULTI_NODE")
+            if self.state.applied_index != self.storage.last_index():
+                raise Unavailable("entries are being applied; retry", reason="RESTORE_BUSY")
+            loop = asyncio.get_running_loop()
+            conf = core.conf_state()
+            await loop.run_in_executor(self._writer, self._rebase, conf, True)
+            try:
+                return await loop.run_in_executor(self._writer, fn, self.state)
+            finally:
+                await loop.run_in_executor(self._writer, self._rebase, conf, False)
+                self._restart_core()
+                self._notify_applied()
+                self._wake.set()
+
+    def _rebase(self, conf: ConfState, always: bool) -> None:
+        """Writer thread: replace the log by a snapshot of the state at its applied index
+        (when `always`, or when the state is ahead of the log: after a restore). One txn."""
+        st = self.storage
+        index = self.state.applied_index
+        if not always and index <= st.last_index():
+            return
+        if index < st.snapshot_meta().index:
+            raise Unavailable("the state is behind the log's snapshot", reason="RESTORE_BUSY")
+        applied, horizon, records = open_state_read(self.state)
+        data = write_state_snapshot(applied, horizon, records, dict(st.members), self.node_id)
+        hs = st.hard_state
+        term = max(hs.term, 1)
+        snap = Snapshot(SnapshotMeta(applied, term, conf), data)
+        with self.env.begin(write=True) as txn:
+            st.apply_snapshot(txn, snap)
+            st.set_hard_state(txn, HardState(term, hs.vote if hs.term == term else NONE, applied))
+        log.info("node %s: the Raft log now starts after the state's applied index %d",
+                 self.node_id, applied)
+
+    def _new_core(self) -> RaftCore:
+        rcfg = RaftConfig(
+            id=self.node_id, election_tick=self.cfg.election_tick,
+            heartbeat_tick=self.cfg.heartbeat_tick, max_inflight_msgs=self.cfg.max_inflight_msgs,
+            max_msg_bytes=self.cfg.max_msg_bytes, snapshot_chunk_bytes=self.cfg.snapshot_chunk_bytes,
+        )
+        core = RaftCore(rcfg, self.storage, random.Random(self._rng.getrandbits(64)))
+        if core.voters == (self.node_id,):
+            core.campaign()  # alone: no need to wait for an election timeout
+        return core
+
+    def _restart_core(self) -> None:
+        """Drop the core (after the log was replaced under it) and start a new one."""
+        self._fail_proposals_upto(None, "")
+        self._fail_reads(NotLeader("the node restarted its log", leader_hint=""))
+        self.core = self._new_core()
+        self._on_soft_state(NONE, Role.FOLLOWER)
 
     # -- ClusterAdmin ------------------------------------------------------------------------
     def cluster_status(self) -> ClusterStatus:
@@ -481,18 +545,19 @@ class RaftNode:
 
     # -- the loop ----------------------------------------------------------------------------
     async def _run(self) -> None:
-        core = self.core
-        assert core is not None
         try:
             while not self._stopping:
                 await self._wake.wait()
                 self._wake.clear()
-                self._feed(core)
-                if core.has_ready():
-                    await self._handle_ready(core, core.ready())
-                    self._wake.set()  # more may have arrived meanwhile
-                elif self._own_snapshot is not None:
-                    await self._persist_own_snapshot()
+                async with self._ready_lock:  # a restore runs between two Readies
+                    core = self.core
+                    assert core is not None
+                    self._feed(core)
+                    if core.has_ready():
+                        await self._handle_ready(core, core.ready())
+                        self._wake.set()  # more may have arrived meanwhile
+                    elif self._own_snapshot is not None:
+                        await self._persist_own_snapshot()
         except BaseException as e:
             if not isinstance(e, asyncio.CancelledError):
                 log.exception("Raft node %s failed; it stops taking requests", self.node_id)
@@ -697,6 +762,9 @@ class RaftNode:
         for p in props.values():
             for fut in p.futs:
                 _fail(fut, err)
+        self._fail_reads(err)
+
+    def _fail_reads(self, err: DoqError) -> None:
         reads, self._reads = self._reads, {}
         for fut in reads.values():
             _fail(fut, err)

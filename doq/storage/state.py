@@ -381,14 +381,13 @@ class StateStore:
             yield from cur.iternext(keys=True, values=False)
 
     def is_empty(self) -> bool:
-        """No applied entry, no record and no tombstone (a fresh store)."""
+        """No record and no tombstone (a fresh store). The applied index does not count:
+        a fresh Raft cluster has applied its leaders' empty entries."""
         with self.env.begin() as txn:
             return self._is_empty(txn)
 
     def _is_empty(self, txn: Any) -> bool:
-        return (txn.get(APPLIED_KEY, db=self._meta) is None
-                and not txn.cursor(db=self._versions).first()
-                and not txn.cursor(db=self._tombs).first())
+        return not txn.cursor(db=self._versions).first() and not txn.cursor(db=self._tombs).first()
 
     def restore(self, records: Iterable[Record], applied_index: int) -> int:
         """Fill this EMPTY store with backup records (payload None = tombstone, kept even for
