@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import itertools
 import logging
 import random
@@ -194,6 +195,20 @@ class RaftNode:
         self._task = asyncio.create_task(self._run(), name=f"doq-raft-{self.node_id}")
         self._tick_handle = loop.call_later(self.cfg.tick_ms / 1000, self._on_tick)
         self._wake.set()
+        await self._lead_if_alone()
+
+    async def _lead_if_alone(self) -> None:
+        """A lone voter campaigned at once: return when it leads (its next Ready), so it
+        serves at once instead of answering NotLeader (bounded by `admin_timeout_ms`)."""
+        core, task = self.core, self._task
+        if core is None or task is None or core.voters != (self.node_id,):
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.cfg.admin_timeout_ms / 1000
+        while self._role != Role.LEADER and not task.done() and loop.time() < deadline:
+            changed = self._lead_changed
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), 0.05)
 
     def _bootstrap(self) -> None:
         """Writer thread: a new one-node cluster. The bootstrap snapshot (index 1, or the
@@ -339,28 +354,34 @@ class RaftNode:
         next entries follow that index: versions keep growing). The core then restarts
         from the log and campaigns at once; proposals pending meanwhile fail with
         `NotLeader` (retryable)."""
-        async with self._ready_lock:
-            core = self.core
-            if core is None or self._stopping or self._failed is not None:
-                raise Unavailable("node is shutting down", reason="SHUTTING_DOWN")
-            if core.role != Role.LEADER:
-                raise NotLeader("online restore must be sent to the leader", leader_hint=self._lead)
-            if core.voters != (self.node_id,) or core.learners:
-                raise FailedPrecondition(
-                    "online restore into a multi-node cluster is not supported yet",
-                    reason="RESTORE_MULTI_NODE")
-            if self.state.applied_index != self.storage.last_index():
-                raise Unavailable("entries are being applied; retry", reason="RESTORE_BUSY")
-            loop = asyncio.get_running_loop()
-            conf = core.conf_state()
-            await loop.run_in_executor(self._writer, self._rebase, conf, True)
-            try:
-                return await loop.run_in_executor(self._writer, fn, self.state)
-            finally:
-                await loop.run_in_executor(self._writer, self._rebase, conf, False)
-                self._restart_core()
-                self._notify_applied()
-                self._wake.set()
+        restarted = False
+        try:
+            async with self._ready_lock:
+                core = self.core
+                if core is None or self._stopping or self._failed is not None:
+                    raise Unavailable("node is shutting down", reason="SHUTTING_DOWN")
+                if core.role != Role.LEADER:
+                    raise NotLeader("online restore must be sent to the leader", leader_hint=self._lead)
+                if core.voters != (self.node_id,) or core.learners:
+                    raise FailedPrecondition(
+                        "online restore into a multi-node cluster is not supported yet",
+                        reason="RESTORE_MULTI_NODE")
+                if self.state.applied_index != self.storage.last_index():
+                    raise Unavailable("entries are being applied; retry", reason="RESTORE_BUSY")
+                loop = asyncio.get_running_loop()
+                conf = core.conf_state()
+                await loop.run_in_executor(self._writer, self._rebase, conf, True)
+                try:
+                    return await loop.run_in_executor(self._writer, fn, self.state)
+                finally:
+                    await loop.run_in_executor(self._writer, self._rebase, conf, False)
+                    self._restart_core()
+                    restarted = True
+                    self._notify_applied()
+                    self._wake.set()
+        finally:
+            if restarted:  # the next Ready makes the new core lead: wait outside the lock
+                await self._lead_if_alone()
 
     def _rebase(self, conf: ConfState, always: bool) -> None:
         """Writer thread: replace the log by a snapshot of the state at its applied index
