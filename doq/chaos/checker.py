@@ -86,6 +86,7 @@ class Report:
     enqueue_ok: int = 0
     enqueue_unknown: int = 0
     enqueue_failed: int = 0
+    enqueue_retried: int = 0
     delivered: int = 0
     acks_ok: int = 0
     examples: dict[str, list[str]] = field(default_factory=dict)
@@ -116,6 +117,7 @@ class _Enqueue:
     """Everything the history says about one payload's enqueue attempts."""
 
     ids: set[int] = field(default_factory=set)  # acknowledged ids
+    attempts: int = 0
     open_attempts: int = 0  # invoked, not completed
     unknown: bool = False
     failed: bool = False
@@ -138,6 +140,7 @@ def check(history: Iterable[Op], *, skew_margin_ms: int = 100) -> Report:
         if op.f == ENQUEUE:
             e = enqueues[(op.queue, op.payload)]
             if op.type == INVOKE:
+                e.attempts += 1
                 e.open_attempts += 1
                 continue
             e.open_attempts = max(0, e.open_attempts - 1)
@@ -159,6 +162,7 @@ def check(history: Iterable[Op], *, skew_margin_ms: int = 100) -> Report:
         report.enqueue_ok += o == OK
         report.enqueue_unknown += o == INFO
         report.enqueue_failed += o == FAIL
+        report.enqueue_retried += e.attempts > 1
 
     delivered_payloads: dict[tuple[str, str], set[int]] = defaultdict(set)
     for (queue, id_), ds in deliveries.items():

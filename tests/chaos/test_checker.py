@@ -57,7 +57,7 @@ def test_unknown_and_refused_enqueues_may_stay_undelivered() -> None:
 def test_a_retry_that_lands_is_acknowledged_and_delivered_once() -> None:
     h = [*enq("x", 0.0, None, "info"), *enq("x", 1.0, 7), deliver("x", 7, 1, 1000, 1.5)]
     r = check(h)
-    assert r.valid and (r.enqueue_ok, r.unknown_delivered) == (1, 0)
+    assert r.valid and (r.enqueue_ok, r.unknown_delivered, r.enqueue_retried) == (1, 0, 1)
 
 
 def test_an_unknown_enqueue_that_is_delivered_is_allowed_and_counted() -> None:
