@@ -5,8 +5,12 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # Budget for the slow suites (long simulations) in CI.
 SLOW_SEEDS ?= 300
+# `make chaos`: kill -9s of a real cluster under load, checked (python -m doq.chaos --help).
+CHAOS_NODES ?= 3
+CHAOS_KILLS ?= 50
+CHAOS_DURATION ?= 400
 
-.PHONY: setup serve test test-fast lint check-proto sim
+.PHONY: setup serve test test-fast lint check-proto sim chaos
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,3 +38,6 @@ test: check-proto lint test-fast
 
 sim: $(STAMP)
 	$(PY) -m doq.sim --seeds 0:5000 --nodes 5
+
+chaos: $(STAMP)
+	$(PY) -m doq.chaos --nodes $(CHAOS_NODES) --kills $(CHAOS_KILLS) --duration $(CHAOS_DURATION)

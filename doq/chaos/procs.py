@@ -124,13 +124,18 @@ class NodeProcess:
             return ""
 
     def cluster_status(self) -> dict[str, Any] | None:
-        """This node's `GET /cluster` JSON, or None (no such endpoint, down, paused)."""
+        """This node's `GET /cluster` JSON, or None (down, paused, no answer). Raises
+        HarnessError if the server has no such endpoint (a doq without clustering)."""
         if not self.alive or self.paused:
             return None
         try:
             with urllib.request.urlopen(f"http://{self.http_addr}/cluster", timeout=HTTP_TIMEOUT_S) as r:
                 doc = json.load(r)
                 return doc if isinstance(doc, dict) else None
+        except urllib.error.HTTPError as e:
+            if e.code == 404:
+                raise HarnessError(f"{self.node_id} has no GET /cluster: this doq runs no cluster") from None
+            return None
         except (OSError, ValueError):
             return None
 

@@ -29,6 +29,7 @@ from doq.chaos.checker import ANOMALIES, Op, check, failover_times_ms
 from doq.chaos.nemesis import KILL_LEADER, PAUSE_LEADER, Nemesis, make_plan
 from doq.chaos.procs import DEFAULT_SERVER_CMD, Cluster, HarnessError
 from doq.chaos.workload import Endpoint, History, Targets, Workload, WorkloadConfig
+from doq_client import DoqClientError
 
 EXIT_OK, EXIT_ANOMALY, EXIT_ERROR = 0, 1, 2
 
@@ -93,7 +94,7 @@ def run(cfg: ChaosConfig, workdir: Path) -> Outcome:
         if crashes := workload.crashes():
             raise HarnessError(f"workers crashed: {crashes}")
         undrained = workload.drain(cfg.drain_timeout_s)
-    except (HarnessError, RuntimeError, OSError) as e:
+    except (RuntimeError, OSError, DoqClientError) as e:  # HarnessError is a RuntimeError
         error = str(e)
     finally:
         for w in workload.workers:

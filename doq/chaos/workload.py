@@ -220,7 +220,10 @@ class ProducerWorker(_Worker):
         progress = False
         next_send = time.monotonic()
         while not self.stop.is_set():
-            progress |= self._harvest()
+            acked, refused = self._harvest()
+            progress |= acked
+            if refused:
+                return progress  # e.g. NOT_LEADER: reconnect, to the leader if known
             now = time.monotonic()
             if self.pending and now - self.pending[0].sent_t > self.stall_s:
                 return progress  # no answer: the node is paused or gone
@@ -249,12 +252,14 @@ class ProducerWorker(_Worker):
         delay_ms = 500 + n * 37 % 2500 if n % 4 == 0 else 0
         return _Item(self.queues[n % len(self.queues)], f"{self.worker}-{n}", n % 7, delay_ms)
 
-    def _harvest(self) -> bool:
-        """Record the answers that arrived (in order); True if any was an ack."""
-        acked = False
+    def _harvest(self) -> tuple[bool, bool]:
+        """Record the answers that arrived (in order): (any acknowledged, any refused)."""
+        acked = refused = False
         while self.pending and self.pending[0].future.done():
-            acked |= self._settle(self.pending.popleft())
-        return acked
+            ok = self._settle(self.pending.popleft())
+            acked |= ok
+            refused |= not ok
+        return acked, refused
 
     def _settle_all(self, timeout_s: float = 5.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -344,7 +349,9 @@ class ConsumerWorker(_Worker):
                              lease_expires_at_ms=msg.lease_expires_at_ms,
                              visibility_timeout_ms=self.visibility_timeout_ms)
             if self.rng.random() < self.confirm_ratio:
-                ack_unary(client, self.history, self.worker, self.queue, msg.id, msg.lease_id)
+                err = ack_unary(client, self.history, self.worker, self.queue, msg.id, msg.lease_id)
+                if err is not None and not isinstance(err, (StaleLease, NotFound)):
+                    return got  # e.g. NOT_LEADER or no answer: reconnect
             else:
                 self.history.add(INVOKE, ACK, self.worker, self.queue, id=msg.id, lease_id=msg.lease_id)
             # In the stream too: this returns the stream's credit. After a confirmed ack
@@ -357,16 +364,16 @@ class ConsumerWorker(_Worker):
 
 
 def ack_unary(client: DoqClient, history: History, worker: str, queue: str, id_: int,
-              lease_id: int) -> bool:
-    """Ack one delivery by its lease with a unary call, recording the outcome."""
+              lease_id: int) -> DoqClientError | None:
+    """Ack one delivery by its lease with a unary call, recording the outcome; the error."""
     history.add(INVOKE, ACK, worker, queue, id=id_, lease_id=lease_id)
     try:
         client.ack(queue, id_, lease_id=lease_id)
     except DoqClientError as e:
         history.add(outcome_of(e), ACK, worker, queue, id=id_, lease_id=lease_id)
-        return False
+        return e
     history.add(OK, ACK, worker, queue, id=id_, lease_id=lease_id)
-    return True
+    return None
 
 
 def create_queues(targets: Targets, queues: Sequence[QueueSpec], settings: QueueSettings,
@@ -446,7 +453,7 @@ class WorkloadConfig:
     prefetch: int = 16
     visibility_timeout_ms: int = 2000
     confirm_ratio: float = 0.5
-    stall_s: float = 3.0
+    stall_s: float = 2.0
     call_timeout_s: float = 5.0
     dedup_window_ms: int = 3_600_000
     seed: int = 0
