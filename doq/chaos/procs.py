@@ -140,13 +140,6 @@ class NodeProcess:
             return None
 
 
-def member_grpc_addr(member: dict[str, Any]) -> str:
-    """A `/cluster` member's gRPC address (flat, or under `addrs`)."""
-    addrs = member.get("addrs")
-    src = addrs if isinstance(addrs, dict) else member
-    return str(src.get("grpc_addr", ""))
-
-
 class Cluster:
     """`n` nodes under `root` (node-1 bootstraps; the others join it)."""
 
