@@ -1,8 +1,12 @@
-# doq developer entry points. `make serve` and `make test` set up .venv on first use.
+# doq developer entry points. `make serve` and `make test` set up .venv on first use:
+# `make serve` installs only what the server needs (the base package), `make test` adds the
+# extras (dev tools, PySpark, Pulumi: `.[all]`). Each install has its own stamp, and the full
+# one also satisfies the server's, so the two never undo or repeat each other.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+SERVER_STAMP := $(VENV)/.installed-server
+DEV_STAMP := $(VENV)/.installed-dev
 # Budget for the slow suites (long simulations) in CI.
 SLOW_SEEDS ?= 300
 # `make chaos`: kill -9s of a real cluster under load, checked (python -m doq.chaos --help).
@@ -12,31 +16,37 @@ CHAOS_DURATION ?= 400
 
 .PHONY: setup serve test test-fast lint check-proto sim chaos
 
-$(STAMP): pyproject.toml
+$(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+
+$(SERVER_STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e .
+	touch $(SERVER_STAMP)
+
+$(DEV_STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q -e '.[all]'
-	touch $(STAMP)
+	touch $(SERVER_STAMP) $(DEV_STAMP)
 
-setup: $(STAMP)
+setup: $(DEV_STAMP)
 
-serve: $(STAMP)
+serve: $(SERVER_STAMP)
 	$(VENV)/bin/doq serve
 
-check-proto: $(STAMP)
+check-proto: $(DEV_STAMP)
 	$(PY) proto/generate.py --check
 
-lint: $(STAMP)
+lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy doq
 
-test-fast: $(STAMP)
+test-fast: $(DEV_STAMP)
 	$(PY) -m pytest -q
 
 test: check-proto lint test-fast
 	DOQ_SIM_SEEDS=$(SLOW_SEEDS) $(PY) -m pytest -q -m slow -x
 
-sim: $(STAMP)
+sim: $(DEV_STAMP)
 	$(PY) -m doq.sim --seeds 0:5000 --nodes 5
 
 chaos: $(STAMP)

@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import sys
+from typing import Any
 
 from doq.config import add_serve_arguments, load_config
 from doq.errors import DoqError
@@ -43,10 +44,31 @@ def _cmd_serve(ns: argparse.Namespace) -> int:
     os._exit(0)
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each option's default, except for on/off flags and options without one."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.nargs == 0 or action.default is None or action.default == []:
+            return action.help
+        return super()._get_help_string(action)
+
+
+class _Parser(argparse.ArgumentParser):
+    """Every `doq` command's parser: `--help` shows each option's default."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="doq", description="doq: a durable, replicated queue service")
-    sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="run a node (single-node cluster by default)")
+    parser = _Parser(prog="doq", description="doq: a durable, replicated queue service")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    serve = sub.add_parser(
+        "serve", help="run a node (single-node cluster by default)",
+        description="Run a node. Each flag is also DOQ_<FLAG> in the environment or a key in the "
+                    "--config TOML file (flags > environment > file > defaults).",
+    )
     add_serve_arguments(serve)
     serve.set_defaults(func=_cmd_serve)
     from doq.bench import cli as bench_cli
@@ -55,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     from doq.backup import cli as backup_cli  # doq backup | doq restore
 
     backup_cli.add_parser(sub)
+    from doq import cluster_cli  # doq cluster status | remove | transfer
+
+    cluster_cli.add_parser(sub)
     return parser
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +36,31 @@ _HELP = {
 }
 
 
+class FlagDefault(str):
+    """A flag's default as argparse holds it (so `--help` can show it) while marking the value
+    as "not given on the command line": an environment variable or the config file may still
+    set it (flags > DOQ_* environment > config file > defaults)."""
+
+
+def _shown_default(value: Any) -> FlagDefault:
+    if isinstance(value, tuple):
+        value = ",".join(value) or "none"
+    return FlagDefault(value)
+
+
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", help="TOML config file (keys as the flags, with _ or -)")
+    p.add_argument("--config", default=FlagDefault("none"),
+                   help="TOML config file, keys as the flags with _ or - (env DOQ_CONFIG)")
     for f in fields(ServeConfig):
         flag = "--" + f.name.replace("_", "-")
-        p.add_argument(flag, dest=f.name, default=None, help=f"{_HELP[f.name]} (env DOQ_{f.name.upper()})")
+        default = f.default if f.default_factory is MISSING else f.default_factory()  # type: ignore[misc]
+        p.add_argument(flag, dest=f.name, default=_shown_default(default),
+                       help=f"{_HELP[f.name]} (env DOQ_{f.name.upper()})")
+
+
+def given(value: Any) -> bool:
+    """Was this flag given on the command line (rather than left at its shown default)?"""
+    return value is not None and not isinstance(value, FlagDefault)
 
 
 def _parse_addr(name: str, value: str) -> str:
@@ -79,7 +99,8 @@ def load_config(ns: argparse.Namespace, environ: dict[str, str] | None = None) -
     """Merge flags, DOQ_* env and the config file; raises InvalidArgument on bad values."""
     env = os.environ if environ is None else environ
     values: dict[str, Any] = {}
-    config_path = getattr(ns, "config", None) or env.get("DOQ_CONFIG")
+    flag_config = getattr(ns, "config", None)
+    config_path = flag_config if given(flag_config) else env.get("DOQ_CONFIG")
     if config_path:
         try:
             raw = tomllib.loads(Path(config_path).read_text())
@@ -94,6 +115,6 @@ def load_config(ns: argparse.Namespace, environ: dict[str, str] | None = None) -
     for f in fields(ServeConfig):
         if (env_value := env.get(f"DOQ_{f.name.upper()}")) is not None:
             values[f.name] = env_value
-        if (flag := getattr(ns, f.name, None)) is not None:
+        if given(flag := getattr(ns, f.name, None)):
             values[f.name] = flag
     return ServeConfig(**{k: _coerce(k, val) for k, val in values.items()})

@@ -9,14 +9,18 @@ import logging
 import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
+import grpc
 import lmdb
 
 from doq.config import ServeConfig
+from doq.node.cluster import MemberAddrs
 from doq.node.local import LocalNode
 from doq.service.api import QueueService
 from doq.service.grpc_server import build_server, set_serving
 from doq.service.limits import Limits
+from doq.storage.dirlock import NodeDirInUse, NodeDirLock
 from doq.storage.env import node_dir, open_env
 from doq.storage.state import StateStore
 
@@ -32,28 +36,52 @@ class Runtime:
     """Everything a running node holds; built by `open_runtime`, closed by `close`."""
 
     config: ServeConfig
+    lock: NodeDirLock
     env: lmdb.Environment
     state: StateStore
     node: LocalNode
     api: QueueService
 
-    def close(self) -> None:
+    def close(self, *, discard: bool = False) -> None:
+        """Close storage and release the node directory; `discard` (a failed start) also
+        removes the directories this start created."""
         self.env.close()
+        self.lock.release(discard=discard)
+
+
+def lock_node_dir(config: ServeConfig) -> NodeDirLock:
+    """Take the node directory for this process (one process per node directory)."""
+    path = node_dir(config.data_dir, config.node_id)
+    try:
+        return NodeDirLock.acquire(path)
+    except NodeDirInUse as e:
+        raise StartupError(str(e)) from e
+    except OSError as e:
+        raise StartupError(f"cannot open data dir {path}: {e}") from e
 
 
 def open_runtime(config: ServeConfig) -> Runtime:
-    """Open storage, rebuild state and build the node and facade (not started)."""
-    path = node_dir(config.data_dir, config.node_id) / "doq.lmdb"
+    """Lock the node directory, open storage, rebuild state and build the node and facade
+    (not started). Raises StartupError, having left the disk as it was."""
+    lock = lock_node_dir(config)
+    path = lock.path / "doq.lmdb"
     try:
         env = open_env(path)
     except (OSError, lmdb.Error) as e:
+        lock.release(discard=True)
         raise StartupError(f"cannot open data dir {path}: {e}") from e
-    state = StateStore(env)
-    from doq.service import metrics
+    try:
+        state = StateStore(env)
+        from doq.service import metrics
 
-    node = LocalNode(env, state, node_id=config.node_id, on_commit=metrics.observe_commit)
-    api = QueueService(node, Limits(max_message_bytes=config.max_message_bytes))
-    return Runtime(config, env, state, node, api)
+        addrs = MemberAddrs(config.raft_addr, config.grpc_addr, config.http_addr)
+        node = LocalNode(state, node_id=config.node_id, addrs=addrs, on_commit=metrics.observe_commit)
+        api = QueueService(node, Limits(max_message_bytes=config.max_message_bytes))
+    except BaseException:
+        env.close()
+        lock.release()
+        raise
+    return Runtime(config, lock, env, state, node, api)
 
 
 class _QuietUvicornServer:
@@ -85,20 +113,12 @@ def _split(addr: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-async def serve(config: ServeConfig, *, ready: asyncio.Event | None = None) -> None:
-    """Run a node until SIGTERM/SIGINT, then shut down gracefully."""
-    rt = open_runtime(config)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
-    await rt.node.start()
+async def _listen(rt: Runtime) -> tuple[grpc.aio.Server, int, Any, asyncio.Task[None]]:
+    """Start the gRPC server and the HTTP gateway; raises StartupError with neither running."""
+    config = rt.config
     try:
         grpc_server, grpc_port = build_server(rt.api, config.grpc_addr, max_message_bytes=config.max_message_bytes)
     except (OSError, RuntimeError) as e:
-        await rt.node.stop()
-        rt.close()
         raise StartupError(f"cannot listen on gRPC address {config.grpc_addr}: {e}") from e
     await grpc_server.start()
     await set_serving(grpc_server, True)
@@ -107,14 +127,42 @@ async def serve(config: ServeConfig, *, ready: asyncio.Event | None = None) -> N
 
     host, port = _split(config.http_addr)
     http = _QuietUvicornServer.make(create_app(rt.api), host, port, config.log_level)
-    http_task = asyncio.create_task(http.serve())
+
+    async def serve_http() -> None:
+        try:
+            await http.serve()
+        except SystemExit:  # uvicorn's answer to a failed bind (it logs the reason)
+            return
+
+    http_task = asyncio.create_task(serve_http())
     while not http.started:
         if http_task.done():
             await grpc_server.stop(0)
-            await rt.node.stop()
-            rt.close()
             raise StartupError(f"cannot listen on HTTP address {config.http_addr}")
         await asyncio.sleep(0.01)
+    return grpc_server, grpc_port, http, http_task
+
+
+async def serve(config: ServeConfig, *, ready: asyncio.Event | None = None) -> None:
+    """Run a node until SIGTERM/SIGINT, then shut down gracefully.
+
+    Raises StartupError if the node cannot start (its directory held by another process,
+    storage unusable, an address in use); a failed start leaves no directory behind that
+    did not exist before it.
+    """
+    rt = open_runtime(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    await rt.node.start()
+    try:
+        grpc_server, grpc_port, http, http_task = await _listen(rt)
+    except StartupError:
+        await rt.node.stop()
+        rt.close(discard=True)
+        raise
     log.info(
         "doq node %s serving gRPC on %s (port %d), HTTP on %s; data in %s",
         config.node_id, config.grpc_addr, grpc_port, config.http_addr, config.data_dir,

@@ -1,4 +1,4 @@
-"""Generate Python code from proto/doq/v1/*.proto into the `doq_proto` package.
+"""Generate Python code from the .proto files under proto/ into the `doq_proto` package.
 
 Usage: python proto/generate.py [--check]
 --check regenerates into a temporary directory and exits 1 if any committed file of the
@@ -13,6 +13,10 @@ only ship files below its own directory: `pip install ./clients/python` ships do
 and doq_proto (the client works on a machine without the server), and the server's
 distribution ships doq_proto from the same directory (its package search already covers
 clients/python). This whole package is generated: edit the .proto files, never it.
+
+Each directory of .proto files becomes a subpackage (`SOURCES`): proto/doq/v1 (the public
+API) → `doq_proto.v1`; proto/doq/raft/v1 (the internal peer transport between members,
+used only by the server) → `doq_proto.raft.v1`.
 """
 
 from __future__ import annotations
@@ -28,31 +32,40 @@ ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "proto"
 PACKAGE = "doq_proto"
 OUT_DIR = ROOT / "clients" / "python" / PACKAGE
-# protoc emits `from doq.v1 import x_pb2`; the generated modules live in doq_proto.v1.
-_IMPORT_RE = re.compile(r"^from doq\.v1 import (\w+_pb2)", re.MULTILINE)
 _PACKAGE_INIT = '"""Generated protobuf and gRPC code of doq (do not edit; see proto/generate.py)."""\n'
-_V1_INIT = '"""Generated protobuf and gRPC code for doq.v1 (do not edit)."""\n'
+# proto directory (under proto/) → subpackage of doq_proto, and its __init__ docstring.
+SOURCES = {
+    "doq/v1": ("v1", "Generated protobuf and gRPC code for doq.v1 (do not edit)."),
+    "doq/raft/v1": ("raft/v1", "Generated protobuf and gRPC code for doq.raft.v1, the internal peer "
+                               "transport (do not edit)."),
+}
 
 
 def generate(out_dir: Path) -> None:
     """Write the whole `doq_proto` package (modules, stubs, py.typed) into `out_dir`."""
     from grpc_tools import protoc  # type: ignore[import-untyped]
 
-    protos = sorted(str(p.relative_to(PROTO_ROOT)) for p in (PROTO_ROOT / "doq" / "v1").glob("*.proto"))
     include = str(Path(protoc.__file__).parent / "_proto")
-    v1 = out_dir / "v1"
-    with tempfile.TemporaryDirectory() as tmp:
-        args = ["protoc", f"-I{PROTO_ROOT}", f"-I{include}", f"--python_out={tmp}",
-                f"--pyi_out={tmp}", f"--grpc_python_out={tmp}", *protos]
-        if protoc.main(args) != 0:
-            raise SystemExit("protoc failed")
-        v1.mkdir(parents=True, exist_ok=True)
-        for src in sorted((Path(tmp) / "doq" / "v1").iterdir()):
-            text = _IMPORT_RE.sub(rf"from {PACKAGE}.v1 import \1", src.read_text())
-            (v1 / src.name).write_text(text)
+    for proto_dir, (sub, doc) in SOURCES.items():
+        protos = sorted(str(p.relative_to(PROTO_ROOT)) for p in (PROTO_ROOT / proto_dir).glob("*.proto"))
+        # protoc emits `from doq.v1 import x_pb2`; the modules live in doq_proto.<sub>.
+        import_re = re.compile(rf"^from {re.escape(proto_dir.replace('/', '.'))} import (\w+_pb2)", re.MULTILINE)
+        module = f"{PACKAGE}.{sub.replace('/', '.')}"
+        dest = out_dir / sub
+        with tempfile.TemporaryDirectory() as tmp:
+            args = ["protoc", f"-I{PROTO_ROOT}", f"-I{include}", f"--python_out={tmp}",
+                    f"--pyi_out={tmp}", f"--grpc_python_out={tmp}", *protos]
+            if protoc.main(args) != 0:
+                raise SystemExit("protoc failed")
+            dest.mkdir(parents=True, exist_ok=True)
+            for src in sorted((Path(tmp) / proto_dir).iterdir()):
+                (dest / src.name).write_text(import_re.sub(rf"from {module} import \1", src.read_text()))
+        (dest / "__init__.py").write_text(f'"""{doc}"""\n')
+        for parent in dest.relative_to(out_dir).parents:  # e.g. doq_proto/raft between the two
+            if parent != Path("."):
+                (out_dir / parent / "__init__.py").write_text(f'"""Generated code for doq.{parent}.* (do not edit)."""\n')
     (out_dir / "__init__.py").write_text(_PACKAGE_INIT)
     (out_dir / "py.typed").write_text("")
-    (v1 / "__init__.py").write_text(_V1_INIT)
 
 
 def package_files(root: Path) -> list[str]:

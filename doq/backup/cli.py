@@ -4,61 +4,82 @@
     doq restore -f FULL [-i INC ...] --data-dir DIR [--node-id ID]     offline
     doq restore -f FULL [-i INC ...] [--server URL]                    online
 
-`--server` defaults to $DOQ_SERVER or http://localhost:8001 (the seed's examples).
+`--server` defaults to $DOQ_SERVER, else the default node (see `doq.client_cli`).
+Results: one human line on stdout, or one JSON object with `--json`.
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
+import stat
 import sys
 import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+from doq.client_cli import (
+    add_json_argument,
+    add_server_argument,
+    describe_error,
+    print_result,
+    server_url,
+)
+from doq.config import given
 from doq.errors import DoqError
 
-DEFAULT_SERVER = "http://localhost:8001"
 CHUNK = 1024 * 1024
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Register the `backup` and `restore` subcommands."""
-    b = sub.add_parser("backup", help="write a backup file of a running node (POST /db/backup)")
-    b.add_argument("--server", default=None, help=f"node HTTP URL (env DOQ_SERVER; default {DEFAULT_SERVER})")
+    b = sub.add_parser("backup", help="write a backup file of a running node (POST /db/backup)",
+                       description="Write a backup file of a running node (POST /db/backup); "
+                                   "prints the last version it contains.")
+    add_server_argument(b)
     b.add_argument("--since", type=int, default=0, help="0 = full; last+1 = the next incremental")
     b.add_argument("-o", "--output", required=True, help="backup file to write")
     b.add_argument("--timeout", type=float, default=3600.0, help="HTTP timeout in seconds")
+    add_json_argument(b, "the file, its versions and counts")
     b.set_defaults(func=cmd_backup)
 
-    r = sub.add_parser("restore", help="restore full + incremental backups (offline or online)")
+    r = sub.add_parser("restore", help="restore full + incremental backups (offline or online)",
+                       description="Restore a full backup and its incrementals, in order: offline "
+                                   "into a stopped node's --data-dir, or online through --server.")
     r.add_argument("-f", "--full", required=True, help="the full backup file (since 0)")
     r.add_argument("-i", "--incremental", action="append", default=[], metavar="INC",
                    help="an incremental backup, in order (repeatable)")
-    r.add_argument("--data-dir", default=None, help="offline: a STOPPED node's data dir")
-    r.add_argument("--node-id", default=None, help="offline: the node id (env DOQ_NODE_ID; default node-1)")
-    r.add_argument("--server", default=None,
-                   help=f"online: node HTTP URL (env DOQ_SERVER; default {DEFAULT_SERVER}) when no --data-dir")
+    r.add_argument("--data-dir", default=None,
+                   help="offline: a STOPPED node's data dir (refused while a node holds it)")
+    r.add_argument("--node-id", default=os.environ.get("DOQ_NODE_ID") or "node-1",
+                   help="offline: the node id (env DOQ_NODE_ID)")
+    add_server_argument(r, "node to restore online (when no --data-dir)")
     r.add_argument("--timeout", type=float, default=3600.0, help="HTTP timeout in seconds")
+    add_json_argument(r, "what was restored")
     r.set_defaults(func=cmd_restore)
 
 
-def _server(ns: argparse.Namespace) -> str:
-    return (ns.server or os.environ.get("DOQ_SERVER") or DEFAULT_SERVER).rstrip("/")
+def _fail(command: str, message: str, code: int = 1) -> int:
+    print(f"doq {command}: {message}", file=sys.stderr)
+    return code
 
 
-def _http_error(e: urllib.error.HTTPError) -> str:
-    body = e.read().decode(errors="replace")
-    try:
-        doc = json.loads(body)
-        detail = doc.get("detail") or doc.get("title") or body
-        reason = doc.get("reason")
-        return f"HTTP {e.code}: {detail}" + (f" ({reason})" if reason else "")
-    except (ValueError, AttributeError):
-        return f"HTTP {e.code}: {body.strip()[:500]}"
+def _check_inputs(paths: list[str]) -> str | None:
+    """Why the backup files cannot be read (they need random access), or None."""
+    for p in paths:
+        try:
+            mode = os.stat(p).st_mode
+        except OSError as e:
+            return f"cannot open backup file {p}: {e.strerror}"
+        if not stat.S_ISREG(mode):
+            return (f"{p} is not a regular file (a pipe or a device?): backup files are read "
+                    "with random access; save it to a file first")
+    return None
 
 
 def cmd_backup(ns: argparse.Namespace) -> int:
@@ -66,67 +87,128 @@ def cmd_backup(ns: argparse.Namespace) -> int:
     from doq.backup.format import BackupFormatError, BackupReader
 
     if ns.since < 0:
-        print("doq backup: --since must be >= 0", file=sys.stderr)
-        return 2
+        return _fail("backup", "--since must be >= 0", 2)
+    try:
+        url = server_url(ns.server) + "/db/backup"
+    except DoqError as e:
+        return _fail("backup", e.message, 2)
     out = Path(ns.output)
     tmp = out.with_name(out.name + ".part")
-    req = urllib.request.Request(
-        _server(ns) + "/db/backup", data=json.dumps({"since": ns.since}).encode(),
-        headers={"Content-Type": "application/json"}, method="POST",
-    )
     try:
-        with urllib.request.urlopen(req, timeout=ns.timeout) as resp, open(tmp, "wb") as f:
-            header_last = resp.headers.get("X-Last-Version")
-            while chunk := resp.read(CHUNK):
-                f.write(chunk)
+        header_last = _download(url, {"since": ns.since}, tmp, ns.timeout)
         with open(tmp, "rb") as f:
             summary = BackupReader(f).verify()
-    except urllib.error.HTTPError as e:
+    except _RequestFailed as e:
         tmp.unlink(missing_ok=True)
-        print(f"doq backup: {_http_error(e)}", file=sys.stderr)
-        return 1
+        return _fail("backup", str(e))
     except (OSError, BackupFormatError) as e:
         tmp.unlink(missing_ok=True)
-        msg = e.message if isinstance(e, DoqError) else str(e)
-        print(f"doq backup: {msg}", file=sys.stderr)
-        return 1
-    if header_last is not None and int(header_last) != summary.last_version:
+        return _fail("backup", e.message if isinstance(e, DoqError) else f"{tmp}: {e}")
+    if header_last is not None and header_last.strip() != str(summary.last_version):
         tmp.unlink(missing_ok=True)
-        print(f"doq backup: X-Last-Version {header_last} disagrees with the file "
-              f"({summary.last_version})", file=sys.stderr)
-        return 1
+        return _fail("backup", f"{url}: X-Last-Version {header_last} disagrees with the file "
+                               f"({summary.last_version})")
     os.replace(tmp, out)
-    print(summary.last_version)
+    kind = "full backup" if ns.since == 0 else f"incremental backup since {ns.since}"
+    print_result(
+        ns,
+        f"wrote {out}: {kind}, last version {summary.last_version} "
+        f"({summary.record_count} records, {summary.tombstone_count} tombstones, {summary.file_bytes} bytes)",
+        {"file": str(out), "since": ns.since, "last_version": summary.last_version,
+         "records": summary.record_count, "tombstones": summary.tombstone_count,
+         "bytes": summary.file_bytes},
+    )
     return 0
 
 
 def cmd_restore(ns: argparse.Namespace) -> int:
     """Offline with --data-dir, otherwise online (POST /db/restore)."""
     paths = [ns.full, *ns.incremental]
+    if ns.data_dir is not None and given(ns.server):
+        return _fail("restore", "give either --data-dir or --server, not both", 2)
+    try:
+        where = ns.data_dir if ns.data_dir is not None else server_url(ns.server)
+    except DoqError as e:
+        return _fail("restore", e.message, 2)
+    if (problem := _check_inputs(paths)) is not None:
+        return _fail("restore", problem)
     try:
         if ns.data_dir is not None:
-            if ns.server:
-                print("doq restore: give either --data-dir or --server, not both", file=sys.stderr)
-                return 2
-            from doq.backup.ops import restore_offline
-
-            node_id = ns.node_id or os.environ.get("DOQ_NODE_ID") or "node-1"
-            res = restore_offline(ns.data_dir, node_id, ns.full, ns.incremental)
-            print(f"restored {res.records} records ({res.tombstones} tombstones) from "
-                  f"{res.files} file(s) into {Path(ns.data_dir) / node_id}; version {res.to_version}")
-            return 0
-        return _restore_online(_server(ns), paths, ns.timeout)
+            res, where = _restore_offline(ns.data_dir, ns.node_id, ns.full, ns.incremental)
+        else:
+            res = _restore_online(where, paths, ns.timeout)
     except DoqError as e:
-        print(f"doq restore: {e.message}", file=sys.stderr)
-        return 1
+        return _fail("restore", e.message)
+    except _RequestFailed as e:
+        return _fail("restore", str(e))
+    print_result(
+        ns,
+        f"restored {res['records']} records ({res['tombstones']} tombstones) from {res['files']} "
+        f"file(s) into {where}; version {res['to_version']}",
+        {"target": where, **res},
+    )
+    return 0
 
 
-def _restore_online(server: str, paths: list[str], timeout: float) -> int:
-    """POST the files as multipart form fields `file` (in order), streamed from disk."""
-    for p in paths:
-        if not os.path.isfile(p):
-            print(f"doq restore: no such file: {p}", file=sys.stderr)
-            return 1
+class _RequestFailed(Exception):
+    """An HTTP request failed; the message names the URL."""
+
+
+def _download(url: str, body: dict[str, Any], path: Path, timeout_s: float) -> str | None:
+    """POST `body` as JSON to `url` and stream the answer into `path`; returns the
+    X-Last-Version header. Raises _RequestFailed (naming the URL) for any network or HTTP
+    failure, OSError for a local file problem."""
+    req = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        resp = urllib.request.urlopen(req, timeout=timeout_s)
+    except (OSError, http.client.HTTPException) as e:  # HTTPError, URLError, timeouts
+        raise _RequestFailed(describe_error(url, e)) from e
+    expected = resp.headers.get("Content-Length")
+    received = 0
+    with resp, open(path, "wb") as f:
+        while True:
+            try:
+                chunk = resp.read(CHUNK)
+            except (OSError, http.client.HTTPException) as e:
+                raise _RequestFailed(describe_error(url, e)) from e
+            if not chunk:
+                break
+            received += len(chunk)
+            f.write(chunk)
+    if expected is not None and expected.isdigit() and received != int(expected):
+        raise _RequestFailed(f"{url}: the answer ended after {received} of {expected} bytes")
+    return resp.headers.get("X-Last-Version")
+
+
+def _restore_offline(data_dir: str, node_id: str, full: str, incrementals: list[str]) -> tuple[dict[str, Any], str]:
+    """Restore into a stopped node's directory, holding its lock (refused while a node runs)."""
+    from dataclasses import asdict
+
+    from doq.backup.ops import restore_offline
+    from doq.errors import FailedPrecondition
+    from doq.storage.dirlock import NodeDirInUse, NodeDirLock
+    from doq.storage.env import node_dir
+
+    path = node_dir(data_dir, node_id)
+    try:
+        lock = NodeDirLock.acquire(path)
+    except NodeDirInUse as e:
+        raise FailedPrecondition(str(e), reason="NODE_RUNNING") from e
+    except OSError as e:
+        raise FailedPrecondition(f"cannot open data dir {path}: {e.strerror}", reason="DATA_DIR") from e
+    done = False
+    try:
+        res = restore_offline(data_dir, node_id, full, incrementals)
+        done = True
+    finally:
+        lock.release(discard=not done)
+    return asdict(res), str(path)
+
+
+def _restore_online(server: str, paths: list[str], timeout: float) -> dict[str, Any]:
+    """POST the files as multipart form fields `file` (in order), streamed from disk; returns
+    the server's result (files, records, tombstones, to_version, last_version)."""
     boundary = uuid.uuid4().hex
     heads = [
         (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; "
@@ -145,18 +227,17 @@ def _restore_online(server: str, paths: list[str], timeout: float) -> int:
             yield b"\r\n"
         yield tail
 
+    url = server + "/db/restore"
     req = urllib.request.Request(
-        server + "/db/restore", data=body(), method="POST",
+        url, data=body(), method="POST",
         headers={"Content-Type": f"multipart/form-data; boundary={boundary}", "Content-Length": str(length)},
     )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
-            text = resp.read().decode(errors="replace").strip()
-    except urllib.error.HTTPError as e:
-        print(f"doq restore: {_http_error(e)}", file=sys.stderr)
-        return 1
-    except OSError as e:
-        print(f"doq restore: {server}: {e}", file=sys.stderr)
-        return 1
-    print(text or "restored")
-    return 0
+            doc = json.loads(resp.read() or b"{}")
+    except (OSError, http.client.HTTPException) as e:
+        raise _RequestFailed(describe_error(url, e)) from e
+    except ValueError as e:
+        raise _RequestFailed(f"{url}: the answer is not JSON") from e
+    keys = ("files", "records", "tombstones", "to_version", "last_version")
+    return {k: doc.get(k, 0) for k in keys}

@@ -6,6 +6,11 @@
   `max(since - 1, 0)` if there is none; the next incremental uses `since = last + 1`.
 - `restore_offline(data_dir, node_id, full, incrementals)`: into a STOPPED node's data dir.
 - `restore_online(node, files)`: into a running node (single node, empty state for now).
+
+A restore is all or nothing: the records of every file go into the store through
+`StateStore.restore`, in ONE write transaction that commits only if every file read
+cleanly and the records form a valid state; a failed restore changes nothing and can
+simply be retried.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import os
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Protocol
+from typing import TYPE_CHECKING, BinaryIO, Protocol
 
 from doq.backup.format import (
     DEFAULT_FRAME_BYTES,
@@ -25,24 +30,24 @@ from doq.backup.format import (
     BackupWriter,
     Record,
 )
-from doq.errors import FailedPrecondition, InvalidArgument
+from doq.errors import FailedPrecondition, InvalidArgument, NotLeader
 
-RESTORE_TXN_BYTES = 64 * 1024 * 1024  # uncompressed record bytes per restore write txn
+if TYPE_CHECKING:
+    from doq.node.base import Node
 
 
 class BackupState(Protocol):
     """What backup/restore need from `doq.storage.state.StateStore`."""
 
-    env: Any
-    applied_index: int
-
     def changes(self, since: int) -> tuple[int, Iterator[Record]]:
         """(applied index, records with version >= since), both from one read txn."""
         ...
 
-    def restore_records(self, txn: Any, records: Iterable[Record]) -> int: ...
+    def is_empty(self) -> bool: ...
 
-    def rebuild(self) -> None: ...
+    def restore(self, records: Iterable[Record], applied_index: int) -> int:
+        """All or nothing: fill the empty store with `records`, set the applied index."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,15 +155,6 @@ def check_chain(headers: Sequence[BackupHeader], *, names: Sequence[str] | None 
         prev = h
 
 
-def _is_empty(state: Any) -> bool:
-    """No applied entry and no record or tombstone."""
-    applied, changes = state.changes(0)
-    try:
-        return applied == 0 and next(changes, None) is None
-    finally:
-        changes.close()
-
-
 @contextlib.contextmanager
 def _open_chain(paths: Sequence[str | os.PathLike[str]]) -> Iterator[list[BackupReader]]:
     with contextlib.ExitStack() as stack:
@@ -192,86 +188,44 @@ def _verify_all(readers: Sequence[BackupReader], names: Sequence[str]) -> None:
 
 
 # -- restore: apply -----------------------------------------------------------------------
-def restore_into(
-    state: Any, readers: Sequence[BackupReader], names: Sequence[str], *, verified: bool = False
-) -> RestoreResult:
-    """Check the chain, verify every file (unless `verified`), then write all records into
-    `state` in order.
-
-    `state` must be empty. Records are written in chunked write transactions; the applied
-    index is set to the last file's to_version in the final one.
-    """
-    check_chain([r.header for r in readers], names=names)
-    if not verified:
-        _verify_all(readers, names)  # nothing is written unless every file is intact
-    if not _is_empty(state):
+def _refuse_non_empty(state: BackupState) -> None:
+    if not state.is_empty():
         raise FailedPrecondition(
             "the target state is not empty: restore needs a fresh node (remove its data dir)",
             reason="RESTORE_TARGET_NOT_EMPTY",
         )
-    records = tombstones = 0
-    last = 0
-    batch: list[Record] = []
-    size = 0
-    env = state.env
-    to_version = max(r.header.to_version for r in readers)
-    dbs = _store_dbs(state)  # opened before any write txn (opening takes its own txn)
-    try:
+
+
+class _Tally:
+    """Counts what a restore read, frame by frame."""
+
+    def __init__(self) -> None:
+        self.records = self.tombstones = self.last_version = 0
+
+    def records_of(self, readers: Sequence[BackupReader]) -> Iterator[Record]:
         for r in readers:
             for entry, recs in r.iter_frames():
-                batch += recs
-                size += entry.uncompressed_length
-                records += len(recs)
-                tombstones += sum(1 for x in recs if x[1] is None)
-                last = max(last, entry.last_version)
-                if size >= RESTORE_TXN_BYTES:
-                    with env.begin(write=True) as txn:
-                        _write_chunk(state, txn, batch, dbs)
-                    batch, size = [], 0
-        with env.begin(write=True) as txn:
-            _write_chunk(state, txn, batch, dbs)
-            _set_applied_index(state, txn, to_version, dbs)
-    finally:
-        state.rebuild()  # the store's memory follows what was committed
-    return RestoreResult(len(readers), records, tombstones, to_version, last)
+                self.records += len(recs)
+                self.tombstones += sum(1 for x in recs if x[1] is None)
+                self.last_version = max(self.last_version, entry.last_version)
+                yield from recs
 
 
-def _store_dbs(state: Any) -> dict[bytes, Any] | None:
-    """The LMDB databases restore writes besides `restore_records` (None for other stores)."""
-    import lmdb
-
-    if not isinstance(state.env, lmdb.Environment):
-        return None
-    from doq.storage.env import open_db
-
-    return {n: open_db(state.env, n) for n in (b"state_tombstones", b"state_meta")}
-
-
-def _write_chunk(state: Any, txn: Any, records: list[Record], dbs: dict[bytes, Any] | None) -> None:
-    """Write records; every tombstone of the backup is kept as a tombstone, even for a key
-    the target never had (so the restored state is byte-identical to the source)."""
-    state.restore_records(txn, records)
-    if dbs is None:
-        return
-    # Layout of doq.storage.state (module docstring): state_tombstones holds
-    # (u64 BE version + key) -> b"". `restore_records` writes a tombstone only when the
-    # key existed; this put is idempotent when it did.
-    tombs = dbs[b"state_tombstones"]
-    for key, value, version in records:
-        if value is None:
-            txn.put(version.to_bytes(8, "big") + key, b"", db=tombs)
-
-
-def _set_applied_index(state: Any, txn: Any, index: int, dbs: dict[bytes, Any] | None) -> None:
-    """Record the restored version as applied (so the node's next log index follows it)."""
-    setter = getattr(state, "set_applied_index", None)
-    if setter is not None:
-        setter(txn, index)
-        return
-    from doq.storage.state import APPLIED_KEY
-
-    assert dbs is not None
-    txn.put(APPLIED_KEY, index.to_bytes(8, "big"), db=dbs[b"state_meta"])
+def restore_into(
+    state: BackupState, readers: Sequence[BackupReader], names: Sequence[str], *, verified: bool = False
+) -> RestoreResult:
+    """Check the chain and that `state` is empty, verify every file (unless `verified`),
+    then restore all records in order through `state.restore` (one transaction; the
+    applied index becomes the last file's to_version). All or nothing: any error leaves
+    `state` as it was. Blocking: run it in the node's writer."""
+    check_chain([r.header for r in readers], names=names)
+    _refuse_non_empty(state)
+    if not verified:
+        _verify_all(readers, names)  # a corrupt file is named before anything is written
+    to_version = max(r.header.to_version for r in readers)
+    tally = _Tally()
+    state.restore(tally.records_of(readers), to_version)
+    return RestoreResult(len(readers), tally.records, tally.tombstones, to_version, tally.last_version)
 
 
 def restore_offline(
@@ -283,8 +237,9 @@ def restore_offline(
     """Restore full + incrementals (in order) into a STOPPED node's empty data dir.
 
     Creates `<data_dir>/<node_id>/doq.lmdb` if missing. Raises `InvalidArgument` (bad or
-    corrupt file, gap in the chain) or `FailedPrecondition` (state not empty) and then
-    writes nothing. The node must not be running (not checked: LMDB cannot tell).
+    corrupt file, gap in the chain, inconsistent records) or `FailedPrecondition` (state
+    not empty) and then writes nothing. The node must not be running (not checked: LMDB
+    cannot tell).
     """
     paths = [full_path, *incremental_paths]
     names = [str(p) for p in paths]
@@ -301,28 +256,27 @@ def restore_offline(
             env.close()
 
 
-async def restore_online(node: Any, files: Sequence[BinaryIO], names: Sequence[str] | None = None) -> RestoreResult:
+async def restore_online(node: Node, files: Sequence[BinaryIO], names: Sequence[str] | None = None) -> RestoreResult:
     """Restore full + incrementals into a RUNNING node, for `POST /db/restore`.
 
-    Preconditions for now (refused with `FailedPrecondition` otherwise): the node is the
-    leader of a one-node cluster and its state is empty. The restore then runs in the
-    node's writer, serialized with commits. Later (Raft) it becomes a replicated command so
-    every node applies the same records; the API stays the same.
+    Preconditions for now: the node is the leader (else `NotLeader` with the leader's hint,
+    503) of a one-member cluster (else `FailedPrecondition` RESTORE_MULTI_NODE) and its
+    state is empty (else RESTORE_TARGET_NOT_EMPTY). Files are verified off the writer; the
+    restore then runs in the node's writer, serialized with commits, all or nothing. Later
+    (Raft) it becomes a replicated command so every node applies the same records; the API
+    stays the same.
     """
     names = list(names) if names else [f"file #{i + 1}" for i in range(len(files))]
     readers = await asyncio.to_thread(lambda: [_reader(f, n) for f, n in zip(files, names, strict=True)])
     check_chain([r.header for r in readers], names=names)
     if not node.is_leader:
-        raise FailedPrecondition("online restore must be sent to the leader", reason="NOT_LEADER")
-    members = getattr(node, "members", None)
-    if members is not None and len(members) > 1:
+        raise NotLeader("online restore must be sent to the leader", leader_hint=node.leader_hint)
+    if len(node.cluster_status().members) > 1:
         raise FailedPrecondition(
             "online restore into a multi-node cluster is not supported yet: restore offline "
             "into each stopped node, or into one node and add the others",
             reason="RESTORE_MULTI_NODE",
         )
+    _refuse_non_empty(node.state)
     await asyncio.to_thread(_verify_all, readers, names)  # off the writer and the loop
-    restore = getattr(node, "restore_backup", None)
-    if restore is not None:  # the node serializes the restore with its commits
-        return await restore(lambda state: restore_into(state, readers, names, verified=True))  # type: ignore[no-any-return]
-    return await asyncio.to_thread(restore_into, node.state, readers, names, verified=True)
+    return await node.restore_backup(lambda state: restore_into(state, readers, names, verified=True))

@@ -2,8 +2,9 @@
 
 Writes N small records (key ~20 B, value B bytes, 1 in 10 a tombstone) to a backup file in
 a temp dir and prints MB/s of record payload (key + value bytes) and of file bytes.
-Without `--lmdb` the records come from memory (format cost only); with `--lmdb` they are
-first loaded into a real StateStore and backed up with `write_backup` (one read txn).
+Without `--lmdb` the records come from memory (format cost only); with `--lmdb` N messages
+of B bytes (1 in 10 then deleted) are first enqueued into a real StateStore and backed up
+with `write_backup` (one read txn).
 """
 
 from __future__ import annotations
@@ -49,24 +50,30 @@ def bench_format(n: int, value_bytes: int, path: str) -> None:
 
 
 def bench_lmdb(n: int, value_bytes: int, path: str, tmp: str) -> None:
-    from doq.backup.ops import _set_applied_index, _store_dbs, _write_chunk, write_backup
+    from doq.backup.ops import write_backup
+    from doq.queues import commands as c
     from doq.storage.env import open_env
     from doq.storage.state import StateStore
 
     env = open_env(os.path.join(tmp, "db"))
     state = StateStore(env)
-    recs = list(_records(n, value_bytes))
-    payload = sum(len(k) + len(v or b"") for k, v, _ in recs)
-    dbs = _store_dbs(state)
-    with env.begin(write=True) as txn:
-        _write_chunk(state, txn, recs, dbs)
-        _set_applied_index(state, txn, n, dbs)
+    pad = os.urandom(value_bytes + 64).hex().encode()
+    cmds: list[c.Command] = [c.CreateQueue("orders-queue", "delayed", c.QueueSettings())]
+    step = 10_000
+    for i in range(0, n, step):  # n messages, then 1 in 10 deleted (a tombstone each)
+        items = [c.EnqueueItem(pad[j % 64 : j % 64 + value_bytes]) for j in range(i, min(i + step, n))]
+        cmds.append(c.Enqueue("orders-queue", items))
+    cmds += [c.DeleteMessage("orders-queue", id_) for id_ in range(10, n + 1, 10)]
+    for index, start in enumerate(range(0, len(cmds), 64), start=1):
+        with state.write() as txn:
+            state.apply_entries(txn, [(index, c.CommandBatch(index, cmds[start : start + 64]))])
+    records = list(state.changes(0)[1])
+    payload = sum(len(k) + len(v or b"") for k, v, _ in records)
     t0 = time.perf_counter()
     with open(path, "wb") as f:
-        last = write_backup(state, 0, f)
+        write_backup(state, 0, f)
     dt = time.perf_counter() - t0
-    assert last == n, last
-    _report("write_backup (LMDB StateStore)", n, payload, os.path.getsize(path), dt)
+    _report("write_backup (LMDB StateStore)", len(records), payload, os.path.getsize(path), dt)
     env.close()
 
 

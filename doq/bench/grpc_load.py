@@ -33,7 +33,14 @@ import grpc
 from doq_proto.v1 import doq_pb2 as pb
 
 from doq.bench.cli import add_arguments
-from doq_client import AlreadyExists, AsyncConsumer, AsyncDoqClient, AsyncProducer, enqueue_request
+from doq_client import (
+    AlreadyExists,
+    AsyncConsumer,
+    AsyncDoqClient,
+    AsyncProducer,
+    DoqClientError,
+    enqueue_request,
+)
 from doq_client.client import CHANNEL_OPTIONS
 
 _TS = struct.Struct("<q")
@@ -455,9 +462,23 @@ def run_from_args(ns: argparse.Namespace) -> int:
     if args.concurrency < 1 or args.batch < 1:
         print("doq bench: --concurrency and --batch must be >= 1", file=sys.stderr)
         return 2
+    if args.workload != "echo":
+        from doq.client_cli import grpc_target
+        from doq.errors import DoqError
+
+        try:
+            args.server = grpc_target(ns.server)
+        except DoqError as e:
+            print(f"doq bench: {e.message}", file=sys.stderr)
+            return 1
     _install_uvloop()
     for _ in range(max(1, ns.runs)):
-        for line in asyncio.run(run(args)):
+        try:
+            lines = asyncio.run(run(args))
+        except (DoqClientError, grpc.RpcError) as e:
+            print(f"doq bench: gRPC {args.server} (from --server {ns.server}): {e}", file=sys.stderr)
+            return 1
+        for line in lines:
             print(json.dumps(line), flush=True)
     return 0
 

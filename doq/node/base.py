@@ -1,12 +1,21 @@
-"""What the service needs from a node (local single-node log now, Raft node later)."""
+"""What the service needs from a node (local single-node log now, Raft node later).
+
+The `Node` protocol is the whole seam: the service, the HTTP/gRPC adapters and the
+backup code call these members and nothing else of a node (no probing with
+`getattr`/`hasattr`), so mypy finds a node that lacks one.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Protocol
+from collections.abc import Callable
+from typing import Protocol, TypeVar
 
+from doq.node.cluster import ClusterAdmin, ClusterStatus
 from doq.queues.commands import Command
 from doq.storage.state import StateStore
+
+T = TypeVar("T")
 
 
 class Node(Protocol):
@@ -15,11 +24,18 @@ class Node(Protocol):
     `propose` resolves only after the command's log entry is durable (fsynced on a
     majority) and applied; it returns the state machine's result for that command (a
     `DoqError` instance when the command was rejected by the machine). It raises
-    `NotLeader` (with a leader hint) on a follower, `Unavailable` while stopping, and
-    `CommitTimeout` if the entry is not committed in time.
+    `NotLeader` (with a leader hint) on a follower, `Unavailable` while stopping or when
+    the entry's commit failed (reason COMMIT_FAILED: nothing of it was applied; retry),
+    and `CommitTimeout` if the entry is not committed in time. A proposal whose future
+    is cancelled before the node takes it into an entry is dropped (never applied).
+
+    `state` is read by the service for queries; its reads show committed state only.
     """
 
     state: StateStore
+
+    @property
+    def node_id(self) -> str: ...
 
     async def start(self) -> None: ...
 
@@ -37,12 +53,39 @@ class Node(Protocol):
         """Wait until reads of `state` are linearizable (ReadIndex on Raft; no-op locally)."""
         ...
 
-    def applied_event(self) -> asyncio.Event:
-        """An event set after the next applied batch (for long polls); get a fresh one each wait."""
+    def add_apply_listener(self, callback: Callable[[], None]) -> None:
+        """Call `callback()` on the event loop after each applied batch (and after a
+        restore), once `state` shows it and the batch's proposals have their results."""
         ...
 
     @property
     def is_leader(self) -> bool: ...
 
     @property
-    def leader_hint(self) -> str: ...
+    def leader_hint(self) -> str:
+        """The leader this node knows of ("" if none): where clients should go."""
+        ...
+
+    def is_ready(self) -> bool:
+        """Knows a leader and has applied up to the leader's commit index (`/readyz`)."""
+        ...
+
+    @property
+    def applied_index(self) -> int:
+        """Index of the last log entry applied to `state`."""
+        ...
+
+    def cluster_status(self) -> ClusterStatus:
+        """This node's view of the cluster (members, leader, indexes)."""
+        ...
+
+    def cluster_admin(self) -> ClusterAdmin | None:
+        """The node's membership operations (`/cluster`), or None for a node that cannot
+        change its membership (a lone `LocalNode`)."""
+        ...
+
+    async def restore_backup(self, fn: Callable[[StateStore], T]) -> T:
+        """Run `fn(state)` (an online restore through `StateStore.restore`) serialized with
+        commits; afterwards the node's next log index follows the restored applied index.
+        Only on the leader of a one-member cluster (callers check)."""
+        ...

@@ -9,6 +9,11 @@ commit are the proposers' futures resolved, so an acknowledged command survives 
 On a single node the entry needs no separate copy in a Raft log: the transaction that
 would persist it also applies it and records the applied index, atomically. The Raft
 node replaces this class behind the same `Node` protocol.
+
+Proposals whose future was cancelled before the batcher takes them are dropped. If a
+commit fails (the store rolled the transaction back and rebuilt its memory), only that
+entry's proposals fail (`Unavailable`, reason COMMIT_FAILED, retryable) and the node
+goes on; only a store that cannot be rebuilt (`StoreBroken`) stops the node.
 """
 
 from __future__ import annotations
@@ -17,14 +22,13 @@ import asyncio
 import concurrent.futures
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-import lmdb
-
-from doq.errors import DoqError, Overloaded, Unavailable
+from doq.errors import Overloaded, Unavailable
+from doq.node.cluster import ClusterAdmin, ClusterStatus, Member, MemberAddrs
 from doq.queues.commands import Command, CommandBatch, Tick
-from doq.storage.state import StateStore
+from doq.storage.state import StateStore, StoreBroken
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -32,6 +36,7 @@ T = TypeVar("T")
 MAX_COMMANDS_PER_ENTRY = 4096
 MAX_BATCH_BYTES = 8 * 1024 * 1024
 MAX_PENDING_COMMANDS = 200_000
+NO_ADDRS = MemberAddrs("", "", "")  # a node built without listen addresses (tests, tools)
 
 
 def wall_clock_ms() -> int:
@@ -43,21 +48,21 @@ class LocalNode:
 
     def __init__(
         self,
-        env: lmdb.Environment,
         state: StateStore,
         *,
         node_id: str = "node-1",
+        addrs: MemberAddrs = NO_ADDRS,
         clock_ms: Callable[[], int] = wall_clock_ms,
         on_commit: Callable[[int, float, float], None] | None = None,
     ) -> None:
-        self.env = env
         self.state = state
         self.node_id = node_id
+        self.addrs = addrs
         self._clock_ms = clock_ms
         self._on_commit = on_commit  # (commands, commit_seconds, fsync_seconds) for metrics
         self._pending: list[tuple[Command, asyncio.Future[object]]] = []
         self._wakeup = asyncio.Event()
-        self._applied = asyncio.Event()
+        self._listeners: list[Callable[[], None]] = []
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="doq-writer")
         self._task: asyncio.Task[None] | None = None
         self._tick_handle: asyncio.TimerHandle | None = None
@@ -74,6 +79,26 @@ class LocalNode:
     @property
     def leader_hint(self) -> str:
         return self.node_id
+
+    def is_ready(self) -> bool:
+        return not self._stopping
+
+    @property
+    def applied_index(self) -> int:
+        return self.state.view.applied_index  # committed (the writer may be applying the next)
+
+    def cluster_status(self) -> ClusterStatus:
+        """A one-member cluster: this node, leader and only voter."""
+        index = self.applied_index
+        return ClusterStatus(
+            node_id=self.node_id, leader_id="" if self._stopping else self.node_id, term=1,
+            commit_index=index, applied_index=index, role="leader" if self.is_leader else "follower",
+            members=[Member(self.node_id, self.addrs, "voter")],
+        )
+
+    def cluster_admin(self) -> ClusterAdmin | None:
+        """None: a lone node cannot change membership (`/cluster` is 404)."""
+        return None
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="doq-local-log")
@@ -106,21 +131,28 @@ class LocalNode:
     async def read_barrier(self) -> None:
         return None
 
-    def applied_event(self) -> asyncio.Event:
-        return self._applied
+    def add_apply_listener(self, callback: Callable[[], None]) -> None:
+        self._listeners.append(callback)
 
     async def restore_backup(self, fn: Callable[[StateStore], T]) -> T:
         """Run `fn(state)` (an online restore) in the writer, between two commits.
 
         Afterwards the next log index follows the restored applied index, so versions keep
         growing (incremental backups stay exact) and long polls and ticks are re-armed.
+        A failed restore changed nothing (`StateStore.restore` is all or nothing).
         """
         async with self._commit_lock:
+            if self._stopping:
+                raise Unavailable("node is shutting down", reason="SHUTTING_DOWN")
             loop = asyncio.get_running_loop()
-            result = await loop.run_in_executor(self._writer, fn, self.state)
+            try:
+                result = await loop.run_in_executor(self._writer, fn, self.state)
+            except StoreBroken as e:
+                self._fail_stop(e)
+                raise Unavailable("the restore failed and the state could not be reloaded; "
+                                  "the node stops", reason="SHUTTING_DOWN") from e
             self._next_index = self.state.applied_index + 1
-            self._applied.set()
-            self._applied = asyncio.Event()
+            self._notify_applied()
             self._schedule_tick()
             return result
 
@@ -134,48 +166,70 @@ class LocalNode:
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
-            await self._commit_lock.acquire()
-            count = _take_count(self._pending)
-            taken = self._pending[:count]
-            del self._pending[:count]
-            now_ms = max(self._last_now_ms, self._clock_ms())
-            self._last_now_ms = now_ms
-            batch = CommandBatch(now_ms, [cmd for cmd, _ in taken])
-            index = self._next_index
-            try:
-                results = await loop.run_in_executor(self._writer, self._commit, index, batch)
-            except BaseException as e:  # a failed commit leaves memory and disk apart: stop
-                log.exception("commit of entry %d failed; the node stops taking writes", index)
-                self._stopping = True
-                err = e if isinstance(e, DoqError) else Unavailable(f"commit failed: {e}")
-                for _, fut in taken + self._pending:
-                    if not fut.done():
-                        fut.set_exception(err)
-                self._pending.clear()
-                raise
-            finally:
-                self._commit_lock.release()
+            async with self._commit_lock:
+                count = _take_count(self._pending)
+                taken = [p for p in self._pending[:count] if not p[1].cancelled()]
+                del self._pending[:count]
+                if not taken:
+                    continue
+                now_ms = max(self._last_now_ms, self._clock_ms())
+                self._last_now_ms = now_ms
+                batch = CommandBatch(now_ms, [cmd for cmd, _ in taken])
+                index = self._next_index
+                try:
+                    results = await loop.run_in_executor(self._writer, self._commit, index, batch)
+                except StoreBroken as e:
+                    self._fail_stop(e, taken)
+                    return
+                except Exception as e:  # rolled back: only this entry's proposals fail
+                    log.exception("commit of entry %d failed (%d commands not applied); "
+                                  "the node goes on", index, len(taken))
+                    for _, fut in taken:
+                        if not fut.done():
+                            fut.set_exception(Unavailable(
+                                f"the commit failed, nothing of it was applied ({type(e).__name__}: {e}); retry",
+                                reason="COMMIT_FAILED"))
+                    self._schedule_tick()
+                    continue
             self._next_index = index + 1
             for (_, fut), res in zip(taken, results, strict=True):
                 if not fut.done():
                     fut.set_result(res)
-            self._applied.set()
-            self._applied = asyncio.Event()
+            self._notify_applied()
             self._schedule_tick()
 
+    def _fail_stop(self, err: BaseException, taken: Sequence[tuple[Command, asyncio.Future[object]]] = ()) -> None:
+        """The store cannot follow LMDB any more: refuse everything from now on."""
+        log.error("the state store is broken (%s); the node stops taking writes", err)
+        self._stopping = True
+        for _, fut in [*taken, *self._pending]:
+            if not fut.done():
+                fut.set_exception(Unavailable(f"node stopped: {err}", reason="SHUTTING_DOWN"))
+        self._pending.clear()
+
+    def _notify_applied(self) -> None:
+        for callback in self._listeners:
+            try:
+                callback()
+            except Exception:
+                log.exception("apply listener %r failed", callback)
+
     def _commit(self, index: int, batch: CommandBatch) -> list[object]:
-        """Writer thread: apply one entry and commit with fsync.
+        """Writer thread: apply one entry and commit with fsync (`StateStore.write`).
 
         The batch object is applied as is: on a single node the entry is never read back
         from a log, so encoding it would be wasted work (the codec serves Raft entries).
         """
         t0 = time.perf_counter()
-        with self.env.begin(write=True) as txn:
+        with self.state.write() as txn:
             results = self.state.apply_entries(txn, [(index, batch)])[0]
             t1 = time.perf_counter()
         t2 = time.perf_counter()
         if self._on_commit:
-            self._on_commit(len(results), t2 - t0, t2 - t1)
+            try:
+                self._on_commit(len(results), t2 - t0, t2 - t1)
+            except Exception:
+                log.exception("on_commit hook failed")
         return results
 
     def _schedule_tick(self) -> None:
@@ -195,8 +249,14 @@ class LocalNode:
         if self._stopping:
             return
         fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        fut.add_done_callback(_consume)  # nobody awaits a tick: retrieve a failure here
         self._pending.append((Tick(), fut))
         self._wakeup.set()
+
+
+def _consume(fut: asyncio.Future[object]) -> None:
+    if not fut.cancelled():
+        fut.exception()
 
 
 def _take_count(pending: list[tuple[Command, asyncio.Future[object]]]) -> int:

@@ -27,7 +27,10 @@ Semantics (documented rules):
 - Lease ids come from a replicated counter (`next_lease`), message ids from `next_id`,
   both starting at 1 and unique across the node.
 - `CreateQueue` of an existing queue with the same type and settings succeeds (retries are
-  harmless); with different ones it fails with AlreadyExists.
+  harmless); with different ones it fails with AlreadyExists. `CreateQueue` and
+  `UpdateQueue` return the queue's `QueueInfo` as it is right after the command.
+- `take_changed()` names the queues whose `QueueInfo` (settings, counts) may have changed
+  since the last call, deleted ones included, so a reader's copy can be refreshed per batch.
 - A duplicate enqueue (dedup_id seen within the window) returns the original id with
   duplicate=True, the request's group/priority, and enqueues nothing. At most
   `MAX_DEDUP_ENTRIES` dedup ids are remembered (the earliest-expiring is evicted first).
@@ -197,6 +200,7 @@ class QueueMachine:
         self.next_lease = 1
         self.now_ms = 0
         self._meta_written: tuple[int, int, int] = (1, 0, 1)
+        self._changed: set[str] = set()  # queue names whose info may differ (take_changed)
         self._handlers: dict[type, Callable[[Any], object]] = {
             c.Enqueue: self._enqueue, c.Dequeue: self._dequeue, c.Ack: self._ack,
             c.Nack: self._nack, c.Touch: self._touch, c.UpdatePriority: self._update_priority,
@@ -249,13 +253,26 @@ class QueueMachine:
             raise QueueNotFound(f"queue {name!r} not found")
         return q.info()
 
+    def take_changed(self) -> set[str]:
+        """Names of the queues created, changed or deleted since the last call (then reset)."""
+        changed, self._changed = self._changed, set()
+        return changed
+
+    def deliverable(self, queue: str) -> int:
+        """How many messages a dequeue of `queue` could take now (0 if none or no such
+        queue; for a fair queue with a per-group limit, an upper bound)."""
+        q = self.queues.get(queue)
+        return q.index.n_ready if q is not None and q.index.has_ready() else 0
+
     def queue_infos(self) -> list[QueueInfo]:
         qs = list(self.queues.values())
         return [q.info() for q in sorted(qs, key=lambda q: q.name)]
 
     def get_message(self, queue: str, id_: int) -> MessageView:
         """Read a message through the store (the caller's current view)."""
-        q = self._queue(queue)
+        q = self.queues.get(queue)
+        if q is None:
+            raise QueueNotFound(f"queue {queue!r} not found")
         rec = self.store.get(q.prefix + _U64.pack(id_)) if type(id_) is int and 0 < id_ <= MASK64 else None
         if rec is None:
             raise MessageNotFound(f"message {id_} not found in queue {queue!r}")
@@ -352,6 +369,7 @@ class QueueMachine:
                 id_ = (k >> 32) & MASK64
                 e = q.msgs[id_]
                 q.n_delayed -= 1
+                self._changed.add(q.name)
                 e.state = READY
                 e.key = ready_key(e.prio, id_)
                 q.index.add(e.key, e.group)
@@ -363,6 +381,7 @@ class QueueMachine:
                 id_ = (k >> 32) & MASK64
                 e = q.msgs[id_]
                 q.n_inflight -= 1
+                self._changed.add(q.name)
                 q.index.unleased(e.group)
                 self._return(q, id_, e, 0, None)
         dexp = self.dedup_exp
@@ -426,6 +445,7 @@ class QueueMachine:
         dlq = self.queues.get(q.settings.dead_letter_queue) if q.settings.dead_letter_queue else None
         if dlq is None:
             return
+        self._changed.add(dlq.name)
         h = _HDR.unpack_from(rec)
         p = _HDR_SIZE
         group = rec[p : p + h[7]]
@@ -447,9 +467,11 @@ class QueueMachine:
 
     # -- queues --------------------------------------------------------------------------
     def _queue(self, name: object) -> Queue:
+        """The queue a command acts on (marked changed: the command may alter its info)."""
         q = self.queues.get(name) if type(name) is str else None
         if q is None:
             raise QueueNotFound(f"queue {name!r} not found")
+        self._changed.add(q.name)
         return q
 
     def _add_queue(self, name: str, qtype: QueueType, settings: QueueSettings, dead: int = 0,
@@ -458,9 +480,10 @@ class QueueMachine:
         q = Queue(name, qtype, settings, self._qnums, dead, cursor)
         self.queues[name] = q
         self._by_num[q.qnum] = q
+        self._changed.add(name)
         return q
 
-    def _create_queue(self, cmd: c.CreateQueue) -> None:
+    def _create_queue(self, cmd: c.CreateQueue) -> QueueInfo:
         name = _name(cmd.name)
         if cmd.type not in ("delayed", "fair"):
             raise InvalidArgument(f"invalid queue type {cmd.type!r}", reason="INVALID_QUEUE_TYPE")
@@ -469,20 +492,20 @@ class QueueMachine:
         old = self.queues.get(name)
         if old is not None:
             if old.qtype is qtype and old.settings == settings:
-                return None
+                return old.info()
             raise AlreadyExists(f"queue {name!r} already exists", reason="QUEUE_EXISTS")
         q = self._add_queue(name, qtype, settings)
         self.store.put(K.queue_key(name), q.record())
-        return None
+        return q.info()
 
-    def _update_queue(self, cmd: c.UpdateQueue) -> None:
+    def _update_queue(self, cmd: c.UpdateQueue) -> QueueInfo:
         q = self._queue(cmd.name)
         settings = _settings(cmd.settings)
         q.settings = settings
         if isinstance(q.index, FairIndex):
             q.index.set_limit(settings.max_unacked_per_group)
         self.store.put(K.queue_key(q.name), q.record())
-        return None
+        return q.info()
 
     def _purge(self, q: Queue) -> int:
         n = len(q.msgs)

@@ -3,15 +3,21 @@
 Validates input (raising `InvalidArgument`/`TooLarge` before anything is proposed, so a
 bad request changes nothing), turns requests into replicated commands, proposes them
 through the node and maps results back. Errors are `doq.errors.DoqError` subclasses.
+
+Results of changes come from the apply itself (the command's result); queries read the
+node's committed state (`StateStore` views). A dequeue is proposed only when the queue
+has something deliverable: an empty dequeue writes nothing. Long polls park in a
+per-queue FIFO (`LongPolls`) and a commit wakes only as many of them as it can serve.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 
-from doq.errors import DoqError, InvalidArgument
+from doq.errors import DoqError, InvalidArgument, QueueNotFound
 from doq.node.base import Node
 from doq.queues import commands as c
 from doq.queues.model import EnqueueResult, MessageView, QueueInfo, QueueSettings
@@ -25,20 +31,102 @@ def _raise_if_error(result: object) -> object:
 
 
 async def _wait_any(event: asyncio.Event, other: asyncio.Event | None, timeout_s: float) -> bool:
-    """Wait for `event` (True) or for `other`/the timeout (False)."""
-    if other is None:
-        try:
-            await asyncio.wait_for(event.wait(), timeout_s)
-            return True
-        except TimeoutError:
-            return False
-    waits = [asyncio.ensure_future(event.wait()), asyncio.ensure_future(other.wait())]
+    """Wait for `event` (True) or for `other`/the timeout (False).
+
+    A cancel always propagates, even if `event` was set meanwhile (`asyncio.wait_for` of
+    Python 3.11 would swallow it and report the event, so a cancelled long poll would go on
+    to take a message nobody receives)."""
+    waits = [asyncio.ensure_future(event.wait())]
+    if other is not None:
+        waits.append(asyncio.ensure_future(other.wait()))
     try:
         await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
     finally:
         for w in waits:
             w.cancel()
-    return event.is_set() and not other.is_set()
+    return event.is_set() and not (other is not None and other.is_set())
+
+
+class _Waiter:
+    __slots__ = ("wanted", "woken")
+
+    def __init__(self, wanted: int) -> None:
+        self.wanted = wanted
+        self.woken = asyncio.Event()
+
+
+class LongPolls:
+    """Parked long polls, per queue in FIFO order, woken only as many as can be served.
+
+    `wake(queue)` (run after every applied batch) wakes parked waiters, oldest first,
+    until their `wanted` counts cover what the queue can deliver, less what waiters woken
+    earlier are still about to take (their claim, held until they `release`). A queue
+    that disappeared wakes all its waiters (they then see QueueNotFound).
+    """
+
+    def __init__(self, deliverable: Callable[[str], int]) -> None:
+        self._deliverable = deliverable  # raises QueueNotFound
+        self._parked: dict[str, deque[_Waiter]] = {}
+        self._claimed: dict[str, int] = {}
+
+    def waiting(self, queue: str | None = None) -> int:
+        """How many long polls are parked (on `queue`, or on any queue), not yet woken."""
+        if queue is not None:
+            return len(self._parked.get(queue, ()))
+        return sum(len(w) for w in self._parked.values())
+
+    async def wait(self, queue: str, wanted: int, timeout_s: float, stop: asyncio.Event | None) -> _Waiter | None:
+        """Park until woken (returns the waiter: the caller holds a claim and must
+        `release` it after its dequeue), or None on timeout / `stop`."""
+        w = _Waiter(wanted)
+        self._parked.setdefault(queue, deque()).append(w)
+        woken = False
+        try:
+            woken = await _wait_any(w.woken, stop, timeout_s)
+        finally:
+            if not w.woken.is_set():
+                waiters = self._parked.get(queue)
+                if waiters is not None:
+                    waiters.remove(w)
+                    if not waiters:
+                        del self._parked[queue]
+            elif not woken:  # woken, but the timeout, the stop or a cancel won: pass it on
+                self.release(queue, w)
+        return w if woken else None
+
+    def release(self, queue: str, w: _Waiter | None) -> None:
+        """A woken waiter has dequeued (or gave up): drop its claim, wake others if needed."""
+        if w is None:
+            return
+        left = self._claimed.get(queue, 0) - w.wanted
+        if left > 0:
+            self._claimed[queue] = left
+        else:
+            self._claimed.pop(queue, None)
+        self.wake(queue)
+
+    def wake_all(self) -> None:
+        for queue in list(self._parked):
+            self.wake(queue)
+
+    def wake(self, queue: str) -> None:
+        waiters = self._parked.get(queue)
+        if not waiters:
+            return
+        try:
+            free = self._deliverable(queue) - self._claimed.get(queue, 0)
+        except QueueNotFound:
+            free = 2**63
+        claimed = self._claimed.get(queue, 0)
+        while waiters and free > 0:
+            w = waiters.popleft()
+            w.woken.set()
+            free -= w.wanted
+            claimed += w.wanted
+        if claimed:
+            self._claimed[queue] = claimed
+        if not waiters:
+            del self._parked[queue]
 
 
 class QueueService:
@@ -47,6 +135,8 @@ class QueueService:
     def __init__(self, node: Node, limits: v.Limits | None = None) -> None:
         self.node = node
         self.limits = limits or v.Limits()
+        self.long_polls = LongPolls(node.state.deliverable)
+        node.add_apply_listener(self.long_polls.wake_all)
 
     # -- queues ---------------------------------------------------------------------------
     async def create_queue(
@@ -55,14 +145,16 @@ class QueueService:
         v.check_queue_name(name)
         qtype = v.check_queue_type(type_)
         settings = v.check_settings(settings or QueueSettings())
-        _raise_if_error(await self.node.propose(c.CreateQueue(name, qtype.value, settings)))
-        return self.node.state.get_queue(name)
+        info = _raise_if_error(await self.node.propose(c.CreateQueue(name, qtype.value, settings)))
+        assert isinstance(info, QueueInfo)
+        return info
 
     async def update_queue(self, name: str, settings: QueueSettings) -> QueueInfo:
         v.check_queue_name(name)
         v.check_settings(settings)
-        _raise_if_error(await self.node.propose(c.UpdateQueue(name, settings)))
-        return self.node.state.get_queue(name)
+        info = _raise_if_error(await self.node.propose(c.UpdateQueue(name, settings)))
+        assert isinstance(info, QueueInfo)
+        return info
 
     async def delete_queue(self, name: str) -> None:
         v.check_queue_name(name)
@@ -141,8 +233,11 @@ class QueueService:
     ) -> list[MessageView]:
         """Lease (or with `ack`, remove) up to `max_messages`; wait up to `wait_ms` for one.
 
-        `stop_waiting`, when set, ends a long poll early (returning []) but never interrupts
-        a dequeue already proposed, so messages it removed or leased are always returned.
+        Nothing is proposed while the queue has nothing deliverable: an empty answer
+        changes nothing (QueueNotFound if the queue does not exist). `stop_waiting`, when
+        set (the client went away, the stream half-closed), ends a long poll early with []
+        and is checked right before each proposal; it never interrupts a dequeue already
+        proposed, so messages it removed or leased are always returned.
         """
         v.check_queue_name(queue)
         if not 0 <= max_messages <= self.limits.max_batch_messages:
@@ -152,25 +247,33 @@ class QueueService:
         if not 0 <= wait_ms <= self.limits.max_wait_ms:
             raise InvalidArgument(f"wait_ms must be within 0..{self.limits.max_wait_ms}", reason="INVALID_WAIT")
         v.check_visibility_timeout_ms(visibility_timeout_ms)
-        cmd = c.Dequeue(queue, max_messages or 1, ack, visibility_timeout_ms)
+        wanted = max_messages or 1
+        cmd = c.Dequeue(queue, wanted, ack, visibility_timeout_ms)
         deadline = time.monotonic() + wait_ms / 1000
-        while True:
-            changed = self.node.applied_event()
-            result = _raise_if_error(await self.node.propose(cmd))
-            assert isinstance(result, list)
-            if result or wait_ms == 0:
-                return result
-            # Long poll: sleep until something is applied (an enqueue, a nack, an
-            # expiry Tick) and this queue may have a deliverable message, or time is up.
+        state = self.node.state
+        polls = self.long_polls
+        claim = None  # set while this call was woken to take messages
+        try:
             while True:
+                if stop_waiting is not None and stop_waiting.is_set():
+                    return []
+                if state.deliverable(queue):
+                    result = _raise_if_error(await self.node.propose(cmd))
+                    assert isinstance(result, list)
+                    if result or not wait_ms:
+                        return result
+                elif not wait_ms:
+                    return []
+                polls.release(queue, claim)
+                claim = None
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or (stop_waiting is not None and stop_waiting.is_set()):
+                if remaining <= 0:
                     return []
-                if not await _wait_any(changed, stop_waiting, remaining):
+                claim = await polls.wait(queue, wanted, remaining, stop_waiting)
+                if claim is None:
                     return []
-                changed = self.node.applied_event()
-                if self.node.state.has_deliverable(queue):
-                    break
+        finally:
+            polls.release(queue, claim)
 
     async def ack(self, queue: str, id_: int, lease_id: int = 0) -> None:
         v.check_queue_name(queue)

@@ -20,7 +20,7 @@ from doq_proto.v1 import doq_pb2_grpc as pb_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from doq.errors import DoqError, InvalidArgument
+from doq.errors import DoqError
 from doq.queues.commands import Ack, Enqueue, Nack
 from doq.queues.model import EnqueueResult, MessageView
 from doq.service import convert as cv
@@ -375,11 +375,15 @@ class DOQServicer(pb_grpc.DOQServicer):
 
     @_unary
     async def ListServers(self, request: pb.ListServersRequest, context: Any) -> pb.ListServersResponse:
-        node = self.api.node
-        if not hasattr(node, "servers"):
-            raise InvalidArgument("this node does not report cluster membership")
-        servers = node.servers()
-        return pb.ListServersResponse(servers=servers, leader_id=node.leader_hint)
+        status = self.api.node.cluster_status()
+        return pb.ListServersResponse(
+            servers=[
+                pb.Server(id=m.node_id, raft_addr=m.addrs.raft_addr, grpc_addr=m.addrs.grpc_addr,
+                          http_addr=m.addrs.http_addr, leader=m.node_id == status.leader_id, voter=m.role == "voter")
+                for m in status.members
+            ],
+            leader_id=status.leader_id,
+        )
 
 
 def build_server(api: QueueService, addr: str, *, max_message_bytes: int) -> tuple[grpc.aio.Server, int]:

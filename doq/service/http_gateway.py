@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI
 
 from doq.service.http.bodylimit import BodyLimitMiddleware
+from doq.service.http.cluster import build_cluster_router
 from doq.service.http.docs import install_docs
+from doq.service.http.forward import install_leader_forwarding
 from doq.service.http.ops import build_ops_router
 from doq.service.http.problems import install_handlers
 from doq.service.http.routes import build_router
@@ -74,17 +76,19 @@ def create_app(api: QueueService) -> FastAPI:
             {"name": "messages", "description": "Enqueue, dequeue, ack, nack, touch, re-prioritise."},
             {"name": "backup", "description": "Full and incremental backups, online restore."},
             {"name": "health", "description": "Liveness, readiness and Prometheus metrics."},
+            {"name": "cluster", "description": "Members, leadership, joining and removing nodes."},
         ],
     )
     install_handlers(app)
     # Routes are added flat (not as included sub-routers): one route match per request.
-    for router in (build_router(api), build_ops_router(api)):
+    for router in (build_router(api), build_ops_router(api), build_cluster_router(api)):
         app.router.routes.extend(router.routes)
     install_docs(app)
     # The document lists paths in declaration order; requests try the hot routes first.
     app.state.openapi_routes = list(app.router.routes)
     hot = {name: i for i, name in enumerate(HOT_ROUTES)}
     app.router.routes.sort(key=lambda r: hot.get(getattr(r, "name", ""), len(hot)))
+    install_leader_forwarding(app, api.node)  # inside the body limit: added before it
     single, batch = body_limits(api.limits.max_message_bytes)
     app.add_middleware(
         BodyLimitMiddleware,

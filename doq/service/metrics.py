@@ -57,11 +57,14 @@ def observe_commit(commands: int, commit_seconds: float, fsync_seconds: float) -
 
 
 class QueueDepthCollector(Collector):
-    """Gauges read at scrape time: messages per queue and state, and whether this node leads."""
+    """Gauges read at scrape time: messages per queue and state, whether this node leads,
+    and how many long polls are parked waiting for a message."""
 
-    def __init__(self, list_queues: Callable[[], Iterable[QueueInfo]], is_leader: Callable[[], bool]) -> None:
+    def __init__(self, list_queues: Callable[[], Iterable[QueueInfo]], is_leader: Callable[[], bool],
+                 long_polls_waiting: Callable[[], int] = lambda: 0) -> None:
         self._list_queues = list_queues
         self._is_leader = is_leader
+        self._long_polls_waiting = long_polls_waiting
 
     def collect(self) -> Iterator[Metric]:
         depth = GaugeMetricFamily(
@@ -80,9 +83,12 @@ class QueueDepthCollector(Collector):
         queues.add_metric([], count)
         leader = GaugeMetricFamily("doq_node_is_leader", "1 if this node is the leader")
         leader.add_metric([], 1.0 if self._is_leader() else 0.0)
+        waiting = GaugeMetricFamily("doq_long_polls_waiting", "Long polls (dequeues with wait_ms) parked for a message")
+        waiting.add_metric([], self._long_polls_waiting())
         yield depth
         yield queues
         yield leader
+        yield waiting
 
     def describe(self) -> Iterator[Metric]:
         return iter(())  # collected at scrape time only

@@ -12,27 +12,34 @@ version >= since, in version order: full + incremental backups restore the exact
 Tombstones older than `tombstone_retention` log indexes are pruned (deterministically,
 at indexes that are multiples of PRUNE_EVERY); a `since` below the horizon is refused.
 
-Threading: `apply_entries`, `install_snapshot`, `restore_records` and `rebuild` run on one
-writer thread. Reads (`get_message`, `get_queue`, `list_queues`, `iter_changes`, dumps) may
-run on other threads: they use LMDB read transactions or atomic snapshots of the
-in-memory counters (possibly a batch stale).
+Threading: `write`, `apply_entries`, `install_snapshot`, `restore` and `rebuild` run on
+one writer thread. Reads may run on any thread and see a consistent, committed state:
+`get_queue`, `list_queues`, `deliverable`, `has_deliverable` and `next_due_ms` read an
+immutable `StateView` the writer publishes after each committed transaction (rebuilt for
+the queues the transaction touched only); `get_message`, `iter_changes`/`changes` and the
+dumps read one LMDB read transaction each.
 
-Failure contract: the in-memory indexes change while `apply_entries` runs, before the
-caller commits. If `apply_entries` raises, or the caller aborts / fails to commit the
-transaction, memory and disk disagree: the caller must treat it as fatal and call
-`rebuild()` (or restart the process) before applying anything else.
+Failure contract: write through `with store.write() as txn:`. The in-memory indexes change
+while `apply_entries` runs, before the commit; if the block or the commit raises, `write`
+aborts the transaction and `rebuild()`s memory from LMDB, so the store is as before the
+block and the next write may proceed. Only if that rebuild fails too does `write` raise
+`StoreBroken`: then nothing may be applied until a successful `rebuild()` (or a restart).
+A caller managing its own transaction must do the same (abort, `rebuild()`), and its
+commits reach readers only with the next `write()` or `rebuild()`: prefer `write()`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import struct
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 import lmdb
 
-from doq.errors import InvalidArgument, MessageNotFound
+from doq.errors import FailedPrecondition, InvalidArgument, MessageNotFound, QueueNotFound
 from doq.queues import keys as K
 from doq.queues import records as R
 from doq.queues.codec import decode_batch
@@ -51,6 +58,26 @@ _DUMP_REC = struct.Struct(">BII")
 # dump order: (dump tag, db name); the versions index is derived, so not dumped
 _DUMPED = ((1, b"state_meta"), (2, b"state_queues"), (3, b"state_messages"),
            (4, b"state_dedup"), (5, b"state_tombstones"))
+Record = tuple[bytes, bytes | None, int]  # (key, payload or None for a tombstone, version)
+
+
+class StoreBroken(RuntimeError):
+    """A failed write could not be rolled back in memory: the store refuses writes until a
+    successful `rebuild()` (restart the process)."""
+
+
+class QueueView(NamedTuple):
+    info: QueueInfo
+    deliverable: int  # messages a dequeue could take now (an upper bound for fair queues)
+
+
+@dataclass(frozen=True, slots=True)
+class StateView:
+    """What readers see: one committed state, never mutated once published."""
+
+    applied_index: int = 0
+    queues: Mapping[str, QueueView] = field(default_factory=dict)
+    next_due_ms: int | None = None
 
 
 class _TxnSink:
@@ -112,19 +139,73 @@ class StateStore:
         self.machine = QueueMachine(self._sink)
         self.applied_index = 0
         self._broken = False
+        self._reload_view = True  # the next publish rebuilds the view of every queue
+        self.view = StateView()
         self.rebuild()
+
+    # -- writes ----------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def write(self) -> Iterator[lmdb.Transaction]:
+        """One write transaction: the block's changes commit (one fsync) when it ends, and
+        readers then see them (a new `view`). If the block or the commit raises, the
+        transaction is aborted and memory rebuilt from LMDB: nothing changed, the error
+        propagates, and the store takes the next write. Raises `StoreBroken` if even that
+        rebuild fails."""
+        txn = self.env.begin(write=True)
+        try:
+            yield txn
+            txn.commit()
+        except BaseException:
+            txn.abort()
+            try:
+                self.rebuild()
+            except Exception as e:
+                self._broken = True
+                raise StoreBroken(f"state store out of sync with LMDB after a failed write: {e}") from e
+            raise
+        try:
+            self._publish()
+        except Exception as e:
+            self._broken = True
+            raise StoreBroken(f"committed, but the readers' view could not be refreshed: {e}") from e
+
+    def _publish(self) -> None:
+        """Publish the view of the committed state (writer thread, after a commit)."""
+        m = self.machine
+        changed = m.take_changed()
+        if self._reload_view:
+            queues: Mapping[str, QueueView] = {n: self._queue_view(n) for n in m.queues}
+            self._reload_view = False
+        elif changed:
+            fresh = dict(self.view.queues)
+            for name in changed:
+                if name in m.queues:
+                    fresh[name] = self._queue_view(name)
+                else:
+                    fresh.pop(name, None)
+            queues = fresh
+        else:
+            queues = self.view.queues
+        self.view = StateView(self.applied_index, queues, m.next_due_ms())
+
+    def _queue_view(self, name: str) -> QueueView:
+        return QueueView(self.machine.queue_info(name), self.machine.deliverable(name))
 
     # -- rebuild -------------------------------------------------------------------------
     def rebuild(self, txn: lmdb.Transaction | None = None) -> None:
-        """Reload applied_index and the in-memory indexes from LMDB (or from `txn`)."""
+        """Reload applied_index and the in-memory indexes from LMDB and publish the view,
+        or, inside `write()`, from its `txn` (published when that commits)."""
         if txn is None:
             with self.env.begin() as rtxn:
                 self._load(rtxn)
+            self._publish()
         else:
             self._load(txn)
         self._broken = False
 
     def _load(self, txn: lmdb.Transaction) -> None:
+        self._broken = True
+        self._reload_view = True
         raw = txn.get(APPLIED_KEY, db=self._meta)
         self.applied_index = _V.unpack(raw)[0] if raw else 0
         self.machine.load(self._records(txn))
@@ -147,6 +228,7 @@ class StateStore:
         Entries at or below `applied_index` are skipped (their result is []); an empty
         entry (a Raft no-op) only advances `applied_index`. Returns one result list per
         entry (one result per command of its batch). Raises ValueError on a corrupt entry.
+        Readers see the results once `txn` commits (see `write`).
         """
         if self._broken:
             raise RuntimeError("state store out of sync with LMDB: call rebuild()")
@@ -196,30 +278,52 @@ class StateStore:
         raw = txn.get(HORIZON_KEY, db=self._meta)
         return _V.unpack(raw)[0] if raw else 0
 
-    # -- node helpers ----------------------------------------------------------------------
+    # -- reads (any thread; committed state) ----------------------------------------------
     def next_due_ms(self) -> int | None:
-        return self.machine.next_due_ms()
+        """Earliest replicated time at which a delay ends or a lease expires (None: never)."""
+        return self.view.next_due_ms
+
+    def deliverable(self, queue: str) -> int:
+        """How many messages a dequeue of `queue` could take now (an upper bound for a fair
+        queue with a per-group limit). Raises QueueNotFound."""
+        v = self.view.queues.get(queue)
+        if v is None:
+            raise QueueNotFound(f"queue {queue!r} not found")
+        return v.deliverable
 
     def has_deliverable(self, queue: str) -> bool:
-        return self.machine.has_deliverable(queue)
+        v = self.view.queues.get(queue)
+        return v is not None and v.deliverable > 0
 
-    # -- reads -----------------------------------------------------------------------------
     def get_message(self, queue: str, id_: int) -> MessageView:
-        """Raises QueueNotFound / MessageNotFound."""
-        self.machine.queue_info(queue)
-        if type(id_) is not int or not 0 < id_ < 2**64:
-            raise MessageNotFound(f"message {id_} not found in queue {queue!r}")
+        """The message as last committed (one read txn). Raises QueueNotFound / MessageNotFound."""
         with self.env.begin() as txn:
+            try:
+                qkey = K.queue_key(queue)
+            except (ValueError, UnicodeError):
+                qkey = None
+            if qkey is None or txn.get(qkey, db=self._kind_db[K.QUEUE]) is None:
+                raise QueueNotFound(f"queue {queue!r} not found")
+            if type(id_) is not int or not 0 < id_ < 2**64:
+                raise MessageNotFound(f"message {id_} not found in queue {queue!r}")
             v = txn.get(K.message_key(queue, id_), db=self._kind_db[K.MESSAGE])
-        if v is None:
-            raise MessageNotFound(f"message {id_} not found in queue {queue!r}")
-        return R.message_view(queue, id_, v[8:], self.machine.now_ms)
+            if v is None:
+                raise MessageNotFound(f"message {id_} not found in queue {queue!r}")
+            meta = txn.get(K.META_KEY, db=self._meta)
+        now_ms = R.META_REC.unpack_from(meta, 8)[1] if meta is not None else 0
+        return R.message_view(queue, id_, v[8:], now_ms)
 
     def get_queue(self, name: str) -> QueueInfo:
-        return self.machine.queue_info(name)
+        """Raises QueueNotFound."""
+        v = self.view.queues.get(name)
+        if v is None:
+            raise QueueNotFound(f"queue {name!r} not found")
+        return v.info
 
     def list_queues(self) -> list[QueueInfo]:
-        return self.machine.queue_infos()
+        """Every queue, by name."""
+        queues = self.view.queues
+        return [queues[n].info for n in sorted(queues)]
 
     # -- backup ----------------------------------------------------------------------------
     def iter_changes(self, since: int) -> Iterator[tuple[bytes, bytes | None, int]]:
@@ -276,38 +380,58 @@ class StateStore:
         if cur.set_range(start):
             yield from cur.iternext(keys=True, values=False)
 
-    def restore_records(self, txn: lmdb.Transaction,
-                        records: Iterable[tuple[bytes, bytes | None, int]]) -> int:
-        """Write backup records (payload None = tombstone) with their versions into `txn`,
-        in the order given (version order). Every tombstone is kept, even for a key this
-        store never had. Returns the count. The caller commits and then calls `rebuild()`
-        (apply_entries refuses to run until then); applied_index is not changed (see
-        `set_applied_index`)."""
+    def is_empty(self) -> bool:
+        """No applied entry, no record and no tombstone (a fresh store)."""
+        with self.env.begin() as txn:
+            return self._is_empty(txn)
+
+    def _is_empty(self, txn: Any) -> bool:
+        return (txn.get(APPLIED_KEY, db=self._meta) is None
+                and not txn.cursor(db=self._versions).first()
+                and not txn.cursor(db=self._tombs).first())
+
+    def restore(self, records: Iterable[Record], applied_index: int) -> int:
+        """Fill this EMPTY store with backup records (payload None = tombstone, kept even for
+        a key the store never had, so the result is identical to the source), in version
+        order, and record `applied_index`: all in ONE write transaction, with memory rebuilt
+        from it before it commits. All or nothing: on any error (not empty:
+        FailedPrecondition RESTORE_TARGET_NOT_EMPTY; a bad key: InvalidArgument
+        INVALID_RECORD; records that do not form a valid state: InvalidArgument
+        BACKUP_INCONSISTENT; or whatever `records` raises while it is read) nothing changes.
+        Returns the number of records written. Writer thread."""
+        if type(applied_index) is not int or not 0 <= applied_index < 2**64:
+            raise InvalidArgument("applied index must be within 0..2**64-1", reason="INVALID_INDEX")
+        if not self.is_empty():  # checked before the write: a refusal reloads nothing
+            raise FailedPrecondition(
+                "the target state is not empty: restore needs a fresh node (remove its data dir)",
+                reason="RESTORE_TARGET_NOT_EMPTY")
+        with self.write() as txn:  # the only writer: still empty
+            n = self._write_records(txn, records)
+            txn.put(APPLIED_KEY, _V.pack(applied_index), db=self._meta)
+            try:
+                self.rebuild(txn)
+            except Exception as e:
+                raise InvalidArgument(f"the backup records do not form a valid state: {e!r}",
+                                      reason="BACKUP_INCONSISTENT") from e
+        return n
+
+    def _write_records(self, txn: Any, records: Iterable[Record]) -> int:
         sink = _TxnSink(self._kind_db, self._versions, self._tombs)
         sink.txn = txn
         n = 0
         for key, value, version in records:
             if not key or key[0] not in self._kind_db or (key[0] == K.META[0] and key != K.META_KEY):
                 raise InvalidArgument(f"unknown record key {key!r}", reason="INVALID_RECORD")
+            if type(version) is not int or not 0 < version < 2**64:
+                raise InvalidArgument(f"invalid record version {version!r}", reason="INVALID_RECORD")
             sink.ver = _V.pack(version)
             if value is None:
                 sink.delete(key)
-                # keep every tombstone of the backup, even for keys this store never had,
-                # so the restored state is identical to the source's
                 txn.put(sink.ver + key, b"", db=self._tombs)
             else:
                 sink.put(key, value)
             n += 1
-        self._broken = True
         return n
-
-    def set_applied_index(self, txn: lmdb.Transaction, index: int) -> None:
-        """Record `index` as applied (offline restore: the node's next log index follows it).
-        If the caller aborts `txn`, it must call `rebuild()`."""
-        if type(index) is not int or index < 0:
-            raise InvalidArgument("applied index must be >= 0", reason="INVALID_INDEX")
-        txn.put(APPLIED_KEY, _V.pack(index), db=self._meta)
-        self.applied_index = index
 
     # -- snapshots -------------------------------------------------------------------------
     def iter_dump(self) -> Iterator[bytes]:
@@ -330,8 +454,8 @@ class StateStore:
         return h.hexdigest()
 
     def install_snapshot(self, txn: lmdb.Transaction, data: bytes) -> None:
-        """Replace the whole state with a `dump_state_bytes()` image inside `txn` and
-        rebuild memory from it. If the caller then aborts, it must call `rebuild()`."""
+        """Replace the whole state with a `dump_state_bytes()` image inside `txn` (of
+        `write()`) and rebuild memory from it (readers see it once `txn` commits)."""
         if not data.startswith(DUMP_MAGIC):
             raise ValueError("not a doq state dump")
         self._broken = True

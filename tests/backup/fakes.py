@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterable, Iterator
-from typing import Any
 
 from doq.backup.format import Record
-from doq.errors import InvalidArgument
-
-
-class FakeEnv:
-    @contextlib.contextmanager
-    def begin(self, write: bool = False, buffers: bool = False) -> Iterator[None]:
-        yield None
+from doq.errors import FailedPrecondition, InvalidArgument
 
 
 class FakeState:
     """key -> (value or None for a tombstone, version); `applied_index` like the store."""
 
     def __init__(self, horizon: int = 0) -> None:
-        self.env = FakeEnv()
         self.records: dict[bytes, tuple[bytes | None, int]] = {}
         self.applied_index = 0
         self.horizon = horizon
@@ -43,18 +34,19 @@ class FakeState:
     def iter_changes(self, since: int) -> Iterator[Record]:
         return self.changes(since)[1]
 
-    def restore_records(self, txn: Any, records: Iterable[Record]) -> int:
-        n = 0
+    def is_empty(self) -> bool:
+        return self.applied_index == 0 and not self.records
+
+    def restore(self, records: Iterable[Record], applied_index: int) -> int:
+        """All or nothing, as StateStore.restore: built aside, swapped in at the end."""
+        if not self.is_empty():
+            raise FailedPrecondition("not empty", reason="RESTORE_TARGET_NOT_EMPTY")
+        fresh: dict[bytes, tuple[bytes | None, int]] = {}
         for k, v, ver in records:
-            self.records[k] = (v, ver)
-            n += 1
-        return n
-
-    def set_applied_index(self, txn: Any, index: int) -> None:
-        self.applied_index = index
-
-    def rebuild(self) -> None:
-        self.rebuilt = True
+            fresh[k] = (v, ver)
+        self.records = fresh
+        self.applied_index = applied_index
+        return len(fresh)
 
     def live(self) -> dict[bytes, bytes]:
         return {k: v for k, (v, _) in self.records.items() if v is not None}

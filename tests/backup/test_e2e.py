@@ -54,18 +54,18 @@ def test_backup_and_restore_end_to_end(tmp_path: Path) -> None:
                      {"content": json.dumps({"user_id": i}), "group": "default", "priority": 60 + i})["id"]
                for i in range(20)]
         full = tmp_path / "backup-0.bak"
-        r = _doq("backup", "--server", src.http_url, "--since", "0", "-o", str(full))
+        r = _doq("backup", "--server", src.http_url, "--since", "0", "-o", str(full), "--json")
         assert r.returncode == 0, r.stderr
-        last0 = int(r.stdout.strip())
+        last0 = json.loads(r.stdout)["last_version"]
         assert last0 > 0 and _records(full)
 
         _call(src, "DELETE", f"/API/v1/queues/user_indexing_queue/messages/{ids[0]}")
         _call(src, "PUT", f"/API/v1/queues/user_indexing_queue/messages/{ids[1]}/priority", {"priority": 12})
         _call(src, "DELETE", "/API/v1/queues/other")
         inc = tmp_path / "backup-1.bak"
-        r = _doq("backup", "--server", src.http_url, "--since", str(last0 + 1), "-o", str(inc))
+        r = _doq("backup", "--server", src.http_url, "--since", str(last0 + 1), "-o", str(inc), "--json")
         assert r.returncode == 0, r.stderr
-        last1 = int(r.stdout.strip())
+        last1 = json.loads(r.stdout)["last_version"]
         assert last1 > last0
         assert any(v is None for _, v, _ in _records(inc))  # the deletions travel as tombstones
         expected = _live(src)
@@ -91,6 +91,7 @@ def test_backup_and_restore_end_to_end(tmp_path: Path) -> None:
         assert r.returncode == 1 and "not empty" in r.stderr
         # and the node keeps working after the restore, with versions moving forward
         _call(on, "POST", "/API/v1/queues/user_indexing_queue/messages", {"content": "after"})
-        r = _doq("backup", "--server", on.http_url, "--since", str(last1 + 1), "-o", str(tmp_path / "after.bak"))
+        r = _doq("backup", "--server", on.http_url, "--since", str(last1 + 1), "-o", str(tmp_path / "after.bak"),
+                 "--json")
         assert r.returncode == 0, r.stderr
-        assert int(r.stdout.strip()) > last1
+        assert json.loads(r.stdout)["last_version"] > last1

@@ -29,7 +29,7 @@ class Live:
     def apply(self, *cmds: c.Command) -> list[object]:
         self.now += 1000
         index = self.state.applied_index + 1
-        with self.env.begin(write=True) as txn:
+        with self.state.write() as txn:
             return self.state.apply_entries(txn, [(index, encode_batch(c.CommandBatch(self.now, list(cmds))))])[0]
 
     def backup(self, since: int, path: Path) -> int:
@@ -108,7 +108,7 @@ def test_restored_node_keeps_versioning_forward(tmp_path: Path):
     try:
         assert restored.applied_index == last
         # the node's next entry gets index applied+1: an incremental from since=last+1 holds it
-        with env.begin(write=True) as txn:  # type: ignore[attr-defined]
+        with restored.write() as txn:
             restored.apply_entries(txn, [(last + 1, encode_batch(c.CommandBatch(live.now + 1, [c.Enqueue("jobs", [c.EnqueueItem(b"new")])])))])
         buf = io.BytesIO()
         assert write_backup(restored, last + 1, buf) == last + 1

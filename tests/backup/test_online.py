@@ -1,85 +1,172 @@
-"""`restore_online` preconditions and paths, with stand-in nodes."""
+"""`restore_online` into a real `LocalNode` over real LMDB files: preconditions, and all or
+nothing (a failed restore leaves the node exactly as it was, and a retry then works)."""
 
 from __future__ import annotations
 
 import io
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import pytest
 
+from doq.backup.format import BackupReader
 from doq.backup.ops import restore_online, write_backup
-from doq.errors import FailedPrecondition, InvalidArgument
-from tests.backup.fakes import FakeState
+from doq.errors import FailedPrecondition, InvalidArgument, NotLeader, QueueNotFound
+from doq.node.cluster import ClusterStatus, Member, MemberAddrs
+from doq.node.local import LocalNode
+from doq.queues.commands import EnqueueItem
+from doq.service.api import QueueService
+from doq.storage.env import open_env
+from doq.storage.state import StateStore
 
 
-class FakeNode:
-    def __init__(self, *, leader: bool = True, members: list[str] | None = None) -> None:
-        self.state = FakeState()
-        self.is_leader = leader
-        if members is not None:
-            self.members = members
+async def _node(path: Path, cls: type[LocalNode] = LocalNode) -> LocalNode:
+    node = cls(StateStore(open_env(path, map_size=64 * 1024**2)))
+    await node.start()
+    return node
 
 
-def _files() -> tuple[FakeState, list[io.BytesIO]]:
-    live = FakeState()
-    for i in range(1, 20):
-        live.apply(i, {b"k%d" % i: b"v", b"k%d" % (i - 1): None})
-    full = io.BytesIO()
-    last = write_backup(live, 0, full)
-    live.apply(20, {b"k19": None})
-    inc = io.BytesIO()
-    write_backup(live, last + 1, inc)
-    full.seek(0)
-    inc.seek(0)
-    return live, [full, inc]
+def _backup(node: LocalNode, since: int) -> tuple[bytes, int]:
+    buf = io.BytesIO()
+    last = write_backup(node.state, since, buf)
+    return buf.getvalue(), last
 
 
-async def test_restore_into_an_empty_single_node():
-    live, files = _files()
-    node = FakeNode(members=["n1"])
-    res = await restore_online(node, files, ["full.bak", "inc.bak"])
-    assert node.state.records == live.records
-    assert res.to_version == node.state.applied_index == 20
+@dataclass
+class Chain:
+    live: LocalNode
+    full: bytes
+    inc: bytes
+    foreign_inc: bytes  # a valid incremental of ANOTHER node whose versions fit the chain
+
+    def files(self, *parts: bytes) -> list[io.BytesIO]:
+        return [io.BytesIO(p) for p in parts]
 
 
-async def test_node_hook_is_used_when_present():
-    live, files = _files()
-    node = FakeNode()
-    calls = []
+@pytest.fixture
+async def chain(tmp_path: Path) -> AsyncIterator[Chain]:
+    live = await _node(tmp_path / "live")
+    other = await _node(tmp_path / "other")
+    try:
+        api = QueueService(live)
+        await api.create_queue("jobs")
+        ids = [(await api.enqueue("jobs", EnqueueItem(b"job-%d" % i, priority=i))).id for i in range(5)]
+        full, last = _backup(live, 0)
+        await api.delete_message("jobs", ids[0])
+        await api.enqueue("jobs", EnqueueItem(b"later"))
+        inc, _ = _backup(live, last + 1)
+        oapi = QueueService(other)
+        await oapi.create_queue("other")  # version 1: not in an incremental since last + 1
+        for i in range(last + 3):
+            await oapi.enqueue("other", EnqueueItem(b"o-%d" % i))
+        foreign, _ = _backup(other, last + 1)
+        yield Chain(live, full, inc, foreign)
+    finally:
+        await live.stop()
+        await other.stop()
 
-    async def restore_backup(fn):
-        calls.append(1)
-        return fn(node.state)
 
-    node.restore_backup = restore_backup  # type: ignore[attr-defined]
-    await restore_online(node, files)
-    assert calls == [1] and node.state.records == live.records
+async def test_restore_into_an_empty_single_node(chain: Chain, tmp_path: Path) -> None:
+    node = await _node(tmp_path / "target")
+    try:
+        res = await restore_online(node, chain.files(chain.full, chain.inc), ["full.bak", "inc.bak"])
+        assert node.state.dump_state_bytes() == chain.live.state.dump_state_bytes()
+        assert res.to_version == node.applied_index == chain.live.applied_index
+        api = QueueService(node)
+        assert (await api.get_queue("jobs")).stats.ready == 5
+        await api.enqueue("jobs", EnqueueItem(b"after"))  # the node goes on, versions forward
+        assert node.applied_index == res.to_version + 1
+    finally:
+        await node.stop()
 
 
-@pytest.mark.parametrize("node,reason", [
-    (FakeNode(leader=False), "NOT_LEADER"),
-    (FakeNode(members=["a", "b", "c"]), "RESTORE_MULTI_NODE"),
+def _corrupt_first_frame(data: bytes) -> bytes:
+    entry = BackupReader(io.BytesIO(data)).frames[0]
+    out = bytearray(data)
+    out[entry.offset + 5] ^= 1
+    return bytes(out)
+
+
+@pytest.mark.parametrize("bad,reason", [
+    ("foreign", "BACKUP_INCONSISTENT"),  # wrong chain: records of a queue the full never had
+    ("corrupt", "BACKUP_CHECKSUM_MISMATCH"),
 ])
-async def test_refusals(node, reason):
-    _, files = _files()
-    with pytest.raises(FailedPrecondition) as e:
-        await restore_online(node, files)
-    assert e.value.reason == reason
-    assert node.state.records == {}
+async def test_a_failed_restore_changes_nothing_and_a_retry_works(
+    chain: Chain, tmp_path: Path, bad: str, reason: str
+) -> None:
+    node = await _node(tmp_path / "target")
+    try:
+        before = node.state.dump_state_bytes()
+        second = chain.foreign_inc if bad == "foreign" else _corrupt_first_frame(chain.inc)
+        with pytest.raises(InvalidArgument) as e:
+            await restore_online(node, chain.files(chain.full, second), ["full.bak", "inc.bak"])
+        assert e.value.reason == reason
+        assert node.state.dump_state_bytes() == before and node.state.is_empty()
+        with pytest.raises(QueueNotFound):
+            await QueueService(node).get_queue("jobs")
+        await restore_online(node, chain.files(chain.full, chain.inc))
+        assert node.state.dump_state_bytes() == chain.live.state.dump_state_bytes()
+    finally:
+        await node.stop()
 
 
-async def test_non_empty_state_is_refused():
-    _, files = _files()
-    node = FakeNode()
-    node.state.apply(1, {b"x": b"1"})
-    with pytest.raises(FailedPrecondition) as e:
-        await restore_online(node, files)
-    assert e.value.reason == "RESTORE_TARGET_NOT_EMPTY"
-    assert node.state.records == {b"x": (b"1", 1)}
+class Follower(LocalNode):
+    @property
+    def is_leader(self) -> bool:
+        return False
+
+    @property
+    def leader_hint(self) -> str:
+        return "node-2"
 
 
-async def test_bad_chain_is_refused_before_anything():
-    _, (full, inc) = _files()
-    node = FakeNode()
-    with pytest.raises(InvalidArgument, match="not a full one"):
-        await restore_online(node, [inc, full])
-    assert node.state.records == {}
+class OneOfThree(LocalNode):
+    def cluster_status(self) -> ClusterStatus:
+        me = super().cluster_status()
+        others = [Member(f"node-{i}", MemberAddrs("", "", ""), "voter") for i in (2, 3)]
+        return replace(me, members=[*me.members, *others])
+
+
+async def test_a_follower_answers_not_leader_with_the_leaders_hint(chain: Chain, tmp_path: Path) -> None:
+    node = await _node(tmp_path / "target", Follower)
+    try:
+        with pytest.raises(NotLeader) as e:
+            await restore_online(node, chain.files(chain.full))
+        assert e.value.leader_hint == "node-2" and e.value.kind == "unavailable"  # 503
+        assert node.state.is_empty()
+    finally:
+        await node.stop()
+
+
+async def test_a_multi_node_cluster_is_refused(chain: Chain, tmp_path: Path) -> None:
+    node = await _node(tmp_path / "target", OneOfThree)
+    try:
+        with pytest.raises(FailedPrecondition) as e:
+            await restore_online(node, chain.files(chain.full))
+        assert e.value.reason == "RESTORE_MULTI_NODE" and node.state.is_empty()
+    finally:
+        await node.stop()
+
+
+async def test_non_empty_state_is_refused(chain: Chain, tmp_path: Path) -> None:
+    node = await _node(tmp_path / "target")
+    try:
+        await QueueService(node).create_queue("mine")
+        before = node.state.dump_state_bytes()
+        with pytest.raises(FailedPrecondition) as e:
+            await restore_online(node, chain.files(chain.full))
+        assert e.value.reason == "RESTORE_TARGET_NOT_EMPTY"
+        assert node.state.dump_state_bytes() == before
+    finally:
+        await node.stop()
+
+
+async def test_bad_chain_is_refused_before_anything(chain: Chain, tmp_path: Path) -> None:
+    node = await _node(tmp_path / "target")
+    try:
+        with pytest.raises(InvalidArgument, match="not a full one"):
+            await restore_online(node, chain.files(chain.inc, chain.full))
+        assert node.state.is_empty()
+    finally:
+        await node.stop()

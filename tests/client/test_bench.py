@@ -42,7 +42,7 @@ def _bench(*args: str) -> dict[str, object]:
 def test_bench_smoke(node: NodeProc, workload: str, frames: str, extra: list[str]) -> None:
     line = _bench(
         "--server",
-        node.grpc_addr,
+        "grpc://" + node.grpc_addr,
         "--workload",
         workload,
         "--frames",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +33,10 @@ def test_import_pulls_no_server_modules(tmp_path: Path) -> None:
 
 
 def test_pip_install_of_the_client_package(tmp_path: Path) -> None:
+    # Build from a copy: an in-place build leaves build/ and an egg-info in clients/python,
+    # which is on the test path and would then pose as an installed `doq-client`.
+    source = tmp_path / "src"
+    shutil.copytree(CLIENT_DIR, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", ".*"))
     target = tmp_path / "site"
     subprocess.run(
         [
@@ -44,7 +49,7 @@ def test_pip_install_of_the_client_package(tmp_path: Path) -> None:
             "--no-build-isolation",
             "--target",
             str(target),
-            str(CLIENT_DIR),
+            str(source),
         ],
         check=True,
         capture_output=True,

@@ -121,17 +121,19 @@ class Reference:
             raise QueueNotFound(name)
         return self.queues[name]
 
-    def _CreateQueue(self, cmd: c.CreateQueue) -> None:
+    def _CreateQueue(self, cmd: c.CreateQueue) -> tuple[str, str, QueueSettings]:
         old = self.queues.get(cmd.name)
         if old is not None:
             if old.type == cmd.type and old.settings == cmd.settings:
-                return None
+                return (cmd.name, cmd.type, cmd.settings)
             raise AlreadyExists(cmd.name)
         self.queues[cmd.name] = RQueue(cmd.name, cmd.type, cmd.settings)
-        return None
+        return (cmd.name, cmd.type, cmd.settings)
 
-    def _UpdateQueue(self, cmd: c.UpdateQueue) -> None:
-        self._q(cmd.name).settings = cmd.settings
+    def _UpdateQueue(self, cmd: c.UpdateQueue) -> tuple[str, str, QueueSettings]:
+        q = self._q(cmd.name)
+        q.settings = cmd.settings
+        return (q.name, q.type, q.settings)
 
     def _DeleteQueue(self, cmd: c.DeleteQueue) -> None:
         self._q(cmd.name)

@@ -10,7 +10,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from doq.errors import DoqError
 from doq.queues import commands as c
 from doq.queues.machine import QueueMachine
-from doq.queues.model import EnqueueResult, MessageState, MessageView, QueueSettings
+from doq.queues.model import EnqueueResult, MessageState, MessageView, QueueInfo, QueueSettings
 from doq.queues.store import MemoryStore
 from tests.queues.reference import Reference
 
@@ -49,6 +49,8 @@ def norm(result: object) -> object:
         return (result.id, result.duplicate)
     if isinstance(result, MessageView):
         return result
+    if isinstance(result, QueueInfo):  # CreateQueue / UpdateQueue: the queue as it is now
+        return (result.name, result.type.value, result.settings)
     return result
 
 
@@ -61,6 +63,7 @@ class MachineVsReference(RuleBasedStateMachine):
         self.now = T0
         self.index = 0
         self.known: list[tuple[str, int, int]] = []  # (queue, id, last lease id)
+        self.copy: dict[str, object] = {}  # a reader's copy, refreshed by take_changed()
 
     def run(self, cmd: c.Command, dt: int = 1) -> tuple[object, object]:
         self.now += dt
@@ -193,8 +196,20 @@ class MachineVsReference(RuleBasedStateMachine):
         fresh = QueueMachine(self.store)
         fresh.load(self.store.items())
         self.m = fresh
+        self.copy = {}  # a reader refreshes everything after a rebuild
 
     # -- invariants --------------------------------------------------------------------
+    @invariant()
+    def take_changed_names_every_changed_queue(self) -> None:
+        """Refreshing only the queues `take_changed()` names keeps a copy of every
+        `QueueInfo` (and deliverable count) exact: what the store's reader view relies on."""
+        for name in self.m.take_changed():
+            if name in self.m.queues:
+                self.copy[name] = (self.m.queue_info(name), self.m.deliverable(name))
+            else:
+                self.copy.pop(name, None)
+        assert self.copy == {i.name: (i, self.m.deliverable(i.name)) for i in self.m.queue_infos()}
+
     @invariant()
     def same_state(self) -> None:
         ref = self.ref

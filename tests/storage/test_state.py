@@ -8,7 +8,7 @@ from pathlib import Path
 import lmdb
 import pytest
 
-from doq.errors import InvalidArgument, MessageNotFound, QueueNotFound
+from doq.errors import FailedPrecondition, InvalidArgument, MessageNotFound, QueueNotFound
 from doq.queues import commands as c
 from doq.queues import keys as K
 from doq.queues.codec import encode_batch
@@ -26,7 +26,7 @@ def _open(path: Path, **kw: int) -> tuple[lmdb.Environment, StateStore]:
 def apply(env: lmdb.Environment, st: StateStore, ents: Sequence[tuple[int, bytes]], chunk: int = 1) -> list[list[object]]:
     out: list[list[object]] = []
     for i in range(0, len(ents), chunk):
-        with env.begin(write=True) as txn:
+        with st.write() as txn:
             out += st.apply_entries(txn, ents[i : i + chunk])
     return out
 
@@ -77,7 +77,7 @@ def test_replaying_applied_entries_is_a_no_op(tmp_path: Path) -> None:
     dump = st.dump_state_bytes()
     assert apply(env, st, WORK[:100], chunk=100) == [[]] * 100
     assert st.dump_state_bytes() == dump
-    with env.begin(write=True) as txn:  # overlap: only the new entries apply
+    with st.write() as txn:  # overlap: only the new entries apply
         res = st.apply_entries(txn, WORK[90:101])
     assert res[:10] == [[]] * 10 and st.applied_index == 101
 
@@ -125,12 +125,9 @@ def _live(st: StateStore) -> list[tuple[bytes, bytes | None, int]]:
     return [ch for ch in st.iter_changes(0) if ch[1] is not None]
 
 
-def _restore(path: Path, *parts: list[tuple[bytes, bytes | None, int]]) -> tuple[lmdb.Environment, StateStore]:
+def _restore(path: Path, applied: int, *parts: list[tuple[bytes, bytes | None, int]]) -> tuple[lmdb.Environment, StateStore]:
     env, st = _open(path)
-    for part in parts:
-        with env.begin(write=True) as txn:
-            st.restore_records(txn, part)
-        st.rebuild()
+    st.restore([r for part in parts for r in part], applied)
     return env, st
 
 
@@ -149,12 +146,12 @@ def test_full_plus_incrementals_restore_the_exact_live_state(tmp_path: Path) -> 
     assert any(v is None for _, v, _ in inc1) and any(v is None for _, v, _ in inc2)  # deletions
     assert all(ver > last1 for _, _, ver in inc2)
     assert [ver for _, _, ver in inc2] == sorted(ver for _, _, ver in inc2)
-    renv, rst = _restore(tmp_path / "restored", full, inc1, inc2)
+    renv, rst = _restore(tmp_path / "restored", last2, full, inc1, inc2)
     assert _live(rst) == _live(st)
     assert rst.list_queues() == st.list_queues()
     assert rst.next_due_ms() == st.next_due_ms()
     # skipping an incremental is detectably different (the check can fail)
-    senv, sst = _restore(tmp_path / "skipped", full, inc2)
+    senv, sst = _restore(tmp_path / "skipped", last2, full, inc2)
     assert _live(sst) != _live(st)
 
 
@@ -198,7 +195,7 @@ def test_install_snapshot_replaces_the_state(tmp_path: Path) -> None:
     apply(e1, s1, WORK[:250])
     e2, s2 = _open(tmp_path / "b")
     apply(e2, s2, entries(seed=99, n=30))  # some other history, to be replaced
-    with e2.begin(write=True) as txn:
+    with s2.write() as txn:
         s2.install_snapshot(txn, s1.dump_state_bytes())
     assert s2.applied_index == 250
     assert s2.dump_state_bytes() == s1.dump_state_bytes()
@@ -219,11 +216,26 @@ def test_an_aborted_apply_requires_rebuild(tmp_path: Path) -> None:
     e2, s2 = _open(tmp_path / "b")
     apply(e2, s2, WORK[:50])
     assert shape(apply(env, st, WORK[50:])) == shape(apply(e2, s2, WORK[50:]))
-    with env.begin(write=True) as txn:
-        with pytest.raises(ValueError):
-            st.apply_entries(txn, [(len(WORK) + 1, b"\x07garbage")])
-        with pytest.raises(RuntimeError):
-            st.apply_entries(txn, [])
+    txn = env.begin(write=True)
+    with pytest.raises(ValueError):
+        st.apply_entries(txn, [(len(WORK) + 1, b"\x07garbage")])
+    with pytest.raises(RuntimeError):  # memory is stale until rebuild
+        st.apply_entries(txn, [])
+    txn.abort()
+
+
+def test_a_failed_write_rolls_back_and_the_next_one_works(tmp_path: Path) -> None:
+    env, st = _open(tmp_path / "a")
+    apply(env, st, WORK[:50])
+    dump, infos = st.dump_state_bytes(), st.list_queues()
+    with pytest.raises(ValueError), st.write() as txn:
+        st.apply_entries(txn, WORK[50:60])
+        st.apply_entries(txn, [(61, b"\x07garbage")])
+    assert st.applied_index == 50 and st.dump_state_bytes() == dump and st.list_queues() == infos
+    e2, s2 = _open(tmp_path / "b")
+    apply(e2, s2, WORK[:50])
+    assert shape(apply(env, st, WORK[50:])) == shape(apply(e2, s2, WORK[50:]))
+    assert st.dump_state_bytes() == s2.dump_state_bytes()
 
 
 def test_restore_keeps_every_tombstone_and_sets_the_applied_index(tmp_path: Path) -> None:
@@ -233,13 +245,35 @@ def test_restore_keeps_every_tombstone_and_sets_the_applied_index(tmp_path: Path
     everything = list(it)  # live records and the tombstones still kept
     assert any(v is None for _, v, _ in everything)
     renv, rst = _open(tmp_path / "restored")
-    with renv.begin(write=True) as txn:
-        rst.restore_records(txn, everything)
-        rst.set_applied_index(txn, st.applied_index)
-    with pytest.raises(RuntimeError):  # memory is stale until rebuild
-        with renv.begin(write=True) as txn:
-            rst.apply_entries(txn, [])
-    rst.rebuild()
+    assert rst.restore(everything, st.applied_index) == len(everything)
     assert rst.applied_index == 300
     assert rst.dump_state_bytes() == st.dump_state_bytes()
+    assert rst.list_queues() == st.list_queues()
     assert shape(apply(env, st, WORK[300:])) == shape(apply(renv, rst, WORK[300:]))
+
+
+def test_a_failed_restore_changes_nothing_and_can_be_retried(tmp_path: Path) -> None:
+    env, st = _open(tmp_path / "live")
+    apply(env, st, WORK[:300])
+    _, it = st.changes(0)
+    everything = list(it)
+    renv, rst = _open(tmp_path / "restored")
+    empty = rst.dump_state_bytes()
+
+    def broken_after(n: int):  # the records of a file that turns out truncated midway
+        yield from everything[:n]
+        raise InvalidArgument("truncated", reason="BACKUP_TRUNCATED")
+
+    with pytest.raises(InvalidArgument):
+        rst.restore(broken_after(len(everything) // 2), st.applied_index)
+    assert rst.dump_state_bytes() == empty and rst.is_empty() and rst.list_queues() == []
+    # records that are each valid but do not form a state (messages of an unknown queue)
+    orphans = [r for r in everything if r[0][:1] != b"Q"]
+    with pytest.raises(InvalidArgument) as e:
+        rst.restore(orphans, st.applied_index)
+    assert e.value.reason == "BACKUP_INCONSISTENT"
+    assert rst.dump_state_bytes() == empty and rst.applied_index == 0 and rst.list_queues() == []
+    rst.restore(everything, st.applied_index)
+    assert rst.dump_state_bytes() == st.dump_state_bytes()
+    with pytest.raises(FailedPrecondition):  # not empty any more
+        rst.restore(everything, st.applied_index)

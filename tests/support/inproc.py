@@ -32,7 +32,7 @@ _META_TAG = 1  # the machine meta record: every applied command stamps replicate
 async def local_service(path: Path, limits: Limits | None = None) -> AsyncIterator[QueueService]:
     """A started node and its facade, built as `doq serve` builds them; stopped on exit."""
     env = open_env(path / "doq.lmdb")
-    node = LocalNode(env, StateStore(env), on_commit=metrics.observe_commit)
+    node = LocalNode(StateStore(env), on_commit=metrics.observe_commit)
     await node.start()
     try:
         yield QueueService(node, limits)
@@ -64,7 +64,7 @@ def openapi_document() -> dict[str, object]:
     with tempfile.TemporaryDirectory() as tmp:
         env = open_env(Path(tmp) / "doq.lmdb")
         try:
-            return create_app(QueueService(LocalNode(env, StateStore(env)))).openapi()
+            return create_app(QueueService(LocalNode(StateStore(env)))).openapi()
         finally:
             env.close()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Annotated, Any, BinaryIO
+from typing import TYPE_CHECKING, Annotated, BinaryIO
 
 from fastapi import APIRouter, File, Request, UploadFile
 from fastapi.routing import APIRoute
@@ -57,23 +57,12 @@ _ANSWERS = {
 }
 
 
-def is_ready(node: Any) -> bool:
-    """Ready = knows a leader and has applied up to it.
-
-    A node may expose `is_ready` (Raft: leader known and applied index caught up with the
-    leader's commit index); otherwise being the leader (the local node) is the test.
-    """
-    probe = getattr(node, "is_ready", None)
-    if probe is not None:
-        return bool(probe() if callable(probe) else probe)
-    return bool(node.is_leader)
-
-
 def build_ops_router(api: QueueService) -> APIRouter:
     r = APIRouter(generate_unique_id_function=operation_id, route_class=LeanRoute)
     node = api.node
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(metrics.QueueDepthCollector(lambda: node.state.list_queues(), lambda: bool(node.is_leader)))
+    registry.register(metrics.QueueDepthCollector(
+        node.state.list_queues, lambda: bool(node.is_leader), api.long_polls.waiting))
 
     @r.get("/livez", tags=["health"], response_model=Health, summary="Liveness")
     async def livez() -> Response:
@@ -86,7 +75,7 @@ def build_ops_router(api: QueueService) -> APIRouter:
     )
     async def readyz() -> Response:
         """200 when this node knows a leader and has applied up to it, else 503."""
-        ok = is_ready(node)
+        ok = node.is_ready()
         body = {"ready": ok, "leader": bool(node.is_leader), "leader_hint": node.leader_hint or ""}
         return Response(m.dumps(body), status_code=200 if ok else 503, media_type="application/json")
 
@@ -133,7 +122,7 @@ def _add_backup_routes(r: APIRouter, api: QueueService) -> None:
         b = await read_json(request, BackupBody)
         await node.read_barrier()
         f, last, size = await asyncio.to_thread(
-            backup_ops.backup_to_tempfile, node.state, b.since, node_id=getattr(node, "node_id", "")
+            backup_ops.backup_to_tempfile, node.state, b.since, node_id=node.node_id
         )
         return StreamingResponse(
             _iter_file(f), media_type="application/octet-stream",
@@ -144,14 +133,17 @@ def _add_backup_routes(r: APIRouter, api: QueueService) -> None:
     @r.post(
         "/db/restore", tags=["backup"], summary="Restore (online)", response_model=RestoreResultModel,
         responses=errors(400, 409, notes={
-            400: "Not a doq backup, a corrupt file, or files out of order (a gap in the chain).",
-            409: "The node is not empty (RESTORE_TARGET_NOT_EMPTY), not the leader, or part of a multi-node cluster.",
+            400: "Not a doq backup, a corrupt file, files out of order (a gap in the chain), or files "
+                 "whose records do not form a valid state (BACKUP_INCONSISTENT). Nothing was restored.",
+            409: "The node is not empty (RESTORE_TARGET_NOT_EMPTY) or part of a multi-node cluster.",
+            503: "Not the leader (NOT_LEADER; `leader_hint` names it).",
         }),
     )
     async def restore(
         file: Annotated[list[UploadFile], File(description="Backup files in order: the full one, then incrementals.")],
     ) -> Response:
-        """Restore full + incremental backups into this (empty, single-node) leader."""
+        """Restore full + incremental backups into this (empty, single-node) leader: all or
+        nothing (a failed restore leaves the node as it was, so it can be retried)."""
         res = await backup_ops.restore_online(node, [u.file for u in file], [u.filename or f"file #{i + 1}" for i, u in enumerate(file)])
         return Response(m.dumps({
             "success": True, "files": res.files, "records": res.records, "tombstones": res.tombstones,

@@ -9,7 +9,9 @@ response-model validation); `response_model=`/`responses=` keep the document pre
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Path, Query, Request
@@ -63,6 +65,27 @@ def _id(raw: str) -> int:
         return m._coerce_id(raw)
     except ValueError as e:
         raise InvalidArgument(f"invalid message id {raw!r}: {e}", reason="INVALID_ID") from None
+
+
+@contextlib.asynccontextmanager
+async def _client_gone(request: Request, wait_ms: int) -> AsyncIterator[asyncio.Event | None]:
+    """For a long poll (`wait_ms` > 0): an event set when the client disconnects (ASGI
+    `http.disconnect`), so the poll stops waiting and takes nothing. None otherwise."""
+    if wait_ms <= 0:
+        yield None
+        return
+    gone = asyncio.Event()
+
+    async def watch() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass  # the (already read) request body
+        gone.set()
+
+    task = asyncio.create_task(watch())
+    try:
+        yield gone
+    finally:
+        task.cancel()
 
 
 def _batch_item_refused(index: int, err: DoqError) -> BadRequest:
@@ -209,6 +232,7 @@ class QueueRoutes:
     )
     async def dequeue(
         self,
+        request: Request,
         name: QueueName,
         ack: Annotated[bool, Query(description="true: remove on delivery (at-most-once); false: lease it.")] = False,
         wait_ms: Annotated[int, Query(ge=0, le=L.MAX_WAIT_MS, description="Long poll: wait up to this long.")] = 0,
@@ -218,7 +242,9 @@ class QueueRoutes:
     ) -> Response:
         """Deliver the next message. Without `ack`, it is leased: ack it (`.../ack`) before
         the visibility timeout or it is delivered again. An empty queue answers **204 No Content**."""
-        got = await self.api.dequeue(name, ack=ack, wait_ms=wait_ms, visibility_timeout_ms=visibility_timeout_ms)
+        async with _client_gone(request, wait_ms) as gone:
+            got = await self.api.dequeue(name, ack=ack, wait_ms=wait_ms, visibility_timeout_ms=visibility_timeout_ms,
+                                         stop_waiting=gone)
         if not got:
             return Response(status_code=204)
         M_HTTP.dequeued.inc()
@@ -234,10 +260,11 @@ class QueueRoutes:
     async def dequeue_batch(self, name: QueueName, request: Request) -> Response:
         """Deliver up to `max_messages`; an empty queue gives `{"messages": []}`."""
         b = await read_json(request, m.DequeueBody, required=False)
-        got = await self.api.dequeue(
-            name, max_messages=b.max_messages, ack=b.ack, wait_ms=b.wait_ms,
-            visibility_timeout_ms=b.visibility_timeout_ms,
-        )
+        async with _client_gone(request, b.wait_ms) as gone:
+            got = await self.api.dequeue(
+                name, max_messages=b.max_messages, ack=b.ack, wait_ms=b.wait_ms,
+                visibility_timeout_ms=b.visibility_timeout_ms, stop_waiting=gone,
+            )
         M_HTTP.dequeued.inc(len(got))
         if b.ack:
             M_HTTP.acked.inc(len(got))

@@ -1,0 +1,1 @@
+"""Generated code for doq.raft.* (do not edit)."""

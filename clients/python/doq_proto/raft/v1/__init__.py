@@ -1,0 +1,1 @@
+"""Generated protobuf and gRPC code for doq.raft.v1, the internal peer transport (do not edit)."""

@@ -1,0 +1,223 @@
+"""The `/cluster` HTTP API from the outside: its JSON form, a small client, and joining.
+
+Stdlib only (urllib), blocking: `doq cluster` calls it directly; a node calls
+`join_cluster` in a thread (`asyncio.to_thread`) while it starts.
+
+JSON form of a `ClusterStatus` (`GET /cluster`, and the answer of `POST /cluster/join`):
+`{"node_id", "role", "leader_id", "term", "commit_index", "applied_index", "members":
+[{"node_id", "role", "leader", "raft_addr", "grpc_addr", "http_addr"}, ...]}`.
+A 503 answer of a node that is not the leader carries the leader's HTTP address
+(HOST:PORT) in the `X-Doq-Leader` header when the node knows it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from doq.node.cluster import ClusterStatus, Member, MemberAddrs
+
+log = logging.getLogger(__name__)
+
+LEADER_HEADER = "X-Doq-Leader"
+"""Response header: the leader's HTTP address (HOST:PORT), on NOT_LEADER answers and on
+answers a follower relayed from the leader."""
+
+
+def status_to_json(s: ClusterStatus) -> dict[str, Any]:
+    """The JSON form of a status (see the module docstring)."""
+    return {
+        "node_id": s.node_id,
+        "role": s.role,
+        "leader_id": s.leader_id,
+        "term": s.term,
+        "commit_index": s.commit_index,
+        "applied_index": s.applied_index,
+        "members": [
+            {"node_id": m.node_id, "role": m.role, "leader": bool(s.leader_id) and m.node_id == s.leader_id,
+             "raft_addr": m.addrs.raft_addr, "grpc_addr": m.addrs.grpc_addr, "http_addr": m.addrs.http_addr}
+            for m in s.members
+        ],
+    }
+
+
+def status_from_json(d: dict[str, Any]) -> ClusterStatus:
+    """Inverse of `status_to_json`; raises ValueError on a malformed document."""
+    try:
+        members = [
+            Member(str(m["node_id"]), MemberAddrs(str(m["raft_addr"]), str(m["grpc_addr"]), str(m["http_addr"])),
+                   str(m["role"]))
+            for m in d["members"]
+        ]
+        return ClusterStatus(
+            node_id=str(d["node_id"]), leader_id=str(d["leader_id"]), term=int(d["term"]),
+            commit_index=int(d["commit_index"]), applied_index=int(d["applied_index"]), role=str(d["role"]),
+            members=members,
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"not a cluster status: {e!r}") from None
+
+
+def leader_http_addr(s: ClusterStatus) -> str:
+    """The leader's HTTP address in `s` ("" if no leader is known or it has no address)."""
+    for m in s.members:
+        if m.node_id == s.leader_id:
+            return m.addrs.http_addr
+    return ""
+
+
+def base_url(server: str) -> str:
+    """`http://HOST:PORT` for a URL or a bare HOST:PORT (no trailing slash)."""
+    server = server.strip().rstrip("/")
+    return server if "://" in server else f"http://{server}"
+
+
+class ClusterError(Exception):
+    """An answer other than success: `status` (0: unreachable), the problem's `reason`
+    and `detail`, and `leader` (the leader's HTTP address, if the answer named it)."""
+
+    def __init__(self, status: int, reason: str, detail: str, leader: str = "") -> None:
+        super().__init__(f"{detail} ({status} {reason})" if status else detail)
+        self.status = status
+        self.reason = reason
+        self.detail = detail
+        self.leader = leader
+
+    @property
+    def retryable(self) -> bool:
+        return self.status in (0, 429, 503, 504)
+
+
+@dataclass
+class Answer:
+    status: int
+    body: Any
+
+
+def request_json(server: str, method: str, path: str, body: Any = None, timeout_s: float = 10.0) -> Answer:
+    """One HTTP request; a 2xx answer is returned (JSON-decoded body, None if empty),
+    anything else raises `ClusterError` (status 0 when the server cannot be reached)."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(base_url(server) + path, data=data, method=method,
+                                 headers={"Content-Type": "application/json", "Accept": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            raw = resp.read()
+            return Answer(resp.status, json.loads(raw) if raw else None)
+    except urllib.error.HTTPError as e:
+        with e:
+            raw = e.read()
+            leader = e.headers.get(LEADER_HEADER, "") if e.headers else ""
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            doc = None
+        if not isinstance(doc, dict):
+            raise ClusterError(e.code, "HTTP_ERROR", raw.decode(errors="replace")[:200] or str(e.reason),
+                               leader) from None
+        return _raise_problem(e.code, doc, leader)
+    except (OSError, ValueError) as e:  # URLError, refused, timeout, bad JSON in a 2xx
+        raise ClusterError(0, "UNREACHABLE", f"{base_url(server)}: {getattr(e, 'reason', e)}") from None
+
+
+def _raise_problem(status: int, doc: dict[str, Any], leader: str) -> Any:
+    hint = str(doc.get("leader_hint") or "")
+    if not leader and _is_host_port(hint):
+        leader = hint
+    raise ClusterError(status, str(doc.get("reason", "")), str(doc.get("detail", "")), leader)
+
+
+def _is_host_port(s: str) -> bool:
+    host, sep, port = s.rpartition(":")
+    return bool(sep and host and port.isdigit())
+
+
+# -- the client calls behind `doq cluster` ---------------------------------------------
+
+
+def get_status(server: str, timeout_s: float = 10.0) -> ClusterStatus:
+    return status_from_json(request_json(server, "GET", "/cluster", timeout_s=timeout_s).body)
+
+
+def remove_member(server: str, node_id: str, timeout_s: float = 30.0) -> None:
+    from urllib.parse import quote
+
+    request_json(server, "DELETE", f"/cluster/members/{quote(node_id, safe='')}", timeout_s=timeout_s)
+
+
+def transfer_leader(server: str, target: str | None = None, timeout_s: float = 30.0) -> str:
+    """Ask for a leadership transfer; returns the new leader's id."""
+    body = {"target": target} if target else {}
+    return str(request_json(server, "POST", "/cluster/transfer-leader", body, timeout_s=timeout_s).body["leader_id"])
+
+
+# -- joining -----------------------------------------------------------------------------
+
+
+def join_cluster(
+    join_addrs: Sequence[str],
+    node_id: str,
+    addrs: MemberAddrs,
+    *,
+    timeout_s: float = 60.0,
+    request_timeout_s: float = 10.0,
+    backoff_initial_s: float = 0.1,
+    backoff_max_s: float = 2.0,
+    sleep: Callable[[float], None] = time.sleep,
+    rng: random.Random | None = None,
+) -> ClusterStatus:
+    """Ask an existing cluster to add this node (`POST /cluster/join`) and return the
+    cluster's status after the add, so the new node learns its peers.
+
+    `join_addrs` are HTTP addresses (HOST:PORT or URLs) of any members. Each round tries
+    them in order; a 503 that names the leader (`X-Doq-Leader`, or a HOST:PORT
+    `leader_hint`) is followed at once. Unreachable nodes and retryable answers (429,
+    503, 504) are retried in rounds with jittered exponential backoff until `timeout_s`
+    has passed; then, or on any other error (e.g. 409: the id is taken with other
+    addresses), raises `ClusterError`. Blocking: call it in a thread from async code.
+    """
+    if not join_addrs:
+        raise ValueError("join_cluster needs at least one address")
+    rng = rng or random.Random()
+    body = {"node_id": node_id, "raft_addr": addrs.raft_addr, "grpc_addr": addrs.grpc_addr,
+            "http_addr": addrs.http_addr}
+    deadline = time.monotonic() + timeout_s
+    attempt = 0
+    last: ClusterError | None = None
+    while True:
+        tried: set[str] = set()
+        todo = [base_url(a) for a in join_addrs]
+        while todo:
+            server = todo.pop(0)
+            if server in tried:
+                continue
+            tried.add(server)
+            try:
+                answer = request_json(server, "POST", "/cluster/join", body, timeout_s=request_timeout_s)
+                status = status_from_json(answer.body)
+                log.info("joined the cluster through %s (leader %s)", server, status.leader_id or "?")
+                return status
+            except ClusterError as e:
+                if not e.retryable:
+                    raise
+                last = e
+                log.info("join through %s: %s", server, e)
+                if e.leader:
+                    todo.insert(0, base_url(e.leader))
+            except ValueError as e:  # a 2xx that is not a status: not a doq node
+                raise ClusterError(0, "BAD_ANSWER", f"{server}: {e}") from None
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            assert last is not None
+            raise ClusterError(last.status, last.reason, f"could not join the cluster in {timeout_s:g}s "
+                               f"through {', '.join(join_addrs)}: {last.detail}", last.leader)
+        delay = min(backoff_max_s, backoff_initial_s * 2 ** min(attempt, 16)) * rng.uniform(0.5, 1.0)
+        attempt += 1
+        sleep(min(delay, remaining))
