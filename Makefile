@@ -49,5 +49,5 @@ test: check-proto lint test-fast
 sim: $(DEV_STAMP)
 	$(PY) -m doq.sim --seeds 0:5000 --nodes 5
 
-chaos: $(STAMP)
+chaos: $(SERVER_STAMP)
 	$(PY) -m doq.chaos --nodes $(CHAOS_NODES) --kills $(CHAOS_KILLS) --duration $(CHAOS_DURATION)
