@@ -14,18 +14,23 @@ from typing import ClassVar
 class DoqError(Exception):
     """Base of every error a client can see.
 
-    `kind` selects the row of STATUS_TABLE; `reason` is a stable UPPER_SNAKE identifier.
+    `kind` selects the row of STATUS_TABLE; `reason` is a stable UPPER_SNAKE identifier;
+    `loc` says which part of the request is at fault when it is one item of it, e.g.
+    ("messages", 3) (empty otherwise).
     """
 
     kind: ClassVar[str] = "internal"
     default_reason: ClassVar[str] = "INTERNAL"
     retryable: ClassVar[bool] = False
 
-    def __init__(self, message: str, *, reason: str | None = None, leader_hint: str = "") -> None:
+    def __init__(
+        self, message: str, *, reason: str | None = None, leader_hint: str = "", loc: tuple[str | int, ...] = ()
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.reason = reason or self.default_reason
         self.leader_hint = leader_hint
+        self.loc = loc
 
 
 class InvalidArgument(DoqError):

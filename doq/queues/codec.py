@@ -3,6 +3,9 @@
 Layout: version byte, now_ms (u64), command count (u32), then per command a tag byte and
 its fields (little endian; strings and bytes are u32-length-prefixed utf-8 / raw; metadata
 is a count and sorted key/value pairs). `decode_batch(encode_batch(b)) == b`.
+A `Nack` with `release=True` is written with its own tag (13, same fields as a nack), so
+entries written before releases existed decode unchanged and an older reader refuses a
+release rather than misreading it as a nack.
 Raises ValueError on malformed input (or struct.error / OverflowError for out-of-range
 values on encode: the service validates ranges first).
 """
@@ -26,7 +29,8 @@ _NACK = struct.Struct("<QQQBq")
 _TOUCH = struct.Struct("<QQQ")
 _IDP = struct.Struct("<Qq")
 
-T_CREATE, T_UPDATE, T_DELETE, T_PURGE, T_ENQ, T_DEQ, T_ACK, T_NACK, T_TOUCH, T_PRIO, T_DEL, T_TICK = range(1, 13)
+(T_CREATE, T_UPDATE, T_DELETE, T_PURGE, T_ENQ, T_DEQ, T_ACK, T_NACK, T_TOUCH, T_PRIO, T_DEL, T_TICK,
+ T_RELEASE) = range(1, 14)
 
 
 def _s(out: list[bytes], s: str) -> None:
@@ -78,7 +82,7 @@ def encode_batch(batch: c.CommandBatch) -> bytes:
             ap(struct.pack(f"<{len(cmd.lease_ids)}Q", *cmd.lease_ids))
         elif t is c.Nack:
             assert isinstance(cmd, c.Nack)
-            ap(b"\x08")
+            ap(b"\x0d" if cmd.release else b"\x08")
             _s(out, cmd.queue)
             has = cmd.priority is not None
             ap(_NACK.pack(cmd.id, cmd.lease_id, cmd.delay_ms, 1 if has else 0,
@@ -187,10 +191,10 @@ def decode_batch(data: bytes) -> c.CommandBatch:
             k = r.unpack(_U32)[0]
             lids = list(struct.unpack(f"<{k}Q", r.take(8 * k)))
             ap(c.Ack(q, ids, lids))
-        elif tag == T_NACK:
+        elif tag in (T_NACK, T_RELEASE):
             q = r.s()
             id_, lid, delay, has, prio = r.unpack(_NACK)
-            ap(c.Nack(q, id_, lid, delay, prio if has else None))
+            ap(c.Nack(q, id_, lid, delay, prio if has else None, tag == T_RELEASE))
         elif tag == T_TOUCH:
             q = r.s()
             id_, lid, vis = r.unpack(_TOUCH)

@@ -79,11 +79,22 @@ class Ack:
 
 @dataclass(frozen=True, slots=True)
 class Nack:
+    """Return an in-flight message to the queue. Result: None.
+
+    A plain nack counts the delivery: the message comes back after `delay_ms` (with
+    `priority` if set), or is dead-lettered after its `max_attempts`-th delivery.
+    `release=True` undoes the delivery instead, as if it had never happened: its attempt
+    is not counted, it is ready at once at its old place and never dead-lettered
+    (`delay_ms` must be 0 and `priority` None). Consumers release what they prefetched but
+    did not hand to the application.
+    """
+
     queue: str
     id: int
     lease_id: int = 0
     delay_ms: int = 0
     priority: int | None = None
+    release: bool = False
 
 
 @dataclass(frozen=True, slots=True)

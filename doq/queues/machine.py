@@ -24,6 +24,8 @@ Semantics (documented rules):
   dead-lettered instead: moved as a new message (new id, attempts 0, same content,
   metadata, group, priority; no dedup id) to `dead_letter_queue` if that queue exists,
   else dropped. Either way the source queue's `dead` count grows by one.
+- `Nack(release=True)` undoes a delivery: the attempt is taken back, the message is
+  placed as it was before (no delay, same priority) and never dead-lettered.
 - Lease ids come from a replicated counter (`next_lease`), message ids from `next_id`,
   both starting at 1 and unique across the node.
 - `CreateQueue` of an existing queue with the same type and settings succeeds (retries are
@@ -696,12 +698,31 @@ class QueueMachine:
         delay = _int(cmd.delay_ms, 0, MAX_DELAY_MS, "delay_ms")
         if cmd.priority is not None:
             _int(cmd.priority, INT64_MIN, INT64_MAX, "priority")
+        if type(cmd.release) is not bool:
+            raise InvalidArgument("release must be a bool")
+        if cmd.release and (delay or cmd.priority is not None):
+            raise InvalidArgument("a release takes no delay_ms and no priority", reason="INVALID_RELEASE")
         e = self._in_flight(q, cmd.id, cmd.lease_id)
         self.leases.remove(e.key)
         q.n_inflight -= 1
         q.index.unleased(e.group)
-        self._return(q, cmd.id, e, delay, cmd.priority)
+        if cmd.release:
+            self._release(q, cmd.id, e)
+        else:
+            self._return(q, cmd.id, e, delay, cmd.priority)
         return None
+
+    def _release(self, q: Queue, id_: int, e: Entry) -> None:
+        """Undo a delivery (the caller took the entry out of flight): the attempt it
+        counted is taken back and the message is placed as before it was delivered."""
+        mkey = q.prefix + _U64.pack(id_)
+        rec = self.store.get(mkey)
+        assert rec is not None
+        h = _HDR.unpack_from(rec)
+        prio, not_before, attempts = h[0], h[1], h[5]
+        self.store.put(mkey, R.with_header(rec, prio, not_before, 0, 0, max(attempts - 1, 0), 0))
+        e.lease_id = 0
+        self._place(q, id_, e, max(not_before, _ts(prio)))
 
     def _touch(self, cmd: c.Touch) -> int:
         q = self._queue(cmd.queue)

@@ -129,6 +129,12 @@ class LongPolls:
             del self._parked[queue]
 
 
+def batch_item_refused(pos: int, err: DoqError) -> DoqError:
+    """The error refusing a whole batch because of its message `pos` (same class and reason)."""
+    return type(err)(f"messages[{pos}]: {err.message}; nothing was enqueued", reason=err.reason,
+                     loc=("messages", pos))
+
+
 class QueueService:
     """One facade over a node. Methods are coroutine-safe; many may run concurrently."""
 
@@ -188,25 +194,29 @@ class QueueService:
     ) -> list[EnqueueResult | DoqError]:
         """Enqueue a batch (possibly to several queues); one result per request, in order.
 
-        An invalid item fails alone (its slot holds the error); valid ones are enqueued.
+        All or nothing: one invalid request refuses the whole batch, raising
+        `batch_item_refused(i, its error)`. The items of one queue go in one command, so
+        they succeed or fail together; a command-level failure (unknown queue, not leader,
+        overload) fills the slots of that queue's items with its error.
         """
         if len(requests) > self.limits.max_batch_messages:
             raise InvalidArgument(
                 f"batch of {len(requests)} messages exceeds the limit of {self.limits.max_batch_messages}",
                 reason="BATCH_TOO_LARGE",
             )
-        out: list[EnqueueResult | DoqError | None] = [None] * len(requests)
         by_queue: dict[str, tuple[list[int], list[c.EnqueueItem]]] = {}
         for pos, (queue, item) in enumerate(requests):
             try:
-                v.check_queue_name(queue)
+                if queue not in by_queue:
+                    v.check_queue_name(queue)
+                    by_queue[queue] = ([], [])
                 v.check_item(item, self.limits)
             except DoqError as e:
-                out[pos] = e
-                continue
-            slots, items = by_queue.setdefault(queue, ([], []))
+                raise batch_item_refused(pos, e) from None
+            slots, items = by_queue[queue]
             slots.append(pos)
             items.append(item)
+        out: list[EnqueueResult | DoqError | None] = [None] * len(requests)
         proposals = [self.node.propose(c.Enqueue(q, items)) for q, (_, items) in by_queue.items()]
         answers = await asyncio.gather(*proposals, return_exceptions=True)
         for (slots, _), answer in zip(by_queue.values(), answers, strict=True):
@@ -287,8 +297,7 @@ class QueueService:
         v.check_queue_name(queue)
         if len(ids) > self.limits.max_batch_messages:
             raise InvalidArgument("too many ids in one ack batch", reason="BATCH_TOO_LARGE")
-        if lease_ids and len(lease_ids) != len(ids):
-            raise InvalidArgument("lease_ids must be empty or as long as ids", reason="INVALID_LEASE_IDS")
+        v.check_lease_ids(ids, lease_ids)
         for id_ in ids:
             v.check_id(id_)
         results = _raise_if_error(await self.node.propose(c.Ack(queue, list(ids), list(lease_ids))))
@@ -296,14 +305,16 @@ class QueueService:
         return results
 
     async def nack(
-        self, queue: str, id_: int, *, lease_id: int = 0, delay_ms: int = 0, priority: int | None = None
+        self, queue: str, id_: int, *, lease_id: int = 0, delay_ms: int = 0, priority: int | None = None,
+        release: bool = False,
     ) -> None:
+        """Return an in-flight message; `release` undoes the delivery (see `commands.Nack`)."""
         v.check_queue_name(queue)
         v.check_id(id_)
         v.check_delay_ms(delay_ms)
         if priority is not None:
             v.check_priority(priority)
-        _raise_if_error(await self.node.propose(c.Nack(queue, id_, lease_id, delay_ms, priority)))
+        _raise_if_error(await self.node.propose(c.Nack(queue, id_, lease_id, delay_ms, priority, release)))
 
     async def touch(self, queue: str, id_: int, *, lease_id: int = 0, visibility_timeout_ms: int = 0) -> int:
         """Extend a lease; returns the new lease_expires_at_ms."""

@@ -1,14 +1,17 @@
 """gRPC adapter: doq.v1.DOQ over the `QueueService` facade (grpc.aio, same event loop).
 
 Errors are mapped by `doq.errors.STATUS_TABLE`; the status details carry the stable reason
-in trailing metadata (`doq-reason`, `doq-retryable`, `doq-leader`). Inside streams and
-batches a failing item gets an `Error` in its own response instead of ending the stream.
+in trailing metadata (`doq-reason`, `doq-retryable`, `doq-leader`). Inside enqueue streams
+and batches a failing item gets an `Error` in its own response instead of ending the
+stream; a dequeue stream has no per-request response, so a refused request (e.g. a
+mismatched `ack_lease_ids`) ends it with that status.
+
+Every task a stream starts ends with its call (also when the call is cancelled).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -32,8 +35,11 @@ log = logging.getLogger(__name__)
 M = metrics.GRPC
 
 T = TypeVar("T")
+R = TypeVar("R")
 STREAM_WINDOW = 8192  # responses in flight per EnqueueStream before we stop reading
-PUSH_BATCH = 64  # messages dequeued at a time in push mode (no credits)
+BATCH_STREAM_WINDOW = 64  # frames in flight per EnqueueBatchStream before we stop reading
+PUSH_BATCH = 64  # messages per dequeue on DequeueStream (max_batch 0)
+FRAME_BATCH = 100  # messages per frame on DequeueBatchStream (max_batch 0)
 LONG_POLL_MS = 10_000
 
 
@@ -60,6 +66,179 @@ def _unary(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
             raise AssertionError("unreachable") from e
 
     return wrapper
+
+
+async def _read_into(requests: AsyncIterator[R], put: Callable[[Any], Awaitable[None]],
+                     convert: Callable[[R], Any]) -> None:
+    """Reader task of a pipelined stream: `put(convert(r))` for each request, then `put(None)`.
+
+    Cancelled (by the writer, which reads no more), it ends at once without the end mark:
+    waiting to put it into a full queue nobody drains would keep the task forever.
+    """
+    try:
+        async for r in requests:
+            await put(convert(r))
+    except asyncio.CancelledError:
+        raise
+    except BaseException:
+        await put(None)
+        raise
+    await put(None)
+
+
+async def _finish(task: asyncio.Task[Any]) -> None:
+    """Cancel `task` and wait until it has ended (its own errors are not raised here)."""
+    task.cancel()
+    await asyncio.wait([task])
+    if not task.cancelled():
+        task.exception()  # retrieved: a reader error was already reported or is moot
+
+
+class DequeueSession:
+    """One DequeueStream / DequeueBatchStream call; each state is a method.
+
+    - `open` reads and checks the first request (queue, mode, prefetch).
+    - `settle` handles one later request: proposes its acks, nacks and releases without
+      waiting (pipelined) and adds credits (`auto_credit`: one per ack or nack, returned as
+      soon as the request arrives, so the next dequeue shares a commit with the ack).
+      `read_requests` (the reader task) settles every request until the client half-closes.
+    - `pump` dequeues as credits allow (no limit with prefetch 0) and yields non-empty
+      frames until the half-close; a frame dequeued in lease mode after the half-close is
+      released (`release`), not sent.
+    - `drain` waits for every proposed settlement; `close` ends the reader task.
+    A refused request (`error`) stops the session like a half-close; the call then ends
+    with that status.
+    """
+
+    def __init__(self, api: QueueService, first: pb.DequeueStreamRequest, batch_default: int) -> None:
+        self.api = api
+        self.queue = first.queue_name
+        self.ack = first.ack
+        self.visibility_timeout_ms = first.visibility_timeout_ms
+        self.auto_credit = first.auto_credit
+        self.credit_mode = first.prefetch > 0
+        self.credits = first.prefetch
+        self.max_batch = max(1, min(first.max_batch or batch_default, api.limits.max_batch_messages))
+        self.wake = asyncio.Event()  # credits arrived or the client half-closed
+        self.half_closed = asyncio.Event()
+        self.error: DoqError | None = None
+        self.settles: set[asyncio.Future[object]] = set()
+        self._reader: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def open(
+        cls, api: QueueService, requests: AsyncIterator[pb.DequeueStreamRequest], batch_default: int
+    ) -> DequeueSession | None:
+        """The session named by the first request; None if the client sent none. Raises DoqError."""
+        try:
+            first = await anext(aiter(requests))
+        except StopAsyncIteration:
+            return None
+        v.check_queue_name(first.queue_name)
+        v.check_visibility_timeout_ms(first.visibility_timeout_ms)
+        await api.get_queue(first.queue_name)
+        return cls(api, first, batch_default)
+
+    def start(self, requests: AsyncIterator[pb.DequeueStreamRequest]) -> None:
+        self._reader = asyncio.create_task(self.read_requests(requests), name=f"doq.DequeueSession:{self.queue}")
+
+    # -- settle ---------------------------------------------------------------------------
+    def add_credits(self, n: int) -> None:
+        if n > 0:
+            self.credits += n
+            self.wake.set()
+
+    def settle(self, req: pb.DequeueStreamRequest) -> None:
+        """Propose this request's acks, nacks and releases without waiting; add its credits.
+
+        Raises InvalidArgument (INVALID_LEASE_IDS) before proposing anything if
+        `ack_lease_ids` is neither empty nor as long as `ack_ids`; the node may refuse
+        (Overloaded, Unavailable).
+        """
+        returned = 0
+        if req.ack_ids or req.ack_lease_ids:
+            ids, lease_ids = list(req.ack_ids), list(req.ack_lease_ids)
+            v.check_lease_ids(ids, lease_ids)
+            self._track(self.api.node.propose_nowait(Ack(self.queue, ids, lease_ids)))
+            returned += len(ids)
+        for n in req.nacks:
+            prio = n.priority if n.HasField("priority") else None
+            self._track(self.api.node.propose_nowait(
+                Nack(self.queue, n.id, n.lease_id, n.delay_ms, prio, n.release)))
+            returned += 1
+        self.add_credits((returned if self.auto_credit else 0) + req.credits)
+
+    async def read_requests(self, requests: AsyncIterator[pb.DequeueStreamRequest]) -> None:
+        """The reader task: settle each request until the client half-closes (or one is refused)."""
+        try:
+            async for req in requests:
+                self.settle(req)
+        except DoqError as e:
+            log.debug("dequeue stream on %s: request refused: %s", self.queue, e)
+            self.error = e
+        finally:
+            self.half_closed.set()
+            self.wake.set()
+
+    def _track(self, fut: asyncio.Future[object]) -> None:
+        self.settles.add(fut)
+        fut.add_done_callback(self._settled)
+
+    def _settled(self, fut: asyncio.Future[object]) -> None:
+        self.settles.discard(fut)
+        if fut.cancelled():
+            return
+        res = fut.exception() or fut.result()
+        if isinstance(res, list):
+            M.acked.inc(sum(1 for r in res if r is None))
+        if isinstance(res, BaseException) or (isinstance(res, list) and any(res)):
+            log.debug("stream ack/nack on %s failed: %s", self.queue, res)
+
+    # -- pump -----------------------------------------------------------------------------
+    async def pump(self) -> AsyncIterator[list[MessageView]]:
+        """Dequeue as credits allow and yield each non-empty frame, until the half-close."""
+        while not self.half_closed.is_set():
+            if self.credit_mode and self.credits <= 0:
+                self.wake.clear()
+                await self.wake.wait()
+                continue
+            want = min(self.credits, self.max_batch) if self.credit_mode else self.max_batch
+            msgs = await self.api.dequeue(
+                self.queue,
+                max_messages=want,
+                ack=self.ack,
+                wait_ms=LONG_POLL_MS,
+                visibility_timeout_ms=self.visibility_timeout_ms,
+                stop_waiting=self.half_closed,
+            )
+            if not msgs:
+                continue
+            if self.half_closed.is_set() and not self.ack:
+                self.release(msgs)  # the client stopped taking: hand them back, unsent
+                return
+            M.dequeued.inc(len(msgs))
+            if self.credit_mode:
+                self.credits -= len(msgs)
+            yield msgs
+
+    def release(self, msgs: list[MessageView]) -> None:
+        """Undo the delivery of leased messages that will not be sent (see `Nack.release`)."""
+        try:
+            for m in msgs:
+                self._track(self.api.node.propose_nowait(Nack(self.queue, m.id, m.lease_id, release=True)))
+        except DoqError as e:  # refused by the node: the leases will expire instead
+            log.warning("could not release %d messages of %s: %s", len(msgs), self.queue, e)
+
+    # -- end ------------------------------------------------------------------------------
+    async def drain(self) -> None:
+        """Wait until every proposed ack, nack and release is settled."""
+        if self.settles:
+            await asyncio.gather(*list(self.settles), return_exceptions=True)
+
+    async def close(self) -> None:
+        """End the reader task (the client may not have half-closed)."""
+        if self._reader is not None:
+            await _finish(self._reader)
 
 
 class DOQServicer(pb_grpc.DOQServicer):
@@ -137,42 +316,41 @@ class DOQServicer(pb_grpc.DOQServicer):
     ) -> AsyncIterator[pb.EnqueueResponse]:
         """Pipelined: requests are proposed as they arrive; responses follow in order."""
         inflight: asyncio.Queue[asyncio.Future[object] | None] = asyncio.Queue(STREAM_WINDOW)
-
-        async def reader() -> None:
-            try:
-                async for r in request_iterator:
-                    await inflight.put(self._enqueue_one_nowait(r))
-            finally:
-                await inflight.put(None)
-
-        task = asyncio.create_task(reader())
+        task = asyncio.create_task(
+            _read_into(request_iterator, inflight.put, self._enqueue_one_nowait), name="doq.EnqueueStream.reader"
+        )
         try:
             while (fut := await inflight.get()) is not None:
                 yield await self._single_enqueue_response(fut)
             await task
         finally:
-            task.cancel()
+            await _finish(task)
 
     async def EnqueueBatchStream(
         self, request_iterator: AsyncIterator[pb.EnqueueBatchRequest], context: Any
     ) -> AsyncIterator[pb.EnqueueBatchResponse]:
-        """Pipelined batches: one response per request frame, in order."""
-        inflight: asyncio.Queue[tuple[int, asyncio.Future[Any]] | None] = asyncio.Queue(64)
+        """Pipelined batches: one response per request frame, in order (each frame all or nothing)."""
+        inflight: asyncio.Queue[tuple[int, asyncio.Task[list[EnqueueResult | DoqError]]] | None] = asyncio.Queue(
+            BATCH_STREAM_WINDOW
+        )
 
-        async def reader() -> None:
-            try:
-                async for r in request_iterator:
-                    items = [(m.queue_name, cv.item_from_pb(m)) for m in r.messages]
-                    await inflight.put((len(items), asyncio.ensure_future(self.api.enqueue_many(items))))
-            finally:
-                await inflight.put(None)
+        started: set[asyncio.Task[list[EnqueueResult | DoqError]]] = set()  # frames not answered yet
 
-        task = asyncio.create_task(reader())
+        def start_frame(r: pb.EnqueueBatchRequest) -> tuple[int, asyncio.Task[list[EnqueueResult | DoqError]]]:
+            items = [(m.queue_name, cv.item_from_pb(m)) for m in r.messages]
+            frame = asyncio.ensure_future(self.api.enqueue_many(items))
+            started.add(frame)
+            frame.add_done_callback(started.discard)
+            return len(items), frame
+
+        task = asyncio.create_task(
+            _read_into(request_iterator, inflight.put, start_frame), name="doq.EnqueueBatchStream.reader"
+        )
         try:
             while (entry := await inflight.get()) is not None:
-                count, fut = entry
+                count, frame = entry
                 try:
-                    results = await fut
+                    results = await frame
                 except DoqError as e:  # the whole frame failed: one error per item
                     err = cv.enqueue_result_to_pb(e)
                     yield pb.EnqueueBatchResponse(results=[err] * count)
@@ -182,7 +360,9 @@ class DOQServicer(pb_grpc.DOQServicer):
                 yield response
             await task
         finally:
-            task.cancel()
+            await _finish(task)
+            for frame in list(started):  # frames nobody will answer: they end with the call
+                await _finish(frame)
 
     # -- dequeue --------------------------------------------------------------------------
     @_unary
@@ -202,113 +382,25 @@ class DOQServicer(pb_grpc.DOQServicer):
     async def _dequeue_frames(
         self, request_iterator: AsyncIterator[pb.DequeueStreamRequest], context: Any, batch_default: int
     ) -> AsyncIterator[list[MessageView]]:
-        """Shared engine of DequeueStream and DequeueBatchStream.
-
-        The first request names the queue. With `prefetch` > 0 the server sends at most
-        that many messages until the client returns credits (explicitly, or by acking or
-        nacking in the stream when `auto_credit` is set: the credit returns as soon as the
-        ack arrives, so the next dequeue shares a commit with the ack); with prefetch 0 it
-        pushes as fast as the client reads (gRPC flow control bounds it). When the client
-        half-closes, the server settles the acks/nacks it received and ends the stream.
-        """
+        """Shared engine of DequeueStream and DequeueBatchStream (see `DequeueSession`)."""
         try:
-            first = await anext(aiter(request_iterator))
-        except StopAsyncIteration:
-            return
-        try:
-            queue = v.check_queue_name(first.queue_name)
-            v.check_visibility_timeout_ms(first.visibility_timeout_ms)
-            await self.api.get_queue(queue)
+            session = await DequeueSession.open(self.api, request_iterator, batch_default)
         except DoqError as e:
             await _abort(context, e)
             return
-        credit_mode = first.prefetch > 0
-        credits = first.prefetch
-        wake = asyncio.Event()  # credits arrived or the client half-closed
-        max_batch = max(1, min(first.max_batch or batch_default, self.api.limits.max_batch_messages))
-        settles: set[asyncio.Future[object]] = set()
-
-        def add_credits(n: int) -> None:
-            nonlocal credits
-            if n > 0:
-                credits += n
-                wake.set()
-
-        def track(fut: asyncio.Future[object]) -> None:
-            settles.add(fut)
-            fut.add_done_callback(_settled)
-
-        def _settled(fut: asyncio.Future[object]) -> None:
-            settles.discard(fut)
-            if fut.cancelled():
-                return
-            res = fut.exception() or fut.result()
-            if isinstance(res, list):
-                M.acked.inc(sum(1 for r in res if r is None))
-            if isinstance(res, BaseException) or (isinstance(res, list) and any(res)):
-                log.debug("stream ack/nack on %s failed: %s", queue, res)
-
-        def settle(req: pb.DequeueStreamRequest) -> None:
-            """Propose this request's acks/nacks without waiting (pipelined)."""
-            if req.ack_ids:
-                lease_ids = list(req.ack_lease_ids)
-                if lease_ids and len(lease_ids) != len(req.ack_ids):
-                    lease_ids = []
-                track(self.api.node.propose_nowait(Ack(queue, list(req.ack_ids), lease_ids)))
-                if first.auto_credit:
-                    add_credits(len(req.ack_ids))
-            for n in req.nacks:
-                prio = n.priority if n.HasField("priority") else None
-                track(self.api.node.propose_nowait(Nack(queue, n.id, n.lease_id, n.delay_ms, prio)))
-                if first.auto_credit:
-                    add_credits(1)
-            add_credits(req.credits)
-
-        half_closed = asyncio.Event()
-
-        async def reader() -> None:
-            try:
-                async for req in request_iterator:
-                    try:
-                        settle(req)
-                    except DoqError as e:  # overloaded or shutting down: the stream ends
-                        log.debug("stream settle refused: %s", e)
-                        break
-            finally:
-                half_closed.set()
-                wake.set()
-
-        task = asyncio.create_task(reader())
+        if session is None:
+            return
+        session.start(request_iterator)
         try:
-            while not half_closed.is_set():
-                if credit_mode and credits <= 0:
-                    wake.clear()
-                    await wake.wait()
-                    continue
-                want = min(credits, max_batch) if credit_mode else max_batch
-                try:
-                    msgs = await self.api.dequeue(
-                        queue,
-                        max_messages=want,
-                        ack=first.ack,
-                        wait_ms=LONG_POLL_MS,
-                        visibility_timeout_ms=first.visibility_timeout_ms,
-                        stop_waiting=half_closed,
-                    )
-                except DoqError as e:
-                    await _abort(context, e)
-                    return
-                if msgs:
-                    if credit_mode:
-                        credits -= len(msgs)
-                    M.dequeued.inc(len(msgs))
-                    yield msgs
-            if settles:
-                await asyncio.gather(*list(settles), return_exceptions=True)
+            async for msgs in session.pump():
+                yield msgs
+            await session.drain()
+        except DoqError as e:
+            await _abort(context, e)
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            await session.close()
+        if session.error is not None:
+            await _abort(context, session.error)
 
     async def DequeueStream(
         self, request_iterator: AsyncIterator[pb.DequeueStreamRequest], context: Any
@@ -320,7 +412,7 @@ class DOQServicer(pb_grpc.DOQServicer):
     async def DequeueBatchStream(
         self, request_iterator: AsyncIterator[pb.DequeueStreamRequest], context: Any
     ) -> AsyncIterator[pb.MessageBatch]:
-        async for msgs in self._dequeue_frames(request_iterator, context, 100):
+        async for msgs in self._dequeue_frames(request_iterator, context, FRAME_BATCH):
             yield pb.MessageBatch(messages=[cv.message_to_pb(m) for m in msgs])
 
     # -- single messages ------------------------------------------------------------------
@@ -341,7 +433,7 @@ class DOQServicer(pb_grpc.DOQServicer):
 
     @_unary
     async def AckBatch(self, request: pb.AckBatchRequest, context: Any) -> pb.AckBatchResponse:
-        results = await self.api.ack_many(request.queue_name, list(request.ids))
+        results = await self.api.ack_many(request.queue_name, list(request.ids), list(request.lease_ids))
         M.acked.inc(sum(1 for r in results if r is None))
         return pb.AckBatchResponse(
             results=[
@@ -358,6 +450,7 @@ class DOQServicer(pb_grpc.DOQServicer):
             lease_id=request.lease_id,
             delay_ms=request.delay_ms,
             priority=request.priority if request.HasField("priority") else None,
+            release=request.release,
         )
         return pb.NackResponse(success=True)
 

@@ -4,6 +4,7 @@ before anything is proposed. The bounds themselves are defined once, in
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from doq.errors import InvalidArgument, TooLarge
@@ -60,6 +61,15 @@ def check_id(id_: int) -> int:
     if not isinstance(id_, int) or not 0 < id_ < 2**64:
         raise InvalidArgument(f"invalid message id {id_!r}", reason="INVALID_ID")
     return id_
+
+
+def check_lease_ids(ids: Sequence[int], lease_ids: Sequence[int]) -> None:
+    """An ack names its leases with no lease_ids at all or one per id (0 = any lease)."""
+    if lease_ids and len(lease_ids) != len(ids):
+        raise InvalidArgument(
+            f"lease_ids must be empty or as long as ids ({len(lease_ids)} for {len(ids)} ids)",
+            reason="INVALID_LEASE_IDS",
+        )
 
 
 def check_priority(priority: int) -> int:

@@ -18,6 +18,7 @@ from doq_client import (
     QueueNotFound,
     QueueSettings,
     StaleLease,
+    TooLarge,
     enqueue_request,
 )
 
@@ -66,15 +67,34 @@ def test_enqueue_fields_and_get(client: DoqClient, queue: str) -> None:
     assert ei.value.reason == "MESSAGE_NOT_FOUND"
 
 
-def test_enqueue_batch_bad_item_fails_alone(client: DoqClient, queue: str) -> None:
-    reqs = [
-        enqueue_request(queue, b"one"),
-        enqueue_request("bad name!", b"two"),
-        enqueue_request(queue, b"three", priority=1),
-    ]
+@pytest.mark.parametrize(
+    ("bad", "error", "reason"),
+    [
+        (enqueue_request("bad name!", b"two"), InvalidArgument, "INVALID_QUEUE_NAME"),
+        (None, TooLarge, "MESSAGE_TOO_LARGE"),  # content one byte over the limit (queue below)
+    ],
+)
+def test_enqueue_batch_is_all_or_nothing(
+    client: DoqClient, queue: str, bad: object, error: type[Exception], reason: str
+) -> None:
+    """One invalid message refuses the whole batch, naming it; nothing is enqueued (as over HTTP)."""
+    bad = bad or enqueue_request(queue, b"x" * (1024 * 1024 + 1))
+    reqs = [enqueue_request(queue, b"one"), bad, enqueue_request(queue, b"three", priority=1)]
+    with pytest.raises(error) as ei:
+        client.enqueue_batch(reqs)  # type: ignore[list-item]
+    assert ei.value.reason == reason  # type: ignore[attr-defined]
+    assert str(ei.value.message).startswith("messages[1]: ")  # type: ignore[attr-defined]
+    assert "nothing was enqueued" in ei.value.message  # type: ignore[attr-defined]
+    assert client.get_queue(queue).stats.total == 0
+
+
+def test_enqueue_batch_one_command_per_queue(client: DoqClient, queue: str) -> None:
+    """Valid messages for several queues: a queue's command fails or succeeds as a whole."""
+    reqs = [enqueue_request(queue, b"one"), enqueue_request("no-such-queue-xyz", b"two"),
+            enqueue_request(queue, b"three")]
     out = client.enqueue_batch(reqs)
     assert isinstance(out[0], EnqueueResult) and isinstance(out[2], EnqueueResult)
-    assert isinstance(out[1], InvalidArgument) and out[1].reason == "INVALID_QUEUE_NAME"
+    assert isinstance(out[1], QueueNotFound)
     assert client.get_queue(queue).stats.ready == 2
 
 

@@ -11,6 +11,7 @@ from doq.errors import (
     AlreadyExists,
     DoqError,
     FailedPrecondition,
+    InvalidArgument,
     MessageNotFound,
     QueueNotFound,
     StaleLease,
@@ -235,7 +236,13 @@ class Reference:
 
     def _Nack(self, cmd: c.Nack) -> None:
         q = self._q(cmd.queue)
+        if cmd.release and (cmd.delay_ms or cmd.priority is not None):
+            raise InvalidArgument("a release takes no delay_ms and no priority")
         m = self._check(q, cmd.id, cmd.lease_id)
+        if cmd.release:  # undo the delivery: attempt taken back, never dead-lettered
+            m.inflight, m.lease_exp, m.lease_id = False, 0, 0
+            m.attempts = max(m.attempts - 1, 0)
+            return
         self._return(q, m, cmd.delay_ms, cmd.priority)
 
     def _Touch(self, cmd: c.Touch) -> int:

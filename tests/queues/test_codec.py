@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -25,7 +27,7 @@ command_st = st.one_of(
     st.builds(c.Enqueue, text, st.lists(item_st, max_size=4)),
     st.builds(c.Dequeue, text, u32, st.booleans(), u64),
     st.builds(c.Ack, text, st.lists(u64, max_size=4), st.lists(u64, max_size=4)),
-    st.builds(c.Nack, text, u64, u64, u64, st.none() | i64),
+    st.builds(c.Nack, text, u64, u64, u64, st.none() | i64, st.booleans()),
     st.builds(c.Touch, text, u64, u64, u64),
     st.builds(c.UpdatePriority, text, u64, i64),
     st.builds(c.DeleteMessage, text, u64),
@@ -61,3 +63,22 @@ def test_truncation_and_trailing_bytes_are_rejected() -> None:
             decode_batch(data[:cut])
     with pytest.raises(ValueError):
         decode_batch(data + b"\x00")
+
+
+def _nack_entry(tag: int, priority: int | None) -> bytes:
+    """A one-nack entry as the layout fixes it (the bytes written before releases existed, for tag 8)."""
+    name = b"jobs"
+    return (struct.pack("<BQI", 1, 77, 1) + bytes([tag]) + struct.pack("<I", len(name)) + name
+            + struct.pack("<QQQBq", 5, 9, 250, priority is not None, priority or 0))
+
+
+def test_nack_entries_written_without_release_still_decode() -> None:
+    assert decode_batch(_nack_entry(8, -3)) == c.CommandBatch(77, [c.Nack("jobs", 5, 9, 250, -3)])
+    assert decode_batch(_nack_entry(8, None)).commands[0] == c.Nack("jobs", 5, 9, 250, None, release=False)
+    assert encode_batch(c.CommandBatch(77, [c.Nack("jobs", 5, 9, 250, -3)])) == _nack_entry(8, -3)
+
+
+def test_release_has_its_own_tag() -> None:
+    release = c.CommandBatch(77, [c.Nack("jobs", 5, 9, 250, None, release=True)])
+    assert encode_batch(release) == _nack_entry(13, None)
+    assert decode_batch(_nack_entry(13, None)) == release

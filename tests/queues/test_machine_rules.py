@@ -347,3 +347,32 @@ def test_rebuild_from_records_gives_identical_behaviour() -> None:
         assert [(v.id, v.lease_id) for v in a.dequeue("f", 3)] == [(v.id, v.lease_id) for v in b.dequeue("f", 3)]
     assert a.store.data == b.store.data
     assert a.m.queue_infos() == b.m.queue_infos()
+
+
+def test_release_undoes_the_delivery(h: Harness) -> None:
+    """A release puts the message back as if it had not been delivered: attempt taken
+    back, same place in the order, no delay, and never dead-lettered."""
+    h.create(max_attempts=1)
+    a, b = h.enqueue("q", item(priority=1), item(priority=2))
+    [va, vb] = h.dequeue("q", 2)
+    assert (va.attempts, vb.attempts) == (1, 1)
+    assert h.one(c.Nack("q", b, vb.lease_id, release=True)) is None
+    assert h.one(c.Nack("q", a, va.lease_id, release=True)) is None  # max_attempts 1: still kept
+    info = h.m.queue_info("q").stats
+    assert (info.ready, info.in_flight, info.dead) == (2, 0, 0)
+    assert [(m.state, m.attempts, m.lease_id) for m in (h.m.get_message("q", a), h.m.get_message("q", b))] == [
+        (MessageState.READY, 0, 0), (MessageState.READY, 0, 0)]
+    again = h.dequeue("q", 2)
+    assert [(v.id, v.attempts) for v in again] == [(a, 1), (b, 1)]  # priority order as before
+
+
+def test_release_refuses_delay_priority_and_stale_leases(h: Harness) -> None:
+    h.create()
+    [a] = h.enqueue("q", item())
+    [v] = h.dequeue("q")
+    for bad in (c.Nack("q", a, v.lease_id, delay_ms=10, release=True),
+                c.Nack("q", a, v.lease_id, priority=3, release=True)):
+        err = h.one(bad)
+        assert isinstance(err, InvalidArgument) and err.reason == "INVALID_RELEASE"
+    assert isinstance(h.one(c.Nack("q", a, v.lease_id + 1, release=True)), StaleLease)
+    assert h.m.get_message("q", a).state is MessageState.IN_FLIGHT  # nothing changed

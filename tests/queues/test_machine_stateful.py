@@ -158,10 +158,10 @@ class MachineVsReference(RuleBasedStateMachine):
         assert norm(got) == (type(want) if isinstance(want, DoqError) else norm(want))
 
     @rule(data=st.data(), zero=st.booleans(), delay=st.sampled_from([0, 40, 600]),
-          prio=st.none() | PRIOS)
-    def nack(self, data: st.DataObject, zero: bool, delay: int, prio: int | None) -> None:
+          prio=st.none() | PRIOS, release=st.booleans())
+    def nack(self, data: st.DataObject, zero: bool, delay: int, prio: int | None, release: bool) -> None:
         q, id_, lid = self.pick(data)
-        got, want = self.run(c.Nack(q, id_, 0 if zero else lid, delay, prio))
+        got, want = self.run(c.Nack(q, id_, 0 if zero else lid, delay, prio, release))
         assert norm(got) == (type(want) if isinstance(want, DoqError) else want)
 
     @rule(data=st.data(), vis=st.sampled_from([0, 20, 2000]))

@@ -8,11 +8,15 @@ from __future__ import annotations
 import contextlib
 import struct
 import tempfile
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import grpc
 import httpx
+import lmdb
 from doq_proto.v1 import doq_pb2_grpc as pb_grpc
 
 from doq.node.local import LocalNode
@@ -87,3 +91,40 @@ async def grpc_stub(service: QueueService) -> AsyncIterator[pb_grpc.DOQStub]:
             yield pb_grpc.DOQStub(channel)
     finally:
         await server.stop(None)
+
+
+@dataclass
+class Served:
+    """A started service, its LMDB environment and a gRPC stub on its server."""
+
+    api: QueueService
+    env: lmdb.Environment
+    stub: pb_grpc.DOQStub
+
+
+@contextlib.asynccontextmanager
+async def served(path: Path) -> AsyncIterator[Served]:
+    """`local_service` and `grpc_stub` together; everything stopped on exit."""
+    async with local_service(path) as api, grpc_stub(api) as stub:
+        yield Served(api, cast(LocalNode, api.node).state.env, stub)
+
+
+@contextlib.contextmanager
+def stalled_commits(env: lmdb.Environment) -> Iterator[None]:
+    """Hold LMDB's write lock in another thread: every commit waits until the block ends
+    (as behind a stuck disk); the event loop keeps running."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with env.begin(write=True):
+            held.set()
+            release.wait()
+
+    t = threading.Thread(target=hold, name="test-hold-writer")
+    t.start()
+    held.wait()
+    try:
+        yield
+    finally:
+        release.set()
+        t.join()

@@ -1,7 +1,8 @@
 """The unary operations, transport-neutral: each builds a request and a result converter.
 
 `DoqClient` (sync) and `AsyncDoqClient` (asyncio) call the same `Op`s, so their semantics
-cannot drift apart.
+cannot drift apart. Requests are built with `types.build`: a value out of its field's range
+raises `InvalidArgument` before anything is sent.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from doq_client.types import (
     Message,
     Queue,
     QueueSettings,
+    build,
     enqueue_outcome,
     enqueue_request,
     enqueue_result,
@@ -112,7 +114,8 @@ def enqueue_batch(requests: Iterable[pb.EnqueueRequest]) -> Op[list[EnqueueResul
 def dequeue(
     queue: str, ack: bool, max_messages: int, wait_ms: int, visibility_timeout_ms: int
 ) -> Op[list[Message]]:
-    req = pb.DequeueRequest(
+    req = build(
+        pb.DequeueRequest,
         queue_name=queue,
         ack=ack,
         max_messages=max_messages,
@@ -123,37 +126,46 @@ def dequeue(
 
 
 def get(queue: str, id_: int) -> Op[Message]:
-    return Op("Get", pb.GetRequest(queue_name=queue, id=id_), Message, True)
+    return Op("Get", build(pb.GetRequest, queue_name=queue, id=id_), Message, True)
 
 
 def delete(queue: str, id_: int) -> Op[None]:
-    return Op("Delete", pb.DeleteRequest(queue_name=queue, id=id_), _true)
+    return Op("Delete", build(pb.DeleteRequest, queue_name=queue, id=id_), _true)
 
 
 def ack(queue: str, id_: int, lease_id: int) -> Op[None]:
-    return Op("Ack", pb.AckRequest(queue_name=queue, id=id_, lease_id=lease_id), _true)
+    return Op("Ack", build(pb.AckRequest, queue_name=queue, id=id_, lease_id=lease_id), _true)
 
 
 def _ack_results(r: Any) -> list[AckResult]:
     return [AckResult(x.id, None if x.success else from_pb_error(x.error)) for x in r.results]
 
 
-def ack_batch(queue: str, ids: Sequence[int]) -> Op[list[AckResult]]:
-    return Op("AckBatch", pb.AckBatchRequest(queue_name=queue, ids=list(ids)), _ack_results)
+def ack_batch(queue: str, ids: Sequence[int], lease_ids: Sequence[int]) -> Op[list[AckResult]]:
+    req = build(pb.AckBatchRequest, queue_name=queue, ids=list(ids), lease_ids=list(lease_ids))
+    return Op("AckBatch", req, _ack_results)
 
 
-def nack(queue: str, id_: int, lease_id: int, delay_ms: int, priority: int | None) -> Op[None]:
-    req = nack_request(queue, id_, lease_id=lease_id, delay_ms=delay_ms, priority=priority)
+def nack(
+    queue: str, id_: int, lease_id: int, delay_ms: int, priority: int | None, release: bool
+) -> Op[None]:
+    req = nack_request(
+        queue, id_, lease_id=lease_id, delay_ms=delay_ms, priority=priority, release=release
+    )
     return Op("Nack", req, _true)
 
 
 def touch(queue: str, id_: int, lease_id: int, visibility_timeout_ms: int) -> Op[int]:
-    req = pb.TouchRequest(
-        queue_name=queue, id=id_, lease_id=lease_id, visibility_timeout_ms=visibility_timeout_ms
+    req = build(
+        pb.TouchRequest,
+        queue_name=queue,
+        id=id_,
+        lease_id=lease_id,
+        visibility_timeout_ms=visibility_timeout_ms,
     )
     return Op("Touch", req, lambda r: int(r.lease_expires_at_ms), True)
 
 
 def update_priority(queue: str, id_: int, priority: int) -> Op[Message]:
-    req = pb.UpdatePriorityRequest(queue_name=queue, id=id_, priority=priority)
+    req = build(pb.UpdatePriorityRequest, queue_name=queue, id=id_, priority=priority)
     return Op("UpdatePriority", req, lambda r: Message(r.message), True)

@@ -135,8 +135,10 @@ class DoqClient:
     ) -> list[EnqueueResult | DoqClientError]:
         """Enqueue many messages in one call (build them with `doq_client.enqueue_request`).
 
-        One result per request, in order: an invalid item fails alone (its slot holds its
-        error) while the others are stored.
+        All or nothing: one invalid message raises its error (`InvalidArgument` or
+        `TooLarge`, naming `messages[i]`) and nothing is enqueued. Otherwise one result
+        per request, in order; a queue's command-level failure (e.g. `QueueNotFound`) is
+        the result of each of that queue's messages (other queues' messages are stored).
         """
         return self._call(_ops.enqueue_batch(requests))
 
@@ -168,9 +170,14 @@ class DoqClient:
         """Acknowledge (remove) a leased message; with `lease_id`, only that delivery's lease."""
         self._call(_ops.ack(queue, id, lease_id))
 
-    def ack_batch(self, queue: str, ids: Sequence[int]) -> list[AckResult]:
-        """Acknowledge many leased messages; one result per id, in order."""
-        return self._call(_ops.ack_batch(queue, ids))
+    def ack_batch(
+        self, queue: str, ids: Sequence[int], lease_ids: Sequence[int] = ()
+    ) -> list[AckResult]:
+        """Acknowledge many leased messages; one result per id, in order.
+
+        `lease_ids`: empty, or one per id (0 = any lease); else InvalidArgument.
+        """
+        return self._call(_ops.ack_batch(queue, ids, lease_ids))
 
     def nack(
         self,
@@ -180,9 +187,14 @@ class DoqClient:
         lease_id: int = 0,
         delay_ms: int = 0,
         priority: int | None = None,
+        release: bool = False,
     ) -> None:
-        """Return a leased message to the queue, after `delay_ms`, optionally re-prioritised."""
-        self._call(_ops.nack(queue, id, lease_id, delay_ms, priority))
+        """Return a leased message to the queue, after `delay_ms`, optionally re-prioritised.
+
+        `release=True` undoes the delivery instead: the attempt is not counted and the
+        message is ready at once (no `delay_ms`, no `priority`).
+        """
+        self._call(_ops.nack(queue, id, lease_id, delay_ms, priority, release))
 
     def touch(
         self, queue: str, id: int, *, lease_id: int = 0, visibility_timeout_ms: int = 0

@@ -1,19 +1,32 @@
 """Prefetching consumers over DequeueStream (`batched=False`) or DequeueBatchStream.
 
-The server keeps at most `prefetch` messages outstanding on the stream:
-- `ack=False` (at-least-once, default): each message is leased; `ack(msg)` / `nack(msg)`
-  travel in the same stream and give the credit back (`auto_credit`), so `prefetch` is
-  the maximum of unacknowledged messages. A message not acked within the visibility
-  timeout is delivered again. Acks in the stream are not confirmed one by one: an ack
-  that is lost (connection failure) means a redelivery, never a loss.
-- `ack=True` (at-most-once): messages are removed on delivery; credits are returned as
-  the application takes messages from the consumer.
+The server keeps at most `prefetch` (>= 1) messages outstanding on the stream: each
+message is leased when the server sends it, and each ack or nack in the stream returns
+its credit (`auto_credit`). What `ack` means:
 
-Acks, nacks and credits are coalesced: whatever is pending when the stream can write goes
-into one request frame. `close()` nacks messages received but not yet handed out (ack=False),
-sends what is pending, half-closes the stream and waits up to `close_grace_s` for the server
-to finish before cancelling. Iterate messages with `for msg in consumer` (or `async for`),
-or whole frames with `batches()`.
+- `ack=False` (at-least-once, the default): the application acks (`ack(msg)`) or nacks
+  (`nack(msg)`) each message it was given, in the same stream. A message not acked within
+  the visibility timeout is delivered again. Acks in the stream are not confirmed one by
+  one: an ack lost with the connection means a redelivery, never a loss.
+- `ack=True` (ack on hand-over): the consumer acks each message itself when it hands it
+  to the application (`next()`, iteration, `batches()`); the application must not ack.
+  A message the application was given is removed once that ack is committed: if the
+  process dies before (the acks travel in the next request frame), it is delivered again
+  when its lease ends. A message the application was not given is never lost.
+
+Either way `close()` hands back, at once, every message the application was not given:
+those received but not handed out, and those still arriving, are *released* (a nack that
+undoes the delivery: the attempt is not counted and the message is ready again at once).
+Close sends pending acks, nacks and releases, half-closes the stream, releases with unary
+calls whatever the server had sent before it saw the half-close, and waits up to
+`close_grace_s` for the server to settle everything before cancelling the stream. After a
+crash (no close), unacked messages come back when their leases end
+(`visibility_timeout_ms`).
+
+Acks, nacks, releases and credits are coalesced: whatever is pending when the stream can
+write goes into one request frame (with `ack=True`, the consumer's own acks are sent every
+`prefetch // 4` messages and before it waits for more). Iterate messages with
+`for msg in consumer` (or `async for`), or whole frames with `batches()`.
 """
 
 from __future__ import annotations
@@ -21,42 +34,47 @@ from __future__ import annotations
 import asyncio
 import queue as queue_mod
 import threading
-import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import Any
 
 import grpc
 
-from doq_client.errors import from_rpc_error
-from doq_client.types import Message, nack_request
+from doq_client.errors import from_rpc_error, invalid_argument
+from doq_client.types import Message, build, nack_request
 from doq_proto.v1 import doq_pb2 as pb
 from doq_proto.v1 import doq_pb2_grpc as pb_grpc
 
 _MsgOrId = Message | int
-
-
-def _ids(items: Iterable[_MsgOrId]) -> list[int]:
-    return [m if isinstance(m, int) else m.id for m in items]
+_U64 = 2**64
 
 
 class _Settlements:
-    """Pending acks, nacks and credits, merged into one `DequeueStreamRequest`."""
+    """Pending acks (one lease id each, 0 = any), nacks and releases, merged into one
+    `DequeueStreamRequest`."""
 
-    __slots__ = ("acks", "nacks", "credits")
+    __slots__ = ("acks", "lease_ids", "nacks")
 
     def __init__(self) -> None:
         self.acks: list[int] = []
+        self.lease_ids: list[int] = []
         self.nacks: list[pb.NackRequest] = []
-        self.credits = 0
 
     def __bool__(self) -> bool:
-        return bool(self.acks or self.nacks or self.credits)
+        return bool(self.acks or self.nacks)
 
     def take(self) -> pb.DequeueStreamRequest:
-        req = pb.DequeueStreamRequest(ack_ids=self.acks, nacks=self.nacks, credits=self.credits)
-        self.acks, self.nacks, self.credits = [], [], 0
+        req = pb.DequeueStreamRequest(ack_ids=self.acks, ack_lease_ids=self.lease_ids, nacks=self.nacks)
+        self.acks, self.lease_ids, self.nacks = [], [], []
         return req
+
+
+def _release_request(queue: str, m: pb.Message) -> pb.NackRequest:
+    return pb.NackRequest(queue_name=queue, id=m.id, lease_id=m.lease_id, release=True)
+
+
+def _frame_messages(resp: Any, batched: bool) -> Sequence[pb.Message]:
+    return resp.messages if batched else (resp,)
 
 
 class _ConsumerBase:
@@ -78,41 +96,82 @@ class _ConsumerBase:
         self.auto_ack = ack
         self.batched = batched
         self.close_grace_s = close_grace_s
-        self._first = pb.DequeueStreamRequest(
+        # On the wire the stream always leases (ack=False), so that what was not handed
+        # to the application can be released; ack=True acks at hand-over (see above).
+        self._first = build(
+            pb.DequeueStreamRequest,
             queue_name=queue,
-            ack=ack,
+            ack=False,
             prefetch=prefetch,
             visibility_timeout_ms=visibility_timeout_ms,
             max_batch=max_batch,
-            auto_credit=not ack,
+            auto_credit=True,
         )
         self._pending = _Settlements()
-        self._credit_due = 0
-        self._credit_step = max(1, prefetch // 4)
+        self._auto_due = 0  # hand-over acks pending since the last wakeup
+        self._auto_step = max(1, prefetch // 4)
         self._buffer: deque[pb.Message] = deque()  # received, not handed out yet
         self._closing = False
-
-    def _took(self, n: int) -> None:
-        """The application took `n` messages: in ack=True mode their credits go back."""
-        if self.auto_ack:
-            self._credit_due += n
-            if self._credit_due >= self._credit_step:
-                self._pending.credits += self._credit_due
-                self._credit_due = 0
-                self._wakeup()
+        self._half_closed = False  # the request stream has ended: settle by unary calls
 
     def _wakeup(self) -> None:
         raise NotImplementedError
 
-    def _add_ack(self, items: Iterable[_MsgOrId]) -> None:
+    def _handed_one(self, m: pb.Message) -> None:
+        """ack=True: the application was given `m`; ack it (in a coming frame)."""
+        p = self._pending
+        p.acks.append(m.id)
+        p.lease_ids.append(m.lease_id)
+        self._auto_due += 1
+        if self._auto_due >= self._auto_step:
+            self._auto_due = 0
+            self._wakeup()
+
+    def _handed(self, msgs: list[pb.Message]) -> None:
+        """ack=True: the application was given `msgs` (a frame); ack them."""
+        p = self._pending
+        p.acks.extend(m.id for m in msgs)
+        p.lease_ids.extend(m.lease_id for m in msgs)
+        self._auto_due += len(msgs)
+        if self._auto_due >= self._auto_step:
+            self._auto_due = 0
+            self._wakeup()
+
+    def _before_wait(self) -> None:
+        """About to wait for messages: send the hand-over acks still held back."""
+        if self._auto_due:
+            self._auto_due = 0
+            self._wakeup()
+
+    def _check_open(self) -> None:
         if self.auto_ack:
-            raise ValueError("messages of an ack=True consumer are already removed")
-        self._pending.acks.extend(_ids(items))
+            raise ValueError("an ack=True consumer acks each message as it hands it out")
+        if self._half_closed:
+            raise ValueError("the consumer is closed: settle with the client's ack/nack calls")
+
+    def _add_ack(self, items: Iterable[_MsgOrId]) -> None:
+        """Queue acks: a Message's with its lease id, a bare id's with 0 (any lease).
+        A bad id refuses the whole call (nothing is queued)."""
+        self._check_open()
+        ids: list[int] = []
+        lease_ids: list[int] = []
+        for m in items:
+            if isinstance(m, Message):
+                ids.append(m.id)
+                lease_ids.append(m.lease_id)
+            elif type(m) is int and 0 <= m < _U64:
+                ids.append(m)
+                lease_ids.append(0)
+            else:
+                raise invalid_argument(
+                    f"a message id must be an integer within 0..{_U64 - 1}, not {m!r}", "INVALID_ID"
+                )
+        self._pending.acks.extend(ids)
+        self._pending.lease_ids.extend(lease_ids)
         self._wakeup()
 
     def _add_nack(self, msg: _MsgOrId, delay_ms: int, priority: int | None) -> None:
-        if self.auto_ack:
-            raise ValueError("messages of an ack=True consumer are already removed")
+        self._check_open()
         lease_id = 0 if isinstance(msg, int) else msg.lease_id
         mid = msg if isinstance(msg, int) else msg.id
         self._pending.nacks.append(
@@ -120,20 +179,23 @@ class _ConsumerBase:
         )
         self._wakeup()
 
+    def _release(self, msgs: Iterable[pb.Message]) -> None:
+        """Queue releases of messages the application will not be given (in-stream)."""
+        self._pending.nacks.extend(_release_request(self.queue, m) for m in msgs)
+
     def _release_buffer(self) -> None:
-        """On close: give back messages received but never handed to the application."""
-        if not self.auto_ack:
-            for m in self._buffer:
-                self._pending.nacks.append(nack_request(self.queue, m.id, lease_id=m.lease_id))
+        """On close: release what was received but never handed out."""
+        self._release(self._buffer)
         self._buffer.clear()
 
 
 class AsyncConsumer(_ConsumerBase):
     """asyncio consumer on a `grpc.aio.Channel`. Use `async with` and `async for`.
 
-    `prefetch`: messages outstanding (unacked, or with ack=True untaken); `batched`: use
-    DequeueBatchStream with up to `max_batch` messages per frame; `visibility_timeout_ms`:
-    lease length (0 = the queue's setting).
+    `prefetch` (>= 1): messages outstanding on the stream (received and not yet acked or
+    nacked; with ack=True, not yet handed out); `batched`: use DequeueBatchStream with up
+    to `max_batch` messages per frame; `visibility_timeout_ms`: lease length (0 = the
+    queue's setting); `close_grace_s`: how long `close()` waits for the server to finish.
     """
 
     def __init__(
@@ -146,7 +208,7 @@ class AsyncConsumer(_ConsumerBase):
         batched: bool = False,
         max_batch: int = 100,
         visibility_timeout_ms: int = 0,
-        close_grace_s: float = 0.5,
+        close_grace_s: float = 5.0,
     ) -> None:
         super().__init__(
             queue,
@@ -179,26 +241,26 @@ class AsyncConsumer(_ConsumerBase):
     async def _requests(self) -> AsyncIterator[pb.DequeueStreamRequest]:
         yield self._first
         while True:
-            while not self._pending:
-                if self._closing:
-                    return
+            if self._pending:
+                yield self._pending.take()
+            elif self._closing:
+                self._half_closed = True
+                return
+            else:
                 self._wake.clear()
                 await self._wake.wait()
-            yield self._pending.take()
 
     async def _fill(self) -> bool:
         """Read one frame into the buffer; False at the end of the stream."""
         self._ensure_started()
+        self._before_wait()
         try:
             resp = await self._call.read()
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
         if resp is grpc.aio.EOF:
             return False
-        if self.batched:
-            self._buffer.extend(resp.messages)
-        else:
-            self._buffer.append(resp)
+        self._buffer.extend(_frame_messages(resp, self.batched))
         return True
 
     def __aiter__(self) -> AsyncIterator[Message]:
@@ -212,22 +274,25 @@ class AsyncConsumer(_ConsumerBase):
             yield msg
 
     async def next(self) -> Message | None:
-        """The next message, waiting for one; None when the stream ended."""
+        """The next message, waiting for one; None when the stream ended or is closing."""
         while not self._buffer:
             if self._closing or not await self._fill():
                 return None
-        self._took(1)
-        return Message(self._buffer.popleft())
+        m = self._buffer.popleft()
+        if self.auto_ack:
+            self._handed_one(m)
+        return Message(m)
 
     async def batches(self) -> AsyncIterator[list[Message]]:
         """Yield messages a received frame at a time."""
         while True:
             if not self._buffer and (self._closing or not await self._fill()):
                 return
-            out = [Message(m) for m in self._buffer]
+            got = list(self._buffer)
             self._buffer.clear()
-            self._took(len(out))
-            yield out
+            if self.auto_ack:
+                self._handed(got)
+            yield [Message(m) for m in got]
 
     def ack(self, *messages: _MsgOrId) -> None:
         """Acknowledge messages (or ids) through the stream; returns at once."""
@@ -241,25 +306,38 @@ class AsyncConsumer(_ConsumerBase):
         self._add_nack(message, delay_ms, priority)
 
     async def close(self) -> None:
-        """Release unread messages, send pending settlements, end the stream. Idempotent."""
-        if self._closing or self._call is None:
-            self._closing = True
+        """Hand back every message not given to the application, send pending settlements,
+        end the stream (see the module docstring). Idempotent."""
+        if self._closing:
+            return
+        self._closing = True
+        if self._call is None:
             return
         self._release_buffer()
-        self._closing = True
         self._wake.set()
         call = self._call
+        late: list[pb.Message] = []  # arrived after the half-close
 
         async def drain() -> None:
-            while await call.read() is not grpc.aio.EOF:
-                pass
+            while (resp := await call.read()) is not grpc.aio.EOF:
+                got = _frame_messages(resp, self.batched)
+                if self._half_closed:
+                    late.extend(got)
+                else:
+                    self._release(got)
+                    self._wake.set()
 
         try:
             await asyncio.wait_for(drain(), self.close_grace_s)
-        except (TimeoutError, grpc.RpcError, asyncio.CancelledError):
+        except (TimeoutError, grpc.RpcError):
             pass
         finally:
             call.cancel()
+        if late:
+            reqs = [_release_request(self.queue, m) for m in late]
+            await asyncio.gather(
+                *(self._stub.Nack(r, timeout=self.close_grace_s) for r in reqs), return_exceptions=True
+            )
 
 
 class Consumer(_ConsumerBase):
@@ -278,7 +356,7 @@ class Consumer(_ConsumerBase):
         batched: bool = False,
         max_batch: int = 100,
         visibility_timeout_ms: int = 0,
-        close_grace_s: float = 0.5,
+        close_grace_s: float = 5.0,
     ) -> None:
         super().__init__(
             queue,
@@ -320,32 +398,35 @@ class Consumer(_ConsumerBase):
             super()._add_nack(msg, delay_ms, priority)
 
     def _requests(self) -> Iterator[pb.DequeueStreamRequest]:
+        """Runs in a gRPC thread: sends what is pending; ends (half-close) once closing."""
         yield self._first
         while True:
-            self._signal.get()
             with self._lock:
                 if self._pending:
                     req: pb.DequeueStreamRequest | None = self._pending.take()
                 elif self._closing:
+                    self._half_closed = True
                     return
                 else:
                     req = None
-            if req is not None:
+            if req is None:
+                self._signal.get()
+            else:
                 yield req
 
     def _fill(self) -> bool:
         self._ensure_started()
         assert self._responses is not None
+        if self._auto_due:
+            with self._lock:
+                self._before_wait()
         try:
             resp = next(self._responses)
         except StopIteration:
             return False
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
-        if self.batched:
-            self._buffer.extend(resp.messages)
-        else:
-            self._buffer.append(resp)
+        self._buffer.extend(_frame_messages(resp, self.batched))
         return True
 
     def __iter__(self) -> Iterator[Message]:
@@ -356,24 +437,27 @@ class Consumer(_ConsumerBase):
             yield msg
 
     def next(self) -> Message | None:
-        """The next message, blocking until one arrives; None when the stream ended."""
+        """The next message, blocking until one arrives; None when the stream ended or is closing."""
         while not self._buffer:
             if self._closing or not self._fill():
                 return None
-        with self._lock:
-            self._took(1)
-        return Message(self._buffer.popleft())
+        m = self._buffer.popleft()
+        if self.auto_ack:
+            with self._lock:
+                self._handed_one(m)
+        return Message(m)
 
     def batches(self) -> Iterator[list[Message]]:
         """Yield messages a received frame at a time."""
         while True:
             if not self._buffer and (self._closing or not self._fill()):
                 return
-            out = [Message(m) for m in self._buffer]
+            got = list(self._buffer)
             self._buffer.clear()
-            with self._lock:
-                self._took(len(out))
-            yield out
+            if self.auto_ack:
+                with self._lock:
+                    self._handed(got)
+            yield [Message(m) for m in got]
 
     def ack(self, *messages: _MsgOrId) -> None:
         """Acknowledge messages (or ids) through the stream; returns at once."""
@@ -387,26 +471,40 @@ class Consumer(_ConsumerBase):
         self._add_nack(message, delay_ms, priority)
 
     def close(self) -> None:
-        """Release unread messages, send pending settlements, end the stream. Idempotent."""
-        if self._closing or self._call is None:
-            self._closing = True
-            return
+        """Hand back every message not given to the application, send pending settlements,
+        end the stream (see the module docstring). Idempotent; call it from the thread that
+        iterates."""
         with self._lock:
-            self._release_buffer()
+            if self._closing:
+                return
             self._closing = True
+            if self._call is None:
+                return
+            self._release_buffer()
         self._wakeup()
         call = self._call
+        assert self._responses is not None
+        late: list[pb.Message] = []  # arrived after the half-close
         timer = threading.Timer(self.close_grace_s, call.cancel)
         timer.daemon = True
         timer.start()
-        deadline = time.monotonic() + self.close_grace_s + 1
         try:
-            assert self._responses is not None
-            for _ in self._responses:
-                if time.monotonic() > deadline:
-                    break
+            for resp in self._responses:
+                got = _frame_messages(resp, self.batched)
+                with self._lock:
+                    if self._half_closed:
+                        late.extend(got)
+                        continue
+                    self._release(got)
+                self._wakeup()
         except grpc.RpcError:
             pass
         finally:
             timer.cancel()
             call.cancel()
+        futures = [self._stub.Nack.future(_release_request(self.queue, m), timeout=self.close_grace_s) for m in late]
+        for f in futures:
+            try:
+                f.result()
+            except grpc.RpcError:
+                pass  # e.g. its lease already ended: it is back in the queue anyway

@@ -161,6 +161,11 @@ def make_error(
     return cls(message, code=code, reason=reason, retryable=retryable, leader_hint=leader_hint)
 
 
+def invalid_argument(message: str, reason: str = "INVALID_ARGUMENT") -> InvalidArgument:
+    """Bad input refused by the client itself, before anything is sent (as the server would)."""
+    return InvalidArgument(message, code=grpc.StatusCode.INVALID_ARGUMENT, reason=reason)
+
+
 def from_rpc_error(e: grpc.RpcError | grpc.aio.AioRpcError) -> DoqClientError:
     """Map a failed call (sync or aio) to a `DoqClientError`, reading the doq trailers.
 
@@ -207,5 +212,6 @@ __all__ = [
     "error_class",
     "from_pb_error",
     "from_rpc_error",
+    "invalid_argument",
     "make_error",
 ]

@@ -2,7 +2,9 @@
 
 `batch=0` sends one message per frame on `EnqueueStream`; `batch=N` packs up to N queued
 messages into each `EnqueueBatchStream` frame (whatever is waiting when the stream is
-ready to write; nothing is held back waiting for a frame to fill). At most `window`
+ready to write; nothing is held back waiting for a frame to fill). A frame is all or
+nothing (the batch rule): one invalid message fails every message of its frame with its
+error; with `batch=0` an invalid message fails alone. At most `window`
 messages are unacknowledged at once: submitting more blocks (sync) or waits (async).
 
 Every submit returns a future: `enqueue`/`send` -> `EnqueueResult` (an item's error is the

@@ -8,11 +8,63 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
-from doq_client.errors import DoqClientError, from_pb_error
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message as PbMessage
+
+from doq_client.errors import DoqClientError, InvalidArgument, from_pb_error, invalid_argument
 from doq_proto.v1 import doq_pb2 as pb
 
 Content = bytes | str
+P = TypeVar("P", bound=PbMessage)
+
+# The server's reason for a bad value of these fields (other fields: INVALID_ARGUMENT).
+_FIELD_REASONS = {
+    "priority": "INVALID_PRIORITY",
+    "id": "INVALID_ID",
+    "ids": "INVALID_ID",
+    "ack_ids": "INVALID_ID",
+    "delay_ms": "INVALID_DELAY",
+    "visibility_timeout_ms": "INVALID_TIMEOUT",
+    "max_messages": "INVALID_MAX",
+    "wait_ms": "INVALID_WAIT",
+}
+_RANGES = {
+    FieldDescriptor.TYPE_INT64: (-(2**63), 2**63 - 1),
+    FieldDescriptor.TYPE_UINT64: (0, 2**64 - 1),
+    FieldDescriptor.TYPE_INT32: (-(2**31), 2**31 - 1),
+    FieldDescriptor.TYPE_UINT32: (0, 2**32 - 1),
+}
+
+
+def build(cls: type[P], **fields: Any) -> P:
+    """`cls(**fields)`; a value protobuf refuses as out of range (a priority beyond int64,
+    a negative id or delay_ms, ...) raises the client's `InvalidArgument` instead of a bare
+    `ValueError`, with the reason the server gives for that field. Nothing is sent."""
+    try:
+        return cls(**fields)
+    except ValueError:
+        raise _out_of_range(cls, fields) from None
+
+
+def _refuses(cls: type[PbMessage], name: str, value: Any) -> bool:
+    try:
+        cls(**{name: value})
+    except ValueError:
+        return True
+    return False
+
+
+def _out_of_range(cls: type[PbMessage], fields: dict[str, Any]) -> InvalidArgument:
+    """The error naming the field of `fields` that `cls` refuses (error path only)."""
+    name, value = next(((k, v) for k, v in fields.items() if _refuses(cls, k, v)), next(iter(fields.items())))
+    fd = cls.DESCRIPTOR.fields_by_name.get(name)
+    bounds = _RANGES.get(fd.type) if fd is not None else None
+    within = f"within {bounds[0]}..{bounds[1]}" if bounds else "in range"
+    what = f"each of {name}" if isinstance(value, (list, tuple)) else name
+    reason = "INVALID_SETTINGS" if cls is pb.QueueSettings else _FIELD_REASONS.get(name, "INVALID_ARGUMENT")
+    return invalid_argument(f"{what} must be an integer {within}, not {value!r}", reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +78,8 @@ class QueueSettings:
     dedup_window_ms: int = 0
 
     def to_pb(self) -> pb.QueueSettings:
-        return pb.QueueSettings(
+        return build(
+            pb.QueueSettings,
             visibility_timeout_ms=self.visibility_timeout_ms,
             max_attempts=self.max_attempts,
             dead_letter_queue=self.dead_letter_queue,
@@ -203,8 +256,12 @@ def enqueue_request(
     dedup_id: str = "",
     delay_ms: int = 0,
 ) -> pb.EnqueueRequest:
-    """Build one `EnqueueRequest` (also usable in `enqueue_batch` and producers)."""
-    return pb.EnqueueRequest(
+    """Build one `EnqueueRequest` (also usable in `enqueue_batch` and producers).
+
+    Raises `InvalidArgument` for a value out of its field's range (e.g. priority).
+    """
+    return build(
+        pb.EnqueueRequest,
         queue_name=queue,
         content=to_bytes(content),
         group=group,
@@ -216,12 +273,20 @@ def enqueue_request(
 
 
 def nack_request(
-    queue: str, id_: int, *, lease_id: int = 0, delay_ms: int = 0, priority: int | None = None
+    queue: str,
+    id_: int,
+    *,
+    lease_id: int = 0,
+    delay_ms: int = 0,
+    priority: int | None = None,
+    release: bool = False,
 ) -> pb.NackRequest:
-    req = pb.NackRequest(queue_name=queue, id=id_, lease_id=lease_id, delay_ms=delay_ms)
-    if priority is not None:
-        req.priority = priority
-    return req
+    """Build one `NackRequest` (`release`: undo the delivery, see the .proto)."""
+    if priority is None:
+        return build(pb.NackRequest, queue_name=queue, id=id_, lease_id=lease_id,
+                     delay_ms=delay_ms, release=release)
+    return build(pb.NackRequest, queue_name=queue, id=id_, lease_id=lease_id, delay_ms=delay_ms,
+                 priority=priority, release=release)
 
 
 def enqueue_result(r: pb.EnqueueResponse) -> EnqueueResult:
@@ -232,7 +297,7 @@ def enqueue_result(r: pb.EnqueueResponse) -> EnqueueResult:
 
 
 def enqueue_outcome(r: pb.EnqueueResponse) -> EnqueueResult | DoqClientError:
-    """An `EnqueueResult` or the item's error (for batches: one bad item fails alone)."""
+    """An `EnqueueResult` or the item's error (for batches: its queue's failure)."""
     if not r.success:
         return from_pb_error(r.error)
     return EnqueueResult(r.id, r.duplicate, r.group, r.priority, r.deliver_at_ms)

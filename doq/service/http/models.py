@@ -324,6 +324,12 @@ class NackBody(LeaseBody):
     model_config = ConfigDict(json_schema_extra={"examples": [{"lease_id": "7", "delay_ms": 5000}]})
     delay_ms: int = Field(0, ge=0, le=L.MAX_DELAY_MS, description="Redeliver no sooner than this.")
     priority: Priority | None = Field(None, description="A new priority, if given.")
+    release: bool = Field(
+        False,
+        description="true: undo the delivery as if it had not happened: the attempt is not counted, the "
+        "message is ready at once at its old place and never dead-lettered (delay_ms must be 0 and "
+        "priority absent, else 400 INVALID_RELEASE).",
+    )
 
 
 class TouchResult(_Out):

@@ -20,11 +20,12 @@ from starlette.responses import Response
 from doq.errors import DoqError, InvalidArgument, status_of
 from doq.queues import limits as L
 from doq.service import metrics
+from doq.service.api import batch_item_refused
 from doq.service.http import models as m
 from doq.service.http.bodies import body_doc, errors, operation_id, read_json
 from doq.service.http.lean import LeanRoute
 from doq.service.http.problems import BadRequest
-from doq.service.limits import check_item, check_queue_name
+from doq.service.limits import check_queue_name
 
 if TYPE_CHECKING:
     from doq.service.api import QueueService
@@ -88,12 +89,11 @@ async def _client_gone(request: Request, wait_ms: int) -> AsyncIterator[asyncio.
         task.cancel()
 
 
-def _batch_item_refused(index: int, err: DoqError) -> BadRequest:
-    """The whole batch is refused because of message `index` (status of `err`: 400 or 413)."""
-    status = status_of(err).http_status
+def _batch_refused(err: DoqError) -> BadRequest:
+    """The whole batch is refused because of the message at `err.loc` (status of `err`: 400 or 413)."""
     return BadRequest(
-        f"messages[{index}]: {err.message}; nothing was enqueued", status=status, reason=err.reason,
-        errors=[{"loc": ["body", "messages", index], "msg": err.message, "type": err.reason}],
+        err.message, status=status_of(err).http_status, reason=err.reason,
+        errors=[{"loc": ["body", *err.loc], "msg": err.message, "type": err.reason}],
     )
 
 
@@ -204,7 +204,12 @@ class QueueRoutes:
         large; `errors[].loc` names it) and nothing is enqueued; a missing queue is a 404."""
         b = await read_json(request, m.EnqueueBatchBody)
         check_queue_name(name)
-        answered = await self.api.enqueue_many(_batch_items(name, b, self.api))
+        try:
+            answered = await self.api.enqueue_many(_batch_items(name, b))
+        except DoqError as e:
+            if e.loc:  # one message refused the batch (QueueService.enqueue_many's rule)
+                raise _batch_refused(e) from None
+            raise
         if all(isinstance(x, DoqError) for x in answered):
             # A command-level failure (no such queue, not the leader, overload, timeout).
             raise answered[0]  # type: ignore[misc]
@@ -306,9 +311,12 @@ class QueueRoutes:
         openapi_extra=body_doc(m.NackBody, required=False),
     )
     async def nack(self, name: QueueName, id: MessageId, request: Request) -> Response:
-        """Return an in-flight message to the queue, optionally after `delay_ms` or with a new priority."""
+        """Return an in-flight message to the queue, optionally after `delay_ms` or with a new priority;
+        with `release`, as if it had not been delivered (the attempt is not counted)."""
         b = await read_json(request, m.NackBody, required=False)
-        await self.api.nack(name, _id(id), lease_id=b.lease_id or 0, delay_ms=b.delay_ms, priority=b.priority)
+        await self.api.nack(
+            name, _id(id), lease_id=b.lease_id or 0, delay_ms=b.delay_ms, priority=b.priority, release=b.release
+        )
         return _ok()
 
     @route(
@@ -356,14 +364,15 @@ class QueueRoutes:
         return _json({"results": out})
 
 
-def _batch_items(name: str, body: m.EnqueueBatchBody, api: QueueService) -> list[tuple[str, Any]]:
-    """Every message of a batch, checked; the first invalid one refuses the whole batch."""
+def _batch_items(name: str, body: m.EnqueueBatchBody) -> list[tuple[str, Any]]:
+    """Every message of a batch as an item; one whose content cannot be decoded refuses the
+    whole batch (the service checks the rest, by the same rule)."""
     items: list[tuple[str, Any]] = []
     for i, msg in enumerate(body.messages):
         try:
-            items.append((name, check_item(msg.to_item(), api.limits)))
+            items.append((name, msg.to_item()))
         except DoqError as e:
-            raise _batch_item_refused(i, e) from None
+            raise batch_item_refused(i, e) from None
     return items
 
 

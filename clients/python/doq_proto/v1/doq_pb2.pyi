@@ -321,12 +321,14 @@ class AckResponse(_message.Message):
     def __init__(self, success: _Optional[bool] = ...) -> None: ...
 
 class AckBatchRequest(_message.Message):
-    __slots__ = ("queue_name", "ids")
+    __slots__ = ("queue_name", "ids", "lease_ids")
     QUEUE_NAME_FIELD_NUMBER: _ClassVar[int]
     IDS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_IDS_FIELD_NUMBER: _ClassVar[int]
     queue_name: str
     ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, queue_name: _Optional[str] = ..., ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    lease_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, queue_name: _Optional[str] = ..., ids: _Optional[_Iterable[int]] = ..., lease_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class AckBatchResponse(_message.Message):
     __slots__ = ("results",)
@@ -345,18 +347,20 @@ class AckResult(_message.Message):
     def __init__(self, id: _Optional[int] = ..., success: _Optional[bool] = ..., error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...
 
 class NackRequest(_message.Message):
-    __slots__ = ("queue_name", "id", "delay_ms", "priority", "lease_id")
+    __slots__ = ("queue_name", "id", "delay_ms", "priority", "lease_id", "release")
     QUEUE_NAME_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
     DELAY_MS_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
     queue_name: str
     id: int
     delay_ms: int
     priority: int
     lease_id: int
-    def __init__(self, queue_name: _Optional[str] = ..., id: _Optional[int] = ..., delay_ms: _Optional[int] = ..., priority: _Optional[int] = ..., lease_id: _Optional[int] = ...) -> None: ...
+    release: bool
+    def __init__(self, queue_name: _Optional[str] = ..., id: _Optional[int] = ..., delay_ms: _Optional[int] = ..., priority: _Optional[int] = ..., lease_id: _Optional[int] = ..., release: _Optional[bool] = ...) -> None: ...
 
 class NackResponse(_message.Message):
     __slots__ = ("success",)

@@ -213,13 +213,15 @@ class DOQServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DequeueStream(self, request_iterator, context):
-        """Missing associated documentation comment in .proto file."""
+        """Messages as credits allow; see DequeueStreamRequest for ack modes and half-close.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def DequeueBatchStream(self, request_iterator, context):
-        """Missing associated documentation comment in .proto file."""
+        """The same, up to max_batch messages per frame.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')

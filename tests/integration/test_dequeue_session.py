@@ -1,0 +1,180 @@
+"""`DequeueSession`, one state at a time, over the real service and a temporary LMDB; and
+the stream rules it implements, over real gRPC on 127.0.0.1 (in-process server)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import grpc
+import pytest
+from doq_proto.v1 import doq_pb2 as pb
+
+from doq.errors import InvalidArgument, MessageNotFound
+from doq.queues.commands import Command, Dequeue, EnqueueItem
+from doq.queues.model import MessageState
+from doq.service.grpc_server import DequeueSession
+from tests.support import inproc
+from tests.support.inproc import Served, stalled_commits
+
+
+@pytest.fixture
+async def served(tmp_path: Path) -> AsyncIterator[Served]:
+    async with inproc.served(tmp_path) as srv:
+        await srv.api.create_queue("q")
+        yield srv
+
+
+async def _enqueue(srv: Served, n: int) -> list[int]:
+    res = await srv.api.enqueue_many([("q", EnqueueItem(b"%d" % i)) for i in range(n)])
+    return [r.id for r in res]  # type: ignore[union-attr]
+
+
+def _session(srv: Served, **first: object) -> DequeueSession:
+    return DequeueSession(srv.api, pb.DequeueStreamRequest(queue_name="q", **first), 64)  # type: ignore[arg-type]
+
+
+def _spy_dequeues(srv: Served, monkeypatch: pytest.MonkeyPatch) -> list[Dequeue]:
+    """Record the Dequeue commands proposed to the node (which still proposes them)."""
+    seen: list[Dequeue] = []
+    propose_nowait = srv.api.node.propose_nowait
+
+    def spy(cmd: Command) -> asyncio.Future[object]:
+        if isinstance(cmd, Dequeue):
+            seen.append(cmd)
+        return propose_nowait(cmd)
+
+    monkeypatch.setattr(srv.api.node, "propose_nowait", spy)
+    return seen
+
+
+async def _until(cond: Callable[[], bool], what: str, timeout_s: float = 20) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+# -- settle -------------------------------------------------------------------------------
+async def test_settle_proposes_acks_and_nacks_and_returns_credits(served: Served) -> None:
+    ids = await _enqueue(served, 3)
+    msgs = await served.api.dequeue("q", max_messages=3)
+    s = _session(served, prefetch=3, auto_credit=True)
+    s.credits = 0
+    s.settle(pb.DequeueStreamRequest(
+        ack_ids=[msgs[0].id], ack_lease_ids=[msgs[0].lease_id],
+        nacks=[pb.NackRequest(id=msgs[1].id, lease_id=msgs[1].lease_id, release=True),
+               pb.NackRequest(id=msgs[2].id, lease_id=msgs[2].lease_id, delay_ms=60_000)],
+        credits=2,
+    ))
+    assert s.credits == 3 + 2 and s.wake.is_set()  # one per ack/nack (auto_credit) + explicit
+    await s.drain()
+    state = served.api.node.state
+    with pytest.raises(MessageNotFound):
+        state.get_message("q", ids[0])
+    released, nacked = state.get_message("q", ids[1]), state.get_message("q", ids[2])
+    assert (released.state, released.attempts) == (MessageState.READY, 0)
+    assert (nacked.state, nacked.attempts) == (MessageState.DELAYED, 1)
+
+
+async def test_settle_refuses_mismatched_lease_ids_before_proposing(served: Served) -> None:
+    await _enqueue(served, 2)
+    msgs = await served.api.dequeue("q", max_messages=2)
+    s = _session(served, prefetch=2, auto_credit=True)
+    for bad in (pb.DequeueStreamRequest(ack_ids=[m.id for m in msgs], ack_lease_ids=[msgs[0].lease_id]),
+                pb.DequeueStreamRequest(ack_lease_ids=[msgs[0].lease_id])):
+        with pytest.raises(InvalidArgument) as ei:
+            s.settle(bad)
+        assert ei.value.reason == "INVALID_LEASE_IDS"
+    assert not s.settles and s.credits == 2
+    assert (await served.api.get_queue("q")).stats.in_flight == 2  # nothing was acked
+
+
+# -- pump ---------------------------------------------------------------------------------
+async def test_pump_respects_credits_then_waits(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+    dequeues = _spy_dequeues(served, monkeypatch)
+    await _enqueue(served, 5)
+    s = _session(served, prefetch=2, max_batch=10)
+    frames = s.pump()
+    first = await anext(frames)
+    assert len(first) == 2 and s.credits == 0 and [d.max_messages for d in dequeues] == [2]
+    waiting = asyncio.ensure_future(anext(frames))
+    s.wake.set()
+    await _until(lambda: not s.wake.is_set(), "the pump to wait for credits")
+    assert not waiting.done() and len(dequeues) == 1  # no dequeue without credits
+    s.add_credits(1)
+    assert len(await asyncio.wait_for(waiting, 20)) == 1
+    assert [d.max_messages for d in dequeues] == [2, 1]
+    await frames.aclose()
+
+
+async def test_pump_releases_what_it_dequeued_after_the_half_close(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dequeue still committing when the client half-closes: its messages are released
+    by the server (attempt not counted, ready at once), not sent."""
+    ids = await _enqueue(served, 3)
+    dequeues = _spy_dequeues(served, monkeypatch)
+    s = _session(served, prefetch=3)
+    frames = s.pump()
+    with stalled_commits(served.env):
+        pending = asyncio.ensure_future(anext(frames))
+        await _until(lambda: len(dequeues) == 1, "the dequeue to be proposed")
+        s.half_closed.set()  # the client half-closes while the dequeue waits for its commit
+        s.wake.set()
+    with pytest.raises(StopAsyncIteration):
+        await asyncio.wait_for(pending, 20)
+    await s.drain()
+    views = [served.api.node.state.get_message("q", i) for i in ids]
+    assert [(v.state, v.attempts) for v in views] == [(MessageState.READY, 0)] * 3
+
+
+async def test_pump_with_prefetch_0_pushes_without_credits(served: Served) -> None:
+    """prefetch 0 = no limit (push mode): frames come without any credit returned."""
+    await _enqueue(served, 5)
+    s = _session(served, prefetch=0, max_batch=2)
+    frames = s.pump()
+    got = [len(await anext(frames)) for _ in range(3)]
+    assert got == [2, 2, 1] and s.credits == 0
+    await frames.aclose()
+
+
+# -- the rules over gRPC --------------------------------------------------------------------
+async def test_stream_refuses_mismatched_ack_lease_ids(served: Served) -> None:
+    await _enqueue(served, 2)
+    requests: asyncio.Queue[pb.DequeueStreamRequest] = asyncio.Queue()
+    requests.put_nowait(pb.DequeueStreamRequest(queue_name="q", prefetch=2, auto_credit=True))
+
+    async def send() -> AsyncIterator[pb.DequeueStreamRequest]:
+        while True:
+            yield await requests.get()
+
+    call = served.stub.DequeueStream(send())
+    got = [await call.read(), await call.read()]
+    requests.put_nowait(pb.DequeueStreamRequest(ack_ids=[m.id for m in got], ack_lease_ids=[got[0].lease_id]))
+    async def read_to_the_end() -> None:
+        while True:
+            await call.read()
+
+    with pytest.raises(grpc.aio.AioRpcError) as ei:
+        await asyncio.wait_for(read_to_the_end(), 20)  # the stream must end, with that status
+    assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert dict(ei.value.trailing_metadata() or ())["doq-reason"] == "INVALID_LEASE_IDS"
+    assert (await served.api.get_queue("q")).stats.in_flight == 2  # nothing was acked
+
+
+async def test_ack_batch_lease_ids(served: Served) -> None:
+    await _enqueue(served, 3)
+    msgs = await served.api.dequeue("q", max_messages=3)
+    ids = [m.id for m in msgs]
+    with pytest.raises(grpc.aio.AioRpcError) as ei:
+        await served.stub.AckBatch(pb.AckBatchRequest(queue_name="q", ids=ids, lease_ids=[msgs[0].lease_id]))
+    assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert dict(ei.value.trailing_metadata() or ())["doq-reason"] == "INVALID_LEASE_IDS"
+    assert (await served.api.get_queue("q")).stats.in_flight == 3
+    lease_ids = [msgs[0].lease_id, msgs[1].lease_id + 1000, 0]  # current, stale, any
+    res = (await served.stub.AckBatch(pb.AckBatchRequest(queue_name="q", ids=ids, lease_ids=lease_ids))).results
+    assert [r.success for r in res] == [True, False, True]
+    assert res[1].error.reason == "STALE_LEASE"
