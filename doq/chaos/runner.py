@@ -124,7 +124,7 @@ def run(cfg: ChaosConfig, workdir: Path) -> Outcome:
         "kills": sum(1 for f in faults if f.kind != PAUSE_LEADER),
         "faults": dict(Counter(f.kind for f in faults)),
         "failover_ms": failover,
-        "failover_median_ms": statistics.median(known) if known else None,
+        "failover_median_ms": round(statistics.median(known), 1) if known else None,
         "pause_recovery_ms": recovery,
         "reconnects": sum(max(0, w.sessions - 1) for w in workload.workers),
         "duration_s": round(time.monotonic() - t_start, 1),
