@@ -98,7 +98,7 @@ class LeaderForwarder(grpc.aio.ServerInterceptor):
                 leader_hint=status.leader_id))
         proxy = self._proxies.get((target, method))
         if proxy is None:
-            proxy = _Proxy(self.channel(target), method, target, status.node_id).handler(handler)
+            proxy = _Proxy(self.channel(target), method, target, status).handler(handler)
             self._proxies[(target, method)] = proxy
         return proxy
 
@@ -118,10 +118,11 @@ class LeaderForwarder(grpc.aio.ServerInterceptor):
 class _Proxy:
     """Relays calls of one method to the leader at `target` over `channel`, as raw bytes."""
 
-    __slots__ = ("channel", "method", "target", "node_id")
+    __slots__ = ("channel", "method", "target", "node_id", "leader_id")
 
-    def __init__(self, channel: grpc.aio.Channel, method: str, target: str, node_id: str) -> None:
-        self.channel, self.method, self.target, self.node_id = channel, method, target, node_id
+    def __init__(self, channel: grpc.aio.Channel, method: str, target: str, status: ClusterStatus) -> None:
+        self.channel, self.method, self.target = channel, method, target
+        self.node_id, self.leader_id = status.node_id, status.leader_id
 
     def handler(self, local: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         """A handler of the same kind as `local`, with no (de)serialization."""
@@ -179,7 +180,7 @@ class _Proxy:
         trailing = e.trailing_metadata() or ()
         if e.code() == grpc.StatusCode.UNAVAILABLE and not any(k == "doq-reason" for k, _ in trailing):
             err = Unavailable(f"this node is not the leader and the leader at {self.target} did not "
-                              f"answer: {e.details()}", reason="LEADER_UNREACHABLE")
+                              f"answer: {e.details()}", reason="LEADER_UNREACHABLE", leader_hint=self.leader_id)
             await _send_initial_quietly(context, ((LEADER_GRPC, self.target),))
             await abort_with_error(context, err)
         await _send_initial_quietly(context, (*_relayed_answer(e.initial_metadata() or ()),
@@ -195,7 +196,7 @@ async def _send_initial_quietly(context: grpc.aio.ServicerContext, metadata: Met
     """Send initial metadata unless it was sent already (a stream that failed midway)."""
     try:
         await context.send_initial_metadata(metadata)
-    except Exception:  # grpc raises UsageError (not exported) the second time
+    except grpc.aio.UsageError:
         pass
 
 

@@ -10,6 +10,7 @@ import re
 import threading
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -254,3 +255,33 @@ def test_concurrent_forwarded_streams_through_one_follower(cluster: Cluster) -> 
         t.join(TIMEOUT_S * 2)
     assert not errors, errors
     assert cluster.stats("many").ready == 400
+
+
+def test_a_dead_leader_is_answered_retryable_until_a_new_one_serves(tmp_path: Path) -> None:
+    """kill -9 of the leader: a follower answers each call with a retryable UNAVAILABLE
+    carrying a reason (LEADER_UNREACHABLE while it still believes in the dead leader,
+    NOT_LEADER while none is known) until the new leader serves it."""
+    with three_nodes(tmp_path / "data") as nodes:
+        c = Cluster(nodes)
+        try:
+            c.stub(c.followers[0]).CreateQueue(pb.CreateQueueRequest(name="after"))  # no deadline
+            c.leader.kill9()
+            reasons: list[str] = []
+
+            def enqueued() -> bool:
+                try:
+                    c.stub(c.followers[0]).Enqueue(pb.EnqueueRequest(queue_name="after", content=b"x"), timeout=10)
+                    return True
+                except grpc.RpcError as e:
+                    err: Any = e
+                    trailers = metadata(err.trailing_metadata())
+                    assert err.code() == grpc.StatusCode.UNAVAILABLE, (err.code(), err.details())
+                    assert trailers.get("doq-retryable") == "true", (err.details(), trailers)
+                    assert trailers["doq-leader"] in ("", c.leader.node_id), trailers
+                    reasons.append(trailers["doq-reason"])
+                    return False
+
+            until("a new leader serves", enqueued)
+            assert set(reasons) <= {"LEADER_UNREACHABLE", "NOT_LEADER"}, reasons
+        finally:
+            c.close()
