@@ -7,7 +7,7 @@ raises `InvalidArgument` before anything is sent.
 Each `Op` says whether it is *repeatable* (see `doq_client.retry`): sending it again after
 an attempt whose outcome is unknown cannot apply it twice. Repeatable: reads; create and
 update of a queue (same settings: no change); enqueues that carry a `dedup_id`; dequeue in
-lease mode (what an unanswered attempt leased comes back when its lease ends); touch and
+lease mode (what an unanswered attempt leased comes back when its lease ends);
 update_priority; ack, ack_batch, nack and touch with lease ids; deletes. Not repeatable:
 enqueues without a `dedup_id`, dequeue with `ack=True`, purge, and ack/nack with lease id 0
 (any lease: a repeat could settle a later delivery to another consumer).

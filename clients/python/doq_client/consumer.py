@@ -361,6 +361,8 @@ class AsyncConsumer(_ConsumerBase):
             if self._closing or not is_failover(err):
                 raise err
             await self._reconnect(err)
+            if self._closing:  # closed while reconnecting (from another task)
+                return False
 
     async def _reconnect(self, err: DoqClientError) -> None:
         tries = self._tries = self._tries or Attempts(NO_RETRY, self._client.failover, True)
@@ -372,7 +374,8 @@ class AsyncConsumer(_ConsumerBase):
         orphans = self._restart()
         self._wake.set()
         await asyncio.sleep(delay)
-        self._open()
+        if not self._closing:
+            self._open()
         self._settle_by_call(orphans)
 
     def __aiter__(self) -> AsyncIterator[Message]:

@@ -181,7 +181,10 @@ def invalid_argument(message: str, reason: str = "INVALID_ARGUMENT") -> InvalidA
 def from_rpc_error(e: grpc.RpcError | grpc.aio.AioRpcError) -> DoqClientError:
     """Map a failed call (sync or aio) to a `DoqClientError`, reading the doq trailers.
 
-    Without doq trailers (a transport failure) UNAVAILABLE is retryable and nothing else is.
+    Without doq trailers (a transport failure) UNAVAILABLE is retryable and nothing else
+    is; INTERNAL without them is taken as UNAVAILABLE: it is how `grpc.aio` reports a
+    connection lost while a stream writes ("Internal error from Core"), and a doq server
+    always sends its reason.
     """
     code: grpc.StatusCode = e.code() if hasattr(e, "code") else grpc.StatusCode.UNKNOWN  # type: ignore[union-attr]
     details: str = (e.details() if hasattr(e, "details") else None) or str(e)  # type: ignore[union-attr]
@@ -191,6 +194,8 @@ def from_rpc_error(e: grpc.RpcError | grpc.aio.AioRpcError) -> DoqClientError:
         key, value = item[0], item[1]
         md[key] = value.decode() if isinstance(value, bytes) else str(value)
     reason = md.get("doq-reason", "")
+    if not reason and code == grpc.StatusCode.INTERNAL:
+        code = grpc.StatusCode.UNAVAILABLE
     if "doq-retryable" in md:
         retryable = md["doq-retryable"] == "true"
     else:

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from doq_client._ledger import Chunk, Ledger, Outcome, Refused, Stamper, batch_frame, take_frame
-from doq_client.errors import Cancelled, DoqClientError, Unavailable, from_rpc_error
+from doq_client.errors import Cancelled, DoqClientError, Internal, Unavailable, from_rpc_error
 from doq_client.retry import NO_RETRY, Attempts, is_failover
 from doq_client.types import Content, EnqueueResult, enqueue_request
 from doq_proto.v1 import doq_pb2 as pb
@@ -65,6 +65,10 @@ def _stream_closed() -> DoqClientError:
     return Unavailable(
         "the enqueue stream ended before this message was acknowledged", retryable=True
     )
+
+
+def _broken(e: Exception) -> DoqClientError:
+    return Internal(f"the producer's stream failed: {e!r}", code=grpc.StatusCode.INTERNAL)
 
 
 def _fail(chunk: Chunk, err: DoqClientError, resolve: Callable[[Chunk], None]) -> None:
@@ -281,6 +285,8 @@ class AsyncProducer(_Base):
         except asyncio.CancelledError:
             self._fail_all(Cancelled("producer cancelled", code=grpc.StatusCode.CANCELLED))
             raise
+        except Exception as e:  # e.g. the client was closed: never leave a future pending
+            self._fail_all(_broken(e))
         finally:
             self._runner = None
             self._wake.set()
@@ -414,6 +420,14 @@ class Producer(_Base):
 
     def _run(self) -> None:
         """The stream thread; see `AsyncProducer._run`."""
+        try:
+            self._stream()
+        except Exception as e:  # e.g. the client was closed: never leave a future pending
+            with self._cond:
+                self._fail_all(_broken(e))
+                self._runner = None
+
+    def _stream(self) -> None:
         on_resp = self._ledger.on_batch if self.batch else self._ledger.on_single
         tries: Attempts | None = None
         while True:
