@@ -4,10 +4,12 @@ Errors are mapped by `doq.errors.STATUS_TABLE`; the status details carry the sta
 in trailing metadata (`doq-reason`, `doq-retryable`, `doq-leader`: the leader's node id) and,
 when the error names a leader whose gRPC address this node knows, `doq-leader-grpc` (that
 address, HOST:PORT, from the node's `cluster_status()`), so a client can reconnect to the
-leader without asking. Inside enqueue streams and batches a failing item gets an `Error`
-in its own response instead of ending the stream (its `leader_hint` is the node id only;
-`ListServers` maps ids to addresses); a dequeue stream has no per-request response, so a
-refused request (e.g. a mismatched `ack_lease_ids`) ends it with that status.
+leader without asking. Inside enqueue streams a failure is answered in the responses
+instead of ending the stream (a failing request of EnqueueStream in its own response; a
+refused frame of EnqueueBatchStream in each of its results; their `Error.leader_hint` is
+the node id only, `ListServers` maps ids to addresses); EnqueueBatch is all or nothing and
+fails with the status of the message that refused it. A dequeue stream has no per-request
+response, so a refused request (e.g. a mismatched `ack_lease_ids`) ends it with that status.
 
 Every task a stream starts ends with its call (also when the call is cancelled).
 """

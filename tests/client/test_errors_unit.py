@@ -92,3 +92,22 @@ def test_router_moves_to_the_named_leader_else_the_next_address() -> None:
     assert r.moved(by_id, "a:1") and r.current == "d:4" and "0.0.0.0:5" not in r.known
     with pytest.raises(ValueError):
         parse_targets(" , ")
+
+
+def test_a_bad_string_is_not_called_an_integer() -> None:
+    """protobuf refuses a str field's value (a lone surrogate cannot be UTF-8): the client's
+    InvalidArgument names the field without claiming it must be an integer."""
+    from doq_client.types import enqueue_request
+
+    with pytest.raises(e.InvalidArgument) as ei:
+        enqueue_request("jobs", "x", group="\ud800")
+    assert "group" in ei.value.message and "integer" not in ei.value.message
+
+
+@pytest.mark.parametrize("prefetch", [0, -1, 2**32])
+def test_a_prefetch_out_of_range_is_invalid_argument(prefetch: int) -> None:
+    """prefetch below 1 is refused like one beyond uint32: the client's InvalidArgument."""
+    from doq_client.consumer import Consumer
+
+    with grpc.insecure_channel("127.0.0.1:1") as ch, pytest.raises(e.InvalidArgument):
+        Consumer(ch, "jobs", prefetch=prefetch)

@@ -58,6 +58,7 @@ class Router(Generic[C]):
         self._channels: dict[str, C] = {}
         self._stubs: dict[str, Any] = {}
         self._by_id: dict[str, str] = {}  # node id -> gRPC address (from ListServers)
+        self._closed = False
 
     @property
     def current(self) -> str:
@@ -69,7 +70,10 @@ class Router(Generic[C]):
             return list(self._known)
 
     def channel(self, addr: str) -> C:
+        """`addr`'s channel, opened on first use; ValueError once the router is closed."""
         with self._lock:
+            if self._closed:
+                raise ValueError("the client is closed")
             ch = self._channels.get(addr)
             if ch is None:
                 ch = self._channels[addr] = self._open(addr)
@@ -122,7 +126,8 @@ class Router(Generic[C]):
                     if s.grpc_addr not in self._known:
                         self._known.append(s.grpc_addr)
 
-    def opened(self) -> list[C]:
-        """Every channel opened so far (to close them)."""
+    def close(self) -> list[C]:
+        """Open no channel any more; returns those opened (for the client to close)."""
         with self._lock:
+            self._closed = True
             return list(self._channels.values())

@@ -68,8 +68,9 @@ class AsyncDoqClient:
         return self.router.pick()[1]
 
     async def close(self) -> None:
+        opened = self.router.close()
         if self._own_channels:
-            for ch in self.router.opened():
+            for ch in opened:
                 await ch.close()
 
     async def __aenter__(self) -> AsyncDoqClient:

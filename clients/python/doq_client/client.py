@@ -88,8 +88,9 @@ class DoqClient:
         return self.router.pick()[1]
 
     def close(self) -> None:
+        opened = self.router.close()
         if self._own_channels:
-            for ch in self.router.opened():
+            for ch in opened:
                 ch.close()
 
     def __enter__(self) -> DoqClient:

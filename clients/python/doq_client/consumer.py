@@ -124,8 +124,8 @@ class _ConsumerBase:
         visibility_timeout_ms: int,
         close_grace_s: float,
     ) -> None:
-        if prefetch < 1:
-            raise ValueError("prefetch must be >= 1")
+        if prefetch < 1:  # beyond uint32: `build` below refuses it
+            raise invalid_argument(f"prefetch must be an integer within 1..{2**32 - 1}, not {prefetch}")
         self.queue = queue
         self.prefetch = prefetch
         self.auto_ack = ack
@@ -450,13 +450,17 @@ class AsyncConsumer(_ConsumerBase):
             pass
         finally:
             call.cancel()
-        stub = self._client.router.stub(self._addr)
-        for m in late:
-            task = asyncio.ensure_future(
-                _settle(stub.Nack(_release_request(self.queue, m), timeout=self.close_grace_s))
-            )
-            self._calls.add(task)
-            task.add_done_callback(self._calls.discard)
+        if late:
+            try:
+                stub = self._client.router.stub(self._addr)
+                for m in late:
+                    task = asyncio.ensure_future(
+                        _settle(stub.Nack(_release_request(self.queue, m), timeout=self.close_grace_s))
+                    )
+                    self._calls.add(task)
+                    task.add_done_callback(self._calls.discard)
+            except ValueError:  # the client was closed: their leases end instead
+                pass
         if self._calls:
             await asyncio.wait(list(self._calls), timeout=self.close_grace_s)
 
@@ -466,7 +470,7 @@ async def _settle(call: Awaitable[Any]) -> None:
     message comes back when its lease ends, as with an ack lost with a stream)."""
     try:
         await call
-    except (DoqClientError, grpc.RpcError) as e:
+    except (DoqClientError, grpc.RpcError, ValueError) as e:  # ValueError: the client was closed
         log.debug("settlement by unary call failed: %s", e)
 
 
@@ -531,7 +535,7 @@ class Consumer(_ConsumerBase):
         for op in _settlement_ops(self.queue, s):
             try:
                 self._client._call(op)
-            except DoqClientError as e:
+            except (DoqClientError, ValueError) as e:  # ValueError: the client was closed
                 log.debug("settlement by unary call failed: %s", e)
 
     def _requests(
@@ -675,8 +679,13 @@ class Consumer(_ConsumerBase):
         finally:
             timer.cancel()
             call.cancel()
-        stub = self._client.router.stub(self._addr)
-        futures = [stub.Nack.future(_release_request(self.queue, m), timeout=self.close_grace_s) for m in late]
+        if not late:
+            return
+        try:
+            stub = self._client.router.stub(self._addr)
+            futures = [stub.Nack.future(_release_request(self.queue, m), timeout=self.close_grace_s) for m in late]
+        except ValueError:  # the client was closed: their leases end instead
+            return
         for f in futures:
             try:
                 f.result()
