@@ -11,8 +11,10 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+import grpc
 import pytest
 from doq_proto.v1 import doq_pb2 as pb
+from doq_proto.v1 import doq_pb2_grpc as pb_grpc
 
 from doq_client import DoqClient, FailoverPolicy, QueueSettings
 from tests.integration.test_cluster import cluster, until
@@ -45,11 +47,26 @@ def _count_calls(n: int) -> tuple[list[int], Callable[[int], Callable[[object], 
     return counts, count
 
 
+def _refusal_trailers(follower: NodeProc) -> dict[str, str]:
+    with grpc.insecure_channel(follower.grpc_addr) as ch:
+        try:
+            pb_grpc.DOQStub(ch).Enqueue(pb.EnqueueRequest(queue_name="q", content=b"x"), timeout=10)
+        except grpc.RpcError as e:
+            return dict(e.trailing_metadata() or ())
+    raise AssertionError(f"{follower.node_id} took a write")
+
+
 def test_a_producer_and_a_consumer_go_on_through_leader_kills(cluster: list[NodeProc]) -> None:
     n = 1500
     failover = FailoverPolicy(timeout_s=90)
     with DoqClient([x.grpc_addr for x in cluster], timeout_s=10, failover=failover) as c:
         c.create_queue("q", settings=QueueSettings(visibility_timeout_ms=3000))
+        leader_id = c.stub.ListServers(pb.ListServersRequest(), timeout=5).leader_id
+        [leader] = [x for x in cluster if x.node_id == leader_id]
+        follower = next(x for x in cluster if x is not leader)
+        md = _refusal_trailers(follower)  # a follower names the leader and its gRPC address
+        assert md["doq-reason"] == "NOT_LEADER" and md["doq-leader"] == leader_id
+        assert md["doq-leader-grpc"] == leader.grpc_addr
         counts, count = _count_calls(n)
         futs = []
         with c.producer(window=128) as p:
