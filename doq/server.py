@@ -15,7 +15,7 @@ import grpc
 import lmdb
 
 from doq.config import ServeConfig
-from doq.node.cluster import MemberAddrs
+from doq.node import k8s_leader
 from doq.node.local import LocalNode
 from doq.service.api import QueueService
 from doq.service.grpc_server import build_server, set_serving
@@ -74,8 +74,7 @@ def open_runtime(config: ServeConfig) -> Runtime:
         state = StateStore(env)
         from doq.service import metrics
 
-        addrs = MemberAddrs(config.raft_addr, config.grpc_addr, config.http_addr)
-        node = LocalNode(state, node_id=config.node_id, addrs=addrs, on_commit=metrics.observe_commit)
+        node = LocalNode(state, node_id=config.node_id, addrs=config.member_addrs(), on_commit=metrics.observe_commit)
         api = QueueService(node, Limits(max_message_bytes=config.max_message_bytes))
     except BaseException:
         env.close()
@@ -150,6 +149,10 @@ async def serve(config: ServeConfig, *, ready: asyncio.Event | None = None) -> N
     storage unusable, an address in use); a failed start leaves no directory behind that
     did not exist before it.
     """
+    try:
+        leader_label = k8s_leader.from_env()  # None unless DOQ_K8S_LEADER_LABEL is set
+    except k8s_leader.K8sConfigError as e:
+        raise StartupError(str(e)) from None
     rt = open_runtime(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -172,6 +175,8 @@ async def serve(config: ServeConfig, *, ready: asyncio.Event | None = None) -> N
     # again and again while the heap grows (measured: ~27 % of the wall time of an HTTP
     # enqueue load in gen-2 pauses). O(1); refcounting still frees these objects.
     gc.freeze()
+    if leader_label:
+        leader_label.follow(lambda: rt.node.is_leader)
     print(f"doq: node {config.node_id} ready: grpc={config.grpc_addr} http={config.http_addr}", flush=True)
     if ready:
         ready.set()
@@ -182,6 +187,8 @@ async def serve(config: ServeConfig, *, ready: asyncio.Event | None = None) -> N
     http.should_exit = True
     grpc_stop = asyncio.create_task(grpc_server.stop(grace=5))
     await rt.node.stop()
+    if leader_label:
+        await leader_label.aclose()
     await grpc_stop
     await http_task
     rt.close()
