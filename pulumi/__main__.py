@@ -56,6 +56,7 @@ if [ "${DOQ_NODE_ID##*-}" = 0 ]; then
   if [ -n "$member" ]; then
     echo "doq: a cluster answers at $member: $DOQ_NODE_ID joins it"
   else
+    echo "doq: no member answers: $DOQ_NODE_ID starts from its volume (bootstraps the cluster if it is empty)"
     unset DOQ_JOIN
   fi
 fi
