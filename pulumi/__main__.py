@@ -54,7 +54,7 @@ if [ "${DOQ_NODE_ID##*-}" = 0 ]; then
   done
   unset IFS
   if [ -n "$member" ]; then
-    echo "doq: a cluster answers at $member: $DOQ_NODE_ID joins it"
+    echo "doq: a member answers at $member: $DOQ_NODE_ID does not bootstrap (it joins, or restarts from its volume)"
   else
     echo "doq: no member answers: $DOQ_NODE_ID starts from its volume (bootstraps the cluster if it is empty)"
     unset DOQ_JOIN

@@ -19,6 +19,7 @@ from tests.deploy.pods import kubelet_env
 from tests.deploy.program import ROOT, Deployment, deploy, load_program
 
 KUBERNETES_VERSION = "1.37"  # the newest schema kubernetes-validate ships (strict variant)
+OLDEST_SUPPORTED = "1.27"  # StatefulSet PVC retention on by default (pulumi/README.md)
 NS = "doq"
 POD_LABELS_KEYS = ("app.kubernetes.io/name", "app.kubernetes.io/instance")
 
@@ -57,11 +58,14 @@ def test_the_program_declares_the_deployment(default: Deployment) -> None:
     assert sts["persistentVolumeClaimRetentionPolicy"] == {"whenDeleted": "Retain", "whenScaled": "Retain"}
 
 
-@pytest.mark.parametrize("replicas", [1, 3, 5])
-def test_every_manifest_validates_against_the_kubernetes_schema_strictly(replicas: int) -> None:
-    d = deploy({"replicas": replicas, "storageClass": "fast-ssd", "spread": "preferred"})
+@pytest.mark.parametrize("version", [OLDEST_SUPPORTED, KUBERNETES_VERSION])
+@pytest.mark.parametrize("config", [{}, {"replicas": 1, "storageClass": "fast-ssd", "spread": "preferred",
+                                         "createNamespace": False}, {"replicas": 5}])
+def test_every_manifest_validates_against_the_kubernetes_schema_strictly(version: str, config: dict[str, object]) -> None:
+    d = deploy(config)
+    assert d.resources
     for r in d.resources:
-        assert kubernetes_validate.validate(r.manifest, KUBERNETES_VERSION, strict=True) == KUBERNETES_VERSION
+        assert kubernetes_validate.validate(r.manifest, version, strict=True) == version, r.name
 
 
 def test_strict_validation_refuses_an_unknown_field(default: Deployment) -> None:

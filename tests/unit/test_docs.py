@@ -13,7 +13,7 @@ from doq.config import ServeConfig
 from doq.errors import STATUS_TABLE
 
 ROOT = Path(__file__).resolve().parents[2]
-USER_DOCS = [ROOT / "README.md", ROOT / "clients/python/README.md",
+USER_DOCS = [ROOT / "README.md", ROOT / "clients/python/README.md", ROOT / "pulumi/README.md",
              *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "bench").rglob("*.md"))]
 OUTSIDE = re.compile(r"\.\./shared|/work/|\b(CONTRACT|ARCHITECTURE|STYLE|PERFORMANCE)\.md\b")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
