@@ -1,4 +1,4 @@
-"""The `doq` command: serve | bench (| backup | restore | verify as they land)."""
+"""The `doq` command: serve | bench | backup | restore | cluster."""
 
 from __future__ import annotations
 

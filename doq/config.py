@@ -49,7 +49,7 @@ _HELP = {
     "advertise_host": "host the other members and clients reach this node at, announced with "
                       "the ports of the listen addresses (none: the listen addresses themselves)",
     "election_timeout_ms": "Raft election timeout: a follower that hears from no leader for 1-2x "
-                           "this long starts an election (100..60000)",
+                           "this long starts an election (500..60000, in steps of the 100 ms tick)",
     "max_message_bytes": "largest message content accepted",
     "log_level": "debug | info | warning | error",
 }
@@ -112,8 +112,8 @@ def _coerce(name: str, value: Any) -> Any:
             n = int(value)
         except (TypeError, ValueError):
             raise InvalidArgument(f"--election-timeout-ms must be an integer, got {value!r}") from None
-        if not 100 <= n <= 60_000:
-            raise InvalidArgument("--election-timeout-ms must be within 100..60000")
+        if not 500 <= n <= 60_000:
+            raise InvalidArgument("--election-timeout-ms must be within 500..60000")
         return n
     value = str(value)
     if name.endswith("_addr"):

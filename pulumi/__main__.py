@@ -138,8 +138,8 @@ def _check(s: Settings) -> None:
             raise pulumi.RunError(f"doq:{key} must be within 1..65535, got {port}")
     if len(set(ports.values())) != 3:
         raise pulumi.RunError(f"doq:grpcPort, httpPort and raftPort must differ, got {ports}")
-    if not 100 <= s.election_timeout_ms <= 60_000:
-        raise pulumi.RunError(f"doq:electionTimeoutMs must be within 100..60000, got {s.election_timeout_ms}")
+    if not 500 <= s.election_timeout_ms <= 60_000:
+        raise pulumi.RunError(f"doq:electionTimeoutMs must be within 500..60000, got {s.election_timeout_ms}")
     if s.spread not in ("required", "preferred"):
         raise pulumi.RunError(f"doq:spread must be 'required' or 'preferred', got {s.spread!r}")
     if s.image_pull_policy not in ("Always", "IfNotPresent", "Never"):

@@ -2,8 +2,10 @@
 
 Errors are mapped by `doq.errors.STATUS_TABLE`; the status details carry the stable reason
 in trailing metadata (`doq-reason`, `doq-retryable`, `doq-leader`). Inside enqueue streams
-and batches a failing item gets an `Error` in its own response instead of ending the
-stream; a dequeue stream has no per-request response, so a refused request (e.g. a
+a failure is answered in the responses instead of ending the stream (a failing request of
+EnqueueStream in its own response; a refused frame of EnqueueBatchStream in each of its
+results); EnqueueBatch is all or nothing and fails with the status of the message that
+refused it. A dequeue stream has no per-request response, so a refused request (e.g. a
 mismatched `ack_lease_ids`) ends it with that status.
 
 Every task a stream starts ends with its call (also when the call is cancelled).

@@ -70,3 +70,22 @@ def test_retry_only_when_safe() -> None:
     with pytest.raises(e.QueueNotFound):
         call_with_retry(policy, True, not_found)
     assert len(calls) == 1
+
+
+def test_a_bad_string_is_not_called_an_integer() -> None:
+    """protobuf refuses a str field's value (a lone surrogate cannot be UTF-8): the client's
+    InvalidArgument names the field without claiming it must be an integer."""
+    from doq_client.types import enqueue_request
+
+    with pytest.raises(e.InvalidArgument) as ei:
+        enqueue_request("jobs", "x", group="\ud800")
+    assert "group" in ei.value.message and "integer" not in ei.value.message
+
+
+@pytest.mark.parametrize("prefetch", [0, -1, 2**32])
+def test_a_prefetch_out_of_range_is_invalid_argument(prefetch: int) -> None:
+    """prefetch below 1 is refused like one beyond uint32: the client's InvalidArgument."""
+    from doq_client.consumer import Consumer
+
+    with grpc.insecure_channel("127.0.0.1:1") as ch, pytest.raises(e.InvalidArgument):
+        Consumer(ch, "jobs", prefetch=prefetch)

@@ -89,8 +89,8 @@ class _ConsumerBase:
         visibility_timeout_ms: int,
         close_grace_s: float,
     ) -> None:
-        if prefetch < 1:
-            raise ValueError("prefetch must be >= 1")
+        if prefetch < 1:  # beyond uint32: `build` below refuses it
+            raise invalid_argument(f"prefetch must be an integer within 1..{2**32 - 1}, not {prefetch}")
         self.queue = queue
         self.prefetch = prefetch
         self.auto_ack = ack
