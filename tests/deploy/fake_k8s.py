@@ -55,12 +55,16 @@ def make_credentials(root: Path, *, token: str = "token-1", namespace: str = "do
 
 class FakeKubeApi:
     """Pods are `(namespace, name) -> labels`; `fail_next` holds statuses to answer (in order)
-    before any patch succeeds again (0: close the connection without an answer)."""
+    before any patch succeeds again (0: close the connection without an answer). While
+    `hold` is clear, requests wait unanswered (`held` counts them)."""
 
     def __init__(self, tls_dir: Path, pods: dict[tuple[str, str], dict[str, str]]) -> None:
         self.pods = pods
         self.requests: list[Recorded] = []
         self.fail_next: list[int] = []
+        self.hold = threading.Event()
+        self.hold.set()
+        self.held = 0
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -93,6 +97,13 @@ class FakeKubeApi:
             body = json.loads(raw or b"{}")
         except ValueError:
             body = {"unparsable": raw.decode(errors="replace")}
+        if not self.hold.is_set():
+            with self.changed:
+                self.held += 1
+                self.changed.notify_all()
+            self.hold.wait(60)
+            with self.changed:
+                self.held -= 1
         with self.changed:
             status = self.fail_next.pop(0) if self.fail_next else 200
             m = POD_PATH.fullmatch(path)
@@ -122,6 +133,7 @@ class FakeKubeApi:
         return self
 
     def stop(self) -> None:
+        self.hold.set()
         self.server.shutdown()
         self.server.server_close()
 

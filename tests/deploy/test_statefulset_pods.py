@@ -8,7 +8,6 @@ from its volume as itself."""
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
 from pathlib import Path
 
@@ -63,10 +62,8 @@ def test_a_one_pod_statefulset_runs_as_declared(tmp_path: Path) -> None:
             assert (me.id, me.http_addr, me.raft_addr) == (
                 "doq-0", f"127.0.0.1:{http}", f"127.0.0.1:{pod.local_port(c, 'raft')}")
 
-            t0 = time.monotonic()
             grace_s = d.pod_template["spec"]["terminationGracePeriodSeconds"]
-            assert pod.terminate(timeout_s=grace_s) == 0, pod.log()
-            assert time.monotonic() - t0 < grace_s
+            assert pod.terminate(timeout_s=grace_s) == 0, pod.log()  # before kubelet's SIGKILL
             assert api.pods[(NS, "doq-0")] == pod_labels  # unlabelled, the rest kept
 
             pod.start()  # the container restarts: same command, same volume
