@@ -42,6 +42,7 @@ def test_a_one_pod_statefulset_runs_as_declared(tmp_path: Path) -> None:
             "KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(api.port),
             "DOQ_K8S_SERVICE_ACCOUNT_DIR": str(sa)})
         [pod] = local.pods()
+        assert "$(" not in " ".join(pod.argv)  # kubelet would expand $(VAR) in the command: none there
         # only addresses and the volume's path differ from what kubelet gives the pod
         assert local.translated == {"doq-0": {"DOQ_DATA_DIR", "DOQ_GRPC_ADDR", "DOQ_HTTP_ADDR", "DOQ_RAFT_ADDR",
                                               "DOQ_ADVERTISE_HOST", "DOQ_JOIN"}}
