@@ -12,7 +12,7 @@ node just works. The proxy works on raw bytes (nothing is parsed or re-encoded) 
   stream is two pumps: gRPC's request writer and the response loop);
 - the leader's initial metadata plus `doq-leader-grpc: <leader HOST:PORT>` (on every
   forwarded answer, also an error), its status code, details and trailing metadata
-  (`doq-reason`, `doq-retryable`, `doq-leader`).
+  as they are (`doq-reason`, `doq-retryable`, `doq-leader`, `doq-leader-grpc`).
 
 Served locally instead: on the leader; `grpc.health.v1`, reflection and any other
 service; the reads `GetQueue`, `ListQueues`, `Get` (linearizable on a follower through
@@ -37,6 +37,7 @@ from doq.errors import DoqError, NotLeader, Unavailable
 from doq.node.base import Node
 from doq.node.cluster import ClusterStatus
 from doq.service.grpc_server import _abort as abort_with_error  # the one error -> status mapping
+from doq.service.grpc_server import leader_grpc_addr
 
 SERVICE_PREFIX = "/doq.v1.DOQ/"
 LOCAL_METHODS = frozenset(SERVICE_PREFIX + m for m in ("GetQueue", "ListQueues", "Get", "ListServers"))
@@ -49,14 +50,6 @@ _NOT_RELAYED = frozenset({"user-agent", "content-type", "te", "host", FORWARDED_
 
 Metadata = tuple[tuple[str, str | bytes], ...]
 Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]]
-
-
-def leader_grpc_addr(status: ClusterStatus) -> str:
-    """The leader's gRPC address in `status` ("" if no leader is known or it has none)."""
-    for m in status.members:
-        if m.node_id == status.leader_id:
-            return m.addrs.grpc_addr
-    return ""
 
 
 def _relayed(metadata: Sequence[Any]) -> list[tuple[str, str | bytes]]:
@@ -88,17 +81,17 @@ class LeaderForwarder(grpc.aio.ServerInterceptor):
         if handler is None:
             return None
         status = self.node.cluster_status()
-        target = leader_grpc_addr(status)
+        target = leader_grpc_addr(self.node, status.leader_id)
         if not target or status.leader_id == status.node_id:
             return handler  # no leader known: the node answers NOT_LEADER / UNAVAILABLE itself
         metadata: Sequence[Any] = handler_call_details.invocation_metadata or ()  # type: ignore[attr-defined]
         if any(k == FORWARDED_BY for k, _ in metadata):
-            return _refusing(handler, NotLeader(
+            return _refusing(handler, self.node, NotLeader(
                 f"forwarded call reached {status.node_id}, which is not the leader",
                 leader_hint=status.leader_id))
         proxy = self._proxies.get((target, method))
         if proxy is None:
-            proxy = _Proxy(self.channel(target), method, target, status).handler(handler)
+            proxy = _Proxy(self, method, target, status).handler(handler)
             self._proxies[(target, method)] = proxy
         return proxy
 
@@ -116,12 +109,13 @@ class LeaderForwarder(grpc.aio.ServerInterceptor):
 
 
 class _Proxy:
-    """Relays calls of one method to the leader at `target` over `channel`, as raw bytes."""
+    """Relays calls of one method to the leader at `target`, as raw bytes."""
 
-    __slots__ = ("channel", "method", "target", "node_id", "leader_id")
+    __slots__ = ("node", "channel", "method", "target", "node_id", "leader_id")
 
-    def __init__(self, channel: grpc.aio.Channel, method: str, target: str, status: ClusterStatus) -> None:
-        self.channel, self.method, self.target = channel, method, target
+    def __init__(self, fw: LeaderForwarder, method: str, target: str, status: ClusterStatus) -> None:
+        self.node, self.channel = fw.node, fw.channel(target)
+        self.method, self.target = method, target
         self.node_id, self.leader_id = status.node_id, status.leader_id
 
     def handler(self, local: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
@@ -141,7 +135,7 @@ class _Proxy:
         return multicallable(request, metadata=metadata, timeout=context.time_remaining())
 
     async def _send_initial(self, context: grpc.aio.ServicerContext, upstream: Sequence[Any]) -> None:
-        await context.send_initial_metadata((*_relayed_answer(upstream), (LEADER_GRPC, self.target)))
+        await context.send_initial_metadata((*_relayed_initial(upstream), (LEADER_GRPC, self.target)))
 
     def _unary(self, multicallable: Any) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[bytes]]:
         async def relay(request: Any, context: grpc.aio.ServicerContext) -> bytes:
@@ -182,14 +176,20 @@ class _Proxy:
             err = Unavailable(f"this node is not the leader and the leader at {self.target} did not "
                               f"answer: {e.details()}", reason="LEADER_UNREACHABLE", leader_hint=self.leader_id)
             await _send_initial_quietly(context, ((LEADER_GRPC, self.target),))
-            await abort_with_error(context, err)
-        await _send_initial_quietly(context, (*_relayed_answer(e.initial_metadata() or ()),
+            await abort_with_error(context, err, self.node)
+        await _send_initial_quietly(context, (*_relayed_initial(e.initial_metadata() or ()),
                                               (LEADER_GRPC, self.target)))
         await context.abort(e.code(), e.details() or "", _relayed_answer(trailing))
 
 
 def _relayed_answer(metadata: Sequence[Any]) -> Metadata:
-    return tuple((k, v) for k, v in metadata if not k.startswith((":", "grpc-")) and k != LEADER_GRPC)
+    """The leader's answer metadata minus pseudo headers and grpc-*."""
+    return tuple((k, v) for k, v in metadata if not k.startswith((":", "grpc-")))
+
+
+def _relayed_initial(metadata: Sequence[Any]) -> Metadata:
+    """The leader's initial metadata, without a `doq-leader-grpc` (this node adds its own)."""
+    return tuple((k, v) for k, v in _relayed_answer(metadata) if k != LEADER_GRPC)
 
 
 async def _send_initial_quietly(context: grpc.aio.ServicerContext, metadata: Metadata) -> None:
@@ -200,11 +200,11 @@ async def _send_initial_quietly(context: grpc.aio.ServicerContext, metadata: Met
         pass
 
 
-def _refusing(local: grpc.RpcMethodHandler, err: DoqError) -> grpc.RpcMethodHandler:
+def _refusing(local: grpc.RpcMethodHandler, node: Node, err: DoqError) -> grpc.RpcMethodHandler:
     """A handler of the same kind as `local` that ends the call with `err`, reading nothing."""
     if local.response_streaming:
         async def refuse_stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
-            await abort_with_error(context, err)
+            await abort_with_error(context, err, node)
             yield b""  # unreachable: makes this an async generator
 
         factory = (grpc.stream_stream_rpc_method_handler if local.request_streaming
@@ -212,7 +212,7 @@ def _refusing(local: grpc.RpcMethodHandler, err: DoqError) -> grpc.RpcMethodHand
         return factory(refuse_stream)
 
     async def refuse(request: Any, context: grpc.aio.ServicerContext) -> bytes:
-        await abort_with_error(context, err)
+        await abort_with_error(context, err, node)
         raise AssertionError("unreachable")
 
     factory = grpc.stream_unary_rpc_method_handler if local.request_streaming else grpc.unary_unary_rpc_method_handler

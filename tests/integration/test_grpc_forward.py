@@ -222,6 +222,7 @@ def test_a_forwarded_call_that_reaches_a_follower_is_answered_not_leader(cluster
     assert err.code() == grpc.StatusCode.UNAVAILABLE
     trailers = metadata(err.trailing_metadata())
     assert (trailers["doq-reason"], trailers["doq-leader"]) == ("NOT_LEADER", cluster.leader.node_id)
+    assert trailers["doq-leader-grpc"] == cluster.leader.grpc_addr
     assert cluster.stats("hops").total == 0
 
 
