@@ -343,10 +343,15 @@ class BackupWriter:
             self._pool.shutdown(wait=True)
             self._pool = None
 
-    def close(self) -> BackupSummary:
-        """Flush the last frame, write footer and trailer; returns the file's totals."""
+    def close(self, *, state_digest: int | None = None) -> BackupSummary:
+        """Flush the last frame, write footer and trailer; returns the file's totals.
+        `state_digest`: as for the constructor, when it is known only after the records."""
         if self._closed:
             raise ValueError("backup writer already closed")
+        if state_digest is not None:
+            if not 0 <= state_digest < 2**256:
+                raise ValueError("state_digest must be within 0..2**256-1")
+            self._state_digest = state_digest
         try:
             self._flush()
             self._drain()

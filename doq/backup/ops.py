@@ -122,11 +122,14 @@ def check_chain(headers: Sequence[BackupHeader], *, names: Sequence[str] | None 
     """Refuse a chain that would not restore exactly: raises the first of `chain_problems`."""
     problems = chain_problems(headers, names=names)
     if problems:
-        raise problems[0]
+        raise problems[0][1]
 
 
-def chain_problems(headers: Sequence[BackupHeader], *, names: Sequence[str] | None = None) -> list[InvalidArgument]:
-    """Every broken chain rule, in file order (empty: the chain restores exactly).
+def chain_problems(
+    headers: Sequence[BackupHeader], *, names: Sequence[str] | None = None
+) -> list[tuple[int, InvalidArgument]]:
+    """Every broken chain rule as (index of the file at fault, error), in file order
+    (empty: the chain restores exactly).
 
     The first file must be a full backup (from_version 0); each next file must start no
     later than the previous one's to_version + 1 (no gap, reason BACKUP_CHAIN_GAP) and must
@@ -134,36 +137,36 @@ def chain_problems(headers: Sequence[BackupHeader], *, names: Sequence[str] | No
     recorded). Each problem names the file (`names`, default "file #N").
     """
     if not headers:
-        return [InvalidArgument("no backup file to restore", reason="BACKUP_CHAIN")]
+        return [(0, InvalidArgument("no backup file to restore", reason="BACKUP_CHAIN"))]
     label = list(names) if names else [f"file #{i + 1}" for i in range(len(headers))]
-    out: list[InvalidArgument] = []
+    out: list[tuple[int, InvalidArgument]] = []
     first = headers[0]
     if first.from_version != 0:
-        out.append(InvalidArgument(
+        out.append((0, InvalidArgument(
             f"{label[0]} is an incremental backup (from version {first.from_version}), "
             "not a full one: restore needs a full backup (since 0) first",
             reason="BACKUP_CHAIN",
-        ))
+        )))
     prev = first
-    for name, h in zip(label[1:], headers[1:], strict=True):
+    for i, (name, h) in enumerate(zip(label[1:], headers[1:], strict=True), start=1):
         if prev.cluster_id and h.cluster_id and h.cluster_id != prev.cluster_id:
-            out.append(InvalidArgument(
+            out.append((i, InvalidArgument(
                 f"{name} is from cluster {h.cluster_id!r}, the previous from {prev.cluster_id!r}",
                 reason="BACKUP_CHAIN",
-            ))
+            )))
         if h.from_version > prev.to_version + 1:
-            out.append(InvalidArgument(
+            out.append((i, InvalidArgument(
                 f"gap in the backup chain: {name} starts at version {h.from_version} but the "
                 f"previous file covers only up to {prev.to_version} (need an incremental "
                 f"with since <= {prev.to_version + 1})",
                 reason="BACKUP_CHAIN_GAP",
-            ))
+            )))
         if h.to_version < prev.to_version:
-            out.append(InvalidArgument(
+            out.append((i, InvalidArgument(
                 f"{name} (up to version {h.to_version}) is older than the previous file "
                 f"(up to {prev.to_version}): give incrementals in order",
                 reason="BACKUP_CHAIN",
-            ))
+            )))
         prev = h
     return out
 
