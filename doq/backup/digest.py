@@ -38,6 +38,11 @@ def item_hash(key: bytes, value: bytes, version: int) -> int:
     return int.from_bytes(sha256(_len4(len(key)) + key + _U64.pack(version) + value).digest(), "big")
 
 
+def item_digest(key: bytes, value: bytes, version: int) -> bytes:
+    """`item_hash` as its 32 bytes (big endian), e.g. to ship it compactly."""
+    return sha256(_len4(len(key)) + key + _U64.pack(version) + value).digest()
+
+
 def item_hash_stored(key: bytes, stored: bytes) -> int:
     """`item_hash` of a record stored as `u64 BE version | value` (doq.storage's layout)."""
     return int.from_bytes(sha256(_len4(len(key)) + key + stored).digest(), "big")

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import struct
 import sys
 import tempfile
 import threading
 import time
 import zipfile
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,9 +48,9 @@ from doq.backup.format import (
 from doq.backup.ops import chain_problems
 from doq.queues import keys as K
 from doq.queues import records as R
+from doq.queues.model import QueueType
 
 DEFAULT_TASK_BYTES = 64 * 1024 * 1024  # compressed bytes of frames per task (at most)
-_STATS = 0  # first element of the (tuple) key under which a task reports its frames
 MAX_FAILURES_PER_PARTITION = 100
 
 
@@ -295,19 +297,31 @@ def find_now_ms(files: Sequence[FileReport]) -> int:
 
 
 # -- executors: stage 1, decode a range of frames ----------------------------------------
-def decode_task(task: Task, counters: tuple[Any, Any] | None = None) -> Iterator[tuple[Any, Any]]:
-    """Read and check the task's frames; yield (key, (file, version, hash | None, info))
-    per record (hash None: a tombstone), then ((0, task id), frame stats and failures).
-    `info`: in flight -> -1, else deliver_at_ms (message); (type, dead) (queue); now_ms
-    (meta); 0 (dedup)."""
+# What travels through the shuffle: per frame and shuffle partition, one blob of packed
+# records (few large items: the Python side of Spark's shuffle costs per item, not per byte).
+#   u32 key length | key | _PACKED (file, version, flags, info) | 32-byte item digest if live
+_PACKED = struct.Struct("<HQBq")
+_LIVE, _INFO, _FAIR = 1, 2, 4  # flags: live record (digest follows); info valid; queue is fair
+_U32 = struct.Struct("<I")
+_MAX_INFO = 2**63 - 1
+
+
+def decode_task(task: Task, partitions: int, counters: tuple[Any, Any] | None = None) -> Iterator[tuple[int, Any]]:
+    """Read and check the task's frames. Yields (shuffle partition, blob of packed records)
+    per frame and partition (the partition: CRC-32 of the key), then (task id % partitions,
+    frame stats and failures). A record's `info`: message: -1 in flight, else deliver_at_ms;
+    queue: its dead count (flag _FAIR for a fair queue); meta: now_ms; dedup: 0."""
     task_id, fi, path, first, frames = task
     stats: list[tuple[int, int, int, int, int]] = []  # frame, records, tombstones, raw bytes, last version
     failures: list[Failure] = []  # frames that do not read
     bad_records: list[Failure] = []  # records that are not doq records (the first few)
     n_bad = 0
-    item_hash = D.item_hash
+    item_digest = D.item_digest
     delivery = R.message_delivery
+    pack, plen = _PACKED.pack, _U32.pack
+    crc = zlib.crc32
     msg, queue, dedup, meta = K.MESSAGE, K.QUEUE, K.DEDUP, K.META_KEY
+    fair = QueueType.FAIR
     n_records = 0
     with open(path, "rb") as fh:
         for i, t in enumerate(frames, start=first):
@@ -317,24 +331,29 @@ def decode_task(task: Task, counters: tuple[Any, Any] | None = None) -> Iterator
             except BackupFormatError as e:
                 failures.append(Failure(e.reason, e.message, path, i, e.offset))
                 continue
+            buckets: list[list[bytes]] = [[] for _ in range(partitions)]
             tombs = 0
             for key, value, version in recs:
+                out = buckets[crc(key) % partitions]
                 if value is None:
                     tombs += 1
-                    yield key, (fi, version, None, None)
+                    out.append(plen(len(key)) + key + pack(fi, version, 0, 0))
                     continue
                 kind = key[0] if key else -1
+                flags = _LIVE | _INFO
                 try:
                     if kind == msg:
                         in_flight, at = delivery(value)
-                        info: Any = -1 if in_flight else at
+                        info = -1 if in_flight else min(at, _MAX_INFO)
                     elif kind == queue:
                         qtype, _, dead, _ = R.decode_queue(value)
-                        info = (qtype.value, dead)
+                        info = min(dead, _MAX_INFO)
+                        if qtype is fair:
+                            flags |= _FAIR
                     elif kind == dedup:
                         info = 0
                     elif key == meta:
-                        info = R.META_REC.unpack_from(value)[1]
+                        info = min(R.META_REC.unpack_from(value)[1], _MAX_INFO)
                     else:
                         raise ValueError("unknown record kind")
                 except Exception as e:  # not a doq record: still part of the state (and its digest)
@@ -343,14 +362,48 @@ def decode_task(task: Task, counters: tuple[Any, Any] | None = None) -> Iterator
                         bad_records.append(Failure("STATE_INCONSISTENT", f"undecodable {chr(kind) if kind > 0 else ''} "
                                                    f"record at version {version}: {e}", path, i, entry.offset,
                                                    _show(key)))
-                    info = None
-                yield key, (fi, version, item_hash(key, value, version), info)
+                    flags, info = _LIVE, 0
+                out.append(plen(len(key)) + key + pack(fi, version, flags, info) + item_digest(key, value, version))
+            for b, parts in enumerate(buckets):
+                if parts:
+                    yield b, b"".join(parts)
             stats.append((i, len(recs), tombs, entry.uncompressed_length, entry.last_version))
             n_records += len(recs)
     if counters is not None:
         counters[0].add(len(stats) + len(failures))
         counters[1].add(n_records)
-    yield (_STATS, task_id), (fi, _partition_id(), stats, failures, bad_records, n_bad - len(bad_records))
+    yield task_id % partitions, (fi, _partition_id(), stats, failures, bad_records, n_bad - len(bad_records))
+
+
+def unpack_records(blob: bytes, into: dict[bytes, Any]) -> None:
+    """Add the packed records of a blob to `into`: key -> (file, version, digest or None,
+    info), or a list of them when a key has several records. `info`: None (tombstone or
+    undecodable), an int, or (dead, True) for a fair queue."""
+    pos, end = 0, len(blob)
+    unpack = _PACKED.unpack_from
+    ulen = _U32.unpack_from
+    size = _PACKED.size
+    get = into.get
+    while pos < end:
+        n = ulen(blob, pos)[0]
+        pos += 4
+        key = blob[pos : pos + n]
+        pos += n
+        f, version, flags, info = unpack(blob, pos)
+        pos += size
+        if flags & _LIVE:
+            h: bytes | None = blob[pos : pos + 32]
+            pos += 32
+        else:
+            h = None
+        rec = (f, version, h, ((info, True) if flags & _FAIR else info) if flags & _INFO else None)
+        old = get(key)
+        if old is None:
+            into[key] = rec
+        elif type(old) is list:
+            old.append(rec)
+        else:
+            into[key] = [old, rec]
 
 
 def _partition_id() -> int:
@@ -375,44 +428,34 @@ def _show(key: bytes) -> str:
         return repr(key[:80])
 
 
-def merge(a: Any, b: Any) -> Any:
-    """reduceByKey: collect every record of one key (a tuple, or a list of tuples)."""
-    if type(a) is list:
-        if type(b) is list:
-            a.extend(b)
+# -- executors: stage 2, rebuild the keys of one shuffle partition ------------------------
+def summarize(items: Iterable[tuple[int, Any]], now_ms: int, n_files: int) -> Iterator[dict[str, Any]]:
+    """Per shuffle partition: rebuild its keys from the blobs of every task, then yield
+    digest deltas per file (the digest of the state rebuilt up to file i is the sum of the
+    deltas of files 0..i), per-queue counts of the final state, and the task stats."""
+    records: dict[bytes, Any] = {}
+    stats: list[Any] = []
+    for _, v in items:
+        if type(v) is bytes:
+            unpack_records(v, records)
         else:
-            a.append(b)
-        return a
-    if type(b) is list:
-        b.append(a)
-        return b
-    return [a, b]
-
-
-# -- executors: stage 2, summarize the rebuilt records of one partition ------------------
-def summarize(items: Iterable[tuple[Any, Any]], now_ms: int, n_files: int) -> Iterator[dict[str, Any]]:
-    """Per partition: digest deltas per file (the digest of the state rebuilt up to file i
-    is the sum of the deltas of files 0..i), per-queue counts of the final state, and the
-    task stats passing through."""
+            stats.append(v)
     deltas = [0] * n_files
     final = 0
     live = 0
     msgs: dict[bytes, list[int]] = {}  # queue name -> [ready, delayed, in flight, dedup]
     queues: dict[bytes, tuple[str, int]] = {}
-    stats: list[Any] = []
     failures: list[Failure] = []
     dropped = 0
     meta_now: int | None = None
-    for key, v in items:
-        if type(key) is tuple:
-            stats.append(v)
-            continue
+    frm = int.from_bytes
+    for key, v in records.items():
         if type(v) is tuple:
             f, _, h, info = v
             if h is None:
                 continue
-            deltas[f] += h
-            cur = v
+            hv = frm(h, "big")
+            deltas[f] += hv
         else:
             cur, problem = _history(v, deltas)
             if problem is not None:
@@ -423,18 +466,20 @@ def summarize(items: Iterable[tuple[Any, Any]], now_ms: int, n_files: int) -> It
             if cur is None or cur[2] is None:
                 continue
             _, _, h, info = cur
-        final += h
+            hv = frm(h, "big")
+        final += hv
         live += 1
-        kind = key[0]
         if info is None:
             continue  # undecodable (reported by stage 1)
+        kind = key[0]
         if kind == K.MESSAGE:
             c = msgs.get(key[3:-8])
             if c is None:
                 c = msgs[key[3:-8]] = [0, 0, 0, 0]
             c[2 if info < 0 else 1 if info > now_ms else 0] += 1
         elif kind == K.QUEUE:
-            queues[key[3:]] = info
+            fair = type(info) is tuple
+            queues[key[3:]] = ("fair" if fair else "delayed", info[0] if fair else info)
         elif kind == K.DEDUP:
             name = key[3 : 3 + int.from_bytes(key[1:3], "big")]
             c = msgs.get(name)
@@ -447,7 +492,7 @@ def summarize(items: Iterable[tuple[Any, Any]], now_ms: int, n_files: int) -> It
            "queues": queues, "stats": stats, "failures": failures, "dropped": dropped, "meta_now": meta_now}
 
 
-def _history(entries: list[tuple[int, int, int | None, Any]], deltas: list[int]) -> tuple[Any, str | None]:
+def _history(entries: list[tuple[int, int, bytes | None, Any]], deltas: list[int]) -> tuple[Any, str | None]:
     """The records of one key across the chain: add to `deltas[i]` how the key's
     contribution changes with file i, return (final record or None, a problem or None).
 
@@ -456,7 +501,7 @@ def _history(entries: list[tuple[int, int, int | None, Any]], deltas: list[int])
     written again by one log entry). A file holds at most one live record per key, and
     two files holding the same version of a key must agree on it."""
     entries.sort(key=lambda e: (e[0], e[1], e[2] is not None))
-    cur: tuple[int, int, int | None, Any] | None = None
+    cur: tuple[int, int, bytes | None, Any] | None = None
     problem = None
     i = 0
     n = len(entries)
@@ -471,13 +516,17 @@ def _history(entries: list[tuple[int, int, int | None, Any]], deltas: list[int])
         if lives > 1:
             problem = f"file #{f + 1} holds {lives} live records of this key (a file holds at most one)"
         if cur is None or (best[1], best[2] is not None) > (cur[1], cur[2] is not None):
-            deltas[f] += (best[2] or 0) - (cur[2] or 0 if cur is not None else 0)
+            deltas[f] += _int(best[2]) - (_int(cur[2]) if cur is not None else 0)
             cur = best
         elif best[1] == cur[1] and best[2] != cur[2] and best[2] is not None:
             problem = (f"version {best[1]} differs between file #{cur[0] + 1} and file #{f + 1} "
                        "(files of different histories?)")
         i = j
     return cur, problem
+
+
+def _int(h: bytes | None) -> int:
+    return 0 if h is None else int.from_bytes(h, "big")
 
 
 # -- the job -----------------------------------------------------------------------------
@@ -556,13 +605,18 @@ def _run(spark: Any, files: list[FileReport], failures: list[Failure], frames_pe
         n_files = len(files)
         ticker = _Ticker(say, interval_s, frames_acc, records_acc, total_frames, total_records)
         with ticker:
+            shuffle = report.shuffle_partitions
             parts = (sc.parallelize(tasks, len(tasks))
-                     .flatMap(lambda t: decode_task(t, counters))
-                     .reduceByKey(merge, numPartitions=report.shuffle_partitions)
+                     .flatMap(lambda t: decode_task(t, shuffle, counters))
+                     .partitionBy(shuffle, _identity)
                      .mapPartitions(lambda it: summarize(it, now_ms, n_files))
                      .collect())
     _combine(report, parts, now_ms)
     return report
+
+
+def _identity(partition: int) -> int:
+    return partition
 
 
 def _combine(report: VerifyReport, parts: list[dict[str, Any]], now_ms: int) -> None:

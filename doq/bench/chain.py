@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ _SETTINGS = {
     "tmp": (QueueType.DELAYED, QueueSettings()),
 }
 TMP_MESSAGES = 50
+_PAD = random.Random(1).randbytes(8192).hex().encode()  # message bodies: hex text, ~2x compressible
 
 
 @dataclass
@@ -66,7 +68,8 @@ class _Msg:
         group = f"g{i % 8}".encode() if self.queue == "events" else b""
         dedup = f"d{i}".encode() if i % 1000 == 7 else b""
         not_before = T0 + self.version + (HOUR_MS if i % 50 == 3 else 0)
-        body = (b"%012d" % i) * (self.value_bytes // 12 + 1)
+        off = (i * 7919) % 8192
+        body = b"%012d" % i + _PAD[off : off + max(0, self.value_bytes - 12)]
         return R.encode_message(
             i % 10 if priority is None else priority, not_before, T0 + self.version, group, dedup, b"",
             body[: self.value_bytes],
