@@ -297,19 +297,20 @@ def find_now_ms(files: Sequence[FileReport]) -> int:
 
 
 # -- executors: stage 1, decode a range of frames ----------------------------------------
-# What travels through the shuffle: per frame and shuffle partition, one blob of packed
-# records (few large items: the Python side of Spark's shuffle costs per item, not per byte).
-#   u32 key length | key | _PACKED (file, version, flags, info) | 32-byte item digest if live
-_PACKED = struct.Struct("<HQBq")
-_LIVE, _INFO, _FAIR = 1, 2, 4  # flags: live record (digest follows); info valid; queue is fair
-_U32 = struct.Struct("<I")
+# What travels through the shuffle, per frame and shuffle partition: (keys, blob), `keys` a
+# list of the records' keys and `blob` their fixed parts back to back (_FIXED: file,
+# version, flags, info, 32-byte item digest; zeros for a tombstone). Few large items, and
+# per record only C-level packing and unpacking: Spark's Python shuffle costs per item.
+_FIXED = struct.Struct("<HQBq32s")
+_LIVE, _INFO, _FAIR = 1, 2, 4  # flags: live record; info valid; the queue is fair
+_NO_DIGEST = bytes(32)
 _MAX_INFO = 2**63 - 1
 
 
 def decode_task(task: Task, partitions: int, counters: tuple[Any, Any] | None = None) -> Iterator[tuple[int, Any]]:
-    """Read and check the task's frames. Yields (shuffle partition, blob of packed records)
-    per frame and partition (the partition: CRC-32 of the key), then (task id % partitions,
-    frame stats and failures). A record's `info`: message: -1 in flight, else deliver_at_ms;
+    """Read and check the task's frames. Yields (shuffle partition, (keys, blob)) per frame
+    and partition (the partition: CRC-32 of the key), then (task id % partitions, frame
+    stats and failures). A record's `info`: message: -1 in flight, else deliver_at_ms;
     queue: its dead count (flag _FAIR for a fair queue); meta: now_ms; dedup: 0."""
     task_id, fi, path, first, frames = task
     stats: list[tuple[int, int, int, int, int]] = []  # frame, records, tombstones, raw bytes, last version
@@ -318,7 +319,7 @@ def decode_task(task: Task, partitions: int, counters: tuple[Any, Any] | None = 
     n_bad = 0
     item_digest = D.item_digest
     delivery = R.message_delivery
-    pack, plen = _PACKED.pack, _U32.pack
+    pack = _FIXED.pack
     crc = zlib.crc32
     msg, queue, dedup, meta = K.MESSAGE, K.QUEUE, K.DEDUP, K.META_KEY
     fair = QueueType.FAIR
@@ -331,13 +332,15 @@ def decode_task(task: Task, partitions: int, counters: tuple[Any, Any] | None = 
             except BackupFormatError as e:
                 failures.append(Failure(e.reason, e.message, path, i, e.offset))
                 continue
-            buckets: list[list[bytes]] = [[] for _ in range(partitions)]
+            keys: list[list[bytes]] = [[] for _ in range(partitions)]
+            fixed: list[list[bytes]] = [[] for _ in range(partitions)]
             tombs = 0
             for key, value, version in recs:
-                out = buckets[crc(key) % partitions]
+                b = crc(key) % partitions
+                keys[b].append(key)
                 if value is None:
                     tombs += 1
-                    out.append(plen(len(key)) + key + pack(fi, version, 0, 0))
+                    fixed[b].append(pack(fi, version, 0, 0, _NO_DIGEST))
                     continue
                 kind = key[0] if key else -1
                 flags = _LIVE | _INFO
@@ -363,10 +366,10 @@ def decode_task(task: Task, partitions: int, counters: tuple[Any, Any] | None = 
                                                    f"record at version {version}: {e}", path, i, entry.offset,
                                                    _show(key)))
                     flags, info = _LIVE, 0
-                out.append(plen(len(key)) + key + pack(fi, version, flags, info) + item_digest(key, value, version))
-            for b, parts in enumerate(buckets):
-                if parts:
-                    yield b, b"".join(parts)
+                fixed[b].append(pack(fi, version, flags, info, item_digest(key, value, version)))
+            for b in range(partitions):
+                if keys[b]:
+                    yield b, (keys[b], b"".join(fixed[b]))
             stats.append((i, len(recs), tombs, entry.uncompressed_length, entry.last_version))
             n_records += len(recs)
     if counters is not None:
@@ -375,28 +378,11 @@ def decode_task(task: Task, partitions: int, counters: tuple[Any, Any] | None = 
     yield task_id % partitions, (fi, _partition_id(), stats, failures, bad_records, n_bad - len(bad_records))
 
 
-def unpack_records(blob: bytes, into: dict[bytes, Any]) -> None:
-    """Add the packed records of a blob to `into`: key -> (file, version, digest or None,
-    info), or a list of them when a key has several records. `info`: None (tombstone or
-    undecodable), an int, or (dead, True) for a fair queue."""
-    pos, end = 0, len(blob)
-    unpack = _PACKED.unpack_from
-    ulen = _U32.unpack_from
-    size = _PACKED.size
+def unpack_records(keys: list[bytes], blob: bytes, into: dict[bytes, Any]) -> None:
+    """Add records to `into`: key -> (file, version, flags, info, digest), or a list of
+    them when a key has several records."""
     get = into.get
-    while pos < end:
-        n = ulen(blob, pos)[0]
-        pos += 4
-        key = blob[pos : pos + n]
-        pos += n
-        f, version, flags, info = unpack(blob, pos)
-        pos += size
-        if flags & _LIVE:
-            h: bytes | None = blob[pos : pos + 32]
-            pos += 32
-        else:
-            h = None
-        rec = (f, version, h, ((info, True) if flags & _FAIR else info) if flags & _INFO else None)
+    for key, rec in zip(keys, _FIXED.iter_unpack(blob), strict=True):
         old = get(key)
         if old is None:
             into[key] = rec
@@ -436,8 +422,8 @@ def summarize(items: Iterable[tuple[int, Any]], now_ms: int, n_files: int) -> It
     records: dict[bytes, Any] = {}
     stats: list[Any] = []
     for _, v in items:
-        if type(v) is bytes:
-            unpack_records(v, records)
+        if len(v) == 2:
+            unpack_records(v[0], v[1], records)
         else:
             stats.append(v)
     deltas = [0] * n_files
@@ -451,8 +437,8 @@ def summarize(items: Iterable[tuple[int, Any]], now_ms: int, n_files: int) -> It
     frm = int.from_bytes
     for key, v in records.items():
         if type(v) is tuple:
-            f, _, h, info = v
-            if h is None:
+            f, _, flags, info, h = v
+            if not flags & _LIVE:
                 continue
             hv = frm(h, "big")
             deltas[f] += hv
@@ -463,13 +449,13 @@ def summarize(items: Iterable[tuple[int, Any]], now_ms: int, n_files: int) -> It
                     failures.append(Failure("STATE_INCONSISTENT", problem, None, None, None, _show(key)))
                 else:
                     dropped += 1
-            if cur is None or cur[2] is None:
+            if cur is None or not cur[2] & _LIVE:
                 continue
-            _, _, h, info = cur
+            _, _, flags, info, h = cur
             hv = frm(h, "big")
         final += hv
         live += 1
-        if info is None:
+        if not flags & _INFO:
             continue  # undecodable (reported by stage 1)
         kind = key[0]
         if kind == K.MESSAGE:
@@ -478,8 +464,7 @@ def summarize(items: Iterable[tuple[int, Any]], now_ms: int, n_files: int) -> It
                 c = msgs[key[3:-8]] = [0, 0, 0, 0]
             c[2 if info < 0 else 1 if info > now_ms else 0] += 1
         elif kind == K.QUEUE:
-            fair = type(info) is tuple
-            queues[key[3:]] = ("fair" if fair else "delayed", info[0] if fair else info)
+            queues[key[3:]] = ("fair" if flags & _FAIR else "delayed", info)
         elif kind == K.DEDUP:
             name = key[3 : 3 + int.from_bytes(key[1:3], "big")]
             c = msgs.get(name)
@@ -492,16 +477,17 @@ def summarize(items: Iterable[tuple[int, Any]], now_ms: int, n_files: int) -> It
            "queues": queues, "stats": stats, "failures": failures, "dropped": dropped, "meta_now": meta_now}
 
 
-def _history(entries: list[tuple[int, int, bytes | None, Any]], deltas: list[int]) -> tuple[Any, str | None]:
-    """The records of one key across the chain: add to `deltas[i]` how the key's
-    contribution changes with file i, return (final record or None, a problem or None).
+def _history(entries: list[tuple[int, int, int, int, bytes]], deltas: list[int]) -> tuple[Any, str | None]:
+    """The records of one key across the chain, each (file, version, flags, info, digest):
+    add to `deltas[i]` how the key's contribution changes with file i, and return (the
+    final record or None, a problem or None).
 
     The state up to file i holds, per key, the record with the highest version among
     files 0..i (a live record wins over a tombstone of the same version: deleted and
     written again by one log entry). A file holds at most one live record per key, and
     two files holding the same version of a key must agree on it."""
-    entries.sort(key=lambda e: (e[0], e[1], e[2] is not None))
-    cur: tuple[int, int, bytes | None, Any] | None = None
+    entries.sort(key=lambda e: (e[0], e[1], e[2] & _LIVE))
+    cur: tuple[int, int, int, int, bytes] | None = None
     problem = None
     i = 0
     n = len(entries)
@@ -510,23 +496,24 @@ def _history(entries: list[tuple[int, int, bytes | None, Any]], deltas: list[int
         j = i
         lives = 0
         while j < n and entries[j][0] == f:
-            lives += entries[j][2] is not None
+            lives += entries[j][2] & _LIVE
             j += 1
         best = entries[j - 1]  # highest (version, live) of file f
         if lives > 1:
             problem = f"file #{f + 1} holds {lives} live records of this key (a file holds at most one)"
-        if cur is None or (best[1], best[2] is not None) > (cur[1], cur[2] is not None):
-            deltas[f] += _int(best[2]) - (_int(cur[2]) if cur is not None else 0)
+        if cur is None or (best[1], best[2] & _LIVE) > (cur[1], cur[2] & _LIVE):
+            deltas[f] += _value(best) - (_value(cur) if cur is not None else 0)
             cur = best
-        elif best[1] == cur[1] and best[2] != cur[2] and best[2] is not None:
+        elif best[1] == cur[1] and best[2] & _LIVE and best[4] != cur[4]:
             problem = (f"version {best[1]} differs between file #{cur[0] + 1} and file #{f + 1} "
                        "(files of different histories?)")
         i = j
     return cur, problem
 
 
-def _int(h: bytes | None) -> int:
-    return 0 if h is None else int.from_bytes(h, "big")
+def _value(rec: tuple[int, int, int, int, bytes]) -> int:
+    """A record's contribution to the digest: its item hash if live, else 0."""
+    return int.from_bytes(rec[4], "big") if rec[2] & _LIVE else 0
 
 
 # -- the job -----------------------------------------------------------------------------

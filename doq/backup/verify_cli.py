@@ -82,15 +82,19 @@ def cmd_verify(ns: argparse.Namespace) -> int:
         import pyspark  # noqa: F401
     except ImportError:
         return _fail("PySpark is not installed: pip install 'doq[spark]' (and a Java runtime)")
+    from pyspark.sql import SparkSession
+
     from doq.backup.verify import spark_session, verify
 
     progress = None if ns.quiet else sys.stderr
-    spark = spark_session(ns.master, conf)
+    active = SparkSession.getActiveSession()  # in-process callers (tests) bring their own
+    spark = active if active is not None else spark_session(ns.master, conf)
     try:
         report = verify(paths, spark=spark, against=ns.against, frames_per_task=ns.frames_per_task,
                         progress=progress, timeout_s=ns.timeout)
     finally:
-        spark.stop()
+        if active is None:
+            spark.stop()
     doc = report.to_dict()
     text = json.dumps(doc, indent=2)
     if ns.report:
