@@ -551,7 +551,7 @@ def verify(
             against_doc, failure = _fetch_against(against, files, Path(tmp), timeout_s, say)
             if failure is not None:
                 failures.append(failure)
-            elif against_doc is not None:
+            if against_doc is not None:
                 more, fails = open_files([against_doc["path"]], [against_doc["file"]])
                 more[0].against = True
                 files += more
@@ -714,19 +714,43 @@ def _fetch_against(url: str, files: Sequence[FileReport], tmp: Path, timeout_s: 
         return None, Failure("AGAINST", f"--against {url}: the chain's last file does not open, so the "
                                         "version to back up from is unknown")
     since = last.last_version + 1
+    chain_to = max(f.header.to_version for f in files if f.header is not None)
     try:
         base = server_url(url)
+        applied = _applied_index(base, timeout_s)
         path = tmp / f"against-since-{since}.bak"
-        say(f"taking an incremental backup of {base} since version {since}")
+        say(f"taking an incremental backup of {base} (at version {applied}) since version {since}")
         s = fetch_backup(base, since, path, timeout_s)
     except DoqError as e:
         return None, Failure("AGAINST", e.message)
     except (RequestFailed, OSError) as e:
         return None, Failure("AGAINST", str(e))
-    doc = {"url": base, "since": since, "to_version": s.header.to_version, "records": s.record_count,
-           "node_id": s.header.node_id, "file": f"{base} (incremental since {since})", "path": str(path),
-           "node_digest": None if s.state_digest is None else D.hex_digest(s.state_digest)}
+    name = f"{base} (incremental since {since})"
+    doc: dict[str, Any] = {
+        "url": base, "since": since, "to_version": s.header.to_version, "records": s.record_count,
+        "node_id": s.header.node_id, "file": name, "path": str(path), "node_applied_index": applied,
+        "node_digest": None if s.state_digest is None else D.hex_digest(s.state_digest)}
+    if applied < chain_to:
+        return doc, Failure("AGAINST", f"the node at {base} is at version {applied}, behind the chain "
+                                       f"(version {chain_to}): it cannot hold the state these files describe",
+                            name)
     return doc, None
+
+
+def _applied_index(base: str, timeout_s: float) -> int:
+    """The node's applied index (`GET /db/digest`)."""
+    import json
+    import urllib.request
+
+    from doq.backup.cli import RequestFailed
+    from doq.client_cli import describe_error
+
+    url = base + "/db/digest"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as r:
+            return int(json.loads(r.read())["applied_index"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise RequestFailed(describe_error(url, e)) from e
 
 
 # -- Spark session and shipping doq to executors -------------------------------------------
