@@ -10,7 +10,7 @@ DEV_STAMP := $(VENV)/.installed-dev
 # Budget for the slow suites (long simulations) in CI.
 SLOW_SEEDS ?= 300
 
-.PHONY: setup serve test test-fast lint check-proto sim
+.PHONY: setup serve test test-fast lint check-proto sim backup-zip
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -44,3 +44,7 @@ test: check-proto lint test-fast
 
 sim: $(DEV_STAMP)
 	$(PY) -m doq.sim --seeds 0:5000 --nodes 5
+
+# The doq package as a zip for `spark-submit --py-files` (backup/README.md).
+backup-zip: $(SERVER_STAMP)
+	$(PY) backup/make_zip.py build/doq-verify.zip

@@ -758,17 +758,18 @@ def spark_session(master: str | None = None, conf: dict[str, str] | None = None,
     """A SparkSession for `master` (None: as configured, e.g. by spark-submit, else
     local[*]). Executors run this Python (PYSPARK_PYTHON, unless set); on a non-local
     master the `doq` package is shipped to them as a zip (`build_zip`)."""
-    from pyspark import SparkConf
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if master is None or master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # (before the JVM) bind nothing but loopback
+    SparkContext._ensure_initialized()  # the JVM: spark-submit's settings, spark-defaults.conf
     configured = SparkConf()
     chosen = master or configured.get("spark.master") or "local[*]"
     b = SparkSession.builder.appName(app).master(chosen)
     local_host = chosen.startswith("local") or "//127.0.0.1:" in chosen or "//localhost:" in chosen
     defaults = {"spark.python.worker.reuse": "true", "spark.ui.showConsoleProgress": "false"}
-    if chosen.startswith("local"):
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # bind nothing but loopback
     if local_host and not configured.contains("spark.driver.host"):
         defaults.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
     if chosen.startswith("local") and not configured.contains("spark.ui.enabled"):
@@ -802,9 +803,14 @@ def build_zip(out: str | os.PathLike[str]) -> Path:
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
         for pkg in (doq, doq_proto):
             root = Path(pkg.__file__).resolve().parent  # type: ignore[arg-type]
+            dirs = set()
             for p in sorted(root.rglob("*.py")):
                 if "__pycache__" not in p.parts:
                     z.write(p, Path(root.name) / p.relative_to(root))
+                    dirs.add(p.parent)
+            for d in sorted(dirs):  # a namespace package (no __init__.py) is a regular one in the
+                if not (d / "__init__.py").exists():  # zip, so no other copy of doq can supply it
+                    z.writestr(str(Path(root.name) / d.relative_to(root) / "__init__.py"), "")
     return out
 
 
