@@ -4,10 +4,16 @@ LMDB records and that a backup records in its footer; version-1 files without it
 from __future__ import annotations
 
 import io
+import json
 import random
+import subprocess
+import sys
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import lmdb
+import pytest
 
 from doq.backup import digest as D
 from doq.backup.format import BackupFormatError, BackupReader, write_records
@@ -19,6 +25,7 @@ from doq.storage.state import StateStore
 from tests.backup.fakes import FakeState
 from tests.storage.test_state import _batch, apply
 from tests.storage.workload import T0, entries
+from tests.support.proc import NodeProc
 
 WORK = entries(seed=11, n=500)
 
@@ -144,3 +151,27 @@ def test_every_flipped_byte_is_caught_with_an_offset() -> None:
             assert e.offset is not None and 0 <= e.offset <= len(data), (pos, e.message)
         else:
             raise AssertionError(f"a flipped byte at {pos} of {len(data)} went unnoticed")
+
+
+@pytest.mark.integration
+def test_get_db_digest_of_a_live_node_is_the_one_its_backups_record(doq_node: NodeProc, tmp_path: Path) -> None:
+    def call(method: str, path: str, body: object | None = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(doq_node.http_url + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return json.loads(r.read() or b"null")
+
+    empty = call("GET", "/db/digest")
+    assert empty["digest"] == "0" * 64
+    call("POST", "/API/v1/queues", {"name": "q", "type": "delayed"})
+    call("POST", "/API/v1/queues/q/messages", {"content": "hello"})
+    live = call("GET", "/db/digest")
+    out = tmp_path / "full.bak"
+    r = subprocess.run([sys.executable, "-m", "doq", "backup", "--server", doq_node.http_url, "-o", str(out)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    with open(out, "rb") as f:
+        s = BackupReader(f).summary
+    assert (s.header.to_version, D.hex_digest(s.state_digest or 0)) == (live["applied_index"], live["digest"])
+    assert live["digest"] != empty["digest"] and live["applied_index"] > empty["applied_index"]
