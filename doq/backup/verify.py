@@ -236,6 +236,8 @@ def _frame_at(summary: BackupSummary | None, offset: int | None) -> int | None:
 
 def check_files_chain(files: Sequence[FileReport]) -> list[Failure]:
     """The chain rules (`doq.backup.ops.chain_problems`) over every file whose header reads."""
+    if not files:
+        return [Failure("BACKUP_CHAIN", "no backup file to verify")]
     usable = [f for f in files if f.header is not None]
     if not usable:
         return []
@@ -250,9 +252,10 @@ def plan_tasks(files: Sequence[FileReport], *, parallelism: int, task_bytes: int
                frames_per_task: int | None = None) -> list[Task]:
     """Split every readable file into ranges of consecutive frames, one Spark task each:
     at most `task_bytes` of compressed frames (or `frames_per_task` frames), and small
-    enough that there are about 3 tasks per core when the chain is big enough."""
+    enough that there are about 4 tasks per core when the chain is big enough (so the
+    cores stay busy until the end)."""
     total = sum(fr.length for f in files if f.summary for fr in f.summary.frames)
-    per_task = max(1, min(task_bytes, -(-total // max(1, 3 * parallelism))))
+    per_task = max(1, min(task_bytes, -(-total // max(1, 4 * parallelism))))
     tasks: list[Task] = []
     for fi, f in enumerate(files):
         if f.summary is None:

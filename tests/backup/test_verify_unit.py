@@ -169,3 +169,8 @@ def test_a_last_file_without_a_digest_is_not_proven(tmp_path: Path) -> None:
         write_records(f, [(b"G", (1).to_bytes(8, "little") * 3, 1)], from_version=0, to_version=1)
     r = run_without_spark([p])
     assert [f.reason for f in r.failures] == ["DIGEST_NOT_RECORDED"] and r.digest is not None
+
+
+def test_no_file_is_not_a_verified_chain() -> None:
+    r = run_without_spark([])
+    assert not r.ok and [f.reason for f in r.failures] == ["BACKUP_CHAIN"]
