@@ -40,7 +40,8 @@ def item_hash(key: bytes, value: bytes, version: int) -> int:
 
 def item_digest(key: bytes, value: bytes, version: int) -> bytes:
     """`item_hash` as its 32 bytes (big endian), e.g. to ship it compactly."""
-    return sha256(_len4(len(key)) + key + _U64.pack(version) + value).digest()
+    n = len(key)
+    return sha256((_LEN[n] if n < 4096 else _U32.pack(n)) + key + _U64.pack(version) + value).digest()
 
 
 def item_hash_stored(key: bytes, stored: bytes) -> int:

@@ -102,10 +102,18 @@ def message_parts(rec: bytes) -> tuple[str, str, dict[str, str], bytes]:
     return group, dedup, md, rec[p:]
 
 
+_PRIO_NOT_BEFORE = struct.Struct("<qQ")  # the first two fields of MSG_HDR
+_FLAGS_AT = struct.calcsize("<qQQQQI")  # offset of MSG_HDR's flags byte
+
+
 def message_delivery(rec: bytes) -> tuple[bool, int]:
-    """(in flight, deliver_at_ms) of a message record: what its state derives from."""
-    prio, not_before, _, _, _, _, flags, _, _, _ = MSG_HDR.unpack_from(rec)
-    return bool(flags & FLAG_IN_FLIGHT), max(not_before, priority_deliver_at(prio))
+    """(in flight, deliver_at_ms) of a message record: what its state derives from.
+    (Reads only the fields it needs: backup verification calls it for every message.)"""
+    if len(rec) < HDR_SIZE:
+        raise ValueError(f"message record of {len(rec)} bytes, shorter than its header")
+    prio, not_before = _PRIO_NOT_BEFORE.unpack_from(rec)
+    at = max(not_before, priority_deliver_at(prio)) if prio >= TS_PRIORITY_MIN else not_before
+    return bool(rec[_FLAGS_AT] & FLAG_IN_FLIGHT), at
 
 
 def message_state(in_flight: bool, deliver_at_ms: int, now_ms: int) -> MessageState:

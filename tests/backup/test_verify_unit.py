@@ -174,3 +174,21 @@ def test_a_last_file_without_a_digest_is_not_proven(tmp_path: Path) -> None:
 def test_no_file_is_not_a_verified_chain() -> None:
     r = run_without_spark([])
     assert not r.ok and [f.reason for f in r.failures] == ["BACKUP_CHAIN"]
+
+
+def test_message_delivery_agrees_with_message_view() -> None:
+    """The job classifies messages with records.message_delivery: the rule of message_view."""
+    from doq.queues import records as R
+    from doq.queues.model import MessageState
+
+    now = 1_700_000_000_000
+    for prio in (-5, 0, 7, R.TS_PRIORITY_MIN - 1, 1_700_000_000, 1_700_000_001, 2**62):
+        for not_before in (0, now - 1, now, now + 1):
+            for flags in (0, R.FLAG_IN_FLIGHT):
+                rec = R.encode_message(prio, not_before, now - 10, b"g", b"d", b"", b"x", flags=flags)
+                in_flight, at = R.message_delivery(rec)
+                view = R.message_view("q", 1, rec, now)
+                assert (at, R.message_state(in_flight, at, now)) == (view.deliver_at_ms, view.state)
+                assert in_flight == (view.state is MessageState.IN_FLIGHT)
+    with pytest.raises(ValueError):
+        R.message_delivery(b"short")
