@@ -9,8 +9,12 @@ SERVER_STAMP := $(VENV)/.installed-server
 DEV_STAMP := $(VENV)/.installed-dev
 # Budget for the slow suites (long simulations) in CI.
 SLOW_SEEDS ?= 300
+# `make chaos`: kill -9s of a real cluster under load, checked (python -m doq.chaos --help).
+CHAOS_NODES ?= 3
+CHAOS_KILLS ?= 50
+CHAOS_DURATION ?= 400
 
-.PHONY: setup serve test test-fast lint check-proto sim backup-zip
+.PHONY: setup serve test test-fast lint check-proto sim chaos backup-zip
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +48,9 @@ test: check-proto lint test-fast
 
 sim: $(DEV_STAMP)
 	$(PY) -m doq.sim --seeds 0:5000 --nodes 5
+
+chaos: $(SERVER_STAMP)
+	$(PY) -m doq.chaos --nodes $(CHAOS_NODES) --kills $(CHAOS_KILLS) --duration $(CHAOS_DURATION)
 
 # The doq package as a zip for `spark-submit --py-files` (backup/README.md).
 backup-zip: $(SERVER_STAMP)

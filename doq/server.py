@@ -15,8 +15,8 @@ import grpc
 import lmdb
 
 from doq.config import ServeConfig
-from doq.node.cluster import MemberAddrs
-from doq.node.local import LocalNode
+from doq.node import k8s_leader
+from doq.node.base import Node
 from doq.service.api import QueueService
 from doq.service.grpc_server import build_server, set_serving
 from doq.service.limits import Limits
@@ -39,7 +39,7 @@ class Runtime:
     lock: NodeDirLock
     env: lmdb.Environment
     state: StateStore
-    node: LocalNode
+    node: Node
     api: QueueService
 
     def close(self, *, discard: bool = False) -> None:
@@ -60,9 +60,10 @@ def lock_node_dir(config: ServeConfig) -> NodeDirLock:
         raise StartupError(f"cannot open data dir {path}: {e}") from e
 
 
-def open_runtime(config: ServeConfig) -> Runtime:
-    """Lock the node directory, open storage, rebuild state and build the node and facade
-    (not started). Raises StartupError, having left the disk as it was."""
+async def open_runtime(config: ServeConfig) -> Runtime:
+    """Lock the node directory, open storage, rebuild state and build the Raft node (after
+    joining the cluster, for a new node with `--join`) and the facade (not started).
+    Raises StartupError, having left the disk as it was."""
     lock = lock_node_dir(config)
     path = lock.path / "doq.lmdb"
     try:
@@ -72,10 +73,21 @@ def open_runtime(config: ServeConfig) -> Runtime:
         raise StartupError(f"cannot open data dir {path}: {e}") from e
     try:
         state = StateStore(env)
+        from doq.cluster_client import ClusterError, join_cluster
+        from doq.node.build import open_raft_node
+        from doq.node.raft_node import RaftNodeConfig
+        from doq.node.transport import GrpcRaftTransport
         from doq.service import metrics
 
-        addrs = MemberAddrs(config.raft_addr, config.grpc_addr, config.http_addr)
-        node = LocalNode(state, node_id=config.node_id, addrs=addrs, on_commit=metrics.observe_commit)
+        raft_config = RaftNodeConfig(election_tick=config.election_timeout_ms // RaftNodeConfig().tick_ms)
+        try:
+            node = await open_raft_node(
+                state, node_id=config.node_id, addrs=config.member_addrs(), join_addrs=config.join,
+                join_cluster=join_cluster, on_commit=metrics.observe_commit, config=raft_config,
+                transport=lambda on_messages: GrpcRaftTransport(config.node_id, config.raft_addr, on_messages),
+            )
+        except ClusterError as e:
+            raise StartupError(f"cannot join the cluster at {', '.join(config.join)}: {e}") from e
         api = QueueService(node, Limits(max_message_bytes=config.max_message_bytes))
     except BaseException:
         env.close()
@@ -150,13 +162,23 @@ async def serve(config: ServeConfig, *, ready: asyncio.Event | None = None) -> N
     storage unusable, an address in use); a failed start leaves no directory behind that
     did not exist before it.
     """
-    rt = open_runtime(config)
+    try:
+        leader_label = k8s_leader.from_env()  # None unless DOQ_K8S_LEADER_LABEL is set
+    except k8s_leader.K8sConfigError as e:
+        raise StartupError(str(e)) from None
+    rt = await open_runtime(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-    await rt.node.start()
+    try:
+        await rt.node.start()
+    except Exception as e:  # e.g. the Raft address is in use
+        with contextlib.suppress(Exception):
+            await rt.node.stop()
+        rt.close(discard=True)
+        raise StartupError(f"cannot start the node (Raft address {config.raft_addr}): {e}") from e
     try:
         grpc_server, grpc_port, http, http_task = await _listen(rt)
     except StartupError:
@@ -172,16 +194,21 @@ async def serve(config: ServeConfig, *, ready: asyncio.Event | None = None) -> N
     # again and again while the heap grows (measured: ~27 % of the wall time of an HTTP
     # enqueue load in gen-2 pauses). O(1); refcounting still frees these objects.
     gc.freeze()
+    if leader_label:
+        leader_label.follow(lambda: rt.node.is_leader)
     print(f"doq: node {config.node_id} ready: grpc={config.grpc_addr} http={config.http_addr}", flush=True)
     if ready:
         ready.set()
     await stop.wait()
     log.info("shutting down")
-    # Stop taking new work, let in-flight calls finish, commit what was taken, then close.
+    # Stop taking new work, let in-flight calls finish, commit what was taken, then close
+    # (a leader first hands leadership to the most up-to-date follower).
     await set_serving(grpc_server, False)
     http.should_exit = True
     grpc_stop = asyncio.create_task(grpc_server.stop(grace=5))
     await rt.node.stop()
+    if leader_label:
+        await leader_label.aclose()
     await grpc_stop
     await http_task
     rt.close()

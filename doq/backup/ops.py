@@ -254,8 +254,8 @@ def restore_offline(
 
     Creates `<data_dir>/<node_id>/doq.lmdb` if missing. Raises `InvalidArgument` (bad or
     corrupt file, gap in the chain, inconsistent records) or `FailedPrecondition` (state
-    not empty) and then writes nothing. The node must not be running (not checked: LMDB
-    cannot tell).
+    not empty) and then writes nothing. The node must not be running: this function does
+    not check it (`doq restore --data-dir` holds the node directory's lock while it runs).
     """
     paths = [full_path, *incremental_paths]
     names = [str(p) for p in paths]

@@ -28,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-purge", dest="purge", action="store_false", help="keep the queue's messages")
     p.add_argument("--with-echo", action="store_true", help="also run the echo ceiling, add the ratio")
     p.add_argument("--runs", type=int, default=1, help="repeat the run (one JSON line each)")
-    add_json_argument(p, "each run (always: bench prints one JSON object per line)")
+    add_json_argument(p, "each run (one object per line; default: one human line per run)")
 
 
 def _cmd_bench(ns: argparse.Namespace) -> int:
@@ -40,7 +40,7 @@ def _cmd_bench(ns: argparse.Namespace) -> int:
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register `doq bench` on the `doq` command's subparsers."""
     p: argparse.ArgumentParser = subparsers.add_parser(
-        "bench", help="load generator: throughput and latency as JSON lines"
+        "bench", help="load generator: throughput and latency (a line per run, or JSON with --json)"
     )
     add_arguments(p)
     p.set_defaults(func=_cmd_bench)

@@ -479,8 +479,23 @@ def run_from_args(ns: argparse.Namespace) -> int:
             print(f"doq bench: gRPC {args.server} (from --server {ns.server}): {e}", file=sys.stderr)
             return 1
         for line in lines:
-            print(json.dumps(line), flush=True)
+            print(json.dumps(line) if ns.json else human_line(line), flush=True)
     return 0
+
+
+def human_line(line: dict[str, Any]) -> str:
+    """One run as a sentence (the default output; `--json` prints the record itself)."""
+    frames = f"{line['frames']} frames" + (f" of {line['batch']}" if line["batch"] > 1 else "")
+    text = (f"{line['workload']}: {line['messages']} messages in {line['seconds']:.2f} s = "
+            f"{line['msg_per_s']:,.0f} msg/s ({frames}, {line['concurrency']} streams, "
+            f"{line['payload_bytes']} B)")
+    if line.get("p50_ms") is not None:
+        text += f"; latency p50 {line['p50_ms']} / p90 {line['p90_ms']} / p99 {line['p99_ms']} ms"
+    if line.get("errors"):
+        text += f"; {line['errors']} errors"
+    if line.get("ratio_to_echo") is not None:
+        text += f"; {line['ratio_to_echo']:.0%} of the echo ceiling ({line['echo_msg_per_s']:,.0f}/s)"
+    return text
 
 
 def _main() -> int:

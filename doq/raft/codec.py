@@ -158,18 +158,25 @@ def decode_hard_state(b: bytes) -> HardState:
 
 
 def encode_conf_change(cc: ConfChange) -> bytes:
+    """The context follows the node id only when non-empty (older encodings stay valid)."""
     out = bytearray([_CC, int(cc.type)])
     _str(out, cc.node_id)
+    if cc.context:
+        _bytes(out, cc.context)
     return bytes(out)
 
 
 def decode_conf_change(b: bytes) -> ConfChange:
     r = _Reader(b)
     r.tag(_CC)
-    t = ConfChangeType(r.uvarint())
-    cc = ConfChange(t, r.str())
+    try:
+        t = ConfChangeType(r.uvarint())
+    except ValueError as exc:
+        raise DecodeError(str(exc)) from exc
+    nid = r.str()
+    context = r.bytes() if r.pos < len(r.buf) else b""
     r.end()
-    return cc
+    return ConfChange(t, nid, context)
 
 
 def encode_snapshot(s: Snapshot) -> bytes:

@@ -89,10 +89,14 @@ class ConfState:
 
 @dataclass(slots=True, frozen=True)
 class ConfChange:
-    """A single-server membership change, proposed via ``RaftCore.propose_conf_change``."""
+    """A single-server membership change, proposed via ``RaftCore.propose_conf_change``.
+
+    ``context`` is opaque to the core and travels with the entry to every member (the
+    driver puts the member's addresses there)."""
 
     type: ConfChangeType
     node_id: str
+    context: bytes = b""
 
 
 @dataclass(slots=True, frozen=True)

@@ -250,15 +250,14 @@ class QueueService:
         proposed, so messages it removed or leased are always returned.
         """
         v.check_queue_name(queue)
-        if not 0 <= max_messages <= self.limits.max_batch_messages:
+        if not 1 <= max_messages <= self.limits.max_batch_messages:
             raise InvalidArgument(
                 f"max_messages must be within 1..{self.limits.max_batch_messages}", reason="INVALID_MAX"
             )
         if not 0 <= wait_ms <= self.limits.max_wait_ms:
             raise InvalidArgument(f"wait_ms must be within 0..{self.limits.max_wait_ms}", reason="INVALID_WAIT")
         v.check_visibility_timeout_ms(visibility_timeout_ms)
-        wanted = max_messages or 1
-        cmd = c.Dequeue(queue, wanted, ack, visibility_timeout_ms)
+        cmd = c.Dequeue(queue, max_messages, ack, visibility_timeout_ms)
         deadline = time.monotonic() + wait_ms / 1000
         state = self.node.state
         polls = self.long_polls
@@ -279,7 +278,7 @@ class QueueService:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return []
-                claim = await polls.wait(queue, wanted, remaining, stop_waiting)
+                claim = await polls.wait(queue, max_messages, remaining, stop_waiting)
                 if claim is None:
                     return []
         finally:

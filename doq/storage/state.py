@@ -413,14 +413,13 @@ class StateStore:
             yield from cur.iternext(keys=True, values=False)
 
     def is_empty(self) -> bool:
-        """No applied entry, no record and no tombstone (a fresh store)."""
+        """No record and no tombstone (a fresh store). The applied index does not count:
+        a fresh Raft cluster has applied its leaders' empty entries."""
         with self.env.begin() as txn:
             return self._is_empty(txn)
 
     def _is_empty(self, txn: Any) -> bool:
-        return (txn.get(APPLIED_KEY, db=self._meta) is None
-                and not txn.cursor(db=self._versions).first()
-                and not txn.cursor(db=self._tombs).first())
+        return not txn.cursor(db=self._versions).first() and not txn.cursor(db=self._tombs).first()
 
     def restore(self, records: Iterable[Record], applied_index: int) -> int:
         """Fill this EMPTY store with backup records (payload None = tombstone, kept even for
@@ -463,6 +462,22 @@ class StateStore:
             else:
                 sink.put(key, value)
             n += 1
+        return n
+
+    def replace_records(self, txn: lmdb.Transaction, records: Iterable[Record],
+                        applied_index: int, horizon: int) -> int:
+        """Replace the whole state by `records` (a full backup's: a Raft snapshot) at
+        `applied_index` with tombstone `horizon`, inside `txn` (of `write()`), and rebuild
+        memory from it (readers see it once `txn` commits). Returns the record count.
+        Raises as `restore` does on bad records (then `write()` aborts and rebuilds)."""
+        self._broken = True
+        for db in self._db.values():
+            txn.drop(db, delete=False)
+        n = self._write_records(txn, records)
+        if horizon:
+            txn.put(HORIZON_KEY, _V.pack(horizon), db=self._meta)
+        txn.put(APPLIED_KEY, _V.pack(applied_index), db=self._meta)
+        self.rebuild(txn)
         return n
 
     # -- snapshots -------------------------------------------------------------------------

@@ -14,14 +14,18 @@ from tests.support.proc import NodeProc
 FIELDS = {"workload", "frames", "messages", "seconds", "msg_per_s", "p50_ms", "p90_ms", "p99_ms"}
 
 
-def _bench(*args: str) -> dict[str, object]:
-    out = subprocess.run(
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [sys.executable, "-m", "doq", "bench", *args],
         capture_output=True,
         text=True,
         timeout=60,
         env={**os.environ},
     )
+
+
+def _bench(*args: str) -> dict[str, object]:
+    out = _run("--json", *args)
     assert out.returncode == 0, out.stderr
     lines = [json.loads(x) for x in out.stdout.splitlines() if x.strip()]
     assert len(lines) == 1
@@ -70,3 +74,11 @@ def test_bench_smoke(node: NodeProc, workload: str, frames: str, extra: list[str
 def test_bench_echo_ceiling() -> None:
     line = _bench("--workload", "echo", "--count", "300")
     assert line["workload"] == "echo" and line["messages"] == 300
+
+
+def test_bench_prints_a_human_line_by_default(node: NodeProc) -> None:
+    out = _run("--server", "grpc://" + node.grpc_addr, "--count", "100", "--queue", "bench-human")
+    assert out.returncode == 0, out.stderr
+    [line] = out.stdout.splitlines()
+    assert line.startswith("enqueue: 100 messages in ") and " msg/s (single frames, 1 streams" in line
+    assert "latency p50 " in line and not line.startswith("{")

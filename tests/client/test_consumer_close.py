@@ -64,14 +64,15 @@ def test_close_hands_back_prefetched(client: DoqClient, queue: str, ack: bool, b
     _assert_handed_back(client, queue, ids, taken)
 
 
+@pytest.mark.parametrize("batched", [False, True])
 @pytest.mark.parametrize("ack", [True, False])
 async def test_async_close_hands_back_prefetched(
-    client: DoqClient, node: NodeProc, queue: str, ack: bool
+    client: DoqClient, node: NodeProc, queue: str, ack: bool, batched: bool
 ) -> None:
     ids = _enqueue(client, queue)
     async with AsyncDoqClient(node.grpc_addr) as ac:
         async with ac.consumer(
-            queue, prefetch=N, ack=ack, visibility_timeout_ms=LONG_LEASE_MS, close_grace_s=20
+            queue, prefetch=N, ack=ack, batched=batched, visibility_timeout_ms=LONG_LEASE_MS, close_grace_s=20
         ) as c:
             taken = await c.next()
             assert taken is not None and taken.id == ids[0]

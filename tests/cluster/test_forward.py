@@ -163,3 +163,36 @@ async def test_concurrent_forwards() -> None:
         rs = await asyncio.gather(*(c.post(f"/API/v1/queues/q{i}/messages", content=b"m" * i) for i in range(50)))
         assert [r.json()["body_len"] for r in rs] == list(range(50))
         assert {r.json()["served_by"] for r in rs} == {"leader"}
+
+
+async def test_a_client_that_abandons_a_forwarded_long_poll_is_seen_gone_by_the_leader() -> None:
+    """The leader's poll must end when the client leaves (else it takes a message for nobody)."""
+    seen: dict[str, str] = {}
+
+    async def leader_app(scope: Any, receive: Any, send: Any) -> None:
+        while (await receive()).get("more_body"):
+            pass  # the request body
+        try:
+            seen["leader"] = (await asyncio.wait_for(receive(), 10))["type"]
+        except TimeoutError:
+            seen["leader"] = "still connected"
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def follower_app(scope: Any, receive: Any, send: Any) -> None:
+        raise AssertionError("a dequeue on a follower must be forwarded")
+
+    async with serving(leader_app) as leader:
+        node = FollowerNode("node-2", "node-1", leader)
+        async with serving(LeaderForwardMiddleware(follower_app, node)) as follower:
+            host, port = follower.split(":")
+            _, writer = await asyncio.open_connection(host, int(port))
+            writer.write(b"GET /API/v1/queues/jobs/messages?ack=true&wait_ms=20000 HTTP/1.1\r\nHost: x\r\n\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.5)
+            writer.close()  # the client gives up
+            for _ in range(100):
+                if "leader" in seen:
+                    break
+                await asyncio.sleep(0.1)
+    assert seen.get("leader") == "http.disconnect"

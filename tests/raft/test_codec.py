@@ -66,10 +66,14 @@ def test_hard_state_round_trip(term: int, vote: str, commit: int) -> None:
     assert codec.decode_hard_state(codec.encode_hard_state(hs)) == hs
 
 
-@given(st.sampled_from(list(ConfChangeType)), ids)
-def test_conf_change_round_trip(t: ConfChangeType, nid: str) -> None:
-    cc = ConfChange(t, nid)
+@given(st.sampled_from(list(ConfChangeType)), ids, st.binary(max_size=64))
+def test_conf_change_round_trip(t: ConfChangeType, nid: str, context: bytes) -> None:
+    cc = ConfChange(t, nid, context)
     assert codec.decode_conf_change(codec.encode_conf_change(cc)) == cc
+
+
+def test_conf_change_without_context_keeps_its_encoding() -> None:
+    assert codec.encode_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, "n4")) == b"\xc1\x01\x02n4"
 
 
 @given(metas, st.binary(max_size=64))

@@ -13,6 +13,7 @@ from doq.raft import (
     ConfChangeType,
     ConfState,
     Entry,
+    EntryType,
     HardState,
     Message,
     MessageType,
@@ -22,6 +23,7 @@ from doq.raft import (
     RaftCore,
     Ready,
     Role,
+    codec,
 )
 from doq.sim.harness import Cluster
 from doq.sim.node import SimNode
@@ -816,6 +818,27 @@ def test_learner_catches_up_before_promotion() -> None:
     c.crash("a")  # 3 of the 4 voters remain: still a quorum
     c.tick(60)
     assert c.leader() in ("b", "c", "d")
+    ok(c)
+
+
+def test_conf_change_context_reaches_every_member_and_the_learner_it_adds() -> None:
+    """The opaque context of a conf change (the driver's member addresses) is replicated
+    with the entry: every member, the added learner included, applies the same bytes."""
+    c = Cluster(("a", "b", "c"))
+    c.elect("a")
+    c.add_node("d")
+    ctx = b'{"raft_addr": "127.0.0.1:9004"}'
+    c.core("a").propose_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, "d", ctx))
+    c.stabilize()
+    c.tick(2)
+    for nid in "abcd":
+        applied = [
+            codec.decode_conf_change(e.data)
+            for e in c.nodes[nid].storage.entries(2, c.nodes[nid].storage.last_index() + 1, 1 << 30)
+            if e.type == EntryType.CONF_CHANGE
+        ]
+        assert applied == [ConfChange(ConfChangeType.ADD_LEARNER, "d", ctx)], nid
+        assert c.core(nid).learners == ("d",)
     ok(c)
 
 

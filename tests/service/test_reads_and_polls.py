@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from doq.errors import QueueNotFound
+from doq.errors import InvalidArgument, QueueNotFound
 from doq.node.local import LocalNode
 from doq.queues import commands as c
 from doq.queues.model import QueueInfo, QueueSettings
@@ -172,3 +172,14 @@ async def test_reads_are_consistent_while_the_writer_runs(svc) -> None:
         t.join()
     assert bad == []
     assert (await api.get_queue("cycle")).stats.ready == n
+
+
+async def test_max_messages_is_checked_by_the_bound_the_error_states(svc) -> None:
+    """The service's rule is 1..max_batch_messages (as its error says); gRPC's "0 = 1" is
+    the adapter's (proto DequeueRequest.max_messages), not a second copy here."""
+    api, _ = svc
+    await api.create_queue("jobs")
+    for bad in (0, -1, api.limits.max_batch_messages + 1):
+        with pytest.raises(InvalidArgument) as e:
+            await api.dequeue("jobs", max_messages=bad)
+        assert e.value.reason == "INVALID_MAX" and f"1..{api.limits.max_batch_messages}" in e.value.message

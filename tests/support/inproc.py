@@ -64,11 +64,18 @@ def user_records(service: QueueService) -> list[tuple[int, bytes, bytes]]:
 
 
 def openapi_document() -> dict[str, object]:
-    """The OpenAPI document of the gateway, built in process over a real (unstarted) node."""
+    """The OpenAPI document of the gateway, built in process over the node `doq serve`
+    runs (a RaftNode, unstarted: it has the `/cluster` routes)."""
+    from doq.node.cluster import MemberAddrs
+    from doq.node.raft_node import RaftNode
+    from doq.node.transport import GrpcRaftTransport
+
     with tempfile.TemporaryDirectory() as tmp:
         env = open_env(Path(tmp) / "doq.lmdb")
         try:
-            return create_app(QueueService(LocalNode(StateStore(env)))).openapi()
+            node = RaftNode(StateStore(env), node_id="node-1", addrs=MemberAddrs("", "", ""),
+                            transport=lambda cb: GrpcRaftTransport("node-1", "127.0.0.1:0", cb))
+            return create_app(QueueService(node)).openapi()
         finally:
             env.close()
 

@@ -61,10 +61,11 @@ def _out_of_range(cls: type[PbMessage], fields: dict[str, Any]) -> InvalidArgume
     name, value = next(((k, v) for k, v in fields.items() if _refuses(cls, k, v)), next(iter(fields.items())))
     fd = cls.DESCRIPTOR.fields_by_name.get(name)
     bounds = _RANGES.get(fd.type) if fd is not None else None
-    within = f"within {bounds[0]}..{bounds[1]}" if bounds else "in range"
     what = f"each of {name}" if isinstance(value, (list, tuple)) else name
     reason = "INVALID_SETTINGS" if cls is pb.QueueSettings else _FIELD_REASONS.get(name, "INVALID_ARGUMENT")
-    return invalid_argument(f"{what} must be an integer {within}, not {value!r}", reason)
+    if bounds is None:  # not an integer field (e.g. a str that is not valid UTF-8)
+        return invalid_argument(f"invalid {what}: {value!r}", reason)
+    return invalid_argument(f"{what} must be an integer within {bounds[0]}..{bounds[1]}, not {value!r}", reason)
 
 
 @dataclass(frozen=True, slots=True)

@@ -93,7 +93,7 @@ class _Forward:
         conn = h11.Connection(h11.CLIENT)
         try:
             await self._send_request(conn, writer)
-            await self._relay_response(conn, reader)
+            await self._relay_until_client_gone(conn, reader)
         except _ClientGone:
             return
         except (OSError, TimeoutError, h11.ProtocolError, _Closed) as e:
@@ -125,6 +125,27 @@ class _Forward:
                 break
         writer.write(conn.send(h11.EndOfMessage()))
         await writer.drain()
+
+    async def _relay_until_client_gone(self, conn: h11.Connection, reader: asyncio.StreamReader) -> None:
+        """Relay the leader's answer; if the client disconnects first, stop and drop the
+        upstream connection (closed by `run`), so the leader ends a long poll that would
+        otherwise take a message for a client that is gone."""
+        relay = asyncio.ensure_future(self._relay_response(conn, reader))
+        gone = asyncio.ensure_future(self._client_disconnect())
+        try:
+            await asyncio.wait((relay, gone), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            if not relay.done():
+                relay.cancel()
+        if not relay.done() or relay.cancelled():
+            raise _ClientGone()
+        relay.result()
+
+    async def _client_disconnect(self) -> None:
+        """Return once the client has disconnected (the request body was read already)."""
+        while (await self.receive())["type"] != "http.disconnect":
+            pass
 
     async def _relay_response(self, conn: h11.Connection, reader: asyncio.StreamReader) -> None:
         while True:

@@ -1,0 +1,5 @@
+import sys
+
+from doq.chaos.runner import main
+
+sys.exit(main())

@@ -1,0 +1,298 @@
+"""The Raft log on LMDB: `doq.raft.storage.RaftLogStorage` over the node's one environment.
+
+Databases (reserved in `doq.storage.env.DB_NAMES`):
+- raft_log:  u64 BE index -> u64 BE term + u8 entry type + data
+- raft_meta: b"hs"        -> `codec.encode_hard_state`
+             b"snap"      -> `codec.encode_snapshot` of the latest snapshot's meta (data b"")
+             b"snap_data" -> that snapshot's data (opaque here; see doq/node/raft_snapshot.py)
+             b"first"     -> u64 BE index + u64 BE term of the entry before the first one
+                             (the compaction point; its term answers `term(first_index()-1)`)
+             b"members"   -> the member addresses (JSON, see `encode_members`)
+
+Write methods take the caller's write transaction (the driver persists a whole Ready, and
+applies its committed entries, in ONE txn committed with fsync) and update the in-memory
+view at once. Contract: the core must not read this storage while a write method or the
+txn runs (the driver touches the core only between Readies), and if the txn is aborted
+or fails to commit the storage must be reopened (the driver stops the node).
+
+An in-memory cache holds the most recent entries (contiguous up to `last_index()`), so the
+core's `term()`/`entries()` for replication rarely touch LMDB.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any
+
+import lmdb
+
+from doq.node.cluster import MemberAddrs
+from doq.raft import codec
+from doq.raft.storage import limit_size
+from doq.raft.types import (
+    CompactedError,
+    ConfState,
+    Entry,
+    EntryType,
+    HardState,
+    Snapshot,
+    SnapshotMeta,
+    UnavailableError,
+)
+from doq.storage.env import open_db
+
+_U64 = struct.Struct(">Q")
+_ENT = struct.Struct(">QB")
+_FIRST = struct.Struct(">QQ")
+HS_KEY = b"hs"
+SNAP_KEY = b"snap"
+SNAP_DATA_KEY = b"snap_data"
+FIRST_KEY = b"first"
+MEMBERS_KEY = b"members"
+DEFAULT_CACHE_ENTRIES = 4096
+
+
+def encode_members(members: dict[str, MemberAddrs]) -> bytes:
+    """Deterministic bytes of a member address map (sorted JSON)."""
+    return json.dumps(
+        {nid: [a.raft_addr, a.grpc_addr, a.http_addr] for nid, a in sorted(members.items())},
+        separators=(",", ":"),
+    ).encode()
+
+
+def decode_members(raw: bytes) -> dict[str, MemberAddrs]:
+    """Inverse of `encode_members`; raises ValueError on malformed bytes."""
+    try:
+        obj = json.loads(raw)
+        return {str(nid): MemberAddrs(str(a[0]), str(a[1]), str(a[2])) for nid, a in obj.items()}
+    except (ValueError, TypeError, IndexError, AttributeError) as e:
+        raise ValueError(f"malformed member addresses: {e}") from e
+
+
+def encode_addrs(addrs: MemberAddrs) -> bytes:
+    """A conf change's context: the addresses of the member it adds."""
+    return json.dumps([addrs.raft_addr, addrs.grpc_addr, addrs.http_addr]).encode()
+
+
+def decode_addrs(raw: bytes) -> MemberAddrs | None:
+    """Inverse of `encode_addrs`; None for an empty or malformed context."""
+    try:
+        a = json.loads(raw)
+        return MemberAddrs(str(a[0]), str(a[1]), str(a[2]))
+    except (ValueError, TypeError, IndexError):
+        return None
+
+
+def _entry_value(e: Entry) -> bytes:
+    return _ENT.pack(e.term, int(e.type)) + e.data
+
+
+def _entry(index: int, v: Any) -> Entry:
+    term, t = _ENT.unpack_from(v)
+    return Entry(term, index, EntryType(t), bytes(v[_ENT.size :]))
+
+
+class LmdbLogStorage:
+    """Durable Raft log, hard state, snapshot and member addresses. See the module docstring."""
+
+    def __init__(self, env: lmdb.Environment, *, cache_entries: int = DEFAULT_CACHE_ENTRIES) -> None:
+        self.env = env
+        self.cache_entries = max(1, cache_entries)
+        self._log = open_db(env, b"raft_log")
+        self._meta = open_db(env, b"raft_meta")
+        self.hard_state = HardState()
+        self._snap_meta = SnapshotMeta()
+        self._snap_data: bytes | None = b""  # None: not loaded yet
+        self._dummy = (0, 0)  # (index, term) of first_index() - 1
+        self._last = 0
+        self.members: dict[str, MemberAddrs] = {}
+        self._cache: list[Entry] = []
+        self._cache_first = 1
+        self._load()
+
+    def _load(self) -> None:
+        with self.env.begin() as txn:
+            raw = txn.get(HS_KEY, db=self._meta)
+            if raw is not None:
+                self.hard_state = codec.decode_hard_state(bytes(raw))
+            raw = txn.get(SNAP_KEY, db=self._meta)
+            if raw is not None:
+                self._snap_meta = codec.decode_snapshot(bytes(raw)).meta
+                self._snap_data = None
+            raw = txn.get(FIRST_KEY, db=self._meta)
+            self._dummy = _FIRST.unpack(raw) if raw else (self._snap_meta.index, self._snap_meta.term)
+            raw = txn.get(MEMBERS_KEY, db=self._meta)
+            if raw is not None:
+                self.members = decode_members(bytes(raw))
+            cur = txn.cursor(db=self._log)
+            self._last = _U64.unpack(cur.key())[0] if cur.last() else self._dummy[0]
+            lo = max(self._dummy[0] + 1, self._last - self.cache_entries + 1)
+            self._cache_first = lo
+            self._cache = []
+            if lo <= self._last and cur.set_key(_U64.pack(lo)):
+                for k, v in cur.iternext():
+                    self._cache.append(_entry(_U64.unpack(k)[0], v))
+
+    # -- read side (RaftLogStorage) -------------------------------------------------------
+    def is_empty(self) -> bool:
+        """Nothing was ever persisted (a new node: bootstrap or join)."""
+        return self._snap_meta.index == 0 and self._last == 0 and self.hard_state == HardState()
+
+    def initial_state(self) -> tuple[HardState, ConfState]:
+        return self.hard_state, self._snap_meta.conf_state
+
+    def first_index(self) -> int:
+        return self._dummy[0] + 1
+
+    def last_index(self) -> int:
+        return self._last
+
+    def term(self, index: int) -> int:
+        if index < self._dummy[0]:
+            raise CompactedError(f"index {index} compacted (snapshot at {self._dummy[0]})")
+        if index > self._last:
+            raise UnavailableError(f"index {index} beyond last {self._last}")
+        if index == self._dummy[0]:
+            return self._dummy[1]
+        if index >= self._cache_first and self._cache:
+            return self._cache[index - self._cache_first].term
+        with self.env.begin() as txn:
+            v = txn.get(_U64.pack(index), db=self._log)
+        assert v is not None, f"raft log entry {index} missing"
+        return int(_ENT.unpack_from(v)[0])
+
+    def entries(self, lo: int, hi: int, max_bytes: int) -> list[Entry]:
+        if lo <= self._dummy[0]:
+            raise CompactedError(f"index {lo} compacted (snapshot at {self._dummy[0]})")
+        if hi > self._last + 1:
+            raise UnavailableError(f"index {hi - 1} beyond last {self._last}")
+        if lo >= hi:
+            return []
+        if self._cache and lo >= self._cache_first:
+            f = self._cache_first
+            return limit_size(self._cache[lo - f : hi - f], max_bytes)
+        out: list[Entry] = []
+        size = 0
+        with self.env.begin() as txn:
+            cur = txn.cursor(db=self._log)
+            if not cur.set_key(_U64.pack(lo)):
+                raise AssertionError(f"raft log entry {lo} missing")
+            for k, v in cur.iternext():
+                i = _U64.unpack(k)[0]
+                if i >= hi:
+                    break
+                e = _entry(i, v)
+                size += e.size()
+                if out and size > max_bytes:
+                    break
+                out.append(e)
+        return out
+
+    def snapshot(self) -> Snapshot:
+        if self._snap_data is None:
+            with self.env.begin() as txn:
+                raw = txn.get(SNAP_DATA_KEY, db=self._meta)
+            self._snap_data = bytes(raw) if raw is not None else b""
+        return Snapshot(self._snap_meta, self._snap_data)
+
+    def snapshot_meta(self) -> SnapshotMeta:
+        """The latest snapshot's meta (without loading its data)."""
+        return self._snap_meta
+
+    # -- write side (driver, inside its write txn) ---------------------------------------
+    def set_hard_state(self, txn: lmdb.Transaction, hs: HardState) -> None:
+        txn.put(HS_KEY, codec.encode_hard_state(hs), db=self._meta)
+        self.hard_state = hs
+
+    def set_members(self, txn: lmdb.Transaction, members: dict[str, MemberAddrs]) -> None:
+        txn.put(MEMBERS_KEY, encode_members(members), db=self._meta)
+        self.members = dict(members)
+
+    def append(self, txn: lmdb.Transaction, entries: list[Entry]) -> None:
+        """Append, truncating any conflicting suffix; entries already compacted are skipped."""
+        if not entries:
+            return
+        first = self.first_index()
+        if entries[-1].index < first:
+            return
+        if entries[0].index < first:
+            entries = entries[first - entries[0].index :]
+        start = entries[0].index
+        if start > self._last + 1:
+            raise UnavailableError(f"gap: appending {start} after last {self._last}")
+        if start <= self._last:  # conflicting suffix
+            self._delete_range(txn, start, self._last)
+        put = txn.put
+        db = self._log
+        for e in entries:  # every key left is below `start`: append mode is valid
+            put(_U64.pack(e.index), _entry_value(e), db=db, append=True)
+        self._last = entries[-1].index
+        # cache: contiguous up to _last
+        if self._cache and self._cache_first <= start <= self._cache_first + len(self._cache):
+            del self._cache[start - self._cache_first :]
+            self._cache.extend(entries)
+        else:
+            self._cache = list(entries)
+            self._cache_first = start
+        extra = len(self._cache) - self.cache_entries
+        if extra > 0:
+            del self._cache[:extra]
+            self._cache_first += extra
+
+    def _delete_range(self, txn: lmdb.Transaction, lo: int, hi: int) -> None:
+        """Delete entries lo..hi (inclusive)."""
+        cur = txn.cursor(db=self._log)
+        if not cur.set_range(_U64.pack(lo)):
+            return
+        end = _U64.pack(hi)
+        while bytes(cur.key()) <= end:
+            if not cur.delete():
+                break
+
+    def _put_snapshot(self, txn: lmdb.Transaction, snap: Snapshot) -> None:
+        txn.put(SNAP_KEY, codec.encode_snapshot(Snapshot(snap.meta, b"")), db=self._meta)
+        txn.put(SNAP_DATA_KEY, snap.data, db=self._meta)
+        self._snap_meta = snap.meta
+        self._snap_data = snap.data
+
+    def _set_dummy(self, txn: lmdb.Transaction, index: int, term: int) -> None:
+        txn.put(FIRST_KEY, _FIRST.pack(index, term), db=self._meta)
+        self._dummy = (index, term)
+
+    def apply_snapshot(self, txn: lmdb.Transaction, snap: Snapshot) -> None:
+        """Replace the whole log by `snap` (a follower installing a leader's snapshot, or
+        the bootstrap snapshot of a new cluster)."""
+        if snap.meta.index < self._snap_meta.index:
+            return
+        self._put_snapshot(txn, snap)
+        txn.drop(self._log, delete=False)
+        self._set_dummy(txn, snap.meta.index, snap.meta.term)
+        self._last = snap.meta.index
+        self._cache = []
+        self._cache_first = snap.meta.index + 1
+
+    def create_snapshot(self, txn: lmdb.Transaction, snap: Snapshot) -> None:
+        """Record this node's own snapshot (from `RaftCore.make_snapshot`); the log is kept
+        until `compact`."""
+        if snap.meta.index <= self._snap_meta.index:
+            return
+        if snap.meta.index > self._last:
+            raise UnavailableError(f"snapshot {snap.meta.index} beyond last {self._last}")
+        self._put_snapshot(txn, snap)
+
+    def compact(self, txn: lmdb.Transaction, index: int) -> None:
+        """Discard entries up to `index` (must be covered by the snapshot)."""
+        if index <= self._dummy[0]:
+            return
+        if index > self._snap_meta.index:
+            raise ValueError(f"compact {index} beyond snapshot {self._snap_meta.index}")
+        v = txn.get(_U64.pack(index), db=self._log)
+        assert v is not None, f"raft log entry {index} missing"
+        term = int(_ENT.unpack_from(v)[0])
+        self._delete_range(txn, self._dummy[0] + 1, index)
+        self._set_dummy(txn, index, term)
+        if self._cache and index >= self._cache_first:
+            drop = min(len(self._cache), index - self._cache_first + 1)
+            del self._cache[:drop]
+            self._cache_first += drop

@@ -1,0 +1,939 @@
+"""`RaftNode`: the asyncio driver of the pure `RaftCore` over LMDB and a peer transport.
+
+Implements `doq.node.base.Node` (the service does not change) and
+`doq.node.cluster.ClusterAdmin`. The design (threads, order of persist / send / apply,
+leadership loss) is in docs/raft.md, "The node driver"; in short:
+
+- One task (`_run`) owns the core. Inbound messages, ticks, proposals and admin requests
+  only queue work and wake it; the task feeds them to the core between two Readies, so
+  the core and the log storage are never used while the writer thread works.
+- Group commit: every proposal queued since the last Ready becomes ONE log entry (a
+  `CommandBatch` stamped with the leader's `now_ms`), so one Ready, one write txn, one
+  fsync and one AppendEntries per peer carry them all.
+- Per Ready, on the writer thread in ONE LMDB write txn committed with fsync: install the
+  snapshot, append the entries, set the hard state, apply the committed entries (and the
+  member addresses of conf changes). Only then: send the messages, apply conf changes to
+  the core, resolve the proposers' futures with the machine's results, serve reads,
+  `advance`.
+- A proposal resolves when its entry is applied with the term it was proposed in;
+  otherwise (another leader's entry won that index, a snapshot covered it, leadership was
+  lost, the node stops) it fails with `NotLeader` + the leader hint: it never hangs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import itertools
+import logging
+import random
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import lmdb
+
+from doq.backup.format import Record
+from doq.errors import DoqError, FailedPrecondition, NotLeader, Overloaded, Unavailable
+from doq.node.cluster import ClusterStatus, Member, MemberAddrs
+from doq.node.local import MAX_PENDING_COMMANDS, _take_count, wall_clock_ms
+from doq.node.raft_log import LmdbLogStorage, decode_addrs, encode_addrs
+from doq.node.raft_snapshot import (
+    encode_snapshot_data,
+    install_snapshot_data,
+    open_state_read,
+    write_state_snapshot,
+)
+from doq.node.transport_base import OnMessages, RaftTransport
+from doq.queues.codec import encode_batch
+from doq.queues.commands import Command, CommandBatch, Tick
+from doq.raft import codec
+from doq.raft.config import RaftConfig
+from doq.raft.core import RaftCore
+from doq.raft.types import (
+    NONE,
+    ConfChange,
+    ConfChangeType,
+    ConfState,
+    Entry,
+    EntryType,
+    HardState,
+    Message,
+    ProposalDropped,
+    Ready,
+    Role,
+    Snapshot,
+    SnapshotMeta,
+)
+from doq.raft.types import NotLeader as CoreNotLeader
+from doq.storage.state import StateStore
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+Fut = asyncio.Future[object]
+TransportFactory = Callable[[OnMessages], RaftTransport]
+
+
+@dataclass(frozen=True, slots=True)
+class RaftNodeConfig:
+    """Tunables of the driver (times in ms, counts in log entries)."""
+
+    tick_ms: int = 100
+    election_tick: int = 10  # election timeout: 10..20 ticks
+    heartbeat_tick: int = 1
+    snapshot_every: int = 10_000  # applied entries between two snapshots (0: never)
+    keep_entries: int = 5_000  # entries kept behind a snapshot for slow followers
+    read_timeout_ms: int = 5_000  # ReadIndex not served by then -> Unavailable
+    admin_timeout_ms: int = 10_000  # membership change / transfer not applied by then
+    max_inflight_msgs: int = 256
+    max_msg_bytes: int = 4 << 20
+    snapshot_chunk_bytes: int = 1 << 20
+
+
+@dataclass(slots=True)
+class _Proposal:
+    term: int
+    futs: list[Fut]
+    conf: bool = False
+
+
+@dataclass(slots=True)
+class _Job:
+    """What the writer thread does for one Ready."""
+
+    snapshot: Snapshot | None
+    entries: list[Entry]
+    hard_state: HardState | None
+    committed: list[Entry]
+    own_snapshot: tuple[Snapshot, int] | None  # (snapshot, compact up to)
+    results: list[list[object]] = field(default_factory=list)
+    members: dict[str, MemberAddrs] | None = None
+
+
+class RaftNode:
+    """A member of a Raft cluster. Implements `Node` and `ClusterAdmin` (see the module doc).
+
+    `join=False` and no data: bootstrap a one-node cluster (this node its only voter).
+    `join=True` and no data: wait, empty, to be added by the leader (`peers` are the
+    members the join answer listed, so this node can answer the leader at once).
+    With data, the node restarts from it either way.
+    """
+
+    def __init__(
+        self,
+        state: StateStore,
+        *,
+        node_id: str,
+        addrs: MemberAddrs,
+        transport: TransportFactory,
+        config: RaftNodeConfig | None = None,
+        join: bool = False,
+        peers: dict[str, MemberAddrs] | None = None,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+        seed: int | None = None,
+        on_commit: Callable[[int, float, float], None] | None = None,
+    ) -> None:
+        self.env = state.env  # the node's one environment: the Raft log lives beside the state
+        self.state = state
+        self.node_id = node_id
+        self.addrs = addrs
+        self.cfg = config or RaftNodeConfig()
+        self._join = join
+        self._peers = dict(peers or {})
+        self._clock_ms = clock_ms
+        self._rng = random.Random(seed)
+        self._on_commit = on_commit
+        self.storage = LmdbLogStorage(self.env)
+        self.transport = transport(self._on_messages)
+        self.core: RaftCore | None = None
+        self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="doq-raft-writer")
+        self._snapshotter = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="doq-raft-snap")
+        self._wake = asyncio.Event()
+        self._listeners: list[Callable[[], None]] = []
+        self._inbox: list[Message] = []
+        self._ticks = 0
+        self._pending: list[tuple[Command, Fut]] = []
+        self._admin: list[Callable[[RaftCore], None]] = []
+        self._proposals: dict[int, _Proposal] = {}
+        self._reads: dict[bytes, Fut] = {}
+        self._read_waits: list[tuple[int, Fut]] = []
+        self._read_ctx = itertools.count(1)
+        self._last_stamp_ms = 0
+        self._lead = NONE
+        self._announced_lead = NONE  # the leader _lead_changed waiters last heard of
+        self._role = Role.FOLLOWER
+        self._lead_changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._tick_handle: asyncio.TimerHandle | None = None
+        self._lease_handle: asyncio.TimerHandle | None = None
+        self._stopping = False
+        self._failed: BaseException | None = None
+        self._removed = False
+        self._snap_running = False
+        self._own_snapshot: Snapshot | None = None
+        self._snap_task: asyncio.Task[None] | None = None
+        self._peers_set: set[str] = set()
+        self._ready_lock = asyncio.Lock()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self.storage.is_empty():
+            if not self._join:
+                await loop.run_in_executor(self._writer, self._bootstrap)
+        elif self.state.applied_index > self.storage.last_index():
+            # the state is ahead of the log (a restore whose rebase did not finish, an
+            # offline restore into a member): entries it already holds must not be reused
+            conf = self.storage.snapshot_meta().conf_state
+            await loop.run_in_executor(self._writer, self._rebase, conf, False)
+        self.core = self._new_core()
+        self._last_stamp_ms = self.state.machine.now_ms
+        self._sync_peers()
+        await self.transport.start()
+        self._task = asyncio.create_task(self._run(), name=f"doq-raft-{self.node_id}")
+        self._tick_handle = loop.call_later(self.cfg.tick_ms / 1000, self._on_tick)
+        self._wake.set()
+        await self._lead_if_alone()
+
+    async def _lead_if_alone(self) -> None:
+        """A lone voter campaigned at once: return when it leads (its next Ready), so it
+        serves at once instead of answering NotLeader (bounded by `admin_timeout_ms`)."""
+        core, task = self.core, self._task
+        if core is None or task is None or core.role == Role.FOLLOWER:
+            return  # not alone, or not yet known to be: e.g. a restarted bootstrap node whose
+            # snapshot lists only itself refuses to campaign until the conf changes committed
+            # after that snapshot are applied again, and then learns of its peers
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.cfg.admin_timeout_ms / 1000
+        while self._role != Role.LEADER and not task.done() and loop.time() < deadline:
+            changed = self._lead_changed
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), 0.05)
+
+    def _bootstrap(self) -> None:
+        """Writer thread: a new one-node cluster. The bootstrap snapshot (index 1, or the
+        state's applied index when the state already holds data, e.g. after an offline
+        restore) makes this node its only voter and carries its addresses."""
+        members = {self.node_id: self.addrs}
+        index = max(1, self.state.applied_index)
+        if self.state.applied_index:
+            applied, horizon, records = open_state_read(self.state)
+            data = write_state_snapshot(applied, horizon, records, members, self.node_id)
+        else:
+            data = encode_snapshot_data(members, 0, b"")
+        snap = Snapshot(SnapshotMeta(index, 1, ConfState((self.node_id,), ())), data)
+        with self.env.begin(write=True) as txn:
+            self.storage.apply_snapshot(txn, snap)
+            self.storage.set_hard_state(txn, HardState(1, NONE, index))
+            self.storage.set_members(txn, members)
+
+    async def stop(self, *, transfer_leadership: bool = True) -> None:
+        """Leave well: a leader with other voters first hands leadership to the most
+        up-to-date one (bounded by max(1 s, 3 election timeouts); on failure it stops
+        anyway), so clients see at most one retryable error instead of waiting for an
+        election. Then refuse new proposals,
+        let the current Ready finish, fail what is still pending (`Unavailable`,
+        retryable), stop the transport and the threads."""
+        if self._stopping:
+            return
+        core = self.core
+        if transfer_leadership and self.is_leader and core is not None and len(core.voters) > 1:
+            timeout_s = max(1.0, 3 * self.cfg.election_tick * self.cfg.tick_ms / 1000)
+            try:
+                target = await asyncio.wait_for(self.transfer_leader(), timeout_s)
+                log.info("node %s handed leadership to %s before stopping", self.node_id, target)
+            except (DoqError, TimeoutError) as e:
+                log.warning("leadership transfer before stopping failed: %r", e)
+        self._stopping = True
+        for h in (self._tick_handle, self._lease_handle):
+            if h:
+                h.cancel()
+        self._wake.set()
+        if self._task:
+            try:
+                await self._task
+            except Exception:  # already logged by _run
+                pass
+        if self._snap_task:
+            self._snap_task.cancel()
+        self._fail_all(Unavailable("node is shutting down", reason="SHUTTING_DOWN"))
+        await self.transport.stop()
+        self._writer.shutdown(wait=True)
+        self._snapshotter.shutdown(wait=True)
+
+    # -- Node protocol -----------------------------------------------------------------------
+    @property
+    def is_leader(self) -> bool:
+        return self._role == Role.LEADER and not self._stopping and not self._removed
+
+    @property
+    def leader_hint(self) -> str:
+        return self._lead
+
+    @property
+    def members(self) -> dict[str, MemberAddrs]:
+        return self.storage.members
+
+    def leader_addrs(self) -> MemberAddrs | None:
+        """Addresses of the leader this node knows of (None if none)."""
+        return self.storage.members.get(self._lead) if self._lead else None
+
+    async def propose(self, command: Command) -> object:
+        return await self.propose_nowait(command)
+
+    def propose_nowait(self, command: Command) -> Fut:
+        """Queue a command for the next entry. Raises at once on a follower (`NotLeader` +
+        hint), while stopping (`Unavailable`) or when too many wait (`Overloaded`)."""
+        if self._role != Role.LEADER or self._stopping or self._removed or self._failed is not None:
+            self._check_serving()  # raises the right error
+        pending = self._pending
+        if len(pending) >= MAX_PENDING_COMMANDS:
+            raise Overloaded("too many commands waiting for commit; retry later")
+        fut: Fut = asyncio.get_running_loop().create_future()
+        pending.append((command, fut))
+        if not pending[1:]:
+            self._wake.set()  # the first since the last Ready wakes the driver
+        return fut
+
+    async def read_barrier(self) -> None:
+        """ReadIndex: wait until this node has applied everything committed when the read
+        began, as confirmed by a heartbeat quorum of the leader. Raises `NotLeader` without
+        a known leader, `Unavailable` if not confirmed within `read_timeout_ms`."""
+        if self._stopping or self._failed is not None:
+            raise Unavailable("node is shutting down", reason="SHUTTING_DOWN")
+        if self._lead == NONE:
+            raise NotLeader("no leader known", leader_hint="")
+        ctx = next(self._read_ctx).to_bytes(8, "big")
+        fut: Fut = asyncio.get_running_loop().create_future()
+        self._reads[ctx] = fut
+
+        def request(core: RaftCore) -> None:
+            try:
+                core.read_index(ctx)
+            except CoreNotLeader as e:
+                self._reads.pop(ctx, None)
+                _fail(fut, NotLeader("no leader known", leader_hint=e.leader_hint or ""))
+
+        self._admin.append(request)
+        self._wake.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), self.cfg.read_timeout_ms / 1000)
+        except TimeoutError:
+            self._reads.pop(ctx, None)
+            raise Unavailable("read not confirmed by a quorum in time", reason="READ_TIMEOUT") from None
+
+    def add_apply_listener(self, callback: Callable[[], None]) -> None:
+        self._listeners.append(callback)
+
+    def _notify_applied(self) -> None:
+        for callback in self._listeners:
+            try:
+                callback()
+            except Exception:
+                log.exception("apply listener %r failed", callback)
+
+    @property
+    def applied_index(self) -> int:
+        return self.state.view.applied_index  # committed (the writer may be applying more)
+
+    def is_ready(self) -> bool:
+        """Knows a leader and has applied up to the commit index it learned from it."""
+        core = self.core
+        return (core is not None and self._lead != NONE and not self._stopping
+                and self._failed is None and self.applied_index >= core.log.committed)
+
+    def cluster_admin(self) -> RaftNode:
+        return self
+
+    async def restore_backup(self, fn: Callable[[StateStore], T]) -> T:
+        """Online restore into a ONE-member cluster (a larger one is refused: a restore
+        must then go through the log). Between two Readies: the log is first rebased on
+        the current (empty) state, so no entry applied before is ever applied again on top
+        of the restored one; `fn(state)` restores (all or nothing); if the restored
+        applied index is ahead of the log, the log is rebased on the restored state (its
+        next entries follow that index: versions keep growing). The core then restarts
+        from the log and campaigns at once; proposals pending meanwhile fail with
+        `NotLeader` (retryable)."""
+        restarted = False
+        try:
+            async with self._ready_lock:
+                core = self.core
+                if core is None or self._stopping or self._failed is not None:
+                    raise Unavailable("node is shutting down", reason="SHUTTING_DOWN")
+                if core.role != Role.LEADER:
+                    raise NotLeader("online restore must be sent to the leader", leader_hint=self._lead)
+                if core.voters != (self.node_id,) or core.learners:
+                    raise FailedPrecondition(
+                        "online restore into a multi-node cluster is not supported yet",
+                        reason="RESTORE_MULTI_NODE")
+                if self.state.applied_index != self.storage.last_index():
+                    raise Unavailable("entries are being applied; retry", reason="RESTORE_BUSY")
+                loop = asyncio.get_running_loop()
+                conf = core.conf_state()
+                await loop.run_in_executor(self._writer, self._rebase, conf, True)
+                try:
+                    return await loop.run_in_executor(self._writer, fn, self.state)
+                finally:
+                    await loop.run_in_executor(self._writer, self._rebase, conf, False)
+                    self._restart_core()
+                    restarted = True
+                    self._notify_applied()
+                    self._wake.set()
+        finally:
+            if restarted:  # the next Ready makes the new core lead: wait outside the lock
+                await self._lead_if_alone()
+
+    def _rebase(self, conf: ConfState, always: bool) -> None:
+        """Writer thread: replace the log by a snapshot of the state at its applied index
+        (when `always`, or when the state is ahead of the log: after a restore). One txn."""
+        st = self.storage
+        index = self.state.applied_index
+        if not always and index <= st.last_index():
+            return
+        if index < st.snapshot_meta().index:
+            raise Unavailable("the state is behind the log's snapshot", reason="RESTORE_BUSY")
+        applied, horizon, records = open_state_read(self.state)
+        data = write_state_snapshot(applied, horizon, records, dict(st.members), self.node_id)
+        hs = st.hard_state
+        term = max(hs.term, 1)
+        snap = Snapshot(SnapshotMeta(applied, term, conf), data)
+        with self.env.begin(write=True) as txn:
+            st.apply_snapshot(txn, snap)
+            st.set_hard_state(txn, HardState(term, hs.vote if hs.term == term else NONE, applied))
+        log.info("node %s: the Raft log now starts after the state's applied index %d",
+                 self.node_id, applied)
+
+    def _new_core(self) -> RaftCore:
+        rcfg = RaftConfig(
+            id=self.node_id, election_tick=self.cfg.election_tick,
+            heartbeat_tick=self.cfg.heartbeat_tick, max_inflight_msgs=self.cfg.max_inflight_msgs,
+            max_msg_bytes=self.cfg.max_msg_bytes, snapshot_chunk_bytes=self.cfg.snapshot_chunk_bytes,
+        )
+        core = RaftCore(rcfg, self.storage, random.Random(self._rng.getrandbits(64)))
+        if core.voters == (self.node_id,):
+            core.campaign()  # alone: no need to wait for an election timeout
+        return core
+
+    def _restart_core(self) -> None:
+        """Drop the core (after the log was replaced under it) and start a new one."""
+        self._fail_proposals_upto(None, "")
+        self._fail_reads(NotLeader("the node restarted its log", leader_hint=""))
+        self.core = self._new_core()
+        self._on_soft_state(NONE, Role.FOLLOWER)
+
+    # -- ClusterAdmin ------------------------------------------------------------------------
+    def cluster_status(self) -> ClusterStatus:
+        core = self.core
+        members: list[Member] = []
+        voters = core.voters if core else ()
+        learners = core.learners if core else ()
+        addrs = self.storage.members
+        for nid in sorted(set(voters) | set(learners)):
+            a = addrs.get(nid) or self._peers.get(nid) or MemberAddrs("", "", "")
+            members.append(Member(nid, a, "voter" if nid in voters else "learner"))
+        if self._role == Role.LEADER:
+            role = "leader"
+        elif self._role in (Role.CANDIDATE, Role.PRE_CANDIDATE):
+            role = "candidate"
+        else:
+            role = "learner" if self.node_id in learners else "follower"
+        return ClusterStatus(
+            node_id=self.node_id, leader_id=self._lead, term=core.term if core else 0,
+            commit_index=core.log.committed if core else 0,
+            applied_index=self.applied_index, role=role, members=members,
+        )
+
+    async def add_member(self, node_id: str, addrs: MemberAddrs) -> ClusterStatus:
+        self._check_serving()
+        core = self.core
+        assert core is not None
+        if node_id in core.voters or node_id in core.learners:
+            if self.storage.members.get(node_id) == addrs:
+                return self.cluster_status()
+            raise FailedPrecondition(
+                f"{node_id} is already a member with other addresses; remove it first",
+                reason="MEMBER_EXISTS")
+        cc = ConfChange(ConfChangeType.ADD_LEARNER, node_id, encode_addrs(addrs))
+        await self._conf_change(cc)
+        return self.cluster_status()
+
+    async def remove_member(self, node_id: str) -> None:
+        self._check_serving()
+        core = self.core
+        assert core is not None
+        if node_id not in core.voters and node_id not in core.learners:
+            return
+        await self._conf_change(ConfChange(ConfChangeType.REMOVE_NODE, node_id))
+
+    async def transfer_leader(self, target_id: str | None = None) -> str:
+        self._check_serving()
+        core = self.core
+        assert core is not None
+        if target_id is None:
+            target_id = self._best_transferee(core)
+            if target_id is None:
+                raise FailedPrecondition("no other voter to transfer leadership to",
+                                         reason="NO_TRANSFER_TARGET")
+        if target_id == self.node_id:
+            return self.node_id
+        if target_id not in core.voters:
+            raise FailedPrecondition(f"{target_id} is not a voter", reason="NOT_A_VOTER")
+        target = target_id
+        done: Fut = asyncio.get_running_loop().create_future()
+
+        def request(core: RaftCore) -> None:
+            try:
+                core.transfer_leadership(target)
+                _resolve(done, None)
+            except CoreNotLeader as e:
+                _fail(done, NotLeader("not the leader", leader_hint=e.leader_hint or ""))
+            except ProposalDropped as e:
+                _fail(done, FailedPrecondition(str(e), reason="TRANSFER_REFUSED"))
+
+        self._admin.append(request)
+        self._wake.set()
+        await done
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.cfg.admin_timeout_ms / 1000
+        while self._lead != target:
+            left = deadline - loop.time()
+            if left <= 0:
+                raise Unavailable(f"leadership did not move to {target} in time",
+                                  reason="TRANSFER_TIMEOUT")
+            changed = self._lead_changed
+            try:
+                await asyncio.wait_for(changed.wait(), left)
+            except TimeoutError:
+                pass
+        return target
+
+    def _best_transferee(self, core: RaftCore) -> str | None:
+        """The most up-to-date other voter that was heard from recently (then the highest
+        match index; ties by id). None without another voter."""
+        best: tuple[bool, int, str] | None = None
+        for nid in core.voters:
+            pr = core.prs.get(nid)
+            if nid == self.node_id or pr is None:
+                continue
+            key = (pr.recent_active, pr.match, nid)
+            if best is None or key[:2] > best[:2]:
+                best = key
+        return best[2] if best else None
+
+    async def _conf_change(self, cc: ConfChange) -> None:
+        fut: Fut = asyncio.get_running_loop().create_future()
+
+        def request(core: RaftCore) -> None:
+            try:
+                index = core.propose_conf_change(cc)
+                self._proposals[index] = _Proposal(core.term, [fut], conf=True)
+            except CoreNotLeader as e:
+                _fail(fut, NotLeader("not the leader", leader_hint=e.leader_hint or ""))
+            except ProposalDropped as e:
+                _fail(fut, Unavailable(f"membership change refused for now: {e}",
+                                       reason="CONF_CHANGE_PENDING"))
+
+        self._admin.append(request)
+        self._wake.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), self.cfg.admin_timeout_ms / 1000)
+        except TimeoutError:
+            raise Unavailable("membership change not applied in time",
+                              reason="CONF_CHANGE_TIMEOUT") from None
+
+    # -- inputs (event loop) -----------------------------------------------------------------
+    def _on_messages(self, msgs: list[Message]) -> None:
+        """Transport callback: queue for the core (stepped between two Readies)."""
+        if self._stopping:
+            return
+        self._inbox.extend(msgs)
+        self._wake.set()
+
+    def _on_tick(self) -> None:
+        if self._stopping:
+            return
+        self._ticks += 1
+        self._wake.set()
+        self._tick_handle = asyncio.get_running_loop().call_later(self.cfg.tick_ms / 1000, self._on_tick)
+
+    def _check_serving(self) -> None:
+        if self._stopping or self._failed is not None:
+            raise Unavailable("node is shutting down", reason="SHUTTING_DOWN")
+        if self._removed:
+            raise NotLeader("this node was removed from the cluster", leader_hint=self._lead)
+        if self._role != Role.LEADER:
+            raise NotLeader("not the leader", leader_hint=self._lead)
+
+    # -- the loop ----------------------------------------------------------------------------
+    async def _run(self) -> None:
+        try:
+            while not self._stopping:
+                await self._wake.wait()
+                self._wake.clear()
+                async with self._ready_lock:  # a restore runs between two Readies
+                    core = self.core
+                    assert core is not None
+                    self._feed(core)
+                    if core.has_ready():
+                        await self._handle_ready(core, core.ready())
+                        self._wake.set()  # more may have arrived meanwhile
+                    elif self._own_snapshot is not None:
+                        await self._persist_own_snapshot()
+        except BaseException as e:
+            if not isinstance(e, asyncio.CancelledError):
+                log.exception("Raft node %s failed; it stops taking requests", self.node_id)
+            self._failed = e
+            self._role = Role.FOLLOWER
+            self._fail_all(Unavailable(f"node failed: {e}", reason="NODE_FAILED"))
+            raise
+
+    def _feed(self, core: RaftCore) -> None:
+        """Give the core everything queued since the last Ready."""
+        if self._inbox:
+            inbox, self._inbox = self._inbox, []
+            for m in inbox:
+                core.step(m)
+        n, self._ticks = self._ticks, 0
+        for _ in range(n):
+            core.tick()
+        if n and core.role == Role.LEADER:
+            self._maybe_promote(core)
+        if self._admin:
+            admin, self._admin = self._admin, []
+            for fn in admin:
+                fn(core)
+        if self._pending:
+            self._propose_pending(core)
+
+    def _propose_pending(self, core: RaftCore) -> None:
+        pending = [p for p in self._pending if not p[1].cancelled()]  # cancelled: dropped
+        if core.role != Role.LEADER:
+            self._pending = []
+            err = NotLeader("not the leader", leader_hint=core.lead)
+            for _, fut in pending:
+                _fail(fut, err)
+            return
+        datas: list[bytes] = []
+        groups: list[list[Fut]] = []
+        now_ms = max(self._last_stamp_ms, self.state.machine.now_ms, self._clock_ms())
+        self._last_stamp_ms = now_ms
+        while pending:
+            count = _take_count(pending)
+            taken, pending = pending[:count], pending[count:]
+            try:
+                datas.append(encode_batch(CommandBatch(now_ms, [cmd for cmd, _ in taken])))
+            except Exception as e:  # an unencodable command: fail its batch, keep going
+                log.exception("cannot encode a command batch")
+                for _, fut in taken:
+                    _fail(fut, Unavailable(f"cannot encode command: {e}"))
+                continue
+            groups.append([fut for _, fut in taken])
+        self._pending = []
+        if not datas:
+            return
+        try:
+            indexes = core.propose_batch(datas)
+        except (CoreNotLeader, ProposalDropped) as e:
+            hint = (e.leader_hint or "") if isinstance(e, CoreNotLeader) else core.lead_transferee
+            err = NotLeader(f"proposal refused: {e}", leader_hint=hint)
+            for futs in groups:
+                for fut in futs:
+                    _fail(fut, err)
+            return
+        term = core.term
+        for index, futs in zip(indexes, groups, strict=True):
+            self._proposals[index] = _Proposal(term, futs)
+
+    async def _handle_ready(self, core: RaftCore, rd: Ready) -> None:
+        """One Ready: persist + apply (one txn, fsync) → send → conf changes → resolve →
+        reads → advance."""
+        loop = asyncio.get_running_loop()
+        own, self._own_snapshot = self._own_snapshot, None
+        job = _Job(rd.snapshot, rd.entries, rd.hard_state, rd.committed_entries,
+                   (own, self._compact_to(own)) if own is not None else None)
+        if job.snapshot or job.entries or job.hard_state or job.committed or job.own_snapshot:
+            await loop.run_in_executor(self._writer, self._write, job)
+        if rd.messages:
+            self.transport.send(rd.messages)
+        removed = False
+        for e in rd.committed_entries:
+            if e.type == EntryType.CONF_CHANGE:
+                cc = codec.decode_conf_change(e.data)
+                core.apply_conf_change(cc)
+                if cc.type == ConfChangeType.REMOVE_NODE and cc.node_id == self.node_id:
+                    removed = True
+        if job.members is not None or rd.snapshot is not None:
+            self._sync_peers()
+        if rd.soft_state is not None:
+            self._lead = rd.soft_state.lead  # the hint of the errors below
+        if rd.snapshot is not None:
+            self._fail_proposals_upto(rd.snapshot.meta.index, core.lead)
+        self._resolve_committed(rd.committed_entries, job.results)
+        if rd.soft_state is not None:  # after resolving what this Ready applied
+            self._on_soft_state(rd.soft_state.lead, rd.soft_state.role)
+        for rs in rd.read_states:
+            fut = self._reads.pop(rs.context, None)
+            if fut is not None:
+                self._read_waits.append((rs.index, fut))
+        core.advance(rd)
+        if self._read_waits:
+            self._serve_reads()
+        if rd.committed_entries or rd.snapshot is not None:
+            self._notify_applied()
+            if core.role == Role.LEADER:
+                self._schedule_lease_tick()
+            self._maybe_snapshot(core)
+        if removed:
+            log.info("node %s was removed from the cluster", self.node_id)
+            self._removed = True
+            self._on_soft_state(core.lead, core.role)
+        if core.role != Role.LEADER and self._proposals:
+            self._fail_proposals_upto(None, core.lead)
+
+    async def _persist_own_snapshot(self) -> None:
+        """A finished snapshot with no Ready to ride along: persist it on its own."""
+        snap, self._own_snapshot = self._own_snapshot, None
+        assert snap is not None
+        job = _Job(None, [], None, [], (snap, self._compact_to(snap)))
+        await asyncio.get_running_loop().run_in_executor(self._writer, self._write, job)
+
+    def _write(self, job: _Job) -> None:
+        """Writer thread: the Ready's durable part and the apply, in ONE txn (fsync)."""
+        t0 = time.perf_counter()
+        st = self.storage
+        with self.state.write() as txn:  # commits with fsync, then publishes the readers' view
+            if job.snapshot is not None:
+                members = install_snapshot_data(self.state, txn, job.snapshot.data,
+                                                job.snapshot.meta.index)
+                st.apply_snapshot(txn, job.snapshot)
+                st.set_members(txn, members)
+            if job.entries:
+                st.append(txn, job.entries)
+            if job.hard_state is not None:
+                st.set_hard_state(txn, job.hard_state)
+            if job.committed:
+                job.results = self._apply(txn, job)
+            if job.own_snapshot is not None:
+                snap, compact_to = job.own_snapshot
+                st.create_snapshot(txn, snap)
+                st.compact(txn, compact_to)
+            t1 = time.perf_counter()
+        if self._on_commit and job.committed:
+            t2 = time.perf_counter()
+            self._on_commit(sum(len(r) for r in job.results), t2 - t0, t2 - t1)
+
+    def _apply(self, txn: lmdb.Transaction, job: _Job) -> list[list[object]]:
+        items: list[tuple[int, bytes]] = []
+        members: dict[str, MemberAddrs] | None = None
+        for e in job.committed:
+            if e.type == EntryType.CONF_CHANGE:
+                items.append((e.index, b""))  # advances the applied index only
+                if e.index <= self.state.applied_index:
+                    continue  # re-applied after a restart: members already persisted
+                cc = codec.decode_conf_change(e.data)
+                if members is None:
+                    members = dict(self.storage.members)
+                if cc.type == ConfChangeType.REMOVE_NODE:
+                    members.pop(cc.node_id, None)
+                else:
+                    addrs = decode_addrs(cc.context)
+                    if addrs is not None:
+                        members[cc.node_id] = addrs
+            else:
+                items.append((e.index, e.data))
+        results = self.state.apply_entries(txn, items)
+        if members is not None:
+            self.storage.set_members(txn, members)
+            job.members = members
+        return results
+
+    # -- results -----------------------------------------------------------------------------
+    def _resolve_committed(self, committed: list[Entry], results: list[list[object]]) -> None:
+        props = self._proposals
+        if not props:
+            return
+        for e, res in zip(committed, results, strict=False):
+            p = props.pop(e.index, None)
+            if p is None:
+                continue
+            if e.term != p.term:
+                err = NotLeader("leadership changed before the proposal committed",
+                                leader_hint=self._lead)
+                for fut in p.futs:
+                    _fail(fut, err)
+            elif p.conf:
+                for fut in p.futs:
+                    _resolve(fut, None)
+            else:
+                for fut, r in zip(p.futs, res, strict=True):
+                    _resolve(fut, r)
+
+    def _fail_proposals_upto(self, index: int | None, hint: str) -> None:
+        """Fail the proposals at indexes <= index (all if None) with NotLeader(hint)."""
+        err = NotLeader("leadership changed before the proposal committed", leader_hint=hint)
+        for i in [i for i in self._proposals if index is None or i <= index]:
+            for fut in self._proposals.pop(i).futs:
+                _fail(fut, err)
+
+    def _fail_all(self, err: DoqError) -> None:
+        pending, self._pending = self._pending, []
+        for _, fut in pending:
+            _fail(fut, err)
+        props, self._proposals = self._proposals, {}
+        for p in props.values():
+            for fut in p.futs:
+                _fail(fut, err)
+        self._fail_reads(err)
+
+    def _fail_reads(self, err: DoqError) -> None:
+        reads, self._reads = self._reads, {}
+        for fut in reads.values():
+            _fail(fut, err)
+        waits, self._read_waits = self._read_waits, []
+        for _, fut in waits:
+            _fail(fut, err)
+
+    def _serve_reads(self) -> None:
+        applied = self.applied_index
+        keep: list[tuple[int, Fut]] = []
+        for index, fut in self._read_waits:
+            if index <= applied:
+                _resolve(fut, None)
+            else:
+                keep.append((index, fut))
+        self._read_waits = keep
+
+    def _on_soft_state(self, lead: str, role: Role) -> None:
+        was_leader = self._role == Role.LEADER
+        self._lead = lead
+        if lead != self._announced_lead:
+            self._announced_lead = lead
+            self._lead_changed.set()
+            self._lead_changed = asyncio.Event()
+        self._role = role
+        if was_leader and role != Role.LEADER:
+            if self._lease_handle:
+                self._lease_handle.cancel()
+                self._lease_handle = None
+            self._fail_proposals_upto(None, lead)
+            err = NotLeader("leadership lost", leader_hint=lead)
+            pending, self._pending = self._pending, []
+            for _, fut in pending:
+                _fail(fut, err)
+        elif role == Role.LEADER and not was_leader:
+            self._schedule_lease_tick()
+
+    # -- peers and membership ----------------------------------------------------------------
+    def _sync_peers(self) -> None:
+        """Point the transport at every member whose address this node knows: the
+        replicated address map (as of the applied index) and the join answer's peers.
+
+        Not the core's conf state: after a restart it is the snapshot's until the
+        committed conf changes are re-applied, and a follower must reach every member at
+        once (it may have to elect a leader with them)."""
+        if self.node_id in self.storage.members:
+            self._peers = {}  # the replicated map now includes us: it is the whole truth
+        known = {**self._peers, **self.storage.members}
+        known.pop(self.node_id, None)
+        for nid, a in known.items():
+            self.transport.set_peer(nid, a.raft_addr)
+        for nid in self._peers_set - set(known):
+            self.transport.remove_peer(nid)
+        self._peers_set = set(known)
+
+    def _maybe_promote(self, core: RaftCore) -> None:
+        """Leader: promote a learner once its match index reached the commit index."""
+        if not core.learners or core.pending_conf_index > core.log.applied:
+            return
+        for nid in core.learners:
+            pr = core.prs.get(nid)
+            if pr is not None and pr.match >= core.log.committed:
+                addrs = self.storage.members.get(nid)
+                ctx = encode_addrs(addrs) if addrs else b""
+                try:
+                    core.propose_conf_change(ConfChange(ConfChangeType.ADD_NODE, nid, ctx))
+                    log.info("promoting learner %s to voter", nid)
+                except (ProposalDropped, CoreNotLeader):
+                    pass
+                return
+
+    # -- time and snapshots ------------------------------------------------------------------
+    def _schedule_lease_tick(self) -> None:
+        """Leader only: propose a Tick when replicated time must move (as LocalNode)."""
+        if self._lease_handle:
+            self._lease_handle.cancel()
+            self._lease_handle = None
+        due_ms = self.state.next_due_ms()
+        if due_ms is None or self._stopping or self._role != Role.LEADER:
+            return
+        delay_s = max(0.0, (due_ms - self._clock_ms()) / 1000) + 0.001
+        self._lease_handle = asyncio.get_running_loop().call_later(delay_s, self._propose_tick)
+
+    def _propose_tick(self) -> None:
+        self._lease_handle = None
+        if self._stopping or self._role != Role.LEADER:
+            return
+        fut: Fut = asyncio.get_running_loop().create_future()
+        fut.add_done_callback(_ignore_result)
+        self._pending.append((Tick(), fut))
+        self._wake.set()
+
+    def _compact_to(self, snap: Snapshot) -> int:
+        return max(self.storage.first_index() - 1, snap.meta.index - self.cfg.keep_entries)
+
+    def _maybe_snapshot(self, core: RaftCore) -> None:
+        """After an apply: start a snapshot when `snapshot_every` entries were applied since
+        the last one. The read is opened on the writer thread (exactly at the applied
+        index), the backup written on the snapshot thread; the next Ready persists it."""
+        every = self.cfg.snapshot_every
+        applied = core.log.applied
+        if not every or self._snap_running or applied - self.storage.snapshot_meta().index < every:
+            return
+        if self.state.applied_index != applied:
+            return  # re-applying after a restart: the state is ahead of the core
+        meta = core.make_snapshot(applied, b"").meta
+        members = dict(self.storage.members)
+        self._snap_running = True
+        loop = asyncio.get_running_loop()
+        opened = loop.run_in_executor(self._writer, open_state_read, self.state)
+
+        async def build() -> None:
+            try:
+                idx, horizon, records = await opened
+                if idx != meta.index:
+                    close = getattr(records, "close", None)
+                    if close:
+                        close()
+                    return
+                data = await loop.run_in_executor(
+                    self._snapshotter, _write_snapshot, idx, horizon, records, members, self.node_id)
+                self._own_snapshot = Snapshot(meta, data)
+                self._wake.set()
+            except Exception:
+                log.exception("snapshot at %d failed", meta.index)
+            finally:
+                self._snap_running = False
+
+        self._snap_task = asyncio.create_task(build())
+
+
+def _write_snapshot(idx: int, horizon: int, records: Iterator[Record],
+                    members: dict[str, MemberAddrs], node_id: str) -> bytes:
+    return write_state_snapshot(idx, horizon, records, members, node_id)
+
+
+def _resolve(fut: Fut, value: object) -> None:
+    if not fut.done():
+        fut.set_result(value)
+
+
+def _fail(fut: Fut, err: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(err)
+
+
+def _ignore_result(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()

@@ -1,0 +1,299 @@
+"""An in-memory peer network for RaftNode tests (real LMDB per node, real asyncio).
+
+Messages go through the Raft codec (as on the wire) and are delivered on the event loop.
+The network checks the Ready contract at every send: what a message depends on must
+already be durable in the sender's LMDB files (read with a fresh read transaction).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import struct
+import zlib
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import lmdb
+
+from doq.errors import Unavailable
+from doq.node.cluster import MemberAddrs
+from doq.node.raft_log import FIRST_KEY, HS_KEY
+from doq.node.raft_node import RaftNode, RaftNodeConfig
+from doq.node.transport_base import OnMessages
+from doq.raft import codec
+from doq.raft.types import HardState, Message, MessageType
+from doq.storage.env import open_db, open_env
+from doq.storage.state import StateStore
+
+MT = MessageType
+_U64 = struct.Struct(">Q")
+T = TypeVar("T")
+FAST = RaftNodeConfig(tick_ms=25, election_tick=10, heartbeat_tick=1)
+
+
+def addrs(nid: str) -> MemberAddrs:
+    return MemberAddrs(f"raft-{nid}:1", f"grpc-{nid}:2", f"http-{nid}:3")
+
+
+class Net:
+    """The fake network: partitions, and the durability check at send time."""
+
+    def __init__(self) -> None:
+        self.transports: dict[str, FakeTransport] = {}
+        self.envs: dict[str, lmdb.Environment] = {}
+        self.blocked: set[tuple[str, str]] = set()
+        self.violations: list[str] = []
+        self._dbs: dict[str, tuple[Any, Any, Any]] = {}  # node -> (env, raft_meta, raft_log)
+        self.sent = 0
+        self.drop_rate = 0.0
+        self.dup_rate = 0.0
+        self.max_delay_s = 0.0  # > 0: each message is delayed uniformly in [0, max) (reorders)
+        self.rng = random.Random(0)
+        self.trace: list[tuple[float, str, str, int, int, int]] = []  # (time, from, to, type, term, index)
+
+    def factory(self, nid: str) -> Callable[[OnMessages], FakeTransport]:
+        def make(on_messages: OnMessages) -> FakeTransport:
+            t = FakeTransport(self, nid, on_messages)
+            self.transports[nid] = t
+            return t
+
+        return make
+
+    def isolate(self, nid: str) -> None:
+        for other in self.transports:
+            if other != nid:
+                self.blocked |= {(nid, other), (other, nid)}
+
+    def heal(self) -> None:
+        self.blocked.clear()
+
+    def check(self, nid: str, msgs: Sequence[Message]) -> None:
+        """Record a violation for each message that depends on something not yet durable
+        in the sender's files (read with a fresh read transaction)."""
+        env = self.envs[nid]
+        if self._dbs.get(nid, (None,))[0] is not env:
+            self._dbs[nid] = (env, open_db(env, b"raft_meta"), open_db(env, b"raft_log"))
+        _, meta, log = self._dbs[nid]
+        with env.begin() as txn:
+            raw = txn.get(HS_KEY, db=meta)
+            hs = codec.decode_hard_state(bytes(raw)) if raw else HardState()
+            first = txn.get(FIRST_KEY, db=meta)
+            snap_index, snap_term = (_U64.unpack_from(first)[0], _U64.unpack_from(first, 8)[0]) if first else (0, 0)
+            cur = txn.cursor(db=log)
+            last = max(snap_index, _U64.unpack(cur.key())[0] if cur.last() else 0)
+
+            def durable_term(i: int) -> int | None:
+                if i == snap_index:
+                    return snap_term
+                v = txn.get(_U64.pack(i), db=log)
+                return None if v is None else int(_U64.unpack_from(v)[0])
+
+            for m in msgs:
+                if m.type not in (MT.PRE_VOTE, MT.PRE_VOTE_RESP) and m.term > hs.term:
+                    self.violations.append(f"{nid}: {m.type.name} of term {m.term} sent, durable term {hs.term}")
+                if m.type == MT.VOTE_RESP and not m.reject and hs.vote != m.to:
+                    self.violations.append(f"{nid}: vote for {m.to} sent, durable vote {hs.vote!r}")
+                if m.type == MT.APP and m.entries:
+                    for e in (m.entries[0], m.entries[-1]):
+                        if durable_term(e.index) != e.term:
+                            self.violations.append(f"{nid}: entry {e.index} sent before it was durable (last {last})")
+                            break
+                if m.type == MT.APP_RESP and not m.reject and m.index > last:
+                    self.violations.append(f"{nid}: ack of {m.index} sent, durable last {last}")
+
+
+class FakeTransport:
+    """Implements `doq.node.transport_base.RaftTransport` over `Net`."""
+
+    def __init__(self, net: Net, nid: str, on_messages: OnMessages) -> None:
+        self.net = net
+        self.nid = nid
+        self.on_messages = on_messages
+        self.peers: dict[str, str] = {}
+        self.started = False
+
+    def send(self, messages: Sequence[Message]) -> None:
+        self.net.check(self.nid, messages)
+        loop = asyncio.get_running_loop()
+        for m in messages:
+            self.net.sent += 1
+            dst = self.net.transports.get(m.to)
+            if m.to not in self.peers or (self.nid, m.to) in self.net.blocked:
+                continue
+            if dst is None or not dst.started:
+                continue
+            net = self.net
+            if net.drop_rate and net.rng.random() < net.drop_rate:
+                continue
+            copies = 2 if net.dup_rate and net.rng.random() < net.dup_rate else 1
+            for _ in range(copies):
+                wire = codec.decode_message(codec.encode_message(m))
+                if net.max_delay_s:
+                    loop.call_later(net.rng.uniform(0, net.max_delay_s), dst.deliver, wire)
+                else:
+                    loop.call_soon(dst.deliver, wire)
+
+    def deliver(self, m: Message) -> None:
+        if self.started and (m.frm, self.nid) not in self.net.blocked:
+            loop = asyncio.get_running_loop()
+            self.net.trace.append((loop.time(), m.frm, self.nid, int(m.type), m.term, m.index))
+            self.on_messages([m])
+
+    def set_peer(self, node_id: str, raft_addr: str) -> None:
+        self.peers[node_id] = raft_addr
+
+    def remove_peer(self, node_id: str) -> None:
+        self.peers.pop(node_id, None)
+
+    async def start(self) -> None:
+        self.started = True
+
+    async def stop(self) -> None:
+        self.started = False
+
+
+class Cluster:
+    """Nodes on `Net`, each with its own LMDB environment under `root`."""
+
+    def __init__(self, root: Path, config: RaftNodeConfig = FAST,
+                 node_cls: type[RaftNode] = RaftNode, *,
+                 prepare: Callable[[RaftNode], None] | None = None,
+                 clock_ms: Callable[[], int] | None = None) -> None:
+        self.root = root
+        self.config = config
+        self.net = Net()
+        self.nodes: dict[str, RaftNode] = {}
+        self.node_cls = node_cls
+        self.prepare = prepare  # called on each node before it starts (e.g. executors)
+        self.clock_ms = clock_ms
+
+    async def start(self, nid: str, *, join: bool = False) -> RaftNode:
+        env = open_env(self.root / nid, map_size=1 << 30)
+        self.net.envs[nid] = env
+        peers = {m: addrs(m) for m in self.nodes} if join else None
+        extra = {"clock_ms": self.clock_ms} if self.clock_ms else {}
+        node = self.node_cls(
+            StateStore(env), node_id=nid, addrs=addrs(nid), transport=self.net.factory(nid),
+            config=self.config, join=join, peers=peers, seed=zlib.crc32(nid.encode()), **extra,  # type: ignore[arg-type]
+        )
+        if self.prepare:
+            self.prepare(node)
+        await node.start()
+        self.nodes[nid] = node
+        return node
+
+    async def stop(self, nid: str, *, transfer_leadership: bool = True) -> None:
+        node = self.nodes.pop(nid)
+        await node.stop(transfer_leadership=transfer_leadership)
+        node.env.close()
+
+    async def crash(self, nid: str) -> None:
+        """Kill the node abruptly: no handover, no final Ready, nothing more sent or
+        persisted; its callers see Unavailable (as a client of a dead process would)."""
+        node = self.nodes.pop(nid)
+        node._stopping = True
+        for h in (node._tick_handle, node._lease_handle):
+            if h:
+                h.cancel()
+        for t in (node._task, node._snap_task):
+            if t:
+                t.cancel()
+        for t in (node._task, node._snap_task):
+            if t:
+                with contextlib.suppress(BaseException):
+                    await t
+        node._fail_all(Unavailable("crashed"))
+        self.net.transports[nid].started = False
+        node._writer.shutdown(wait=True)  # a thread's txn must end before the env closes
+        node._snapshotter.shutdown(wait=True)
+        node.env.close()
+
+    async def close(self) -> None:
+        for nid in list(self.nodes):
+            await self.stop(nid, transfer_leadership=False)
+
+    def leader(self) -> RaftNode | None:
+        leaders = [n for n in self.nodes.values() if n.is_leader]
+        return max(leaders, key=lambda n: n.cluster_status().term) if leaders else None
+
+    async def wait_leader(self, timeout_s: float = 30.0, exclude: str = "") -> RaftNode:
+        async def find() -> RaftNode | None:
+            n = self.leader()
+            return n if n is not None and n.node_id != exclude else None
+
+        return await eventually(find, timeout_s, "no leader elected")
+
+    async def grow(self, *nids: str) -> RaftNode:
+        """Add each node through the leader (learner, then promoted); returns the leader."""
+        for nid in nids:
+            await self._grow_one(nid)
+        return await self.wait_leader()
+
+    async def _grow_one(self, nid: str) -> None:
+        await self.wait_leader()
+        await self.start(nid, join=True)
+
+        async def add() -> object:
+            return await (await self.wait_leader()).add_member(nid, addrs(nid))
+
+        await retry(add)
+
+        async def promoted() -> bool:
+            ld = self.leader()
+            return ld is not None and any(
+                m.node_id == nid and m.role == "voter" for m in ld.cluster_status().members)
+
+        await eventually(promoted, 30, f"{nid} not promoted")
+
+    async def converged(self, timeout_s: float = 30.0) -> int:
+        """Wait until every node has committed (durably) the leader's commit index as
+        applied; returns it. (A node's in-memory applied index runs ahead of its disk
+        while the writer's txn is being fsynced.)"""
+        async def same() -> int | None:
+            ld = self.leader()
+            if ld is None:
+                return None
+            commit = ld.cluster_status().commit_index
+            applied = {durable_applied(n) for n in self.nodes.values()}
+            return commit if applied == {commit} else None
+
+        return await eventually(same, timeout_s, "nodes did not converge")
+
+    def digests(self) -> dict[str, str]:
+        return {nid: n.state.snapshot_digest() for nid, n in self.nodes.items()}
+
+
+def durable_applied(node: RaftNode) -> int:
+    """The committed applied index (what readers see; the writer may be applying more)."""
+    return node.applied_index
+
+
+async def eventually(fn: Callable[[], Awaitable[T | None]], timeout_s: float, what: str) -> T:
+    """Poll `fn` until it returns a truthy value (bounded deadline)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        v = await fn()
+        if v:
+            return v
+        if loop.time() > deadline:
+            raise AssertionError(f"{what} within {timeout_s}s")
+        await asyncio.sleep(0.02)
+
+
+async def retry(fn: Callable[[], Awaitable[T]], timeout_s: float = 30.0) -> T:
+    """Retry a call that fails with a retryable DoqError (no leader yet, change pending)."""
+    from doq.errors import DoqError
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        try:
+            return await fn()
+        except DoqError as e:
+            if not e.retryable or loop.time() > deadline:
+                raise
+        await asyncio.sleep(0.05)

@@ -1,0 +1,196 @@
+"""LmdbLogStorage on real LMDB files: restart recovery, truncation, compaction, and the same
+behaviour as the in-memory storage of doq/raft on random operation sequences."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import lmdb
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from doq.node.cluster import MemberAddrs
+from doq.node.raft_log import LmdbLogStorage
+from doq.raft import (
+    CompactedError,
+    ConfState,
+    Entry,
+    EntryType,
+    HardState,
+    MemoryStorage,
+    Snapshot,
+    SnapshotMeta,
+    UnavailableError,
+)
+from doq.storage.env import open_env
+
+BOOT = Snapshot(SnapshotMeta(1, 1, ConfState(("a",))), b"boot")
+
+
+def _env(path: Path) -> lmdb.Environment:
+    return open_env(path, map_size=1 << 28)
+
+
+def _write(env: lmdb.Environment, fn: object, *args: object) -> None:
+    with env.begin(write=True) as txn:
+        fn(txn, *args)  # type: ignore[operator]
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[lmdb.Environment]:
+    e = _env(tmp_path / "db")
+    yield e
+    e.close()
+
+
+def ents(lo: int, *terms: int) -> list[Entry]:
+    return [Entry(t, lo + i, EntryType.NORMAL, b"d%d" % (lo + i)) for i, t in enumerate(terms)]
+
+
+def view(s: LmdbLogStorage | MemoryStorage) -> tuple[object, ...]:
+    """Everything the core can read."""
+    first, last = s.first_index(), s.last_index()
+    terms = [s.term(i) for i in range(first - 1, last + 1)]
+    es = s.entries(first, last + 1, 1 << 30) if last >= first else []
+    return s.initial_state(), first, last, terms, es, s.snapshot()
+
+
+def test_restart_recovers_term_vote_log_snapshot_and_members(tmp_path: Path) -> None:
+    env = _env(tmp_path / "db")
+    st1 = LmdbLogStorage(env)
+    assert st1.is_empty()
+    members = {"a": MemberAddrs("h:1", "h:2", "h:3")}
+    with env.begin(write=True) as txn:
+        st1.apply_snapshot(txn, BOOT)
+        st1.set_hard_state(txn, HardState(1, "", 1))
+        st1.set_members(txn, members)
+    _write(env, st1.append, ents(2, 1, 1, 2, 2))
+    _write(env, st1.set_hard_state, HardState(2, "a", 4))
+    before = view(st1)
+    env.close()
+    env = _env(tmp_path / "db")
+    st2 = LmdbLogStorage(env)
+    assert not st2.is_empty()
+    assert view(st2) == before
+    assert st2.initial_state() == (HardState(2, "a", 4), ConfState(("a",)))
+    assert st2.members == members
+    env.close()
+
+
+def test_conflicting_suffix_is_truncated_durably(tmp_path: Path) -> None:
+    env = _env(tmp_path / "db")
+    s = LmdbLogStorage(env)
+    _write(env, s.apply_snapshot, BOOT)
+    _write(env, s.append, ents(2, 1, 1, 1, 1))  # 2..5
+    _write(env, s.append, ents(4, 3))  # conflicts at 4: drops 4 and 5
+    assert s.last_index() == 4 and s.term(4) == 3
+    with pytest.raises(UnavailableError):
+        s.term(5)
+    with pytest.raises(UnavailableError):
+        s.entries(2, 6, 1 << 20)
+    env.close()
+    env = _env(tmp_path / "db")
+    s = LmdbLogStorage(env)
+    assert s.last_index() == 4 and [e.term for e in s.entries(2, 5, 1 << 20)] == [1, 1, 3]
+    with pytest.raises(UnavailableError):
+        _write(env, s.append, ents(6, 3))  # a gap
+    env.close()
+
+
+def test_compaction_keeps_the_term_of_the_compaction_point(tmp_path: Path) -> None:
+    env = _env(tmp_path / "db")
+    s = LmdbLogStorage(env, cache_entries=2)  # reads go to LMDB, not only the cache
+    _write(env, s.apply_snapshot, BOOT)
+    _write(env, s.append, ents(2, 1, 2, 2, 3, 3))  # 2..6
+    with pytest.raises(ValueError):
+        _write(env, s.compact, 3)  # beyond the snapshot
+    snap = Snapshot(SnapshotMeta(4, 2, ConfState(("a",))), b"state@4")
+    with env.begin(write=True) as txn:
+        s.create_snapshot(txn, snap)
+        s.compact(txn, 4)
+    assert (s.first_index(), s.last_index(), s.term(4)) == (5, 6, 2)
+    with pytest.raises(CompactedError):
+        s.entries(4, 6, 1 << 20)
+    with pytest.raises(CompactedError):
+        s.term(3)
+    env.close()
+    env = _env(tmp_path / "db")
+    s = LmdbLogStorage(env)
+    assert (s.first_index(), s.last_index(), s.term(4), s.term(6)) == (5, 6, 2, 3)
+    assert s.snapshot() == snap
+    with env.begin() as txn:  # the compacted entries are gone from the file
+        assert txn.stat(s._log)["entries"] == 2
+    env.close()
+
+
+def test_applied_snapshot_replaces_the_log(env: lmdb.Environment) -> None:
+    s = LmdbLogStorage(env)
+    _write(env, s.apply_snapshot, BOOT)
+    _write(env, s.append, ents(2, 1, 1, 1))
+    leader_snap = Snapshot(SnapshotMeta(10, 4, ConfState(("a", "b"), ("c",))), b"x" * 5000)
+    _write(env, s.apply_snapshot, leader_snap)
+    assert (s.first_index(), s.last_index(), s.term(10)) == (11, 10, 4)
+    assert s.snapshot() == leader_snap and s.initial_state()[1] == ConfState(("a", "b"), ("c",))
+    _write(env, s.apply_snapshot, BOOT)  # older: ignored
+    assert s.snapshot() == leader_snap
+
+
+def test_entries_respect_max_bytes_in_cache_and_on_disk(env: lmdb.Environment) -> None:
+    s = LmdbLogStorage(env, cache_entries=3)
+    _write(env, s.apply_snapshot, BOOT)
+    _write(env, s.append, [Entry(1, i, data=b"x" * 100) for i in range(2, 12)])
+    assert len(s.entries(2, 12, 1)) == 1  # from disk
+    assert len(s.entries(2, 12, 3 * 124)) == 3
+    assert len(s.entries(9, 12, 2 * 124)) == 2  # from the cache
+    assert [e.index for e in s.entries(2, 12, 1 << 20)] == list(range(2, 12))
+
+
+# -- property: the same observable behaviour as MemoryStorage ---------------------------
+op: st.SearchStrategy[tuple[str, int, list[int]]] = st.one_of(
+    st.tuples(st.just("append"), st.integers(0, 6), st.lists(st.integers(0, 3), min_size=1, max_size=5)),
+    st.tuples(st.just("compact"), st.integers(0, 8), st.just([])),
+    st.tuples(st.just("snapshot"), st.integers(0, 8), st.just([])),
+    st.tuples(st.just("hs"), st.integers(0, 5), st.just([])),
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(op, max_size=25), st.integers(1, 6))
+def test_same_behaviour_as_memory_storage(ops: list[tuple[str, int, list[int]]], cache: int) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        env = _env(Path(d))
+        try:
+            mem = MemoryStorage(voters=("a",))
+            dur = LmdbLogStorage(env, cache_entries=cache)
+            with env.begin(write=True) as txn:
+                dur.apply_snapshot(txn, mem.snapshot())
+                dur.set_hard_state(txn, mem.hard_state)
+            for name, n, terms in ops:
+                last, first = mem.last_index(), mem.first_index()
+                if name == "append":
+                    # the driver never truncates below a snapshot (it is committed)
+                    lo = max(first, mem.snapshot().meta.index + 1, last + 1 - n)
+                    base = mem.term(lo - 1)
+                    es = [Entry(base + t + k, lo + k, data=b"%d" % t) for k, t in enumerate(terms)]
+                    mem.append(es)
+                    _write(env, dur.append, es)
+                elif name == "snapshot":
+                    i = min(last, first - 1 + n)
+                    snap = Snapshot(SnapshotMeta(i, mem.term(i), ConfState(("a",))), b"s%d" % i)
+                    mem.create_snapshot(snap)
+                    _write(env, dur.create_snapshot, snap)
+                elif name == "compact":
+                    i = min(mem.snapshot().meta.index, first - 1 + n)
+                    mem.compact(i)
+                    _write(env, dur.compact, i)
+                else:
+                    hs = HardState(n, "a" if n % 2 else "", min(n, last))
+                    mem.set_hard_state(hs)
+                    _write(env, dur.set_hard_state, hs)
+                assert view(dur) == view(mem)
+            assert view(LmdbLogStorage(env, cache_entries=cache)) == view(mem)  # reopened
+        finally:
+            env.close()

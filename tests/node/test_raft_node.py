@@ -1,0 +1,460 @@
+"""RaftNode over an in-memory network: real LMDB per node, real asyncio, the real queue
+machine. Every test also checks the Ready contract at each send (tests/node/raftnet.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from doq.errors import NotLeader
+from doq.node.raft_node import RaftNode, RaftNodeConfig
+from doq.queues import commands as c
+from doq.queues.model import QueueSettings
+from doq.raft.types import Ready
+from tests.node.raftnet import FAST, Cluster, addrs, eventually, retry
+
+pytestmark = pytest.mark.timeout(180)
+_open: list[Cluster] = []
+
+
+@pytest.fixture(autouse=True)
+async def _close_clusters() -> AsyncIterator[None]:
+    """Stop every node a test started, also when it fails."""
+    yield
+    while _open:
+        await _open.pop().close()
+
+
+def new_cluster(root: Path, config: RaftNodeConfig = FAST, node_cls: type[RaftNode] = RaftNode) -> Cluster:
+    cl = Cluster(root, config, node_cls)
+    _open.append(cl)
+    return cl
+
+
+def enq(i: int) -> c.Enqueue:
+    return c.Enqueue("q", [c.EnqueueItem(b"m%d" % i)])
+
+
+async def create_queue(node: RaftNode) -> None:
+    await retry(lambda: node.propose(c.CreateQueue("q", "delayed", QueueSettings())))
+
+
+async def three(tmp_path: Path, config: RaftNodeConfig = FAST,
+                node_cls: type[RaftNode] = RaftNode) -> Cluster:
+    cl = new_cluster(tmp_path, config, node_cls)
+    await cl.start("n1")
+    await create_queue(await cl.wait_leader())
+    await cl.grow("n2", "n3")
+    return cl
+
+
+async def test_one_node_bootstraps_serves_and_restarts_from_its_data(tmp_path: Path) -> None:
+    cl = new_cluster(tmp_path)
+    n1 = await cl.start("n1")
+    assert await cl.wait_leader() is n1
+    await create_queue(n1)
+    res = await asyncio.gather(*(n1.propose(enq(i)) for i in range(50)))
+    assert [r[0].id for r in res] == list(range(1, 51))  # type: ignore[index]
+    await n1.read_barrier()
+    st = n1.cluster_status()
+    assert (st.role, st.leader_id, [m.node_id for m in st.members]) == ("leader", "n1", ["n1"])
+    assert st.members[0].addrs == addrs("n1")
+    digest, term = n1.state.snapshot_digest(), st.term
+    await cl.stop("n1")
+    n1 = await cl.start("n1")  # same data dir: restarts, not a new cluster
+    await cl.wait_leader()
+    assert n1.cluster_status().term > term
+    await cl.converged()
+    assert n1.state.get_queue("q").stats.total == 50
+    assert n1.state.snapshot_digest() != "" and digest
+    assert not cl.net.violations
+
+
+async def test_three_nodes_replicate_with_identical_digests(tmp_path: Path) -> None:
+    cl = await three(tmp_path)
+    leader = await cl.wait_leader()
+    assert sorted(m.node_id for m in leader.cluster_status().members if m.role == "voter") == ["n1", "n2", "n3"]
+    futs = [leader.propose_nowait(enq(i)) for i in range(300)]  # one burst: group commit
+    res = await asyncio.gather(*futs)
+    assert len({r[0].id for r in res}) == 300  # type: ignore[index]
+    await cl.converged()
+    assert len(set(cl.digests().values())) == 1
+    for n in cl.nodes.values():
+        assert n.state.get_queue("q").stats.total == 300
+        assert n.members == {nid: addrs(nid) for nid in ("n1", "n2", "n3")}  # addresses travelled
+    assert not cl.net.violations, cl.net.violations[:5]
+
+
+async def test_group_commit_puts_a_burst_into_few_entries(tmp_path: Path) -> None:
+    cl = new_cluster(tmp_path)
+    n1 = await cl.start("n1")
+    await create_queue(await cl.wait_leader())
+    before = n1.state.applied_index
+    await asyncio.gather(*[n1.propose_nowait(enq(i)) for i in range(1000)])
+    assert n1.state.applied_index - before <= 3  # 1000 commands, one entry per Ready
+
+
+class SendsBeforePersisting(RaftNode):
+    """A planted bug: messages leave before the Ready is durable."""
+
+    async def _handle_ready(self, core, rd: Ready) -> None:  # type: ignore[no-untyped-def]
+        if rd.messages:
+            self.transport.send(rd.messages)
+            rd.messages = []
+        await super()._handle_ready(core, rd)
+
+
+async def test_contract_check_catches_sending_before_persisting(tmp_path: Path) -> None:
+    cl = await three(tmp_path, node_cls=SendsBeforePersisting)
+    leader = await cl.wait_leader()
+    await asyncio.gather(*[leader.propose_nowait(enq(i)) for i in range(20)])
+    assert cl.net.violations  # the check has teeth
+
+
+async def test_follower_refuses_at_once_with_the_leader_hint(tmp_path: Path) -> None:
+    cl = await three(tmp_path)
+    leader = await cl.wait_leader()
+    follower = next(n for n in cl.nodes.values() if n is not leader)
+    await eventually(lambda: _async(follower.leader_hint == leader.node_id), 10, "hint")
+    with pytest.raises(NotLeader) as ei:
+        follower.propose_nowait(enq(0))
+    assert ei.value.leader_hint == leader.node_id
+    assert follower.leader_addrs() == addrs(leader.node_id)
+    await follower.read_barrier()  # ReadIndex through the leader works on a follower
+
+
+async def test_partitioned_leader_fails_pending_proposals_and_a_new_leader_takes_over(tmp_path: Path) -> None:
+    cl = await three(tmp_path)
+    old = await cl.wait_leader()
+    await cl.converged()
+    cl.net.isolate(old.node_id)
+    futs = [old.propose_nowait(enq(i)) for i in range(10)]
+    done, _ = await asyncio.wait(futs, timeout=30)  # never hangs: check-quorum steps it down
+    assert len(done) == 10
+    for f in futs:
+        assert isinstance(f.exception(), NotLeader)
+    new = await cl.wait_leader(exclude=old.node_id)
+    assert new is not old
+    res = await retry(lambda: new.propose(enq(99)))
+    assert res[0].id  # type: ignore[index]
+    with pytest.raises(NotLeader):
+        old.propose_nowait(enq(100))
+    cl.net.heal()
+    await cl.converged()
+    assert len(set(cl.digests().values())) == 1
+    # the isolated leader's entries were never committed: nobody has them
+    assert all(n.state.get_queue("q").stats.total == 1 for n in cl.nodes.values())
+    assert not cl.net.violations, cl.net.violations[:5]
+
+
+async def test_restarted_node_recovers_its_state_and_catches_up(tmp_path: Path) -> None:
+    cl = await three(tmp_path)
+    leader = await cl.wait_leader()
+    await asyncio.gather(*[leader.propose_nowait(enq(i)) for i in range(50)])
+    await cl.converged()
+    victim = next(nid for nid in cl.nodes if nid != leader.node_id)
+    hs, conf = cl.nodes[victim].storage.hard_state, cl.nodes[victim].core.conf_state()  # type: ignore[union-attr]
+    await cl.stop(victim)
+    await asyncio.gather(*[leader.propose_nowait(enq(i)) for i in range(50, 80)])
+    node = await cl.start(victim)  # its own data: term, vote, log, conf state
+    assert node.storage.hard_state.term >= hs.term and node.storage.hard_state.vote == hs.vote
+    await cl.converged()
+    assert node.core is not None and node.core.conf_state() == conf
+    assert len(set(cl.digests().values())) == 1
+    assert node.state.get_queue("q").stats.total == 80
+    assert not cl.net.violations, cl.net.violations[:5]
+
+
+async def test_node_behind_a_compacted_log_catches_up_by_snapshot(tmp_path: Path) -> None:
+    cfg = RaftNodeConfig(tick_ms=25, election_tick=10, snapshot_every=20, keep_entries=5)
+    cl = await three(tmp_path, cfg)
+    leader = await cl.wait_leader()
+    victim = next(nid for nid in cl.nodes if nid != leader.node_id)
+    await cl.converged()
+    await cl.stop(victim)
+    for i in range(120):  # one entry each: the log is compacted several times
+        await leader.propose(enq(i))
+        if i % 10 == 0:
+            await leader.propose(c.Dequeue("q", 1, ack=True))  # deletions: tombstones too
+
+    async def compacted() -> bool:
+        return leader.storage.first_index() > 60
+
+    await eventually(compacted, 30, "leader log not compacted")
+    node = await cl.start(victim)
+    await cl.converged()
+    assert node.storage.snapshot_meta().index > 60  # it got a snapshot, not entries
+    assert len(set(cl.digests().values())) == 1
+    assert node.members == leader.members
+    assert not cl.net.violations, cl.net.violations[:5]
+
+
+async def test_transfer_leadership_and_remove_a_member(tmp_path: Path) -> None:
+    cl = await three(tmp_path)
+    leader = await cl.wait_leader()
+    new_id = await retry(lambda: leader.transfer_leader())
+    assert new_id != leader.node_id
+    new = cl.nodes[new_id]
+    await eventually(lambda: _async(new.is_leader), 10, "target leads")
+    gone = leader.node_id
+    await retry(lambda: new.remove_member(gone))
+    assert sorted(m.node_id for m in new.cluster_status().members) == sorted(set(cl.nodes) - {gone})
+    assert gone not in new.members
+    await cl.stop(gone)
+    await retry(lambda: new.propose(enq(1)))  # two voters left: still a quorum
+    await cl.converged()
+    assert len(set(cl.digests().values())) == 1
+
+
+async def _async(v: bool) -> bool:
+    return v
+
+
+async def test_a_new_leader_never_stamps_a_time_before_one_already_applied(tmp_path: Path) -> None:
+    """n2's wall clock is an hour behind; once it leads, its entries still carry a time
+    >= the last applied one (replicated time never goes back)."""
+    import time as _time
+
+    from doq.queues.codec import decode_batch
+
+    cl = new_cluster(tmp_path)
+    real = lambda: _time.time_ns() // 1_000_000  # noqa: E731
+    n1 = await cl.start("n1")
+    n1._clock_ms = real
+    await create_queue(await cl.wait_leader())
+    await cl.grow("n2")
+    n2 = cl.nodes["n2"]
+    n2._clock_ms = lambda: real() - 3_600_000
+    await retry(lambda: n1.propose(enq(0)))
+    await retry(lambda: n1.transfer_leader("n2"))
+    await retry(lambda: n2.propose(enq(1)))
+    await cl.converged()
+    st = n2.storage
+    stamps = [decode_batch(e.data).now_ms for e in st.entries(st.first_index(), st.last_index() + 1, 1 << 30)
+              if e.data and e.type == 0]
+    assert len(stamps) >= 3 and stamps == sorted(stamps), stamps
+
+
+async def test_single_node_data_becomes_a_raft_cluster_and_replicates(tmp_path: Path) -> None:
+    """A data dir written without Raft (LocalNode, offline restore) bootstraps at its applied
+    index; a node added later receives that state by snapshot."""
+    from doq.node.local import LocalNode
+    from doq.storage.env import open_env
+    from doq.storage.state import StateStore
+
+    env = open_env(tmp_path / "n1", map_size=1 << 30)
+    local = LocalNode(StateStore(env))
+    await local.start()
+    await local.propose(c.CreateQueue("q", "delayed", QueueSettings()))
+    for i in range(5):
+        await local.propose(enq(i))
+    await local.stop()
+    env.close()
+    cl = new_cluster(tmp_path)
+    n1 = await cl.start("n1")
+    await cl.wait_leader()
+    assert n1.state.get_queue("q").stats.total == 5
+    res = await retry(lambda: n1.propose(enq(5)))
+    assert res[0].id == 6  # type: ignore[index]
+    await cl.grow("n2")
+    await cl.converged()
+    assert len(set(cl.digests().values())) == 1
+    assert cl.nodes["n2"].state.get_queue("q").stats.total == 6
+
+
+async def test_open_raft_node_bootstraps_joins_and_restarts_without_joining_again(tmp_path: Path) -> None:
+    from doq.node.build import open_raft_node
+    from doq.node.cluster import ClusterStatus, MemberAddrs
+    from doq.storage.env import open_env
+    from doq.storage.state import StateStore
+
+    cl = new_cluster(tmp_path)
+    loop = asyncio.get_running_loop()
+    calls: list[tuple[list[str], str]] = []
+
+    def join_cluster(join_addrs: Sequence[str], node_id: str, a: MemberAddrs) -> ClusterStatus:
+        """What the HTTP join does, from a thread: ask the leader to add the node."""
+        calls.append((list(join_addrs), node_id))
+        leader = cl.leader()
+        assert leader is not None
+        return asyncio.run_coroutine_threadsafe(leader.add_member(node_id, a), loop).result(30)
+
+    async def open_node(nid: str, join: tuple[str, ...]) -> RaftNode:
+        env = open_env(tmp_path / nid, map_size=1 << 30)
+        cl.net.envs[nid] = env
+        node = await open_raft_node(StateStore(env), node_id=nid, addrs=addrs(nid),
+                                    transport=cl.net.factory(nid), join_addrs=join,
+                                    join_cluster=join_cluster, config=FAST)
+        await node.start()
+        cl.nodes[nid] = node
+        return node
+
+    await open_node("n1", ())
+    await create_queue(await cl.wait_leader())
+    n2 = await open_node("n2", ("http-n1:3",))
+    assert calls == [(["http-n1:3"], "n2")]
+    await cl.converged()
+    assert n2.state.get_queue("q").name == "q" and n2.members == {"n1": addrs("n1"), "n2": addrs("n2")}
+    await cl.stop("n2")
+    await open_node("n2", ("http-n1:3",))  # its own data: no second join
+    assert len(calls) == 1
+    await cl.converged()
+    assert len(set(cl.digests().values())) == 1
+
+
+async def test_a_stopping_leader_hands_over_leadership_first(tmp_path: Path) -> None:
+    cl = await three(tmp_path)
+    old = await cl.wait_leader()
+    await cl.converged()
+    pending = [old.propose_nowait(enq(i)) for i in range(20)]
+    await cl.stop(old.node_id)
+    new = cl.leader()  # no election timeout to wait for: it already leads
+    assert new is not None and new.node_id != old.node_id
+    for f in pending:  # each resolved: applied, or one retryable error
+        assert f.done() and (f.exception() is None or f.exception().retryable)  # type: ignore[union-attr]
+    await retry(lambda: new.propose(enq(99)))
+
+
+def test_raft_node_implements_the_node_and_cluster_protocols(tmp_path: Path) -> None:
+    from doq.node.base import Node
+    from doq.node.cluster import ClusterAdmin
+
+    for proto in (Node, ClusterAdmin):
+        members = {m for m in vars(proto) if not m.startswith("_")} | set(proto.__annotations__)
+        missing = [m for m in members if not hasattr(RaftNode, m) and m not in ("state", "node_id")]
+        assert missing == [], proto
+
+
+async def test_restarted_members_reach_each_other_without_a_snapshot_of_the_full_membership(tmp_path: Path) -> None:
+    """Regression: a member restarting from a snapshot older than the conf changes (here
+    the bootstrap one: n1 alone) must still point its transport at every member whose
+    address it knows, or two restarted followers could never elect a leader."""
+    cl = await three(tmp_path)  # FAST takes no snapshot (snapshot_every=10_000)
+    leader = await cl.wait_leader()
+    others = [nid for nid in cl.nodes if nid != leader.node_id]
+    for nid in others:
+        assert cl.nodes[nid].storage.snapshot_meta().conf_state.voters != ("n1", "n2", "n3")
+        await cl.stop(nid)
+        await cl.start(nid)
+    await cl.converged()
+    await cl.stop(leader.node_id, transfer_leadership=False)
+    new = await cl.wait_leader(timeout_s=30)
+    assert new.node_id in others
+
+
+async def test_the_service_runs_unchanged_on_a_raft_node_lease_expiry_replicates(tmp_path: Path) -> None:
+    """QueueService over the leader: a long poll wakes on a replicated enqueue; an expired
+    lease comes back through the leader's Tick, on every replica."""
+    from doq.service.api import QueueService
+
+    cl = await three(tmp_path)
+    leader = await cl.wait_leader()
+    api = QueueService(leader)
+    poll = asyncio.create_task(api.dequeue("q", wait_ms=10_000, visibility_timeout_ms=300))
+    await asyncio.sleep(0.05)
+    await api.enqueue("q", c.EnqueueItem(b"hello"))
+    got = await asyncio.wait_for(poll, 10)
+    assert [m.content for m in got] == [b"hello"]
+
+    async def redelivered() -> bool:  # the lease expired: replicated time moved via a Tick
+        return all(n.state.get_queue("q").stats.ready == 1 for n in cl.nodes.values())
+
+    await eventually(redelivered, 10, "lease did not expire on every replica")
+    again = await api.dequeue("q", visibility_timeout_ms=60_000)
+    assert [(m.id, m.attempts) for m in again] == [(got[0].id, 2)]
+    await cl.converged()
+    assert len(set(cl.digests().values())) == 1
+
+
+async def test_add_member_is_idempotent_and_refuses_other_addresses(tmp_path: Path) -> None:
+    from doq.errors import FailedPrecondition
+    from doq.node.cluster import MemberAddrs
+
+    cl = await three(tmp_path)
+    leader = await cl.wait_leader()
+    st = await leader.add_member("n2", addrs("n2"))  # same addresses: nothing to do
+    assert [m.node_id for m in st.members] == ["n1", "n2", "n3"]
+    with pytest.raises(FailedPrecondition):
+        await leader.add_member("n2", MemberAddrs("elsewhere:1", "x:2", "y:3"))
+    follower = next(n for n in cl.nodes.values() if n is not leader)
+    with pytest.raises(NotLeader):
+        await follower.add_member("n4", addrs("n4"))
+
+
+@pytest.mark.parametrize("elections", [0, 8])
+async def test_online_restore_into_a_one_member_cluster_rebases_the_log(tmp_path: Path, elections: int) -> None:
+    """The restored state replaces the log, whether the backup's version is ahead of the
+    log (0 elections) or behind it (8): new entries follow the restored applied index,
+    and after a restart nothing from before the restore is applied again."""
+    import io
+
+    from doq.backup.ops import restore_online, write_backup
+
+    src = new_cluster(tmp_path / "src")
+    a = await src.start("a")
+    await create_queue(await src.wait_leader())
+    for i in range(5):
+        await a.propose(enq(i))
+    buf = io.BytesIO()
+    to_version = write_backup(a.state, 0, buf)
+    buf.seek(0)
+
+    cl = new_cluster(tmp_path / "dst")
+    b = await cl.start("b")
+    await cl.wait_leader()
+    for _ in range(elections):  # each election appends an empty entry
+        await cl.stop("b")
+        b = await cl.start("b")
+        await cl.wait_leader()
+    assert (b.storage.last_index() > to_version) == bool(elections) and b.state.is_empty()
+
+    result = await restore_online(b, [buf])
+    assert result.records > 0
+    await cl.wait_leader()
+    assert b.state.get_queue("q").stats.total == 5
+    assert b.storage.snapshot_meta().index >= to_version
+    out = await retry(lambda: b.propose(enq(5)))
+    assert out[0].id == 6  # type: ignore[index]
+    await cl.stop("b")
+    b = await cl.start("b")
+    await cl.wait_leader()
+    assert [b.state.get_message("q", i).content for i in range(1, 7)] == [b"m%d" % i for i in range(6)]
+    out = await retry(lambda: b.propose(enq(6)))
+    assert out[0].id == 7  # type: ignore[index]
+
+
+async def test_online_restore_is_refused_in_a_larger_cluster(tmp_path: Path) -> None:
+    import io
+
+    from doq.backup.ops import restore_online, write_backup
+    from doq.errors import FailedPrecondition
+
+    cl = await three(tmp_path)
+    leader = await cl.wait_leader()
+    buf = io.BytesIO()
+    write_backup(leader.state, 0, buf)
+    buf.seek(0)
+    with pytest.raises(FailedPrecondition) as e:
+        await restore_online(leader, [buf])
+    assert e.value.reason == "RESTORE_MULTI_NODE"
+
+
+async def test_a_restarted_bootstrap_node_does_not_wait_to_lead_alone(tmp_path: Path) -> None:
+    """Regression: n1's only snapshot is the bootstrap one (n1 alone). On restart its core
+    rightly refuses to campaign until the later conf changes are applied again, so start()
+    must not wait `admin_timeout_ms` for a leadership it never sought."""
+    slow_admin = dataclasses.replace(FAST, admin_timeout_ms=60_000)
+    cl = await three(tmp_path, slow_admin)
+    leader = await cl.wait_leader()
+    if leader.node_id == "n1":
+        await leader.transfer_leader("n2")
+        await cl.wait_leader(timeout_s=30)
+    assert cl.nodes["n1"].storage.snapshot_meta().conf_state.voters == ("n1",)
+    await cl.stop("n1")
+    node = await asyncio.wait_for(cl.start("n1"), 20)  # was: 60 s in _lead_if_alone
+    await cl.converged()
+    assert node.core is not None and node.core.voters == ("n1", "n2", "n3")
