@@ -39,9 +39,9 @@ if TYPE_CHECKING:
 class BackupState(Protocol):
     """What backup/restore need from `doq.storage.state.StateStore`."""
 
-    def snapshot_changes(self, since: int) -> tuple[int, int, Iterator[Record]]:
-        """(applied index, state digest at it, records with version >= since), all from
-        one read txn."""
+    def snapshot_changes(self, since: int) -> tuple[int, int | None, Iterator[Record]]:
+        """(applied index, state digest at it or None if not known, records with version
+        >= since), all from one read txn."""
         ...
 
     def is_empty(self) -> bool: ...
