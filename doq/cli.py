@@ -1,4 +1,4 @@
-"""The `doq` command: serve | bench | backup | restore | cluster."""
+"""The `doq` command: serve | bench | backup | restore | verify | cluster."""
 
 from __future__ import annotations
 
@@ -80,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
     from doq.backup import cli as backup_cli  # doq backup | doq restore
 
     backup_cli.add_parser(sub)
+    from doq.backup import verify_cli  # doq verify
+
+    verify_cli.add_parser(sub)
     from doq import cluster_cli  # doq cluster status | remove | transfer
 
     cluster_cli.add_parser(sub)
