@@ -89,9 +89,26 @@ def _stop(proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
 
 
 # -- servers ------------------------------------------------------------------------------
+@dataclass
+class Server:
+    """A started server: the address its clients use and the pid whose CPU time is read."""
+
+    addr: str
+    pid: int
+
+    def cpu_s(self) -> float:
+        """CPU time (user + system) the process has used so far (0 if unreadable)."""
+        try:
+            with open(f"/proc/{self.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @contextlib.contextmanager
-def doq_server(root: Path) -> Iterator[str]:
-    """A fresh `doq serve` (a one-node Raft cluster, as users run it); yields its gRPC address."""
+def doq_server(root: Path) -> Iterator[Server]:
+    """A fresh `doq serve` (a one-node Raft cluster, as users run it)."""
     grpc_port, http_port, raft_port = free_port(), free_port(), free_port()
     root.mkdir(parents=True, exist_ok=True)
     log = root / "doq.log"
@@ -110,7 +127,7 @@ def doq_server(root: Path) -> Iterator[str]:
 
     try:
         _wait("doq serve", ready, proc, 60, log)
-        yield f"127.0.0.1:{grpc_port}"
+        yield Server(f"127.0.0.1:{grpc_port}", proc.pid)
     finally:
         _stop(proc)
 
@@ -124,8 +141,8 @@ def rabbit_installed() -> bool:
 
 
 @contextlib.contextmanager
-def rabbit_server(root: Path) -> Iterator[int]:
-    """A fresh one-node RabbitMQ on 127.0.0.1 (its own epmd port); yields the AMQP port."""
+def rabbit_server(root: Path) -> Iterator[Server]:
+    """A fresh one-node RabbitMQ on 127.0.0.1 (its own epmd port); its address is the AMQP port."""
     amqp, dist, epmd = free_port(), free_port(), free_port()
     root.mkdir(parents=True, exist_ok=True)
     (root / "rabbitmq.conf").write_text(f"listeners.tcp.default = 127.0.0.1:{amqp}\nloopback_users = none\n")
@@ -160,7 +177,8 @@ def rabbit_server(root: Path) -> Iterator[int]:
 
     try:
         _wait("rabbitmq-server", ready, proc, 120, log)
-        yield amqp
+        pid = int((root / "pid").read_text().split()[0]) if (root / "pid").exists() else proc.pid
+        yield Server(str(amqp), pid)
     finally:
         _stop(proc, 60)
         with contextlib.suppress(OSError, subprocess.SubprocessError):
@@ -474,17 +492,25 @@ def _delete_queue(system: str, addr: str, queue: str) -> None:
                 c.delete_queue(queue)
 
 
-def run_once(system: str, addr: str, workload: str, run: int, args: Args) -> dict[str, Any]:
+def _measured(server: Server, cmd: list[str]) -> dict[str, Any]:
+    """Run a throughput child; its rate, and the server's CPU time per message meanwhile."""
+    c0 = server.cpu_s()
+    r = _run_child(cmd)
+    cpu = server.cpu_s() - c0
+    return {"msg_per_s": round(r["messages"] / r["seconds"], 1),
+            "server_cpu_us_per_msg": round(cpu * 1e6 / r["messages"], 1) if cpu else None, **r}
+
+
+def run_once(system: str, server: Server, workload: str, run: int, args: Args) -> dict[str, Any]:
     """One measured run of `workload` against `system` (clients in child processes)."""
+    addr = server.addr
     queue = f"sbs-{workload}-{run}-{os.getpid()}"
     try:
         if workload == "producer":
-            r = _run_child(_child_cmd(system, "producer", addr, queue, args.count, args))
-            return {"msg_per_s": round(r["messages"] / r["seconds"], 1), **r}
+            return _measured(server, _child_cmd(system, "producer", addr, queue, args.count, args))
         if workload == "consumer":
             _run_child(_child_cmd(system, "prefill", addr, queue, args.consume_count, args))
-            r = _run_child(_child_cmd(system, "consumer", addr, queue, args.consume_count, args))
-            return {"msg_per_s": round(r["messages"] / r["seconds"], 1), **r}
+            return _measured(server, _child_cmd(system, "consumer", addr, queue, args.consume_count, args))
         if workload == "e2e":
             if system == "rabbitmq":
                 _rabbit_declare(int(addr), queue)
@@ -531,16 +557,16 @@ def side_by_side(args: Args, systems: list[str], log: Callable[[str], None] = pr
                               "args": args.__dict__, "runs": {}}
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="doq-sbs-")))
-        addrs: dict[str, str] = {}
+        servers: dict[str, Server] = {}
         if "doq" in systems:
-            addrs["doq"] = stack.enter_context(doq_server(tmp / "doq"))
+            servers["doq"] = stack.enter_context(doq_server(tmp / "doq"))
         if "rabbitmq" in systems:
-            addrs["rabbitmq"] = str(stack.enter_context(rabbit_server(tmp / "rabbitmq")))
+            servers["rabbitmq"] = stack.enter_context(rabbit_server(tmp / "rabbitmq"))
         for workload in args.workloads:
             for run in range(args.runs):
                 order = systems if run % 2 == 0 else systems[::-1]
                 for system in order:
-                    r = run_once(system, addrs[system], workload, run, args)
+                    r = run_once(system, servers[system], workload, run, args)
                     r["loadavg"] = os.getloadavg()[0]
                     record["runs"].setdefault(f"{system}/{workload}", []).append(r)
                     log(f"{system:9s} {workload:9s} run {run + 1}: {json.dumps(r)}")
@@ -553,7 +579,7 @@ def summarize(runs: dict[str, list[dict[str, Any]]], systems: list[str],
               workloads: tuple[str, ...]) -> list[dict[str, Any]]:
     rows = []
     for w in workloads:
-        keys = ["msg_per_s"] if w != "e2e" else ["p50_ms", "p99_ms"]
+        keys = ["msg_per_s", "server_cpu_us_per_msg"] if w != "e2e" else ["p50_ms", "p99_ms"]
         for key in keys:
             row: dict[str, Any] = {"workload": w, "figure": key}
             for s in systems:

@@ -34,6 +34,10 @@ class PriorityIndex:
     def add(self, key: int, group: str) -> None:
         self.ready.add(key)
 
+    def add_many(self, keys: list[int], group: str) -> None:
+        """`add(k, group)` for every key."""
+        self.ready.update(keys)
+
     def remove(self, key: int, group: str) -> None:
         self.ready.remove(key)
 

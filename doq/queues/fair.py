@@ -57,6 +57,15 @@ class FairIndex:
         if not g.ready and g.inflight == 0:
             del self.groups[g.name]
 
+    def add_many(self, keys: list[int], group: str) -> None:
+        """`add(k, group)` for every key (one group)."""
+        if not keys:
+            return
+        g = self._group(group)
+        g.ready.update(keys)
+        self.n_ready += len(keys)
+        self._refresh(g)
+
     def add(self, key: int, group: str) -> None:
         g = self._group(group)
         g.ready.add(key)

@@ -21,7 +21,7 @@ def test_side_by_side_doq_only() -> None:
     assert runs["doq/consumer"][0]["messages"] == 300
     assert runs["doq/e2e"][0]["messages"] == 100
     figures = {(r["workload"], r["figure"]): r["doq"] for r in record["summary"]}
-    assert set(figures) == {("producer", "msg_per_s"), ("consumer", "msg_per_s"),
+    assert set(figures) >= {("producer", "msg_per_s"), ("consumer", "msg_per_s"),
                             ("e2e", "p50_ms"), ("e2e", "p99_ms")}
     assert all(v is not None and v > 0 for v in figures.values())
     assert "| producer | msg_per_s |" in format_summary(record, ["doq"])
