@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import tomllib
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from doq.errors import InvalidArgument
+from doq.node.cluster import MemberAddrs
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,8 +22,21 @@ class ServeConfig:
     http_addr: str = "127.0.0.1:8000"
     raft_addr: str = "127.0.0.1:9000"
     join: tuple[str, ...] = field(default_factory=tuple)
+    advertise_host: str = ""
+    election_timeout_ms: int = 1000
     max_message_bytes: int = 1024 * 1024
     log_level: str = "info"
+
+    def member_addrs(self) -> MemberAddrs:
+        """The addresses this node announces to the cluster (and clients are sent to): the
+        listen addresses, each with its host replaced by `advertise_host` when that is set
+        (a node listening on 0.0.0.0 must announce a name the others can reach)."""
+        def announced(addr: str) -> str:
+            if not self.advertise_host:
+                return addr
+            return f"{self.advertise_host}:{addr.rpartition(':')[2]}"
+
+        return MemberAddrs(announced(self.raft_addr), announced(self.grpc_addr), announced(self.http_addr))
 
 
 _HELP = {
@@ -31,6 +46,10 @@ _HELP = {
     "http_addr": "HTTP gateway listen address HOST:PORT",
     "raft_addr": "Raft peer listen address HOST:PORT",
     "join": "HTTP address(es) of a node of an existing cluster (comma separated)",
+    "advertise_host": "host the other members and clients reach this node at, announced with "
+                      "the ports of the listen addresses (none: the listen addresses themselves)",
+    "election_timeout_ms": "Raft election timeout: a follower that hears from no leader for 1-2x "
+                           "this long starts an election (500..60000, in steps of the 100 ms tick)",
     "max_message_bytes": "largest message content accepted",
     "log_level": "debug | info | warning | error",
 }
@@ -44,8 +63,8 @@ class FlagDefault(str):
 
 def _shown_default(value: Any) -> FlagDefault:
     if isinstance(value, tuple):
-        value = ",".join(value) or "none"
-    return FlagDefault(value)
+        value = ",".join(value)
+    return FlagDefault(value if value != "" else "none")
 
 
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
@@ -61,6 +80,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
 def given(value: Any) -> bool:
     """Was this flag given on the command line (rather than left at its shown default)?"""
     return value is not None and not isinstance(value, FlagDefault)
+
+
+_HOST = re.compile(r"[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]")  # a DNS name, IPv4, or [IPv6]
 
 
 def _parse_addr(name: str, value: str) -> str:
@@ -85,11 +107,21 @@ def _coerce(name: str, value: Any) -> Any:
         if not 1 <= n <= 64 * 1024 * 1024:
             raise InvalidArgument("--max-message-bytes must be within 1..67108864")
         return n
+    if name == "election_timeout_ms":
+        try:
+            n = int(value)
+        except (TypeError, ValueError):
+            raise InvalidArgument(f"--election-timeout-ms must be an integer, got {value!r}") from None
+        if not 500 <= n <= 60_000:
+            raise InvalidArgument("--election-timeout-ms must be within 500..60000")
+        return n
     value = str(value)
     if name.endswith("_addr"):
         return _parse_addr(name, value)
     if name == "log_level" and value.lower() not in ("debug", "info", "warning", "error"):
         raise InvalidArgument(f"--log-level must be debug, info, warning or error, got {value!r}")
+    if name == "advertise_host" and value and not _HOST.fullmatch(value):
+        raise InvalidArgument(f"--advertise-host must be a host name or IP address without a port, got {value!r}")
     if name == "node_id" and (not value or "/" in value or value in (".", "..")):
         raise InvalidArgument(f"--node-id must be a plain name, got {value!r}")
     return value

@@ -46,7 +46,7 @@ def test_serve_help_shows_every_default(capsys: pytest.CaptureFixture[str]) -> N
     text = _flat(capsys.readouterr().out)
     for f in fields(ServeConfig):
         default = getattr(ServeConfig(), f.name)
-        shown = ",".join(default) or "none" if isinstance(default, tuple) else str(default)
+        shown = (",".join(default) if isinstance(default, tuple) else str(default)) or "none"
         flag = "--" + f.name.replace("_", "-")
         assert re.search(rf"{flag} \S+ .*?\(env DOQ_{f.name.upper()}\) \(default: {re.escape(shown)}\)", text), flag
 
