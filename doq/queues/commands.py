@@ -70,7 +70,7 @@ class EnqueueColumns:
     dedup_ids: list[str] = field(default_factory=list)
     delays_ms: list[int] = field(default_factory=list)
 
-    def items(self) -> list[EnqueueItem]:
+    def to_items(self) -> list[EnqueueItem]:
         """The same messages one object each (the general path)."""
         n = len(self.contents)
         g = self.groups or [""] * n

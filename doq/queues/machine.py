@@ -584,7 +584,7 @@ class QueueMachine:
         if not n:
             return EnqueueColumnsResult([])
         if any(optional) or set(map(type, contents)) != {bytes}:
-            return _columns_result(self._enqueue_items(q, cmd.items()))
+            return _columns_result(self._enqueue_items(q, cmd.to_items()))
         first = self.next_id
         ids = range(first, first + n)
         self.next_id = first + n

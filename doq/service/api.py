@@ -231,6 +231,46 @@ class QueueService:
                 out[pos] = res
         return out  # type: ignore[return-value]
 
+    def check_columns(self, cmd: c.EnqueueColumns) -> c.EnqueueColumns:
+        """`cmd` if every message is valid, else the error refusing the whole batch (the
+        batch rule, as `enqueue_many`): INVALID_COLUMNS for a column of another length,
+        `batch_item_refused(i, ...)` for message i. Per-message checks run only on the
+        columns that are set (contents only: one pass over the lengths)."""
+        v.check_queue_name(cmd.queue)
+        n = len(cmd.contents)
+        if n > self.limits.max_batch_messages:
+            raise InvalidArgument(
+                f"batch of {n} messages exceeds the limit of {self.limits.max_batch_messages}",
+                reason="BATCH_TOO_LARGE",
+            )
+        optional = (cmd.groups, cmd.priorities, cmd.metadata, cmd.dedup_ids, cmd.delays_ms)
+        if any(col and len(col) != n for col in optional):
+            raise InvalidArgument("every column must be empty or have one entry per content",
+                                  reason="INVALID_COLUMNS")
+        if n and max(map(len, cmd.contents)) > self.limits.max_message_bytes:
+            items = cmd.to_items()
+        elif any(optional):
+            items = cmd.to_items()
+        else:
+            return cmd
+        for pos, item in enumerate(items):
+            try:
+                v.check_item(item, self.limits)
+            except DoqError as e:
+                raise batch_item_refused(pos, e) from None
+        return cmd
+
+    def enqueue_columns_nowait(self, cmd: c.EnqueueColumns) -> asyncio.Future[object]:
+        """Validate (`check_columns`) and propose without a task; the future's result is the
+        `EnqueueColumnsResult`, or the error refusing the whole batch (as a result, not
+        raised: the caller answers it in its response)."""
+        try:
+            return self.node.propose_nowait(self.check_columns(cmd))
+        except DoqError as e:
+            fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+            fut.set_result(e)
+            return fut
+
     async def dequeue(
         self,
         queue: str,
