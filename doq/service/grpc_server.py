@@ -32,7 +32,7 @@ from grpc_reflection.v1alpha import reflection
 from doq.errors import DoqError, InvalidArgument
 from doq.node.base import Node
 from doq.queues.commands import Ack, Enqueue, Nack
-from doq.queues.model import EnqueueResult, MessageView
+from doq.queues.model import EnqueueColumnsResult, EnqueueResult, MessageView
 from doq.service import convert as cv
 from doq.service import limits as v
 from doq.service import metrics
@@ -306,7 +306,8 @@ class DOQServicer(pb_grpc.DOQServicer):
             res = await self._columns_nowait(request)
             if isinstance(res, DoqError):
                 raise res
-            response, fresh = cv.enqueue_columns_to_pb(res)  # type: ignore[arg-type]
+            assert isinstance(res, EnqueueColumnsResult)
+            response, fresh = cv.enqueue_columns_to_pb(res)
         else:
             results = await self.api.enqueue_many([(r.queue_name, cv.item_from_pb(r)) for r in request.messages])
             response, fresh = cv.enqueue_batch_to_pb(results)

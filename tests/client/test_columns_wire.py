@@ -62,20 +62,33 @@ def test_stream_answers_each_columns_frame_in_order(stub: pb_grpc.DOQStub, clien
 
 @pytest.mark.parametrize(("cols", "reason"), [
     ({"contents": [b"a", b"b"], "priorities": [1]}, "INVALID_COLUMNS"),
-    ({"contents": [b"a", b"b"], "groups": ["ok", "x" * 300]}, "INVALID_GROUP"),
-    ({"contents": [b"a", b"x" * (2 << 20)]}, "MESSAGE_TOO_LARGE"),
+    ({"contents": [b"a"] * 10_001}, "BATCH_TOO_LARGE"),
 ])
-def test_an_invalid_message_refuses_the_whole_frame(
+def test_a_bad_frame_is_refused_whole(
     stub: pb_grpc.DOQStub, client: DoqClient, queue: str, cols: dict[str, object], reason: str
 ) -> None:
     (resp,) = stub.EnqueueBatchStream(iter([_frame(queue_name=queue, **cols)]))
-    assert resp.error.reason == reason and not resp.ids
-    if reason != "INVALID_COLUMNS":
-        assert resp.error.message.startswith("messages[1]: ")
+    assert resp.error.reason == reason and not resp.ids and not resp.error_positions
     with pytest.raises(grpc.RpcError) as e:
         stub.EnqueueBatch(_frame(queue_name=queue, **cols))
-    assert e.value.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert client.get_queue(queue).stats.total == 0
+
+
+@pytest.mark.parametrize(("cols", "reason"), [
+    ({"contents": [b"a", b"b", b"c"], "groups": ["ok", "x" * 300, ""]}, "INVALID_GROUP"),
+    ({"contents": [b"a", b"x" * (2 << 20), b"c"]}, "MESSAGE_TOO_LARGE"),
+])
+def test_an_invalid_message_fails_alone(
+    stub: pb_grpc.DOQStub, client: DoqClient, queue: str, cols: dict[str, object], reason: str
+) -> None:
+    for resp in (next(iter(stub.EnqueueBatchStream(iter([_frame(queue_name=queue, **cols)])))),
+                 stub.EnqueueBatch(_frame(queue_name=queue, **cols))):
+        assert not resp.HasField("error")
+        assert list(resp.error_positions) == [1] and resp.errors[0].reason == reason
+        assert resp.ids[1] == 0 and resp.ids[0] and resp.ids[2] and resp.ids[0] < resp.ids[2]
+    got = client.dequeue(queue, max_messages=10, ack=True)
+    assert [m.content for m in got] == [b"a", b"c", b"a", b"c"]
 
 
 def test_a_frame_with_messages_and_columns_is_refused(stub: pb_grpc.DOQStub, client: DoqClient, queue: str) -> None:
