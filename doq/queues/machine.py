@@ -174,6 +174,23 @@ def _utf8(v: object, what: str) -> bytes:
     return b
 
 
+def _fresh_dedup_tails(q: Queue, dids: object, contents: list[bytes]) -> list[bytes] | None:
+    """Record tails (dedup id bytes + content) when every dedup id is a str, non-empty,
+    unknown to `q`, distinct and of one encoded length (the column path); else None."""
+    if type(dids) is not list or set(map(type, dids)) != {str}:
+        return None
+    fresh = set(dids)
+    if len(fresh) != len(dids) or "" in fresh or not q.dedup.keys().isdisjoint(fresh):
+        return None
+    try:
+        dbs = [d.encode() for d in dids]
+    except UnicodeError:
+        return None
+    if len(set(map(len, dbs))) != 1 or len(dbs[0]) > 0xFFFF:
+        return None
+    return [d + b for d, b in zip(dbs, contents, strict=True)]
+
+
 def _columns_result(results: list[EnqueueResult | DoqError]) -> EnqueueColumnsResult:
     """The per-message results of the general path, as columns."""
     ids: list[int] = []
@@ -568,9 +585,10 @@ class QueueMachine:
         return self._enqueue_items(q, cmd.items)
 
     def _enqueue_columns(self, cmd: c.EnqueueColumns) -> EnqueueColumnsResult:
-        """Plain messages (contents only, all bytes) take the column path: one record
-        insert call, one index update and no object per message but its `Entry`; any
-        other column takes the per-message path of `Enqueue`, with the same results."""
+        """Plain messages (contents, and dedup ids all new and distinct) take the column
+        path: one insert call per record kind, one index update and no object per message
+        but its `Entry`; anything else takes the per-message path of `Enqueue`. Both store
+        the same records and give the same results."""
         q = self._queue(cmd.queue)
         contents = cmd.contents
         if type(contents) is not list:
@@ -583,15 +601,24 @@ class QueueMachine:
                                       reason="INVALID_COLUMNS")
         if not n:
             return EnqueueColumnsResult([])
-        if any(optional) or set(map(type, contents)) != {bytes}:
+        dids = cmd.dedup_ids
+        plain = not (cmd.groups or cmd.priorities or cmd.metadata or cmd.delays_ms)
+        tails = None
+        if plain and set(map(type, contents)) == {bytes}:
+            tails = contents if not dids else _fresh_dedup_tails(q, dids, contents)
+        if tails is None:
             return _columns_result(self._enqueue_items(q, cmd.to_items()))
         first = self.next_id
         ids = range(first, first + n)
         self.next_id = first + n
         pack = _U64.pack
         prefix = q.prefix
+        now = self.now_ms
+        dlen = len(tails[0]) - len(contents[0]) if dids else 0
         self.store.insert_many([prefix + pack(i) for i in ids],
-                               _HDR.pack(0, 0, self.now_ms, 0, 0, 0, 0, 0, 0, 0), contents)
+                               _HDR.pack(0, 0, now, 0, 0, 0, 0, 0, dlen, 0), tails)
+        if dids:
+            self._remember_dedups(q, dids, ids)
         base = (1 << 63) << 64  # ready_key(0, id) == base | id
         keys = [base | i for i in ids]
         g = q.index.group_name("") if q.qtype is QueueType.FAIR else ""
@@ -653,6 +680,18 @@ class QueueMachine:
                 self._remember_dedup(q, did, id_)
             ap(EnqueueResult(id_, False, it.group, prio, deliver_at))
         return out
+
+    def _remember_dedups(self, q: Queue, dids: list[str], ids: range) -> None:
+        """`_remember_dedup` of new dedup ids (none known to `q`), in bulk."""
+        exp = self.now_ms + q.settings.effective_dedup_window_ms
+        q.dedup.update(zip(dids, [(i, exp) for i in ids], strict=True))
+        name = q.name
+        self.dedup_exp.update([(exp, name, d) for d in dids])
+        prefix = K.name_prefix(K.DEDUP, name)
+        pack = R.DEDUP_REC.pack
+        self.store.insert_many([prefix + d.encode() for d in dids], b"", [pack(i, exp) for i in ids])
+        while len(self.dedup_exp) > MAX_DEDUP_ENTRIES:  # as many as one at a time would evict
+            self._forget_dedup(self.dedup_exp.pop(0))
 
     def _remember_dedup(self, q: Queue, did: str, id_: int) -> None:
         old = q.dedup.get(did)

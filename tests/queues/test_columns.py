@@ -38,7 +38,10 @@ def _as_columns(results: list[EnqueueResult | DoqError]) -> tuple[list[int], lis
 def test_contents_only_match_enqueue(type_: str) -> None:
     a, b = _pair(type_)
     contents = [b"m%d" % i for i in range(50)]
+    general = a.m._enqueue_items
+    a.m._enqueue_items = None  # type: ignore[assignment,method-assign]  # the column path must not need it
     res = a.one(c.EnqueueColumns("q", list(contents)))
+    a.m._enqueue_items = general  # type: ignore[method-assign]
     want = b.one(c.Enqueue("q", [c.EnqueueItem(x) for x in contents]))
     assert isinstance(res, EnqueueColumnsResult) and isinstance(want, list)
     assert list(res.ids) == [r.id for r in want]
@@ -109,3 +112,52 @@ def test_unknown_queue() -> None:
     a, _ = _pair()
     res = a.one(c.EnqueueColumns("nope", [b"x"]))
     assert isinstance(res, DoqError) and res.reason == "QUEUE_NOT_FOUND"
+
+
+@pytest.mark.parametrize("type_", ["delayed", "fair"])
+def test_fresh_dedup_ids_take_the_column_path_with_the_same_records(type_: str) -> None:
+    a, b = _pair(type_)
+    contents = [b"m%d" % i for i in range(20)]
+    dids = [f"p-{i:04d}" for i in range(20)]
+    general = a.m._enqueue_items
+    a.m._enqueue_items = None  # type: ignore[assignment,method-assign]  # the column path must not need it
+    res = a.one(c.EnqueueColumns("q", list(contents), dedup_ids=list(dids)))
+    a.m._enqueue_items = general  # type: ignore[method-assign]
+    want = b.one(c.Enqueue("q", [c.EnqueueItem(x, dedup_id=d) for x, d in zip(contents, dids, strict=True)]))
+    assert isinstance(res, EnqueueColumnsResult) and isinstance(want, list)
+    assert (list(res.ids), res.duplicates, res.deliver_at_ms) == _as_columns(want)
+    assert a.m.dedup_exp == b.m.dedup_exp
+    # a resend of some of them (and a new one) answers the original ids as duplicates
+    again = a.one(c.EnqueueColumns("q", [b"m3", b"new", b"m5"], dedup_ids=[dids[3], "p-new", dids[5]]))
+    again_b = b.one(c.Enqueue("q", [c.EnqueueItem(b"m3", dedup_id=dids[3]), c.EnqueueItem(b"new", dedup_id="p-new"),
+                                    c.EnqueueItem(b"m5", dedup_id=dids[5])]))
+    assert isinstance(again, EnqueueColumnsResult) and isinstance(again_b, list)
+    assert (list(again.ids), again.duplicates) == _as_columns(again_b)[:2]
+    assert again.duplicates == [0, 2] and list(again.ids)[0] == res.ids[3]
+    _same_state(a, b)
+
+
+@pytest.mark.parametrize("dids", [
+    ["same", "same"],  # repeated within the command: the second is a duplicate of the first
+    ["", "x"],  # a message without a dedup id among others
+    ["a", "bb"],  # of different lengths
+    ["\ud800", "x"],  # not encodable: that message fails alone
+])
+def test_other_dedup_columns_match_enqueue(dids: list[str]) -> None:
+    a, b = _pair()
+    res = a.one(c.EnqueueColumns("q", [b"1", b"2"], dedup_ids=list(dids)))
+    want = b.one(c.Enqueue("q", [c.EnqueueItem(b"1", dedup_id=dids[0]), c.EnqueueItem(b"2", dedup_id=dids[1])]))
+    assert isinstance(res, EnqueueColumnsResult) and isinstance(want, list)
+    assert (list(res.ids), res.duplicates, res.deliver_at_ms) == _as_columns(want)
+    assert sorted(res.errors) == [i for i, r in enumerate(want) if isinstance(r, DoqError)]
+    _same_state(a, b)
+
+
+def test_dedup_window_expiry_after_the_column_path() -> None:
+    a, b = _pair()
+    a.one(c.EnqueueColumns("q", [b"1", b"2"], dedup_ids=["x1", "x2"]))
+    b.one(c.Enqueue("q", [c.EnqueueItem(b"1", dedup_id="x1"), c.EnqueueItem(b"2", dedup_id="x2")]))
+    later = a.now + 61_000
+    for h in (a, b):
+        h.run(c.Tick(), at=later)
+    assert a.store.data == b.store.data and not a.m.dedup_exp
