@@ -1,7 +1,8 @@
 """Prefetching consumers over DequeueBatchStream (the default) or DequeueStream (`batched=False`).
 
-Messages arrive in frames of up to `max_batch` and are handed out one at a time (`next()`,
-iteration) or a frame at a time (`batches()`).
+Messages arrive in frames of up to `max_batch` (default 500: a frame is one dequeue, one
+commit on the server) and are handed out one at a time (`next()`, iteration) or a frame at
+a time (`batches()`).
 
 The server keeps at most `prefetch` (>= 1) messages outstanding on the stream: each
 message is leased when the server sends it, and each ack or nack in the stream returns
@@ -309,7 +310,7 @@ class AsyncConsumer(_ConsumerBase):
         prefetch: int = 100,
         ack: bool = False,
         batched: bool = True,
-        max_batch: int = 100,
+        max_batch: int = 500,
         visibility_timeout_ms: int = 0,
         close_grace_s: float = 5.0,
     ) -> None:
@@ -527,7 +528,7 @@ class Consumer(_ConsumerBase):
         prefetch: int = 100,
         ack: bool = False,
         batched: bool = True,
-        max_batch: int = 100,
+        max_batch: int = 500,
         visibility_timeout_ms: int = 0,
         close_grace_s: float = 5.0,
     ) -> None:
