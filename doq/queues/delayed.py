@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from sortedcontainers import SortedList
 
+from doq.queues.sortedext import extend_sorted
+
 PRIO_OFFSET = 1 << 63
 MASK64 = (1 << 64) - 1
 
@@ -35,8 +37,8 @@ class PriorityIndex:
         self.ready.add(key)
 
     def add_many(self, keys: list[int], group: str) -> None:
-        """`add(k, group)` for every key."""
-        self.ready.update(keys)
+        """`add(k, group)` for every key (ascending)."""
+        extend_sorted(self.ready, keys)
 
     def remove(self, key: int, group: str) -> None:
         self.ready.remove(key)

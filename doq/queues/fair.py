@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from sortedcontainers import SortedList
 
+from doq.queues.sortedext import extend_sorted
+
 
 class Group:
     __slots__ = ("name", "ready", "inflight", "active")
@@ -58,11 +60,11 @@ class FairIndex:
             del self.groups[g.name]
 
     def add_many(self, keys: list[int], group: str) -> None:
-        """`add(k, group)` for every key (one group)."""
+        """`add(k, group)` for every key (ascending; one group)."""
         if not keys:
             return
         g = self._group(group)
-        g.ready.update(keys)
+        extend_sorted(g.ready, keys)
         self.n_ready += len(keys)
         self._refresh(g)
 

@@ -73,6 +73,7 @@ from doq.queues.model import (
     QueueStats,
     QueueType,
 )
+from doq.queues.sortedext import extend_sorted
 from doq.queues.store import Store
 
 READY, DELAYED, IN_FLIGHT = 0, 1, 2
@@ -686,7 +687,7 @@ class QueueMachine:
         exp = self.now_ms + q.settings.effective_dedup_window_ms
         q.dedup.update(zip(dids, [(i, exp) for i in ids], strict=True))
         name = q.name
-        self.dedup_exp.update([(exp, name, d) for d in dids])
+        extend_sorted(self.dedup_exp, sorted([(exp, name, d) for d in dids]))
         prefix = K.name_prefix(K.DEDUP, name)
         pack = R.DEDUP_REC.pack
         self.store.insert_many([prefix + d.encode() for d in dids], b"", [pack(i, exp) for i in ids])
