@@ -23,7 +23,9 @@ def test_side_by_side_doq_only() -> None:
     figures = {(r["workload"], r["figure"]): r["doq"] for r in record["summary"]}
     assert set(figures) >= {("producer", "msg_per_s"), ("consumer", "msg_per_s"),
                             ("e2e", "p50_ms"), ("e2e", "p99_ms")}
-    assert all(v is not None and v > 0 for v in figures.values())
+    assert all(figures[k] > 0 for k in [("producer", "msg_per_s"), ("consumer", "msg_per_s"),
+                                        ("e2e", "p50_ms"), ("e2e", "p99_ms")])
+    # the server's CPU per message may read 0 (None) for so few messages (10 ms clock ticks)
     assert "| producer | msg_per_s |" in format_summary(record, ["doq"])
 
 

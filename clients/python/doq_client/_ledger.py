@@ -52,12 +52,12 @@ class Chunk:
                  "safe", "outcomes", "nbytes")
 
     def __init__(self, wire: list[bytes] | None, future: Any, single: bool, safe: bool, *,
-                 queue: str | None = None, contents: list[bytes] | None = None,
-                 dedup_ids: list[str] | None = None, extras: list[Extra] | None = None) -> None:
+                 queue: str | None = None, contents: Sequence[bytes] = (),
+                 dedup_ids: Sequence[str] = (), extras: list[Extra] | None = None) -> None:
         self.wire = wire
         self.queue = queue
-        self.contents = contents or []
-        self.dedup_ids = dedup_ids or []
+        self.contents = contents
+        self.dedup_ids = dedup_ids
         self.extras = extras
         self.future = future
         self.single = single
@@ -150,6 +150,8 @@ class Frame(NamedTuple):
 
 def columns_frame(chunks: Sequence[Chunk]) -> tuple[bytes, Frame]:
     """One columnar `EnqueueBatchRequest` carrying the chunks' unanswered messages (one queue)."""
+    contents: Sequence[bytes]
+    dids: Sequence[str]
     if len(chunks) == 1 and not chunks[0].outcomes:
         c = chunks[0]
         contents, dids, extras = c.contents, c.dedup_ids, c.extras

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from doq_client._future import LazyFuture
 from doq_client._ledger import (
     Chunk,
     Frame,
@@ -129,7 +130,7 @@ class _Base:
             return self._requests_chunk([req], True)
         body = content if type(content) is bytes else to_bytes(content)
         did = dedup_id or self._stamper.next_id()
-        return Chunk(None, None, True, bool(did), queue=queue, contents=[body], dedup_ids=[did])
+        return Chunk(None, None, True, bool(did), queue=queue, contents=(body,), dedup_ids=(did,))
 
     def _requests_chunk(self, requests: Sequence[pb.EnqueueRequest], single: bool) -> Chunk:
         """Prebuilt requests as a chunk: columns when coalescing and they name one queue."""
@@ -435,7 +436,7 @@ class Producer(_Base):
                 if self._inflight == 0 or self._inflight + n <= self.window:
                     break
                 self._cond.wait()
-            fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+            fut: concurrent.futures.Future[Any] = LazyFuture()
             chunk.future = fut
             self._inflight += n
             wake = not self._outbox
