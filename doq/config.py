@@ -55,6 +55,18 @@ _HELP = {
 }
 
 
+SEED_FLAGS = {
+    "node_id": "--cluster.node_id",
+    "data_dir": "--storage.data_dir",
+    "grpc_addr": "--grpc.address",
+    "raft_addr": "--raft.address",
+    "join": "--cluster.join_addr",
+}
+"""The seed's dotted flags: other names of the same settings (`--http.port` is apart)."""
+SEED_HTTP_HOST = "127.0.0.1"
+"""`--http.port PORT` means `--http-addr 127.0.0.1:PORT`."""
+
+
 class FlagDefault(str):
     """A flag's default as argparse holds it (so `--help` can show it) while marking the value
     as "not given on the command line": an environment variable or the config file may still
@@ -71,10 +83,14 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default=FlagDefault("none"),
                    help="TOML config file, keys as the flags with _ or - (env DOQ_CONFIG)")
     for f in fields(ServeConfig):
-        flag = "--" + f.name.replace("_", "-")
+        flags = ["--" + f.name.replace("_", "-")]
+        if f.name in SEED_FLAGS:
+            flags.append(SEED_FLAGS[f.name])
         default = f.default if f.default_factory is MISSING else f.default_factory()  # type: ignore[misc]
-        p.add_argument(flag, dest=f.name, default=_shown_default(default),
+        p.add_argument(*flags, dest=f.name, default=_shown_default(default),
                        help=f"{_HELP[f.name]} (env DOQ_{f.name.upper()})")
+    p.add_argument("--http.port", dest="http_port", metavar="PORT",
+                   help=f"the seed's flag: the HTTP gateway on {SEED_HTTP_HOST}:PORT (instead of --http-addr)")
 
 
 def given(value: Any) -> bool:
@@ -149,4 +165,10 @@ def load_config(ns: argparse.Namespace, environ: dict[str, str] | None = None) -
             values[f.name] = env_value
         if given(flag := getattr(ns, f.name, None)):
             values[f.name] = flag
+    if (port := getattr(ns, "http_port", None)) is not None:
+        if given(getattr(ns, "http_addr", None)):
+            raise InvalidArgument("give --http-addr or --http.port, not both")
+        if not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise InvalidArgument(f"--http.port must be a port number, got {port!r}")
+        values["http_addr"] = f"{SEED_HTTP_HOST}:{int(port)}"
     return ServeConfig(**{k: _coerce(k, val) for k, val in values.items()})

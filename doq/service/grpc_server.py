@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -524,13 +524,22 @@ class DOQServicer(pb_grpc.DOQServicer):
         )
 
 
-def build_server(api: QueueService, addr: str, *, max_message_bytes: int) -> tuple[grpc.aio.Server, int]:
+def grpc_frame_limit(max_message_bytes: int) -> int:
+    """The largest gRPC message (bytes) a node sends or receives for `max_message_bytes`."""
+    return max(max_message_bytes * 2 + 64 * 1024, 64 * 1024 * 1024)
+
+
+def build_server(
+    api: QueueService, addr: str, *, max_message_bytes: int,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+) -> tuple[grpc.aio.Server, int]:
     """Create (not start) the gRPC server with reflection and health; returns it and the bound port."""
-    frame_limit = max_message_bytes * 2 + 64 * 1024
+    frame_limit = grpc_frame_limit(max_message_bytes)
     server = grpc.aio.server(
+        interceptors=interceptors,
         options=[
-            ("grpc.max_receive_message_length", max(frame_limit, 64 * 1024 * 1024)),
-            ("grpc.max_send_message_length", max(frame_limit, 64 * 1024 * 1024)),
+            ("grpc.max_receive_message_length", frame_limit),
+            ("grpc.max_send_message_length", frame_limit),
             ("grpc.so_reuseport", 0),
         ]
     )

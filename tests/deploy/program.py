@@ -4,6 +4,7 @@ Kubernetes provider would receive them, and the stack outputs are resolved."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import sys
 from dataclasses import dataclass
@@ -79,6 +80,9 @@ class _Mocks(pulumi.runtime.Mocks):
 def deploy(config: dict[str, object] | None = None) -> Deployment:
     """Run the program with stack config `doq:<key>` = value; raises what it raises."""
     mocks = _Mocks()
+    # Pulumi's mocks create futures on the current event loop. After pytest-asyncio has run
+    # a test in this process, the main thread has none any more: give it a fresh one.
+    asyncio.set_event_loop(asyncio.new_event_loop())
     pulumi.runtime.set_mocks(mocks, project=PROJECT, stack="test", preview=False)
     pulumi.runtime.set_all_config({f"{PROJECT}:{k}": str(v).lower() if isinstance(v, bool) else str(v)
                                    for k, v in (config or {}).items()})
