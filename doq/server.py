@@ -75,6 +75,7 @@ async def open_runtime(config: ServeConfig) -> Runtime:
         state = StateStore(env)
         from doq.cluster_client import ClusterError, join_cluster
         from doq.node.build import open_raft_node
+        from doq.node.raft_node import RaftNodeConfig
         from doq.node.transport import GrpcRaftTransport
         from doq.service import metrics
 
@@ -83,6 +84,8 @@ async def open_runtime(config: ServeConfig) -> Runtime:
             node = await open_raft_node(
                 state, node_id=config.node_id, addrs=addrs, join_addrs=config.join,
                 join_cluster=join_cluster, on_commit=metrics.observe_commit,
+                config=RaftNodeConfig(snapshot_every=config.snapshot_every,
+                                      keep_entries=config.keep_entries),
                 transport=lambda on_messages: GrpcRaftTransport(config.node_id, config.raft_addr, on_messages),
             )
         except ClusterError as e:

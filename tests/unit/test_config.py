@@ -45,3 +45,18 @@ def test_unknown_config_key_is_refused(tmp_path: Path) -> None:
     cfg.write_text('grpc_adr = "h:1"\n')
     with pytest.raises(InvalidArgument, match="unknown key"):
         parse(["--config", str(cfg)])
+
+
+def test_snapshot_settings_reach_the_raft_driver_with_its_defaults() -> None:
+    from doq.node.raft_node import RaftNodeConfig
+
+    c, driver = parse([]), RaftNodeConfig()
+    assert (c.snapshot_every, c.keep_entries) == (driver.snapshot_every, driver.keep_entries)
+    c = parse(["--snapshot-every", "50"], {"DOQ_KEEP_ENTRIES": "0"})
+    assert (c.snapshot_every, c.keep_entries) == (50, 0)
+
+
+@pytest.mark.parametrize("argv", [["--snapshot-every", "-1"], ["--keep-entries", "many"]])
+def test_bad_snapshot_settings_are_refused(argv: list[str]) -> None:
+    with pytest.raises(InvalidArgument, match=argv[0]):
+        parse(argv)
