@@ -7,8 +7,9 @@ leadership loss) is in docs/raft.md, "The node driver"; in short:
 - One task (`_run`) owns the core. Inbound messages, ticks, proposals and admin requests
   only queue work and wake it (messages and ticks in arrival order); the task feeds them
   to the core between two Readies, so the core and the log storage are never used while
-  the writer thread works (a follower only reads the core's term, role and leader then,
-  to answer its leader's heartbeats at once: a long write must not look like a dead node).
+  the writer thread works (the loop only reads the core's term, role, leader and peers'
+  progress then, to answer the leader's heartbeats on a follower and to send heartbeats
+  on a leader: a long write must not look like a dead node).
 - Group commit: every proposal queued since the last Ready becomes ONE log entry (a
   `CommandBatch` stamped with the leader's `now_ms`), so one Ready, one write txn, one
   fsync and one AppendEntries per peer carry them all.
@@ -557,6 +558,19 @@ class RaftNode:
         self._inbox.extend(msgs)
         self._wake.set()
 
+    def _heartbeat_while_writing(self) -> None:
+        """A leader whose writer is busy (see `_ack_heartbeats`) still sends a heartbeat
+        every tick, as the core's own (commit index capped by each peer's match; no read
+        context), so followers do not start an election meanwhile. Only in its durable term."""
+        core = self.core
+        if core is None or core.role != Role.LEADER or core.term != self._ack_term:
+            return
+        committed = core.log.committed
+        self.transport.send([
+            Message(MessageType.HEARTBEAT, to=pid, frm=self.node_id, term=core.term,
+                    commit=min(pr.match, committed))
+            for pid, pr in core.prs.items() if pid != self.node_id])
+
     def _ack_heartbeats(self, msgs: list[Message]) -> None:
         """During a write (which can outlast the election timeout: a large purge, a slow
         fsync), answer the current leader's heartbeats as the core will when it steps them
@@ -578,6 +592,8 @@ class RaftNode:
         if self._stopping:
             return
         self._inbox.append(None)
+        if self._ack_term:
+            self._heartbeat_while_writing()
         self._wake.set()
         self._tick_handle = asyncio.get_running_loop().call_later(self.cfg.tick_ms / 1000, self._on_tick)
 
