@@ -50,8 +50,10 @@ def fill(leader: NodeProcess, messages: int) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "doq", "bench", "--server", f"grpc://{leader.grpc_addr}",
            "--workload", "enqueue", "--frames", "batched", "--batch", "1000", "--concurrency", "2",
            "--count", str(messages), "--no-purge", "--json"]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    record: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise HarnessError(f"{' '.join(cmd)} failed:\n{r.stderr[-2000:]}")
+    record: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
     return record
 
 
