@@ -98,8 +98,14 @@ class Net:
                     self.violations.append(f"{nid}: vote for {m.to} sent, durable vote {hs.vote!r}")
                 if m.type == MT.APP and m.entries:
                     for e in (m.entries[0], m.entries[-1]):
-                        if durable_term(e.index) != e.term:
-                            self.violations.append(f"{nid}: entry {e.index} sent before it was durable (last {last})")
+                        if e.index < snap_index:
+                            continue  # compacted since the message was built; only applied (so durable) entries are
+                        found = durable_term(e.index)
+                        if found != e.term:
+                            self.violations.append(
+                                f"{nid}: entry {e.index} of term {e.term} sent before it was durable "
+                                f"(durable term {found}, snapshot {snap_index}, last {last})"
+                            )
                             break
                 if m.type == MT.APP_RESP and not m.reject and m.index > last:
                     self.violations.append(f"{nid}: ack of {m.index} sent, durable last {last}")
