@@ -14,7 +14,7 @@ CHAOS_NODES ?= 3
 CHAOS_KILLS ?= 50
 CHAOS_DURATION ?= 400
 
-.PHONY: setup serve test test-fast lint check-proto sim chaos
+.PHONY: setup serve test test-fast lint check-proto sim chaos backup-zip
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -51,3 +51,7 @@ sim: $(DEV_STAMP)
 
 chaos: $(SERVER_STAMP)
 	$(PY) -m doq.chaos --nodes $(CHAOS_NODES) --kills $(CHAOS_KILLS) --duration $(CHAOS_DURATION)
+
+# The doq package as a zip for `spark-submit --py-files` (backup/README.md).
+backup-zip: $(SERVER_STAMP)
+	$(PY) backup/make_zip.py build/doq-verify.zip

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import tomllib
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from doq.errors import InvalidArgument
+from doq.node.cluster import MemberAddrs
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,10 +22,23 @@ class ServeConfig:
     http_addr: str = "127.0.0.1:8000"
     raft_addr: str = "127.0.0.1:9000"
     join: tuple[str, ...] = field(default_factory=tuple)
+    advertise_host: str = ""
+    election_timeout_ms: int = 1000
     max_message_bytes: int = 1024 * 1024
     log_level: str = "info"
     snapshot_every: int = 10_000  # as RaftNodeConfig (a unit test keeps them equal)
     keep_entries: int = 5_000
+
+    def member_addrs(self) -> MemberAddrs:
+        """The addresses this node announces to the cluster (and clients are sent to): the
+        listen addresses, each with its host replaced by `advertise_host` when that is set
+        (a node listening on 0.0.0.0 must announce a name the others can reach)."""
+        def announced(addr: str) -> str:
+            if not self.advertise_host:
+                return addr
+            return f"{self.advertise_host}:{addr.rpartition(':')[2]}"
+
+        return MemberAddrs(announced(self.raft_addr), announced(self.grpc_addr), announced(self.http_addr))
 
 
 _HELP = {
@@ -33,6 +48,10 @@ _HELP = {
     "http_addr": "HTTP gateway listen address HOST:PORT",
     "raft_addr": "Raft peer listen address HOST:PORT",
     "join": "HTTP address(es) of a node of an existing cluster (comma separated)",
+    "advertise_host": "host the other members and clients reach this node at, announced with "
+                      "the ports of the listen addresses (none: the listen addresses themselves)",
+    "election_timeout_ms": "Raft election timeout: a follower that hears from no leader for 1-2x "
+                           "this long starts an election (500..60000, in steps of the 100 ms tick)",
     "max_message_bytes": "largest message content accepted",
     "log_level": "debug | info | warning | error",
     "snapshot_every": "applied log entries between two snapshots of the state (0: never)",
@@ -47,6 +66,18 @@ _INT_RANGES: dict[str, tuple[int, int | None]] = {
 }
 
 
+SEED_FLAGS = {
+    "node_id": "--cluster.node_id",
+    "data_dir": "--storage.data_dir",
+    "grpc_addr": "--grpc.address",
+    "raft_addr": "--raft.address",
+    "join": "--cluster.join_addr",
+}
+"""The seed's dotted flags: other names of the same settings (`--http.port` is apart)."""
+SEED_HTTP_HOST = "127.0.0.1"
+"""`--http.port PORT` means `--http-addr 127.0.0.1:PORT`."""
+
+
 class FlagDefault(str):
     """A flag's default as argparse holds it (so `--help` can show it) while marking the value
     as "not given on the command line": an environment variable or the config file may still
@@ -55,23 +86,30 @@ class FlagDefault(str):
 
 def _shown_default(value: Any) -> FlagDefault:
     if isinstance(value, tuple):
-        value = ",".join(value) or "none"
-    return FlagDefault(value)
+        value = ",".join(value)
+    return FlagDefault(value if value != "" else "none")
 
 
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default=FlagDefault("none"),
                    help="TOML config file, keys as the flags with _ or - (env DOQ_CONFIG)")
     for f in fields(ServeConfig):
-        flag = "--" + f.name.replace("_", "-")
+        flags = ["--" + f.name.replace("_", "-")]
+        if f.name in SEED_FLAGS:
+            flags.append(SEED_FLAGS[f.name])
         default = f.default if f.default_factory is MISSING else f.default_factory()  # type: ignore[misc]
-        p.add_argument(flag, dest=f.name, default=_shown_default(default),
+        p.add_argument(*flags, dest=f.name, default=_shown_default(default),
                        help=f"{_HELP[f.name]} (env DOQ_{f.name.upper()})")
+    p.add_argument("--http.port", dest="http_port", metavar="PORT",
+                   help=f"the seed's flag: the HTTP gateway on {SEED_HTTP_HOST}:PORT (instead of --http-addr)")
 
 
 def given(value: Any) -> bool:
     """Was this flag given on the command line (rather than left at its shown default)?"""
     return value is not None and not isinstance(value, FlagDefault)
+
+
+_HOST = re.compile(r"[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]")  # a DNS name, IPv4, or [IPv6]
 
 
 def _parse_addr(name: str, value: str) -> str:
@@ -100,11 +138,21 @@ def _coerce(name: str, value: Any) -> Any:
         if hi is not None and not lo <= n <= hi:
             raise InvalidArgument(f"{flag} must be within {lo}..{hi}")
         return n
+    if name == "election_timeout_ms":
+        try:
+            n = int(value)
+        except (TypeError, ValueError):
+            raise InvalidArgument(f"--election-timeout-ms must be an integer, got {value!r}") from None
+        if not 500 <= n <= 60_000:
+            raise InvalidArgument("--election-timeout-ms must be within 500..60000")
+        return n
     value = str(value)
     if name.endswith("_addr"):
         return _parse_addr(name, value)
     if name == "log_level" and value.lower() not in ("debug", "info", "warning", "error"):
         raise InvalidArgument(f"--log-level must be debug, info, warning or error, got {value!r}")
+    if name == "advertise_host" and value and not _HOST.fullmatch(value):
+        raise InvalidArgument(f"--advertise-host must be a host name or IP address without a port, got {value!r}")
     if name == "node_id" and (not value or "/" in value or value in (".", "..")):
         raise InvalidArgument(f"--node-id must be a plain name, got {value!r}")
     return value
@@ -132,4 +180,10 @@ def load_config(ns: argparse.Namespace, environ: dict[str, str] | None = None) -
             values[f.name] = env_value
         if given(flag := getattr(ns, f.name, None)):
             values[f.name] = flag
+    if (port := getattr(ns, "http_port", None)) is not None:
+        if given(getattr(ns, "http_addr", None)):
+            raise InvalidArgument("give --http-addr or --http.port, not both")
+        if not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise InvalidArgument(f"--http.port must be a port number, got {port!r}")
+        values["http_addr"] = f"{SEED_HTTP_HOST}:{int(port)}"
     return ServeConfig(**{k: _coerce(k, val) for k, val in values.items()})

@@ -1,6 +1,7 @@
 """`doq backup` and `doq restore` (hooked into `doq.cli` by `add_parser`). Standard library only.
 
     doq backup [--server URL] --since N -o FILE        prints the last version contained
+    doq backup [--server URL] --dir DIR                writes the next file of DIR's chain
     doq restore -f FULL [-i INC ...] --data-dir DIR [--node-id ID]     offline
     doq restore -f FULL [-i INC ...] [--server URL]                    online
 
@@ -21,7 +22,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from doq.client_cli import (
     add_json_argument,
@@ -33,6 +34,9 @@ from doq.client_cli import (
 from doq.config import given
 from doq.errors import DoqError
 
+if TYPE_CHECKING:
+    from doq.backup.format import BackupSummary
+
 CHUNK = 1024 * 1024
 
 
@@ -42,8 +46,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                        description="Write a backup file of a running node (POST /db/backup); "
                                    "prints the last version it contains.")
     add_server_argument(b)
-    b.add_argument("--since", type=int, default=0, help="0 = full; last+1 = the next incremental")
-    b.add_argument("-o", "--output", required=True, help="backup file to write")
+    b.add_argument("--since", type=int, default=None, help="0 = full (default); last+1 = the next incremental")
+    out = b.add_mutually_exclusive_group(required=True)
+    out.add_argument("-o", "--output", help="backup file to write")
+    out.add_argument("--dir", metavar="DIR",
+                     help="write the next file of the chain kept in DIR (full when DIR has none, else "
+                          "an incremental since the last file's last version + 1)")
     b.add_argument("--timeout", type=float, default=3600.0, help="HTTP timeout in seconds")
     add_json_argument(b, "the file, its versions and counts")
     b.set_defaults(func=cmd_backup)
@@ -84,41 +92,61 @@ def _check_inputs(paths: list[str]) -> str | None:
 
 def cmd_backup(ns: argparse.Namespace) -> int:
     """POST /db/backup, stream the body to FILE (atomically), verify it, print the last version."""
-    from doq.backup.format import BackupFormatError, BackupReader
+    from doq.backup import chain_dir
 
-    if ns.since < 0:
+    if ns.since is not None and ns.since < 0:
         return _fail("backup", "--since must be >= 0", 2)
+    if ns.dir is not None and ns.since is not None:
+        return _fail("backup", "--dir chooses --since itself (from the files in DIR): give one of them", 2)
     try:
-        url = server_url(ns.server) + "/db/backup"
+        server = server_url(ns.server)
     except DoqError as e:
         return _fail("backup", e.message, 2)
-    out = Path(ns.output)
-    tmp = out.with_name(out.name + ".part")
     try:
-        header_last = _download(url, {"since": ns.since}, tmp, ns.timeout)
-        with open(tmp, "rb") as f:
-            summary = BackupReader(f).verify()
-    except _RequestFailed as e:
-        tmp.unlink(missing_ok=True)
+        if ns.dir is not None:
+            since, out = chain_dir.next_file(Path(ns.dir))
+        else:
+            since, out = ns.since or 0, Path(ns.output)
+        summary = fetch_backup(server, since, out, ns.timeout)
+    except RequestFailed as e:
         return _fail("backup", str(e))
-    except (OSError, BackupFormatError) as e:
-        tmp.unlink(missing_ok=True)
-        return _fail("backup", e.message if isinstance(e, DoqError) else f"{tmp}: {e}")
-    if header_last is not None and header_last.strip() != str(summary.last_version):
-        tmp.unlink(missing_ok=True)
-        return _fail("backup", f"{url}: X-Last-Version {header_last} disagrees with the file "
-                               f"({summary.last_version})")
-    os.replace(tmp, out)
-    kind = "full backup" if ns.since == 0 else f"incremental backup since {ns.since}"
+    except DoqError as e:
+        return _fail("backup", e.message)
+    except OSError as e:
+        return _fail("backup", f"{e.filename or ''}: {e.strerror or e}")
+    kind = "full backup" if since == 0 else f"incremental backup since {since}"
     print_result(
         ns,
         f"wrote {out}: {kind}, last version {summary.last_version} "
         f"({summary.record_count} records, {summary.tombstone_count} tombstones, {summary.file_bytes} bytes)",
-        {"file": str(out), "since": ns.since, "last_version": summary.last_version,
+        {"file": str(out), "since": since, "last_version": summary.last_version,
          "records": summary.record_count, "tombstones": summary.tombstone_count,
          "bytes": summary.file_bytes},
     )
     return 0
+
+
+def fetch_backup(server: str, since: int, out: Path, timeout_s: float) -> BackupSummary:
+    """`POST {server}/db/backup {"since"}` into `out`, atomically: the body goes to
+    OUT.part, every checksum is verified and its last version checked against the
+    X-Last-Version header, and only then is it renamed to `out`. Raises RequestFailed
+    (naming the URL), BackupFormatError, or OSError; leaves no file behind on failure."""
+    from doq.backup.format import BackupReader
+
+    url = server + "/db/backup"
+    tmp = out.with_name(out.name + ".part")
+    try:
+        header_last = _download(url, {"since": since}, tmp, timeout_s)
+        with open(tmp, "rb") as f:
+            summary = BackupReader(f).verify()
+        if header_last is not None and header_last.strip() != str(summary.last_version):
+            raise RequestFailed(f"{url}: X-Last-Version {header_last} disagrees with the file "
+                                f"({summary.last_version})")
+        os.replace(tmp, out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return summary
 
 
 def cmd_restore(ns: argparse.Namespace) -> int:
@@ -139,7 +167,7 @@ def cmd_restore(ns: argparse.Namespace) -> int:
             res = _restore_online(where, paths, ns.timeout)
     except DoqError as e:
         return _fail("restore", e.message)
-    except _RequestFailed as e:
+    except RequestFailed as e:
         return _fail("restore", str(e))
     print_result(
         ns,
@@ -150,20 +178,20 @@ def cmd_restore(ns: argparse.Namespace) -> int:
     return 0
 
 
-class _RequestFailed(Exception):
+class RequestFailed(Exception):
     """An HTTP request failed; the message names the URL."""
 
 
 def _download(url: str, body: dict[str, Any], path: Path, timeout_s: float) -> str | None:
     """POST `body` as JSON to `url` and stream the answer into `path`; returns the
-    X-Last-Version header. Raises _RequestFailed (naming the URL) for any network or HTTP
+    X-Last-Version header. Raises RequestFailed (naming the URL) for any network or HTTP
     failure, OSError for a local file problem."""
     req = urllib.request.Request(url, data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"}, method="POST")
     try:
         resp = urllib.request.urlopen(req, timeout=timeout_s)
     except (OSError, http.client.HTTPException) as e:  # HTTPError, URLError, timeouts
-        raise _RequestFailed(describe_error(url, e)) from e
+        raise RequestFailed(describe_error(url, e)) from e
     expected = resp.headers.get("Content-Length")
     received = 0
     with resp, open(path, "wb") as f:
@@ -171,13 +199,13 @@ def _download(url: str, body: dict[str, Any], path: Path, timeout_s: float) -> s
             try:
                 chunk = resp.read(CHUNK)
             except (OSError, http.client.HTTPException) as e:
-                raise _RequestFailed(describe_error(url, e)) from e
+                raise RequestFailed(describe_error(url, e)) from e
             if not chunk:
                 break
             received += len(chunk)
             f.write(chunk)
     if expected is not None and expected.isdigit() and received != int(expected):
-        raise _RequestFailed(f"{url}: the answer ended after {received} of {expected} bytes")
+        raise RequestFailed(f"{url}: the answer ended after {received} of {expected} bytes")
     return resp.headers.get("X-Last-Version")
 
 
@@ -236,8 +264,8 @@ def _restore_online(server: str, paths: list[str], timeout: float) -> dict[str, 
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             doc = json.loads(resp.read() or b"{}")
     except (OSError, http.client.HTTPException) as e:
-        raise _RequestFailed(describe_error(url, e)) from e
+        raise RequestFailed(describe_error(url, e)) from e
     except ValueError as e:
-        raise _RequestFailed(f"{url}: the answer is not JSON") from e
+        raise RequestFailed(f"{url}: the answer is not JSON") from e
     keys = ("files", "records", "tombstones", "to_version", "last_version")
     return {k: doc.get(k, 0) for k in keys}

@@ -20,13 +20,14 @@ import concurrent.futures
 import struct
 import time
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
 
 import zstandard
 from doq_proto.v1 import backup_pb2 as pb
 
+from doq.backup import digest
 from doq.errors import InvalidArgument
 
 Record = tuple[bytes, bytes | None, int]
@@ -46,10 +47,12 @@ DEFAULT_LEVEL = 3
 
 class BackupFormatError(InvalidArgument):
     """A backup file is not valid. `reason`: BAD_MAGIC, UNSUPPORTED_VERSION, TRUNCATED,
-    CHECKSUM_MISMATCH or CORRUPT (all prefixed BACKUP_)."""
+    CHECKSUM_MISMATCH or CORRUPT (all prefixed BACKUP_). `offset`: the byte offset in the
+    file of the part found bad (the start of the frame, footer, trailer, ...), when known."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, *, offset: int | None = None) -> None:
         super().__init__(message, reason=f"BACKUP_{reason}")
+        self.offset = offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +91,10 @@ class BackupSummary:
     last_version: int  # greatest version contained; max(from_version - 1, 0) if empty
     uncompressed_bytes: int
     file_bytes: int
+    # doq.backup.digest of the node's whole state at header.to_version; None when the
+    # file does not record one (written before digests existed, or by a caller without one)
+    state_digest: int | None = None
+    footer_offset: int = 0
 
 
 # -- encoding -----------------------------------------------------------------------------
@@ -200,9 +207,15 @@ class BackupWriter:
         created_at_ms: int | None = None,
         frame_bytes: int = DEFAULT_FRAME_BYTES,
         level: int = DEFAULT_LEVEL,
+        state_digest: int | None = None,
     ) -> None:
+        """`state_digest`: the digest (doq.backup.digest) of the source's whole state at
+        `to_version`, recorded in the footer (None: not recorded)."""
         if from_version < 0 or to_version < 0:
             raise ValueError("versions must be >= 0")
+        if state_digest is not None and not 0 <= state_digest < 2**256:
+            raise ValueError("state_digest must be within 0..2**256-1")
+        self._state_digest = state_digest
         if not 0 < frame_bytes <= MAX_FRAME_BYTES // 2:
             raise ValueError(f"frame_bytes must be in (0, {MAX_FRAME_BYTES // 2}]")
         self._out = out
@@ -330,10 +343,15 @@ class BackupWriter:
             self._pool.shutdown(wait=True)
             self._pool = None
 
-    def close(self) -> BackupSummary:
-        """Flush the last frame, write footer and trailer; returns the file's totals."""
+    def close(self, *, state_digest: int | None = None) -> BackupSummary:
+        """Flush the last frame, write footer and trailer; returns the file's totals.
+        `state_digest`: as for the constructor, when it is known only after the records."""
         if self._closed:
             raise ValueError("backup writer already closed")
+        if state_digest is not None:
+            if not 0 <= state_digest < 2**256:
+                raise ValueError("state_digest must be within 0..2**256-1")
+            self._state_digest = state_digest
         try:
             self._flush()
             self._drain()
@@ -349,13 +367,14 @@ class BackupWriter:
             record_count=self._records, tombstone_count=self._tombstones,
             last_version=self._last_version, uncompressed_bytes=self._uncompressed,
             header_crc32=self._header_crc,
+            state_digest=b"" if self._state_digest is None else digest.to_bytes(self._state_digest),
         ).SerializeToString()
         footer_offset = self._offset
         self._write(footer)
         self._write(TRAILER.pack(footer_offset, len(footer), zlib.crc32(footer), FORMAT_VERSION, 0, END_MAGIC))
         return BackupSummary(
             self.header, tuple(self._frames), self._records, self._tombstones,
-            self._last_version, self._uncompressed, self._offset,
+            self._last_version, self._uncompressed, self._offset, self._state_digest, footer_offset,
         )
 
     def __enter__(self) -> BackupWriter:
@@ -380,32 +399,77 @@ def _read_exact(f: BinaryIO, offset: int, n: int, what: str) -> bytes:
     f.seek(offset)
     data = f.read(n)
     if len(data) != n:
-        raise BackupFormatError("TRUNCATED", f"truncated backup file: {what} ends past end of file")
+        raise BackupFormatError("TRUNCATED", f"truncated backup file: {what} ends past end of file",
+                                offset=offset + len(data))
     return data
 
 
 def read_frame(f: BinaryIO, entry: FrameEntry) -> list[Record]:
     """Read, verify (CRC, sizes, counts, versions) and decode one frame (random access)."""
     where = f"frame at offset {entry.offset}"
+    at = entry.offset
     comp = _read_exact(f, entry.offset, entry.length, where)
     if zlib.crc32(comp) != entry.crc32:
-        raise BackupFormatError("CHECKSUM_MISMATCH", f"{where}: CRC-32 mismatch (corrupted data)")
+        raise BackupFormatError("CHECKSUM_MISMATCH", f"{where}: CRC-32 mismatch (corrupted data)", offset=at)
     if entry.uncompressed_length > MAX_FRAME_BYTES:
-        raise BackupFormatError("CORRUPT", f"{where}: frame too large ({entry.uncompressed_length} B)")
+        raise BackupFormatError("CORRUPT", f"{where}: frame too large ({entry.uncompressed_length} B)", offset=at)
     try:
         raw = zstandard.ZstdDecompressor().decompress(comp, max_output_size=entry.uncompressed_length)
     except zstandard.ZstdError as e:
-        raise BackupFormatError("CORRUPT", f"{where}: zstd decompression failed: {e}") from e
+        raise BackupFormatError("CORRUPT", f"{where}: zstd decompression failed: {e}", offset=at) from e
     if len(raw) != entry.uncompressed_length:
-        raise BackupFormatError("CORRUPT", f"{where}: decompressed size differs from the index")
-    records = list(_decode_records(raw, where))
+        raise BackupFormatError("CORRUPT", f"{where}: decompressed size differs from the index", offset=at)
+    try:
+        records = list(_decode_records(raw, where))
+    except BackupFormatError as e:
+        e.offset = at
+        raise
     if len(records) != entry.record_count:
-        raise BackupFormatError("CORRUPT", f"{where}: {len(records)} records, index says {entry.record_count}")
+        raise BackupFormatError("CORRUPT", f"{where}: {len(records)} records, index says {entry.record_count}",
+                                offset=at)
     versions = [r[2] for r in records]
     if versions and (versions[0] != entry.first_version or versions[-1] != entry.last_version
                      or any(a > b for a, b in zip(versions, versions[1:], strict=False))):
-        raise BackupFormatError("CORRUPT", f"{where}: record versions disagree with the index")
+        raise BackupFormatError("CORRUPT", f"{where}: record versions disagree with the index", offset=at)
     return records
+
+
+def read_header(f: BinaryIO) -> BackupHeader:
+    """Only the preamble and header of a file (checked: magic, version, header CRC), e.g. to
+    check a chain's order when a file's footer is damaged. Raises BackupFormatError."""
+    f.seek(0, 2)
+    return _read_header(f, f.tell())[0]
+
+
+def _read_header(f: BinaryIO, size: int) -> tuple[BackupHeader, int, int]:
+    """(header, header CRC-32, offset of the first frame) of a file of `size` bytes."""
+    f.seek(0)
+    pre = f.read(PREAMBLE.size)
+    if len(pre) < len(MAGIC) or pre[: len(MAGIC)] != MAGIC:
+        if MAGIC.startswith(pre[: len(MAGIC)]) and len(pre) < len(MAGIC):
+            raise BackupFormatError("TRUNCATED", f"truncated backup file ({size} bytes)", offset=size)
+        raise BackupFormatError("BAD_MAGIC", "not a doq backup file (wrong magic)", offset=0)
+    if len(pre) < PREAMBLE.size:
+        raise BackupFormatError("TRUNCATED", f"truncated backup file ({size} bytes)", offset=size)
+    _, version, flags, hlen = PREAMBLE.unpack(pre)
+    if version != FORMAT_VERSION:
+        raise BackupFormatError("UNSUPPORTED_VERSION", f"unsupported backup format version {version}",
+                                offset=len(MAGIC))
+    if flags != 0 or hlen > MAX_HEADER_BYTES:
+        raise BackupFormatError("CORRUPT", "corrupt backup header (flags or length)", offset=len(MAGIC) + 2)
+    rest = _read_exact(f, PREAMBLE.size, hlen + CRC.size, "header")
+    body = rest[:hlen]
+    header_crc = zlib.crc32(pre + body)
+    if CRC.unpack(rest[hlen:])[0] != header_crc:
+        raise BackupFormatError("CHECKSUM_MISMATCH", "backup header CRC-32 mismatch", offset=0)
+    try:
+        h = pb.BackupHeader.FromString(body)
+    except Exception as e:
+        raise BackupFormatError("CORRUPT", f"undecodable backup header: {e}", offset=PREAMBLE.size) from e
+    if h.compression != COMPRESSION:
+        raise BackupFormatError("CORRUPT", f"unknown compression {h.compression!r}", offset=PREAMBLE.size)
+    header = BackupHeader(h.cluster_id, h.node_id, h.from_version, h.to_version, h.created_at_ms, version)
+    return header, header_crc, PREAMBLE.size + hlen + CRC.size
 
 
 class BackupReader:
@@ -419,64 +483,45 @@ class BackupReader:
         self._f = f
         f.seek(0, 2)
         size = f.tell()
-        f.seek(0)
-        pre = f.read(PREAMBLE.size)
-        if len(pre) < len(MAGIC) or pre[: len(MAGIC)] != MAGIC:
-            if MAGIC.startswith(pre[: len(MAGIC)]) and len(pre) < len(MAGIC):
-                raise BackupFormatError("TRUNCATED", f"truncated backup file ({size} bytes)")
-            raise BackupFormatError("BAD_MAGIC", "not a doq backup file (wrong magic)")
-        if len(pre) < PREAMBLE.size:
-            raise BackupFormatError("TRUNCATED", f"truncated backup file ({size} bytes)")
-        _, version, flags, hlen = PREAMBLE.unpack(pre)
-        if version != FORMAT_VERSION:
-            raise BackupFormatError("UNSUPPORTED_VERSION", f"unsupported backup format version {version}")
-        if flags != 0 or hlen > MAX_HEADER_BYTES:
-            raise BackupFormatError("CORRUPT", "corrupt backup header (flags or length)")
-        rest = _read_exact(f, PREAMBLE.size, hlen + CRC.size, "header")
-        body = rest[:hlen]
-        header_crc = zlib.crc32(pre + body)
-        if CRC.unpack(rest[hlen:])[0] != header_crc:
-            raise BackupFormatError("CHECKSUM_MISMATCH", "backup header CRC-32 mismatch")
-        try:
-            h = pb.BackupHeader.FromString(body)
-        except Exception as e:
-            raise BackupFormatError("CORRUPT", f"undecodable backup header: {e}") from e
-        if h.compression != COMPRESSION:
-            raise BackupFormatError("CORRUPT", f"unknown compression {h.compression!r}")
-        self.header = BackupHeader(h.cluster_id, h.node_id, h.from_version, h.to_version, h.created_at_ms, version)
-        frames_start = PREAMBLE.size + hlen + CRC.size
+        self.header, header_crc, frames_start = _read_header(f, size)
+        version = self.header.format_version
 
         if size < frames_start + TRAILER.size:
-            raise BackupFormatError("TRUNCATED", "truncated backup file: no trailer")
-        tr = _read_exact(f, size - TRAILER.size, TRAILER.size, "trailer")
-        foff, flen, fcrc, tversion, _, end = TRAILER.unpack(tr)
+            raise BackupFormatError("TRUNCATED", "truncated backup file: no trailer", offset=size)
+        at = size - TRAILER.size
+        tr = _read_exact(f, at, TRAILER.size, "trailer")
+        foff, flen, fcrc, tversion, reserved, end = TRAILER.unpack(tr)
         if end != END_MAGIC:
-            raise BackupFormatError("TRUNCATED", "truncated backup file: no trailer (end magic missing)")
-        if tversion != version or foff < frames_start or foff + flen + TRAILER.size != size:
-            raise BackupFormatError("CORRUPT", "backup trailer points outside the file")
+            raise BackupFormatError("TRUNCATED", "truncated backup file: no trailer (end magic missing)", offset=at)
+        if tversion != version or reserved != 0 or foff < frames_start or foff + flen + TRAILER.size != size:
+            raise BackupFormatError("CORRUPT", "backup trailer points outside the file", offset=at)
         fbytes = _read_exact(f, foff, flen, "footer")
         if zlib.crc32(fbytes) != fcrc:
-            raise BackupFormatError("CHECKSUM_MISMATCH", "backup footer CRC-32 mismatch")
+            raise BackupFormatError("CHECKSUM_MISMATCH", "backup footer CRC-32 mismatch", offset=foff)
         try:
             ft = pb.BackupFooter.FromString(fbytes)
         except Exception as e:
-            raise BackupFormatError("CORRUPT", f"undecodable backup footer: {e}") from e
+            raise BackupFormatError("CORRUPT", f"undecodable backup footer: {e}", offset=foff) from e
         if ft.header_crc32 != header_crc:
-            raise BackupFormatError("CORRUPT", "footer does not belong to this header")
+            raise BackupFormatError("CORRUPT", "footer does not belong to this header", offset=foff)
+        try:
+            state_digest = digest.from_bytes(ft.state_digest) if ft.state_digest else None
+        except ValueError as e:
+            raise BackupFormatError("CORRUPT", f"footer state digest: {e}", offset=foff) from e
         frames = tuple(FrameEntry(e.offset, e.length, e.uncompressed_length, e.record_count,
                                   e.first_version, e.last_version, e.crc32) for e in ft.frames)
         pos = frames_start
         for fr in frames:  # frames tile [frames_start, footer) exactly, in version order
             if fr.offset != pos or fr.record_count == 0:
-                raise BackupFormatError("CORRUPT", f"frame index inconsistent at offset {fr.offset}")
+                raise BackupFormatError("CORRUPT", f"frame index inconsistent at offset {fr.offset}", offset=pos)
             pos += fr.length
         if pos != foff:
-            raise BackupFormatError("CORRUPT", "frame index does not cover the frames section")
+            raise BackupFormatError("CORRUPT", "frame index does not cover the frames section", offset=foff)
         if sum(fr.record_count for fr in frames) != ft.record_count:
-            raise BackupFormatError("CORRUPT", "footer record count disagrees with the frame index")
+            raise BackupFormatError("CORRUPT", "footer record count disagrees with the frame index", offset=foff)
         self.summary = BackupSummary(
             self.header, frames, ft.record_count, ft.tombstone_count, ft.last_version,
-            ft.uncompressed_bytes, size,
+            ft.uncompressed_bytes, size, state_digest, foff,
         )
 
     @property
@@ -488,11 +533,8 @@ class BackupReader:
 
     def iter_frames(self) -> Iterator[tuple[FrameEntry, list[Record]]]:
         """Each frame with its records, in order; checks version order across frames."""
-        prev = self.header.from_version
+        check_frame_order(self.header, self.summary.frames)
         for entry in self.summary.frames:
-            if entry.first_version < prev or entry.last_version > self.header.to_version:
-                raise BackupFormatError("CORRUPT", f"frame at offset {entry.offset}: versions out of range")
-            prev = entry.last_version
             yield entry, self.read_frame(entry)
 
     def records(self) -> Iterator[Record]:
@@ -511,8 +553,22 @@ class BackupReader:
             last = entry.last_version
         s = self.summary
         if (count, tombs, raw, last) != (s.record_count, s.tombstone_count, s.uncompressed_bytes, s.last_version):
-            raise BackupFormatError("CORRUPT", "footer totals disagree with the frames")
+            raise BackupFormatError("CORRUPT", "footer totals disagree with the frames", offset=s.footer_offset)
         return s
+
+
+def check_frame_order(header: BackupHeader, frames: Sequence[FrameEntry]) -> None:
+    """The index alone (no frame read): every frame's versions lie in
+    [header.from_version, header.to_version] and frames follow each other in version order.
+    Raises BackupFormatError (CORRUPT) naming the first frame out of place."""
+    prev = header.from_version
+    for entry in frames:
+        if (entry.first_version < prev or entry.last_version < entry.first_version
+                or entry.last_version > header.to_version):
+            raise BackupFormatError("CORRUPT", f"frame at offset {entry.offset}: versions out of range "
+                                    f"({entry.first_version}..{entry.last_version} after {prev}, file "
+                                    f"{header.from_version}..{header.to_version})", offset=entry.offset)
+        prev = entry.last_version
 
 
 def open_backup(path: str) -> tuple[BinaryIO, BackupReader]:

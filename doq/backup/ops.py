@@ -39,8 +39,9 @@ if TYPE_CHECKING:
 class BackupState(Protocol):
     """What backup/restore need from `doq.storage.state.StateStore`."""
 
-    def changes(self, since: int) -> tuple[int, Iterator[Record]]:
-        """(applied index, records with version >= since), both from one read txn."""
+    def snapshot_changes(self, since: int) -> tuple[int, int | None, Iterator[Record]]:
+        """(applied index, state digest at it or None if not known, records with version
+        >= since), all from one read txn."""
         ...
 
     def is_empty(self) -> bool: ...
@@ -74,16 +75,18 @@ def write_backup(
     """Write a backup of every change with version >= `since` to `out`; return the last version.
 
     Consistent: one read transaction covers the snapshot point (applied index, written to
-    the header as `to_version`) and every record read. Raises `InvalidArgument` for a
-    negative `since` and (from the store) reason SINCE_TOO_OLD below the tombstone horizon.
+    the header as `to_version`), the state digest at it (written to the footer; one scan
+    of the whole state) and every record read. Raises `InvalidArgument` for a negative
+    `since` and (from the store) reason SINCE_TOO_OLD below the tombstone horizon.
     """
     if not 0 <= since < 2**63:
         raise InvalidArgument(f"since must be within 0..2**63-1, got {since}", reason="INVALID_SINCE")
-    to_version, changes = state.changes(since)
+    to_version, state_digest, changes = state.snapshot_changes(since)
     try:
         with BackupWriter(
             out, from_version=since, to_version=max(to_version, since - 1, 0),
             cluster_id=cluster_id, node_id=node_id, frame_bytes=frame_bytes,
+            state_digest=state_digest,
         ) as w:
             w.add_many(changes)
             return w.close().last_version
@@ -116,43 +119,56 @@ def backup_to_tempfile(
 
 # -- restore: checks ----------------------------------------------------------------------
 def check_chain(headers: Sequence[BackupHeader], *, names: Sequence[str] | None = None) -> None:
-    """Refuse a chain that would not restore exactly.
+    """Refuse a chain that would not restore exactly: raises the first of `chain_problems`."""
+    problems = chain_problems(headers, names=names)
+    if problems:
+        raise problems[0][1]
+
+
+def chain_problems(
+    headers: Sequence[BackupHeader], *, names: Sequence[str] | None = None
+) -> list[tuple[int, InvalidArgument]]:
+    """Every broken chain rule as (index of the file at fault, error), in file order
+    (empty: the chain restores exactly).
 
     The first file must be a full backup (from_version 0); each next file must start no
-    later than the previous one's to_version + 1 (no gap) and must not end before it; all
-    files must come from the same cluster (when the cluster id is recorded).
+    later than the previous one's to_version + 1 (no gap, reason BACKUP_CHAIN_GAP) and must
+    not end before it; all files must come from the same cluster (when the cluster id is
+    recorded). Each problem names the file (`names`, default "file #N").
     """
     if not headers:
-        raise InvalidArgument("no backup file to restore", reason="BACKUP_CHAIN")
+        return [(0, InvalidArgument("no backup file to restore", reason="BACKUP_CHAIN"))]
     label = list(names) if names else [f"file #{i + 1}" for i in range(len(headers))]
+    out: list[tuple[int, InvalidArgument]] = []
     first = headers[0]
     if first.from_version != 0:
-        raise InvalidArgument(
+        out.append((0, InvalidArgument(
             f"{label[0]} is an incremental backup (from version {first.from_version}), "
             "not a full one: restore needs a full backup (since 0) first",
             reason="BACKUP_CHAIN",
-        )
+        )))
     prev = first
-    for name, h in zip(label[1:], headers[1:], strict=True):
+    for i, (name, h) in enumerate(zip(label[1:], headers[1:], strict=True), start=1):
         if prev.cluster_id and h.cluster_id and h.cluster_id != prev.cluster_id:
-            raise InvalidArgument(
+            out.append((i, InvalidArgument(
                 f"{name} is from cluster {h.cluster_id!r}, the previous from {prev.cluster_id!r}",
                 reason="BACKUP_CHAIN",
-            )
+            )))
         if h.from_version > prev.to_version + 1:
-            raise InvalidArgument(
+            out.append((i, InvalidArgument(
                 f"gap in the backup chain: {name} starts at version {h.from_version} but the "
                 f"previous file covers only up to {prev.to_version} (need an incremental "
                 f"with since <= {prev.to_version + 1})",
                 reason="BACKUP_CHAIN_GAP",
-            )
+            )))
         if h.to_version < prev.to_version:
-            raise InvalidArgument(
+            out.append((i, InvalidArgument(
                 f"{name} (up to version {h.to_version}) is older than the previous file "
                 f"(up to {prev.to_version}): give incrementals in order",
                 reason="BACKUP_CHAIN",
-            )
+            )))
         prev = h
+    return out
 
 
 @contextlib.contextmanager

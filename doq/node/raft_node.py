@@ -207,8 +207,10 @@ class RaftNode:
         """A lone voter campaigned at once: return when it leads (its next Ready), so it
         serves at once instead of answering NotLeader (bounded by `admin_timeout_ms`)."""
         core, task = self.core, self._task
-        if core is None or task is None or core.voters != (self.node_id,):
-            return
+        if core is None or task is None or core.role == Role.FOLLOWER:
+            return  # not alone, or not yet known to be: e.g. a restarted bootstrap node whose
+            # snapshot lists only itself refuses to campaign until the conf changes committed
+            # after that snapshot are applied again, and then learns of its peers
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.cfg.admin_timeout_ms / 1000
         while self._role != Role.LEADER and not task.done() and loop.time() < deadline:

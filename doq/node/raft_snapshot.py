@@ -44,15 +44,17 @@ def decode_snapshot_data(data: bytes) -> tuple[dict[str, MemberAddrs], int, byte
 
 
 class _Opened:
-    """A `BackupState` whose `changes(0)` was already opened (on the writer thread)."""
+    """A `BackupState` whose `changes(0)` was already opened (on the writer thread). It
+    records no state digest: a Raft snapshot does not need one, and computing it would
+    scan the whole state on the writer thread."""
 
     def __init__(self, applied: int, records: Iterator[Record]) -> None:
         self.env = None
         self.applied_index = applied
         self._changes = (applied, records)
 
-    def changes(self, since: int) -> tuple[int, Iterator[Record]]:
-        return self._changes
+    def snapshot_changes(self, since: int) -> tuple[int, int | None, Iterator[Record]]:
+        return self._changes[0], None, self._changes[1]
 
 
 def open_state_read(state: StateStore) -> tuple[int, int, Iterator[Record]]:

@@ -1,12 +1,15 @@
 """gRPC adapter: doq.v1.DOQ over the `QueueService` facade (grpc.aio, same event loop).
 
 Errors are mapped by `doq.errors.STATUS_TABLE`; the status details carry the stable reason
-in trailing metadata (`doq-reason`, `doq-retryable`, `doq-leader`). Inside enqueue streams
-a failure is answered in the responses instead of ending the stream (a failing request of
-EnqueueStream in its own response; a refused frame of EnqueueBatchStream in each of its
-results); EnqueueBatch is all or nothing and fails with the status of the message that
-refused it. A dequeue stream has no per-request response, so a refused request (e.g. a
-mismatched `ack_lease_ids`) ends it with that status.
+in trailing metadata (`doq-reason`, `doq-retryable`, `doq-leader`: the leader's node id) and,
+when the error names a leader whose gRPC address this node knows, `doq-leader-grpc` (that
+address, HOST:PORT, from the node's `cluster_status()`), so a client can reconnect to the
+leader without asking. Inside enqueue streams a failure is answered in the responses
+instead of ending the stream (a failing request of EnqueueStream in its own response; a
+refused frame of EnqueueBatchStream in each of its results; their `Error.leader_hint` is
+the node id only, `ListServers` maps ids to addresses); EnqueueBatch is all or nothing and
+fails with the status of the message that refused it. A dequeue stream has no per-request
+response, so a refused request (e.g. a mismatched `ack_lease_ids`) ends it with that status.
 
 Every task a stream starts ends with its call (also when the call is cancelled).
 """
@@ -16,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -26,6 +29,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from doq.errors import DoqError
+from doq.node.base import Node
 from doq.queues.commands import Ack, Enqueue, Nack
 from doq.queues.model import EnqueueResult, MessageView
 from doq.service import convert as cv
@@ -45,14 +49,26 @@ FRAME_BATCH = 100  # messages per frame on DequeueBatchStream (max_batch 0)
 LONG_POLL_MS = 10_000
 
 
-async def _abort(context: grpc.aio.ServicerContext, err: DoqError) -> None:
-    context.set_trailing_metadata(
-        (
-            ("doq-reason", err.reason),
-            ("doq-retryable", "true" if err.retryable else "false"),
-            ("doq-leader", err.leader_hint),
-        )
-    )
+def leader_grpc_addr(node: Node, leader_id: str) -> str:
+    """The gRPC address of member `leader_id` as `node` knows it ("" if unknown)."""
+    if not leader_id:
+        return ""
+    for m in node.cluster_status().members:
+        if m.node_id == leader_id:
+            return m.addrs.grpc_addr
+    return ""
+
+
+async def _abort(context: grpc.aio.ServicerContext, err: DoqError, node: Node) -> None:
+    """End the call with `err`'s status and doq trailers (see the module docstring)."""
+    md = [
+        ("doq-reason", err.reason),
+        ("doq-retryable", "true" if err.retryable else "false"),
+        ("doq-leader", err.leader_hint),
+    ]
+    if addr := leader_grpc_addr(node, err.leader_hint):
+        md.append(("doq-leader-grpc", addr))
+    context.set_trailing_metadata(tuple(md))
     await context.abort(cv.grpc_code(err), err.message)
 
 
@@ -64,7 +80,7 @@ def _unary(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
         try:
             return await fn(self, request, context)
         except DoqError as e:
-            await _abort(context, e)
+            await _abort(context, e, self.api.node)
             raise AssertionError("unreachable") from e
 
     return wrapper
@@ -388,7 +404,7 @@ class DOQServicer(pb_grpc.DOQServicer):
         try:
             session = await DequeueSession.open(self.api, request_iterator, batch_default)
         except DoqError as e:
-            await _abort(context, e)
+            await _abort(context, e, self.api.node)
             return
         if session is None:
             return
@@ -398,11 +414,11 @@ class DOQServicer(pb_grpc.DOQServicer):
                 yield msgs
             await session.drain()
         except DoqError as e:
-            await _abort(context, e)
+            await _abort(context, e, self.api.node)
         finally:
             await session.close()
         if session.error is not None:
-            await _abort(context, session.error)
+            await _abort(context, session.error, self.api.node)
 
     async def DequeueStream(
         self, request_iterator: AsyncIterator[pb.DequeueStreamRequest], context: Any
@@ -481,13 +497,22 @@ class DOQServicer(pb_grpc.DOQServicer):
         )
 
 
-def build_server(api: QueueService, addr: str, *, max_message_bytes: int) -> tuple[grpc.aio.Server, int]:
+def grpc_frame_limit(max_message_bytes: int) -> int:
+    """The largest gRPC message (bytes) a node sends or receives for `max_message_bytes`."""
+    return max(max_message_bytes * 2 + 64 * 1024, 64 * 1024 * 1024)
+
+
+def build_server(
+    api: QueueService, addr: str, *, max_message_bytes: int,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+) -> tuple[grpc.aio.Server, int]:
     """Create (not start) the gRPC server with reflection and health; returns it and the bound port."""
-    frame_limit = max_message_bytes * 2 + 64 * 1024
+    frame_limit = grpc_frame_limit(max_message_bytes)
     server = grpc.aio.server(
+        interceptors=interceptors,
         options=[
-            ("grpc.max_receive_message_length", max(frame_limit, 64 * 1024 * 1024)),
-            ("grpc.max_send_message_length", max(frame_limit, 64 * 1024 * 1024)),
+            ("grpc.max_receive_message_length", frame_limit),
+            ("grpc.max_send_message_length", frame_limit),
             ("grpc.so_reuseport", 0),
         ]
     )

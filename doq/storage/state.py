@@ -39,6 +39,7 @@ from typing import Any, NamedTuple
 
 import lmdb
 
+from doq.backup.digest import digest_of_stored
 from doq.errors import FailedPrecondition, InvalidArgument, MessageNotFound, QueueNotFound
 from doq.queues import keys as K
 from doq.queues import records as R
@@ -336,6 +337,36 @@ class StateStore:
 
     def changes(self, since: int) -> tuple[int, Iterator[tuple[bytes, bytes | None, int]]]:
         """(applied index of the snapshot read, iterator as `iter_changes`)."""
+        last, _, it = self._changes(since, with_digest=False)
+        return last, it
+
+    def snapshot_changes(self, since: int) -> tuple[int, int, Iterator[tuple[bytes, bytes | None, int]]]:
+        """(applied index, state digest at that index, iterator as `iter_changes`), all
+        from ONE read txn: a backup records the digest of the state it is a snapshot of.
+        The digest (`doq.backup.digest`) costs one scan of every record, here, before the
+        iterator starts (not on the write path)."""
+        return self._changes(since, with_digest=True)
+
+    def state_digest(self) -> tuple[int, int]:
+        """(applied index, digest of the whole committed state) from one read txn
+        (`GET /db/digest`). Costs one scan of every record; any thread."""
+        with self.env.begin() as txn:
+            raw = txn.get(APPLIED_KEY, db=self._meta)
+            return (_V.unpack(raw)[0] if raw else 0), self._digest(txn)
+
+    def _digest(self, txn: Any) -> int:
+        return digest_of_stored(self._stored_records(txn))
+
+    def _stored_records(self, txn: Any) -> Iterator[tuple[bytes, bytes]]:
+        """Every live record as (key, stored value = u64 BE version + payload)."""
+        for name in (b"state_meta", b"state_queues", b"state_messages", b"state_dedup"):
+            it = txn.cursor(db=self._db[name]).iternext()
+            if name == b"state_meta":
+                yield from ((k, v) for k, v in it if k[:1] != b"\x00")
+            else:
+                yield from it
+
+    def _changes(self, since: int, *, with_digest: bool) -> tuple[int, int, Iterator[tuple[bytes, bytes | None, int]]]:
         txn = self.env.begin()
         try:
             if since < 0:
@@ -347,10 +378,11 @@ class StateStore:
                     reason="SINCE_TOO_OLD")
             raw = txn.get(APPLIED_KEY, db=self._meta)
             last = _V.unpack(raw)[0] if raw else 0
+            digest = self._digest(txn) if with_digest else 0
         except BaseException:
             txn.abort()
             raise
-        return last, self._iter_changes(txn, since)
+        return last, digest, self._iter_changes(txn, since)
 
     def _iter_changes(self, txn: Any, since: int) -> Iterator[tuple[bytes, bytes | None, int]]:
         try:

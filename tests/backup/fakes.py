@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from doq.backup.digest import digest_of
 from doq.backup.format import Record
 from doq.errors import FailedPrecondition, InvalidArgument
 
@@ -30,6 +31,10 @@ class FakeState:
             raise InvalidArgument("since too old", reason="SINCE_TOO_OLD")
         rows = sorted((ver, k, v) for k, (v, ver) in self.records.items() if ver >= since)
         return self.applied_index, ((k, v, ver) for ver, k, v in rows)
+
+    def snapshot_changes(self, since: int) -> tuple[int, int, Iterator[Record]]:
+        applied, it = self.changes(since)
+        return applied, digest_of((k, v, ver) for k, (v, ver) in self.records.items()), it
 
     def iter_changes(self, since: int) -> Iterator[Record]:
         return self.changes(since)[1]

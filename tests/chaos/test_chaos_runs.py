@@ -41,7 +41,9 @@ def test_a_short_run_with_kills_and_a_pause_finds_no_anomaly(tmp_path: Path) -> 
     assert s["kills"] == 3 and s["faults"] == {KILL_LEADER: 3, PAUSE_LEADER: 1}
     assert s["enqueue_ok"] > 300 and s["delivered"] >= s["enqueue_ok"]
     assert len(s["failover_ms"]) == 3 and all(x is not None for x in s["failover_ms"])
-    assert s["reconnects"] >= 3 * 6  # every worker came back after every kill
+    # producers came back after every kill (failover_ms above); the client reopens its
+    # streams on the leader itself, so workers start new sessions (`reconnects`) only after
+    # a stall or when the client gives up: their number is not a measure of recovery
     assert (tmp_path / "history.jsonl").stat().st_size > 0
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import time
+
 import grpc
 import pytest
 from doq_proto.v1 import doq_pb2 as pb
 
 from doq_client import errors as e
-from doq_client.retry import RetryPolicy, call_with_retry
+from doq_client._routing import Router, parse_targets
+from doq_client.retry import NO_FAILOVER, NO_RETRY, Attempts, FailoverPolicy, RetryPolicy
 
 
 def test_from_pb_error_picks_the_specific_class() -> None:
@@ -35,41 +38,60 @@ def test_from_pb_error_picks_the_specific_class() -> None:
     assert type(err) is e.InvalidArgument
 
 
+def _delays(tries: Attempts, err: e.DoqClientError, n: int) -> list[float | None]:
+    return [tries.next_delay(err, False) for _ in range(n)]
+
+
 def test_retry_only_when_safe() -> None:
     policy = RetryPolicy(max_attempts=3, initial_backoff_s=0.001, max_backoff_s=0.002)
-    calls = []
+    quick = FailoverPolicy(timeout_s=60, initial_backoff_s=0.001, max_backoff_s=0.002)
+    not_leader = e.make_error(grpc.StatusCode.UNAVAILABLE, "x", "NOT_LEADER", True)
+    # NOT_LEADER does not prove the command was not applied (a deposed Raft leader fails
+    # its pending proposals with it): only a repeatable call is sent again
+    assert _delays(Attempts(policy, quick, False), not_leader, 1) == [None]
+    tries = Attempts(policy, quick, True)
+    assert None not in _delays(tries, not_leader, 10) and tries.unknown  # failover: by time, not count
+    # a reason that proves nothing was applied: retried even if not repeatable
+    overloaded = e.make_error(grpc.StatusCode.RESOURCE_EXHAUSTED, "x", "OVERLOADED", True)
+    tries = Attempts(policy, quick, False)
+    assert _delays(tries, overloaded, 3)[2] is None and not tries.unknown
+    # other retryable errors: the retry policy's attempts (off by default)
+    timeout = e.make_error(grpc.StatusCode.DEADLINE_EXCEEDED, "x", "COMMIT_TIMEOUT", True)
+    assert _delays(Attempts(policy, quick, False), timeout, 1) == [None]
+    assert [d is None for d in _delays(Attempts(policy, quick, True), timeout, 3)] == [False, False, True]
+    assert _delays(Attempts(NO_RETRY, quick, True), timeout, 1) == [None]
+    not_found = e.make_error(grpc.StatusCode.NOT_FOUND, "x", "QUEUE_NOT_FOUND", False)
+    assert _delays(Attempts(policy, quick, True), not_found, 1) == [None]
 
-    def flaky_then_ok() -> str:
-        calls.append(1)
-        if len(calls) < 3:
-            raise e.make_error(grpc.StatusCode.UNAVAILABLE, "x", "NOT_LEADER", True)
-        return "ok"
 
-    assert call_with_retry(policy, False, flaky_then_ok) == "ok" and len(calls) == 3
+def test_failover_is_bounded_by_time_and_follows_a_hint_at_once() -> None:
+    err = e.make_error(grpc.StatusCode.UNAVAILABLE, "x", "", True)
+    assert Attempts(NO_RETRY, NO_FAILOVER, True).next_delay(err, True) is None
+    tries = Attempts(NO_RETRY, FailoverPolicy(timeout_s=0.05, initial_backoff_s=0.01), True)
+    assert tries.next_delay(err, True) == 0.0  # the first hint: at once
+    assert (tries.next_delay(err, True) or 0) > 0  # then paced
+    deadline = time.monotonic() + 5
+    while (d := tries.next_delay(err, False)) is not None:
+        assert d <= 0.05 and time.monotonic() < deadline
+        time.sleep(d)
 
-    calls.clear()
 
-    def timeout() -> str:
-        calls.append(1)
-        raise e.make_error(grpc.StatusCode.DEADLINE_EXCEEDED, "x", "COMMIT_TIMEOUT", True)
-
-    with pytest.raises(e.DeadlineExceeded):  # may have been applied: not retried unless idempotent
-        call_with_retry(policy, False, timeout)
-    assert len(calls) == 1
-    calls.clear()
-    with pytest.raises(e.DeadlineExceeded):
-        call_with_retry(policy, True, timeout)
-    assert len(calls) == 3
-
-    calls.clear()
-
-    def not_found() -> str:
-        calls.append(1)
-        raise e.make_error(grpc.StatusCode.NOT_FOUND, "x", "QUEUE_NOT_FOUND", False)
-
-    with pytest.raises(e.QueueNotFound):
-        call_with_retry(policy, True, not_found)
-    assert len(calls) == 1
+def test_router_moves_to_the_named_leader_else_the_next_address() -> None:
+    r: Router[str] = Router(parse_targets(" a:1, b:2 ,a:1"), lambda addr: addr)
+    assert r.known == ["a:1", "b:2"] and r.current == "a:1"
+    down = e.make_error(grpc.StatusCode.UNAVAILABLE, "x")
+    assert not r.moved(down, "a:1") and r.current == "b:2"
+    assert not r.moved(down, "a:1") and r.current == "b:2"  # another caller moved already
+    hint = e.make_error(grpc.StatusCode.UNAVAILABLE, "x", "NOT_LEADER", True, "n3", "c:3")
+    assert r.moved(hint, "b:2") and r.current == "c:3" and r.known == ["a:1", "b:2", "c:3"]
+    # a hint by node id only is followed once a node listed that member's address
+    by_id = e.make_error(grpc.StatusCode.UNAVAILABLE, "x", "NOT_LEADER", True, "n1")
+    assert not r.moved(by_id, "c:3") and r.current == "a:1"
+    r.learn(pb.ListServersResponse(servers=[pb.Server(id="n1", grpc_addr="d:4"),
+                                           pb.Server(id="n2", grpc_addr="0.0.0.0:5")]))
+    assert r.moved(by_id, "a:1") and r.current == "d:4" and "0.0.0.0:5" not in r.known
+    with pytest.raises(ValueError):
+        parse_targets(" , ")
 
 
 def test_a_bad_string_is_not_called_an_integer() -> None:

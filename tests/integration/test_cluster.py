@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cluster import call, leader, running_cluster, three_nodes, until
+from tests.support.cluster import call, leader, three_nodes, until
 from tests.support.proc import NodeProc
 
 pytestmark = pytest.mark.integration
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[list[NodeProc]]:
-    with running_cluster(three_nodes(tmp_path / "data")) as nodes:
+    with three_nodes(tmp_path / "data") as nodes:
         yield nodes
 
 

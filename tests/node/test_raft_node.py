@@ -4,6 +4,7 @@ machine. Every test also checks the Ready contract at each send (tests/node/raft
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
@@ -440,3 +441,20 @@ async def test_online_restore_is_refused_in_a_larger_cluster(tmp_path: Path) -> 
     with pytest.raises(FailedPrecondition) as e:
         await restore_online(leader, [buf])
     assert e.value.reason == "RESTORE_MULTI_NODE"
+
+
+async def test_a_restarted_bootstrap_node_does_not_wait_to_lead_alone(tmp_path: Path) -> None:
+    """Regression: n1's only snapshot is the bootstrap one (n1 alone). On restart its core
+    rightly refuses to campaign until the later conf changes are applied again, so start()
+    must not wait `admin_timeout_ms` for a leadership it never sought."""
+    slow_admin = dataclasses.replace(FAST, admin_timeout_ms=60_000)
+    cl = await three(tmp_path, slow_admin)
+    leader = await cl.wait_leader()
+    if leader.node_id == "n1":
+        await leader.transfer_leader("n2")
+        await cl.wait_leader(timeout_s=30)
+    assert cl.nodes["n1"].storage.snapshot_meta().conf_state.voters == ("n1",)
+    await cl.stop("n1")
+    node = await asyncio.wait_for(cl.start("n1"), 20)  # was: 60 s in _lead_if_alone
+    await cl.converged()
+    assert node.core is not None and node.core.voters == ("n1", "n2", "n3")

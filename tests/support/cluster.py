@@ -1,6 +1,6 @@
-"""A real cluster of `doq serve` processes on 127.0.0.1 for integration tests: formed by
---join, HTTP calls to its nodes, bounded waits, its leader, and a stopped node's state
-digest read from its own files."""
+"""Helpers for tests against a real cluster of `doq serve` processes (tests/support/proc.py):
+formed by --join, HTTP calls to its nodes, bounded waits, its leader, and a stopped node's
+state digest read from its own files."""
 
 from __future__ import annotations
 
@@ -19,13 +19,13 @@ from doq.storage.state import StateStore
 from tests.support.proc import NodeProc
 
 
-def call(node: NodeProc, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    """One HTTP request to `node`: (status, decoded JSON body or None)."""
+def http_call(base_url: str, method: str, path: str, body: Any = None, timeout_s: float = 30) -> tuple[int, Any]:
+    """One JSON request; returns (status, decoded body or None)."""
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(node.http_url + path, data=data, method=method,
+    req = urllib.request.Request(base_url + path, data=data, method=method,
                                  headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=30) as r:
+        with urllib.request.urlopen(req, timeout=timeout_s) as r:
             raw = r.read()
             return r.status, json.loads(raw) if raw else None
     except urllib.error.HTTPError as e:
@@ -33,8 +33,7 @@ def call(node: NodeProc, method: str, path: str, body: Any = None) -> tuple[int,
 
 
 def until(what: str, fn: Callable[[], Any], timeout_s: float = 60) -> Any:
-    """Poll `fn` (an OSError counts as a falsy answer) until it is truthy; fail after
-    `timeout_s` naming `what`."""
+    """Poll `fn` (OSError counts as "not yet") until it returns something true."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -45,16 +44,29 @@ def until(what: str, fn: Callable[[], Any], timeout_s: float = 60) -> Any:
             return v
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} within {timeout_s}s")
-        time.sleep(0.1)
+        time.sleep(0.05)
+
+
+def voters(base_url: str) -> list[str]:
+    """The voters `GET /cluster` of the node at `base_url` lists ([] if it does not answer)."""
+    status, body = http_call(base_url, "GET", "/cluster")
+    return sorted(m["node_id"] for m in body["members"] if m["role"] == "voter") if status == 200 else []
+
+
+def cluster_view(base_url: str) -> dict[str, Any]:
+    """`GET /cluster` of the node at `base_url`."""
+    status, body = http_call(base_url, "GET", "/cluster")
+    assert status == 200, body
+    return dict(body)
+
+
+def call(node: NodeProc, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    """`http_call` to `node`."""
+    return http_call(node.http_url, method, path, body)
 
 
 def alive(node: NodeProc) -> bool:
     return node.proc is not None and node.proc.poll() is None
-
-
-def voters(node: NodeProc) -> list[str]:
-    status, body = call(node, "GET", "/cluster")
-    return sorted(m["node_id"] for m in body["members"] if m["role"] == "voter") if status == 200 else []
 
 
 def leader_id(nodes: list[NodeProc]) -> str:
@@ -83,25 +95,34 @@ def applied_indexes(nodes: list[NodeProc]) -> dict[str, int]:
     return out
 
 
+def node_procs(data: Path, extra_args: list[str] | None = None) -> list[NodeProc]:
+    """node-1..node-3 (not started), each with `extra_args`."""
+    return [NodeProc(data, node_id=f"node-{i}", extra_args=list(extra_args or [])) for i in (1, 2, 3)]
+
+
 @contextlib.contextmanager
 def running_cluster(nodes: list[NodeProc], start_timeout_s: float = 90) -> Iterator[list[NodeProc]]:
-    """Start `nodes[0]` (it bootstraps), then the others with `--join` it; wait until all are
-    voters. SIGKILLs every node on exit."""
+    """Start `nodes[0]` (it bootstraps), then the others with `--join` it; yields once all
+    are voters; kill -9s every node at the end."""
     try:
         nodes[0].start()
         for n in nodes[1:]:
             n.extra_args = [*n.extra_args, "--join", f"127.0.0.1:{nodes[0].http_port}"]
             n.start(timeout_s=start_timeout_s)
         want = sorted(n.node_id for n in nodes)
-        until(f"{len(nodes)} voters", lambda: voters(nodes[0]) == want, start_timeout_s)
+        until(f"{len(nodes)} voters", lambda: voters(nodes[0].http_url) == want, start_timeout_s)
         yield nodes
     finally:
         for n in nodes:
             n.kill9()
 
 
-def three_nodes(data_dir: Path, extra_args: list[str] | None = None) -> list[NodeProc]:
-    return [NodeProc(data_dir, node_id=f"node-{i}", extra_args=list(extra_args or [])) for i in (1, 2, 3)]
+@contextlib.contextmanager
+def three_nodes(data: Path) -> Iterator[list[NodeProc]]:
+    """node-1 bootstraps, node-2 and node-3 join it (`--join`); yields once all three are
+    voters; kill -9s all three at the end."""
+    with running_cluster(node_procs(data)) as nodes:
+        yield nodes
 
 
 @contextlib.contextmanager
@@ -115,8 +136,8 @@ def node_files(node: NodeProc) -> Iterator[tuple[StateStore, LmdbLogStorage]]:
         env.close()
 
 
-def state_digest(node: NodeProc) -> str:
-    """SHA-256 of the whole replicated state of a stopped node (`StateStore.dump_state_bytes`:
-    byte-identical on replicas that applied the same log)."""
+def state_dump_digest(node: NodeProc) -> str:
+    """SHA-256 of the whole replicated state of a stopped node, as bytes
+    (`StateStore.dump_state_bytes`: byte-identical on replicas that applied the same log)."""
     with node_files(node) as (state, _):
         return state.snapshot_digest()

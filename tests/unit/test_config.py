@@ -34,6 +34,8 @@ def test_precedence_flag_over_env_over_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize("argv", [
     ["--grpc-addr", "nohostport"], ["--http-addr", "h:99999"], ["--node-id", "a/b"],
     ["--max-message-bytes", "big"], ["--log-level", "loud"], ["--join", "x"],
+    ["--advertise-host", "h:1"], ["--advertise-host", "a/b"], ["--election-timeout-ms", "499"],
+    ["--election-timeout-ms", "1s"],
 ])
 def test_bad_values_are_refused(argv: list[str]) -> None:
     with pytest.raises(InvalidArgument):
@@ -45,6 +47,42 @@ def test_unknown_config_key_is_refused(tmp_path: Path) -> None:
     cfg.write_text('grpc_adr = "h:1"\n')
     with pytest.raises(InvalidArgument, match="unknown key"):
         parse(["--config", str(cfg)])
+
+
+def test_the_seeds_dotted_flags_name_the_same_settings() -> None:
+    c = parse(["--storage.data_dir", "d", "--cluster.node_id", "node-2", "--http.port", "8002",
+               "--raft.address", "localhost:9002", "--grpc.address", "localhost:10002",
+               "--cluster.join_addr", "localhost:8001"])
+    assert (c.data_dir, c.node_id, c.http_addr, c.raft_addr, c.grpc_addr, c.join) == (
+        "d", "node-2", "127.0.0.1:8002", "localhost:9002", "localhost:10002", ("localhost:8001",))
+    assert parse(["--http.port", "8001"], {"DOQ_HTTP_ADDR": "0.0.0.0:1"}).http_addr == "127.0.0.1:8001"
+
+
+@pytest.mark.parametrize("argv", [
+    ["--http.port", "x"], ["--http.port", "70000"], ["--http.port", "1", "--http-addr", "h:2"],
+    ["--raft.address", "nohostport"],
+])
+def test_bad_seed_flags_are_refused(argv: list[str]) -> None:
+    with pytest.raises(InvalidArgument):
+        parse(argv)
+
+
+def test_advertise_host_replaces_the_host_of_each_announced_address() -> None:
+    """A node listening on 0.0.0.0 (a pod) announces the name its peers reach it at."""
+    c = parse([], {"DOQ_GRPC_ADDR": "0.0.0.0:10000", "DOQ_HTTP_ADDR": "0.0.0.0:8000",
+                   "DOQ_RAFT_ADDR": "0.0.0.0:9000", "DOQ_ADVERTISE_HOST": "doq-1.doq-internal.ns.svc"})
+    a = c.member_addrs()
+    assert (a.raft_addr, a.grpc_addr, a.http_addr) == (
+        "doq-1.doq-internal.ns.svc:9000", "doq-1.doq-internal.ns.svc:10000", "doq-1.doq-internal.ns.svc:8000")
+    assert (c.grpc_addr, c.http_addr, c.raft_addr) == ("0.0.0.0:10000", "0.0.0.0:8000", "0.0.0.0:9000")
+    plain = parse(["--http-addr", "localhost:8001"]).member_addrs()
+    assert (plain.http_addr, plain.raft_addr) == ("localhost:8001", "127.0.0.1:9000")
+    assert parse(["--advertise-host", "[::1]"]).member_addrs().grpc_addr == "[::1]:10000"
+
+
+def test_election_timeout_from_env() -> None:
+    assert parse([]).election_timeout_ms == 1000
+    assert parse([], {"DOQ_ELECTION_TIMEOUT_MS": "2500"}).election_timeout_ms == 2500
 
 
 def test_snapshot_settings_reach_the_raft_driver_with_its_defaults() -> None:

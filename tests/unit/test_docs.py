@@ -13,7 +13,7 @@ from doq.config import ServeConfig
 from doq.errors import STATUS_TABLE
 
 ROOT = Path(__file__).resolve().parents[2]
-USER_DOCS = [ROOT / "README.md", ROOT / "clients/python/README.md",
+USER_DOCS = [ROOT / "README.md", ROOT / "clients/python/README.md", ROOT / "pulumi/README.md",
              *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "bench").rglob("*.md"))]
 OUTSIDE = re.compile(r"\.\./shared|/work/|\b(CONTRACT|ARCHITECTURE|STYLE|PERFORMANCE)\.md\b")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
@@ -43,7 +43,7 @@ def test_reference_names_every_serve_flag_with_its_environment_and_default() -> 
     rows = _rows(REFERENCE.read_text())
     for f in fields(ServeConfig):
         default = getattr(ServeConfig(), f.name)
-        shown = "none" if default == () else f"`{default}`"
+        shown = "none" if default in ((), "") else f"`{default}`"
         flag = f"`--{f.name.replace('_', '-')}`"
         assert any(r.startswith(f"| {flag} | `DOQ_{f.name.upper()}` | {shown} |") for r in rows), flag
 

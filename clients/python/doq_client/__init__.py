@@ -5,7 +5,8 @@ Depends only on grpcio and protobuf. Entry points:
 - `Producer` / `AsyncProducer`: pipelined enqueues with a window, over streams;
 - `Consumer` / `AsyncConsumer`: prefetching consumers with acks in the stream;
 - errors: `DoqClientError` and subclasses (`doq_client.errors`);
-- `RetryPolicy`: optional bounded retry of retryable unary failures.
+- `FailoverPolicy`: how long calls and streams look for the leader (on by default);
+- `RetryPolicy`: optional bounded retry of other retryable unary failures.
 """
 
 from doq_client.aio import AsyncDoqClient
@@ -30,7 +31,7 @@ from doq_client.errors import (
     Unavailable,
 )
 from doq_client.producer import AsyncProducer, Producer
-from doq_client.retry import RetryPolicy
+from doq_client.retry import FailoverPolicy, RetryPolicy
 from doq_client.types import (
     AckResult,
     EnqueueResult,
@@ -55,6 +56,7 @@ __all__ = [
     "DoqClient",
     "DoqClientError",
     "EnqueueResult",
+    "FailoverPolicy",
     "FailedPrecondition",
     "Internal",
     "InvalidArgument",

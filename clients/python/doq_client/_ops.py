@@ -3,6 +3,15 @@
 `DoqClient` (sync) and `AsyncDoqClient` (asyncio) call the same `Op`s, so their semantics
 cannot drift apart. Requests are built with `types.build`: a value out of its field's range
 raises `InvalidArgument` before anything is sent.
+
+Each `Op` says whether it is *repeatable* (see `doq_client.retry`): sending it again after
+an attempt whose outcome is unknown cannot apply it twice. Repeatable: reads; create and
+update of a queue (same settings: no change); enqueues that carry a `dedup_id`; dequeue in
+lease mode (what an unanswered attempt leased comes back when its lease ends);
+update_priority; ack, ack_batch, nack and touch with lease ids; deletes. Not repeatable:
+enqueues without a `dedup_id`, dequeue with `ack=True`, purge, and ack/nack with lease id 0
+(any lease: a repeat could settle a later delivery to another consumer).
+`gone`: the reasons that, answering a repeat, mean the first attempt did the work.
 """
 
 from __future__ import annotations
@@ -30,14 +39,26 @@ from doq_proto.v1 import doq_pb2 as pb
 T = TypeVar("T")
 
 
+_MESSAGE_GONE = frozenset({"MESSAGE_NOT_FOUND"})
+_LEASE_GONE = frozenset({"MESSAGE_NOT_FOUND", "STALE_LEASE"})
+
+
 @dataclass(frozen=True, slots=True)
 class Op(Generic[T]):
-    """One unary call: stub method name, request, response converter, idempotency."""
+    """One unary call: stub method name, request, response converter, and its retry rules.
+
+    `repeatable`: may be sent again after an outcome-unknown failure. `gone`: reasons that
+    answer a repeat when an earlier attempt did the work (the call then returns None; only
+    for calls that return None). `repeat`: applied to a repeat's result (ack_batch: items
+    answered MESSAGE_NOT_FOUND were acked by an earlier attempt).
+    """
 
     method: str
     request: Any
     convert: Callable[[Any], T]
-    idempotent: bool = False
+    repeatable: bool = False
+    gone: frozenset[str] = frozenset()
+    repeat: Callable[[T], T] | None = None
 
 
 def _queue(r: Any) -> Queue:
@@ -52,7 +73,7 @@ def create_queue(name: str, type: str, settings: QueueSettings | None) -> Op[Que
     req = pb.CreateQueueRequest(
         name=name, type=type, settings=(settings or QueueSettings()).to_pb()
     )
-    return Op("CreateQueue", req, _queue)
+    return Op("CreateQueue", req, _queue, True)
 
 
 def update_queue(name: str, settings: QueueSettings) -> Op[Queue]:
@@ -62,7 +83,9 @@ def update_queue(name: str, settings: QueueSettings) -> Op[Queue]:
 
 
 def delete_queue(name: str) -> Op[None]:
-    return Op("DeleteQueue", pb.DeleteQueueRequest(name=name), _true)
+    return Op(
+        "DeleteQueue", pb.DeleteQueueRequest(name=name), _true, True, frozenset({"QUEUE_NOT_FOUND"})
+    )
 
 
 def get_queue(name: str) -> Op[Queue]:
@@ -122,7 +145,7 @@ def dequeue(
         wait_ms=wait_ms,
         visibility_timeout_ms=visibility_timeout_ms,
     )
-    return Op("Dequeue", req, lambda r: [Message(m) for m in r.messages])
+    return Op("Dequeue", req, lambda r: [Message(m) for m in r.messages], not ack)
 
 
 def get(queue: str, id_: int) -> Op[Message]:
@@ -130,20 +153,31 @@ def get(queue: str, id_: int) -> Op[Message]:
 
 
 def delete(queue: str, id_: int) -> Op[None]:
-    return Op("Delete", build(pb.DeleteRequest, queue_name=queue, id=id_), _true)
+    return Op(
+        "Delete", build(pb.DeleteRequest, queue_name=queue, id=id_), _true, True, _MESSAGE_GONE
+    )
 
 
 def ack(queue: str, id_: int, lease_id: int) -> Op[None]:
-    return Op("Ack", build(pb.AckRequest, queue_name=queue, id=id_, lease_id=lease_id), _true)
+    req = build(pb.AckRequest, queue_name=queue, id=id_, lease_id=lease_id)
+    return Op("Ack", req, _true, bool(lease_id), _MESSAGE_GONE)
 
 
 def _ack_results(r: Any) -> list[AckResult]:
     return [AckResult(x.id, None if x.success else from_pb_error(x.error)) for x in r.results]
 
 
+def _acked_before(results: list[AckResult]) -> list[AckResult]:
+    return [
+        AckResult(r.id, None) if r.error is not None and r.error.reason in _MESSAGE_GONE else r
+        for r in results
+    ]
+
+
 def ack_batch(queue: str, ids: Sequence[int], lease_ids: Sequence[int]) -> Op[list[AckResult]]:
     req = build(pb.AckBatchRequest, queue_name=queue, ids=list(ids), lease_ids=list(lease_ids))
-    return Op("AckBatch", req, _ack_results)
+    leased = bool(req.lease_ids) and all(req.lease_ids)
+    return Op("AckBatch", req, _ack_results, leased, repeat=_acked_before)
 
 
 def nack(
@@ -152,7 +186,12 @@ def nack(
     req = nack_request(
         queue, id_, lease_id=lease_id, delay_ms=delay_ms, priority=priority, release=release
     )
-    return Op("Nack", req, _true)
+    return nack_pb(req)
+
+
+def nack_pb(req: pb.NackRequest) -> Op[None]:
+    """A built `NackRequest` (a consumer's settlement after a failover)."""
+    return Op("Nack", req, _true, bool(req.lease_id), _LEASE_GONE)
 
 
 def touch(queue: str, id_: int, lease_id: int, visibility_timeout_ms: int) -> Op[int]:
@@ -163,7 +202,7 @@ def touch(queue: str, id_: int, lease_id: int, visibility_timeout_ms: int) -> Op
         lease_id=lease_id,
         visibility_timeout_ms=visibility_timeout_ms,
     )
-    return Op("Touch", req, lambda r: int(r.lease_expires_at_ms), True)
+    return Op("Touch", req, lambda r: int(r.lease_expires_at_ms), bool(lease_id))
 
 
 def update_priority(queue: str, id_: int, priority: int) -> Op[Message]:

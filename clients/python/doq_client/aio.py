@@ -1,22 +1,26 @@
-"""`AsyncDoqClient`: the asyncio client (one `grpc.aio.Channel`).
+"""`AsyncDoqClient`: the asyncio client (one `grpc.aio.Channel` per node address).
 
-Same methods and semantics as `doq_client.DoqClient`, as coroutines. Create and use it
-inside one running event loop. Streaming helpers: `producer()` and `consumer()`.
+Same methods and semantics as `doq_client.DoqClient` (leader following and retries
+included), as coroutines. Create and use it inside one running event loop. Streaming
+helpers: `producer()` and `consumer()`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import grpc
 
 from doq_client import _ops
-from doq_client.client import CHANNEL_OPTIONS, DEFAULT_TARGET
+from doq_client._routing import Router, parse_targets
+from doq_client.client import CHANNEL_OPTIONS, DEFAULT_TARGET, LIST_SERVERS_TIMEOUT_S
 from doq_client.consumer import AsyncConsumer
 from doq_client.errors import DoqClientError, from_rpc_error
 from doq_client.producer import AsyncProducer
-from doq_client.retry import NO_RETRY, RetryPolicy, acall_with_retry
+from doq_client.retry import NO_RETRY, Attempts, FailoverPolicy, RetryPolicy, is_failover
 from doq_client.types import (
     AckResult,
     Content,
@@ -26,9 +30,9 @@ from doq_client.types import (
     QueueSettings,
 )
 from doq_proto.v1 import doq_pb2 as pb
-from doq_proto.v1 import doq_pb2_grpc as pb_grpc
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 class AsyncDoqClient:
@@ -36,23 +40,38 @@ class AsyncDoqClient:
 
     def __init__(
         self,
-        target: str = DEFAULT_TARGET,
+        targets: str | Sequence[str] = DEFAULT_TARGET,
         *,
         channel: grpc.aio.Channel | None = None,
         timeout_s: float | None = 30.0,
         retry: RetryPolicy | None = None,
+        failover: FailoverPolicy | None = None,
     ) -> None:
-        self._own_channel = channel is None
-        self.channel: grpc.aio.Channel = channel or grpc.aio.insecure_channel(
-            target, options=CHANNEL_OPTIONS
-        )
-        self.stub = pb_grpc.DOQStub(self.channel)
+        self._own_channels = channel is None
+        if channel is None:
+            self.router: Router[grpc.aio.Channel] = Router(parse_targets(targets), _open_channel)
+        else:
+            given = channel
+            self.router = Router(["(channel)"], lambda _: given, fixed=True)
         self.timeout_s = timeout_s
         self.retry = retry or NO_RETRY
+        self.failover = failover or FailoverPolicy()
+
+    @property
+    def channel(self) -> grpc.aio.Channel:
+        """The channel to the current target (the leader, once known)."""
+        return self.router.channel(self.router.current)
+
+    @property
+    def stub(self) -> Any:
+        """A `DOQStub` on the current target."""
+        return self.router.pick()[1]
 
     async def close(self) -> None:
-        if self._own_channel:
-            await self.channel.close()
+        opened = self.router.close()
+        if self._own_channels:
+            for ch in opened:
+                await ch.close()
 
     async def __aenter__(self) -> AsyncDoqClient:
         return self
@@ -61,16 +80,37 @@ class AsyncDoqClient:
         await self.close()
 
     async def _call(self, op: _ops.Op[T], extra_timeout_s: float = 0.0) -> T:
-        fn = getattr(self.stub, op.method)
+        """Send `op` to the current target; follow the leader and retry as `doq_client.retry` says."""
         timeout = None if self.timeout_s is None else self.timeout_s + extra_timeout_s
-
-        async def once() -> T:
+        tries = Attempts(self.retry, self.failover, op.repeatable)
+        while True:
+            addr, stub = self.router.pick()
             try:
-                return op.convert(await fn(op.request, timeout=timeout))
+                value = op.convert(await getattr(stub, op.method)(op.request, timeout=timeout))
             except grpc.RpcError as e:
-                raise from_rpc_error(e) from None
+                err = from_rpc_error(e)
+                if tries.unknown and err.reason in op.gone:
+                    return cast(T, None)
+                hinted = await self._redirect(err, addr) if is_failover(err) else False
+                delay = tries.next_delay(err, hinted)
+                if delay is None:
+                    raise err from None
+                await asyncio.sleep(delay)
+                continue
+            return op.repeat(value) if tries.unknown and op.repeat else value
 
-        return await acall_with_retry(self.retry, op.idempotent, once)
+    async def _redirect(self, err: DoqClientError, failed: str) -> bool:
+        """See `DoqClient._redirect`."""
+        if err.leader_hint and not err.leader_addr and not self.router.knows(err.leader_hint):
+            try:
+                self.router.learn(
+                    await self.router.stub(failed).ListServers(
+                        pb.ListServersRequest(), timeout=LIST_SERVERS_TIMEOUT_S
+                    )
+                )
+            except grpc.RpcError as e:
+                log.debug("ListServers on %s failed: %s", failed, e)
+        return self.router.moved(err, failed)
 
     # -- queues -----------------------------------------------------------------------
     async def create_queue(
@@ -196,10 +236,16 @@ class AsyncDoqClient:
         return await self._call(_ops.update_priority(queue, id, priority))
 
     # -- streams ----------------------------------------------------------------------
-    def producer(self, *, window: int = 1024, batch: int = 0) -> AsyncProducer:
-        """A pipelined producer on this channel (see `doq_client.producer.AsyncProducer`)."""
-        return AsyncProducer(self.channel, window=window, batch=batch)
+    def producer(
+        self, *, window: int = 1024, batch: int = 0, auto_dedup: bool = True
+    ) -> AsyncProducer:
+        """A pipelined producer that follows this client's leader (see `doq_client.producer`)."""
+        return AsyncProducer(self, window=window, batch=batch, auto_dedup=auto_dedup)
 
     def consumer(self, queue: str, **kw: Any) -> AsyncConsumer:
-        """A prefetching consumer on this channel (see `doq_client.consumer.AsyncConsumer`)."""
-        return AsyncConsumer(self.channel, queue, **kw)
+        """A prefetching consumer that follows this client's leader (see `doq_client.consumer`)."""
+        return AsyncConsumer(self, queue, **kw)
+
+
+def _open_channel(addr: str) -> grpc.aio.Channel:
+    return grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS)

@@ -1,22 +1,27 @@
-"""`DoqClient`: the synchronous client (one `grpc.Channel`, thread-safe).
+"""`DoqClient`: the synchronous client (thread-safe; one `grpc.Channel` per node address).
 
 Every method is one unary call; failures raise `doq_client.errors.DoqClientError`
-subclasses. With `retry=RetryPolicy(...)` retryable failures are retried (see
-`doq_client.retry` for exactly when). Streaming helpers: `producer()` and `consumer()`.
+subclasses. A call refused by a follower, or cut off with its node, goes to the leader
+and is tried again when that is safe; with `retry=RetryPolicy(...)` other retryable
+failures are retried too (`doq_client.retry` says exactly when). Streaming helpers:
+`producer()` and `consumer()`; they follow the leader too.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import grpc
 
 from doq_client import _ops
+from doq_client._routing import Router, parse_targets
 from doq_client.consumer import Consumer
 from doq_client.errors import DoqClientError, from_rpc_error
 from doq_client.producer import Producer
-from doq_client.retry import NO_RETRY, RetryPolicy, call_with_retry
+from doq_client.retry import NO_RETRY, Attempts, FailoverPolicy, RetryPolicy, is_failover
 from doq_client.types import (
     AckResult,
     Content,
@@ -26,44 +31,67 @@ from doq_client.types import (
     QueueSettings,
 )
 from doq_proto.v1 import doq_pb2 as pb
-from doq_proto.v1 import doq_pb2_grpc as pb_grpc
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 DEFAULT_TARGET = "127.0.0.1:10000"
 CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
+    # a restarted node is dialled again within a second (gRPC's default backoff grows to 2 min)
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
 ]
+LIST_SERVERS_TIMEOUT_S = 5.0
 
 
 class DoqClient:
     """Synchronous doq client.
 
-    `target` is ``HOST:PORT`` of a node's gRPC address (ignored when `channel` is given;
-    a passed channel is not closed by `close()`). `timeout_s` is the deadline of each
-    unary call (None = no deadline; long polls add their `wait_ms`).
+    `targets`: the nodes' gRPC addresses, ``"HOST:PORT"``, several comma-separated, or a
+    list; the first is tried first, and the client remembers the leader once it knows it
+    (ignored when `channel` is given: then that channel is the only target, and it is not
+    closed by `close()`). `timeout_s` is the deadline of each unary call attempt (None =
+    no deadline; long polls add their `wait_ms`). `failover` bounds the search for a
+    leader (default `FailoverPolicy()`: 15 s); `retry` enables retries of other retryable
+    errors (see `doq_client.retry`).
     """
 
     def __init__(
         self,
-        target: str = DEFAULT_TARGET,
+        targets: str | Sequence[str] = DEFAULT_TARGET,
         *,
         channel: grpc.Channel | None = None,
         timeout_s: float | None = 30.0,
         retry: RetryPolicy | None = None,
+        failover: FailoverPolicy | None = None,
     ) -> None:
-        self._own_channel = channel is None
-        self.channel: grpc.Channel = channel or grpc.insecure_channel(
-            target, options=CHANNEL_OPTIONS
-        )
-        self.stub = pb_grpc.DOQStub(self.channel)
+        self._own_channels = channel is None
+        if channel is None:
+            self.router: Router[grpc.Channel] = Router(parse_targets(targets), _open_channel)
+        else:
+            given = channel
+            self.router = Router(["(channel)"], lambda _: given, fixed=True)
         self.timeout_s = timeout_s
         self.retry = retry or NO_RETRY
+        self.failover = failover or FailoverPolicy()
+
+    @property
+    def channel(self) -> grpc.Channel:
+        """The channel to the current target (the leader, once known)."""
+        return self.router.channel(self.router.current)
+
+    @property
+    def stub(self) -> Any:
+        """A `DOQStub` on the current target."""
+        return self.router.pick()[1]
 
     def close(self) -> None:
-        if self._own_channel:
-            self.channel.close()
+        opened = self.router.close()
+        if self._own_channels:
+            for ch in opened:
+                ch.close()
 
     def __enter__(self) -> DoqClient:
         return self
@@ -72,16 +100,39 @@ class DoqClient:
         self.close()
 
     def _call(self, op: _ops.Op[T], extra_timeout_s: float = 0.0) -> T:
-        fn = getattr(self.stub, op.method)
+        """Send `op` to the current target; follow the leader and retry as `doq_client.retry` says."""
         timeout = None if self.timeout_s is None else self.timeout_s + extra_timeout_s
-
-        def once() -> T:
+        tries = Attempts(self.retry, self.failover, op.repeatable)
+        while True:
+            addr, stub = self.router.pick()
             try:
-                return op.convert(fn(op.request, timeout=timeout))
+                value = op.convert(getattr(stub, op.method)(op.request, timeout=timeout))
             except grpc.RpcError as e:
-                raise from_rpc_error(e) from None
+                err = from_rpc_error(e)
+                if tries.unknown and err.reason in op.gone:
+                    return cast(T, None)
+                hinted = self._redirect(err, addr) if is_failover(err) else False
+                delay = tries.next_delay(err, hinted)
+                if delay is None:
+                    raise err from None
+                time.sleep(delay)
+                continue
+            return op.repeat(value) if tries.unknown and op.repeat else value
 
-        return call_with_retry(self.retry, op.idempotent, once)
+    def _redirect(self, err: DoqClientError, failed: str) -> bool:
+        """After a failover error from `failed`: move to the leader (see `Router.moved`);
+        when the error names the leader by id only, ask `failed` (alive: it answered) for
+        the members' addresses first. True if the new target is a named leader."""
+        if err.leader_hint and not err.leader_addr and not self.router.knows(err.leader_hint):
+            try:
+                self.router.learn(
+                    self.router.stub(failed).ListServers(
+                        pb.ListServersRequest(), timeout=LIST_SERVERS_TIMEOUT_S
+                    )
+                )
+            except grpc.RpcError as e:
+                log.debug("ListServers on %s failed: %s", failed, e)
+        return self.router.moved(err, failed)
 
     # -- queues -----------------------------------------------------------------------
     def create_queue(
@@ -207,10 +258,14 @@ class DoqClient:
         return self._call(_ops.update_priority(queue, id, priority))
 
     # -- streams ----------------------------------------------------------------------
-    def producer(self, *, window: int = 1024, batch: int = 0) -> Producer:
-        """A pipelined producer on this channel (see `doq_client.producer.Producer`)."""
-        return Producer(self.channel, window=window, batch=batch)
+    def producer(self, *, window: int = 1024, batch: int = 0, auto_dedup: bool = True) -> Producer:
+        """A pipelined producer that follows this client's leader (see `doq_client.producer`)."""
+        return Producer(self, window=window, batch=batch, auto_dedup=auto_dedup)
 
     def consumer(self, queue: str, **kw: Any) -> Consumer:
-        """A prefetching consumer on this channel (see `doq_client.consumer.Consumer`)."""
-        return Consumer(self.channel, queue, **kw)
+        """A prefetching consumer that follows this client's leader (see `doq_client.consumer`)."""
+        return Consumer(self, queue, **kw)
+
+
+def _open_channel(addr: str) -> grpc.Channel:
+    return grpc.insecure_channel(addr, options=CHANNEL_OPTIONS)

@@ -27,26 +27,47 @@ Acks, nacks, releases and credits are coalesced: whatever is pending when the st
 write goes into one request frame (with `ack=True`, the consumer's own acks are sent every
 `prefetch // 4` messages and before it waits for more). Iterate messages with
 `for msg in consumer` (or `async for`), or whole frames with `batches()`.
+
+Failover: when the stream fails with a failover error (the node is not the leader, went
+away, or the connection broke; see `doq_client.retry`), the consumer opens it again on the
+leader, within the client's `FailoverPolicy.timeout_s` (then `next()` raises the error).
+Messages received but not yet handed out are dropped: they are leased on the old stream
+and come back when their leases end. Messages the application holds keep their lease
+ids: acking or nacking one of them (and the acks and nacks not yet sent when the stream
+failed) goes by a unary AckBatch / Nack with its lease id to the leader, as the new
+stream's credits do not cover it; a message of the old stream is recognised by its
+lease id, lower than any lease of the new stream (lease ids grow with every delivery). An
+ack lost with the connection means a redelivery, never a loss.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue as queue_mod
 import threading
+import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from doq_client.errors import from_rpc_error, invalid_argument
+from doq_client import _ops
+from doq_client.errors import DoqClientError, Unavailable, from_rpc_error, invalid_argument
+from doq_client.retry import NO_RETRY, Attempts, is_failover
 from doq_client.types import Message, build, nack_request
 from doq_proto.v1 import doq_pb2 as pb
-from doq_proto.v1 import doq_pb2_grpc as pb_grpc
+
+if TYPE_CHECKING:
+    from doq_client.aio import AsyncDoqClient
+    from doq_client.client import DoqClient
+
+log = logging.getLogger(__name__)
 
 _MsgOrId = Message | int
 _U64 = 2**64
+_ACKS_PER_CALL = 1000  # ids per unary AckBatch of settlements after a failover
 
 
 class _Settlements:
@@ -67,6 +88,20 @@ class _Settlements:
         req = pb.DequeueStreamRequest(ack_ids=self.acks, ack_lease_ids=self.lease_ids, nacks=self.nacks)
         self.acks, self.lease_ids, self.nacks = [], [], []
         return req
+
+
+def _stream_ended() -> DoqClientError:
+    return Unavailable("the dequeue stream ended before the consumer closed it", retryable=True)
+
+
+def _settlement_ops(queue: str, s: _Settlements) -> list[_ops.Op[Any]]:
+    """Unary calls that carry settlements meant for a stream that failed."""
+    ops: list[_ops.Op[Any]] = [
+        _ops.ack_batch(queue, s.acks[i : i + _ACKS_PER_CALL], s.lease_ids[i : i + _ACKS_PER_CALL])
+        for i in range(0, len(s.acks), _ACKS_PER_CALL)
+    ]
+    ops.extend(_ops.nack_pb(n) for n in s.nacks)
+    return ops
 
 
 def _release_request(queue: str, m: pb.Message) -> pb.NackRequest:
@@ -113,9 +148,35 @@ class _ConsumerBase:
         self._buffer: deque[pb.Message] = deque()  # received, not handed out yet
         self._closing = False
         self._half_closed = False  # the request stream has ended: settle by unary calls
+        self._gen = 0  # stream generation: the request iterator of an older one stops
+        self._addr = ""  # where the current stream goes
+        self._tries: Attempts | None = None  # the failover in progress
+        # Lowest lease id of the current stream: a held message with a lower one came from
+        # a stream that failed (0: none failed yet; _U64: none received since the failure).
+        self._floor = 0
 
     def _wakeup(self) -> None:
         raise NotImplementedError
+
+    def _settle_by_call(self, s: _Settlements) -> None:
+        """Send settlements of messages from a failed stream by unary calls."""
+        raise NotImplementedError
+
+    def _received(self, msgs: Sequence[pb.Message]) -> None:
+        """A frame arrived: buffer it (the first one after a failover sets `_floor`)."""
+        if self._floor == _U64 and msgs:
+            self._floor = min(m.lease_id for m in msgs)
+        self._buffer.extend(msgs)
+
+    def _restart(self) -> _Settlements:
+        """The stream failed: drop what it sent and was not handed out (their leases end),
+        stop its request iterator, and return the settlements it did not send."""
+        orphans, self._pending = self._pending, _Settlements()
+        self._buffer.clear()
+        self._auto_due = 0
+        self._floor = _U64
+        self._gen += 1
+        return orphans
 
     def _handed_one(self, m: pb.Message) -> None:
         """ack=True: the application was given `m`; ack it (in a coming frame)."""
@@ -149,14 +210,22 @@ class _ConsumerBase:
         if self._half_closed:
             raise ValueError("the consumer is closed: settle with the client's ack/nack calls")
 
-    def _add_ack(self, items: Iterable[_MsgOrId]) -> None:
+    def _add_ack(self, items: Iterable[_MsgOrId]) -> _Settlements | None:
         """Queue acks: a Message's with its lease id, a bare id's with 0 (any lease).
-        A bad id refuses the whole call (nothing is queued)."""
+        A bad id refuses the whole call (nothing is queued). Returns the acks of messages
+        from a failed stream (to send by a unary call), or None."""
         self._check_open()
         ids: list[int] = []
         lease_ids: list[int] = []
+        old: _Settlements | None = None
+        floor = self._floor
         for m in items:
             if isinstance(m, Message):
+                if m.lease_id < floor:
+                    old = old or _Settlements()
+                    old.acks.append(m.id)
+                    old.lease_ids.append(m.lease_id)
+                    continue
                 ids.append(m.id)
                 lease_ids.append(m.lease_id)
             elif type(m) is int and 0 <= m < _U64:
@@ -166,18 +235,25 @@ class _ConsumerBase:
                 raise invalid_argument(
                     f"a message id must be an integer within 0..{_U64 - 1}, not {m!r}", "INVALID_ID"
                 )
-        self._pending.acks.extend(ids)
-        self._pending.lease_ids.extend(lease_ids)
-        self._wakeup()
+        if ids:
+            self._pending.acks.extend(ids)
+            self._pending.lease_ids.extend(lease_ids)
+            self._wakeup()
+        return old
 
-    def _add_nack(self, msg: _MsgOrId, delay_ms: int, priority: int | None) -> None:
+    def _add_nack(self, msg: _MsgOrId, delay_ms: int, priority: int | None) -> _Settlements | None:
+        """Queue a nack; returns it instead if the message came from a failed stream."""
         self._check_open()
         lease_id = 0 if isinstance(msg, int) else msg.lease_id
         mid = msg if isinstance(msg, int) else msg.id
-        self._pending.nacks.append(
-            nack_request(self.queue, mid, lease_id=lease_id, delay_ms=delay_ms, priority=priority)
-        )
+        req = nack_request(self.queue, mid, lease_id=lease_id, delay_ms=delay_ms, priority=priority)
+        if lease_id and lease_id < self._floor:
+            old = _Settlements()
+            old.nacks.append(req)
+            return old
+        self._pending.nacks.append(req)
         self._wakeup()
+        return None
 
     def _release(self, msgs: Iterable[pb.Message]) -> None:
         """Queue releases of messages the application will not be given (in-stream)."""
@@ -190,7 +266,8 @@ class _ConsumerBase:
 
 
 class AsyncConsumer(_ConsumerBase):
-    """asyncio consumer on a `grpc.aio.Channel`. Use `async with` and `async for`.
+    """asyncio consumer on an `AsyncDoqClient` (or one `grpc.aio.Channel`, reopened on that
+    channel only). Use `async with` and `async for`.
 
     `prefetch` (>= 1): messages outstanding on the stream (received and not yet acked or
     nacked; with ack=True, not yet handed out); `batched`: use DequeueBatchStream with up
@@ -200,7 +277,7 @@ class AsyncConsumer(_ConsumerBase):
 
     def __init__(
         self,
-        channel: grpc.aio.Channel,
+        client: AsyncDoqClient | grpc.aio.Channel,
         queue: str,
         *,
         prefetch: int = 100,
@@ -219,9 +296,12 @@ class AsyncConsumer(_ConsumerBase):
             visibility_timeout_ms=visibility_timeout_ms,
             close_grace_s=close_grace_s,
         )
-        self._stub = pb_grpc.DOQStub(channel)
+        from doq_client.aio import AsyncDoqClient
+
+        self._client = client if isinstance(client, AsyncDoqClient) else AsyncDoqClient(channel=client)
         self._wake = asyncio.Event()
         self._call: Any = None
+        self._calls: set[asyncio.Task[Any]] = set()  # unary settlements in progress
 
     async def __aenter__(self) -> AsyncConsumer:
         self._ensure_started()
@@ -232,15 +312,25 @@ class AsyncConsumer(_ConsumerBase):
 
     def _ensure_started(self) -> None:
         if self._call is None:
-            method = self._stub.DequeueBatchStream if self.batched else self._stub.DequeueStream
-            self._call = method(self._requests())
+            self._open()
+
+    def _open(self) -> None:
+        self._addr, stub = self._client.router.pick()
+        method = stub.DequeueBatchStream if self.batched else stub.DequeueStream
+        self._call = method(self._requests(self._gen))
 
     def _wakeup(self) -> None:
         self._wake.set()
 
-    async def _requests(self) -> AsyncIterator[pb.DequeueStreamRequest]:
+    def _settle_by_call(self, s: _Settlements) -> None:
+        for op in _settlement_ops(self.queue, s):
+            task = asyncio.ensure_future(_settle(self._client._call(op)))
+            self._calls.add(task)
+            task.add_done_callback(self._calls.discard)
+
+    async def _requests(self, gen: int) -> AsyncIterator[pb.DequeueStreamRequest]:
         yield self._first
-        while True:
+        while self._gen == gen:
             if self._pending:
                 yield self._pending.take()
             elif self._closing:
@@ -251,17 +341,42 @@ class AsyncConsumer(_ConsumerBase):
                 await self._wake.wait()
 
     async def _fill(self) -> bool:
-        """Read one frame into the buffer; False at the end of the stream."""
+        """Read one frame into the buffer; False at the end of the stream (closing).
+        Reopens the stream after a failover error (see the module docstring)."""
         self._ensure_started()
         self._before_wait()
-        try:
-            resp = await self._call.read()
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
-        if resp is grpc.aio.EOF:
-            return False
-        self._buffer.extend(_frame_messages(resp, self.batched))
-        return True
+        while True:
+            try:
+                resp = await self._call.read()
+            except grpc.RpcError as e:
+                err = from_rpc_error(e)
+            else:
+                if resp is not grpc.aio.EOF:
+                    self._tries = None
+                    self._received(_frame_messages(resp, self.batched))
+                    return True
+                if self._closing:
+                    return False
+                err = _stream_ended()
+            if self._closing or not is_failover(err):
+                raise err
+            await self._reconnect(err)
+            if self._closing:  # closed while reconnecting (from another task)
+                return False
+
+    async def _reconnect(self, err: DoqClientError) -> None:
+        tries = self._tries = self._tries or Attempts(NO_RETRY, self._client.failover, True)
+        delay = tries.next_delay(err, await self._client._redirect(err, self._addr))
+        if delay is None:
+            self._tries = None
+            raise err
+        self._call.cancel()
+        orphans = self._restart()
+        self._wake.set()
+        await asyncio.sleep(delay)
+        if not self._closing:
+            self._open()
+        self._settle_by_call(orphans)
 
     def __aiter__(self) -> AsyncIterator[Message]:
         return self._iter()
@@ -296,14 +411,16 @@ class AsyncConsumer(_ConsumerBase):
 
     def ack(self, *messages: _MsgOrId) -> None:
         """Acknowledge messages (or ids) through the stream; returns at once."""
-        self._add_ack(messages)
+        self.ack_many(messages)
 
     def ack_many(self, messages: Iterable[_MsgOrId]) -> None:
-        self._add_ack(messages)
+        if (old := self._add_ack(messages)) is not None:
+            self._settle_by_call(old)
 
     def nack(self, message: _MsgOrId, *, delay_ms: int = 0, priority: int | None = None) -> None:
         """Return a message to the queue through the stream (after `delay_ms`, re-prioritised)."""
-        self._add_nack(message, delay_ms, priority)
+        if (old := self._add_nack(message, delay_ms, priority)) is not None:
+            self._settle_by_call(old)
 
     async def close(self) -> None:
         """Hand back every message not given to the application, send pending settlements,
@@ -334,21 +451,40 @@ class AsyncConsumer(_ConsumerBase):
         finally:
             call.cancel()
         if late:
-            reqs = [_release_request(self.queue, m) for m in late]
-            await asyncio.gather(
-                *(self._stub.Nack(r, timeout=self.close_grace_s) for r in reqs), return_exceptions=True
-            )
+            try:
+                stub = self._client.router.stub(self._addr)
+                for m in late:
+                    task = asyncio.ensure_future(
+                        _settle(stub.Nack(_release_request(self.queue, m), timeout=self.close_grace_s))
+                    )
+                    self._calls.add(task)
+                    task.add_done_callback(self._calls.discard)
+            except ValueError:  # the client was closed: their leases end instead
+                pass
+        if self._calls:
+            await asyncio.wait(list(self._calls), timeout=self.close_grace_s)
+
+
+async def _settle(call: Awaitable[Any]) -> None:
+    """Await a settlement sent by a unary call; a failure is logged, not raised (the
+    message comes back when its lease ends, as with an ack lost with a stream)."""
+    try:
+        await call
+    except (DoqClientError, grpc.RpcError, ValueError) as e:  # ValueError: the client was closed
+        log.debug("settlement by unary call failed: %s", e)
 
 
 class Consumer(_ConsumerBase):
-    """Synchronous consumer on a `grpc.Channel`; iterate it in one thread.
+    """Synchronous consumer on a `DoqClient` (or one `grpc.Channel`, reopened on that
+    channel only); iterate it in one thread.
 
-    `ack`/`nack` may be called from any thread. Parameters as for `AsyncConsumer`.
+    `ack`/`nack` may be called from any thread (for a message from a failed stream they
+    return once the unary call is answered). Parameters as for `AsyncConsumer`.
     """
 
     def __init__(
         self,
-        channel: grpc.Channel,
+        client: DoqClient | grpc.Channel,
         queue: str,
         *,
         prefetch: int = 100,
@@ -367,7 +503,9 @@ class Consumer(_ConsumerBase):
             visibility_timeout_ms=visibility_timeout_ms,
             close_grace_s=close_grace_s,
         )
-        self._stub = pb_grpc.DOQStub(channel)
+        from doq_client.client import DoqClient
+
+        self._client = client if isinstance(client, DoqClient) else DoqClient(channel=client)
         self._lock = threading.Lock()
         self._signal: queue_mod.SimpleQueue[None] = queue_mod.SimpleQueue()
         self._call: Any = None
@@ -382,26 +520,34 @@ class Consumer(_ConsumerBase):
 
     def _ensure_started(self) -> None:
         if self._call is None:
-            method = self._stub.DequeueBatchStream if self.batched else self._stub.DequeueStream
-            self._call = method(self._requests())
-            self._responses = iter(self._call)
+            self._open()
+
+    def _open(self) -> None:
+        self._addr, stub = self._client.router.pick()
+        method = stub.DequeueBatchStream if self.batched else stub.DequeueStream
+        self._call = method(self._requests(self._gen, self._signal))
+        self._responses = iter(self._call)
 
     def _wakeup(self) -> None:
         self._signal.put(None)
 
-    def _add_ack(self, items: Iterable[_MsgOrId]) -> None:
-        with self._lock:
-            super()._add_ack(items)
+    def _settle_by_call(self, s: _Settlements) -> None:
+        for op in _settlement_ops(self.queue, s):
+            try:
+                self._client._call(op)
+            except (DoqClientError, ValueError) as e:  # ValueError: the client was closed
+                log.debug("settlement by unary call failed: %s", e)
 
-    def _add_nack(self, msg: _MsgOrId, delay_ms: int, priority: int | None) -> None:
-        with self._lock:
-            super()._add_nack(msg, delay_ms, priority)
-
-    def _requests(self) -> Iterator[pb.DequeueStreamRequest]:
-        """Runs in a gRPC thread: sends what is pending; ends (half-close) once closing."""
+    def _requests(
+        self, gen: int, signal: queue_mod.SimpleQueue[None]
+    ) -> Iterator[pb.DequeueStreamRequest]:
+        """Runs in a gRPC thread: sends what is pending; ends (half-close) once closing, or
+        at once when a newer stream replaced this one."""
         yield self._first
         while True:
             with self._lock:
+                if self._gen != gen:
+                    return
                 if self._pending:
                     req: pb.DequeueStreamRequest | None = self._pending.take()
                 elif self._closing:
@@ -410,24 +556,49 @@ class Consumer(_ConsumerBase):
                 else:
                     req = None
             if req is None:
-                self._signal.get()
+                signal.get()
             else:
                 yield req
 
     def _fill(self) -> bool:
+        """Read one frame into the buffer; False at the end of the stream (closing).
+        Reopens the stream after a failover error (see the module docstring)."""
         self._ensure_started()
-        assert self._responses is not None
         if self._auto_due:
             with self._lock:
                 self._before_wait()
-        try:
-            resp = next(self._responses)
-        except StopIteration:
-            return False
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
-        self._buffer.extend(_frame_messages(resp, self.batched))
-        return True
+        while True:
+            assert self._responses is not None
+            try:
+                resp = next(self._responses)
+            except StopIteration:
+                if self._closing:
+                    return False
+                err = _stream_ended()
+            except grpc.RpcError as e:
+                err = from_rpc_error(e)
+            else:
+                self._tries = None
+                self._received(_frame_messages(resp, self.batched))
+                return True
+            if self._closing or not is_failover(err):
+                raise err
+            self._reconnect(err)
+
+    def _reconnect(self, err: DoqClientError) -> None:
+        tries = self._tries = self._tries or Attempts(NO_RETRY, self._client.failover, True)
+        delay = tries.next_delay(err, self._client._redirect(err, self._addr))
+        if delay is None:
+            self._tries = None
+            raise err
+        self._call.cancel()
+        with self._lock:
+            orphans = self._restart()
+            old_signal, self._signal = self._signal, queue_mod.SimpleQueue()
+        old_signal.put(None)  # the old request iterator wakes up and ends
+        time.sleep(delay)
+        self._open()
+        self._settle_by_call(orphans)
 
     def __iter__(self) -> Iterator[Message]:
         while True:
@@ -461,14 +632,20 @@ class Consumer(_ConsumerBase):
 
     def ack(self, *messages: _MsgOrId) -> None:
         """Acknowledge messages (or ids) through the stream; returns at once."""
-        self._add_ack(messages)
+        self.ack_many(messages)
 
     def ack_many(self, messages: Iterable[_MsgOrId]) -> None:
-        self._add_ack(messages)
+        with self._lock:
+            old = self._add_ack(messages)
+        if old is not None:
+            self._settle_by_call(old)
 
     def nack(self, message: _MsgOrId, *, delay_ms: int = 0, priority: int | None = None) -> None:
         """Return a message to the queue through the stream (after `delay_ms`, re-prioritised)."""
-        self._add_nack(message, delay_ms, priority)
+        with self._lock:
+            old = self._add_nack(message, delay_ms, priority)
+        if old is not None:
+            self._settle_by_call(old)
 
     def close(self) -> None:
         """Hand back every message not given to the application, send pending settlements,
@@ -502,7 +679,13 @@ class Consumer(_ConsumerBase):
         finally:
             timer.cancel()
             call.cancel()
-        futures = [self._stub.Nack.future(_release_request(self.queue, m), timeout=self.close_grace_s) for m in late]
+        if not late:
+            return
+        try:
+            stub = self._client.router.stub(self._addr)
+            futures = [stub.Nack.future(_release_request(self.queue, m), timeout=self.close_grace_s) for m in late]
+        except ValueError:  # the client was closed: their leases end instead
+            return
         for f in futures:
             try:
                 f.result()

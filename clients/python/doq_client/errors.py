@@ -1,8 +1,9 @@
 """Client-side errors: one `DoqClientError` hierarchy built from gRPC statuses.
 
 The server puts a stable `reason`, a `retryable` flag and a `leader_hint` in the trailing
-metadata of a failed call (`doq-reason`, `doq-retryable`, `doq-leader`), and in the `Error`
-message of a failed item inside a stream or batch. Both are mapped here to the same classes.
+metadata of a failed call (`doq-reason`, `doq-retryable`, `doq-leader`, plus
+`doq-leader-grpc`: the leader's gRPC address when the node knows it), and in the `Error`
+message of a failed item inside a stream or batch (no address there). Both are mapped here to the same classes.
 Only `grpc` is imported (no server modules).
 """
 
@@ -20,8 +21,9 @@ class DoqClientError(Exception):
 
     `code` is the gRPC status code, `reason` a stable UPPER_SNAKE identifier chosen by the
     server (e.g. ``QUEUE_NOT_FOUND``; ``""`` when the failure came from the transport),
-    `retryable` says whether the same request may succeed later, and `leader_hint` names
-    the leader when the contacted node is not it.
+    `retryable` says whether the same request may succeed later, `leader_hint` names the
+    leader (its node id) when the contacted node is not it, and `leader_addr` is that
+    leader's gRPC address (HOST:PORT) when the server sent it ("" otherwise).
     """
 
     def __init__(
@@ -32,6 +34,7 @@ class DoqClientError(Exception):
         reason: str = "",
         retryable: bool = False,
         leader_hint: str = "",
+        leader_addr: str = "",
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -39,6 +42,7 @@ class DoqClientError(Exception):
         self.reason = reason
         self.retryable = retryable
         self.leader_hint = leader_hint
+        self.leader_addr = leader_addr
 
     def __str__(self) -> str:
         reason = f" {self.reason}" if self.reason else ""
@@ -155,10 +159,18 @@ def make_error(
     reason: str = "",
     retryable: bool = False,
     leader_hint: str = "",
+    leader_addr: str = "",
 ) -> DoqClientError:
     """Build the error instance for a status."""
     cls = error_class(code, reason)
-    return cls(message, code=code, reason=reason, retryable=retryable, leader_hint=leader_hint)
+    return cls(
+        message,
+        code=code,
+        reason=reason,
+        retryable=retryable,
+        leader_hint=leader_hint,
+        leader_addr=leader_addr,
+    )
 
 
 def invalid_argument(message: str, reason: str = "INVALID_ARGUMENT") -> InvalidArgument:
@@ -169,7 +181,10 @@ def invalid_argument(message: str, reason: str = "INVALID_ARGUMENT") -> InvalidA
 def from_rpc_error(e: grpc.RpcError | grpc.aio.AioRpcError) -> DoqClientError:
     """Map a failed call (sync or aio) to a `DoqClientError`, reading the doq trailers.
 
-    Without doq trailers (a transport failure) UNAVAILABLE is retryable and nothing else is.
+    Without doq trailers (a transport failure) UNAVAILABLE is retryable and nothing else
+    is; INTERNAL without them is taken as UNAVAILABLE: it is how `grpc.aio` reports a
+    connection lost while a stream writes ("Internal error from Core"), and a doq server
+    always sends its reason.
     """
     code: grpc.StatusCode = e.code() if hasattr(e, "code") else grpc.StatusCode.UNKNOWN  # type: ignore[union-attr]
     details: str = (e.details() if hasattr(e, "details") else None) or str(e)  # type: ignore[union-attr]
@@ -179,11 +194,15 @@ def from_rpc_error(e: grpc.RpcError | grpc.aio.AioRpcError) -> DoqClientError:
         key, value = item[0], item[1]
         md[key] = value.decode() if isinstance(value, bytes) else str(value)
     reason = md.get("doq-reason", "")
+    if not reason and code == grpc.StatusCode.INTERNAL:
+        code = grpc.StatusCode.UNAVAILABLE
     if "doq-retryable" in md:
         retryable = md["doq-retryable"] == "true"
     else:
         retryable = code == grpc.StatusCode.UNAVAILABLE
-    return make_error(code, details, reason, retryable, md.get("doq-leader", ""))
+    return make_error(
+        code, details, reason, retryable, md.get("doq-leader", ""), md.get("doq-leader-grpc", "")
+    )
 
 
 def from_pb_error(err: pb.Error) -> DoqClientError:

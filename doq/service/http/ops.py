@@ -1,4 +1,5 @@
-"""Operational endpoints: `/livez`, `/readyz`, `/metrics`, `POST /db/backup`, `POST /db/restore`."""
+"""Operational endpoints: `/livez`, `/readyz`, `/metrics`, `POST /db/backup`, `POST /db/restore`,
+`GET /db/digest`."""
 
 from __future__ import annotations
 
@@ -50,10 +51,20 @@ class RestoreResultModel(BaseModel):
     last_version: int = Field(description="Greatest record version restored.")
 
 
+class DigestModel(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{
+        "digest": "5f0c" + "0" * 60, "applied_index": 130}]})
+    digest: str = Field(description="The state digest (docs/backup.md): 64 hex digits, the sum modulo "
+                                    "2**256 of SHA-256 of every live record. The same digest `doq verify` "
+                                    "rebuilds from backup files.", pattern="^[0-9a-f]{64}$")
+    applied_index: int = Field(description="The applied index (version) of the state the digest belongs to.")
+
+
 _ANSWERS = {
     "livez": "The process serves HTTP.",
     "readyz": "Ready: a leader is known and this node has applied up to it.",
     "restore": "Restored; the node serves the restored state.",
+    "digest": "The digest of this node's committed state and the applied index it belongs to.",
 }
 
 
@@ -129,6 +140,17 @@ def _add_backup_routes(r: APIRouter, api: QueueService) -> None:
             headers={"X-Last-Version": str(last), "Content-Length": str(size),
                      "Content-Disposition": f'attachment; filename="backup-{b.since}.bak"'},
         )
+
+    @r.get("/db/digest", tags=["backup"], summary="State digest", response_model=DigestModel)
+    async def digest() -> Response:
+        """The digest of the whole committed state, from one consistent snapshot (one scan of
+        every record, off the event loop; writes go on meanwhile)."""
+        from doq.backup.digest import hex_digest
+
+        await node.read_barrier()
+        applied, d = await asyncio.to_thread(node.state.state_digest)
+        return Response(m.dumps({"digest": hex_digest(d), "applied_index": applied}),
+                        media_type="application/json")
 
     @r.post(
         "/db/restore", tags=["backup"], summary="Restore (online)", response_model=RestoreResultModel,

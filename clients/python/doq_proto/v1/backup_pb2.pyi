@@ -53,17 +53,19 @@ class FrameIndexEntry(_message.Message):
     def __init__(self, offset: _Optional[int] = ..., length: _Optional[int] = ..., uncompressed_length: _Optional[int] = ..., record_count: _Optional[int] = ..., first_version: _Optional[int] = ..., last_version: _Optional[int] = ..., crc32: _Optional[int] = ...) -> None: ...
 
 class BackupFooter(_message.Message):
-    __slots__ = ("frames", "record_count", "tombstone_count", "last_version", "uncompressed_bytes", "header_crc32")
+    __slots__ = ("frames", "record_count", "tombstone_count", "last_version", "uncompressed_bytes", "header_crc32", "state_digest")
     FRAMES_FIELD_NUMBER: _ClassVar[int]
     RECORD_COUNT_FIELD_NUMBER: _ClassVar[int]
     TOMBSTONE_COUNT_FIELD_NUMBER: _ClassVar[int]
     LAST_VERSION_FIELD_NUMBER: _ClassVar[int]
     UNCOMPRESSED_BYTES_FIELD_NUMBER: _ClassVar[int]
     HEADER_CRC32_FIELD_NUMBER: _ClassVar[int]
+    STATE_DIGEST_FIELD_NUMBER: _ClassVar[int]
     frames: _containers.RepeatedCompositeFieldContainer[FrameIndexEntry]
     record_count: int
     tombstone_count: int
     last_version: int
     uncompressed_bytes: int
     header_crc32: int
-    def __init__(self, frames: _Optional[_Iterable[_Union[FrameIndexEntry, _Mapping]]] = ..., record_count: _Optional[int] = ..., tombstone_count: _Optional[int] = ..., last_version: _Optional[int] = ..., uncompressed_bytes: _Optional[int] = ..., header_crc32: _Optional[int] = ...) -> None: ...
+    state_digest: bytes
+    def __init__(self, frames: _Optional[_Iterable[_Union[FrameIndexEntry, _Mapping]]] = ..., record_count: _Optional[int] = ..., tombstone_count: _Optional[int] = ..., last_version: _Optional[int] = ..., uncompressed_bytes: _Optional[int] = ..., header_crc32: _Optional[int] = ..., state_digest: _Optional[bytes] = ...) -> None: ...

@@ -1,0 +1,882 @@
+"""The backup verification job (PySpark): rebuild the state a chain of backup files
+describes, in parallel by frame, and prove it equal to the state the node recorded.
+
+    files ──driver──► headers, footers, chain rules, frame index ──► tasks (ranges of frames)
+    tasks ──stage 1──► read_frame (CRC, counts, versions) ─► (key, (file, version, hash, info))
+          ──shuffle by key──► per key: the record with the highest version across the chain
+          ──stage 2──► per partition: digest deltas per file, per-queue counts ──► driver
+
+The digest (`doq.backup.digest`) is a sum, so the rebuilt state's digest is a plain
+reduce. For every file that records one, the state rebuilt from the chain up to that file
+is checked against it (the last file proves the whole chain). Every failure is named with
+its file, frame (index in the file's frame index) and byte offset where it has one.
+
+`verify(paths, spark=...)` is the function tests call; `doq verify` (doq/backup/
+verify_cli.py) and `spark-submit backup/verify_job.py` run it with the same code. Executors
+need `doq` (shipped as a zip, see `build_zip`) and `zstandard` + `protobuf`; every file
+path must be readable at the same path by every executor (local disk in local mode, a
+shared file system on a cluster).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import struct
+import sys
+import tempfile
+import threading
+import time
+import zipfile
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from doq.backup import digest as D
+from doq.backup.format import (
+    BackupFormatError,
+    BackupHeader,
+    BackupReader,
+    BackupSummary,
+    FrameEntry,
+    check_frame_order,
+    read_frame,
+    read_header,
+)
+from doq.backup.ops import chain_problems
+from doq.queues import keys as K
+from doq.queues import records as R
+from doq.queues.model import QueueType
+
+DEFAULT_TASK_BYTES = 64 * 1024 * 1024  # compressed bytes of frames per task (at most)
+MAX_FAILURES_PER_PARTITION = 100
+
+
+# -- the report ----------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """One thing that did not verify. `reason`: BACKUP_* of the format and chain rules,
+    BACKUP_FILE (cannot open), BACKUP_TOTALS (footer totals vs the frames), DIGEST_MISMATCH,
+    DIGEST_NOT_RECORDED, STATE_INCONSISTENT (records that do not form a state), AGAINST
+    (the live node could not be backed up)."""
+
+    reason: str
+    message: str
+    file: str | None = None
+    frame: int | None = None  # index in the file's frame index
+    offset: int | None = None  # byte offset in the file
+    key: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__slots__ if getattr(self, k) is not None}  # type: ignore[attr-defined]
+
+    def line(self) -> str:
+        where = ", ".join(p for p in (
+            self.file, None if self.frame is None else f"frame {self.frame}",
+            None if self.offset is None else f"offset {self.offset}",
+            None if self.key is None else f"key {self.key}") if p)
+        return f"{self.reason}: {where + ': ' if where else ''}{self.message}"
+
+
+@dataclass
+class FileReport:
+    name: str
+    path: str
+    header: BackupHeader | None = None
+    summary: BackupSummary | None = None
+    frames_ok: int = 0
+    frames_bad: int = 0
+    records: int = 0
+    tombstones: int = 0
+    uncompressed_bytes: int = 0
+    tasks: int = 0
+    partitions: set[int] = field(default_factory=set)  # Spark partitions that decoded its frames
+    rebuilt_digest: int | None = None  # digest of the state rebuilt from the chain up to this file
+    digest_ok: bool | None = None  # None: not checked
+    against: bool = False  # the fresh incremental taken from the live node
+
+    def to_dict(self) -> dict[str, Any]:
+        h, s = self.header, self.summary
+        out: dict[str, Any] = {"file": self.name}
+        if h is not None:
+            out.update(from_version=h.from_version, to_version=h.to_version, cluster_id=h.cluster_id,
+                       node_id=h.node_id, created_at_ms=h.created_at_ms, format_version=h.format_version)
+        if s is not None:
+            out.update(bytes=s.file_bytes, frames=len(s.frames), last_version=s.last_version,
+                       recorded_digest=None if s.state_digest is None else D.hex_digest(s.state_digest))
+        out.update(frames_ok=self.frames_ok, frames_bad=self.frames_bad, records=self.records,
+                   tombstones=self.tombstones, tasks=self.tasks, spark_partitions=len(self.partitions),
+                   rebuilt_digest=None if self.rebuilt_digest is None else D.hex_digest(self.rebuilt_digest),
+                   digest_ok=self.digest_ok)
+        if self.against:
+            out["against"] = True
+        return out
+
+
+@dataclass
+class QueueCounts:
+    type: str = ""
+    ready: int = 0
+    delayed: int = 0
+    in_flight: int = 0
+    dead: int = 0
+    dedup: int = 0
+    has_record: bool = False
+
+    @property
+    def messages(self) -> int:
+        return self.ready + self.delayed + self.in_flight
+
+
+@dataclass
+class VerifyReport:
+    """What `verify` found. `ok` only when every check passed and the digest was proven."""
+
+    files: list[FileReport]
+    failures: list[Failure] = field(default_factory=list)
+    queues: dict[str, QueueCounts] = field(default_factory=dict)
+    digest: int | None = None  # of the state rebuilt from the whole chain
+    to_version: int = 0
+    now_ms: int = 0
+    live_keys: int = 0
+    tasks: int = 0
+    shuffle_partitions: int = 0
+    seconds: float = 0.0
+    against: dict[str, Any] | None = None
+    master: str = ""
+    failures_dropped: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures and not self.failures_dropped
+
+    @property
+    def records(self) -> int:
+        return sum(f.records for f in self.files)
+
+    @property
+    def file_bytes(self) -> int:
+        return sum(f.summary.file_bytes for f in self.files if f.summary is not None)
+
+    def to_dict(self) -> dict[str, Any]:
+        totals = {k: sum(getattr(q, k) for q in self.queues.values())
+                  for k in ("ready", "delayed", "in_flight", "dead", "dedup")}
+        totals.update(queues=sum(1 for q in self.queues.values() if q.has_record),
+                      messages=sum(q.messages for q in self.queues.values()))
+        secs = max(self.seconds, 1e-9)
+        return {
+            "verified": self.ok,
+            "files": [f.to_dict() for f in self.files],
+            "frames": sum(f.frames_ok + f.frames_bad for f in self.files),
+            "records": self.records,
+            "tombstones": sum(f.tombstones for f in self.files),
+            "bytes": self.file_bytes,
+            "state": {
+                "to_version": self.to_version,
+                "digest": None if self.digest is None else D.hex_digest(self.digest),
+                "now_ms": self.now_ms,
+                "live_records": self.live_keys,
+                "queues": {n: {"type": q.type, "ready": q.ready, "delayed": q.delayed,
+                               "in_flight": q.in_flight, "dead": q.dead, "dedup": q.dedup,
+                               "messages": q.messages}
+                           for n, q in sorted(self.queues.items())},
+                "totals": totals,
+            },
+            "against": self.against,
+            "failures": [f.to_dict() for f in self.failures],
+            "failures_not_listed": self.failures_dropped,
+            "spark": {"master": self.master, "tasks": self.tasks, "shuffle_partitions": self.shuffle_partitions},
+            "seconds": round(self.seconds, 3),
+            "records_per_s": round(self.records / secs),
+            "mb_per_s": round(self.file_bytes / 1e6 / secs, 1),
+        }
+
+    def summary_line(self) -> str:
+        d = self.to_dict()
+        t = d["state"]["totals"]
+        head = "verified" if self.ok else f"NOT verified ({len(self.failures) + self.failures_dropped} failures)"
+        return (f"doq verify: {head}: {len(self.files)} files, {d['frames']} frames, {d['records']} records "
+                f"({d['tombstones']} tombstones) in {self.seconds:.1f} s ({d['records_per_s']} records/s, "
+                f"{d['mb_per_s']} MB/s); state at version {self.to_version}: {t['queues']} queues, "
+                f"{t['messages']} messages (ready {t['ready']}, delayed {t['delayed']}, in flight "
+                f"{t['in_flight']}, dead {t['dead']}), digest {d['state']['digest']}")
+
+
+# -- driver: open the files, check the chain, plan the tasks ------------------------------
+def open_files(paths: Sequence[str], names: Sequence[str]) -> tuple[list[FileReport], list[Failure]]:
+    """Read every file's header and footer (no frame yet); failures name the file."""
+    files: list[FileReport] = []
+    failures: list[Failure] = []
+    for path, name in zip(paths, names, strict=True):
+        fr = FileReport(name, path)
+        files.append(fr)
+        try:
+            with open(path, "rb") as f:
+                try:
+                    fr.header = read_header(f)
+                    fr.summary = BackupReader(f).summary
+                    check_frame_order(fr.header, fr.summary.frames)
+                except BackupFormatError as e:
+                    failures.append(Failure(e.reason, e.message, name, _frame_at(fr.summary, e.offset), e.offset))
+        except OSError as e:
+            failures.append(Failure("BACKUP_FILE", f"cannot open: {e.strerror or e}", name))
+    return files, failures
+
+
+def _frame_at(summary: BackupSummary | None, offset: int | None) -> int | None:
+    if summary is None or offset is None:
+        return None
+    for i, fr in enumerate(summary.frames):
+        if fr.offset <= offset < fr.offset + fr.length:
+            return i
+    return None
+
+
+def check_files_chain(files: Sequence[FileReport]) -> list[Failure]:
+    """The chain rules (`doq.backup.ops.chain_problems`) over every file whose header reads."""
+    if not files:
+        return [Failure("BACKUP_CHAIN", "no backup file to verify")]
+    usable = [f for f in files if f.header is not None]
+    if not usable:
+        return []
+    problems = chain_problems([f.header for f in usable if f.header], names=[f.name for f in usable])
+    return [Failure(p.reason, p.message, usable[i].name) for i, p in problems]
+
+
+Task = tuple[int, int, str, int, tuple[tuple[int, ...], ...]]  # id, file, path, first frame, frames
+
+
+def plan_tasks(files: Sequence[FileReport], *, parallelism: int, task_bytes: int = DEFAULT_TASK_BYTES,
+               frames_per_task: int | None = None) -> list[Task]:
+    """Split every readable file into ranges of consecutive frames, one Spark task each:
+    at most `task_bytes` of compressed frames (or `frames_per_task` frames), and small
+    enough that there are about 4 tasks per core when the chain is big enough (so the
+    cores stay busy until the end)."""
+    total = sum(fr.length for f in files if f.summary for fr in f.summary.frames)
+    per_task = max(1, min(task_bytes, -(-total // max(1, 4 * parallelism))))
+    tasks: list[Task] = []
+    for fi, f in enumerate(files):
+        if f.summary is None:
+            continue
+        frames = f.summary.frames
+        start = 0
+        while start < len(frames):
+            end, size = start, 0
+            while end < len(frames) and (end == start or (
+                    size + frames[end].length <= per_task if frames_per_task is None
+                    else end - start < frames_per_task)):
+                size += frames[end].length
+                end += 1
+            tasks.append((len(tasks), fi, f.path, start, tuple(_entry_tuple(e) for e in frames[start:end])))
+            f.tasks += 1
+            start = end
+    return tasks
+
+
+def _entry_tuple(e: FrameEntry) -> tuple[int, ...]:
+    return (e.offset, e.length, e.uncompressed_length, e.record_count, e.first_version, e.last_version, e.crc32)
+
+
+def find_now_ms(files: Sequence[FileReport]) -> int:
+    """Replicated time of the rebuilt state: `now_ms` of the newest meta record (key
+    b"G"), searched from the end of the chain (usually the last frame of the last file).
+    Readiness of a message (ready vs delayed) is judged against it, as the node does.
+    0 if no file holds a meta record."""
+    for f in reversed(files):
+        if f.summary is None:
+            continue
+        with open(f.path, "rb") as fh:
+            for entry in reversed(f.summary.frames):
+                try:
+                    recs = read_frame(fh, entry)
+                except BackupFormatError:
+                    continue  # reported by the job
+                for key, value, _ in reversed(recs):
+                    if key == K.META_KEY and value is not None:
+                        return int(R.META_REC.unpack_from(value)[1])
+    return 0
+
+
+# -- executors: stage 1, decode a range of frames ----------------------------------------
+# What travels through the shuffle, per frame and shuffle partition: (keys, blob), `keys` a
+# list of the records' keys and `blob` their fixed parts back to back (_FIXED: file,
+# version, flags, info, 32-byte item digest; zeros for a tombstone). Few large items, and
+# per record only C-level packing and unpacking: Spark's Python shuffle costs per item.
+_FIXED = struct.Struct("<HQBq32s")
+_LIVE, _INFO, _FAIR = 1, 2, 4  # flags: live record; info valid; the queue is fair
+_NO_DIGEST = bytes(32)
+_MAX_INFO = 2**63 - 1
+
+
+def decode_task(task: Task, partitions: int, counters: tuple[Any, Any] | None = None) -> Iterator[tuple[int, Any]]:
+    """Read and check the task's frames. Yields (shuffle partition, (keys, blob)) per frame
+    and partition (the partition: CRC-32 of the key), then (task id % partitions, frame
+    stats and failures). A record's `info`: message: -1 in flight, else deliver_at_ms;
+    queue: its dead count (flag _FAIR for a fair queue); meta: now_ms; dedup: 0."""
+    with _no_gc():
+        yield from _decode_task(task, partitions, counters)
+
+
+@contextlib.contextmanager
+def _no_gc() -> Iterator[None]:
+    """The cyclic garbage collector off: the job's loops build millions of tuples and no
+    cycle, and each collection would walk them all (~30 % of the time)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _decode_task(task: Task, partitions: int, counters: tuple[Any, Any] | None) -> Iterator[tuple[int, Any]]:
+    task_id, fi, path, first, frames = task
+    stats: list[tuple[int, int, int, int, int]] = []  # frame, records, tombstones, raw bytes, last version
+    failures: list[Failure] = []  # frames that do not read
+    bad_records: list[Failure] = []  # records that are not doq records (the first few)
+    n_bad = 0
+    item_digest = D.item_digest
+    delivery = R.message_delivery
+    pack = _FIXED.pack
+    crc = zlib.crc32
+    msg, queue, dedup, meta = K.MESSAGE, K.QUEUE, K.DEDUP, K.META_KEY
+    fair = QueueType.FAIR
+    n_records = 0
+    with open(path, "rb") as fh:
+        for i, t in enumerate(frames, start=first):
+            entry = FrameEntry(*t)
+            try:
+                recs = read_frame(fh, entry)
+            except BackupFormatError as e:
+                failures.append(Failure(e.reason, e.message, path, i, e.offset))
+                continue
+            keys: list[list[bytes]] = [[] for _ in range(partitions)]
+            fixed: list[list[bytes]] = [[] for _ in range(partitions)]
+            tombs = 0
+            for key, value, version in recs:
+                b = crc(key) % partitions
+                keys[b].append(key)
+                if value is None:
+                    tombs += 1
+                    fixed[b].append(pack(fi, version, 0, 0, _NO_DIGEST))
+                    continue
+                kind = key[0] if key else -1
+                flags = _LIVE | _INFO
+                try:
+                    if kind == msg:
+                        in_flight, at = delivery(value)
+                        info = -1 if in_flight else min(at, _MAX_INFO)
+                    elif kind == queue:
+                        qtype, _, dead, _ = R.decode_queue(value)
+                        info = min(dead, _MAX_INFO)
+                        if qtype is fair:
+                            flags |= _FAIR
+                    elif kind == dedup:
+                        info = 0
+                    elif key == meta:
+                        info = min(R.META_REC.unpack_from(value)[1], _MAX_INFO)
+                    else:
+                        raise ValueError("unknown record kind")
+                except Exception as e:  # not a doq record: still part of the state (and its digest)
+                    n_bad += 1
+                    if len(bad_records) < MAX_FAILURES_PER_PARTITION:
+                        bad_records.append(Failure("STATE_INCONSISTENT", f"undecodable {chr(kind) if kind > 0 else ''} "
+                                                   f"record at version {version}: {e}", path, i, entry.offset,
+                                                   _show(key)))
+                    flags, info = _LIVE, 0
+                fixed[b].append(pack(fi, version, flags, info, item_digest(key, value, version)))
+            for b in range(partitions):
+                if keys[b]:
+                    yield b, (keys[b], b"".join(fixed[b]))
+            stats.append((i, len(recs), tombs, entry.uncompressed_length, entry.last_version))
+            n_records += len(recs)
+    if counters is not None:
+        counters[0].add(len(stats) + len(failures))
+        counters[1].add(n_records)
+    yield task_id % partitions, (fi, _partition_id(), stats, failures, bad_records, n_bad - len(bad_records))
+
+
+def unpack_records(keys: list[bytes], blob: bytes, into: dict[bytes, Any]) -> None:
+    """Add records to `into`: key -> (file, version, flags, info, digest), or a list of
+    them when a key has several records."""
+    get = into.get
+    for key, rec in zip(keys, _FIXED.iter_unpack(blob), strict=True):
+        old = get(key)
+        if old is None:
+            into[key] = rec
+        elif type(old) is list:
+            old.append(rec)
+        else:
+            into[key] = [old, rec]
+
+
+def _partition_id() -> int:
+    try:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        return ctx.partitionId() if ctx is not None else -1
+    except ImportError:
+        return -1
+
+
+def _show(key: bytes) -> str:
+    """A key for humans: kind letter, queue name, and the rest (message id) if any."""
+    try:
+        if key == K.META_KEY:
+            return "G (meta)"
+        kind, name, rest = K.split_name(key)
+        tail = f" id {K.message_id(rest)}" if kind == K.MESSAGE else (f" {rest.decode()!r}" if rest else "")
+        return f"{chr(kind)} {name!r}{tail}"
+    except (ValueError, UnicodeError):
+        return repr(key[:80])
+
+
+# -- executors: stage 2, rebuild the keys of one shuffle partition ------------------------
+def summarize(items: Iterable[tuple[int, Any]], now_ms: int, n_files: int) -> Iterator[dict[str, Any]]:
+    """Per shuffle partition: rebuild its keys from the blobs of every task, then yield
+    digest deltas per file (the digest of the state rebuilt up to file i is the sum of the
+    deltas of files 0..i), per-queue counts of the final state, and the task stats."""
+    with _no_gc():
+        yield _summarize(items, now_ms, n_files)
+
+
+def _summarize(items: Iterable[tuple[int, Any]], now_ms: int, n_files: int) -> dict[str, Any]:
+    records: dict[bytes, Any] = {}
+    stats: list[Any] = []
+    for _, v in items:
+        if len(v) == 2:
+            unpack_records(v[0], v[1], records)
+        else:
+            stats.append(v)
+    deltas = [0] * n_files
+    final = 0
+    live = 0
+    msgs: dict[bytes, list[int]] = {}  # queue name -> [ready, delayed, in flight, dedup]
+    queues: dict[bytes, tuple[str, int]] = {}
+    failures: list[Failure] = []
+    dropped = 0
+    meta_now: int | None = None
+    frm = int.from_bytes
+    for key, v in records.items():
+        if type(v) is tuple:
+            f, _, flags, info, h = v
+            if not flags & _LIVE:
+                continue
+            hv = frm(h, "big")
+            deltas[f] += hv
+        else:
+            cur, problem = _history(v, deltas)
+            if problem is not None:
+                if len(failures) < MAX_FAILURES_PER_PARTITION:
+                    failures.append(Failure("STATE_INCONSISTENT", problem, None, None, None, _show(key)))
+                else:
+                    dropped += 1
+            if cur is None or not cur[2] & _LIVE:
+                continue
+            _, _, flags, info, h = cur
+            hv = frm(h, "big")
+        final += hv
+        live += 1
+        if not flags & _INFO:
+            continue  # undecodable (reported by stage 1)
+        kind = key[0]
+        if kind == K.MESSAGE:
+            c = msgs.get(key[3:-8])
+            if c is None:
+                c = msgs[key[3:-8]] = [0, 0, 0, 0]
+            c[2 if info < 0 else 1 if info > now_ms else 0] += 1
+        elif kind == K.QUEUE:
+            queues[key[3:]] = ("fair" if flags & _FAIR else "delayed", info)
+        elif kind == K.DEDUP:
+            name = key[3 : 3 + int.from_bytes(key[1:3], "big")]
+            c = msgs.get(name)
+            if c is None:
+                c = msgs[name] = [0, 0, 0, 0]
+            c[3] += 1
+        elif key == K.META_KEY:
+            meta_now = info
+    return {"deltas": [d & D.MASK for d in deltas], "final": final & D.MASK, "live": live, "msgs": msgs,
+            "queues": queues, "stats": stats, "failures": failures, "dropped": dropped, "meta_now": meta_now}
+
+
+def _history(entries: list[tuple[int, int, int, int, bytes]], deltas: list[int]) -> tuple[Any, str | None]:
+    """The records of one key across the chain, each (file, version, flags, info, digest):
+    add to `deltas[i]` how the key's contribution changes with file i, and return (the
+    final record or None, a problem or None).
+
+    The state up to file i holds, per key, the record with the highest version among
+    files 0..i (a live record wins over a tombstone of the same version: deleted and
+    written again by one log entry). A file holds at most one live record per key, and
+    two files holding the same version of a key must agree on it."""
+    entries.sort(key=lambda e: (e[0], e[1], e[2] & _LIVE))
+    cur: tuple[int, int, int, int, bytes] | None = None
+    problem = None
+    i = 0
+    n = len(entries)
+    while i < n:
+        f = entries[i][0]
+        j = i
+        lives = 0
+        while j < n and entries[j][0] == f:
+            lives += entries[j][2] & _LIVE
+            j += 1
+        best = entries[j - 1]  # highest (version, live) of file f
+        if lives > 1:
+            problem = f"file #{f + 1} holds {lives} live records of this key (a file holds at most one)"
+        if cur is None or (best[1], best[2] & _LIVE) > (cur[1], cur[2] & _LIVE):
+            deltas[f] += _value(best) - (_value(cur) if cur is not None else 0)
+            cur = best
+        elif best[1] == cur[1] and best[2] & _LIVE and best[4] != cur[4]:
+            problem = (f"version {best[1]} differs between file #{cur[0] + 1} and file #{f + 1} "
+                       "(files of different histories?)")
+        i = j
+    return cur, problem
+
+
+def _value(rec: tuple[int, int, int, int, bytes]) -> int:
+    """A record's contribution to the digest: its item hash if live, else 0."""
+    return int.from_bytes(rec[4], "big") if rec[2] & _LIVE else 0
+
+
+# -- the job -----------------------------------------------------------------------------
+def verify(
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    spark: Any = None,
+    master: str | None = None,
+    against: str | None = None,
+    names: Sequence[str] | None = None,
+    frames_per_task: int | None = None,
+    task_bytes: int = DEFAULT_TASK_BYTES,
+    progress: IO[str] | None = None,
+    progress_interval_s: float = 2.0,
+    timeout_s: float = 3600.0,
+) -> VerifyReport:
+    """Verify a chain of backup files (full first, then incrementals, in order) with Spark.
+
+    `spark`: a SparkSession to use (tests share one); else one is created for `master`
+    (default: the configured one, else local[*]) and stopped at the end. `against`: the
+    URL of a live node: a fresh incremental since the chain's last version is taken from
+    it and added to the chain, so the chain is proven equal to the node's state now.
+    `progress`: a stream for progress lines (files, frames, records/s). Never raises for
+    what it finds: every problem is a `Failure` of the report (`report.ok` is False).
+    """
+    t0 = time.monotonic()
+    strs = [os.fspath(p) for p in paths]
+    say = _Progress(progress)
+    files, failures = open_files(strs, list(names) if names else strs)
+    say(f"{len(files)} file(s) opened, {sum(len(f.summary.frames) for f in files if f.summary)} frames")
+    with contextlib.ExitStack() as stack:
+        against_doc = None
+        if against is not None:
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="doq-verify-"))
+            against_doc, failure = _fetch_against(against, files, Path(tmp), timeout_s, say)
+            if failure is not None:
+                failures.append(failure)
+            if against_doc is not None:
+                more, fails = open_files([against_doc["path"]], [against_doc["file"]])
+                more[0].against = True
+                files += more
+                failures += fails
+        failures += check_files_chain(files)
+        session, owned = (spark, False) if spark is not None else (spark_session(master), True)
+        try:
+            report = _run(session, files, failures, frames_per_task, task_bytes, say, progress_interval_s)
+        finally:
+            if owned:
+                session.stop()
+        if against_doc is not None:
+            against_doc.pop("path", None)
+            report.against = against_doc
+    report.seconds = time.monotonic() - t0
+    say(report.summary_line())
+    return report
+
+
+def _run(spark: Any, files: list[FileReport], failures: list[Failure], frames_per_task: int | None,
+         task_bytes: int, say: _Progress, interval_s: float) -> VerifyReport:
+    sc = spark.sparkContext
+    report = VerifyReport(files, failures, master=sc.master)
+    tasks = plan_tasks(files, parallelism=sc.defaultParallelism, task_bytes=task_bytes,
+                       frames_per_task=frames_per_task)
+    now_ms = find_now_ms(files)
+    report.now_ms = now_ms
+    report.tasks = len(tasks)
+    total_records = sum(f.summary.record_count for f in files if f.summary)
+    report.shuffle_partitions = max(2 * sc.defaultParallelism, -(-total_records // 1_000_000))
+    total_frames = sum(len(t[4]) for t in tasks)
+    say(f"{len(tasks)} tasks over {total_frames} frames, {total_records} records; "
+        f"{report.shuffle_partitions} shuffle partitions; master {sc.master}")
+    parts: list[dict[str, Any]] = []
+    if tasks:
+        frames_acc, records_acc = sc.accumulator(0), sc.accumulator(0)
+        counters = (frames_acc, records_acc)
+        n_files = len(files)
+        ticker = _Ticker(say, interval_s, frames_acc, records_acc, total_frames, total_records)
+        with ticker:
+            shuffle = report.shuffle_partitions
+            parts = (sc.parallelize(tasks, len(tasks))
+                     .flatMap(lambda t: decode_task(t, shuffle, counters))
+                     .partitionBy(shuffle, _identity)
+                     .mapPartitions(lambda it: summarize(it, now_ms, n_files))
+                     .collect())
+    _combine(report, parts, now_ms)
+    return report
+
+
+def _identity(partition: int) -> int:
+    return partition
+
+
+def _combine(report: VerifyReport, parts: list[dict[str, Any]], now_ms: int) -> None:
+    """Driver: add up the partitions' results, check totals and digests."""
+    files = report.files
+    deltas = [0] * len(files)
+    final = 0
+    meta_now = None
+    msgs: dict[bytes, list[int]] = {}
+    queues: dict[bytes, tuple[str, int]] = {}
+    for p in parts:
+        deltas = [(a + b) & D.MASK for a, b in zip(deltas, p["deltas"], strict=True)]
+        final = (final + p["final"]) & D.MASK
+        report.live_keys += p["live"]
+        for name, c in p["msgs"].items():
+            acc = msgs.setdefault(name, [0, 0, 0, 0])
+            for i in range(4):
+                acc[i] += c[i]
+        queues.update(p["queues"])
+        if p["meta_now"] is not None:
+            meta_now = p["meta_now"]
+        report.failures_dropped += p["dropped"]
+        for fi, part_id, stats, fails, bad_records, more in p["stats"]:
+            f = files[fi]
+            f.partitions.add(part_id)
+            for fail in [*fails, *bad_records]:
+                report.failures.append(Failure(fail.reason, fail.message, f.name, fail.frame, fail.offset, fail.key))
+            f.frames_bad += len(fails)
+            report.failures_dropped += more
+            for _, n, tombs, raw, _ in stats:
+                f.frames_ok += 1
+                f.records += n
+                f.tombstones += tombs
+                f.uncompressed_bytes += raw
+        for fail in p["failures"]:
+            report.failures.append(fail)
+    report.failures.sort(key=lambda x: (_file_pos(files, x.file), x.frame or 0, x.offset or 0))
+    # footer totals against the frames (only for files whose frames all decoded)
+    for f in files:
+        s = f.summary
+        if s is None or f.frames_bad or f.frames_ok != len(s.frames):
+            continue
+        got = (f.records, f.tombstones, f.uncompressed_bytes)
+        want = (s.record_count, s.tombstone_count, s.uncompressed_bytes)
+        if got != want:
+            report.failures.append(Failure("BACKUP_TOTALS", f"footer totals (records, tombstones, bytes) {want} "
+                                           f"disagree with the frames {got}", f.name, offset=s.footer_offset))
+    # names of queues and their counts
+    for name, (qtype, dead) in queues.items():
+        q = report.queues.setdefault(name.decode(errors="replace"), QueueCounts())
+        q.type, q.dead, q.has_record = qtype, dead, True
+    for name, (ready, delayed, in_flight, dedup) in msgs.items():
+        q = report.queues.setdefault(name.decode(errors="replace"), QueueCounts())
+        q.ready, q.delayed, q.in_flight, q.dedup = ready, delayed, in_flight, dedup
+        if not q.has_record:
+            report.failures.append(Failure("STATE_INCONSISTENT", f"{q.messages} messages and {dedup} dedup "
+                                           f"entries of queue {name!r} that has no queue record"))
+    if meta_now is not None and meta_now != now_ms:
+        report.failures.append(Failure("STATE_INCONSISTENT", f"the final meta record says now_ms={meta_now}, "
+                                       f"the newest one found in the files {now_ms}"))
+    # digests: the state rebuilt up to file i against what file i recorded
+    running = 0
+    damaged = False
+    for f, d in zip(files, deltas, strict=True):
+        running = (running + d) & D.MASK
+        damaged = damaged or f.summary is None or bool(f.frames_bad)
+        if damaged:
+            continue  # the rebuild is incomplete from here on (already reported)
+        f.rebuilt_digest = running
+        recorded = f.summary.state_digest if f.summary else None
+        if recorded is not None:
+            f.digest_ok = recorded == running
+            if not f.digest_ok:
+                to = f.header.to_version if f.header else "?"
+                report.failures.append(Failure(
+                    "DIGEST_MISMATCH", f"the state rebuilt from the chain up to this file (version {to}) has "
+                    f"digest {D.hex_digest(running)}, the node recorded {D.hex_digest(recorded)}", f.name))
+    if files and not damaged:
+        if running != final:  # the deltas and the final records are two sums of the same state
+            report.failures.append(Failure("STATE_INCONSISTENT", "internal: per-file digests do not add up "
+                                           "to the digest of the final records"))
+        report.digest = final
+        last = files[-1]
+        report.to_version = last.header.to_version if last.header else 0
+        if last.digest_ok is None:
+            report.failures.append(Failure(
+                "DIGEST_NOT_RECORDED", "the last file records no state digest (written by an older doq): "
+                "its records were checked but the rebuilt state is not proven equal to the node's; "
+                "verify with --against URL", last.name))
+
+
+def _file_pos(files: Sequence[FileReport], name: str | None) -> int:
+    for i, f in enumerate(files):
+        if f.name == name:
+            return i
+    return len(files)
+
+
+def _fetch_against(url: str, files: Sequence[FileReport], tmp: Path, timeout_s: float,
+                   say: _Progress) -> tuple[dict[str, Any] | None, Failure | None]:
+    """A fresh incremental of the node at `url` since the chain's last version, in `tmp`."""
+    from doq.backup.cli import RequestFailed, fetch_backup
+    from doq.client_cli import server_url
+    from doq.errors import DoqError
+
+    last = files[-1].summary if files else None
+    if last is None:
+        return None, Failure("AGAINST", f"--against {url}: the chain's last file does not open, so the "
+                                        "version to back up from is unknown")
+    since = last.last_version + 1
+    chain_to = max(f.header.to_version for f in files if f.header is not None)
+    try:
+        base = server_url(url)
+        applied = _applied_index(base, timeout_s)
+        path = tmp / f"against-since-{since}.bak"
+        say(f"taking an incremental backup of {base} (at version {applied}) since version {since}")
+        s = fetch_backup(base, since, path, timeout_s)
+    except DoqError as e:
+        return None, Failure("AGAINST", e.message)
+    except (RequestFailed, OSError) as e:
+        return None, Failure("AGAINST", str(e))
+    name = f"{base} (incremental since {since})"
+    doc: dict[str, Any] = {
+        "url": base, "since": since, "to_version": s.header.to_version, "records": s.record_count,
+        "node_id": s.header.node_id, "file": name, "path": str(path), "node_applied_index": applied,
+        "node_digest": None if s.state_digest is None else D.hex_digest(s.state_digest)}
+    if applied < chain_to:
+        return doc, Failure("AGAINST", f"the node at {base} is at version {applied}, behind the chain "
+                                       f"(version {chain_to}): it cannot hold the state these files describe",
+                            name)
+    return doc, None
+
+
+def _applied_index(base: str, timeout_s: float) -> int:
+    """The node's applied index (`GET /db/digest`)."""
+    import json
+    import urllib.request
+
+    from doq.backup.cli import RequestFailed
+    from doq.client_cli import describe_error
+
+    url = base + "/db/digest"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as r:
+            return int(json.loads(r.read())["applied_index"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise RequestFailed(describe_error(url, e)) from e
+
+
+# -- Spark session and shipping doq to executors -------------------------------------------
+def spark_session(master: str | None = None, conf: dict[str, str] | None = None, app: str = "doq verify") -> Any:
+    """A SparkSession for `master` (None: as configured, e.g. by spark-submit, else
+    local[*]). Executors run this Python (PYSPARK_PYTHON, unless set); on a non-local
+    master the `doq` package is shipped to them as a zip (`build_zip`)."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if master is None or master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # (before the JVM) bind nothing but loopback
+    SparkContext._ensure_initialized()  # the JVM: spark-submit's settings, spark-defaults.conf
+    configured = SparkConf()
+    chosen = master or configured.get("spark.master") or "local[*]"
+    b = SparkSession.builder.appName(app).master(chosen)
+    local_host = chosen.startswith("local") or "//127.0.0.1:" in chosen or "//localhost:" in chosen
+    defaults = {"spark.python.worker.reuse": "true", "spark.ui.showConsoleProgress": "false"}
+    if local_host and not configured.contains("spark.driver.host"):
+        defaults.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
+    if chosen.startswith("local") and not configured.contains("spark.ui.enabled"):
+        defaults["spark.ui.enabled"] = "false"
+    for k, v in {**defaults, **(conf or {})}.items():
+        b = b.config(k, v)
+    spark = b.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    if not chosen.startswith("local"):
+        ship_doq(spark)
+    return spark
+
+
+def ship_doq(spark: Any) -> None:
+    """Make `doq` (and `doq_proto`) importable on the executors: a zip added with addPyFile."""
+    out = Path(tempfile.mkdtemp(prefix="doq-verify-zip-")) / "doq.zip"
+    build_zip(out)
+    spark.sparkContext.addPyFile(str(out))
+
+
+def build_zip(out: str | os.PathLike[str]) -> Path:
+    """Zip the `doq` and `doq_proto` packages (.py and .pyi files) for `--py-files` /
+    addPyFile. Executors still need zstandard and protobuf installed (the decoder's
+    dependencies)."""
+    import doq_proto
+
+    import doq
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        for pkg in (doq, doq_proto):
+            root = Path(pkg.__file__).resolve().parent  # type: ignore[arg-type]
+            dirs = set()
+            for p in sorted(root.rglob("*.py")):
+                if "__pycache__" not in p.parts:
+                    z.write(p, Path(root.name) / p.relative_to(root))
+                    dirs.add(p.parent)
+            for d in sorted(dirs):  # a namespace package (no __init__.py) is a regular one in the
+                if not (d / "__init__.py").exists():  # zip, so no other copy of doq can supply it
+                    z.writestr(str(Path(root.name) / d.relative_to(root) / "__init__.py"), "")
+    return out
+
+
+# -- progress --------------------------------------------------------------------------------
+class _Progress:
+    """Lines on a stream (stderr for `doq verify`), or nothing."""
+
+    def __init__(self, stream: IO[str] | None) -> None:
+        self.stream = stream
+        self.t0 = time.monotonic()
+
+    def __call__(self, text: str) -> None:
+        if self.stream is not None:
+            print(f"[{time.monotonic() - self.t0:6.1f}s] {text}", file=self.stream, flush=True)
+
+
+class _Ticker:
+    """While the job runs, every `interval_s`: frames done, records read, records/s."""
+
+    def __init__(self, say: Callable[[str], None], interval_s: float, frames: Any, records: Any,
+                 total_frames: int, total_records: int) -> None:
+        self.say, self.interval_s = say, interval_s
+        self.frames, self.records = frames, records
+        self.total_frames, self.total_records = total_frames, total_records
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="doq-verify-progress", daemon=True)
+        self.t0 = time.monotonic()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            n = self.records.value
+            rate = n / max(time.monotonic() - self.t0, 1e-9)
+            self.say(f"frames {self.frames.value}/{self.total_frames}, records {n}/{self.total_records} "
+                     f"({rate:,.0f} records/s)")
+
+    def __enter__(self) -> _Ticker:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()

@@ -1,0 +1,197 @@
+"""What the state digest costs the node, both ways (not a test):
+`python -m doq.bench.digest [--messages 200000] [--batch 1000] [--rounds 3]`.
+
+1. Maintained incrementally on every write (NOT what doq does; measured to decide): the
+   apply loop of `python -m doq.bench.apply` (enqueue, dequeue, ack of `--messages`
+   100-byte messages in batches of `--batch`, one log entry per batch, real LMDB), side by
+   side with a prototype sink that adds/subtracts `doq.backup.digest.item_hash_stored` of
+   every record it writes or deletes and stores the 32-byte sum once per entry. Prints
+   msg/s of each, the ratio, and the cost in us per message.
+2. Computed in the backup's own read transaction (what doq does): `StateStore.state_digest`
+   (one scan of every record) in us per record, and a full backup (`write_backup`, which
+   now takes the digest in its read txn) against the same backup without the digest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from typing import Any
+
+from doq.backup import digest as D
+from doq.queues import commands as c
+from doq.queues.codec import encode_batch
+from doq.queues.machine import QueueMachine
+from doq.queues.model import QueueSettings
+from doq.storage.env import open_env
+from doq.storage.state import StateStore, _TxnSink
+
+DIGEST_KEY = b"\x00digest"
+
+
+class _DigestSink(_TxnSink):
+    """The prototype: `_TxnSink` plus an incrementally maintained digest (sum of hashes)."""
+
+    __slots__ = ("acc",)
+
+    def __init__(self, dbs: dict[int, Any], versions: Any, tombs: Any) -> None:
+        super().__init__(dbs, versions, tombs)
+        self.acc = 0
+
+    def put(self, key: bytes, value: bytes) -> None:
+        txn = self.txn
+        ver = self.ver
+        new = ver + value
+        old = txn.replace(key, new, db=self.dbs[key[0]])
+        self.acc += D.item_hash_stored(key, new)
+        if old is not None:
+            self.acc -= D.item_hash_stored(key, old)
+            ov = old[:8]
+            if ov == ver:
+                return
+            txn.delete(ov + key, db=self.versions)
+        txn.put(ver + key, b"", db=self.versions)
+
+    def delete(self, key: bytes) -> None:
+        txn = self.txn
+        old = txn.pop(key, db=self.dbs[key[0]])
+        if old is None:
+            return
+        self.acc -= D.item_hash_stored(key, old)
+        txn.delete(old[:8] + key, db=self.versions)
+        txn.put(self.ver + key, b"", db=self.tombs)
+
+
+def _with_digest_sink(st: StateStore) -> _DigestSink:
+    sink = _DigestSink(st._kind_db, st._versions, st._tombs)
+    st._sink = sink
+    st.machine = QueueMachine(sink)
+    st.rebuild()
+    return sink
+
+
+def _apply_run(messages: int, batch: int, incremental: bool) -> dict[str, float]:
+    """msg/s of enqueue, dequeue and ack (apply + commit, one entry per batch)."""
+    with tempfile.TemporaryDirectory() as d:
+        env = open_env(d)
+        st = StateStore(env)
+        sink = _with_digest_sink(st) if incremental else None
+        meta = st._meta
+        idx = 0
+        now = 1_700_000_000_000
+        spent = {"enqueue": 0.0, "dequeue": 0.0, "ack": 0.0}
+
+        def run(kind: str, cmds: list[c.Command]) -> list[object]:
+            nonlocal idx, now
+            idx += 1
+            now += 1
+            data = encode_batch(c.CommandBatch(now, cmds))
+            t0 = time.perf_counter()
+            txn = env.begin(write=True)
+            res = st.apply_entries(txn, [(idx, data)])[0]
+            if sink is not None:
+                sink.acc &= D.MASK
+                txn.put(DIGEST_KEY, D.to_bytes(sink.acc), db=meta)
+            txn.commit()
+            spent[kind] += time.perf_counter() - t0
+            return res
+
+        run("enqueue", [c.CreateQueue("bench", "delayed", QueueSettings())])
+        spent["enqueue"] = 0.0
+        payload = b"x" * 100
+        n = messages // batch
+        for _ in range(n):
+            run("enqueue", [c.Enqueue("bench", [c.EnqueueItem(payload, group=f"g{j % 10}") for j in range(batch)])])
+        for _ in range(n):
+            msgs = run("dequeue", [c.Dequeue("bench", batch)])[0]
+            assert isinstance(msgs, list) and len(msgs) == batch
+            run("ack", [c.Ack("bench", [m.id for m in msgs], [m.lease_id for m in msgs])])
+        if sink is not None:  # the prototype is right: its sum equals a scan of the state
+            assert sink.acc & D.MASK == st.state_digest()[1]
+        env.close()
+        total = n * batch
+        return {k: total / v for k, v in spent.items()}
+
+
+def bench_incremental(messages: int, batch: int, rounds: int) -> None:
+    runs: dict[bool, list[dict[str, float]]] = {False: [], True: []}
+    for _ in range(rounds):  # interleaved, so both see the same machine load
+        for flag in (False, True):
+            runs[flag].append(_apply_run(messages, batch, flag))
+    print(f"1. digest maintained on every write (prototype), {messages} msgs, batch {batch}, "
+          f"median of {rounds}:")
+    for kind in ("enqueue", "dequeue", "ack"):
+        base = statistics.median(r[kind] for r in runs[False])
+        inc = statistics.median(r[kind] for r in runs[True])
+        print(f"   {kind:8s} without {base:9.0f} msg/s   with {inc:9.0f} msg/s   "
+              f"ratio {inc / base:.3f}   +{(1 / inc - 1 / base) * 1e6:.2f} us/msg")
+
+
+def bench_scan(messages: int, rounds: int) -> None:
+    from doq.backup.format import BackupWriter
+    from doq.backup.ops import write_backup
+
+    with tempfile.TemporaryDirectory() as d:
+        env = open_env(os.path.join(d, "db"))
+        st = StateStore(env)
+        cmds: list[c.Command] = [c.CreateQueue("q", "delayed", QueueSettings())]
+        step = 10_000
+        for i in range(0, messages, step):
+            cmds.append(c.Enqueue("q", [c.EnqueueItem(b"x" * 100) for _ in range(min(step, messages - i))]))
+        for index, start in enumerate(range(0, len(cmds), 16), start=1):
+            with st.write() as txn:
+                st.apply_entries(txn, [(index, c.CommandBatch(index, cmds[start : start + 16]))])
+        n = sum(1 for _ in st.iter_changes(0))
+        with st.write() as txn:  # one more entry: the next incremental holds ~1 record
+            st.apply_entries(txn, [(st.applied_index + 1, c.CommandBatch(0, [c.Enqueue("q", [c.EnqueueItem(b"y")])]))])
+        since = st.applied_index
+        scan: list[float] = []
+        full: list[float] = []
+        plain: list[float] = []
+        inc: list[float] = []
+        path = os.path.join(d, "b.bak")
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            st.state_digest()
+            scan.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            with open(path, "wb") as f:
+                write_backup(st, 0, f)
+            full.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            with open(path, "wb") as f:  # the same full backup, no digest
+                to, it = st.changes(0)
+                w = BackupWriter(f, from_version=0, to_version=to)
+                w.add_many(it)
+                w.close()
+            plain.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            with open(path, "wb") as f:
+                write_backup(st, since, f)
+            inc.append(time.perf_counter() - t0)
+        env.close()
+    s, a, b, t_inc = (statistics.median(x) for x in (scan, full, plain, inc))
+    print(f"2. digest in the backup's read txn, {n} records, median of {rounds}:")
+    print(f"   state_digest scan (GET /db/digest) {s:.2f} s = {s / n * 1e6:.2f} us/record "
+          f"({n / s / 1e3:.0f} k records/s)")
+    print(f"   full backup with the digest {a:.2f} s, without {b:.2f} s "
+          f"(+{(a / b - 1) * 100:.0f} %)")
+    print(f"   incremental backup of 1 record (one scan for the digest) {t_inc:.2f} s")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--messages", type=int, default=200_000)
+    ap.add_argument("--batch", type=int, default=1000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--scan-messages", type=int, default=1_000_000)
+    a = ap.parse_args()
+    bench_incremental(a.messages, a.batch, a.rounds)
+    bench_scan(a.scan_messages, a.rounds)
+
+
+if __name__ == "__main__":
+    main()

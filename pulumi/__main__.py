@@ -1,0 +1,412 @@
+"""doq on Kubernetes: `pulumi up` in this directory deploys a self-forming doq cluster.
+
+- StatefulSet `doq` (pods doq-0..doq-N-1, one PersistentVolumeClaim each): the node id is
+  the pod name; every pod listens on 0.0.0.0 and announces
+  `<pod>.doq-internal.<namespace>.svc`; doq-0 bootstraps the cluster when no member answers,
+  every other pod joins through `doq-internal`; a pod whose volume holds data restarts
+  from it as itself.
+- Service `doq-internal`: headless, publishes not-ready addresses (peers find each other
+  while the cluster forms).
+- Service `doq`: selects the pod carrying `doq.io/leader=true`, the label the leader puts
+  on its own pod (doq/node/k8s_leader.py) through a Role that allows only get/patch on
+  these pods.
+- PodDisruptionBudget keeping a quorum; pods spread across nodes; non-root, read-only root
+  filesystem; probes on /livez and /readyz.
+
+Stack config (`pulumi config set doq:KEY VALUE`): see `load_settings` and README.md.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+APP = "doq"
+INTERNAL_SERVICE = "doq-internal"
+LEADER_SERVICE = "doq"
+LEADER_LABEL = "doq.io/leader"  # what the leader sets on its own pod (value "true")
+DEFAULT_IMAGE = "doq:0.1.0"  # the Dockerfile at the repository root, tagged with the package version
+DATA_DIR = "/var/lib/doq"
+UID = 10001  # the image's non-root user (Dockerfile)
+# Kubelet's health checks: the paths the HTTP gateway serves.
+LIVENESS_PATH = "/livez"
+READINESS_PATH = "/readyz"
+STARTUP_PROBE_PERIOD_S = 5
+STARTUP_PROBE_FAILURES = 120  # a restart that rebuilds a large state may take up to 10 minutes
+# `doq serve` on SIGTERM: a leader hands over within max(1 s, 3 election timeouts), then
+# in-flight gRPC calls get 5 s and the label removal up to 5 s; the rest is margin.
+SHUTDOWN_S = 5 + 5 + 10
+
+# doq-0 bootstraps the cluster unless a member already answers (its volume was lost while
+# the cluster lives on: it must not start a second cluster); every other pod joins through
+# doq-internal. A pod whose volume holds data restarts from it: doq then ignores the join
+# list. Kubernetes expands $(VAR) in commands: this script has none of those on purpose.
+START_SCRIPT = """\
+if [ "${DOQ_NODE_ID##*-}" = 0 ]; then
+  member=""
+  IFS=,
+  for addr in $DOQ_JOIN; do
+    if doq cluster status --server "$addr" --timeout 3 >/dev/null 2>&1; then member="$addr"; break; fi
+  done
+  unset IFS
+  if [ -n "$member" ]; then
+    echo "doq: a member answers at $member: $DOQ_NODE_ID does not bootstrap (it joins, or restarts from its volume)"
+  else
+    echo "doq: no member answers: $DOQ_NODE_ID starts from its volume (bootstraps the cluster if it is empty)"
+    unset DOQ_JOIN
+  fi
+fi
+exec doq serve
+"""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The stack's configuration (key `doq:<camelCase of the field>`), with its defaults."""
+
+    namespace: str = "doq"
+    create_namespace: bool = True
+    replicas: int = 3
+    image: str = DEFAULT_IMAGE
+    image_pull_policy: str = "IfNotPresent"
+    grpc_port: int = 10000
+    http_port: int = 8000
+    raft_port: int = 9000
+    storage_size: str = "10Gi"
+    storage_class: str | None = None  # None: the cluster's default StorageClass
+    cpu_request: str = "500m"
+    cpu_limit: str = "2"
+    memory_request: str = "1Gi"
+    memory_limit: str = "1Gi"
+    election_timeout_ms: int = 1000
+    spread: str = "required"  # one pod per node: "required", or "preferred" (small clusters)
+    log_level: str = "info"
+
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def load_settings(cfg: pulumi.Config) -> Settings:
+    """Read and check the stack config; raises pulumi.RunError with a clear message."""
+    d = Settings()
+
+    def text(key: str, default: str) -> str:
+        return cfg.get(key) or default
+
+    def number(key: str, default: int) -> int:
+        value = cfg.get_int(key)
+        return default if value is None else value
+
+    flag = cfg.get_bool("createNamespace")
+    s = Settings(
+        namespace=text("namespace", d.namespace),
+        create_namespace=d.create_namespace if flag is None else flag,
+        replicas=number("replicas", d.replicas),
+        image=text("image", d.image),
+        image_pull_policy=text("imagePullPolicy", d.image_pull_policy),
+        grpc_port=number("grpcPort", d.grpc_port),
+        http_port=number("httpPort", d.http_port),
+        raft_port=number("raftPort", d.raft_port),
+        storage_size=text("storageSize", d.storage_size),
+        storage_class=cfg.get("storageClass") or d.storage_class,
+        cpu_request=text("cpuRequest", d.cpu_request),
+        cpu_limit=text("cpuLimit", d.cpu_limit),
+        memory_request=text("memoryRequest", d.memory_request),
+        memory_limit=text("memoryLimit", d.memory_limit),
+        election_timeout_ms=number("electionTimeoutMs", d.election_timeout_ms),
+        spread=text("spread", d.spread),
+        log_level=text("logLevel", d.log_level),
+    )
+    _check(s)
+    return s
+
+
+def _check(s: Settings) -> None:
+    if s.replicas < 1 or s.replicas % 2 == 0:
+        raise pulumi.RunError(
+            f"doq:replicas must be an odd number >= 1 (a Raft cluster of n voters survives the loss of "
+            f"(n-1)/2; an even n adds a node without surviving one more loss), got {s.replicas}")
+    if not _DNS_LABEL.fullmatch(s.namespace):
+        raise pulumi.RunError(f"doq:namespace must be a DNS label (lowercase letters, digits, '-'), got {s.namespace!r}")
+    ports = {"grpcPort": s.grpc_port, "httpPort": s.http_port, "raftPort": s.raft_port}
+    for key, port in ports.items():
+        if not 1 <= port <= 65535:
+            raise pulumi.RunError(f"doq:{key} must be within 1..65535, got {port}")
+    if len(set(ports.values())) != 3:
+        raise pulumi.RunError(f"doq:grpcPort, httpPort and raftPort must differ, got {ports}")
+    if not 500 <= s.election_timeout_ms <= 60_000:
+        raise pulumi.RunError(f"doq:electionTimeoutMs must be within 500..60000, got {s.election_timeout_ms}")
+    if s.spread not in ("required", "preferred"):
+        raise pulumi.RunError(f"doq:spread must be 'required' or 'preferred', got {s.spread!r}")
+    if s.image_pull_policy not in ("Always", "IfNotPresent", "Never"):
+        raise pulumi.RunError(f"doq:imagePullPolicy must be Always, IfNotPresent or Never, got {s.image_pull_policy!r}")
+    if s.log_level not in ("debug", "info", "warning", "error"):
+        raise pulumi.RunError(f"doq:logLevel must be debug, info, warning or error, got {s.log_level!r}")
+
+
+# -- names and numbers derived from the settings ----------------------------------------
+
+
+def selector_labels() -> dict[str, str]:
+    """The labels every doq pod carries and every selector of this program matches."""
+    return {"app.kubernetes.io/name": APP, "app.kubernetes.io/instance": APP}
+
+
+def pod_name(i: int) -> str:
+    return f"{APP}-{i}"
+
+
+def pod_host(s: Settings, pod: str) -> str:
+    """The DNS name of a pod through the headless Service (resolves while not ready)."""
+    return f"{pod}.{INTERNAL_SERVICE}.{s.namespace}.svc"
+
+
+def join_addrs(s: Settings) -> str:
+    """`--join`: the HTTP address of every pod through doq-internal (the joining pod's own
+    among them: it does not answer yet, the others are tried)."""
+    return ",".join(f"{pod_host(s, pod_name(i))}:{s.http_port}" for i in range(s.replicas))
+
+
+def max_unavailable(s: Settings) -> int:
+    """Voluntary disruptions that still leave a quorum of the n voters: (n-1)/2."""
+    return (s.replicas - 1) // 2
+
+
+def termination_grace_s(s: Settings) -> int:
+    """Long enough for a leader to hand over (max(1 s, 3 election timeouts)) and shut down."""
+    handover_s = max(1000, 3 * s.election_timeout_ms) / 1000
+    return int(handover_s + 0.999) + SHUTDOWN_S
+
+
+def container_env(s: Settings) -> list[k8s.core.v1.EnvVarArgs]:
+    """doq is configured by DOQ_* variables (doq/config.py). Order matters: $(DOQ_NODE_ID)
+    expands only in variables defined after it."""
+
+    def field(path: str) -> k8s.core.v1.EnvVarSourceArgs:
+        return k8s.core.v1.EnvVarSourceArgs(field_ref=k8s.core.v1.ObjectFieldSelectorArgs(field_path=path))
+
+    env = k8s.core.v1.EnvVarArgs
+    return [
+        env(name="DOQ_NODE_ID", value_from=field("metadata.name")),
+        env(name="DOQ_DATA_DIR", value=DATA_DIR),
+        env(name="DOQ_GRPC_ADDR", value=f"0.0.0.0:{s.grpc_port}"),
+        env(name="DOQ_HTTP_ADDR", value=f"0.0.0.0:{s.http_port}"),
+        env(name="DOQ_RAFT_ADDR", value=f"0.0.0.0:{s.raft_port}"),
+        env(name="DOQ_ADVERTISE_HOST", value=pod_host(s, "$(DOQ_NODE_ID)")),
+        env(name="DOQ_JOIN", value=join_addrs(s)),
+        env(name="DOQ_ELECTION_TIMEOUT_MS", value=str(s.election_timeout_ms)),
+        env(name="DOQ_LOG_LEVEL", value=s.log_level),
+        env(name="DOQ_K8S_LEADER_LABEL", value=LEADER_LABEL),
+        env(name="DOQ_K8S_POD_NAME", value_from=field("metadata.name")),
+        env(name="DOQ_K8S_NAMESPACE", value_from=field("metadata.namespace")),
+    ]
+
+
+def _http_probe(path: str, *, period_s: int, timeout_s: int, failures: int) -> k8s.core.v1.ProbeArgs:
+    return k8s.core.v1.ProbeArgs(
+        http_get=k8s.core.v1.HTTPGetActionArgs(path=path, port="http"),
+        period_seconds=period_s, timeout_seconds=timeout_s, failure_threshold=failures,
+    )
+
+
+def container(s: Settings) -> k8s.core.v1.ContainerArgs:
+    port = k8s.core.v1.ContainerPortArgs
+    return k8s.core.v1.ContainerArgs(
+        name=APP,
+        image=s.image,
+        image_pull_policy=s.image_pull_policy,
+        command=["/bin/sh", "-c", START_SCRIPT],
+        env=container_env(s),
+        ports=[port(name="grpc", container_port=s.grpc_port), port(name="http", container_port=s.http_port),
+               port(name="raft", container_port=s.raft_port)],
+        # the process is up (a restart may take long: the startup probe allows for it)
+        startup_probe=_http_probe(LIVENESS_PATH, period_s=STARTUP_PROBE_PERIOD_S, timeout_s=3,
+                                  failures=STARTUP_PROBE_FAILURES),
+        liveness_probe=_http_probe(LIVENESS_PATH, period_s=10, timeout_s=5, failures=6),
+        # knows a leader and has applied up to it: counts for the PDB and the rollout
+        readiness_probe=_http_probe(READINESS_PATH, period_s=5, timeout_s=3, failures=2),
+        resources=k8s.core.v1.ResourceRequirementsArgs(
+            requests={"cpu": s.cpu_request, "memory": s.memory_request},
+            limits={"cpu": s.cpu_limit, "memory": s.memory_limit},
+        ),
+        security_context=k8s.core.v1.SecurityContextArgs(
+            run_as_non_root=True, run_as_user=UID, run_as_group=UID, read_only_root_filesystem=True,
+            allow_privilege_escalation=False, capabilities=k8s.core.v1.CapabilitiesArgs(drop=["ALL"]),
+        ),
+        volume_mounts=[k8s.core.v1.VolumeMountArgs(name="data", mount_path=DATA_DIR),
+                       k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp")],
+    )
+
+
+def affinity(s: Settings) -> k8s.core.v1.AffinityArgs:
+    """At most one doq pod per node: required by default, preferred with doq:spread=preferred."""
+    term = k8s.core.v1.PodAffinityTermArgs(
+        label_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector_labels()),
+        topology_key="kubernetes.io/hostname",
+    )
+    if s.spread == "required":
+        anti = k8s.core.v1.PodAntiAffinityArgs(required_during_scheduling_ignored_during_execution=[term])
+    else:
+        anti = k8s.core.v1.PodAntiAffinityArgs(preferred_during_scheduling_ignored_during_execution=[
+            k8s.core.v1.WeightedPodAffinityTermArgs(weight=100, pod_affinity_term=term)])
+    return k8s.core.v1.AffinityArgs(pod_anti_affinity=anti)
+
+
+def pod_spec(s: Settings, service_account: pulumi.Input[str]) -> k8s.core.v1.PodSpecArgs:
+    return k8s.core.v1.PodSpecArgs(
+        service_account_name=service_account,
+        automount_service_account_token=True,  # the leader label needs the API
+        termination_grace_period_seconds=termination_grace_s(s),
+        security_context=k8s.core.v1.PodSecurityContextArgs(
+            run_as_non_root=True, run_as_user=UID, run_as_group=UID, fs_group=UID,
+            fs_group_change_policy="OnRootMismatch",
+            seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault"),
+        ),
+        affinity=affinity(s),
+        # and across zones where the cluster has them
+        topology_spread_constraints=[k8s.core.v1.TopologySpreadConstraintArgs(
+            max_skew=1, topology_key="topology.kubernetes.io/zone", when_unsatisfiable="ScheduleAnyway",
+            label_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector_labels()),
+        )],
+        containers=[container(s)],
+        volumes=[k8s.core.v1.VolumeArgs(
+            name="tmp", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(size_limit="256Mi"))],
+    )
+
+
+# -- resources ---------------------------------------------------------------------------
+
+
+def metadata(namespace: pulumi.Input[str], name: str) -> k8s.meta.v1.ObjectMetaArgs:
+    return k8s.meta.v1.ObjectMetaArgs(name=name, namespace=namespace, labels=selector_labels())
+
+
+def namespace(s: Settings) -> pulumi.Input[str]:
+    """The namespace's name; an Output when this program creates it (so everything in it
+    is created after it)."""
+    if not s.create_namespace:
+        return s.namespace
+    ns = k8s.core.v1.Namespace("doq-namespace", metadata=k8s.meta.v1.ObjectMetaArgs(name=s.namespace))
+    return ns.metadata.name
+
+
+def service_account(s: Settings, ns: pulumi.Input[str]) -> k8s.core.v1.ServiceAccount:
+    return k8s.core.v1.ServiceAccount("doq-service-account", metadata=metadata(ns, APP))
+
+
+def role(s: Settings, ns: pulumi.Input[str]) -> k8s.rbac.v1.Role:
+    """Only what the leader label needs: get and patch of the doq pods themselves."""
+    return k8s.rbac.v1.Role("doq-leader-label-role", metadata=metadata(ns, f"{APP}-leader-label"), rules=[
+        k8s.rbac.v1.PolicyRuleArgs(api_groups=[""], resources=["pods"], verbs=["get", "patch"],
+                                   resource_names=[pod_name(i) for i in range(s.replicas)]),
+    ])
+
+
+def role_binding(s: Settings, ns: pulumi.Input[str], r: k8s.rbac.v1.Role,
+                 sa: k8s.core.v1.ServiceAccount) -> k8s.rbac.v1.RoleBinding:
+    return k8s.rbac.v1.RoleBinding(
+        "doq-leader-label-binding", metadata=metadata(ns, f"{APP}-leader-label"),
+        role_ref=k8s.rbac.v1.RoleRefArgs(api_group="rbac.authorization.k8s.io", kind="Role", name=r.metadata.name),
+        subjects=[k8s.rbac.v1.SubjectArgs(kind="ServiceAccount", name=sa.metadata.name, namespace=ns)],
+    )
+
+
+def _service_port(name: str, port: int) -> k8s.core.v1.ServicePortArgs:
+    return k8s.core.v1.ServicePortArgs(name=name, port=port, target_port=name, protocol="TCP")
+
+
+def internal_service(s: Settings, ns: pulumi.Input[str]) -> k8s.core.v1.Service:
+    """Headless: one DNS name per pod, published before the pod is ready (peers find each
+    other while the cluster forms)."""
+    return k8s.core.v1.Service("doq-internal-service", metadata=metadata(ns, INTERNAL_SERVICE),
+                               spec=k8s.core.v1.ServiceSpecArgs(
+        cluster_ip="None", publish_not_ready_addresses=True, selector=selector_labels(),
+        ports=[_service_port("grpc", s.grpc_port), _service_port("http", s.http_port),
+               _service_port("raft", s.raft_port)],
+    ))
+
+
+def leader_service(s: Settings, ns: pulumi.Input[str], after: list[pulumi.Resource]) -> k8s.core.v1.Service:
+    """Clients' entry point: exactly the pod that labelled itself leader (and is ready).
+    Created after the StatefulSet: Pulumi waits for it to have an endpoint."""
+    return k8s.core.v1.Service(
+        "doq-leader-service", metadata=metadata(ns, LEADER_SERVICE),
+        spec=k8s.core.v1.ServiceSpecArgs(
+            type="ClusterIP", selector={**selector_labels(), LEADER_LABEL: "true"},
+            ports=[_service_port("grpc", s.grpc_port), _service_port("http", s.http_port)],
+        ),
+        opts=pulumi.ResourceOptions(depends_on=after),
+    )
+
+
+def stateful_set(s: Settings, ns: pulumi.Input[str], sa: k8s.core.v1.ServiceAccount,
+                 after: list[pulumi.Resource]) -> k8s.apps.v1.StatefulSet:
+    claim = k8s.core.v1.PersistentVolumeClaimSpecArgs(
+        access_modes=["ReadWriteOnce"], storage_class_name=s.storage_class,
+        resources=k8s.core.v1.VolumeResourceRequirementsArgs(requests={"storage": s.storage_size}),
+    )
+    return k8s.apps.v1.StatefulSet(
+        "doq-statefulset", metadata=metadata(ns, APP),
+        spec=k8s.apps.v1.StatefulSetSpecArgs(
+            service_name=INTERNAL_SERVICE,
+            replicas=s.replicas,
+            # all pods at once: after a full stop no pod can become ready alone (no quorum),
+            # so OrderedReady would wait forever for doq-0
+            pod_management_policy="Parallel",
+            update_strategy=k8s.apps.v1.StatefulSetUpdateStrategyArgs(type="RollingUpdate"),
+            selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector_labels()),
+            persistent_volume_claim_retention_policy=k8s.apps.v1.StatefulSetPersistentVolumeClaimRetentionPolicyArgs(
+                when_deleted="Retain", when_scaled="Retain"),
+            template=k8s.core.v1.PodTemplateSpecArgs(
+                metadata=k8s.meta.v1.ObjectMetaArgs(labels=selector_labels()),
+                spec=pod_spec(s, sa.metadata.name),
+            ),
+            volume_claim_templates=[k8s.core.v1.PersistentVolumeClaimArgs(
+                metadata=k8s.meta.v1.ObjectMetaArgs(name="data", labels=selector_labels()), spec=claim)],
+        ),
+        opts=pulumi.ResourceOptions(depends_on=after),
+    )
+
+
+def disruption_budget(s: Settings, ns: pulumi.Input[str]) -> k8s.policy.v1.PodDisruptionBudget:
+    return k8s.policy.v1.PodDisruptionBudget(
+        "doq-pdb", metadata=metadata(ns, APP),
+        spec=k8s.policy.v1.PodDisruptionBudgetSpecArgs(
+            max_unavailable=max_unavailable(s),
+            selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector_labels()),
+        ),
+    )
+
+
+def main() -> dict[str, Any]:
+    """Declare everything and export what a user needs; returns the resources by role."""
+    s = load_settings(pulumi.Config())
+    ns = namespace(s)
+    sa = service_account(s, ns)
+    r = role(s, ns)
+    binding = role_binding(s, ns, r, sa)
+    internal = internal_service(s, ns)
+    sts = stateful_set(s, ns, sa, after=[internal, binding])
+    leader = leader_service(s, ns, after=[sts])
+    pdb = disruption_budget(s, ns)
+
+    local = f"127.0.0.1:{s.http_port}"
+    pulumi.export("namespace", ns)
+    pulumi.export("leaderService", leader.metadata.name)
+    pulumi.export("internalService", internal.metadata.name)
+    pulumi.export("leaderGrpc", f"{LEADER_SERVICE}.{s.namespace}.svc:{s.grpc_port}")
+    pulumi.export("leaderHttp", f"http://{LEADER_SERVICE}.{s.namespace}.svc:{s.http_port}")
+    pulumi.export("members", [pod_host(s, pod_name(i)) for i in range(s.replicas)])
+    pulumi.export("portForward", f"kubectl -n {s.namespace} port-forward svc/{LEADER_SERVICE} {s.http_port}:{s.http_port}")
+    pulumi.export("docs", f"http://{local}/docs (while portForward runs)")
+    pulumi.export("clusterStatus", f"kubectl -n {s.namespace} exec {pod_name(0)} -- doq cluster status --server {local}")
+    return {"settings": s, "service_account": sa, "role": r, "role_binding": binding, "internal_service": internal,
+            "stateful_set": sts, "leader_service": leader, "pdb": pdb}
+
+
+if __name__ == "__main__":
+    main()

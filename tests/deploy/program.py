@@ -1,0 +1,117 @@
+"""Run the Pulumi program in pulumi/ under Pulumi's mocks (`pulumi.runtime.set_mocks`): no
+engine, no cluster; every resource it declares is recorded with its inputs, as the
+Kubernetes provider would receive them, and the stack outputs are resolved."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pulumi
+
+ROOT = Path(__file__).resolve().parents[2]
+PROGRAM = ROOT / "pulumi" / "__main__.py"
+PROJECT = "doq"
+
+
+def load_program() -> ModuleType:
+    """pulumi/__main__.py as a module (its `main()` not run)."""
+    spec = importlib.util.spec_from_file_location("doq_pulumi_program", PROGRAM)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclass(frozen=True)
+class Declared:
+    token: str  # e.g. "kubernetes:apps/v1:StatefulSet"
+    name: str  # Pulumi's logical name
+    inputs: dict[str, Any]
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """The object as the provider sends it to the API server (numbers are ints again:
+        Pulumi's wire format carries every number as a float)."""
+        return _ints(self.inputs)
+
+
+@dataclass(frozen=True)
+class Deployment:
+    resources: list[Declared]
+    outputs: dict[str, Any]
+
+    def all(self, kind: str) -> list[dict[str, Any]]:
+        return [r.manifest for r in self.resources if r.manifest.get("kind") == kind]
+
+    def one(self, kind: str, name: str | None = None) -> dict[str, Any]:
+        found = [m for m in self.all(kind) if name is None or m["metadata"]["name"] == name]
+        assert len(found) == 1, (kind, name, [r.name for r in self.resources])
+        return found[0]
+
+    @property
+    def pod_template(self) -> dict[str, Any]:
+        return self.one("StatefulSet")["spec"]["template"]  # type: ignore[no-any-return]
+
+    @property
+    def container(self) -> dict[str, Any]:
+        [c] = self.pod_template["spec"]["containers"]
+        return c  # type: ignore[no-any-return]
+
+
+class _Mocks(pulumi.runtime.Mocks):
+    def __init__(self) -> None:
+        self.resources: list[Declared] = []
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        self.resources.append(Declared(args.typ, args.name, dict(args.inputs)))
+        return f"{args.name}-id", dict(args.inputs)
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], None]:
+        return {}, None
+
+
+def deploy(config: dict[str, object] | None = None) -> Deployment:
+    """Run the program with stack config `doq:<key>` = value; raises what it raises."""
+    mocks = _Mocks()
+    # Pulumi's mocks create futures on the current event loop. After pytest-asyncio has run
+    # a test in this process, the main thread has none any more: give it a fresh one.
+    asyncio.set_event_loop(asyncio.new_event_loop())
+    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack="test", preview=False)
+    pulumi.runtime.set_all_config({f"{PROJECT}:{k}": str(v).lower() if isinstance(v, bool) else str(v)
+                                   for k, v in (config or {}).items()})
+    program = load_program()
+    exported: dict[str, Any] = {}
+    outputs: dict[str, Any] = {}
+
+    @pulumi.runtime.test
+    def run() -> pulumi.Output[None]:
+        real_export = pulumi.export
+        pulumi.export = lambda name, value: exported.__setitem__(name, value)  # type: ignore[assignment]
+        try:
+            declared = program.main()
+        finally:
+            pulumi.export = real_export  # type: ignore[assignment]
+        urns = [r.urn for r in declared.values() if isinstance(r, pulumi.Resource)]
+        names = list(exported)
+        return pulumi.Output.all(*urns, *(exported[n] for n in names)).apply(
+            lambda values: outputs.update(zip(names, values[len(urns):], strict=True)))
+
+    run()
+    return Deployment(mocks.resources, outputs)
+
+
+def _ints(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _ints(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_ints(v) for v in value]
+    return value
