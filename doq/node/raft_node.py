@@ -101,6 +101,7 @@ class _Proposal:
     term: int
     futs: list[Fut]
     conf: bool = False
+    batch: CommandBatch | None = None  # what the entry's data encodes (applied without decoding)
 
 
 @dataclass(slots=True)
@@ -659,20 +660,23 @@ class RaftNode:
                 _fail(fut, err)
             return
         datas: list[bytes] = []
+        batches: list[CommandBatch] = []
         groups: list[list[Fut]] = []
         now_ms = max(self._last_stamp_ms, self.state.machine.now_ms, self._clock_ms())
         self._last_stamp_ms = now_ms
         while pending:
             count = _take_count(pending)
             taken, pending = pending[:count], pending[count:]
+            batch = CommandBatch(now_ms, [cmd for cmd, _ in taken])
             try:
-                datas.append(encode_batch(CommandBatch(now_ms, [cmd for cmd, _ in taken])))
+                datas.append(encode_batch(batch))
             except Exception as e:  # an unencodable command: fail its batch, keep going
                 log.exception("cannot encode a command batch")
                 for _, fut in taken:
                     _fail(fut, Unavailable(f"cannot encode command: {e}"))
                 continue
             groups.append([fut for _, fut in taken])
+            batches.append(batch)
         self._pending = []
         if not datas:
             return
@@ -686,8 +690,8 @@ class RaftNode:
                     _fail(fut, err)
             return
         term = core.term
-        for index, futs in zip(indexes, groups, strict=True):
-            self._proposals[index] = _Proposal(term, futs)
+        for index, futs, batch in zip(indexes, groups, batches, strict=True):
+            self._proposals[index] = _Proposal(term, futs, batch=batch)
 
     async def _handle_ready(self, core: RaftCore, rd: Ready) -> None:
         """One Ready: persist + apply (one txn, fsync) → send → conf changes → resolve →
@@ -775,7 +779,11 @@ class RaftNode:
             self._on_commit(sum(len(r) for r in job.results), t2 - t0, t2 - t1)
 
     def _apply(self, txn: lmdb.Transaction, job: _Job) -> list[list[object]]:
-        items: list[tuple[int, bytes]] = []
+        """Apply the committed entries. An entry this node proposed in the term it was
+        committed in is applied from the `CommandBatch` it encodes (decoding the data
+        would give an equal batch: the codec round-trips exactly)."""
+        items: list[tuple[int, bytes | CommandBatch]] = []
+        props = self._proposals  # read only here (the loop changes it between Readies)
         members: dict[str, MemberAddrs] | None = None
         for e in job.committed:
             if e.type == EntryType.CONF_CHANGE:
@@ -792,7 +800,9 @@ class RaftNode:
                     if addrs is not None:
                         members[cc.node_id] = addrs
             else:
-                items.append((e.index, e.data))
+                p = props.get(e.index)
+                batch = p.batch if p is not None and p.term == e.term else None
+                items.append((e.index, batch if batch is not None else e.data))
         results = self.state.apply_entries(txn, items)
         if members is not None:
             self.storage.set_members(txn, members)
