@@ -25,7 +25,7 @@ from doq.node.raft_node import RaftNode, RaftNodeConfig
 from doq.node.transport_base import OnMessages
 from doq.raft import codec
 from doq.raft.types import HardState, Message, MessageType
-from doq.storage.env import open_db, open_env
+from doq.storage.env import open_env
 from doq.storage.state import StateStore
 
 MT = MessageType
@@ -75,7 +75,10 @@ class Net:
         in the sender's files (read with a fresh read transaction)."""
         env = self.envs[nid]
         if self._dbs.get(nid, (None,))[0] is not env:
-            self._dbs[nid] = (env, open_db(env, b"raft_meta"), open_db(env, b"raft_log"))
+            # in a read txn: the node may send while its writer holds the write txn
+            with env.begin() as txn:
+                self._dbs[nid] = (env, env.open_db(b"raft_meta", txn=txn, create=False),
+                                  env.open_db(b"raft_log", txn=txn, create=False))
         _, meta, log = self._dbs[nid]
         with env.begin() as txn:
             raw = txn.get(HS_KEY, db=meta)
