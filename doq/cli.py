@@ -62,7 +62,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="doq", description="doq: a durable, replicated queue service")
+    parser = _Parser(prog="doq", description="doq: a durable, replicated queue service",
+                     epilog="Flags without a command run `doq serve` with them, so the seed's "
+                            "`doq --storage.data_dir data --cluster.node_id node-1 --http.port 8001 ...` "
+                            "runs a node.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     serve = sub.add_parser(
         "serve", help="run a node (single-node cluster by default)",
@@ -87,8 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run `doq`; flags without a command (the seed's `doq --cluster.node_id ...`) mean `serve`."""
     parser = build_parser()
-    ns = parser.parse_args(argv)
+    args = sys.argv[1:] if argv is None else argv
+    if args and args[0].startswith("--") and args[0] != "--help":
+        args = ["serve", *args]
+    ns = parser.parse_args(args)
     return int(ns.func(ns) or 0)
 
 

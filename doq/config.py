@@ -26,6 +26,8 @@ class ServeConfig:
     election_timeout_ms: int = 1000
     max_message_bytes: int = 1024 * 1024
     log_level: str = "info"
+    snapshot_every: int = 10_000  # as RaftNodeConfig (a unit test keeps them equal)
+    keep_entries: int = 5_000
 
     def member_addrs(self) -> MemberAddrs:
         """The addresses this node announces to the cluster (and clients are sent to): the
@@ -52,7 +54,28 @@ _HELP = {
                            "this long starts an election (500..60000, in steps of the 100 ms tick)",
     "max_message_bytes": "largest message content accepted",
     "log_level": "debug | info | warning | error",
+    "snapshot_every": "applied log entries between two snapshots of the state (0: never)",
+    "keep_entries": "log entries kept behind a snapshot for followers that lag",
 }
+
+#: integer settings: (lowest, highest or None) accepted
+_INT_RANGES: dict[str, tuple[int, int | None]] = {
+    "max_message_bytes": (1, 64 * 1024 * 1024),
+    "snapshot_every": (0, None),
+    "keep_entries": (0, None),
+}
+
+
+SEED_FLAGS = {
+    "node_id": "--cluster.node_id",
+    "data_dir": "--storage.data_dir",
+    "grpc_addr": "--grpc.address",
+    "raft_addr": "--raft.address",
+    "join": "--cluster.join_addr",
+}
+"""The seed's dotted flags: other names of the same settings (`--http.port` is apart)."""
+SEED_HTTP_HOST = "127.0.0.1"
+"""`--http.port PORT` means `--http-addr 127.0.0.1:PORT`."""
 
 
 class FlagDefault(str):
@@ -71,10 +94,14 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default=FlagDefault("none"),
                    help="TOML config file, keys as the flags with _ or - (env DOQ_CONFIG)")
     for f in fields(ServeConfig):
-        flag = "--" + f.name.replace("_", "-")
+        flags = ["--" + f.name.replace("_", "-")]
+        if f.name in SEED_FLAGS:
+            flags.append(SEED_FLAGS[f.name])
         default = f.default if f.default_factory is MISSING else f.default_factory()  # type: ignore[misc]
-        p.add_argument(flag, dest=f.name, default=_shown_default(default),
+        p.add_argument(*flags, dest=f.name, default=_shown_default(default),
                        help=f"{_HELP[f.name]} (env DOQ_{f.name.upper()})")
+    p.add_argument("--http.port", dest="http_port", metavar="PORT",
+                   help=f"the seed's flag: the HTTP gateway on {SEED_HTTP_HOST}:PORT (instead of --http-addr)")
 
 
 def given(value: Any) -> bool:
@@ -99,13 +126,17 @@ def _coerce(name: str, value: Any) -> Any:
         else:
             items = [x.strip() for x in str(value).split(",") if x.strip()]
         return tuple(_parse_addr(name, x) for x in items)
-    if name == "max_message_bytes":
+    if name in _INT_RANGES:
+        flag = "--" + name.replace("_", "-")
         try:
             n = int(value)
         except (TypeError, ValueError):
-            raise InvalidArgument(f"--max-message-bytes must be an integer, got {value!r}") from None
-        if not 1 <= n <= 64 * 1024 * 1024:
-            raise InvalidArgument("--max-message-bytes must be within 1..67108864")
+            raise InvalidArgument(f"{flag} must be an integer, got {value!r}") from None
+        lo, hi = _INT_RANGES[name]
+        if hi is None and n < lo:
+            raise InvalidArgument(f"{flag} must be at least {lo}, got {n}")
+        if hi is not None and not lo <= n <= hi:
+            raise InvalidArgument(f"{flag} must be within {lo}..{hi}")
         return n
     if name == "election_timeout_ms":
         try:
@@ -149,4 +180,10 @@ def load_config(ns: argparse.Namespace, environ: dict[str, str] | None = None) -
             values[f.name] = env_value
         if given(flag := getattr(ns, f.name, None)):
             values[f.name] = flag
+    if (port := getattr(ns, "http_port", None)) is not None:
+        if given(getattr(ns, "http_addr", None)):
+            raise InvalidArgument("give --http-addr or --http.port, not both")
+        if not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise InvalidArgument(f"--http.port must be a port number, got {port!r}")
+        values["http_addr"] = f"{SEED_HTTP_HOST}:{int(port)}"
     return ServeConfig(**{k: _coerce(k, val) for k, val in values.items()})

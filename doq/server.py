@@ -18,7 +18,8 @@ from doq.config import ServeConfig
 from doq.node import k8s_leader
 from doq.node.base import Node
 from doq.service.api import QueueService
-from doq.service.grpc_server import build_server, set_serving
+from doq.service.grpc_forward import LeaderForwarder
+from doq.service.grpc_server import build_server, grpc_frame_limit, set_serving
 from doq.service.limits import Limits
 from doq.storage.dirlock import NodeDirInUse, NodeDirLock
 from doq.storage.env import node_dir, open_env
@@ -79,7 +80,8 @@ async def open_runtime(config: ServeConfig) -> Runtime:
         from doq.node.transport import GrpcRaftTransport
         from doq.service import metrics
 
-        raft_config = RaftNodeConfig(election_tick=config.election_timeout_ms // RaftNodeConfig().tick_ms)
+        raft_config = RaftNodeConfig(election_tick=config.election_timeout_ms // RaftNodeConfig().tick_ms,
+                                     snapshot_every=config.snapshot_every, keep_entries=config.keep_entries)
         try:
             node = await open_raft_node(
                 state, node_id=config.node_id, addrs=config.member_addrs(), join_addrs=config.join,
@@ -125,11 +127,24 @@ def _split(addr: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-async def _listen(rt: Runtime) -> tuple[grpc.aio.Server, int, Any, asyncio.Task[None]]:
+@dataclass
+class _Listeners:
+    grpc_server: grpc.aio.Server
+    grpc_port: int
+    forwarder: LeaderForwarder | None  # gRPC follower forwarding (a clustered node)
+    http: Any  # the uvicorn server
+    http_task: asyncio.Task[None]
+
+
+async def _listen(rt: Runtime) -> _Listeners:
     """Start the gRPC server and the HTTP gateway; raises StartupError with neither running."""
     config = rt.config
+    forwarder = None
+    if rt.node.cluster_admin() is not None:
+        forwarder = LeaderForwarder(rt.node, max_message_bytes=grpc_frame_limit(config.max_message_bytes))
     try:
-        grpc_server, grpc_port = build_server(rt.api, config.grpc_addr, max_message_bytes=config.max_message_bytes)
+        grpc_server, grpc_port = build_server(rt.api, config.grpc_addr, max_message_bytes=config.max_message_bytes,
+                                              interceptors=[forwarder] if forwarder else [])
     except (OSError, RuntimeError) as e:
         raise StartupError(f"cannot listen on gRPC address {config.grpc_addr}: {e}") from e
     await grpc_server.start()
@@ -150,9 +165,11 @@ async def _listen(rt: Runtime) -> tuple[grpc.aio.Server, int, Any, asyncio.Task[
     while not http.started:
         if http_task.done():
             await grpc_server.stop(0)
+            if forwarder:
+                await forwarder.close()
             raise StartupError(f"cannot listen on HTTP address {config.http_addr}")
         await asyncio.sleep(0.01)
-    return grpc_server, grpc_port, http, http_task
+    return _Listeners(grpc_server, grpc_port, forwarder, http, http_task)
 
 
 async def serve(config: ServeConfig, *, ready: asyncio.Event | None = None) -> None:
@@ -180,14 +197,14 @@ async def serve(config: ServeConfig, *, ready: asyncio.Event | None = None) -> N
         rt.close(discard=True)
         raise StartupError(f"cannot start the node (Raft address {config.raft_addr}): {e}") from e
     try:
-        grpc_server, grpc_port, http, http_task = await _listen(rt)
+        listeners = await _listen(rt)
     except StartupError:
         await rt.node.stop()
         rt.close(discard=True)
         raise
     log.info(
         "doq node %s serving gRPC on %s (port %d), HTTP on %s; data in %s",
-        config.node_id, config.grpc_addr, grpc_port, config.http_addr, config.data_dir,
+        config.node_id, config.grpc_addr, listeners.grpc_port, config.http_addr, config.data_dir,
     )
     # Everything built so far (modules, schemas, the rebuilt queue indexes) lives as long as
     # the process: keep it out of the cyclic GC's full collections, which otherwise scan it
@@ -203,13 +220,15 @@ async def serve(config: ServeConfig, *, ready: asyncio.Event | None = None) -> N
     log.info("shutting down")
     # Stop taking new work, let in-flight calls finish, commit what was taken, then close
     # (a leader first hands leadership to the most up-to-date follower).
-    await set_serving(grpc_server, False)
-    http.should_exit = True
-    grpc_stop = asyncio.create_task(grpc_server.stop(grace=5))
+    await set_serving(listeners.grpc_server, False)
+    listeners.http.should_exit = True
+    grpc_stop = asyncio.create_task(listeners.grpc_server.stop(grace=5))
     await rt.node.stop()
     if leader_label:
         await leader_label.aclose()
     await grpc_stop
-    await http_task
+    if listeners.forwarder:
+        await listeners.forwarder.close()
+    await listeners.http_task
     rt.close()
     log.info("stopped")

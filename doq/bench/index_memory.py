@@ -34,6 +34,12 @@ class NullStore:
     def put(self, key: bytes, value: bytes) -> None:
         pass
 
+    def insert(self, key: bytes, value: bytes) -> None:
+        pass
+
+    def insert_many(self, keys: list[bytes], head: bytes, tails: list[bytes]) -> None:
+        pass
+
     def delete(self, key: bytes) -> None:
         pass
 

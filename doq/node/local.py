@@ -264,8 +264,9 @@ def _take_count(pending: list[tuple[Command, asyncio.Future[object]]]) -> int:
     size = 0
     for n, (cmd, _) in enumerate(pending[:MAX_COMMANDS_PER_ENTRY]):
         items = getattr(cmd, "items", None)
-        if items:
-            size += sum(len(it.content) for it in items)
+        contents: list[bytes] = getattr(cmd, "contents", None) or []
+        if items or contents:
+            size += sum(len(it.content) for it in items) if items else sum(map(len, contents))
             if size > MAX_BATCH_BYTES and n > 0:
                 return n
     return min(len(pending), MAX_COMMANDS_PER_ENTRY)

@@ -6,12 +6,17 @@ is a count and sorted key/value pairs). `decode_batch(encode_batch(b)) == b`.
 A `Nack` with `release=True` is written with its own tag (13, same fields as a nack), so
 entries written before releases existed decode unchanged and an older reader refuses a
 release rather than misreading it as a nack.
+`EnqueueColumns` (tag 14): queue, count n, a byte of flags naming the optional columns
+present (1 groups, 2 priorities, 4 metadata, 8 dedup ids, 16 delays), n content lengths
+(u32) and the contents back to back, then each present column in that order (n strings,
+n i64, n metadata maps, n strings, n u64).
 Raises ValueError on malformed input (or struct.error / OverflowError for out-of-range
 values on encode: the service validates ranges first).
 """
 
 from __future__ import annotations
 
+import itertools
 import struct
 
 from doq.queues import commands as c
@@ -28,9 +33,11 @@ _DEQ = struct.Struct("<IBQ")
 _NACK = struct.Struct("<QQQBq")
 _TOUCH = struct.Struct("<QQQ")
 _IDP = struct.Struct("<Qq")
+_COLS_HDR = struct.Struct("<IB")
 
 (T_CREATE, T_UPDATE, T_DELETE, T_PURGE, T_ENQ, T_DEQ, T_ACK, T_NACK, T_TOUCH, T_PRIO, T_DEL, T_TICK,
- T_RELEASE) = range(1, 14)
+ T_RELEASE, T_ENQ_COLS) = range(1, 15)
+_COL_GROUPS, _COL_PRIOS, _COL_MD, _COL_DEDUP, _COL_DELAYS = 1, 2, 4, 8, 16
 
 
 def _s(out: list[bytes], s: str) -> None:
@@ -43,6 +50,42 @@ def _settings(out: list[bytes], s: QueueSettings) -> None:
     out.append(_SETTINGS.pack(s.visibility_timeout_ms, s.max_attempts, s.max_unacked_per_group,
                               s.dedup_window_ms))
     _s(out, s.dead_letter_queue)
+
+
+def _md(out: list[bytes], md: dict[str, str]) -> None:
+    out.append(_U32.pack(len(md)))
+    for k in sorted(md):
+        _s(out, k)
+        _s(out, md[k])
+
+
+def _encode_columns(out: list[bytes], cmd: c.EnqueueColumns) -> None:
+    ap = out.append
+    ap(b"\x0e")
+    _s(out, cmd.queue)
+    contents = cmd.contents
+    n = len(contents)
+    cols = (cmd.groups, cmd.priorities, cmd.metadata, cmd.dedup_ids, cmd.delays_ms)
+    for col in cols:
+        if col and len(col) != n:
+            raise ValueError("a column's length differs from the contents'")
+    flags = sum(bit for bit, col in zip((1, 2, 4, 8, 16), cols, strict=True) if col)
+    ap(_COLS_HDR.pack(n, flags))
+    ap(struct.pack(f"<{n}I", *map(len, contents)))
+    ap(b"".join(contents))
+    if cmd.groups:
+        for g in cmd.groups:
+            _s(out, g)
+    if cmd.priorities:
+        ap(struct.pack(f"<{n}q", *cmd.priorities))
+    if cmd.metadata:
+        for md in cmd.metadata:
+            _md(out, md)
+    if cmd.dedup_ids:
+        for d in cmd.dedup_ids:
+            _s(out, d)
+    if cmd.delays_ms:
+        ap(struct.pack(f"<{n}Q", *cmd.delays_ms))
 
 
 def encode_batch(batch: c.CommandBatch) -> bytes:
@@ -67,6 +110,9 @@ def encode_batch(batch: c.CommandBatch) -> bytes:
                         _s(out, k)
                         _s(out, md[k])
                 ap(it.content)
+        elif t is c.EnqueueColumns:
+            assert isinstance(cmd, c.EnqueueColumns)
+            _encode_columns(out, cmd)
         elif t is c.Dequeue:
             assert isinstance(cmd, c.Dequeue)
             ap(b"\x06")
@@ -153,9 +199,33 @@ class _Reader:
     def s(self) -> str:
         return self.take(self.unpack(_U32)[0]).decode()
 
+    def md(self) -> dict[str, str]:
+        md = {}
+        for _ in range(self.unpack(_U32)[0]):
+            k = self.s()
+            md[k] = self.s()
+        return md
+
     def settings(self) -> QueueSettings:
         vis, maxa, maxu, win = self.unpack(_SETTINGS)
         return QueueSettings(vis, maxa, self.s(), maxu, win)
+
+
+def _decode_columns(r: _Reader) -> c.EnqueueColumns:
+    q = r.s()
+    n, flags = r.unpack(_COLS_HDR)
+    lens = struct.unpack(f"<{n}I", r.take(4 * n))
+    blob = r.take(sum(lens))
+    ends = list(itertools.accumulate(lens))
+    contents = [blob[e - ln : e] for e, ln in zip(ends, lens, strict=True)]
+    groups = [r.s() for _ in range(n)] if flags & _COL_GROUPS else []
+    prios = list(struct.unpack(f"<{n}q", r.take(8 * n))) if flags & _COL_PRIOS else []
+    mds = [r.md() for _ in range(n)] if flags & _COL_MD else []
+    dedups = [r.s() for _ in range(n)] if flags & _COL_DEDUP else []
+    delays = list(struct.unpack(f"<{n}Q", r.take(8 * n))) if flags & _COL_DELAYS else []
+    if flags >= 32:
+        raise ValueError(f"unknown column flags {flags}")
+    return c.EnqueueColumns(q, contents, groups, prios, mds, dedups, delays)
 
 
 def decode_batch(data: bytes) -> c.CommandBatch:
@@ -180,6 +250,8 @@ def decode_batch(data: bytes) -> c.CommandBatch:
                     md[k] = r.s()
                 items.append(c.EnqueueItem(r.take(cl), g, prio, md, d, delay))
             ap(c.Enqueue(q, items))
+        elif tag == T_ENQ_COLS:
+            ap(_decode_columns(r))
         elif tag == T_DEQ:
             q = r.s()
             mx, ack, vis = r.unpack(_DEQ)

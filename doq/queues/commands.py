@@ -56,6 +56,32 @@ class Enqueue:
 
 
 @dataclass(frozen=True, slots=True)
+class EnqueueColumns:
+    """Enqueue many messages into one queue, given column by column: message i is
+    `contents[i]`; every other column is empty (each message takes the field's default:
+    "", 0, {}) or holds one entry per message. Same rules per message as `Enqueue`; a
+    column of another length refuses the command. Result: `EnqueueColumnsResult`."""
+
+    queue: str
+    contents: list[bytes]
+    groups: list[str] = field(default_factory=list)
+    priorities: list[int] = field(default_factory=list)
+    metadata: list[dict[str, str]] = field(default_factory=list)
+    dedup_ids: list[str] = field(default_factory=list)
+    delays_ms: list[int] = field(default_factory=list)
+
+    def to_items(self) -> list[EnqueueItem]:
+        """The same messages one object each (the general path)."""
+        n = len(self.contents)
+        g = self.groups or [""] * n
+        p = self.priorities or [0] * n
+        md = self.metadata or [{}] * n
+        d = self.dedup_ids or [""] * n
+        dl = self.delays_ms or [0] * n
+        return [EnqueueItem(*row) for row in zip(self.contents, g, p, md, d, dl, strict=True)]
+
+
+@dataclass(frozen=True, slots=True)
 class Dequeue:
     """Lease (or, with ack, remove) up to max_messages deliverable messages.
 
@@ -128,7 +154,7 @@ class Tick:
 
 
 Command = (
-    CreateQueue | UpdateQueue | DeleteQueue | PurgeQueue | Enqueue | Dequeue | Ack | Nack
+    CreateQueue | UpdateQueue | DeleteQueue | PurgeQueue | Enqueue | EnqueueColumns | Dequeue | Ack | Nack
     | Touch | UpdatePriority | DeleteMessage | Tick
 )
 

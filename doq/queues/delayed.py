@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from sortedcontainers import SortedList
 
+from doq.queues.sortedext import extend_sorted
+
 PRIO_OFFSET = 1 << 63
 MASK64 = (1 << 64) - 1
 
@@ -33,6 +35,10 @@ class PriorityIndex:
 
     def add(self, key: int, group: str) -> None:
         self.ready.add(key)
+
+    def add_many(self, keys: list[int], group: str) -> None:
+        """`add(k, group)` for every key (ascending)."""
+        extend_sorted(self.ready, keys)
 
     def remove(self, key: int, group: str) -> None:
         self.ready.remove(key)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from sortedcontainers import SortedList
 
+from doq.queues.sortedext import extend_sorted
+
 
 class Group:
     __slots__ = ("name", "ready", "inflight", "active")
@@ -56,6 +58,15 @@ class FairIndex:
                 self.active.remove(g.name)
         if not g.ready and g.inflight == 0:
             del self.groups[g.name]
+
+    def add_many(self, keys: list[int], group: str) -> None:
+        """`add(k, group)` for every key (ascending; one group)."""
+        if not keys:
+            return
+        g = self._group(group)
+        extend_sorted(g.ready, keys)
+        self.n_ready += len(keys)
+        self._refresh(g)
 
     def add(self, key: int, group: str) -> None:
         g = self._group(group)

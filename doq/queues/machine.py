@@ -64,6 +64,7 @@ from doq.queues import records as R
 from doq.queues.delayed import MASK64, PriorityIndex, ready_key
 from doq.queues.fair import FairIndex
 from doq.queues.model import (
+    EnqueueColumnsResult,
     EnqueueResult,
     MessageState,
     MessageView,
@@ -72,6 +73,7 @@ from doq.queues.model import (
     QueueStats,
     QueueType,
 )
+from doq.queues.sortedext import extend_sorted
 from doq.queues.store import Store
 
 READY, DELAYED, IN_FLIGHT = 0, 1, 2
@@ -173,6 +175,42 @@ def _utf8(v: object, what: str) -> bytes:
     return b
 
 
+def _fresh_dedup_tails(q: Queue, dids: object, contents: list[bytes]) -> list[bytes] | None:
+    """Record tails (dedup id bytes + content) when every dedup id is a str, non-empty,
+    unknown to `q`, distinct and of one encoded length (the column path); else None."""
+    if type(dids) is not list or set(map(type, dids)) != {str}:
+        return None
+    fresh = set(dids)
+    if len(fresh) != len(dids) or "" in fresh or not q.dedup.keys().isdisjoint(fresh):
+        return None
+    try:
+        dbs = [d.encode() for d in dids]
+    except UnicodeError:
+        return None
+    if len(set(map(len, dbs))) != 1 or len(dbs[0]) > 0xFFFF:
+        return None
+    return [d + b for d, b in zip(dbs, contents, strict=True)]
+
+
+def _columns_result(results: list[EnqueueResult | DoqError]) -> EnqueueColumnsResult:
+    """The per-message results of the general path, as columns."""
+    ids: list[int] = []
+    dups: list[int] = []
+    errors: dict[int, DoqError] = {}
+    deliver: list[int] = []
+    for i, r in enumerate(results):
+        if isinstance(r, DoqError):
+            errors[i] = r
+            ids.append(0)
+            deliver.append(0)
+            continue
+        ids.append(r.id)
+        deliver.append(r.deliver_at_ms)
+        if r.duplicate:
+            dups.append(i)
+    return EnqueueColumnsResult(ids, dups, deliver if any(deliver) else [], errors)
+
+
 def _metadata(md: object) -> bytes:
     if type(md) is not dict:
         raise InvalidArgument("metadata must be a map of strings", reason="INVALID_METADATA")
@@ -204,7 +242,8 @@ class QueueMachine:
         self._meta_written: tuple[int, int, int] = (1, 0, 1)
         self._changed: set[str] = set()  # queue names whose info may differ (take_changed)
         self._handlers: dict[type, Callable[[Any], object]] = {
-            c.Enqueue: self._enqueue, c.Dequeue: self._dequeue, c.Ack: self._ack,
+            c.Enqueue: self._enqueue, c.EnqueueColumns: self._enqueue_columns,
+            c.Dequeue: self._dequeue, c.Ack: self._ack,
             c.Nack: self._nack, c.Touch: self._touch, c.UpdatePriority: self._update_priority,
             c.DeleteMessage: self._delete_message, c.Tick: lambda cmd: None,
             c.CreateQueue: self._create_queue, c.UpdateQueue: self._update_queue,
@@ -460,7 +499,7 @@ class QueueMachine:
     def _insert(self, q: Queue, prio: int, not_before: int, group: str, rec_without_id: bytes) -> int:
         id_ = self.next_id
         self.next_id = id_ + 1
-        self.store.put(q.prefix + _U64.pack(id_), rec_without_id)
+        self.store.insert(q.prefix + _U64.pack(id_), rec_without_id)
         g = q.index.group_name(group) if q.qtype is QueueType.FAIR else ""
         e = Entry(READY, 0, prio, g)
         q.msgs[id_] = e
@@ -544,13 +583,58 @@ class QueueMachine:
         q = self._queue(cmd.queue)
         if type(cmd.items) is not list:
             raise InvalidArgument("items must be a list")
+        return self._enqueue_items(q, cmd.items)
+
+    def _enqueue_columns(self, cmd: c.EnqueueColumns) -> EnqueueColumnsResult:
+        """Plain messages (contents, and dedup ids all new and distinct) take the column
+        path: one insert call per record kind, one index update and no object per message
+        but its `Entry`; anything else takes the per-message path of `Enqueue`. Both store
+        the same records and give the same results."""
+        q = self._queue(cmd.queue)
+        contents = cmd.contents
+        if type(contents) is not list:
+            raise InvalidArgument("contents must be a list")
+        n = len(contents)
+        optional = (cmd.groups, cmd.priorities, cmd.metadata, cmd.dedup_ids, cmd.delays_ms)
+        for col in optional:
+            if type(col) is not list or (col and len(col) != n):
+                raise InvalidArgument("every column must be empty or as long as contents",
+                                      reason="INVALID_COLUMNS")
+        if not n:
+            return EnqueueColumnsResult([])
+        dids = cmd.dedup_ids
+        plain = not (cmd.groups or cmd.priorities or cmd.metadata or cmd.delays_ms)
+        tails = None
+        if plain and set(map(type, contents)) == {bytes}:
+            tails = contents if not dids else _fresh_dedup_tails(q, dids, contents)
+        if tails is None:
+            return _columns_result(self._enqueue_items(q, cmd.to_items()))
+        first = self.next_id
+        ids = range(first, first + n)
+        self.next_id = first + n
+        pack = _U64.pack
+        prefix = q.prefix
+        now = self.now_ms
+        dlen = len(tails[0]) - len(contents[0]) if dids else 0
+        self.store.insert_many([prefix + pack(i) for i in ids],
+                               _HDR.pack(0, 0, now, 0, 0, 0, 0, 0, dlen, 0), tails)
+        if dids:
+            self._remember_dedups(q, dids, ids)
+        base = (1 << 63) << 64  # ready_key(0, id) == base | id
+        keys = [base | i for i in ids]
+        g = q.index.group_name("") if q.qtype is QueueType.FAIR else ""
+        q.msgs.update(zip(ids, [Entry(READY, k, 0, g) for k in keys], strict=True))
+        q.index.add_many(keys, g)
+        return EnqueueColumnsResult(ids)
+
+    def _enqueue_items(self, q: Queue, items: list[c.EnqueueItem]) -> list[EnqueueResult | DoqError]:
         out: list[EnqueueResult | DoqError] = []
         ap = out.append
         now = self.now_ms
         fair = q.qtype is QueueType.FAIR
-        put = self.store.put
+        insert = self.store.insert
         prefix = q.prefix
-        for it in cmd.items:
+        for it in items:
             try:
                 if type(it) is not c.EnqueueItem:
                     raise InvalidArgument("not an EnqueueItem")
@@ -580,7 +664,7 @@ class QueueMachine:
                     continue
             id_ = self.next_id
             self.next_id = id_ + 1
-            put(prefix + _U64.pack(id_), b"".join((
+            insert(prefix + _U64.pack(id_), b"".join((
                 _HDR.pack(prio, not_before, now, 0, 0, 0, 0, len(gb), len(db), len(md)),
                 gb, db, md, content)))
             g = q.index.group_name(it.group) if fair else ""
@@ -597,6 +681,18 @@ class QueueMachine:
                 self._remember_dedup(q, did, id_)
             ap(EnqueueResult(id_, False, it.group, prio, deliver_at))
         return out
+
+    def _remember_dedups(self, q: Queue, dids: list[str], ids: range) -> None:
+        """`_remember_dedup` of new dedup ids (none known to `q`), in bulk."""
+        exp = self.now_ms + q.settings.effective_dedup_window_ms
+        q.dedup.update(zip(dids, [(i, exp) for i in ids], strict=True))
+        name = q.name
+        extend_sorted(self.dedup_exp, sorted([(exp, name, d) for d in dids]))
+        prefix = K.name_prefix(K.DEDUP, name)
+        pack = R.DEDUP_REC.pack
+        self.store.insert_many([prefix + d.encode() for d in dids], b"", [pack(i, exp) for i in ids])
+        while len(self.dedup_exp) > MAX_DEDUP_ENTRIES:  # as many as one at a time would evict
+            self._forget_dedup(self.dedup_exp.pop(0))
 
     def _remember_dedup(self, q: Queue, did: str, id_: int) -> None:
         old = q.dedup.get(did)

@@ -5,8 +5,11 @@ Pure data (no I/O). The service facade returns these; adapters map them to proto
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+
+from doq.errors import DoqError
 
 DEFAULT_VISIBILITY_TIMEOUT_MS = 30_000
 DEFAULT_DEDUP_WINDOW_MS = 300_000
@@ -79,6 +82,34 @@ class MessageView:
     dedup_id: str = ""
     metadata: dict[str, str] = field(default_factory=dict)
     content: bytes = b""
+
+
+class EnqueueColumnsResult:
+    """Outcome of an `EnqueueColumns` command, column by column (built once per command).
+
+    - `ids[i]`: message i's id (the original's for a duplicate), 0 if it failed;
+    - `duplicates`: positions whose dedup_id was seen within the window (nothing stored);
+    - `deliver_at_ms`: empty when every message is deliverable at once (the common case),
+      else one entry per message (0 where deliverable at once, as in `EnqueueResult`);
+    - `errors`: position -> the error of a message that failed alone.
+    """
+
+    __slots__ = ("ids", "duplicates", "deliver_at_ms", "errors")
+
+    def __init__(self, ids: Sequence[int], duplicates: list[int] | None = None,
+                 deliver_at_ms: list[int] | None = None,
+                 errors: dict[int, DoqError] | None = None) -> None:
+        self.ids = ids
+        self.duplicates = duplicates or []
+        self.deliver_at_ms = deliver_at_ms or []
+        self.errors = errors or {}
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __repr__(self) -> str:
+        return (f"EnqueueColumnsResult(ids={self.ids!r}, duplicates={self.duplicates!r}, "
+                f"deliver_at_ms={self.deliver_at_ms!r}, errors={self.errors!r})")
 
 
 @dataclass(slots=True)

@@ -9,12 +9,20 @@ from typing import Protocol
 class Store(Protocol):
     """Key/value view of the replicated records, bound to the current write transaction.
 
-    `get` sees the machine's own earlier puts/deletes (read-your-writes).
+    `get` sees the machine's own earlier puts/deletes (read-your-writes). `insert` and
+    `insert_many` write records whose keys do not exist (fresh message ids): a store may
+    skip reading an old value.
     """
 
     def get(self, key: bytes) -> bytes | None: ...
 
     def put(self, key: bytes, value: bytes) -> None: ...
+
+    def insert(self, key: bytes, value: bytes) -> None: ...
+
+    def insert_many(self, keys: list[bytes], head: bytes, tails: list[bytes]) -> None:
+        """Insert record `keys[i]` = `head + tails[i]` for each i (keys of one kind)."""
+        ...
 
     def delete(self, key: bytes) -> None: ...
 
@@ -30,6 +38,14 @@ class MemoryStore:
 
     def put(self, key: bytes, value: bytes) -> None:
         self.data[key] = value
+
+    def insert(self, key: bytes, value: bytes) -> None:
+        assert key not in self.data, key
+        self.data[key] = value
+
+    def insert_many(self, keys: list[bytes], head: bytes, tails: list[bytes]) -> None:
+        for k, t in zip(keys, tails, strict=True):
+            self.insert(k, head + t)
 
     def delete(self, key: bytes) -> None:
         self.data.pop(key, None)

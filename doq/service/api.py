@@ -16,11 +16,18 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from doq.errors import DoqError, InvalidArgument, QueueNotFound
 from doq.node.base import Node
 from doq.queues import commands as c
-from doq.queues.model import EnqueueResult, MessageView, QueueInfo, QueueSettings
+from doq.queues.model import (
+    EnqueueColumnsResult,
+    EnqueueResult,
+    MessageView,
+    QueueInfo,
+    QueueSettings,
+)
 from doq.service import limits as v
 
 
@@ -135,6 +142,30 @@ def batch_item_refused(pos: int, err: DoqError) -> DoqError:
                      loc=("messages", pos))
 
 
+def _merge_columns(res: EnqueueColumnsResult, bad: dict[int, DoqError], n: int) -> EnqueueColumnsResult:
+    """The result of `n` messages from that of the valid ones (in order) and the errors of
+    the others (by position)."""
+    ids: list[int] = []
+    dups: list[int] = []
+    deliver: list[int] = []
+    errors = dict(bad)
+    dup_set = set(res.duplicates)
+    k = 0  # position in `res`
+    for pos in range(n):
+        if pos in bad:
+            ids.append(0)
+            deliver.append(0)
+            continue
+        ids.append(res.ids[k])
+        deliver.append(res.deliver_at_ms[k] if res.deliver_at_ms else 0)
+        if k in dup_set:
+            dups.append(pos)
+        if k in res.errors:
+            errors[pos] = res.errors[k]
+        k += 1
+    return EnqueueColumnsResult(ids, dups, deliver if any(deliver) else [], errors)
+
+
 class QueueService:
     """One facade over a node. Methods are coroutine-safe; many may run concurrently."""
 
@@ -230,6 +261,80 @@ class QueueService:
             for pos, res in zip(slots, answer, strict=True):
                 out[pos] = res
         return out  # type: ignore[return-value]
+
+    def check_columns(self, cmd: c.EnqueueColumns) -> tuple[c.EnqueueColumns, dict[int, DoqError]]:
+        """Split a columnar batch into the command of its valid messages and the errors of
+        the others, by position (each message stands alone). Raises for what concerns the
+        whole batch: the queue name, BATCH_TOO_LARGE, INVALID_COLUMNS (a column of another
+        length). Per-message checks run only when a content or dedup id may be too long or
+        another column is set (else one pass over the lengths of each column)."""
+        v.check_queue_name(cmd.queue)
+        n = len(cmd.contents)
+        if n > self.limits.max_batch_messages:
+            raise InvalidArgument(
+                f"batch of {n} messages exceeds the limit of {self.limits.max_batch_messages}",
+                reason="BATCH_TOO_LARGE",
+            )
+        optional = (cmd.groups, cmd.priorities, cmd.metadata, cmd.dedup_ids, cmd.delays_ms)
+        if any(col and len(col) != n for col in optional):
+            raise InvalidArgument("every column must be empty or have one entry per content",
+                                  reason="INVALID_COLUMNS")
+        if not n or not (
+            cmd.groups or cmd.priorities or cmd.metadata or cmd.delays_ms
+            or max(map(len, cmd.contents)) > self.limits.max_message_bytes
+            or (cmd.dedup_ids and max(map(len, cmd.dedup_ids)) * 4 > self.limits.max_dedup_id_bytes)
+        ):
+            return cmd, {}  # contents and dedup ids within bounds (<= 4 UTF-8 bytes a char)
+        bad: dict[int, DoqError] = {}
+        for pos, item in enumerate(cmd.to_items()):
+            try:
+                v.check_item(item, self.limits)
+            except DoqError as e:
+                bad[pos] = e
+        if not bad:
+            return cmd, {}
+        keep = [i for i in range(n) if i not in bad]
+
+        def pick(col: list[Any]) -> list[Any]:
+            return [col[i] for i in keep] if col else []
+
+        return c.EnqueueColumns(cmd.queue, pick(cmd.contents), pick(cmd.groups), pick(cmd.priorities),
+                                pick(cmd.metadata), pick(cmd.dedup_ids), pick(cmd.delays_ms)), bad
+
+    async def enqueue_columns(self, cmd: c.EnqueueColumns) -> EnqueueColumnsResult:
+        """Enqueue a columnar batch (`check_columns`): the result of every message, by
+        position (an invalid message fails alone). Raises DoqError for a whole-batch
+        failure (see `check_columns`; the node may refuse: NotLeader, Overloaded...)."""
+        res = await self.enqueue_columns_nowait(cmd)
+        if isinstance(res, DoqError):
+            raise res
+        assert isinstance(res, EnqueueColumnsResult)
+        return res
+
+    def enqueue_columns_nowait(self, cmd: c.EnqueueColumns) -> asyncio.Future[object]:
+        """`enqueue_columns` without a task when every message is valid (the common case);
+        a whole-batch failure is the future's result (not raised: streams answer it)."""
+        try:
+            valid, bad = self.check_columns(cmd)
+            if not bad:
+                return self.node.propose_nowait(valid)
+            fut = self.node.propose_nowait(valid) if valid.contents else None
+        except DoqError as e:
+            done: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+            done.set_result(e)
+            return done
+
+        async def merged() -> object:
+            try:
+                res = await fut if fut is not None else EnqueueColumnsResult([])
+            except DoqError as e:
+                return e
+            if isinstance(res, DoqError):
+                return res
+            assert isinstance(res, EnqueueColumnsResult)
+            return _merge_columns(res, bad, len(cmd.contents))
+
+        return asyncio.ensure_future(merged())
 
     async def dequeue(
         self,

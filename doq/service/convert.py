@@ -8,8 +8,14 @@ import grpc
 from doq_proto.v1 import doq_pb2 as pb
 
 from doq.errors import DoqError, status_of
-from doq.queues.commands import EnqueueItem
-from doq.queues.model import EnqueueResult, MessageView, QueueInfo, QueueSettings
+from doq.queues.commands import EnqueueColumns, EnqueueItem
+from doq.queues.model import (
+    EnqueueColumnsResult,
+    EnqueueResult,
+    MessageView,
+    QueueInfo,
+    QueueSettings,
+)
 
 
 def settings_from_pb(s: pb.QueueSettings) -> QueueSettings:
@@ -43,6 +49,36 @@ def queue_to_pb(q: QueueInfo) -> pb.Queue:
 def item_from_pb(r: pb.EnqueueRequest) -> EnqueueItem:
     md = r.metadata
     return EnqueueItem(r.content, r.group, r.priority, dict(md) if md else {}, r.dedup_id, r.delay_ms)
+
+
+def columns_from_pb(cols: pb.EnqueueColumns) -> EnqueueColumns:
+    """The command of a columnar frame (each column copied out in one call)."""
+    return EnqueueColumns(
+        cols.queue_name,
+        list(cols.contents),
+        list(cols.groups),
+        list(cols.priorities),
+        [dict(m.entries) for m in cols.metadata],
+        list(cols.dedup_ids),
+        list(cols.delays_ms),
+    )
+
+
+def enqueue_columns_to_pb(res: EnqueueColumnsResult | DoqError) -> tuple[pb.EnqueueBatchResponse, int]:
+    """The response to a columnar frame, and how many of its messages were newly enqueued."""
+    out = pb.EnqueueBatchResponse()
+    if isinstance(res, DoqError):
+        out.error.CopyFrom(error_to_pb(res))
+        return out, 0
+    out.ids.extend(res.ids)
+    if res.duplicates:
+        out.duplicates.extend(res.duplicates)
+    if res.deliver_at_ms:
+        out.deliver_at_ms.extend(res.deliver_at_ms)
+    for pos in sorted(res.errors):
+        out.error_positions.append(pos)
+        out.errors.append(error_to_pb(res.errors[pos]))
+    return out, len(res.ids) - len(res.duplicates) - len(res.errors)
 
 
 def message_to_pb(m: MessageView) -> pb.Message:

@@ -6,7 +6,8 @@ when the error names a leader whose gRPC address this node knows, `doq-leader-gr
 address, HOST:PORT, from the node's `cluster_status()`), so a client can reconnect to the
 leader without asking. Inside enqueue streams a failure is answered in the responses
 instead of ending the stream (a failing request of EnqueueStream in its own response; a
-refused frame of EnqueueBatchStream in each of its results; their `Error.leader_hint` is
+refused frame of EnqueueBatchStream in each of its results, or in `error` for a `columns`
+frame; their `Error.leader_hint` is
 the node id only, `ListServers` maps ids to addresses); EnqueueBatch is all or nothing and
 fails with the status of the message that refused it. A dequeue stream has no per-request
 response, so a refused request (e.g. a mismatched `ack_lease_ids`) ends it with that status.
@@ -19,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -28,10 +29,10 @@ from doq_proto.v1 import doq_pb2_grpc as pb_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from doq.errors import DoqError
+from doq.errors import DoqError, InvalidArgument
 from doq.node.base import Node
 from doq.queues.commands import Ack, Enqueue, Nack
-from doq.queues.model import EnqueueResult, MessageView
+from doq.queues.model import EnqueueColumnsResult, EnqueueResult, MessageView
 from doq.service import convert as cv
 from doq.service import limits as v
 from doq.service import metrics
@@ -301,10 +302,27 @@ class DOQServicer(pb_grpc.DOQServicer):
 
     @_unary
     async def EnqueueBatch(self, request: pb.EnqueueBatchRequest, context: Any) -> pb.EnqueueBatchResponse:
-        results = await self.api.enqueue_many([(r.queue_name, cv.item_from_pb(r)) for r in request.messages])
-        response, fresh = cv.enqueue_batch_to_pb(results)
+        if request.HasField("columns"):
+            res = await self._columns_nowait(request)
+            if isinstance(res, DoqError):
+                raise res
+            assert isinstance(res, EnqueueColumnsResult)
+            response, fresh = cv.enqueue_columns_to_pb(res)
+        else:
+            results = await self.api.enqueue_many([(r.queue_name, cv.item_from_pb(r)) for r in request.messages])
+            response, fresh = cv.enqueue_batch_to_pb(results)
         M.enqueued.inc(fresh)
         return response
+
+    def _columns_nowait(self, r: pb.EnqueueBatchRequest) -> asyncio.Future[object]:
+        """Propose a `columns` frame; the future's result is its result or the DoqError
+        refusing it whole (a frame with `messages` too is refused)."""
+        if r.messages:
+            fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+            fut.set_result(InvalidArgument("a frame carries messages or columns, not both",
+                                           reason="INVALID_COLUMNS"))
+            return fut
+        return self.api.enqueue_columns_nowait(cv.columns_from_pb(r.columns))
 
     def _enqueue_one_nowait(self, r: pb.EnqueueRequest) -> asyncio.Future[object]:
         """Validate and queue one enqueue without a task; errors come back in the future."""
@@ -347,33 +365,42 @@ class DOQServicer(pb_grpc.DOQServicer):
     async def EnqueueBatchStream(
         self, request_iterator: AsyncIterator[pb.EnqueueBatchRequest], context: Any
     ) -> AsyncIterator[pb.EnqueueBatchResponse]:
-        """Pipelined batches: one response per request frame, in order (each frame all or nothing)."""
-        inflight: asyncio.Queue[tuple[int, asyncio.Task[list[EnqueueResult | DoqError]]] | None] = asyncio.Queue(
+        """Pipelined batches: one response per request frame, in order (each frame all or
+        nothing). A `columns` frame is proposed as it arrives, without a task."""
+        inflight: asyncio.Queue[tuple[int, asyncio.Future[Any], bool] | None] = asyncio.Queue(
             BATCH_STREAM_WINDOW
         )
 
-        started: set[asyncio.Task[list[EnqueueResult | DoqError]]] = set()  # frames not answered yet
+        started: set[asyncio.Task[Any]] = set()  # message frames not answered yet
 
-        def start_frame(r: pb.EnqueueBatchRequest) -> tuple[int, asyncio.Task[list[EnqueueResult | DoqError]]]:
+        def start_frame(r: pb.EnqueueBatchRequest) -> tuple[int, asyncio.Future[Any], bool]:
+            if r.HasField("columns"):
+                return len(r.columns.contents), self._columns_nowait(r), True
             items = [(m.queue_name, cv.item_from_pb(m)) for m in r.messages]
-            frame = asyncio.ensure_future(self.api.enqueue_many(items))
+            frame = asyncio.create_task(self.api.enqueue_many(items))
             started.add(frame)
             frame.add_done_callback(started.discard)
-            return len(items), frame
+            return len(items), frame, False
 
         task = asyncio.create_task(
             _read_into(request_iterator, inflight.put, start_frame), name="doq.EnqueueBatchStream.reader"
         )
         try:
             while (entry := await inflight.get()) is not None:
-                count, frame = entry
+                count, frame, columns = entry
                 try:
                     results = await frame
                 except DoqError as e:  # the whole frame failed: one error per item
+                    if columns:
+                        yield cv.enqueue_columns_to_pb(e)[0]
+                        continue
                     err = cv.enqueue_result_to_pb(e)
                     yield pb.EnqueueBatchResponse(results=[err] * count)
                     continue
-                response, fresh = cv.enqueue_batch_to_pb(results)
+                if columns:
+                    response, fresh = cv.enqueue_columns_to_pb(results)
+                else:
+                    response, fresh = cv.enqueue_batch_to_pb(results)
                 M.enqueued.inc(fresh)
                 yield response
             await task
@@ -497,13 +524,22 @@ class DOQServicer(pb_grpc.DOQServicer):
         )
 
 
-def build_server(api: QueueService, addr: str, *, max_message_bytes: int) -> tuple[grpc.aio.Server, int]:
+def grpc_frame_limit(max_message_bytes: int) -> int:
+    """The largest gRPC message (bytes) a node sends or receives for `max_message_bytes`."""
+    return max(max_message_bytes * 2 + 64 * 1024, 64 * 1024 * 1024)
+
+
+def build_server(
+    api: QueueService, addr: str, *, max_message_bytes: int,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+) -> tuple[grpc.aio.Server, int]:
     """Create (not start) the gRPC server with reflection and health; returns it and the bound port."""
-    frame_limit = max_message_bytes * 2 + 64 * 1024
+    frame_limit = grpc_frame_limit(max_message_bytes)
     server = grpc.aio.server(
+        interceptors=interceptors,
         options=[
-            ("grpc.max_receive_message_length", max(frame_limit, 64 * 1024 * 1024)),
-            ("grpc.max_send_message_length", max(frame_limit, 64 * 1024 * 1024)),
+            ("grpc.max_receive_message_length", frame_limit),
+            ("grpc.max_send_message_length", frame_limit),
             ("grpc.so_reuseport", 0),
         ]
     )

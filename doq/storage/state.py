@@ -110,6 +110,25 @@ class _TxnSink:
             txn.delete(ov + key, db=self.versions)
         txn.put(ver + key, b"", db=self.versions)
 
+    def insert(self, key: bytes, value: bytes) -> None:
+        """`put` of a key that does not exist (no old value to read, no old version)."""
+        txn = self.txn
+        assert txn is not None
+        ver = self.ver
+        txn.put(key, ver + value, db=self.dbs[key[0]])
+        txn.put(ver + key, b"", db=self.versions)
+
+    def insert_many(self, keys: list[bytes], head: bytes, tails: list[bytes]) -> None:
+        """`insert` of `keys[i]` = `head + tails[i]`, one C call per database."""
+        txn = self.txn
+        assert txn is not None
+        if not keys:
+            return
+        ver = self.ver
+        prefix = ver + head
+        txn.cursor(db=self.dbs[keys[0][0]]).putmulti(zip(keys, [prefix + t for t in tails], strict=True))
+        txn.cursor(db=self.versions).putmulti([(ver + k, b"") for k in keys])
+
     def delete(self, key: bytes) -> None:
         txn = self.txn
         assert txn is not None

@@ -16,6 +16,7 @@ import pytest
 from doq_proto.v1 import doq_pb2 as pb
 from doq_proto.v1 import doq_pb2_grpc as pb_grpc
 
+from doq.service.grpc_forward import FORWARDED_BY
 from doq_client import DoqClient, FailoverPolicy, QueueSettings
 from tests.integration.test_cluster import cluster, until
 from tests.support.proc import NodeProc
@@ -48,9 +49,11 @@ def _count_calls(n: int) -> tuple[list[int], Callable[[int], Callable[[object], 
 
 
 def _refusal_trailers(follower: NodeProc) -> dict[str, str]:
+    """A follower relays a client's call to the leader; one marked as relayed already it refuses."""
     with grpc.insecure_channel(follower.grpc_addr) as ch:
         try:
-            pb_grpc.DOQStub(ch).Enqueue(pb.EnqueueRequest(queue_name="q", content=b"x"), timeout=10)
+            pb_grpc.DOQStub(ch).Enqueue(pb.EnqueueRequest(queue_name="q", content=b"x"), timeout=10,
+                                        metadata=[(FORWARDED_BY, "another-node")])
         except grpc.RpcError as e:
             return dict(e.trailing_metadata() or ())
     raise AssertionError(f"{follower.node_id} took a write")

@@ -16,7 +16,7 @@ import pytest
 from doq_proto.v1 import doq_pb2 as pb
 from doq_proto.v1 import doq_pb2_grpc as pb_grpc
 
-from doq.queues.commands import Ack, Enqueue, Nack
+from doq.queues.commands import Ack, Enqueue, EnqueueColumns, Nack
 from doq_client import (
     AsyncDoqClient,
     DoqClient,
@@ -199,9 +199,9 @@ def _deposed(s: Servers, command: type, times: int) -> None:
     s.loop.call(arm)
 
 
-@pytest.mark.parametrize("batch", [0, 4])
-def test_a_producer_resends_by_dedup_id_and_gets_the_original_ids(servers: Servers, batch: int) -> None:
-    _deposed(servers, Enqueue, 3)
+@pytest.mark.parametrize("batch", [0, 4, None])
+def test_a_producer_resends_by_dedup_id_and_gets_the_original_ids(servers: Servers, batch: int | None) -> None:
+    _deposed(servers, Enqueue if batch == 0 else EnqueueColumns, 3)  # coalesced: column frames
     n = 40
     with DoqClient(servers.leader_addr, timeout_s=10) as c, c.producer(window=8, batch=batch) as p:
         futs = [p.enqueue("q", f"m{i}") for i in range(n)]
@@ -214,7 +214,7 @@ def test_a_producer_resends_by_dedup_id_and_gets_the_original_ids(servers: Serve
 
 
 def test_without_dedup_ids_a_maybe_stored_message_fails_instead_of_being_resent(servers: Servers) -> None:
-    _deposed(servers, Enqueue, 1)
+    _deposed(servers, EnqueueColumns, 1)  # the producer coalesces into column frames
     with DoqClient(servers.leader_addr, timeout_s=10) as c, c.producer(window=4, auto_dedup=False) as p:
         futs = [p.enqueue("q", f"m{i}") for i in range(12)]
         p.flush()

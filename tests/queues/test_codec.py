@@ -19,7 +19,22 @@ text = st.text(max_size=12)
 settings_st = st.builds(QueueSettings, u64, u32, text, u32, u64)
 item_st = st.builds(c.EnqueueItem, st.binary(max_size=40), text, i64,
                     st.dictionaries(text, text, max_size=3), text, u64)
+
+
+@st.composite
+def columns_st(draw: st.DrawFn) -> c.EnqueueColumns:
+    n = draw(st.integers(0, 4))
+
+    def col(elems: st.SearchStrategy[object]) -> list[object]:
+        return draw(st.just([]) | st.lists(elems, min_size=n, max_size=n))
+
+    return c.EnqueueColumns(
+        draw(text), draw(st.lists(st.binary(max_size=40), min_size=n, max_size=n)), col(text),
+        col(i64), col(st.dictionaries(text, text, max_size=3)), col(text), col(u64))  # type: ignore[arg-type]
+
+
 command_st = st.one_of(
+    columns_st(),
     st.builds(c.CreateQueue, text, st.sampled_from(["delayed", "fair", "x"]), settings_st),
     st.builds(c.UpdateQueue, text, settings_st),
     st.builds(c.DeleteQueue, text),
@@ -42,6 +57,19 @@ def test_round_trip(batch: c.CommandBatch) -> None:
     data = encode_batch(batch)
     assert decode_batch(data) == batch
     assert encode_batch(decode_batch(data)) == data
+
+
+def test_a_column_of_another_length_is_not_encoded() -> None:
+    bad = c.EnqueueColumns("q", [b"a", b"b"], priorities=[1])
+    with pytest.raises(ValueError):
+        encode_batch(c.CommandBatch(1, [bad]))
+
+
+def test_columns_share_one_blob_of_contents() -> None:
+    cmd = c.EnqueueColumns("q", [b"ab", b"", b"cde"])
+    data = encode_batch(c.CommandBatch(1, [cmd]))
+    assert b"abcde" in data
+    assert decode_batch(data).commands == [cmd]
 
 
 def test_metadata_order_does_not_change_the_bytes() -> None:

@@ -39,7 +39,16 @@ def entries(seed: int, n: int, start_index: int = 1, start_ms: int = T0) -> list
                                        rnd.choice([0, 1, 2, 9]), rnd.choice([{}, {"k": "v"}]),
                                        rnd.choice(["", "", "x", "y", f"u{i}"]), rnd.choice([0, 0, 30]))
                          for _ in range(rnd.randint(1, 5))]
-                cmds.append(c.Enqueue(q, items))
+                kind = rnd.random()
+                if kind < -1:  # the column path, contents only
+                    cmds.append(c.EnqueueColumns(q, [it.content for it in items]))
+                elif kind < -1:  # the column path, every column
+                    cmds.append(c.EnqueueColumns(
+                        q, [it.content for it in items], [it.group for it in items],
+                        [it.priority for it in items], [it.metadata for it in items],
+                        [it.dedup_id for it in items], [it.delay_ms for it in items]))
+                else:
+                    cmds.append(c.Enqueue(q, items))
                 guess += len(items)
             elif r < 0.55:
                 cmds.append(c.Dequeue(q, rnd.randint(1, 4), rnd.random() < 0.2))

@@ -168,3 +168,11 @@ def test_grpc_clients_find_the_leaders_grpc_address(cluster_stub: tuple[str, dic
     assert grpc_target(url) == "10.0.0.1:10001"
     answer["leader_id"] = ""
     assert grpc_target(url) == "10.0.0.2:10002"
+
+
+@pytest.mark.parametrize("argv", [["--cluster.node_id", "a/b"], ["--http.port", "x", "--cluster.node_id", "n"]])
+def test_flags_without_a_command_run_serve(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """The seed's `doq --cluster.node_id ...` is `doq serve ...` (a bad value: serve's own
+    message and exit status 2, before anything starts)."""
+    assert main(argv) == 2
+    assert capsys.readouterr().err.startswith("doq serve: ")

@@ -49,6 +49,24 @@ def test_unknown_config_key_is_refused(tmp_path: Path) -> None:
         parse(["--config", str(cfg)])
 
 
+def test_the_seeds_dotted_flags_name_the_same_settings() -> None:
+    c = parse(["--storage.data_dir", "d", "--cluster.node_id", "node-2", "--http.port", "8002",
+               "--raft.address", "localhost:9002", "--grpc.address", "localhost:10002",
+               "--cluster.join_addr", "localhost:8001"])
+    assert (c.data_dir, c.node_id, c.http_addr, c.raft_addr, c.grpc_addr, c.join) == (
+        "d", "node-2", "127.0.0.1:8002", "localhost:9002", "localhost:10002", ("localhost:8001",))
+    assert parse(["--http.port", "8001"], {"DOQ_HTTP_ADDR": "0.0.0.0:1"}).http_addr == "127.0.0.1:8001"
+
+
+@pytest.mark.parametrize("argv", [
+    ["--http.port", "x"], ["--http.port", "70000"], ["--http.port", "1", "--http-addr", "h:2"],
+    ["--raft.address", "nohostport"],
+])
+def test_bad_seed_flags_are_refused(argv: list[str]) -> None:
+    with pytest.raises(InvalidArgument):
+        parse(argv)
+
+
 def test_advertise_host_replaces_the_host_of_each_announced_address() -> None:
     """A node listening on 0.0.0.0 (a pod) announces the name its peers reach it at."""
     c = parse([], {"DOQ_GRPC_ADDR": "0.0.0.0:10000", "DOQ_HTTP_ADDR": "0.0.0.0:8000",
@@ -65,3 +83,18 @@ def test_advertise_host_replaces_the_host_of_each_announced_address() -> None:
 def test_election_timeout_from_env() -> None:
     assert parse([]).election_timeout_ms == 1000
     assert parse([], {"DOQ_ELECTION_TIMEOUT_MS": "2500"}).election_timeout_ms == 2500
+
+
+def test_snapshot_settings_reach_the_raft_driver_with_its_defaults() -> None:
+    from doq.node.raft_node import RaftNodeConfig
+
+    c, driver = parse([]), RaftNodeConfig()
+    assert (c.snapshot_every, c.keep_entries) == (driver.snapshot_every, driver.keep_entries)
+    c = parse(["--snapshot-every", "50"], {"DOQ_KEEP_ENTRIES": "0"})
+    assert (c.snapshot_every, c.keep_entries) == (50, 0)
+
+
+@pytest.mark.parametrize("argv", [["--snapshot-every", "-1"], ["--keep-entries", "many"]])
+def test_bad_snapshot_settings_are_refused(argv: list[str]) -> None:
+    with pytest.raises(InvalidArgument, match=argv[0]):
+        parse(argv)

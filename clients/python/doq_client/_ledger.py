@@ -1,10 +1,19 @@
 """Bookkeeping shared by the sync and async producers: what is sent, and whose response is whose.
 
-A *chunk* is what one `enqueue`/`enqueue_many` call submitted; it is never split across
-batch frames. Its requests are kept serialized (`wire`), each carrying a dedup id (the
-caller's, or one the producer stamped), so after a failover the very same bytes are sent
-again. Responses arrive in order (one per EnqueueStream request, one per
-EnqueueBatchStream frame), so results are handed to chunks strictly FIFO.
+A *chunk* is what one `enqueue`/`send`/`enqueue_many` call submitted; it is never split
+across frames. Every message carries a dedup id (the caller's, or one the producer
+stamped), so after a failover the very same messages are sent again. A chunk is kept in
+one of two forms:
+
+- columns (`queue` set): the messages of one queue as plain values (contents, dedup ids,
+  and the other fields only when some message sets them). Consecutive chunks of one queue
+  go out together as one columnar `EnqueueBatchRequest` frame: per message the producer
+  keeps a few list entries, not a protobuf object.
+- wire (`queue` None): serialized `EnqueueRequest`s (one-message-per-frame streams, and
+  `enqueue_many` over several queues), sent as they are.
+
+Responses arrive in order (one per EnqueueStream request, one per EnqueueBatchStream
+frame), so results are handed to chunks strictly FIFO.
 """
 
 from __future__ import annotations
@@ -13,9 +22,9 @@ import itertools
 import secrets
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
-from doq_client.errors import DoqClientError, from_pb_error
+from doq_client.errors import DoqClientError, Internal, from_pb_error
 from doq_client.retry import is_failover
 from doq_client.types import EnqueueResult
 from doq_proto.v1 import doq_pb2 as pb
@@ -24,39 +33,64 @@ Outcome = EnqueueResult | DoqClientError
 
 _DEDUP_TAG = b"\x32"  # EnqueueRequest.dedup_id: field 6, length-delimited
 _MESSAGES_TAG = b"\x0a"  # EnqueueBatchRequest.messages: field 1, length-delimited
+Extra = tuple[str, int, dict[str, str], int]  # group, priority, metadata, delay_ms
+NO_EXTRA: Extra = ("", 0, {}, 0)
 
 
 class Chunk:
-    """Requests of one submit call (serialized) and the future that receives their outcomes.
+    """The messages of one submit call and the future that receives their outcomes.
 
     `single`: the future gets one `EnqueueResult` (or the item's error as an exception);
-    otherwise it gets the list of outcomes, one per request. `safe`: every request carries
+    otherwise it gets the list of outcomes, one per message. `safe`: every message carries
     a dedup id, so it may be sent again when its first sending's outcome is unknown.
-    Outcomes arrive in request order; `unanswered()` are the requests still waiting.
+    Outcomes arrive in message order; `answered` of them have arrived.
+    Columns form: `queue`, `contents`, `dedup_ids`, `extras` (None: every message has
+    the defaults); wire form: `wire`.
     """
 
-    __slots__ = ("wire", "future", "single", "safe", "outcomes")
+    __slots__ = ("queue", "contents", "dedup_ids", "extras", "wire", "future", "single",
+                 "safe", "outcomes", "nbytes")
 
-    def __init__(self, wire: list[bytes], future: Any, single: bool, safe: bool) -> None:
+    def __init__(self, wire: list[bytes] | None, future: Any, single: bool, safe: bool, *,
+                 queue: str | None = None, contents: Sequence[bytes] = (),
+                 dedup_ids: Sequence[str] = (), extras: list[Extra] | None = None) -> None:
         self.wire = wire
+        self.queue = queue
+        self.contents = contents
+        self.dedup_ids = dedup_ids
+        self.extras = extras
         self.future = future
         self.single = single
         self.safe = safe
         self.outcomes: list[Outcome] = []
+        self.nbytes = sum(map(len, self.contents)) if queue is not None else sum(map(len, wire or ()))
+
+    def __len__(self) -> int:
+        return len(self.wire) if self.queue is None else len(self.contents)  # type: ignore[arg-type]
 
     def unanswered(self) -> list[bytes]:
+        """The wire form of the messages still waiting (wire chunks only)."""
+        assert self.wire is not None
         return self.wire[len(self.outcomes) :] if self.outcomes else self.wire
+
+    def left(self) -> int:
+        return len(self) - len(self.outcomes)
 
 
 class Stamper:
-    """Serializes requests, adding a dedup id of the producer's own to those without one:
-    a random per-producer prefix and a sequence number (``<16 hex>-<12 hex>``)."""
+    """Dedup ids of the producer's own for messages without one: a random per-producer
+    prefix and a sequence number (``<16 hex>-<12 hex>``)."""
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
-        prefix = secrets.token_hex(8).encode() + b"-"
+        self._prefix = secrets.token_hex(8) + "-"
+        prefix = self._prefix.encode()
         self._head = _DEDUP_TAG + bytes((len(prefix) + 12,)) + prefix
         self._seq = itertools.count(1)
+
+    def next_id(self) -> str:
+        """A fresh dedup id ("" when stamping is off)."""
+        return f"{self._prefix}{next(self._seq):012x}" if self.enabled else ""
 
     def encode(self, requests: Sequence[pb.EnqueueRequest]) -> tuple[list[bytes], bool]:
         """The requests' wire form and whether all carry a dedup id. Appending a field to a
@@ -73,6 +107,18 @@ class Stamper:
             out.append(w)
         return out, safe
 
+    def columns(self, requests: Sequence[pb.EnqueueRequest], future: Any, single: bool) -> Chunk | None:
+        """Prebuilt requests of one queue as a columns chunk (None if they name several queues)."""
+        queue = requests[0].queue_name
+        if any(r.queue_name != queue for r in requests):
+            return None
+        dids = [r.dedup_id or self.next_id() for r in requests]
+        extras: list[Extra] | None = None
+        if any(r.group or r.priority or r.metadata or r.delay_ms for r in requests):
+            extras = [(r.group, r.priority, dict(r.metadata), r.delay_ms) for r in requests]
+        return Chunk(None, future, single, all(dids), queue=queue,
+                     contents=[r.content for r in requests], dedup_ids=dids, extras=extras)
+
 
 def _varint(n: int) -> bytes:
     if n < 0x80:
@@ -88,20 +134,70 @@ def _varint(n: int) -> bytes:
 
 
 def batch_frame(chunks: Sequence[Chunk]) -> bytes:
-    """The serialized `EnqueueBatchRequest` carrying the chunks' unanswered requests."""
+    """The serialized `EnqueueBatchRequest` carrying the wire chunks' unanswered requests."""
     return b"".join(
         _MESSAGES_TAG + _varint(len(w)) + w for c in chunks for w in c.unanswered()
     )
 
 
-def take_frame(outbox: deque[Chunk], batch: int) -> tuple[list[Chunk], int]:
-    """Take whole chunks from the outbox for one batch frame (at least one chunk)."""
-    chunks = [outbox.popleft()]
-    size = len(chunks[0].unanswered())
-    while outbox and size + len(outbox[0].unanswered()) <= batch:
-        c = outbox.popleft()
+class Frame(NamedTuple):
+    """What the ledger remembers of a sent batch frame until its response."""
+
+    size: int
+    columns: bool
+    extras: list[Extra] | None  # columns frames: the messages' fields (None: all defaults)
+
+
+def columns_frame(chunks: Sequence[Chunk]) -> tuple[bytes, Frame]:
+    """One columnar `EnqueueBatchRequest` carrying the chunks' unanswered messages (one queue)."""
+    contents: Sequence[bytes]
+    dids: Sequence[str]
+    if len(chunks) == 1 and not chunks[0].outcomes:
+        c = chunks[0]
+        contents, dids, extras = c.contents, c.dedup_ids, c.extras
+    else:
+        contents, dids = [], []
+        has_extra = any(c.extras is not None for c in chunks)
+        extras = [] if has_extra else None
+        for c in chunks:
+            k = len(c.outcomes)
+            contents += c.contents[k:]
+            dids += c.dedup_ids[k:]
+            if extras is not None:
+                extras += c.extras[k:] if c.extras is not None else [NO_EXTRA] * c.left()
+    cols = pb.EnqueueColumns(queue_name=chunks[0].queue, contents=contents)
+    if any(dids):
+        cols.dedup_ids.extend(dids)
+    if extras is not None:
+        groups, prios, mds, delays = zip(*extras, strict=True)
+        if any(groups):
+            cols.groups.extend(groups)
+        if any(prios):
+            cols.priorities.extend(prios)
+        if any(mds):
+            cols.metadata.extend(pb.Metadata(entries=md) for md in mds)
+        if any(delays):
+            cols.delays_ms.extend(delays)
+    frame = pb.EnqueueBatchRequest(columns=cols).SerializeToString()
+    return frame, Frame(len(contents), True, extras)
+
+
+def take_frame(outbox: deque[Chunk], batch: int, max_bytes: int) -> tuple[list[Chunk], int]:
+    """Take whole chunks from the outbox for one batch frame (at least one chunk): chunks
+    of one queue (columns), or wire chunks, up to `batch` messages and `max_bytes`."""
+    first = outbox.popleft()
+    chunks = [first]
+    size = first.left()
+    nbytes = first.nbytes
+    queue = first.queue
+    while outbox:
+        c = outbox[0]
+        if c.queue != queue or size + c.left() > batch or nbytes + c.nbytes > max_bytes:
+            break
+        outbox.popleft()
         chunks.append(c)
-        size += len(c.unanswered())
+        size += c.left()
+        nbytes += c.nbytes
     return chunks, size
 
 
@@ -128,22 +224,48 @@ def outcome_of(r: Any) -> Outcome:
     return EnqueueResult(r.id, r.duplicate, r.group, r.priority, r.deliver_at_ms)
 
 
+def _column_outcomes(resp: pb.EnqueueBatchResponse, frame: Frame) -> list[Outcome]:
+    ids = resp.ids
+    if len(ids) != frame.size:
+        raise Refused(Internal(f"the server answered {len(ids)} ids for {frame.size} messages"))
+    dups, deliver, positions = resp.duplicates, resp.deliver_at_ms, resp.error_positions
+    extras = frame.extras
+    if not dups and not deliver and not positions and extras is None:
+        return [EnqueueResult(i) for i in ids]
+    dup = set(dups)
+    errors = {p: _item_error(e) for p, e in zip(positions, resp.errors, strict=True)}
+    out: list[Outcome] = []
+    for pos, id_ in enumerate(ids):
+        err = errors.get(pos)
+        if err is not None:
+            out.append(err)
+            continue
+        group, prio = (extras[pos][0], extras[pos][1]) if extras is not None else ("", 0)
+        out.append(EnqueueResult(id_, pos in dup, group, prio, deliver[pos] if deliver else 0))
+    return out
+
+
 class Ledger:
     """Sent frames waiting for their responses, and the chunks they carry."""
 
     def __init__(self, resolve: Callable[[Chunk], None]) -> None:
         self._resolve = resolve
         self._chunks: deque[Chunk] = deque()  # sent (or being sent), unresolved, in order
-        self._frame_sizes: deque[int] = deque()
+        self._frames: deque[Frame] = deque()
 
     def __len__(self) -> int:
         return len(self._chunks)
 
-    def sent(self, chunks: Sequence[Chunk], frame_size: int | None) -> None:
-        """Record chunks written as one batch frame (`frame_size` items) or as single frames."""
+    @property
+    def frames(self) -> int:
+        """Batch frames sent and not answered yet."""
+        return len(self._frames)
+
+    def sent(self, chunks: Sequence[Chunk], frame: Frame | None) -> None:
+        """Record chunks written as one batch frame, or as single frames (`frame` None)."""
         self._chunks.extend(chunks)
-        if frame_size is not None:
-            self._frame_sizes.append(frame_size)
+        if frame is not None:
+            self._frames.append(frame)
 
     def on_single(self, resp: Any) -> None:
         """One EnqueueStream response. Raises `Refused` for a failover error."""
@@ -152,27 +274,41 @@ class Ledger:
     def on_batch(self, resp: Any) -> None:
         """One EnqueueBatchStream response; a frame-level failure has one result for all.
         Raises `Refused` (feeding nothing) if an item failed with a failover error."""
-        size = self._frame_sizes[0]
-        results = resp.results
-        if len(results) != size and len(results) == 1 and not results[0].success:
-            outcomes: list[Outcome] = [_item_error(results[0].error)] * size
+        frame = self._frames[0]
+        if frame.columns:
+            if resp.HasField("error"):
+                outcomes: list[Outcome] = [_item_error(resp.error)] * frame.size
+            else:
+                outcomes = _column_outcomes(resp, frame)
         else:
-            outcomes = [outcome_of(r) for r in results]
-        self._frame_sizes.popleft()
+            results = resp.results
+            if len(results) != frame.size and len(results) == 1 and not results[0].success:
+                outcomes = [_item_error(results[0].error)] * frame.size
+            else:
+                outcomes = [outcome_of(r) for r in results]
+        self._frames.popleft()
         self._feed(outcomes)
 
     def _feed(self, outcomes: list[Outcome]) -> None:
         chunks = self._chunks
-        for o in outcomes:
+        resolve = self._resolve
+        i = 0
+        n = len(outcomes)
+        while i < n:
             head = chunks[0]
-            head.outcomes.append(o)
-            if len(head.outcomes) == len(head.wire):
+            want = head.left()
+            if want == 1:
+                head.outcomes.append(outcomes[i])
+            else:
+                head.outcomes.extend(outcomes[i : i + want])
+            i += want
+            if head.left() <= 0:
                 chunks.popleft()
-                self._resolve(head)
+                resolve(head)
 
     def take_all(self) -> list[Chunk]:
         """Remove and return every unresolved chunk, in order (the stream ended or failed)."""
         out = list(self._chunks)
         self._chunks.clear()
-        self._frame_sizes.clear()
+        self._frames.clear()
         return out

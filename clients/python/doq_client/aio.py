@@ -237,10 +237,11 @@ class AsyncDoqClient:
 
     # -- streams ----------------------------------------------------------------------
     def producer(
-        self, *, window: int = 1024, batch: int = 0, auto_dedup: bool = True
+        self, *, window: int = 1024, batch: int | None = None, auto_dedup: bool = True, **kw: Any
     ) -> AsyncProducer:
-        """A pipelined producer that follows this client's leader (see `doq_client.producer`)."""
-        return AsyncProducer(self, window=window, batch=batch, auto_dedup=auto_dedup)
+        """A pipelined producer that follows this client's leader and coalesces messages into
+        frames (`batch=0`: one message per frame; see `doq_client.producer`)."""
+        return AsyncProducer(self, window=window, batch=batch, auto_dedup=auto_dedup, **kw)
 
     def consumer(self, queue: str, **kw: Any) -> AsyncConsumer:
         """A prefetching consumer that follows this client's leader (see `doq_client.consumer`)."""

@@ -258,9 +258,11 @@ class DoqClient:
         return self._call(_ops.update_priority(queue, id, priority))
 
     # -- streams ----------------------------------------------------------------------
-    def producer(self, *, window: int = 1024, batch: int = 0, auto_dedup: bool = True) -> Producer:
-        """A pipelined producer that follows this client's leader (see `doq_client.producer`)."""
-        return Producer(self, window=window, batch=batch, auto_dedup=auto_dedup)
+    def producer(self, *, window: int = 1024, batch: int | None = None, auto_dedup: bool = True,
+                 **kw: Any) -> Producer:
+        """A pipelined producer that follows this client's leader and coalesces messages into
+        frames (`batch=0`: one message per frame; see `doq_client.producer`)."""
+        return Producer(self, window=window, batch=batch, auto_dedup=auto_dedup, **kw)
 
     def consumer(self, queue: str, **kw: Any) -> Consumer:
         """A prefetching consumer that follows this client's leader (see `doq_client.consumer`)."""

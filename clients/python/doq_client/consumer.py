@@ -1,4 +1,8 @@
-"""Prefetching consumers over DequeueStream (`batched=False`) or DequeueBatchStream.
+"""Prefetching consumers over DequeueBatchStream (the default) or DequeueStream (`batched=False`).
+
+Messages arrive in frames of up to `max_batch` (default 500: a frame is one dequeue, one
+commit on the server) and are handed out one at a time (`next()`, iteration) or a frame at
+a time (`batches()`).
 
 The server keeps at most `prefetch` (>= 1) messages outstanding on the stream: each
 message is leased when the server sends it, and each ack or nack in the stream returns
@@ -23,10 +27,13 @@ calls whatever the server had sent before it saw the half-close, and waits up to
 crash (no close), unacked messages come back when their leases end
 (`visibility_timeout_ms`).
 
-Acks, nacks, releases and credits are coalesced: whatever is pending when the stream can
-write goes into one request frame (with `ack=True`, the consumer's own acks are sent every
-`prefetch // 4` messages and before it waits for more). Iterate messages with
-`for msg in consumer` (or `async for`), or whole frames with `batches()`.
+Acks, nacks, releases and credits are coalesced into request frames: acks go out once
+`prefetch // 4` of them are pending, when the consumer is about to wait for messages, or
+`ACK_INTERVAL_S` after the first of them, whichever comes first (so an ack returns its
+credit soon, and a consumer acking each message sends a frame per many acks); nacks and
+releases go out at once, with whatever is pending. With `ack=True` the consumer's own
+acks follow the same rule. Iterate messages with `for msg in consumer` (or `async for`),
+or whole frames with `batches()`.
 
 Failover: when the stream fails with a failover error (the node is not the leader, went
 away, or the connection broke; see `doq_client.retry`), the consumer opens it again on the
@@ -43,6 +50,7 @@ ack lost with the connection means a redelivery, never a loss.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue as queue_mod
 import threading
@@ -68,6 +76,7 @@ log = logging.getLogger(__name__)
 _MsgOrId = Message | int
 _U64 = 2**64
 _ACKS_PER_CALL = 1000  # ids per unary AckBatch of settlements after a failover
+ACK_INTERVAL_S = 0.001  # longest an ack waits to be coalesced with others
 
 
 class _Settlements:
@@ -143,8 +152,9 @@ class _ConsumerBase:
             auto_credit=True,
         )
         self._pending = _Settlements()
-        self._auto_due = 0  # hand-over acks pending since the last wakeup
-        self._auto_step = max(1, prefetch // 4)
+        self._ack_due = 0  # acks pending since the last request frame
+        self._ack_step = max(1, prefetch // 4)
+        self._urgent = False  # send what is pending now (see the module docstring)
         self._buffer: deque[pb.Message] = deque()  # received, not handed out yet
         self._closing = False
         self._half_closed = False  # the request stream has ended: settle by unary calls
@@ -173,35 +183,48 @@ class _ConsumerBase:
         stop its request iterator, and return the settlements it did not send."""
         orphans, self._pending = self._pending, _Settlements()
         self._buffer.clear()
-        self._auto_due = 0
+        self._ack_due = 0
+        self._urgent = False
         self._floor = _U64
         self._gen += 1
         return orphans
 
+    def _acks_added(self, n: int, first: bool) -> None:
+        """`n` acks were queued (`first`: nothing was pending): wake the sender when they
+        make a batch (`_ack_step`), or so that it starts the interval (`ACK_INTERVAL_S`)."""
+        self._ack_due += n
+        if self._ack_due >= self._ack_step:
+            self._urgent = True
+            self._wakeup()
+        elif first:
+            self._wakeup()
+
+    def _took(self) -> pb.DequeueStreamRequest:
+        """The request frame of everything pending (the sender holds the lock)."""
+        self._ack_due = 0
+        self._urgent = False
+        return self._pending.take()
+
     def _handed_one(self, m: pb.Message) -> None:
         """ack=True: the application was given `m`; ack it (in a coming frame)."""
         p = self._pending
+        first = not p
         p.acks.append(m.id)
         p.lease_ids.append(m.lease_id)
-        self._auto_due += 1
-        if self._auto_due >= self._auto_step:
-            self._auto_due = 0
-            self._wakeup()
+        self._acks_added(1, first)
 
     def _handed(self, msgs: list[pb.Message]) -> None:
         """ack=True: the application was given `msgs` (a frame); ack them."""
         p = self._pending
+        first = not p
         p.acks.extend(m.id for m in msgs)
         p.lease_ids.extend(m.lease_id for m in msgs)
-        self._auto_due += len(msgs)
-        if self._auto_due >= self._auto_step:
-            self._auto_due = 0
-            self._wakeup()
+        self._acks_added(len(msgs), first)
 
     def _before_wait(self) -> None:
-        """About to wait for messages: send the hand-over acks still held back."""
-        if self._auto_due:
-            self._auto_due = 0
+        """About to wait for messages: send the acks still held back (their credits)."""
+        if self._pending and not self._urgent:
+            self._urgent = True
             self._wakeup()
 
     def _check_open(self) -> None:
@@ -236,9 +259,10 @@ class _ConsumerBase:
                     f"a message id must be an integer within 0..{_U64 - 1}, not {m!r}", "INVALID_ID"
                 )
         if ids:
+            first = not self._pending
             self._pending.acks.extend(ids)
             self._pending.lease_ids.extend(lease_ids)
-            self._wakeup()
+            self._acks_added(len(ids), first)
         return old
 
     def _add_nack(self, msg: _MsgOrId, delay_ms: int, priority: int | None) -> _Settlements | None:
@@ -252,12 +276,14 @@ class _ConsumerBase:
             old.nacks.append(req)
             return old
         self._pending.nacks.append(req)
+        self._urgent = True
         self._wakeup()
         return None
 
     def _release(self, msgs: Iterable[pb.Message]) -> None:
         """Queue releases of messages the application will not be given (in-stream)."""
         self._pending.nacks.extend(_release_request(self.queue, m) for m in msgs)
+        self._urgent = True
 
     def _release_buffer(self) -> None:
         """On close: release what was received but never handed out."""
@@ -270,8 +296,9 @@ class AsyncConsumer(_ConsumerBase):
     channel only). Use `async with` and `async for`.
 
     `prefetch` (>= 1): messages outstanding on the stream (received and not yet acked or
-    nacked; with ack=True, not yet handed out); `batched`: use DequeueBatchStream with up
-    to `max_batch` messages per frame; `visibility_timeout_ms`: lease length (0 = the
+    nacked; with ack=True, not yet handed out); `batched` (default): DequeueBatchStream
+    with up to `max_batch` messages per frame (False: DequeueStream, one message per
+    frame); `visibility_timeout_ms`: lease length (0 = the
     queue's setting); `close_grace_s`: how long `close()` waits for the server to finish.
     """
 
@@ -282,8 +309,8 @@ class AsyncConsumer(_ConsumerBase):
         *,
         prefetch: int = 100,
         ack: bool = False,
-        batched: bool = False,
-        max_batch: int = 100,
+        batched: bool = True,
+        max_batch: int = 500,
         visibility_timeout_ms: int = 0,
         close_grace_s: float = 5.0,
     ) -> None:
@@ -330,9 +357,20 @@ class AsyncConsumer(_ConsumerBase):
 
     async def _requests(self, gen: int) -> AsyncIterator[pb.DequeueStreamRequest]:
         yield self._first
+        deadline: float | None = None  # when the pending acks go out at the latest
+        loop = asyncio.get_running_loop()
         while self._gen == gen:
             if self._pending:
-                yield self._pending.take()
+                if self._urgent or self._closing or (deadline is not None and loop.time() >= deadline):
+                    deadline = None
+                    yield self._took()
+                    continue
+                if deadline is None:
+                    deadline = loop.time() + ACK_INTERVAL_S
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout_at(deadline):
+                        await self._wake.wait()
             elif self._closing:
                 self._half_closed = True
                 return
@@ -489,8 +527,8 @@ class Consumer(_ConsumerBase):
         *,
         prefetch: int = 100,
         ack: bool = False,
-        batched: bool = False,
-        max_batch: int = 100,
+        batched: bool = True,
+        max_batch: int = 500,
         visibility_timeout_ms: int = 0,
         close_grace_s: float = 5.0,
     ) -> None:
@@ -544,27 +582,35 @@ class Consumer(_ConsumerBase):
         """Runs in a gRPC thread: sends what is pending; ends (half-close) once closing, or
         at once when a newer stream replaced this one."""
         yield self._first
+        deadline: float | None = None  # when the pending acks go out at the latest
         while True:
+            timeout: float | None = None
             with self._lock:
                 if self._gen != gen:
                     return
+                req: pb.DequeueStreamRequest | None = None
                 if self._pending:
-                    req: pb.DequeueStreamRequest | None = self._pending.take()
+                    now = time.monotonic()
+                    if self._urgent or self._closing or (deadline is not None and now >= deadline):
+                        req = self._took()
+                        deadline = None
+                    else:
+                        deadline = deadline if deadline is not None else now + ACK_INTERVAL_S
+                        timeout = deadline - now
                 elif self._closing:
                     self._half_closed = True
                     return
-                else:
-                    req = None
-            if req is None:
-                signal.get()
-            else:
+            if req is not None:
                 yield req
+                continue
+            with contextlib.suppress(queue_mod.Empty):
+                signal.get(timeout=timeout)
 
     def _fill(self) -> bool:
         """Read one frame into the buffer; False at the end of the stream (closing).
         Reopens the stream after a failover error (see the module docstring)."""
         self._ensure_started()
-        if self._auto_due:
+        if self._pending and not self._urgent:
             with self._lock:
                 self._before_wait()
         while True:

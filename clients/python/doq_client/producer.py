@@ -1,15 +1,20 @@
-"""Pipelined producers: many enqueues in flight on one EnqueueStream / EnqueueBatchStream.
+"""Pipelined producers: many enqueues in flight on one EnqueueBatchStream / EnqueueStream.
 
-`batch=0` sends one message per frame on `EnqueueStream`; `batch=N` packs up to N queued
-messages into each `EnqueueBatchStream` frame (whatever is waiting when the stream is
-ready to write; nothing is held back waiting for a frame to fill). A frame is all or
-nothing (the batch rule): one invalid message fails every message of its frame with its
-error; with `batch=0` an invalid message fails alone. At most `window`
-messages are unacknowledged at once: submitting more blocks (sync) or waits (async).
+By default the producer coalesces: the messages submitted one `enqueue` at a time are
+packed into frames of up to `batch` messages (default 1000) and `max_frame_bytes`, the
+messages of one queue as one columnar frame (`EnqueueBatchRequest.columns`: per message a
+few list entries on the client, one C call per column on the server). A frame goes out at
+once while fewer than `FRAMES_IN_FLIGHT` frames wait for their answers; otherwise the
+messages wait (at most until an answer arrives or `batch` messages are waiting), so
+frames grow with the load and a lone message is never held back. Each message stands
+alone: an invalid one fails by itself; results keep submission order. `batch=0` sends
+one message per frame on `EnqueueStream` (the seed's style). At most `window` messages are
+unacknowledged at once: submitting more blocks (sync) or waits (async).
 
 Every submit returns a future: `enqueue`/`send` -> `EnqueueResult` (an item's error is the
 future's exception), `enqueue_many` -> a list of `EnqueueResult | DoqClientError`, in
-order. Each future resolves exactly once. A future resolved with a result means the
+order (requests for several queues go in one `messages` frame, all or nothing: the batch
+rule). Each future resolves exactly once. A future resolved with a result means the
 message is durably stored. `flush()` waits for all pending results; `close()` flushes and
 ends the stream.
 
@@ -38,10 +43,21 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from doq_client._ledger import Chunk, Ledger, Outcome, Refused, Stamper, batch_frame, take_frame
+from doq_client._future import LazyFuture
+from doq_client._ledger import (
+    Chunk,
+    Frame,
+    Ledger,
+    Outcome,
+    Refused,
+    Stamper,
+    batch_frame,
+    columns_frame,
+    take_frame,
+)
 from doq_client.errors import Cancelled, DoqClientError, Internal, Unavailable, from_rpc_error
 from doq_client.retry import NO_RETRY, Attempts, is_failover
-from doq_client.types import Content, EnqueueResult, enqueue_request
+from doq_client.types import Content, EnqueueResult, enqueue_request, to_bytes
 from doq_proto.v1 import doq_pb2 as pb
 
 if TYPE_CHECKING:
@@ -50,6 +66,9 @@ if TYPE_CHECKING:
 
 _STREAM = "/doq.v1.DOQ/EnqueueStream"
 _BATCH_STREAM = "/doq.v1.DOQ/EnqueueBatchStream"
+DEFAULT_BATCH = 1000  # messages per frame at most (coalescing producers)
+DEFAULT_MAX_FRAME_BYTES = 4 << 20  # message contents per frame at most (a frame has >= 1 chunk)
+FRAMES_IN_FLIGHT = 4  # unanswered frames before messages wait to be coalesced
 
 
 def _open(channel: Any, batch: int) -> Any:
@@ -72,21 +91,24 @@ def _broken(e: Exception) -> DoqClientError:
 
 
 def _fail(chunk: Chunk, err: DoqClientError, resolve: Callable[[Chunk], None]) -> None:
-    chunk.outcomes.extend([err] * (len(chunk.wire) - len(chunk.outcomes)))
+    chunk.outcomes.extend([err] * chunk.left())
     resolve(chunk)
 
 
 class _Base:
     """State and rules shared by both producers (the caller holds the sync producer's lock)."""
 
-    def __init__(self, window: int, batch: int, auto_dedup: bool) -> None:
-        if window < 1 or batch < 0:
-            raise ValueError("window must be >= 1 and batch >= 0")
+    def __init__(self, window: int, batch: int | None, auto_dedup: bool, max_frame_bytes: int) -> None:
+        batch = DEFAULT_BATCH if batch is None else batch
+        if window < 1 or batch < 0 or max_frame_bytes < 1:
+            raise ValueError("window and max_frame_bytes must be >= 1, batch >= 0")
         self.window = window
         self.batch = batch
+        self.max_frame_bytes = max_frame_bytes
         self._stamper = Stamper(auto_dedup)
         self._inflight = 0
         self._outbox: deque[Chunk] = deque()
+        self._queued = 0  # messages in the outbox
         self._ledger = Ledger(self._resolve)
         self._gen = 0  # stream generation: a request iterator of an older one stops
         self._closing = False
@@ -98,13 +120,46 @@ class _Base:
     def _pending(self) -> bool:
         return bool(self._ledger) or bool(self._outbox)
 
+    # -- chunks: what one submit call holds -------------------------------------------
+    def _message(self, queue: str, content: Content, group: str, priority: int,
+                 metadata: Mapping[str, str] | None, dedup_id: str, delay_ms: int) -> Chunk:
+        """One message as a chunk (columns when coalescing; validated like `enqueue_request`)."""
+        if not self.batch or type(queue) is not str or group or priority or metadata or delay_ms:
+            req = enqueue_request(queue, content, group=group, priority=priority, metadata=metadata,
+                                  dedup_id=dedup_id, delay_ms=delay_ms)
+            return self._requests_chunk([req], True)
+        body = content if type(content) is bytes else to_bytes(content)
+        did = dedup_id or self._stamper.next_id()
+        return Chunk(None, None, True, bool(did), queue=queue, contents=(body,), dedup_ids=(did,))
+
+    def _requests_chunk(self, requests: Sequence[pb.EnqueueRequest], single: bool) -> Chunk:
+        """Prebuilt requests as a chunk: columns when coalescing and they name one queue."""
+        if self.batch:
+            chunk = self._stamper.columns(requests, None, single)
+            if chunk is not None:
+                return chunk
+        wire, safe = self._stamper.encode(requests)
+        return Chunk(wire, None, single, safe)
+
+    # -- frames -------------------------------------------------------------------------
+    def _sendable(self) -> bool:
+        """Whether the outbox's head may go out now (see the module docstring)."""
+        return (not self.batch or self._ledger.frames < FRAMES_IN_FLIGHT
+                or self._queued >= self.batch)
+
     def _take(self) -> list[Any]:
         """Move the next frame's chunks from the outbox to the ledger; its request(s)."""
         if self.batch:
-            chunks, size = take_frame(self._outbox, self.batch)
-            self._ledger.sent(chunks, size)
-            return [batch_frame(chunks)]
+            chunks, size = take_frame(self._outbox, self.batch, self.max_frame_bytes)
+            self._queued -= size
+            if chunks[0].queue is not None:
+                data, frame = columns_frame(chunks)
+            else:
+                data, frame = batch_frame(chunks), Frame(size, False, None)
+            self._ledger.sent(chunks, frame)
+            return [data]
         chunk = self._outbox.popleft()
+        self._queued -= chunk.left()
         self._ledger.sent([chunk], None)
         return chunk.unanswered()
 
@@ -119,11 +174,13 @@ class _Base:
             else:
                 _fail(c, err, self._resolve)
         self._outbox.extendleft(reversed(again))
+        self._queued += sum(c.left() for c in again)
 
     def _fail_all(self, err: DoqClientError) -> None:
         """Every pending future fails with `err`; the producer refuses new work."""
         left = self._ledger.take_all() + list(self._outbox)
         self._outbox.clear()
+        self._queued = 0
         if left:
             self._error = err
         for c in left:
@@ -151,10 +208,11 @@ class AsyncProducer(_Base):
         client: AsyncDoqClient | grpc.aio.Channel,
         *,
         window: int = 1024,
-        batch: int = 0,
+        batch: int | None = None,
         auto_dedup: bool = True,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
     ) -> None:
-        super().__init__(window, batch, auto_dedup)
+        super().__init__(window, batch, auto_dedup, max_frame_bytes)
         from doq_client.aio import AsyncDoqClient
 
         self._client = client if isinstance(client, AsyncDoqClient) else AsyncDoqClient(channel=client)
@@ -183,33 +241,23 @@ class AsyncProducer(_Base):
         delay_ms: int = 0,
     ) -> asyncio.Future[EnqueueResult]:
         """Submit one message; await the returned future for its `EnqueueResult`."""
-        req = enqueue_request(
-            queue,
-            content,
-            group=group,
-            priority=priority,
-            metadata=metadata,
-            dedup_id=dedup_id,
-            delay_ms=delay_ms,
-        )
-        return await self._submit([req], True)
+        chunk = self._message(queue, content, group, priority, metadata, dedup_id, delay_ms)
+        return await self._submit(chunk)
 
     async def send(self, request: pb.EnqueueRequest) -> asyncio.Future[EnqueueResult]:
         """Submit a prebuilt `EnqueueRequest` (see `doq_client.enqueue_request`); it is not changed."""
-        return await self._submit([request], True)
+        return await self._submit(self._requests_chunk([request], True))
 
     async def enqueue_many(
         self, requests: Sequence[pb.EnqueueRequest]
     ) -> asyncio.Future[list[Outcome]]:
-        """Submit several requests together (one frame in batch mode); one outcome each."""
+        """Submit several requests together (one frame); one outcome each."""
         if not requests:
             raise ValueError("enqueue_many needs at least one request")
-        return await self._submit(requests, False)
+        return await self._submit(self._requests_chunk(requests, False))
 
-    async def _submit(
-        self, requests: Sequence[pb.EnqueueRequest], single: bool
-    ) -> asyncio.Future[Any]:
-        n = len(requests)
+    async def _submit(self, chunk: Chunk) -> asyncio.Future[Any]:
+        n = len(chunk)
         while True:
             if self._error is not None:
                 raise self._error
@@ -219,14 +267,17 @@ class AsyncProducer(_Base):
                 break
             self._space.clear()
             await self._space.wait()
-        wire, safe = self._stamper.encode(requests)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        chunk.future = fut
         self._inflight += n
         self._idle.clear()
-        self._outbox.append(Chunk(wire, fut, single, safe))
+        wake = not self._outbox
+        self._outbox.append(chunk)
+        self._queued += n
         if self._runner is None:
             self._runner = asyncio.get_running_loop().create_task(self._run())
-        self._wake.set()
+        if wake or self._queued >= self.batch:
+            self._wake.set()
         return fut
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -260,6 +311,8 @@ class AsyncProducer(_Base):
                 try:
                     async for resp in call:
                         on_resp(resp)
+                        if self._outbox:
+                            self._wake.set()  # a frame slot is free
                         tries = None
                 except grpc.RpcError as e:
                     err = from_rpc_error(e)
@@ -296,17 +349,17 @@ class AsyncProducer(_Base):
         while True:
             if self._gen != gen:
                 return
-            if not self._outbox:
-                if self._closing or self._error is not None:
-                    return
-                self._wake.clear()
-                await self._wake.wait()
+            if self._outbox and self._sendable():
+                for request in self._take():
+                    yield request
                 continue
-            for request in self._take():
-                yield request
+            if not self._outbox and (self._closing or self._error is not None):
+                return
+            self._wake.clear()
+            await self._wake.wait()
 
     def _resolve(self, chunk: Chunk) -> None:
-        self._inflight -= len(chunk.wire)
+        self._inflight -= len(chunk)
         if self._inflight < self.window:
             self._space.set()
         if self._inflight == 0:
@@ -327,14 +380,17 @@ class Producer(_Base):
         client: DoqClient | grpc.Channel,
         *,
         window: int = 1024,
-        batch: int = 0,
+        batch: int | None = None,
         auto_dedup: bool = True,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
     ) -> None:
-        super().__init__(window, batch, auto_dedup)
+        super().__init__(window, batch, auto_dedup, max_frame_bytes)
         from doq_client.client import DoqClient
 
         self._client = client if isinstance(client, DoqClient) else DoqClient(channel=client)
-        self._cond = threading.Condition()
+        lock = threading.RLock()
+        self._cond = threading.Condition(lock)  # results: window space, flush
+        self._send = threading.Condition(lock)  # the request iterator: something to send
         self._runner: threading.Thread | None = None
 
     def __enter__(self) -> Producer:
@@ -355,34 +411,22 @@ class Producer(_Base):
         delay_ms: int = 0,
     ) -> concurrent.futures.Future[EnqueueResult]:
         """Submit one message; `.result()` of the returned future is its `EnqueueResult`."""
-        req = enqueue_request(
-            queue,
-            content,
-            group=group,
-            priority=priority,
-            metadata=metadata,
-            dedup_id=dedup_id,
-            delay_ms=delay_ms,
-        )
-        return self._submit([req], True)
+        return self._submit(self._message(queue, content, group, priority, metadata, dedup_id, delay_ms))
 
     def send(self, request: pb.EnqueueRequest) -> concurrent.futures.Future[EnqueueResult]:
         """Submit a prebuilt `EnqueueRequest`; it is not changed."""
-        return self._submit([request], True)
+        return self._submit(self._requests_chunk([request], True))
 
     def enqueue_many(
         self, requests: Sequence[pb.EnqueueRequest]
     ) -> concurrent.futures.Future[list[Outcome]]:
-        """Submit several requests together (one frame in batch mode); one outcome each."""
+        """Submit several requests together (one frame); one outcome each."""
         if not requests:
             raise ValueError("enqueue_many needs at least one request")
-        return self._submit(requests, False)
+        return self._submit(self._requests_chunk(requests, False))
 
-    def _submit(
-        self, requests: Sequence[pb.EnqueueRequest], single: bool
-    ) -> concurrent.futures.Future[Any]:
-        n = len(requests)
-        wire, safe = self._stamper.encode(requests)
+    def _submit(self, chunk: Chunk) -> concurrent.futures.Future[Any]:
+        n = len(chunk)
         with self._cond:
             while True:
                 if self._error is not None:
@@ -392,13 +436,17 @@ class Producer(_Base):
                 if self._inflight == 0 or self._inflight + n <= self.window:
                     break
                 self._cond.wait()
-            fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+            fut: concurrent.futures.Future[Any] = LazyFuture()
+            chunk.future = fut
             self._inflight += n
-            self._outbox.append(Chunk(wire, fut, single, safe))
+            wake = not self._outbox
+            self._outbox.append(chunk)
+            self._queued += n
             if self._runner is None:
                 self._runner = threading.Thread(target=self._run, name="doq-producer", daemon=True)
                 self._runner.start()
-            self._cond.notify_all()
+            if wake or self._queued >= self.batch:
+                self._send.notify()
             return fut
 
     def flush(self, timeout_s: float | None = None) -> bool:
@@ -413,10 +461,14 @@ class Producer(_Base):
         finally:
             with self._cond:
                 self._closing = True
-                self._cond.notify_all()
+                self._wake_all()
                 runner = self._runner
             if runner is not None and runner is not threading.current_thread():
                 runner.join(timeout_s)
+
+    def _wake_all(self) -> None:  # holds the lock
+        self._cond.notify_all()
+        self._send.notify_all()
 
     def _run(self) -> None:
         """The stream thread; see `AsyncProducer._run`."""
@@ -426,6 +478,7 @@ class Producer(_Base):
             with self._cond:
                 self._fail_all(_broken(e))
                 self._runner = None
+                self._wake_all()
 
     def _stream(self) -> None:
         on_resp = self._ledger.on_batch if self.batch else self._ledger.on_single
@@ -438,6 +491,9 @@ class Producer(_Base):
                 for resp in call:
                     with self._cond:
                         on_resp(resp)
+                        self._cond.notify_all()  # window space, flush (once per response)
+                        if self._outbox:
+                            self._send.notify()  # a frame slot is free
                     tries = None
             except grpc.RpcError as e:
                 err = from_rpc_error(e)
@@ -446,7 +502,7 @@ class Producer(_Base):
                 call.cancel()
             with self._cond:
                 self._gen += 1
-                self._cond.notify_all()
+                self._wake_all()
                 if not self._pending():
                     self._runner = None  # closed, or idle: the next submit starts a stream
                     return
@@ -454,6 +510,7 @@ class Producer(_Base):
                 if not is_failover(err):
                     self._fail_all(err)
                     self._runner = None
+                    self._wake_all()
                     return
             tries = tries or Attempts(NO_RETRY, self._client.failover, True)
             delay = tries.next_delay(err, self._client._redirect(err, addr))
@@ -461,23 +518,27 @@ class Producer(_Base):
                 if delay is None:
                     self._fail_all(err)
                     self._runner = None
+                    self._wake_all()
                     return
                 self._requeue(err)
+                self._wake_all()
             time.sleep(delay)
 
     def _requests(self, gen: int) -> Iterator[bytes]:
         while True:
             with self._cond:
-                while not self._outbox:
-                    if self._gen != gen or self._closing or self._error is not None:
+                while True:
+                    if self._gen != gen:
                         return
-                    self._cond.wait()
-                if self._gen != gen:
-                    return
+                    if self._outbox:
+                        if self._sendable():
+                            break
+                    elif self._closing or self._error is not None:
+                        return
+                    self._send.wait()
                 frame = self._take()
             yield from frame
 
-    def _resolve(self, chunk: Chunk) -> None:  # holds self._cond
-        self._inflight -= len(chunk.wire)
-        self._cond.notify_all()
+    def _resolve(self, chunk: Chunk) -> None:  # holds the lock; the caller wakes the waiters
+        self._inflight -= len(chunk)
         self._settle(chunk)

@@ -221,16 +221,61 @@ class EnqueueResponse(_message.Message):
     def __init__(self, success: _Optional[bool] = ..., id: _Optional[int] = ..., duplicate: _Optional[bool] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., group: _Optional[str] = ..., priority: _Optional[int] = ..., deliver_at_ms: _Optional[int] = ...) -> None: ...
 
 class EnqueueBatchRequest(_message.Message):
-    __slots__ = ("messages",)
+    __slots__ = ("messages", "columns")
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[EnqueueRequest]
-    def __init__(self, messages: _Optional[_Iterable[_Union[EnqueueRequest, _Mapping]]] = ...) -> None: ...
+    columns: EnqueueColumns
+    def __init__(self, messages: _Optional[_Iterable[_Union[EnqueueRequest, _Mapping]]] = ..., columns: _Optional[_Union[EnqueueColumns, _Mapping]] = ...) -> None: ...
+
+class EnqueueColumns(_message.Message):
+    __slots__ = ("queue_name", "contents", "groups", "priorities", "metadata", "dedup_ids", "delays_ms")
+    QUEUE_NAME_FIELD_NUMBER: _ClassVar[int]
+    CONTENTS_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITIES_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    DEDUP_IDS_FIELD_NUMBER: _ClassVar[int]
+    DELAYS_MS_FIELD_NUMBER: _ClassVar[int]
+    queue_name: str
+    contents: _containers.RepeatedScalarFieldContainer[bytes]
+    groups: _containers.RepeatedScalarFieldContainer[str]
+    priorities: _containers.RepeatedScalarFieldContainer[int]
+    metadata: _containers.RepeatedCompositeFieldContainer[Metadata]
+    dedup_ids: _containers.RepeatedScalarFieldContainer[str]
+    delays_ms: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, queue_name: _Optional[str] = ..., contents: _Optional[_Iterable[bytes]] = ..., groups: _Optional[_Iterable[str]] = ..., priorities: _Optional[_Iterable[int]] = ..., metadata: _Optional[_Iterable[_Union[Metadata, _Mapping]]] = ..., dedup_ids: _Optional[_Iterable[str]] = ..., delays_ms: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class Metadata(_message.Message):
+    __slots__ = ("entries",)
+    class EntriesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.ScalarMap[str, str]
+    def __init__(self, entries: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class EnqueueBatchResponse(_message.Message):
-    __slots__ = ("results",)
+    __slots__ = ("results", "ids", "duplicates", "deliver_at_ms", "error", "error_positions", "errors")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATES_FIELD_NUMBER: _ClassVar[int]
+    DELIVER_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    ERROR_POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[EnqueueResponse]
-    def __init__(self, results: _Optional[_Iterable[_Union[EnqueueResponse, _Mapping]]] = ...) -> None: ...
+    ids: _containers.RepeatedScalarFieldContainer[int]
+    duplicates: _containers.RepeatedScalarFieldContainer[int]
+    deliver_at_ms: _containers.RepeatedScalarFieldContainer[int]
+    error: Error
+    error_positions: _containers.RepeatedScalarFieldContainer[int]
+    errors: _containers.RepeatedCompositeFieldContainer[Error]
+    def __init__(self, results: _Optional[_Iterable[_Union[EnqueueResponse, _Mapping]]] = ..., ids: _Optional[_Iterable[int]] = ..., duplicates: _Optional[_Iterable[int]] = ..., deliver_at_ms: _Optional[_Iterable[int]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., error_positions: _Optional[_Iterable[int]] = ..., errors: _Optional[_Iterable[_Union[Error, _Mapping]]] = ...) -> None: ...
 
 class DequeueRequest(_message.Message):
     __slots__ = ("queue_name", "ack", "max_messages", "wait_ms", "visibility_timeout_ms")
