@@ -2,35 +2,32 @@
 describes, in parallel by frame, and prove it equal to the state the node recorded.
 
     files ──driver──► headers, footers, chain rules, frame index ──► tasks (ranges of frames)
-    tasks ──stage 1──► read_frame (CRC, counts, versions) ─► (key, (file, version, hash, info))
+    tasks ──stage 1──► read_frame (CRC, counts, versions), hash ──► packed records
           ──shuffle by key──► per key: the record with the highest version across the chain
           ──stage 2──► per partition: digest deltas per file, per-queue counts ──► driver
 
+This module is the driver: it opens the files, checks the chain, plans the tasks, runs
+the two stages (`doq.backup.rebuild`, the executor side) and adds up what they found.
 The digest (`doq.backup.digest`) is a sum, so the rebuilt state's digest is a plain
 reduce. For every file that records one, the state rebuilt from the chain up to that file
 is checked against it (the last file proves the whole chain). Every failure is named with
 its file, frame (index in the file's frame index) and byte offset where it has one.
 
 `verify(paths, spark=...)` is the function tests call; `doq verify` (doq/backup/
-verify_cli.py) and `spark-submit backup/verify_job.py` run it with the same code. Executors
-need `doq` (shipped as a zip, see `build_zip`) and `zstandard` + `protobuf`; every file
-path must be readable at the same path by every executor (local disk in local mode, a
-shared file system on a cluster).
+verify_cli.py) and `spark-submit backup/verify_job.py` run it with the same code.
+Executors need `doq` (shipped as a zip, `doq.backup.spark.build_zip`) and `zstandard` +
+`protobuf`; the driver and every executor must see the files at the same path (local
+disk in local mode, a shared file system on a cluster).
 """
 
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
-import struct
-import sys
 import tempfile
 import threading
 import time
-import zipfile
-import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -47,40 +44,17 @@ from doq.backup.format import (
     read_header,
 )
 from doq.backup.ops import chain_problems
+from doq.backup.rebuild import Failure, Task, decode_task, summarize
+from doq.backup.spark import build_zip, spark_session
 from doq.queues import keys as K
 from doq.queues import records as R
-from doq.queues.model import QueueType
+
+__all__ = ["Failure", "FileReport", "QueueCounts", "VerifyReport", "build_zip", "spark_session", "verify"]
 
 DEFAULT_TASK_BYTES = 64 * 1024 * 1024  # compressed bytes of frames per task (at most)
-MAX_FAILURES_PER_PARTITION = 100
 
 
 # -- the report ----------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Failure:
-    """One thing that did not verify. `reason`: BACKUP_* of the format and chain rules,
-    BACKUP_FILE (cannot open), BACKUP_TOTALS (footer totals vs the frames), DIGEST_MISMATCH,
-    DIGEST_NOT_RECORDED, STATE_INCONSISTENT (records that do not form a state), AGAINST
-    (the live node could not be backed up)."""
-
-    reason: str
-    message: str
-    file: str | None = None
-    frame: int | None = None  # index in the file's frame index
-    offset: int | None = None  # byte offset in the file
-    key: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__slots__ if getattr(self, k) is not None}  # type: ignore[attr-defined]
-
-    def line(self) -> str:
-        where = ", ".join(p for p in (
-            self.file, None if self.frame is None else f"frame {self.frame}",
-            None if self.offset is None else f"offset {self.offset}",
-            None if self.key is None else f"key {self.key}") if p)
-        return f"{self.reason}: {where + ': ' if where else ''}{self.message}"
-
-
 @dataclass
 class FileReport:
     name: str
@@ -246,9 +220,6 @@ def check_files_chain(files: Sequence[FileReport]) -> list[Failure]:
     return [Failure(p.reason, p.message, usable[i].name) for i, p in problems]
 
 
-Task = tuple[int, int, str, int, tuple[tuple[int, ...], ...]]  # id, file, path, first frame, frames
-
-
 def plan_tasks(files: Sequence[FileReport], *, parallelism: int, task_bytes: int = DEFAULT_TASK_BYTES,
                frames_per_task: int | None = None) -> list[Task]:
     """Split every readable file into ranges of consecutive frames, one Spark task each:
@@ -298,249 +269,6 @@ def find_now_ms(files: Sequence[FileReport]) -> int:
                     if key == K.META_KEY and value is not None:
                         return int(R.META_REC.unpack_from(value)[1])
     return 0
-
-
-# -- executors: stage 1, decode a range of frames ----------------------------------------
-# What travels through the shuffle, per frame and shuffle partition: (keys, blob), `keys` a
-# list of the records' keys and `blob` their fixed parts back to back (_FIXED: file,
-# version, flags, info, 32-byte item digest; zeros for a tombstone). Few large items, and
-# per record only C-level packing and unpacking: Spark's Python shuffle costs per item.
-_FIXED = struct.Struct("<HQBq32s")
-_LIVE, _INFO, _FAIR = 1, 2, 4  # flags: live record; info valid; the queue is fair
-_NO_DIGEST = bytes(32)
-_MAX_INFO = 2**63 - 1
-
-
-def decode_task(task: Task, partitions: int, counters: tuple[Any, Any] | None = None) -> Iterator[tuple[int, Any]]:
-    """Read and check the task's frames. Yields (shuffle partition, (keys, blob)) per frame
-    and partition (the partition: CRC-32 of the key), then (task id % partitions, frame
-    stats and failures). A record's `info`: message: -1 in flight, else deliver_at_ms;
-    queue: its dead count (flag _FAIR for a fair queue); meta: now_ms; dedup: 0."""
-    with _no_gc():
-        yield from _decode_task(task, partitions, counters)
-
-
-@contextlib.contextmanager
-def _no_gc() -> Iterator[None]:
-    """The cyclic garbage collector off: the job's loops build millions of tuples and no
-    cycle, and each collection would walk them all (~30 % of the time)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
-def _decode_task(task: Task, partitions: int, counters: tuple[Any, Any] | None) -> Iterator[tuple[int, Any]]:
-    task_id, fi, path, first, frames = task
-    stats: list[tuple[int, int, int, int, int]] = []  # frame, records, tombstones, raw bytes, last version
-    failures: list[Failure] = []  # frames that do not read
-    bad_records: list[Failure] = []  # records that are not doq records (the first few)
-    n_bad = 0
-    item_digest = D.item_digest
-    delivery = R.message_delivery
-    pack = _FIXED.pack
-    crc = zlib.crc32
-    msg, queue, dedup, meta = K.MESSAGE, K.QUEUE, K.DEDUP, K.META_KEY
-    fair = QueueType.FAIR
-    n_records = 0
-    with open(path, "rb") as fh:
-        for i, t in enumerate(frames, start=first):
-            entry = FrameEntry(*t)
-            try:
-                recs = read_frame(fh, entry)
-            except BackupFormatError as e:
-                failures.append(Failure(e.reason, e.message, path, i, e.offset))
-                continue
-            keys: list[list[bytes]] = [[] for _ in range(partitions)]
-            fixed: list[list[bytes]] = [[] for _ in range(partitions)]
-            tombs = 0
-            for key, value, version in recs:
-                b = crc(key) % partitions
-                keys[b].append(key)
-                if value is None:
-                    tombs += 1
-                    fixed[b].append(pack(fi, version, 0, 0, _NO_DIGEST))
-                    continue
-                kind = key[0] if key else -1
-                flags = _LIVE | _INFO
-                try:
-                    if kind == msg:
-                        in_flight, at = delivery(value)
-                        info = -1 if in_flight else min(at, _MAX_INFO)
-                    elif kind == queue:
-                        qtype, _, dead, _ = R.decode_queue(value)
-                        info = min(dead, _MAX_INFO)
-                        if qtype is fair:
-                            flags |= _FAIR
-                    elif kind == dedup:
-                        info = 0
-                    elif key == meta:
-                        info = min(R.META_REC.unpack_from(value)[1], _MAX_INFO)
-                    else:
-                        raise ValueError("unknown record kind")
-                except Exception as e:  # not a doq record: still part of the state (and its digest)
-                    n_bad += 1
-                    if len(bad_records) < MAX_FAILURES_PER_PARTITION:
-                        bad_records.append(Failure("STATE_INCONSISTENT", f"undecodable {chr(kind) if kind > 0 else ''} "
-                                                   f"record at version {version}: {e}", path, i, entry.offset,
-                                                   _show(key)))
-                    flags, info = _LIVE, 0
-                fixed[b].append(pack(fi, version, flags, info, item_digest(key, value, version)))
-            for b in range(partitions):
-                if keys[b]:
-                    yield b, (keys[b], b"".join(fixed[b]))
-            stats.append((i, len(recs), tombs, entry.uncompressed_length, entry.last_version))
-            n_records += len(recs)
-    if counters is not None:
-        counters[0].add(len(stats) + len(failures))
-        counters[1].add(n_records)
-    yield task_id % partitions, (fi, _partition_id(), stats, failures, bad_records, n_bad - len(bad_records))
-
-
-def unpack_records(keys: list[bytes], blob: bytes, into: dict[bytes, Any]) -> None:
-    """Add records to `into`: key -> (file, version, flags, info, digest), or a list of
-    them when a key has several records."""
-    get = into.get
-    for key, rec in zip(keys, _FIXED.iter_unpack(blob), strict=True):
-        old = get(key)
-        if old is None:
-            into[key] = rec
-        elif type(old) is list:
-            old.append(rec)
-        else:
-            into[key] = [old, rec]
-
-
-def _partition_id() -> int:
-    try:
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        return ctx.partitionId() if ctx is not None else -1
-    except ImportError:
-        return -1
-
-
-def _show(key: bytes) -> str:
-    """A key for humans: kind letter, queue name, and the rest (message id) if any."""
-    try:
-        if key == K.META_KEY:
-            return "G (meta)"
-        kind, name, rest = K.split_name(key)
-        tail = f" id {K.message_id(rest)}" if kind == K.MESSAGE else (f" {rest.decode()!r}" if rest else "")
-        return f"{chr(kind)} {name!r}{tail}"
-    except (ValueError, UnicodeError):
-        return repr(key[:80])
-
-
-# -- executors: stage 2, rebuild the keys of one shuffle partition ------------------------
-def summarize(items: Iterable[tuple[int, Any]], now_ms: int, n_files: int) -> Iterator[dict[str, Any]]:
-    """Per shuffle partition: rebuild its keys from the blobs of every task, then yield
-    digest deltas per file (the digest of the state rebuilt up to file i is the sum of the
-    deltas of files 0..i), per-queue counts of the final state, and the task stats."""
-    with _no_gc():
-        yield _summarize(items, now_ms, n_files)
-
-
-def _summarize(items: Iterable[tuple[int, Any]], now_ms: int, n_files: int) -> dict[str, Any]:
-    records: dict[bytes, Any] = {}
-    stats: list[Any] = []
-    for _, v in items:
-        if len(v) == 2:
-            unpack_records(v[0], v[1], records)
-        else:
-            stats.append(v)
-    deltas = [0] * n_files
-    final = 0
-    live = 0
-    msgs: dict[bytes, list[int]] = {}  # queue name -> [ready, delayed, in flight, dedup]
-    queues: dict[bytes, tuple[str, int]] = {}
-    failures: list[Failure] = []
-    dropped = 0
-    meta_now: int | None = None
-    frm = int.from_bytes
-    for key, v in records.items():
-        if type(v) is tuple:
-            f, _, flags, info, h = v
-            if not flags & _LIVE:
-                continue
-            hv = frm(h, "big")
-            deltas[f] += hv
-        else:
-            cur, problem = _history(v, deltas)
-            if problem is not None:
-                if len(failures) < MAX_FAILURES_PER_PARTITION:
-                    failures.append(Failure("STATE_INCONSISTENT", problem, None, None, None, _show(key)))
-                else:
-                    dropped += 1
-            if cur is None or not cur[2] & _LIVE:
-                continue
-            _, _, flags, info, h = cur
-            hv = frm(h, "big")
-        final += hv
-        live += 1
-        if not flags & _INFO:
-            continue  # undecodable (reported by stage 1)
-        kind = key[0]
-        if kind == K.MESSAGE:
-            c = msgs.get(key[3:-8])
-            if c is None:
-                c = msgs[key[3:-8]] = [0, 0, 0, 0]
-            c[2 if info < 0 else 1 if info > now_ms else 0] += 1
-        elif kind == K.QUEUE:
-            queues[key[3:]] = ("fair" if flags & _FAIR else "delayed", info)
-        elif kind == K.DEDUP:
-            name = key[3 : 3 + int.from_bytes(key[1:3], "big")]
-            c = msgs.get(name)
-            if c is None:
-                c = msgs[name] = [0, 0, 0, 0]
-            c[3] += 1
-        elif key == K.META_KEY:
-            meta_now = info
-    return {"deltas": [d & D.MASK for d in deltas], "final": final & D.MASK, "live": live, "msgs": msgs,
-            "queues": queues, "stats": stats, "failures": failures, "dropped": dropped, "meta_now": meta_now}
-
-
-def _history(entries: list[tuple[int, int, int, int, bytes]], deltas: list[int]) -> tuple[Any, str | None]:
-    """The records of one key across the chain, each (file, version, flags, info, digest):
-    add to `deltas[i]` how the key's contribution changes with file i, and return (the
-    final record or None, a problem or None).
-
-    The state up to file i holds, per key, the record with the highest version among
-    files 0..i (a live record wins over a tombstone of the same version: deleted and
-    written again by one log entry). A file holds at most one live record per key, and
-    two files holding the same version of a key must agree on it."""
-    entries.sort(key=lambda e: (e[0], e[1], e[2] & _LIVE))
-    cur: tuple[int, int, int, int, bytes] | None = None
-    problem = None
-    i = 0
-    n = len(entries)
-    while i < n:
-        f = entries[i][0]
-        j = i
-        lives = 0
-        while j < n and entries[j][0] == f:
-            lives += entries[j][2] & _LIVE
-            j += 1
-        best = entries[j - 1]  # highest (version, live) of file f
-        if lives > 1:
-            problem = f"file #{f + 1} holds {lives} live records of this key (a file holds at most one)"
-        if cur is None or (best[1], best[2] & _LIVE) > (cur[1], cur[2] & _LIVE):
-            deltas[f] += _value(best) - (_value(cur) if cur is not None else 0)
-            cur = best
-        elif best[1] == cur[1] and best[2] & _LIVE and best[4] != cur[4]:
-            problem = (f"version {best[1]} differs between file #{cur[0] + 1} and file #{f + 1} "
-                       "(files of different histories?)")
-        i = j
-    return cur, problem
-
-
-def _value(rec: tuple[int, int, int, int, bytes]) -> int:
-    """A record's contribution to the digest: its item hash if live, else 0."""
-    return int.from_bytes(rec[4], "big") if rec[2] & _LIVE else 0
 
 
 # -- the job -----------------------------------------------------------------------------
@@ -778,67 +506,6 @@ def _applied_index(base: str, timeout_s: float) -> int:
             return int(json.loads(r.read())["applied_index"])
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise RequestFailed(describe_error(url, e)) from e
-
-
-# -- Spark session and shipping doq to executors -------------------------------------------
-def spark_session(master: str | None = None, conf: dict[str, str] | None = None, app: str = "doq verify") -> Any:
-    """A SparkSession for `master` (None: as configured, e.g. by spark-submit, else
-    local[*]). Executors run this Python (PYSPARK_PYTHON, unless set); on a non-local
-    master the `doq` package is shipped to them as a zip (`build_zip`)."""
-    from pyspark import SparkConf, SparkContext
-    from pyspark.sql import SparkSession
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    if master is None or master.startswith("local"):
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # (before the JVM) bind nothing but loopback
-    SparkContext._ensure_initialized()  # the JVM: spark-submit's settings, spark-defaults.conf
-    configured = SparkConf()
-    chosen = master or configured.get("spark.master") or "local[*]"
-    b = SparkSession.builder.appName(app).master(chosen)
-    local_host = chosen.startswith("local") or "//127.0.0.1:" in chosen or "//localhost:" in chosen
-    defaults = {"spark.python.worker.reuse": "true", "spark.ui.showConsoleProgress": "false"}
-    if local_host and not configured.contains("spark.driver.host"):
-        defaults.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
-    if chosen.startswith("local") and not configured.contains("spark.ui.enabled"):
-        defaults["spark.ui.enabled"] = "false"
-    for k, v in {**defaults, **(conf or {})}.items():
-        b = b.config(k, v)
-    spark = b.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
-    if not chosen.startswith("local"):
-        ship_doq(spark)
-    return spark
-
-
-def ship_doq(spark: Any) -> None:
-    """Make `doq` (and `doq_proto`) importable on the executors: a zip added with addPyFile."""
-    out = Path(tempfile.mkdtemp(prefix="doq-verify-zip-")) / "doq.zip"
-    build_zip(out)
-    spark.sparkContext.addPyFile(str(out))
-
-
-def build_zip(out: str | os.PathLike[str]) -> Path:
-    """Zip the `doq` and `doq_proto` packages (.py and .pyi files) for `--py-files` /
-    addPyFile. Executors still need zstandard and protobuf installed (the decoder's
-    dependencies)."""
-    import doq_proto
-
-    import doq
-
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
-        for pkg in (doq, doq_proto):
-            root = Path(pkg.__file__).resolve().parent  # type: ignore[arg-type]
-            dirs = set()
-            for p in sorted(root.rglob("*.py")):
-                if "__pycache__" not in p.parts:
-                    z.write(p, Path(root.name) / p.relative_to(root))
-                    dirs.add(p.parent)
-            for d in sorted(dirs):  # a namespace package (no __init__.py) is a regular one in the
-                if not (d / "__init__.py").exists():  # zip, so no other copy of doq can supply it
-                    z.writestr(str(Path(root.name) / d.relative_to(root) / "__init__.py"), "")
-    return out
 
 
 # -- progress --------------------------------------------------------------------------------

@@ -84,7 +84,8 @@ def cmd_verify(ns: argparse.Namespace) -> int:
         return _fail("PySpark is not installed: pip install 'doq[spark]' (and a Java runtime)")
     from pyspark.sql import SparkSession
 
-    from doq.backup.verify import spark_session, verify
+    from doq.backup.spark import spark_session
+    from doq.backup.verify import verify
 
     progress = None if ns.quiet else sys.stderr
     active = SparkSession.getActiveSession()  # in-process callers (tests) bring their own

@@ -10,7 +10,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    from doq.backup.verify import spark_session
+    from doq.backup.spark import spark_session
 
     session = spark_session("local[2]", {"spark.default.parallelism": "2"}, app="doq tests")
     try:

@@ -13,18 +13,14 @@ import pytest
 
 from doq.backup import digest as D
 from doq.backup.format import BackupReader, write_records
+from doq.backup.rebuild import _FIXED, _LIVE, _history, decode_task, summarize
 from doq.backup.verify import (
-    _FIXED,
-    _LIVE,
     VerifyReport,
     _combine,
-    _history,
     check_files_chain,
-    decode_task,
     find_now_ms,
     open_files,
     plan_tasks,
-    summarize,
 )
 from doq.bench.chain import generate
 
