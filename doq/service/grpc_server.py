@@ -31,7 +31,7 @@ from grpc_reflection.v1alpha import reflection
 
 from doq.errors import DoqError, InvalidArgument
 from doq.node.base import Node
-from doq.queues.commands import Ack, Enqueue, Nack
+from doq.queues.commands import Ack, Nack
 from doq.queues.model import EnqueueColumnsResult, EnqueueResult, MessageView
 from doq.service import convert as cv
 from doq.service import limits as v
@@ -329,7 +329,7 @@ class DOQServicer(pb_grpc.DOQServicer):
         try:
             v.check_queue_name(r.queue_name)
             item = v.check_item(cv.item_from_pb(r), self.api.limits)
-            return self.api.node.propose_nowait(Enqueue(r.queue_name, [item]))
+            return self.api.enqueue_nowait(r.queue_name, item)
         except DoqError as e:
             fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
             fut.set_result(e)
