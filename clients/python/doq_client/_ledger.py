@@ -184,13 +184,14 @@ def columns_frame(chunks: Sequence[Chunk]) -> tuple[bytes, Frame]:
 
 def take_frame(outbox: deque[Chunk], batch: int, max_bytes: int) -> tuple[list[Chunk], int]:
     """Take whole chunks from the outbox for one batch frame (at least one chunk): chunks
-    of one queue (columns), or wire chunks, up to `batch` messages and `max_bytes`."""
+    of one queue (columns), up to `batch` messages and `max_bytes`; a wire chunk (requests
+    for several queues: all or nothing) goes alone."""
     first = outbox.popleft()
     chunks = [first]
     size = first.left()
     nbytes = first.nbytes
     queue = first.queue
-    while outbox:
+    while outbox and queue is not None:
         c = outbox[0]
         if c.queue != queue or size + c.left() > batch or nbytes + c.nbytes > max_bytes:
             break
