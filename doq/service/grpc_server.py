@@ -422,7 +422,9 @@ class DOQServicer(pb_grpc.DOQServicer):
         M.dequeued.inc(len(msgs))
         if request.ack:
             M.acked.inc(len(msgs))
-        return pb.DequeueResponse(messages=[cv.message_to_pb(m) for m in msgs])
+        response = pb.DequeueResponse()
+        cv.add_messages(response.messages, msgs)
+        return response
 
     async def _dequeue_frames(
         self, request_iterator: AsyncIterator[pb.DequeueStreamRequest], context: Any, batch_default: int
@@ -458,7 +460,9 @@ class DOQServicer(pb_grpc.DOQServicer):
         self, request_iterator: AsyncIterator[pb.DequeueStreamRequest], context: Any
     ) -> AsyncIterator[pb.MessageBatch]:
         async for msgs in self._dequeue_frames(request_iterator, context, FRAME_BATCH):
-            yield pb.MessageBatch(messages=[cv.message_to_pb(m) for m in msgs])
+            frame = pb.MessageBatch()
+            cv.add_messages(frame.messages, msgs)
+            yield frame
 
     # -- single messages ------------------------------------------------------------------
     @_unary
