@@ -26,6 +26,8 @@ class ServeConfig:
     election_timeout_ms: int = 1000
     max_message_bytes: int = 1024 * 1024
     log_level: str = "info"
+    snapshot_every: int = 10_000  # as RaftNodeConfig (a unit test keeps them equal)
+    keep_entries: int = 5_000
 
     def member_addrs(self) -> MemberAddrs:
         """The addresses this node announces to the cluster (and clients are sent to): the
@@ -52,6 +54,15 @@ _HELP = {
                            "this long starts an election (500..60000, in steps of the 100 ms tick)",
     "max_message_bytes": "largest message content accepted",
     "log_level": "debug | info | warning | error",
+    "snapshot_every": "applied log entries between two snapshots of the state (0: never)",
+    "keep_entries": "log entries kept behind a snapshot for followers that lag",
+}
+
+#: integer settings: (lowest, highest or None) accepted
+_INT_RANGES: dict[str, tuple[int, int | None]] = {
+    "max_message_bytes": (1, 64 * 1024 * 1024),
+    "snapshot_every": (0, None),
+    "keep_entries": (0, None),
 }
 
 
@@ -115,13 +126,17 @@ def _coerce(name: str, value: Any) -> Any:
         else:
             items = [x.strip() for x in str(value).split(",") if x.strip()]
         return tuple(_parse_addr(name, x) for x in items)
-    if name == "max_message_bytes":
+    if name in _INT_RANGES:
+        flag = "--" + name.replace("_", "-")
         try:
             n = int(value)
         except (TypeError, ValueError):
-            raise InvalidArgument(f"--max-message-bytes must be an integer, got {value!r}") from None
-        if not 1 <= n <= 64 * 1024 * 1024:
-            raise InvalidArgument("--max-message-bytes must be within 1..67108864")
+            raise InvalidArgument(f"{flag} must be an integer, got {value!r}") from None
+        lo, hi = _INT_RANGES[name]
+        if hi is None and n < lo:
+            raise InvalidArgument(f"{flag} must be at least {lo}, got {n}")
+        if hi is not None and not lo <= n <= hi:
+            raise InvalidArgument(f"{flag} must be within {lo}..{hi}")
         return n
     if name == "election_timeout_ms":
         try:

@@ -150,7 +150,8 @@ class Cluster:
             self.nodes.append(NodeProcess(f"node-{i}", root / "data", join, server_cmd))
 
     def start(self, ready_timeout_s: float = 60.0) -> None:
-        """Start every node; with several, check that they formed one cluster."""
+        """Start every node; with several, wait until they formed one cluster (all voters,
+        a leader): a fault injected while one is still a learner could leave no quorum."""
         for node in self.nodes:
             node.start(ready_timeout_s)
         if len(self.nodes) > 1:
@@ -162,8 +163,8 @@ class Cluster:
         seen: Any = None
         while time.monotonic() < deadline:
             seen = self.nodes[0].cluster_status()
-            if seen and {str(m.get("node_id")) for m in seen.get("members", [])} >= want \
-                    and seen.get("leader_id"):
+            voters = {str(m.get("node_id")) for m in (seen or {}).get("members", []) if m.get("role") == "voter"}
+            if seen and voters >= want and seen.get("leader_id"):  # learners promoted
                 return
             time.sleep(0.2)
         raise HarnessError(f"the {len(self.nodes)} nodes did not form one cluster within "

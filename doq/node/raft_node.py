@@ -5,8 +5,11 @@ Implements `doq.node.base.Node` (the service does not change) and
 leadership loss) is in docs/raft.md, "The node driver"; in short:
 
 - One task (`_run`) owns the core. Inbound messages, ticks, proposals and admin requests
-  only queue work and wake it; the task feeds them to the core between two Readies, so
-  the core and the log storage are never used while the writer thread works.
+  only queue work and wake it (messages and ticks in arrival order); the task feeds them
+  to the core between two Readies, so the core and the log storage are never used while
+  the writer thread works (the loop only reads the core's term, role, leader and peers'
+  progress then, to answer the leader's heartbeats on a follower and to send heartbeats
+  on a leader: a long write must not look like a dead node).
 - Group commit: every proposal queued since the last Ready becomes ONE log entry (a
   `CommandBatch` stamped with the leader's `now_ms`), so one Ready, one write txn, one
   fsync and one AppendEntries per peer carry them all.
@@ -61,6 +64,7 @@ from doq.raft.types import (
     EntryType,
     HardState,
     Message,
+    MessageType,
     ProposalDropped,
     Ready,
     Role,
@@ -153,8 +157,10 @@ class RaftNode:
         self._snapshotter = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="doq-raft-snap")
         self._wake = asyncio.Event()
         self._listeners: list[Callable[[], None]] = []
-        self._inbox: list[Message] = []
-        self._ticks = 0
+        # messages and ticks (None) in the order they happened: a heartbeat that arrived
+        # during a long write resets the election clock the ticks before it advanced
+        self._inbox: list[Message | None] = []
+        self._ack_term = 0  # while the writer works: the durable term heartbeats are answered in
         self._pending: list[tuple[Command, Fut]] = []
         self._admin: list[Callable[[RaftCore], None]] = []
         self._proposals: dict[int, _Proposal] = {}
@@ -546,16 +552,51 @@ class RaftNode:
 
     # -- inputs (event loop) -----------------------------------------------------------------
     def _on_messages(self, msgs: list[Message]) -> None:
-        """Transport callback: queue for the core (stepped between two Readies)."""
+        """Transport callback: queue for the core (stepped between two Readies). While the
+        writer works, a follower answers its leader's heartbeats at once (`_ack_heartbeats`)."""
         if self._stopping:
             return
+        if self._ack_term:
+            self._ack_heartbeats(msgs)
         self._inbox.extend(msgs)
         self._wake.set()
+
+    def _heartbeat_while_writing(self) -> None:
+        """A leader whose writer is busy (see `_ack_heartbeats`) still sends a heartbeat
+        every tick, as the core's own (commit index capped by each peer's match; no read
+        context), so followers do not start an election meanwhile. Only in its durable term."""
+        core = self.core
+        if core is None or core.role != Role.LEADER or core.term != self._ack_term:
+            return
+        committed = core.log.committed
+        self.transport.send([
+            Message(MessageType.HEARTBEAT, to=pid, frm=self.node_id, term=core.term,
+                    commit=min(pr.match, committed))
+            for pid, pr in core.prs.items() if pid != self.node_id])
+
+    def _ack_heartbeats(self, msgs: list[Message]) -> None:
+        """During a write (which can outlast the election timeout: a large purge, a slow
+        fsync), answer the current leader's heartbeats as the core will when it steps them
+        after the write (it then takes their commit index and answers again: a duplicate
+        answer is harmless). Without this, a leader whose followers are all busy writing
+        hears from no quorum and steps down. Only in the follower's durable term; the core
+        is only read here (it is stepped on this loop, never during a write)."""
+        core = self.core
+        if core is None or core.role != Role.FOLLOWER or core.term != self._ack_term or not core.lead:
+            return
+        acks = [Message(MessageType.HEARTBEAT_RESP, to=m.frm, frm=self.node_id, term=m.term,
+                        context=m.context)
+                for m in msgs
+                if m.type == MessageType.HEARTBEAT and m.term == core.term and m.frm == core.lead]
+        if acks:
+            self.transport.send(acks)
 
     def _on_tick(self) -> None:
         if self._stopping:
             return
-        self._ticks += 1
+        self._inbox.append(None)
+        if self._ack_term:
+            self._heartbeat_while_writing()
         self._wake.set()
         self._tick_handle = asyncio.get_running_loop().call_later(self.cfg.tick_ms / 1000, self._on_tick)
 
@@ -594,13 +635,15 @@ class RaftNode:
         """Give the core everything queued since the last Ready."""
         if self._inbox:
             inbox, self._inbox = self._inbox, []
-            for m in inbox:
-                core.step(m)
-        n, self._ticks = self._ticks, 0
-        for _ in range(n):
-            core.tick()
-        if n and core.role == Role.LEADER:
-            self._maybe_promote(core)
+            ticked = False
+            for m in inbox:  # in arrival order (see `_inbox`)
+                if m is None:
+                    core.tick()
+                    ticked = True
+                else:
+                    core.step(m)
+            if ticked and core.role == Role.LEADER:
+                self._maybe_promote(core)
         if self._admin:
             admin, self._admin = self._admin, []
             for fn in admin:
@@ -653,12 +696,11 @@ class RaftNode:
     async def _handle_ready(self, core: RaftCore, rd: Ready) -> None:
         """One Ready: persist + apply (one txn, fsync) → send → conf changes → resolve →
         reads → advance."""
-        loop = asyncio.get_running_loop()
         own, self._own_snapshot = self._own_snapshot, None
         job = _Job(rd.snapshot, rd.entries, rd.hard_state, rd.committed_entries,
                    (own, self._compact_to(own)) if own is not None else None)
         if job.snapshot or job.entries or job.hard_state or job.committed or job.own_snapshot:
-            await loop.run_in_executor(self._writer, self._write, job)
+            await self._write_off_loop(job)
         if rd.messages:
             self.transport.send(rd.messages)
         removed = False
@@ -701,7 +743,15 @@ class RaftNode:
         snap, self._own_snapshot = self._own_snapshot, None
         assert snap is not None
         job = _Job(None, [], None, [], (snap, self._compact_to(snap)))
-        await asyncio.get_running_loop().run_in_executor(self._writer, self._write, job)
+        await self._write_off_loop(job)
+
+    async def _write_off_loop(self, job: _Job) -> None:
+        """`_write` on the writer thread; meanwhile heartbeats are answered at once."""
+        self._ack_term = self.storage.hard_state.term  # durable: no other write is running
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._writer, self._write, job)
+        finally:
+            self._ack_term = 0
 
     def _write(self, job: _Job) -> None:
         """Writer thread: the Ready's durable part and the apply, in ONE txn (fsync)."""

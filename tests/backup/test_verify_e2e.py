@@ -55,7 +55,10 @@ def enqueue(node: NodeProc, queue: str, n: int, **extra: Any) -> list[str]:
 def workload_until_first_backup(node: NodeProc) -> None:
     call(node, "POST", Q, {"name": "dlq", "type": "delayed"})
     call(node, "POST", Q, {"name": "jobs", "type": "delayed",
-                           "settings": {"max_attempts": 1, "dead_letter_queue": "dlq"}})
+                           "settings": {"max_attempts": 1, "dead_letter_queue": "dlq",
+                                        # leases outlive the test even on a loaded machine:
+                                        # only the nacks below dead-letter
+                                        "visibility_timeout_ms": 3_600_000}})
     call(node, "POST", Q, {"name": "fair", "type": "fair"})
     call(node, "POST", Q, {"name": "tmp", "type": "delayed"})
     enqueue(node, "jobs", 300)

@@ -1,6 +1,7 @@
-"""`python -m doq.chaos` against real `doq serve` processes: a short run with kill -9s and
-a pause finds no anomaly, and the same run against a server with a planted bug (acks
-before commit) is caught by the checker."""
+"""`python -m doq.chaos` against real `doq serve` processes: short runs with kill -9s and
+a pause find no anomaly, on one node and on a three-node cluster (leader and follower
+kills, a leader paused longer than the election timeout), and the one-node run against a
+server with a planted bug (acks before commit) is caught by the checker."""
 
 from __future__ import annotations
 
@@ -44,6 +45,22 @@ def test_a_short_run_with_kills_and_a_pause_finds_no_anomaly(tmp_path: Path) -> 
     # streams on the leader itself, so workers start new sessions (`reconnects`) only after
     # a stall or when the client gives up: their number is not a measure of recovery
     assert (tmp_path / "history.jsonl").stat().st_size > 0
+
+
+@pytest.mark.integration
+def test_a_short_run_on_three_nodes_with_leader_and_follower_kills_and_a_pause_finds_no_anomaly(
+        tmp_path: Path) -> None:
+    code, s, err = chaos(tmp_path, "--nodes", "3", "--kills", "4", "--pauses", "1",
+                         "--duration", "12", "--seed", "7")
+    assert code == 0, (s, err[-3000:])
+    assert (s["lost"], s["duplicated"], s["unexpected"], s["double_leased"], s["dedup_failed"]) == (0,) * 5
+    assert s["valid"] and "error" not in s and s["undrained"] == 0
+    assert s["kills"] == 4 and s["faults"] == {KILL_LEADER: 3, KILL_FOLLOWER: 1, PAUSE_LEADER: 1}
+    assert s["enqueue_ok"] > 1000 and s["delivered"] >= s["enqueue_ok"]
+    assert len(s["failover_ms"]) == 3 and all(x is not None for x in s["failover_ms"])
+    assert len(s["pause_recovery_ms"]) == 1 and s["pause_recovery_ms"][0] is not None
+    logs = "".join((tmp_path / "data" / f"node-{i}.log").read_text() for i in (1, 2, 3))
+    assert "joined the cluster" in logs  # a real cluster: node-2 and node-3 joined node-1
 
 
 @pytest.mark.integration

@@ -43,6 +43,14 @@ class NodeProc:
         return f"http://127.0.0.1:{self.http_port}"
 
     def start(self, timeout_s: float = 30.0) -> NodeProc:
+        """Launch the process and wait until it is ready."""
+        self.launch()
+        self.wait_ready(timeout_s)
+        return self
+
+    def launch(self) -> NodeProc:
+        """Start the process without waiting (a restarted cluster member is ready only once
+        a quorum of its cluster runs: launch them all, then `wait_ready` each)."""
         self.log_path = self.data_dir / f"{self.node_id}.log"
         self.data_dir.mkdir(parents=True, exist_ok=True)
         cmd = [
@@ -57,7 +65,6 @@ class NodeProc:
         logf = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
         self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env={**os.environ})
         logf.close()
-        self.wait_ready(timeout_s)
         return self
 
     def wait_ready(self, timeout_s: float) -> None:

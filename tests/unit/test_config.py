@@ -83,3 +83,18 @@ def test_advertise_host_replaces_the_host_of_each_announced_address() -> None:
 def test_election_timeout_from_env() -> None:
     assert parse([]).election_timeout_ms == 1000
     assert parse([], {"DOQ_ELECTION_TIMEOUT_MS": "2500"}).election_timeout_ms == 2500
+
+
+def test_snapshot_settings_reach_the_raft_driver_with_its_defaults() -> None:
+    from doq.node.raft_node import RaftNodeConfig
+
+    c, driver = parse([]), RaftNodeConfig()
+    assert (c.snapshot_every, c.keep_entries) == (driver.snapshot_every, driver.keep_entries)
+    c = parse(["--snapshot-every", "50"], {"DOQ_KEEP_ENTRIES": "0"})
+    assert (c.snapshot_every, c.keep_entries) == (50, 0)
+
+
+@pytest.mark.parametrize("argv", [["--snapshot-every", "-1"], ["--keep-entries", "many"]])
+def test_bad_snapshot_settings_are_refused(argv: list[str]) -> None:
+    with pytest.raises(InvalidArgument, match=argv[0]):
+        parse(argv)
