@@ -49,7 +49,7 @@ class Chunk:
     """
 
     __slots__ = ("queue", "contents", "dedup_ids", "extras", "wire", "future", "single",
-                 "safe", "outcomes", "nbytes")
+                 "safe", "outcomes", "nbytes", "n")
 
     def __init__(self, wire: list[bytes] | None, future: Any, single: bool, safe: bool, *,
                  queue: str | None = None, contents: Sequence[bytes] = (),
@@ -64,9 +64,27 @@ class Chunk:
         self.safe = safe
         self.outcomes: list[Outcome] = []
         self.nbytes = sum(map(len, self.contents)) if queue is not None else sum(map(len, wire or ()))
+        self.n = len(self.contents) if queue is not None else len(wire or ())  # messages
+
+    @classmethod
+    def one(cls, queue: str, content: bytes, dedup_id: str) -> Chunk:
+        """A single plain message in columns form (the per-message path: no keyword parsing)."""
+        c = cls.__new__(cls)
+        c.wire = None
+        c.queue = queue
+        c.contents = (content,)
+        c.dedup_ids = (dedup_id,)
+        c.extras = None
+        c.future = None
+        c.single = True
+        c.safe = bool(dedup_id)
+        c.outcomes = []
+        c.nbytes = len(content)
+        c.n = 1
+        return c
 
     def __len__(self) -> int:
-        return len(self.wire) if self.queue is None else len(self.contents)  # type: ignore[arg-type]
+        return self.n
 
     def unanswered(self) -> list[bytes]:
         """The wire form of the messages still waiting (wire chunks only)."""
@@ -74,7 +92,7 @@ class Chunk:
         return self.wire[len(self.outcomes) :] if self.outcomes else self.wire
 
     def left(self) -> int:
-        return len(self) - len(self.outcomes)
+        return self.n - len(self.outcomes)
 
 
 class Stamper:
@@ -188,16 +206,17 @@ def take_frame(outbox: deque[Chunk], batch: int, max_bytes: int) -> tuple[list[C
     for several queues: all or nothing) goes alone."""
     first = outbox.popleft()
     chunks = [first]
-    size = first.left()
+    size = first.n - len(first.outcomes)
     nbytes = first.nbytes
     queue = first.queue
     while outbox and queue is not None:
         c = outbox[0]
-        if c.queue != queue or size + c.left() > batch or nbytes + c.nbytes > max_bytes:
+        k = c.n - len(c.outcomes)
+        if c.queue != queue or size + k > batch or nbytes + c.nbytes > max_bytes:
             break
         outbox.popleft()
         chunks.append(c)
-        size += c.left()
+        size += k
         nbytes += c.nbytes
     return chunks, size
 
@@ -292,19 +311,21 @@ class Ledger:
 
     def _feed(self, outcomes: list[Outcome]) -> None:
         chunks = self._chunks
+        popleft = chunks.popleft
         resolve = self._resolve
         i = 0
         n = len(outcomes)
         while i < n:
             head = chunks[0]
-            want = head.left()
+            got = head.outcomes
+            want = head.n - len(got)
             if want == 1:
-                head.outcomes.append(outcomes[i])
+                got.append(outcomes[i])
             else:
-                head.outcomes.extend(outcomes[i : i + want])
+                got.extend(outcomes[i : i + want])
             i += want
-            if head.left() <= 0:
-                chunks.popleft()
+            if len(got) >= head.n:
+                popleft()
                 resolve(head)
 
     def take_all(self) -> list[Chunk]:
