@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from doq_proto.v1 import doq_pb2 as pb
 
 from doq_client._ledger import Chunk, Stamper, batch_frame
@@ -98,3 +99,14 @@ def test_column_answers_become_outcomes_in_order() -> None:
     assert done == [a, b]
     assert a.outcomes[0] == EnqueueResult(7) and isinstance(a.outcomes[1], TooLarge)
     assert b.outcomes == [EnqueueResult(5, True, "g", 2, 99)]
+
+
+def test_plain_results_equal_the_dataclass() -> None:
+    from doq_client._ledger import plain_result
+    from doq_client.types import EnqueueResult
+
+    for i in (1, 2**64 - 1):
+        r = plain_result(i)
+        assert r == EnqueueResult(i) and hash(r) == hash(EnqueueResult(i)) and repr(r) == repr(EnqueueResult(i))
+        with pytest.raises(AttributeError):
+            r.id = 3  # type: ignore[misc]  # still frozen
