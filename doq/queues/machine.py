@@ -717,6 +717,7 @@ class QueueMachine:
         exp = now + vis
         store = self.store
         out: list[MessageView] = []
+        lease_keys: list[int] = []  # added to the lease index at once (one expiry: mostly appends)
         index = q.index
         cursor = q.cursor
         name = q.name
@@ -746,11 +747,14 @@ class QueueMachine:
                 e.state = IN_FLIGHT
                 e.lease_id = lid
                 e.key = (exp << 96) | (id_ << 32) | q.qnum
-                self.leases.add(e.key)
+                lease_keys.append(e.key)
                 q.n_inflight += 1
             group, dedup, md, content = R.message_parts(rec)
             out.append(MessageView(id_, name, group, h[0], attempts, max(h[1], _ts(h[0])), lexp,
                                    h[2], MessageState.IN_FLIGHT, lid, dedup, md, content))
+        if lease_keys:
+            lease_keys.sort()
+            extend_sorted(self.leases, lease_keys)
         if q.cursor != cursor:
             store.put(K.queue_key(name), q.record())
         return out

@@ -13,6 +13,7 @@ per-queue FIFO (`LongPolls`) and a commit wakes only as many of them as it can s
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -29,6 +30,12 @@ from doq.queues.model import (
     QueueSettings,
 )
 from doq.service import limits as v
+
+
+def _consume(fut: asyncio.Future[object]) -> None:
+    """A done callback that retrieves an outcome nobody awaits (no "never retrieved" log)."""
+    if not fut.cancelled():
+        fut.exception()
 
 
 def _raise_if_error(result: object) -> object:
@@ -55,11 +62,13 @@ async def _wait_any(event: asyncio.Event, other: asyncio.Event | None, timeout_s
 
 
 class _Waiter:
-    __slots__ = ("wanted", "woken")
+    __slots__ = ("wanted", "woken", "cmd", "early")
 
-    def __init__(self, wanted: int) -> None:
+    def __init__(self, wanted: int, cmd: c.Dequeue | None = None) -> None:
         self.wanted = wanted
         self.woken = asyncio.Event()
+        self.cmd = cmd  # the dequeue this waiter will propose (see `LongPolls.arrive`)
+        self.early: asyncio.Future[object] | None = None  # that dequeue, proposed by `arrive`
 
 
 class LongPolls:
@@ -69,10 +78,22 @@ class LongPolls:
     until their `wanted` counts cover what the queue can deliver, less what waiters woken
     earlier are still about to take (their claim, held until they `release`). A queue
     that disappeared wakes all its waiters (they then see QueueNotFound).
+
+    `arrive(queue, n, propose)` (run right after an enqueue of `n` messages to `queue` was
+    proposed) has the oldest leasing waiters (those that gave their `cmd`, a Dequeue
+    without ack) covering `n` propose their dequeue at once, so it goes into the same log
+    entry as the enqueue, right after it: the messages are leased by the commit that
+    stores them (one commit from enqueue to delivery, not two). The waiter then takes that
+    dequeue's result (`early`); an empty one (the enqueue failed, or its messages are
+    delayed) just parks it again. Removing dequeues (ack) are never proposed early: their
+    caller may go away before the result, and a removal cannot be undone; leases can be:
+    what the early dequeue of a cancelled waiter leases is released (`release_leases`).
     """
 
-    def __init__(self, deliverable: Callable[[str], int]) -> None:
+    def __init__(self, deliverable: Callable[[str], int],
+                 release_leases: Callable[[str, list[MessageView]], None] | None = None) -> None:
         self._deliverable = deliverable  # raises QueueNotFound
+        self._release_leases = release_leases
         self._parked: dict[str, deque[_Waiter]] = {}
         self._claimed: dict[str, int] = {}
 
@@ -82,14 +103,18 @@ class LongPolls:
             return len(self._parked.get(queue, ()))
         return sum(len(w) for w in self._parked.values())
 
-    async def wait(self, queue: str, wanted: int, timeout_s: float, stop: asyncio.Event | None) -> _Waiter | None:
+    async def wait(self, queue: str, wanted: int, timeout_s: float, stop: asyncio.Event | None,
+                   cmd: c.Dequeue | None = None) -> _Waiter | None:
         """Park until woken (returns the waiter: the caller holds a claim and must
-        `release` it after its dequeue), or None on timeout / `stop`."""
-        w = _Waiter(wanted)
+        `release` it after its dequeue, and must take the result of its `early` dequeue if
+        set), or None on timeout / `stop` (a waiter whose dequeue `arrive` proposed is
+        returned even then: what it leased or removed must reach its caller)."""
+        w = _Waiter(wanted, cmd)
         self._parked.setdefault(queue, deque()).append(w)
-        woken = False
+        woken = returned = False
         try:
             woken = await _wait_any(w.woken, stop, timeout_s)
+            returned = True
         finally:
             if not w.woken.is_set():
                 waiters = self._parked.get(queue)
@@ -97,9 +122,41 @@ class LongPolls:
                     waiters.remove(w)
                     if not waiters:
                         del self._parked[queue]
-            elif not woken:  # woken, but the timeout, the stop or a cancel won: pass it on
-                self.release(queue, w)
-        return w if woken else None
+            elif not woken and (w.early is None or not returned):
+                if w.early is not None:  # cancelled: hand back what its early dequeue leases
+                    w.early.add_done_callback(functools.partial(self._orphaned, queue))
+                self.release(queue, w)  # woken, but the timeout, the stop or a cancel won: pass it on
+        return w if woken or w.early is not None else None
+
+    def _orphaned(self, queue: str, early: asyncio.Future[object]) -> None:
+        """The early dequeue of a waiter that went away is done: release what it leased."""
+        if early.cancelled() or early.exception() is not None or self._release_leases is None:
+            return
+        msgs = early.result()
+        if isinstance(msgs, list) and msgs:
+            self._release_leases(queue, msgs)
+
+    def arrive(self, queue: str, n: int, propose: Callable[[c.Dequeue], asyncio.Future[object]]) -> None:
+        """An enqueue of `n` messages to `queue` was just proposed (see the class doc)."""
+        waiters = self._parked.get(queue)
+        if not waiters:
+            return
+        claimed = self._claimed.get(queue, 0)
+        while waiters and n > 0 and waiters[0].cmd is not None and not waiters[0].woken.is_set():
+            w = waiters[0]
+            assert w.cmd is not None
+            try:
+                w.early = propose(w.cmd)
+            except DoqError:  # refused (not the leader, overloaded): the waiter will see it
+                break
+            waiters.popleft()
+            w.woken.set()
+            n -= w.wanted
+            claimed += w.wanted
+        if claimed:
+            self._claimed[queue] = claimed
+        if not waiters:
+            del self._parked[queue]
 
     def release(self, queue: str, w: _Waiter | None) -> None:
         """A woken waiter has dequeued (or gave up): drop its claim, wake others if needed."""
@@ -172,7 +229,7 @@ class QueueService:
     def __init__(self, node: Node, limits: v.Limits | None = None) -> None:
         self.node = node
         self.limits = limits or v.Limits()
-        self.long_polls = LongPolls(node.state.deliverable)
+        self.long_polls = LongPolls(node.state.deliverable, self._release_leases)
         node.add_apply_listener(self.long_polls.wake_all)
 
     # -- queues ---------------------------------------------------------------------------
@@ -215,10 +272,25 @@ class QueueService:
         """Enqueue one message; returns its id (the original's if dedup_id was seen)."""
         v.check_queue_name(queue)
         v.check_item(item, self.limits)
-        results = await self.node.propose(c.Enqueue(queue, [item]))
+        results = await self.enqueue_nowait(queue, item)
         results = _raise_if_error(results)
         assert isinstance(results, list)
         return _raise_if_error(results[0])  # type: ignore[return-value]
+
+    def _release_leases(self, queue: str, msgs: list[MessageView]) -> None:
+        """Undo deliveries nobody received (`Nack(release=True)`); if refused, their leases end."""
+        for m in msgs:
+            try:
+                self.node.propose_nowait(c.Nack(queue, m.id, m.lease_id, release=True)).add_done_callback(_consume)
+            except DoqError:
+                return
+
+    def enqueue_nowait(self, queue: str, item: c.EnqueueItem) -> asyncio.Future[object]:
+        """Propose one (validated) message; the future's result is the command's list of
+        one result. Raises what `propose_nowait` raises (NotLeader, Overloaded...)."""
+        fut = self.node.propose_nowait(c.Enqueue(queue, [item]))
+        self.long_polls.arrive(queue, 1, self.node.propose_nowait)
+        return fut
 
     async def enqueue_many(
         self, requests: Sequence[tuple[str, c.EnqueueItem]]
@@ -248,7 +320,16 @@ class QueueService:
             slots.append(pos)
             items.append(item)
         out: list[EnqueueResult | DoqError | None] = [None] * len(requests)
-        proposals = [self.node.propose(c.Enqueue(q, items)) for q, (_, items) in by_queue.items()]
+        proposals: list[asyncio.Future[object]] = []
+        for q, (_, items) in by_queue.items():
+            try:
+                proposals.append(self.node.propose_nowait(c.Enqueue(q, items)))
+            except DoqError as e:  # refused at once (not the leader, overloaded)
+                failed: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+                failed.set_exception(e)
+                proposals.append(failed)
+                continue
+            self.long_polls.arrive(q, len(items), self.node.propose_nowait)
         answers = await asyncio.gather(*proposals, return_exceptions=True)
         for (slots, _), answer in zip(by_queue.values(), answers, strict=True):
             if isinstance(answer, BaseException):
@@ -316,9 +397,11 @@ class QueueService:
         a whole-batch failure is the future's result (not raised: streams answer it)."""
         try:
             valid, bad = self.check_columns(cmd)
-            if not bad:
-                return self.node.propose_nowait(valid)
             fut = self.node.propose_nowait(valid) if valid.contents else None
+            if fut is not None:
+                self.long_polls.arrive(cmd.queue, len(valid.contents), self.node.propose_nowait)
+            if not bad and fut is not None:
+                return fut
         except DoqError as e:
             done: asyncio.Future[object] = asyncio.get_running_loop().create_future()
             done.set_result(e)
@@ -369,6 +452,12 @@ class QueueService:
         claim = None  # set while this call was woken to take messages
         try:
             while True:
+                if claim is not None and claim.early is not None:  # proposed with an enqueue
+                    early, claim.early = claim.early, None
+                    result = _raise_if_error(await early)
+                    assert isinstance(result, list)
+                    if result:
+                        return result
                 if stop_waiting is not None and stop_waiting.is_set():
                     return []
                 if state.deliverable(queue):
@@ -383,7 +472,7 @@ class QueueService:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return []
-                claim = await polls.wait(queue, max_messages, remaining, stop_waiting)
+                claim = await polls.wait(queue, max_messages, remaining, stop_waiting, None if ack else cmd)
                 if claim is None:
                     return []
         finally:

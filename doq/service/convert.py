@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import grpc
 from doq_proto.v1 import doq_pb2 as pb
@@ -82,21 +83,35 @@ def enqueue_columns_to_pb(res: EnqueueColumnsResult | DoqError) -> tuple[pb.Enqu
 
 
 def message_to_pb(m: MessageView) -> pb.Message:
-    return pb.Message(
-        id=m.id,
-        queue_name=m.queue_name,
-        content=m.content,
-        group=m.group,
-        priority=m.priority,
-        metadata=m.metadata,
-        attempts=m.attempts,
-        deliver_at_ms=m.deliver_at_ms,
-        lease_expires_at_ms=m.lease_expires_at_ms,
-        enqueued_at_ms=m.enqueued_at_ms,
-        state=m.state.value,
-        lease_id=m.lease_id,
-        dedup_id=m.dedup_id,
-    )
+    return _rare_fields(pb.Message(
+        id=m.id, queue_name=m.queue_name, content=m.content, attempts=m.attempts,
+        enqueued_at_ms=m.enqueued_at_ms, state=m.state.value, lease_id=m.lease_id,
+        lease_expires_at_ms=m.lease_expires_at_ms, dedup_id=m.dedup_id), m)
+
+
+def add_messages(out: Any, msgs: Sequence[MessageView]) -> None:
+    """Append `msgs` to a repeated `Message` field, each built in place by one call
+    (building them apart and passing the list to a constructor copies each: ~4x the cost)."""
+    add = out.add
+    for m in msgs:
+        r = add(id=m.id, queue_name=m.queue_name, content=m.content, attempts=m.attempts,
+                enqueued_at_ms=m.enqueued_at_ms, state=m.state.value, lease_id=m.lease_id,
+                lease_expires_at_ms=m.lease_expires_at_ms, dedup_id=m.dedup_id)
+        if m.group or m.priority or m.metadata or m.deliver_at_ms:
+            _rare_fields(r, m)
+
+
+def _rare_fields(r: pb.Message, m: MessageView) -> pb.Message:
+    """Set the fields most messages leave at their default, only when set."""
+    if m.group:
+        r.group = m.group
+    if m.priority:
+        r.priority = m.priority
+    if m.metadata:
+        r.metadata.update(m.metadata)
+    if m.deliver_at_ms:
+        r.deliver_at_ms = m.deliver_at_ms
+    return r
 
 
 def grpc_code(err: DoqError) -> grpc.StatusCode:

@@ -31,7 +31,7 @@ from grpc_reflection.v1alpha import reflection
 
 from doq.errors import DoqError, InvalidArgument
 from doq.node.base import Node
-from doq.queues.commands import Ack, Enqueue, Nack
+from doq.queues.commands import Ack, Nack
 from doq.queues.model import EnqueueColumnsResult, EnqueueResult, MessageView
 from doq.service import convert as cv
 from doq.service import limits as v
@@ -329,7 +329,7 @@ class DOQServicer(pb_grpc.DOQServicer):
         try:
             v.check_queue_name(r.queue_name)
             item = v.check_item(cv.item_from_pb(r), self.api.limits)
-            return self.api.node.propose_nowait(Enqueue(r.queue_name, [item]))
+            return self.api.enqueue_nowait(r.queue_name, item)
         except DoqError as e:
             fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
             fut.set_result(e)
@@ -422,7 +422,9 @@ class DOQServicer(pb_grpc.DOQServicer):
         M.dequeued.inc(len(msgs))
         if request.ack:
             M.acked.inc(len(msgs))
-        return pb.DequeueResponse(messages=[cv.message_to_pb(m) for m in msgs])
+        response = pb.DequeueResponse()
+        cv.add_messages(response.messages, msgs)
+        return response
 
     async def _dequeue_frames(
         self, request_iterator: AsyncIterator[pb.DequeueStreamRequest], context: Any, batch_default: int
@@ -458,7 +460,9 @@ class DOQServicer(pb_grpc.DOQServicer):
         self, request_iterator: AsyncIterator[pb.DequeueStreamRequest], context: Any
     ) -> AsyncIterator[pb.MessageBatch]:
         async for msgs in self._dequeue_frames(request_iterator, context, FRAME_BATCH):
-            yield pb.MessageBatch(messages=[cv.message_to_pb(m) for m in msgs])
+            frame = pb.MessageBatch()
+            cv.add_messages(frame.messages, msgs)
+            yield frame
 
     # -- single messages ------------------------------------------------------------------
     @_unary

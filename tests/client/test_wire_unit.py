@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from doq_proto.v1 import doq_pb2 as pb
 
 from doq_client._ledger import Chunk, Stamper, batch_frame
@@ -35,3 +36,77 @@ def test_a_batch_frame_carries_the_unanswered_requests() -> None:
     a.outcomes.append(None)  # type: ignore[arg-type]  # the first one was answered
     frame = pb.EnqueueBatchRequest.FromString(batch_frame([a]))
     assert [m.content for m in frame.messages] == [r.content for r in reqs[1:4]]
+
+
+def _col(queue: str, *bodies: bytes, extras: list[tuple[str, int, dict[str, str], int]] | None = None) -> Chunk:
+    return Chunk(None, None, len(bodies) == 1, True, queue=queue, contents=list(bodies),
+                 dedup_ids=[f"d-{b.decode()}" for b in bodies], extras=extras)
+
+
+def test_frames_take_chunks_of_one_queue_within_the_bounds() -> None:
+    from collections import deque
+
+    from doq_client._ledger import take_frame
+
+    s = Stamper(True)
+    wire = Chunk(s.encode([enqueue_request("a", b"w"), enqueue_request("b", b"w")])[0], None, False, True)
+    out = deque([_col("a", b"1"), _col("a", b"2", b"3"), _col("b", b"4"), wire, _col("b", b"5"),
+                 _col("b", b"6" * 50), _col("b", b"7")])
+    chunks, size = take_frame(out, 10, 1 << 20)
+    assert size == 3 and [c.contents for c in chunks] == [[b"1"], [b"2", b"3"]]  # queue a only
+    chunks, size = take_frame(out, 10, 1 << 20)
+    assert size == 1 and chunks[0].queue == "b"  # a wire chunk ends it
+    chunks, size = take_frame(out, 10, 1 << 20)
+    assert chunks == [wire] and size == 2  # a wire chunk goes alone
+    chunks, size = take_frame(out, 10, 40)
+    assert [c.contents for c in chunks] == [[b"5"]]  # the next would pass max_bytes
+    chunks, size = take_frame(out, 1, 1 << 20)
+    assert [c.contents for c in chunks] == [[b"6" * 50]]  # at least one chunk, even if large
+
+
+def test_a_columns_frame_round_trips_every_column() -> None:
+    from doq_client._ledger import NO_EXTRA, columns_frame
+
+    plain = _col("q", b"a", b"b")
+    rich = _col("q", b"c", extras=[("g", 5, {"k": "v"}, 10)])
+    data, frame = columns_frame([plain, rich])
+    cols = pb.EnqueueBatchRequest.FromString(data).columns
+    assert cols.queue_name == "q" and list(cols.contents) == [b"a", b"b", b"c"]
+    assert list(cols.dedup_ids) == ["d-a", "d-b", "d-c"]
+    assert list(cols.groups) == ["", "", "g"] and list(cols.priorities) == [0, 0, 5]
+    assert [dict(m.entries) for m in cols.metadata] == [{}, {}, {"k": "v"}]
+    assert list(cols.delays_ms) == [0, 0, 10]
+    assert frame.size == 3 and frame.extras == [NO_EXTRA, NO_EXTRA, ("g", 5, {"k": "v"}, 10)]
+    plain.outcomes.append(None)  # type: ignore[arg-type]  # answered before a failover
+    data, frame = columns_frame([plain])
+    cols = pb.EnqueueBatchRequest.FromString(data).columns
+    assert list(cols.contents) == [b"b"] and not cols.groups and frame.size == 1
+
+
+def test_column_answers_become_outcomes_in_order() -> None:
+    from doq_client import TooLarge
+    from doq_client._ledger import Frame, Ledger
+    from doq_client.types import EnqueueResult
+
+    done: list[Chunk] = []
+    ledger = Ledger(done.append)
+    a, b = _col("q", b"1", b"2"), _col("q", b"3", extras=[("g", 2, {}, 0)])
+    ledger.sent([a, b], Frame(3, True, [("", 0, {}, 0), ("", 0, {}, 0), ("g", 2, {}, 0)]))
+    resp = pb.EnqueueBatchResponse(ids=[7, 0, 5], duplicates=[2], deliver_at_ms=[0, 0, 99],
+                                   error_positions=[1],
+                                   errors=[pb.Error(code=8, reason="MESSAGE_TOO_LARGE", message="big")])
+    ledger.on_batch(resp)
+    assert done == [a, b]
+    assert a.outcomes[0] == EnqueueResult(7) and isinstance(a.outcomes[1], TooLarge)
+    assert b.outcomes == [EnqueueResult(5, True, "g", 2, 99)]
+
+
+def test_plain_results_equal_the_dataclass() -> None:
+    from doq_client._ledger import plain_result
+    from doq_client.types import EnqueueResult
+
+    for i in (1, 2**64 - 1):
+        r = plain_result(i)
+        assert r == EnqueueResult(i) and hash(r) == hash(EnqueueResult(i)) and repr(r) == repr(EnqueueResult(i))
+        with pytest.raises(AttributeError):
+            r.id = 3  # type: ignore[misc]  # still frozen

@@ -183,3 +183,60 @@ async def test_max_messages_is_checked_by_the_bound_the_error_states(svc) -> Non
         with pytest.raises(InvalidArgument) as e:
             await api.dequeue("jobs", max_messages=bad)
         assert e.value.reason == "INVALID_MAX" and f"1..{api.limits.max_batch_messages}" in e.value.message
+
+
+def _batches(api: QueueService) -> list[list[type]]:
+    """Record the command types of every batch the machine applies from now on."""
+    seen: list[list[type]] = []
+    machine = api.node.state.machine
+    real = machine.apply
+
+    def spy(index: int, batch: c.CommandBatch) -> list[object]:
+        seen.append([type(cmd) for cmd in batch.commands])
+        return real(index, batch)
+
+    machine.apply = spy  # type: ignore[method-assign]
+    return seen
+
+
+@pytest.mark.parametrize("columns", [False, True])
+async def test_a_parked_leasing_poll_is_served_by_the_commit_that_stores_the_message(svc, columns: bool) -> None:
+    api, _ = svc
+    await api.create_queue("jobs")
+    poll = asyncio.ensure_future(api.dequeue("jobs", wait_ms=20_000))  # leases (no ack)
+    await _until("parked", lambda: api.long_polls.waiting("jobs") == 1)
+    seen = _batches(api)
+    if columns:
+        await api.enqueue_columns(c.EnqueueColumns("jobs", [b"one"]))
+    else:
+        await api.enqueue("jobs", c.EnqueueItem(b"one"))
+    msgs = await poll
+    assert [m.content for m in msgs] == [b"one"] and msgs[0].lease_id
+    enqueue = c.EnqueueColumns if columns else c.Enqueue
+    assert [enqueue, c.Dequeue] in seen  # one log entry, one commit: enqueue then the lease
+
+
+async def test_a_removing_poll_is_not_proposed_early(svc) -> None:
+    api, _ = svc
+    await api.create_queue("jobs")
+    poll = asyncio.ensure_future(api.dequeue("jobs", ack=True, wait_ms=20_000))
+    await _until("parked", lambda: api.long_polls.waiting("jobs") == 1)
+    seen = _batches(api)
+    await api.enqueue("jobs", c.EnqueueItem(b"one"))
+    assert [m.content for m in await poll] == [b"one"]
+    assert [c.Enqueue] in seen and [c.Enqueue, c.Dequeue] not in seen
+
+
+async def test_a_leasing_poll_cancelled_after_its_early_dequeue_takes_nothing(svc) -> None:
+    api, _ = svc
+    await api.create_queue("jobs")
+    poll = asyncio.ensure_future(api.dequeue("jobs", wait_ms=20_000))
+    await _until("parked", lambda: api.long_polls.waiting("jobs") == 1)
+    stored = api.enqueue_nowait("jobs", c.EnqueueItem(b"one"))  # proposes the poll's dequeue too
+    poll.cancel()  # before the node takes the proposals: the early dequeue is dropped
+    with pytest.raises(asyncio.CancelledError):
+        await poll
+    await stored
+    msgs = await api.dequeue("jobs", wait_ms=5_000)
+    assert [m.content for m in msgs] == [b"one"] and msgs[0].attempts == 1
+    assert api.long_polls.waiting() == 0

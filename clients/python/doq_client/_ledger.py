@@ -49,7 +49,7 @@ class Chunk:
     """
 
     __slots__ = ("queue", "contents", "dedup_ids", "extras", "wire", "future", "single",
-                 "safe", "outcomes", "nbytes")
+                 "safe", "outcomes", "nbytes", "n")
 
     def __init__(self, wire: list[bytes] | None, future: Any, single: bool, safe: bool, *,
                  queue: str | None = None, contents: Sequence[bytes] = (),
@@ -64,9 +64,27 @@ class Chunk:
         self.safe = safe
         self.outcomes: list[Outcome] = []
         self.nbytes = sum(map(len, self.contents)) if queue is not None else sum(map(len, wire or ()))
+        self.n = len(self.contents) if queue is not None else len(wire or ())  # messages
+
+    @classmethod
+    def one(cls, queue: str, content: bytes, dedup_id: str) -> Chunk:
+        """A single plain message in columns form (the per-message path: no keyword parsing)."""
+        c = cls.__new__(cls)
+        c.wire = None
+        c.queue = queue
+        c.contents = (content,)
+        c.dedup_ids = (dedup_id,)
+        c.extras = None
+        c.future = None
+        c.single = True
+        c.safe = bool(dedup_id)
+        c.outcomes = []
+        c.nbytes = len(content)
+        c.n = 1
+        return c
 
     def __len__(self) -> int:
-        return len(self.wire) if self.queue is None else len(self.contents)  # type: ignore[arg-type]
+        return self.n
 
     def unanswered(self) -> list[bytes]:
         """The wire form of the messages still waiting (wire chunks only)."""
@@ -74,7 +92,7 @@ class Chunk:
         return self.wire[len(self.outcomes) :] if self.outcomes else self.wire
 
     def left(self) -> int:
-        return len(self) - len(self.outcomes)
+        return self.n - len(self.outcomes)
 
 
 class Stamper:
@@ -184,19 +202,21 @@ def columns_frame(chunks: Sequence[Chunk]) -> tuple[bytes, Frame]:
 
 def take_frame(outbox: deque[Chunk], batch: int, max_bytes: int) -> tuple[list[Chunk], int]:
     """Take whole chunks from the outbox for one batch frame (at least one chunk): chunks
-    of one queue (columns), or wire chunks, up to `batch` messages and `max_bytes`."""
+    of one queue (columns), up to `batch` messages and `max_bytes`; a wire chunk (requests
+    for several queues: all or nothing) goes alone."""
     first = outbox.popleft()
     chunks = [first]
-    size = first.left()
+    size = first.n - len(first.outcomes)
     nbytes = first.nbytes
     queue = first.queue
-    while outbox:
+    while outbox and queue is not None:
         c = outbox[0]
-        if c.queue != queue or size + c.left() > batch or nbytes + c.nbytes > max_bytes:
+        k = c.n - len(c.outcomes)
+        if c.queue != queue or size + k > batch or nbytes + c.nbytes > max_bytes:
             break
         outbox.popleft()
         chunks.append(c)
-        size += c.left()
+        size += k
         nbytes += c.nbytes
     return chunks, size
 
@@ -224,6 +244,24 @@ def outcome_of(r: Any) -> Outcome:
     return EnqueueResult(r.id, r.duplicate, r.group, r.priority, r.deliver_at_ms)
 
 
+_new = object.__new__
+_SET_ID, _SET_DUP, _SET_GROUP, _SET_PRIO, _SET_DELIVER = (
+    EnqueueResult.__dict__[f].__set__ for f in ("id", "duplicate", "group", "priority", "deliver_at_ms")
+)
+
+
+def plain_result(id_: int) -> EnqueueResult:
+    """`EnqueueResult(id_)`, built through its slots (half the cost of the frozen dataclass's
+    `__init__`, once per produced message)."""
+    r = _new(EnqueueResult)
+    _SET_ID(r, id_)
+    _SET_DUP(r, False)
+    _SET_GROUP(r, "")
+    _SET_PRIO(r, 0)
+    _SET_DELIVER(r, 0)
+    return r
+
+
 def _column_outcomes(resp: pb.EnqueueBatchResponse, frame: Frame) -> list[Outcome]:
     ids = resp.ids
     if len(ids) != frame.size:
@@ -231,7 +269,7 @@ def _column_outcomes(resp: pb.EnqueueBatchResponse, frame: Frame) -> list[Outcom
     dups, deliver, positions = resp.duplicates, resp.deliver_at_ms, resp.error_positions
     extras = frame.extras
     if not dups and not deliver and not positions and extras is None:
-        return [EnqueueResult(i) for i in ids]
+        return [plain_result(i) for i in ids]
     dup = set(dups)
     errors = {p: _item_error(e) for p, e in zip(positions, resp.errors, strict=True)}
     out: list[Outcome] = []
@@ -291,19 +329,21 @@ class Ledger:
 
     def _feed(self, outcomes: list[Outcome]) -> None:
         chunks = self._chunks
+        popleft = chunks.popleft
         resolve = self._resolve
         i = 0
         n = len(outcomes)
         while i < n:
             head = chunks[0]
-            want = head.left()
+            got = head.outcomes
+            want = head.n - len(got)
             if want == 1:
-                head.outcomes.append(outcomes[i])
+                got.append(outcomes[i])
             else:
-                head.outcomes.extend(outcomes[i : i + want])
+                got.extend(outcomes[i : i + want])
             i += want
-            if head.left() <= 0:
-                chunks.popleft()
+            if len(got) >= head.n:
+                popleft()
                 resolve(head)
 
     def take_all(self) -> list[Chunk]:

@@ -130,7 +130,7 @@ class _Base:
             return self._requests_chunk([req], True)
         body = content if type(content) is bytes else to_bytes(content)
         did = dedup_id or self._stamper.next_id()
-        return Chunk(None, None, True, bool(did), queue=queue, contents=(body,), dedup_ids=(did,))
+        return Chunk.one(queue, body, did)
 
     def _requests_chunk(self, requests: Sequence[pb.EnqueueRequest], single: bool) -> Chunk:
         """Prebuilt requests as a chunk: columns when coalescing and they name one queue."""
@@ -159,7 +159,7 @@ class _Base:
             self._ledger.sent(chunks, frame)
             return [data]
         chunk = self._outbox.popleft()
-        self._queued -= chunk.left()
+        self._queued -= chunk.n - len(chunk.outcomes)
         self._ledger.sent([chunk], None)
         return chunk.unanswered()
 
@@ -257,7 +257,7 @@ class AsyncProducer(_Base):
         return await self._submit(self._requests_chunk(requests, False))
 
     async def _submit(self, chunk: Chunk) -> asyncio.Future[Any]:
-        n = len(chunk)
+        n = chunk.n
         while True:
             if self._error is not None:
                 raise self._error
@@ -359,7 +359,7 @@ class AsyncProducer(_Base):
             await self._wake.wait()
 
     def _resolve(self, chunk: Chunk) -> None:
-        self._inflight -= len(chunk)
+        self._inflight -= chunk.n
         if self._inflight < self.window:
             self._space.set()
         if self._inflight == 0:
@@ -426,7 +426,7 @@ class Producer(_Base):
         return self._submit(self._requests_chunk(requests, False))
 
     def _submit(self, chunk: Chunk) -> concurrent.futures.Future[Any]:
-        n = len(chunk)
+        n = chunk.n
         with self._cond:
             while True:
                 if self._error is not None:
@@ -540,5 +540,5 @@ class Producer(_Base):
             yield from frame
 
     def _resolve(self, chunk: Chunk) -> None:  # holds the lock; the caller wakes the waiters
-        self._inflight -= len(chunk)
+        self._inflight -= chunk.n
         self._settle(chunk)
