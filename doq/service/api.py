@@ -71,6 +71,27 @@ class _Waiter:
         self.early: asyncio.Future[object] | None = None  # that dequeue, proposed by `arrive`
 
 
+class StandingPoll:
+    """The long poll of a leasing stream (`DequeueStream` without ack): parked, once
+    `LongPolls.stand` put it in its queue's FIFO, for as long as it has room (`wanted`:
+    messages it may be given now, the stream's free credits), also while dequeues it
+    proposed earlier are committing, so every enqueue arriving meanwhile can lease for it
+    in its own log entry (see `LongPolls.arrive`). Its owner takes those dequeues from
+    `early` (oldest first, with the most messages each may return) and is told of them,
+    and of a `wake` (then `claim` > 0, held until `LongPolls.release_standing`), by
+    `signal`."""
+
+    __slots__ = ("wanted", "visibility_timeout_ms", "signal", "early", "claim", "parked")
+
+    def __init__(self, visibility_timeout_ms: int, signal: asyncio.Event) -> None:
+        self.wanted = 0
+        self.visibility_timeout_ms = visibility_timeout_ms
+        self.signal = signal
+        self.early: deque[tuple[asyncio.Future[object], int]] = deque()
+        self.claim = 0  # messages `wake` counted on it to take (0: not woken)
+        self.parked = False
+
+
 class LongPolls:
     """Parked long polls, per queue in FIFO order, woken only as many as can be served.
 
@@ -88,13 +109,20 @@ class LongPolls:
     delayed) just parks it again. Removing dequeues (ack) are never proposed early: their
     caller may go away before the result, and a removal cannot be undone; leases can be:
     what the early dequeue of a cancelled waiter leases is released (`release_leases`).
+
+    A `StandingPoll` (a leasing stream) waits in the same FIFO but is not taken out by an
+    early dequeue: `arrive` proposes one of at most min(`wanted`, what is left of `n`)
+    messages for it, lowers its `wanted` by as much and moves it to the back (out of the
+    FIFO once `wanted` is 0), so a stream whose earlier dequeues are still committing
+    leases the next message too in the commit that stores it. `wake` takes it out like a
+    waiter, with a claim of its `wanted`.
     """
 
     def __init__(self, deliverable: Callable[[str], int],
                  release_leases: Callable[[str, list[MessageView]], None] | None = None) -> None:
         self._deliverable = deliverable  # raises QueueNotFound
         self._release_leases = release_leases
-        self._parked: dict[str, deque[_Waiter]] = {}
+        self._parked: dict[str, deque[_Waiter | StandingPoll]] = {}
         self._claimed: dict[str, int] = {}
 
     def waiting(self, queue: str | None = None) -> int:
@@ -142,9 +170,27 @@ class LongPolls:
         if not waiters:
             return
         claimed = self._claimed.get(queue, 0)
-        while waiters and n > 0 and waiters[0].cmd is not None and not waiters[0].woken.is_set():
+        while waiters and n > 0:
             w = waiters[0]
-            assert w.cmd is not None
+            if type(w) is StandingPoll:
+                k = min(w.wanted, n)
+                try:
+                    fut = propose(c.Dequeue(queue, k, False, w.visibility_timeout_ms))
+                except DoqError:  # refused: the stream sees it with its next dequeue
+                    break
+                waiters.popleft()
+                w.early.append((fut, k))
+                w.wanted -= k
+                n -= k
+                if w.wanted > 0:
+                    waiters.append(w)  # still parked, behind the others
+                else:
+                    w.parked = False
+                w.signal.set()
+                continue
+            assert isinstance(w, _Waiter)
+            if w.cmd is None or w.woken.is_set():
+                break
             try:
                 w.early = propose(w.cmd)
             except DoqError:  # refused (not the leader, overloaded): the waiter will see it
@@ -169,6 +215,34 @@ class LongPolls:
             self._claimed.pop(queue, None)
         self.wake(queue)
 
+    def stand(self, queue: str, sp: StandingPoll) -> None:
+        """Park `sp` (at the back of the FIFO) if it has room and is not parked or woken."""
+        if sp.wanted > 0 and not sp.parked and not sp.claim:
+            self._parked.setdefault(queue, deque()).append(sp)
+            sp.parked = True
+
+    def sit(self, queue: str, sp: StandingPoll) -> None:
+        """Take `sp` out of the FIFO (no room left, or the stream ends)."""
+        if sp.parked:
+            sp.parked = False
+            waiters = self._parked.get(queue)
+            if waiters is not None:
+                waiters.remove(sp)
+                if not waiters:
+                    del self._parked[queue]
+
+    def release_standing(self, queue: str, sp: StandingPoll) -> None:
+        """`sp`, woken, has dequeued (or will not): drop its claim, wake others if needed."""
+        if not sp.claim:
+            return
+        left = self._claimed.get(queue, 0) - sp.claim
+        sp.claim = 0
+        if left > 0:
+            self._claimed[queue] = left
+        else:
+            self._claimed.pop(queue, None)
+        self.wake(queue)
+
     def wake_all(self) -> None:
         for queue in list(self._parked):
             self.wake(queue)
@@ -184,7 +258,13 @@ class LongPolls:
         claimed = self._claimed.get(queue, 0)
         while waiters and free > 0:
             w = waiters.popleft()
-            w.woken.set()
+            if type(w) is StandingPoll:
+                w.parked = False
+                w.claim = w.wanted
+                w.signal.set()
+            else:
+                assert isinstance(w, _Waiter)
+                w.woken.set()
             free -= w.wanted
             claimed += w.wanted
         if claimed:

@@ -18,9 +18,11 @@ Every task a stream starts ends with its call (also when the call is cancelled).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections import deque
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -31,12 +33,12 @@ from grpc_reflection.v1alpha import reflection
 
 from doq.errors import DoqError, InvalidArgument
 from doq.node.base import Node
-from doq.queues.commands import Ack, Nack
+from doq.queues.commands import Ack, Dequeue, Nack
 from doq.queues.model import EnqueueColumnsResult, EnqueueResult, MessageView
 from doq.service import convert as cv
 from doq.service import limits as v
 from doq.service import metrics
-from doq.service.api import QueueService
+from doq.service.api import QueueService, StandingPoll
 
 log = logging.getLogger(__name__)
 M = metrics.GRPC
@@ -123,7 +125,8 @@ class DequeueSession:
       `read_requests` (the reader task) settles every request until the client half-closes.
     - `pump` dequeues as credits allow (no limit with prefetch 0) and yields non-empty
       frames until the half-close; a frame dequeued in lease mode after the half-close is
-      released (`release`), not sent.
+      released (`release`), not sent. In lease mode the session waits as a `StandingPoll`,
+      so each enqueue arriving while it has credits leases for it in its own commit.
     - `drain` waits for every proposed settlement; `close` ends the reader task.
     A refused request (`error`) stops the session like a half-close; the call then ends
     with that status.
@@ -214,8 +217,97 @@ class DequeueSession:
             log.debug("stream ack/nack on %s failed: %s", self.queue, res)
 
     # -- pump -----------------------------------------------------------------------------
-    async def pump(self) -> AsyncIterator[list[MessageView]]:
+    def pump(self) -> AsyncGenerator[list[MessageView], None]:
         """Dequeue as credits allow and yield each non-empty frame, until the half-close."""
+        return self._removals() if self.ack else self._leases()
+
+    def _room(self, inflight: deque[tuple[asyncio.Future[object], int]]) -> int:
+        """Messages the stream may be given now: its credits less what the dequeues in
+        flight may still return (`max_batch` at most)."""
+        if not self.credit_mode:
+            return self.max_batch
+        return max(0, min(self.credits - sum(k for _, k in inflight), self.max_batch))
+
+    async def _leases(self) -> AsyncGenerator[list[MessageView], None]:
+        """Lease mode. The stream's `StandingPoll` stays parked while it has room, also
+        while earlier dequeues commit and frames are sent, so each enqueue arriving
+        meanwhile leases for it in the enqueue's own log entry; when the queue already
+        has something deliverable the stream proposes a dequeue itself (one at a time).
+        Frames follow in the order of those dequeues (the log's). A frame dequeued after
+        the half-close, or left when the frames stop being taken (the call ends), is
+        released, not sent."""
+        polls = self.api.long_polls
+        state = self.api.node.state
+        sp = StandingPoll(self.visibility_timeout_ms, self.wake)
+        inflight = sp.early  # dequeues in flight, oldest first: early ones and our own
+        own: asyncio.Future[object] | None = None  # the one this stream proposed itself
+        starved = False  # its last came back empty: `deliverable` is only an upper bound (a
+        # fair queue's group limit), so try again only when a commit wakes the poll
+        ready: list[MessageView] | None = None
+        try:
+            while True:
+                if self.half_closed.is_set():
+                    polls.sit(self.queue, sp)
+                else:
+                    if own is None:
+                        room = self._room(inflight)
+                        if room > 0 and (sp.claim or not starved) and state.deliverable(self.queue):
+                            own = self.api.node.propose_nowait(
+                                Dequeue(self.queue, room, False, self.visibility_timeout_ms))
+                            inflight.append((own, room))
+                        else:
+                            polls.release_standing(self.queue, sp)
+                    sp.wanted = self._room(inflight)
+                    if sp.wanted > 0:
+                        polls.stand(self.queue, sp)
+                    else:
+                        polls.sit(self.queue, sp)
+                if ready is not None:
+                    msgs, ready = ready, None
+                    yield msgs
+                    continue
+                if inflight:
+                    fut = inflight[0][0]
+                    if not fut.done():
+                        await asyncio.wait([fut])
+                    inflight.popleft()
+                    result = fut.result()
+                    if fut is own:
+                        own = None
+                        starved = not result
+                        polls.release_standing(self.queue, sp)
+                    if isinstance(result, DoqError):
+                        raise result
+                    assert isinstance(result, list)
+                    if not result:
+                        continue
+                    if self.half_closed.is_set():
+                        self.release(result)  # the client stopped taking: hand them back, unsent
+                        continue
+                    M.dequeued.inc(len(result))
+                    if self.credit_mode:
+                        self.credits -= len(result)
+                    ready = result
+                    continue
+                if self.half_closed.is_set():
+                    return
+                self.wake.clear()
+                await self.wake.wait()
+        finally:
+            polls.sit(self.queue, sp)
+            polls.release_standing(self.queue, sp)
+            if ready:
+                self.release(ready)
+            if inflight:  # a proposed dequeue ends with its commit: release what it leased
+                futs = [f for f, _ in inflight]
+                inflight.clear()
+                await asyncio.wait(futs)
+                for f in futs:
+                    if not f.cancelled() and f.exception() is None and isinstance(r := f.result(), list) and r:
+                        self.release(r)
+
+    async def _removals(self) -> AsyncGenerator[list[MessageView], None]:
+        """Ack mode: one removing long poll at a time, the next after a frame was taken."""
         while not self.half_closed.is_set():
             if self.credit_mode and self.credits <= 0:
                 self.wake.clear()
@@ -225,16 +317,13 @@ class DequeueSession:
             msgs = await self.api.dequeue(
                 self.queue,
                 max_messages=want,
-                ack=self.ack,
+                ack=True,
                 wait_ms=LONG_POLL_MS,
                 visibility_timeout_ms=self.visibility_timeout_ms,
                 stop_waiting=self.half_closed,
             )
             if not msgs:
                 continue
-            if self.half_closed.is_set() and not self.ack:
-                self.release(msgs)  # the client stopped taking: hand them back, unsent
-                return
             M.dequeued.inc(len(msgs))
             if self.credit_mode:
                 self.credits -= len(msgs)
@@ -428,7 +517,7 @@ class DOQServicer(pb_grpc.DOQServicer):
 
     async def _dequeue_frames(
         self, request_iterator: AsyncIterator[pb.DequeueStreamRequest], context: Any, batch_default: int
-    ) -> AsyncIterator[list[MessageView]]:
+    ) -> AsyncGenerator[list[MessageView], None]:
         """Shared engine of DequeueStream and DequeueBatchStream (see `DequeueSession`)."""
         try:
             session = await DequeueSession.open(self.api, request_iterator, batch_default)
@@ -439,8 +528,9 @@ class DOQServicer(pb_grpc.DOQServicer):
             return
         session.start(request_iterator)
         try:
-            async for msgs in session.pump():
-                yield msgs
+            async with contextlib.aclosing(session.pump()) as frames:  # its end runs here, not at GC
+                async for msgs in frames:
+                    yield msgs
             await session.drain()
         except DoqError as e:
             await _abort(context, e, self.api.node)
@@ -452,17 +542,19 @@ class DOQServicer(pb_grpc.DOQServicer):
     async def DequeueStream(
         self, request_iterator: AsyncIterator[pb.DequeueStreamRequest], context: Any
     ) -> AsyncIterator[pb.Message]:
-        async for msgs in self._dequeue_frames(request_iterator, context, PUSH_BATCH):
-            for m in msgs:
-                yield cv.message_to_pb(m)
+        async with contextlib.aclosing(self._dequeue_frames(request_iterator, context, PUSH_BATCH)) as frames:
+            async for msgs in frames:
+                for m in msgs:
+                    yield cv.message_to_pb(m)
 
     async def DequeueBatchStream(
         self, request_iterator: AsyncIterator[pb.DequeueStreamRequest], context: Any
     ) -> AsyncIterator[pb.MessageBatch]:
-        async for msgs in self._dequeue_frames(request_iterator, context, FRAME_BATCH):
-            frame = pb.MessageBatch()
-            cv.add_messages(frame.messages, msgs)
-            yield frame
+        async with contextlib.aclosing(self._dequeue_frames(request_iterator, context, FRAME_BATCH)) as frames:
+            async for msgs in frames:
+                frame = pb.MessageBatch()
+                cv.add_messages(frame.messages, msgs)
+                yield frame
 
     # -- single messages ------------------------------------------------------------------
     @_unary

@@ -13,7 +13,7 @@ import pytest
 from doq_proto.v1 import doq_pb2 as pb
 
 from doq.errors import InvalidArgument, MessageNotFound
-from doq.queues.commands import Command, Dequeue, EnqueueItem
+from doq.queues.commands import Command, Dequeue, Enqueue, EnqueueItem
 from doq.queues.model import MessageState
 from doq.service.grpc_server import DequeueSession
 from tests.support import inproc
@@ -139,6 +139,96 @@ async def test_pump_with_prefetch_0_pushes_without_credits(served: Served) -> No
     got = [len(await anext(frames)) for _ in range(3)]
     assert got == [2, 2, 1] and s.credits == 0
     await frames.aclose()
+
+
+def _spy_proposals(srv: Served, monkeypatch: pytest.MonkeyPatch) -> list[type]:
+    """Record the type of every command proposed to the node from now on."""
+    proposed: list[type] = []
+    propose_nowait = srv.api.node.propose_nowait
+
+    def spy(cmd: Command) -> asyncio.Future[object]:
+        proposed.append(type(cmd))
+        return propose_nowait(cmd)
+
+    monkeypatch.setattr(srv.api.node, "propose_nowait", spy)
+    return proposed
+
+
+async def test_pump_is_parked_for_the_next_frame_while_a_frame_is_being_sent(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lease mode: once a frame is handed out (and until it is taken: while it is sent),
+    the session already waits in the long poll, so the next enqueue leases for it in the
+    enqueue's own log entry (an early dequeue), not in a second commit."""
+    s = _session(served, prefetch=10, max_batch=10)
+    frames = s.pump()
+    first = asyncio.ensure_future(anext(frames))
+    await _until(lambda: served.api.long_polls.waiting("q") == 1, "the first long poll")
+    await _enqueue(served, 1)
+    assert [m.content for m in await asyncio.wait_for(first, 20)] == [b"0"]
+    # the first frame is not taken yet (being sent): the session waits for the next one
+    assert served.api.long_polls.waiting("q") == 1
+    proposed = _spy_proposals(served, monkeypatch)
+    served.api.enqueue_nowait("q", EnqueueItem(b"1"))  # proposes the session's dequeue with it
+    assert proposed == [Enqueue, Dequeue]
+    assert [m.content for m in await asyncio.wait_for(anext(frames), 20)] == [b"1"]
+    assert proposed == [Enqueue, Dequeue]  # no second dequeue
+    await frames.aclose()
+
+
+async def test_pump_stays_parked_while_its_dequeues_commit(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Enqueues arriving while the session's earlier dequeues are still committing each
+    lease for it in their own entry (as long as credits last); frames come in log order."""
+    s = _session(served, prefetch=2, max_batch=10)
+    frames = s.pump()
+    first = asyncio.ensure_future(anext(frames))
+    await _until(lambda: served.api.long_polls.waiting("q") == 1, "the long poll")
+    proposed = _spy_proposals(served, monkeypatch)
+    with stalled_commits(served.env):
+        stored = [served.api.enqueue_nowait("q", EnqueueItem(b"%d" % i)) for i in range(3)]
+        # credits 2: the first two enqueues lease for the session, the third does not
+        assert proposed == [Enqueue, Dequeue, Enqueue, Dequeue, Enqueue]
+        assert served.api.long_polls.waiting("q") == 0  # no room left: out of the FIFO
+    assert [m.content for m in await asyncio.wait_for(first, 20)] == [b"0"]
+    assert [m.content for m in await asyncio.wait_for(anext(frames), 20)] == [b"1"]
+    await asyncio.gather(*stored)
+    assert (await served.api.get_queue("q")).stats.ready == 1  # the third waits for a credit
+    s.add_credits(1)
+    assert [m.content for m in await asyncio.wait_for(anext(frames), 20)] == [b"2"]
+    await frames.aclose()
+
+
+async def test_parked_sessions_take_turns(served: Served) -> None:
+    """Two leasing sessions waiting on one queue: arrivals alternate between them (FIFO)."""
+    a, b = _session(served, prefetch=10), _session(served, prefetch=10)
+    fa, fb = a.pump(), b.pump()
+    got_a, got_b = asyncio.ensure_future(anext(fa)), asyncio.ensure_future(anext(fb))
+    await _until(lambda: served.api.long_polls.waiting("q") == 2, "both long polls")
+    for i in range(2):
+        await asyncio.gather(served.api.enqueue_nowait("q", EnqueueItem(b"%d" % i)))
+    assert [m.content for m in await asyncio.wait_for(got_a, 20)] == [b"0"]
+    assert [m.content for m in await asyncio.wait_for(got_b, 20)] == [b"1"]
+    await fa.aclose()
+    await fb.aclose()
+
+
+async def test_pump_closed_early_releases_what_its_next_dequeue_leased(served: Served) -> None:
+    """The frames stop being taken (the call ends) while a dequeue for the session is
+    committing: it ends, and what it leased is released (ready at once, attempt not counted)."""
+    await _enqueue(served, 1)
+    s = _session(served, prefetch=10, max_batch=1)
+    frames = s.pump()
+    first = await asyncio.wait_for(anext(frames), 20)  # the session waits for more meanwhile
+    ids = await _enqueue(served, 1)
+    await _until(lambda: served.api.node.state.get_message("q", ids[0]).state == MessageState.IN_FLIGHT,
+                 "the message to be leased for the session")
+    await frames.aclose()
+    await s.drain()
+    view = served.api.node.state.get_message("q", ids[0])
+    assert (view.state, view.attempts) == (MessageState.READY, 0)
+    assert len(first) == 1 and served.api.long_polls.waiting() == 0
 
 
 # -- the rules over gRPC --------------------------------------------------------------------
