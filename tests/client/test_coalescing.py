@@ -14,6 +14,7 @@ import pytest
 
 from doq_client import AsyncDoqClient, DoqClient, QueueNotFound, TooLarge
 from doq_client import _ledger as ledger_mod
+from doq_client import consumer as consumer_mod
 from doq_client import producer as producer_mod
 from doq_client.consumer import Consumer
 from doq_client.producer import FRAMES_IN_FLIGHT, Producer
@@ -180,6 +181,62 @@ def test_a_few_acks_go_out_without_more_iteration(client: DoqClient, queue: str)
             assert m is not None
             cons.ack(m)  # 3 < prefetch // 4, and no next(): only the interval sends them
         _until(lambda: _stats(client, queue) == (0, 0), "the acks applied")
+
+
+def _ack_frames(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The number of acks in each request frame the sync consumers send."""
+    sent: list[int] = []
+    real = Consumer._took
+
+    def spy(self: Consumer) -> object:
+        req = real(self)
+        sent.append(len(req.ack_ids))
+        return req
+
+    monkeypatch.setattr(Consumer, "_took", spy)
+    return sent
+
+
+def test_acks_wait_for_their_interval_while_the_server_has_credits(
+    client: DoqClient, queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A consumer that acks each message and then waits for the next one does not send a
+    frame per ack while the server still has most of its credits (messages arriving one
+    at a time would cost a request frame and a commit participant each)."""
+    monkeypatch.setattr(consumer_mod, "ACK_INTERVAL_S", 3600.0)  # only the other rules send
+    sent = _ack_frames(monkeypatch)
+    with client.consumer(queue, prefetch=1000) as cons:
+        for i in range(3):
+            client.enqueue(queue, b"%d" % i)
+            m = cons.next()  # waits for the message (each time: about to wait)
+            assert m is not None and m.content == b"%d" % i
+            cons.ack(m)
+        assert sum(sent) == 0  # three acks held: 3 of 1000 credits out, below the batch
+        assert _stats(client, queue) == (0, 3)
+
+
+def test_acks_go_out_before_waiting_when_the_server_is_short_of_credits(
+    client: DoqClient, queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Half or more of `prefetch` received and not settled: acks held back (below the
+    batch threshold) go out as soon as the consumer waits, so the server goes on sending."""
+    monkeypatch.setattr(consumer_mod, "ACK_INTERVAL_S", 3600.0)  # only the other rules send
+    sent = _ack_frames(monkeypatch)
+    with client.producer() as p:
+        for f in [p.enqueue(queue, b"%d" % i) for i in range(30)]:
+            f.result()
+    with client.consumer(queue, prefetch=20) as cons:  # batch threshold: 5 acks
+        held = [cons.next() for _ in range(20)]  # every credit used
+        for m in held[:4]:
+            assert m is not None
+            cons.ack(m)  # 4 < 5: not a batch
+        assert sum(sent) == 0
+        got = []
+        thread = threading.Thread(target=lambda: got.append(cons.next()), daemon=True)
+        thread.start()  # waits: the 4 acks go out, their credits bring message 20
+        thread.join(30)
+        assert [m.content for m in got if m is not None] == [b"20"]
+        assert sum(sent) == 4
 
 
 async def test_async_consumer_acks_settle(node: NodeProc) -> None:

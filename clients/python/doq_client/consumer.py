@@ -28,10 +28,12 @@ crash (no close), unacked messages come back when their leases end
 (`visibility_timeout_ms`).
 
 Acks, nacks, releases and credits are coalesced into request frames: acks go out once
-`prefetch // 4` of them are pending, when the consumer is about to wait for messages, or
-`ACK_INTERVAL_S` after the first of them, whichever comes first (so an ack returns its
-credit soon, and a consumer acking each message sends a frame per many acks); nacks and
-releases go out at once, with whatever is pending. With `ack=True` the consumer's own
+`prefetch // 4` of them are pending, when the consumer is about to wait for messages while
+the server is short of credits (at least half of `prefetch` received and not settled in a
+frame sent), or `ACK_INTERVAL_S` after the first of them, whichever comes first (so the
+server never waits long for a credit, and a consumer acking each message sends a frame per
+many acks, also when messages arrive one at a time); nacks and releases go out at once,
+with whatever is pending. With `ack=True` the consumer's own
 acks follow the same rule. Iterate messages with `for msg in consumer` (or `async for`),
 or whole frames with `batches()`.
 
@@ -76,7 +78,7 @@ log = logging.getLogger(__name__)
 _MsgOrId = Message | int
 _U64 = 2**64
 _ACKS_PER_CALL = 1000  # ids per unary AckBatch of settlements after a failover
-ACK_INTERVAL_S = 0.001  # longest an ack waits to be coalesced with others
+ACK_INTERVAL_S = 0.01  # longest an ack waits to be coalesced with others
 
 
 class _Settlements:
@@ -154,6 +156,10 @@ class _ConsumerBase:
         self._pending = _Settlements()
         self._ack_due = 0  # acks pending since the last request frame
         self._ack_step = max(1, prefetch // 4)
+        # messages received on the current stream / settled by request frames taken for it
+        # (each written by one thread): the server's credits are prefetch - the difference
+        self._received_n = 0
+        self._settled_n = 0
         self._urgent = False  # send what is pending now (see the module docstring)
         self._buffer: deque[pb.Message] = deque()  # received, not handed out yet
         self._closing = False
@@ -176,6 +182,7 @@ class _ConsumerBase:
         """A frame arrived: buffer it (the first one after a failover sets `_floor`)."""
         if self._floor == _U64 and msgs:
             self._floor = min(m.lease_id for m in msgs)
+        self._received_n += len(msgs)
         self._buffer.extend(msgs)
 
     def _restart(self) -> _Settlements:
@@ -187,6 +194,7 @@ class _ConsumerBase:
         self._urgent = False
         self._floor = _U64
         self._gen += 1
+        self._settled_n = self._received_n
         return orphans
 
     def _acks_added(self, n: int, first: bool) -> None:
@@ -203,7 +211,9 @@ class _ConsumerBase:
         """The request frame of everything pending (the sender holds the lock)."""
         self._ack_due = 0
         self._urgent = False
-        return self._pending.take()
+        p = self._pending
+        self._settled_n += len(p.acks) + len(p.nacks)  # a credit back for each (auto_credit)
+        return p.take()
 
     def _handed_one(self, m: pb.Message) -> None:
         """ack=True: the application was given `m`; ack it (in a coming frame)."""
@@ -222,8 +232,9 @@ class _ConsumerBase:
         self._acks_added(len(msgs), first)
 
     def _before_wait(self) -> None:
-        """About to wait for messages: send the acks still held back (their credits)."""
-        if self._pending and not self._urgent:
+        """About to wait for messages: send the acks still held back if the server is short
+        of credits (see the module docstring); else they wait for their batch or interval."""
+        if self._pending and not self._urgent and (self._received_n - self._settled_n) * 2 >= self.prefetch:
             self._urgent = True
             self._wakeup()
 
