@@ -12,7 +12,7 @@ import grpc
 import pytest
 from doq_proto.v1 import doq_pb2 as pb
 
-from doq.errors import InvalidArgument, MessageNotFound
+from doq.errors import InvalidArgument, MessageNotFound, QueueNotFound
 from doq.queues.commands import Command, Dequeue, Enqueue, EnqueueItem
 from doq.queues.model import MessageState
 from doq.service.grpc_server import DequeueSession
@@ -212,6 +212,31 @@ async def test_parked_sessions_take_turns(served: Served) -> None:
     assert [m.content for m in await asyncio.wait_for(got_b, 20)] == [b"1"]
     await fa.aclose()
     await fb.aclose()
+
+
+async def test_a_parked_session_takes_what_a_commit_makes_deliverable(served: Served) -> None:
+    """Not only enqueues: a message that becomes deliverable otherwise (here released by
+    another consumer) wakes the parked session, which dequeues it itself."""
+    ids = await _enqueue(served, 1)
+    other = await served.api.dequeue("q")  # leased elsewhere: nothing deliverable now
+    s = _session(served, prefetch=10)
+    frames = s.pump()
+    got = asyncio.ensure_future(anext(frames))
+    await _until(lambda: served.api.long_polls.waiting("q") == 1, "the long poll")
+    await served.api.nack("q", ids[0], lease_id=other[0].lease_id, release=True)
+    assert [m.id for m in await asyncio.wait_for(got, 20)] == ids
+    await frames.aclose()
+
+
+async def test_a_parked_session_sees_its_queue_deleted(served: Served) -> None:
+    s = _session(served, prefetch=10)
+    frames = s.pump()
+    got = asyncio.ensure_future(anext(frames))
+    await _until(lambda: served.api.long_polls.waiting("q") == 1, "the long poll")
+    await served.api.delete_queue("q")
+    with pytest.raises(QueueNotFound):
+        await asyncio.wait_for(got, 20)
+    assert served.api.long_polls.waiting() == 0
 
 
 async def test_pump_closed_early_releases_what_its_next_dequeue_leased(served: Served) -> None:
