@@ -17,7 +17,7 @@ from doq_client import _ledger as ledger_mod
 from doq_client import consumer as consumer_mod
 from doq_client import producer as producer_mod
 from doq_client.consumer import Consumer
-from doq_client.producer import FRAMES_IN_FLIGHT, Producer
+from doq_client.producer import FEW_IN_FLIGHT, FRAMES_IN_FLIGHT, Producer
 from tests.support.proc import NodeProc
 
 BIG = b"x" * (2 << 20)  # above the node's 1 MiB message limit
@@ -120,6 +120,8 @@ def test_a_lone_message_is_sent_at_once_and_waits_only_while_frames_are_unanswer
     assert p._sendable()  # nothing unanswered: no waiting for a frame to fill
     for _ in range(FRAMES_IN_FLIGHT):
         p._ledger.sent([], ledger_mod.Frame(1, True, None))
+    assert p._sendable()  # the frames in flight carry few messages: a low rate, no waiting
+    p._ledger.sent([], ledger_mod.Frame(FEW_IN_FLIGHT, True, None))
     assert not p._sendable()  # the pipe is full: gather until an answer or a full batch
     p._queued = p.batch
     assert p._sendable()

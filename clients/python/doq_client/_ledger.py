@@ -290,6 +290,7 @@ class Ledger:
         self._resolve = resolve
         self._chunks: deque[Chunk] = deque()  # sent (or being sent), unresolved, in order
         self._frames: deque[Frame] = deque()
+        self.messages = 0  # messages of the batch frames sent and not answered yet
 
     def __len__(self) -> int:
         return len(self._chunks)
@@ -304,6 +305,7 @@ class Ledger:
         self._chunks.extend(chunks)
         if frame is not None:
             self._frames.append(frame)
+            self.messages += frame.size
 
     def on_single(self, resp: Any) -> None:
         """One EnqueueStream response. Raises `Refused` for a failover error."""
@@ -325,6 +327,7 @@ class Ledger:
             else:
                 outcomes = [outcome_of(r) for r in results]
         self._frames.popleft()
+        self.messages -= frame.size
         self._feed(outcomes)
 
     def _feed(self, outcomes: list[Outcome]) -> None:
@@ -351,4 +354,5 @@ class Ledger:
         out = list(self._chunks)
         self._chunks.clear()
         self._frames.clear()
+        self.messages = 0
         return out

@@ -4,9 +4,10 @@ By default the producer coalesces: the messages submitted one `enqueue` at a tim
 packed into frames of up to `batch` messages (default 1000) and `max_frame_bytes`, the
 messages of one queue as one columnar frame (`EnqueueBatchRequest.columns`: per message a
 few list entries on the client, one C call per column on the server). A frame goes out at
-once while fewer than `FRAMES_IN_FLIGHT` frames wait for their answers; otherwise the
-messages wait (at most until an answer arrives or `batch` messages are waiting), so
-frames grow with the load and a lone message is never held back. Each message stands
+once while fewer than `FRAMES_IN_FLIGHT` frames, or fewer than `FEW_IN_FLIGHT` messages,
+wait for their answers (at a low rate, waiting to coalesce would only delay messages);
+otherwise the messages wait (at most until an answer arrives or `batch` messages are
+waiting), so frames grow with the load and a lone message is never held back. Each message stands
 alone: an invalid one fails by itself; results keep submission order. `batch=0` sends
 one message per frame on `EnqueueStream` (the seed's style). At most `window` messages are
 unacknowledged at once: submitting more blocks (sync) or waits (async).
@@ -68,7 +69,8 @@ _STREAM = "/doq.v1.DOQ/EnqueueStream"
 _BATCH_STREAM = "/doq.v1.DOQ/EnqueueBatchStream"
 DEFAULT_BATCH = 1000  # messages per frame at most (coalescing producers)
 DEFAULT_MAX_FRAME_BYTES = 4 << 20  # message contents per frame at most (a frame has >= 1 chunk)
-FRAMES_IN_FLIGHT = 4  # unanswered frames before messages wait to be coalesced
+FRAMES_IN_FLIGHT = 4  # unanswered frames before messages wait to be coalesced...
+FEW_IN_FLIGHT = 32  # ...unless they carry fewer unanswered messages than this
 
 
 def _open(channel: Any, batch: int) -> Any:
@@ -144,7 +146,8 @@ class _Base:
     # -- frames -------------------------------------------------------------------------
     def _sendable(self) -> bool:
         """Whether the outbox's head may go out now (see the module docstring)."""
-        return (not self.batch or self._ledger.frames < FRAMES_IN_FLIGHT
+        ledger = self._ledger
+        return (not self.batch or ledger.frames < FRAMES_IN_FLIGHT or ledger.messages < FEW_IN_FLIGHT
                 or self._queued >= self.batch)
 
     def _take(self) -> list[Any]:
