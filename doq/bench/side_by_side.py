@@ -38,7 +38,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,12 +107,13 @@ class Server:
 
 
 @contextlib.contextmanager
-def doq_server(root: Path) -> Iterator[Server]:
-    """A fresh `doq serve` (a one-node Raft cluster, as users run it)."""
+def doq_server(root: Path, launcher: Sequence[str] = ()) -> Iterator[Server]:
+    """A fresh `doq serve` (a one-node Raft cluster, as users run it); `launcher` replaces
+    `python -m doq` (e.g. to start it with probes: `doq.bench.e2e_stages`)."""
     grpc_port, http_port, raft_port = free_port(), free_port(), free_port()
     root.mkdir(parents=True, exist_ok=True)
     log = root / "doq.log"
-    cmd = [sys.executable, "-m", "doq", "serve", "--data-dir", str(root / "data"),
+    cmd = [*(launcher or (sys.executable, "-m", "doq")), "serve", "--data-dir", str(root / "data"),
            "--grpc-addr", f"127.0.0.1:{grpc_port}", "--http-addr", f"127.0.0.1:{http_port}",
            "--raft-addr", f"127.0.0.1:{raft_port}", "--log-level", "warning"]
     with open(log, "ab") as logf:
