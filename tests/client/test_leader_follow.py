@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import re
+import threading
+import time
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import Future
+from typing import Any
 
 import grpc
 import pytest
 from doq_proto.v1 import doq_pb2 as pb
 from doq_proto.v1 import doq_pb2_grpc as pb_grpc
 
-from doq_client import AsyncDoqClient, DoqClient, QueueNotFound
+from doq_client import AsyncDoqClient, Consumer, DoqClient, FailoverPolicy, Message, QueueNotFound
 from tests.support.cluster import cluster_view, http_call, three_nodes, until
 from tests.support.proc import NodeProc
 
@@ -120,3 +124,136 @@ def test_a_follower_names_the_leader_in_its_relayed_http_answers(nodes: list[Nod
         assert r.headers["X-Doq-Leader"] == leader.http_url.removeprefix("http://")
     status, _ = http_call(leader.http_url, "GET", "/API/v1/queues/http-q")
     assert status == 200
+
+
+# -- streams ----------------------------------------------------------------------------------
+def consume(cons: Consumer, n: int, got: list[Message]) -> None:
+    """Take `n` messages from `cons` into `got`, acking each."""
+    for m in cons:
+        got.append(m)
+        cons.ack(m)
+        if len(got) == n:
+            return
+
+
+def stats(node: NodeProc, queue: str) -> pb.QueueStats:
+    with grpc.insecure_channel(node.grpc_addr) as ch:
+        return pb_grpc.DOQStub(ch).GetQueue(pb.GetQueueRequest(name=queue), timeout=TIMEOUT_S).queue.stats
+
+
+def moved_off(follower: NodeProc, before: dict[str, float]) -> None:
+    """The follower relayed one EnqueueBatchStream and one DequeueBatchStream, and relays
+    nothing now (both streams, still open, moved to the leader)."""
+    until("the follower relays no stream any more",
+          lambda: relayed(follower)["in_progress"] == before.get("in_progress", 0))
+    now = relayed(follower)
+    for method in ("EnqueueBatchStream", "DequeueBatchStream"):
+        assert now.get(method, 0) - before.get(method, 0) == 1, (method, before, now)
+
+
+def test_a_producer_and_a_consumer_opened_on_a_follower_move_to_the_leader(nodes: list[NodeProc]) -> None:
+    """Nothing lost, nothing doubled: every future succeeds once (with auto_dedup off, a
+    message sent again would fail or be stored twice), each message is delivered once
+    (attempts 1: the move's releases are not counted) and acked."""
+    leader, (follower, _) = settle(nodes)
+    create_queue_on(leader, "moved")
+    n = 3000
+    before = relayed(follower)
+    got: list[Message] = []
+    with DoqClient(follower.grpc_addr, timeout_s=TIMEOUT_S) as c:
+        with c.producer(window=256, auto_dedup=False) as p, c.consumer("moved", prefetch=64) as cons:
+            reader = threading.Thread(target=consume, args=(cons, n, got), daemon=True)
+            reader.start()  # the consumer's stream is open on the follower, waiting
+            futs = [p.enqueue("moved", f"m{i}") for i in range(n)]
+            assert p.flush(120)
+            results = [f.result() for f in futs]
+            reader.join(120)
+            assert not reader.is_alive(), f"{len(got)} of {n} messages delivered"
+            moved_off(follower, before)
+            assert c.router.current == leader.grpc_addr
+        ids = [r.id for r in results]
+        assert len(set(ids)) == n and not any(r.duplicate for r in results)
+        assert sorted(m.id for m in got) == sorted(ids)  # each delivered once
+        assert sorted(m.content for m in got) == sorted(f"m{i}".encode() for i in range(n))
+        assert {m.attempts for m in got} == {1}
+    until("every message acked", lambda: stats(leader, "moved").total == 0)
+
+
+def test_async_streams_opened_on_a_follower_move_to_the_leader(nodes: list[NodeProc]) -> None:
+    leader, (_, follower) = settle(nodes)
+    create_queue_on(leader, "moved-async")
+    n = 2000
+    before = relayed(follower)
+    got: list[Message] = []
+
+    async def run() -> list[Any]:
+        async with AsyncDoqClient(follower.grpc_addr, timeout_s=TIMEOUT_S) as c:
+            async with c.producer(window=256, auto_dedup=False) as p, c.consumer("moved-async", prefetch=64) as cons:
+
+                async def take() -> None:
+                    async for m in cons:
+                        got.append(m)
+                        cons.ack(m)
+                        if len(got) == n:
+                            return
+
+                reader = asyncio.create_task(take())
+                futs = [await p.enqueue("moved-async", f"m{i}") for i in range(n)]
+                results = await asyncio.gather(*futs)
+                await asyncio.wait_for(reader, 120)
+                await asyncio.to_thread(moved_off, follower, before)
+                assert c.router.current == leader.grpc_addr
+                return results
+
+    results = asyncio.run(run())
+    ids = [r.id for r in results]
+    assert len(set(ids)) == n and not any(r.duplicate for r in results)
+    assert sorted(m.id for m in got) == sorted(ids)
+    assert {m.attempts for m in got} == {1}
+    until("every message acked", lambda: stats(leader, "moved-async").total == 0)
+
+
+def test_moved_streams_fail_over_when_the_leader_dies(nodes: list[NodeProc]) -> None:
+    """Last in this module: it kills the leader (SIGKILL) under the streams that moved to it."""
+    leader, (follower, _) = settle(nodes)
+    create_queue_on(leader, "after-move", pb.QueueSettings(visibility_timeout_ms=3000))
+    before = relayed(follower)
+    n1, n2 = 300, 1500
+    want = {f"a{i}".encode() for i in range(n1)} | {f"b{i}".encode() for i in range(n2)}
+    got: list[Message] = []
+    with DoqClient(follower.grpc_addr, timeout_s=10, failover=FailoverPolicy(timeout_s=90)) as c:
+        with c.producer(window=128) as p, c.consumer("after-move", prefetch=32) as cons:
+            first = [p.enqueue("after-move", f"a{i}") for i in range(n1)]
+            assert p.flush(120)
+            consume(cons, n1, got)
+            moved_off(follower, before)
+            futs: list[Future[Any]] = []
+            for i in range(n2):
+                futs.append(p.enqueue("after-move", f"b{i}"))
+                if i == n2 // 3:
+                    _until_done(futs, 100)
+                    leader.kill9()
+            assert p.flush(180)
+            results = [f.result() for f in first + futs]
+            assert len({r.id for r in results}) == n1 + n2  # each stored once
+            for m in cons:  # redeliveries allowed (an ack lost with the leader), losses not
+                assert m.content in want
+                got.append(m)
+                cons.ack(m)
+                if {x.content for x in got} == want:
+                    break
+        new_leader, _ = settle(nodes)
+        assert new_leader is not leader and c.router.current == new_leader.grpc_addr
+        deadline = time.monotonic() + 60
+        while (total := stats(new_leader, "after-move").total) > 0:  # acks lost with the leader
+            assert time.monotonic() < deadline, f"{total} messages left"
+            for m in c.dequeue("after-move", max_messages=100, wait_ms=500):
+                assert m.content in want
+                c.ack("after-move", m.id, lease_id=m.lease_id)
+
+
+def _until_done(futs: list[Future[Any]], k: int, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while sum(f.done() for f in futs) < k:
+        assert time.monotonic() < deadline, "no results"
+        time.sleep(0.01)
