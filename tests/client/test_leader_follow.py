@@ -141,13 +141,14 @@ def stats(node: NodeProc, queue: str) -> pb.QueueStats:
         return pb_grpc.DOQStub(ch).GetQueue(pb.GetQueueRequest(name=queue), timeout=TIMEOUT_S).queue.stats
 
 
-def moved_off(follower: NodeProc, before: dict[str, float]) -> None:
-    """The follower relayed one EnqueueBatchStream and one DequeueBatchStream, and relays
-    nothing now (both streams, still open, moved to the leader)."""
+def moved_off(follower: NodeProc, before: dict[str, float],
+              methods: tuple[str, ...] = ("EnqueueBatchStream", "DequeueBatchStream")) -> None:
+    """The follower relayed one stream of each of `methods`, and relays nothing now (the
+    streams, still open, moved to the leader)."""
     until("the follower relays no stream any more",
           lambda: relayed(follower)["in_progress"] == before.get("in_progress", 0))
     now = relayed(follower)
-    for method in ("EnqueueBatchStream", "DequeueBatchStream"):
+    for method in methods:
         assert now.get(method, 0) - before.get(method, 0) == 1, (method, before, now)
 
 
@@ -161,7 +162,8 @@ def test_a_producer_and_a_consumer_opened_on_a_follower_move_to_the_leader(nodes
     before = relayed(follower)
     got: list[Message] = []
     with DoqClient(follower.grpc_addr, timeout_s=TIMEOUT_S) as c:
-        with c.producer(window=256, auto_dedup=False) as p, c.consumer("moved", prefetch=64) as cons:
+        # small frames: several are in flight when the first answer names the leader
+        with c.producer(window=256, batch=50, auto_dedup=False) as p, c.consumer("moved", prefetch=64) as cons:
             reader = threading.Thread(target=consume, args=(cons, n, got), daemon=True)
             reader.start()  # the consumer's stream is open on the follower, waiting
             futs = [p.enqueue("moved", f"m{i}") for i in range(n)]
@@ -180,6 +182,7 @@ def test_a_producer_and_a_consumer_opened_on_a_follower_move_to_the_leader(nodes
 
 
 def test_async_streams_opened_on_a_follower_move_to_the_leader(nodes: list[NodeProc]) -> None:
+    """Also the one-message-per-frame streams (EnqueueStream, DequeueStream)."""
     leader, (_, follower) = settle(nodes)
     create_queue_on(leader, "moved-async")
     n = 2000
@@ -188,7 +191,10 @@ def test_async_streams_opened_on_a_follower_move_to_the_leader(nodes: list[NodeP
 
     async def run() -> list[Any]:
         async with AsyncDoqClient(follower.grpc_addr, timeout_s=TIMEOUT_S) as c:
-            async with c.producer(window=256, auto_dedup=False) as p, c.consumer("moved-async", prefetch=64) as cons:
+            async with (
+                c.producer(window=256, batch=0, auto_dedup=False) as p,
+                c.consumer("moved-async", prefetch=64, batched=False) as cons,
+            ):
 
                 async def take() -> None:
                     async for m in cons:
@@ -201,7 +207,7 @@ def test_async_streams_opened_on_a_follower_move_to_the_leader(nodes: list[NodeP
                 futs = [await p.enqueue("moved-async", f"m{i}") for i in range(n)]
                 results = await asyncio.gather(*futs)
                 await asyncio.wait_for(reader, 120)
-                await asyncio.to_thread(moved_off, follower, before)
+                await asyncio.to_thread(moved_off, follower, before, ("EnqueueStream", "DequeueStream"))
                 assert c.router.current == leader.grpc_addr
                 return results
 
