@@ -181,6 +181,7 @@ def _header(p: Path) -> BackupHeader:
         return read_header(f)
 
 
+@pytest.mark.integration
 def test_each_node_shows_its_cluster_id_and_records_it_in_its_backups(clusters: Clusters) -> None:
     for node, cid, files in ((clusters.a, clusters.a_id, clusters.a_chain),
                              (clusters.b, clusters.b_id, clusters.b_chain)):
@@ -190,6 +191,7 @@ def test_each_node_shows_its_cluster_id_and_records_it_in_its_backups(clusters: 
     assert clusters.a_id != clusters.b_id
 
 
+@pytest.mark.integration
 def test_check_chain_refuses_a_mixed_chain_by_name(clusters: Clusters) -> None:
     mixed = [clusters.a_chain[0], clusters.b_chain[1]]
     with pytest.raises(InvalidArgument) as e:
@@ -199,6 +201,7 @@ def test_check_chain_refuses_a_mixed_chain_by_name(clusters: Clusters) -> None:
 
 
 @pytest.mark.spark
+@pytest.mark.integration
 def test_doq_verify_refuses_a_mixed_chain(spark: Any, clusters: Clusters, tmp_path: Path) -> None:
     mixed = [clusters.a_chain[0], clusters.b_chain[1]]
     report = tmp_path / "report.json"
@@ -211,6 +214,7 @@ def test_doq_verify_refuses_a_mixed_chain(spark: Any, clusters: Clusters, tmp_pa
     assert [x["cluster_id"] for x in doc["files"]] == [clusters.a_id, clusters.b_id]
 
 
+@pytest.mark.integration
 def test_doq_restore_refuses_a_mixed_chain_offline_and_online(clusters: Clusters, tmp_path: Path) -> None:
     full, inc = clusters.a_chain[0], clusters.b_chain[1]
     r = doq("restore", "-f", str(full), "-i", str(inc), "--data-dir", str(tmp_path / "data"))
@@ -225,6 +229,7 @@ def test_doq_restore_refuses_a_mixed_chain_offline_and_online(clusters: Clusters
         assert before["cluster_id"] not in (clusters.a_id, clusters.b_id)
 
 
+@pytest.mark.integration
 def test_restoring_onto_a_node_of_another_cluster_is_refused(clusters: Clusters) -> None:
     """B holds data: A's incremental (and A's whole chain) cannot continue B's history."""
     b = clusters.b
@@ -238,6 +243,7 @@ def test_restoring_onto_a_node_of_another_cluster_is_refused(clusters: Clusters)
 
 
 @pytest.mark.spark
+@pytest.mark.integration
 def test_against_the_other_cluster_fails_by_cluster_id(spark: Any, clusters: Clusters) -> None:
     r = verify(clusters.a_chain, spark=spark, against=clusters.b.http_url)
     assert not r.ok
@@ -264,6 +270,7 @@ def _anonymous(src: Path, dst: Path) -> Path:
 
 
 @pytest.mark.spark
+@pytest.mark.integration
 def test_files_without_a_cluster_id_still_verify(spark: Any, clusters: Clusters, tmp_path: Path) -> None:
     """Old files: no cluster rule, the digest still proves them (also against the node)."""
     full, inc = clusters.a_chain
@@ -279,6 +286,7 @@ def test_files_without_a_cluster_id_still_verify(spark: Any, clusters: Clusters,
 
 
 @pytest.mark.spark
+@pytest.mark.integration
 def test_a_restored_node_continues_the_backed_up_cluster(spark: Any, clusters: Clusters, tmp_path: Path) -> None:
     """Offline and online restores into empty nodes adopt the chain's cluster id, so the
     chain then verifies against them (same cluster, same state)."""
@@ -302,6 +310,7 @@ def test_a_restored_node_continues_the_backed_up_cluster(spark: Any, clusters: C
 
 
 # -- restarts and a three-node cluster --------------------------------------------------------
+@pytest.mark.integration
 def test_the_cluster_id_survives_restarts(tmp_path: Path) -> None:
     node = NodeProc(tmp_path / "n").start()
     try:
@@ -316,6 +325,7 @@ def test_the_cluster_id_survives_restarts(tmp_path: Path) -> None:
         node.kill9()
 
 
+@pytest.mark.integration
 def test_every_member_of_a_three_node_cluster_has_the_bootstrap_nodes_id(tmp_path: Path) -> None:
     """node-2 joins at once (it gets the bootstrap snapshot); node-3 joins after the log was
     compacted (it gets a later snapshot of the leader's): all three show node-1's id, also
