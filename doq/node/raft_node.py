@@ -32,19 +32,18 @@ import itertools
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import lmdb
 
-from doq.backup.format import Record
 from doq.errors import DoqError, FailedPrecondition, NotLeader, Overloaded, Unavailable
 from doq.node.cluster import ClusterStatus, Member, MemberAddrs
 from doq.node.local import MAX_PENDING_COMMANDS, _take_count, wall_clock_ms
 from doq.node.raft_log import LmdbLogStorage, decode_addrs, encode_addrs
 from doq.node.raft_snapshot import (
-    encode_snapshot_data,
     install_snapshot_data,
     open_state_read,
     write_state_snapshot,
@@ -222,14 +221,14 @@ class RaftNode:
     def _bootstrap(self) -> None:
         """Writer thread: a new one-node cluster. The bootstrap snapshot (index 1, or the
         state's applied index when the state already holds data, e.g. after an offline
-        restore) makes this node its only voter and carries its addresses."""
+        restore) makes this node its only voter and carries its addresses and the cluster
+        id (created now, unless a restore brought one), which joining nodes adopt."""
         members = {self.node_id: self.addrs}
         index = max(1, self.state.applied_index)
-        if self.state.applied_index:
-            applied, horizon, records = open_state_read(self.state)
-            data = write_state_snapshot(applied, horizon, records, members, self.node_id)
-        else:
-            data = encode_snapshot_data(members, 0, b"")
+        cluster_id = self.state.ensure_cluster_id(  # random from the node's seed: a seed replays
+            lambda: str(uuid.UUID(int=self._rng.getrandbits(128), version=4)))
+        applied, horizon, records = open_state_read(self.state)
+        data = write_state_snapshot(applied, horizon, records, members, self.node_id, cluster_id)
         snap = Snapshot(SnapshotMeta(index, 1, ConfState((self.node_id,), ())), data)
         with self.env.begin(write=True) as txn:
             self.storage.apply_snapshot(txn, snap)
@@ -402,7 +401,8 @@ class RaftNode:
         if index < st.snapshot_meta().index:
             raise Unavailable("the state is behind the log's snapshot", reason="RESTORE_BUSY")
         applied, horizon, records = open_state_read(self.state)
-        data = write_state_snapshot(applied, horizon, records, dict(st.members), self.node_id)
+        data = write_state_snapshot(applied, horizon, records, dict(st.members), self.node_id,
+                                    self.state.cluster_id)
         hs = st.hard_state
         term = max(hs.term, 1)
         snap = Snapshot(SnapshotMeta(applied, term, conf), data)
@@ -450,6 +450,7 @@ class RaftNode:
             node_id=self.node_id, leader_id=self._lead, term=core.term if core else 0,
             commit_index=core.log.committed if core else 0,
             applied_index=self.applied_index, role=role, members=members,
+            cluster_id=self.state.cluster_id,
         )
 
     async def add_member(self, node_id: str, addrs: MemberAddrs) -> ClusterStatus:
@@ -968,7 +969,8 @@ class RaftNode:
                         close()
                     return
                 data = await loop.run_in_executor(
-                    self._snapshotter, _write_snapshot, idx, horizon, records, members, self.node_id)
+                    self._snapshotter, write_state_snapshot, idx, horizon, records, members, self.node_id,
+                    self.state.cluster_id)
                 self._own_snapshot = Snapshot(meta, data)
                 self._wake.set()
             except Exception:
@@ -977,11 +979,6 @@ class RaftNode:
                 self._snap_running = False
 
         self._snap_task = asyncio.create_task(build())
-
-
-def _write_snapshot(idx: int, horizon: int, records: Iterator[Record],
-                    members: dict[str, MemberAddrs], node_id: str) -> bytes:
-    return write_state_snapshot(idx, horizon, records, members, node_id)
 
 
 def _resolve(fut: Fut, value: object) -> None:

@@ -4,9 +4,11 @@
     | members (`raft_log.encode_members`) | a doq backup file of every record (since 0)
 
 The state part IS the backup format of doq/backup (same records, same checksums), read in
-one LMDB read transaction at the snapshot's applied index. An empty state part means an
-empty state (the bootstrap snapshot of a new cluster). Installing replaces the whole state
-inside the caller's write txn (all or nothing).
+one LMDB read transaction at the snapshot's applied index; its header's cluster id is the
+state's, so a member that installs the snapshot (a joining node first of all: the
+bootstrap snapshot of a new cluster carries the id and an empty state) adopts it. An empty
+state part (written before cluster ids) means an empty state and no cluster id. Installing
+replaces the whole state inside the caller's write txn (all or nothing).
 """
 
 from __future__ import annotations
@@ -48,8 +50,9 @@ class _Opened:
     records no state digest: a Raft snapshot does not need one, and computing it would
     scan the whole state on the writer thread."""
 
-    def __init__(self, applied: int, records: Iterator[Record]) -> None:
+    def __init__(self, applied: int, records: Iterator[Record], cluster_id: str) -> None:
         self.env = None
+        self.cluster_id = cluster_id
         self.applied_index = applied
         self._changes = (applied, records)
 
@@ -67,20 +70,26 @@ def open_state_read(state: StateStore) -> tuple[int, int, Iterator[Record]]:
 
 
 def write_state_snapshot(applied: int, horizon: int, records: Iterator[Record],
-                         members: dict[str, MemberAddrs], node_id: str) -> bytes:
-    """Snapshot data from an opened read (blocking: run it off the event loop)."""
+                         members: dict[str, MemberAddrs], node_id: str, cluster_id: str = "") -> bytes:
+    """Snapshot data from an opened read and the state's cluster id (blocking: run it off
+    the event loop)."""
     buf = io.BytesIO()
-    write_backup(_Opened(applied, records), 0, buf, node_id=node_id)  # type: ignore[arg-type]
+    write_backup(_Opened(applied, records, cluster_id), 0, buf, node_id=node_id)  # type: ignore[arg-type]
     return encode_snapshot_data(members, horizon, buf.getvalue())
 
 
 def install_snapshot_data(state: StateStore, txn: lmdb.Transaction, data: bytes,
                           index: int) -> dict[str, MemberAddrs]:
-    """Replace the state by the snapshot's inside `txn`; returns the snapshot's members.
-    Raises ValueError / BackupFormatError on corrupt data (the caller aborts)."""
+    """Replace the state (and its cluster id, when the snapshot records one) by the
+    snapshot's inside `txn`; returns the snapshot's members. Raises ValueError /
+    BackupFormatError / InvalidArgument on corrupt data (the caller aborts)."""
     members, horizon, backup = decode_snapshot_data(data)
     records: Iterator[Record] = iter(())
+    cluster_id = ""
     if backup:
-        records = BackupReader(io.BytesIO(backup)).records()
+        reader = BackupReader(io.BytesIO(backup))
+        records, cluster_id = reader.records(), reader.header.cluster_id
     state.replace_records(txn, records, index, horizon)
+    if cluster_id:
+        state.set_cluster_id(txn, cluster_id)
     return members

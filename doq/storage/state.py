@@ -1,7 +1,8 @@
 """`StateStore`: the queue state machine over LMDB (durable records + in-memory indexes).
 
 Databases (reserved in `doq.storage.env.DB_NAMES`):
-- state_meta: the machine meta record (b"G") and store keys (b"\\x00applied", b"\\x00horizon")
+- state_meta: the machine meta record (b"G") and store keys (b"\\x00applied", b"\\x00horizon",
+  b"\\x00cluster")
 - state_queues / state_messages / state_dedup: the records of `doq.queues.keys`
 - state_versions: (u64 BE version + key) -> b"" for every live record
 - state_tombstones: (u64 BE version + key) -> b"" for every deletion
@@ -11,6 +12,11 @@ whose entry wrote it. So `iter_changes(since)` yields every record and tombstone
 version >= since, in version order: full + incremental backups restore the exact state.
 Tombstones older than `tombstone_retention` log indexes are pruned (deterministically,
 at indexes that are multiples of PRUNE_EVERY); a `since` below the horizon is refused.
+
+The cluster id (b"\\x00cluster", `cluster_id`) names the history this state belongs to: set
+once when a node bootstraps a cluster (`ensure_cluster_id`), adopted from the backup by a
+restore, carried to other members by Raft snapshots. It is not a record: backups carry it
+in their header, and the state digest does not cover it.
 
 Threading: `write`, `apply_entries`, `install_snapshot`, `restore` and `rebuild` run on
 one writer thread. Reads may run on any thread and see a consistent, committed state:
@@ -33,7 +39,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import struct
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -52,6 +59,8 @@ from doq.storage.env import open_db
 _V = struct.Struct(">Q")
 APPLIED_KEY = b"\x00applied"
 HORIZON_KEY = b"\x00horizon"
+CLUSTER_KEY = b"\x00cluster"
+MAX_CLUSTER_ID_BYTES = 128
 PRUNE_EVERY = 1024
 DEFAULT_TOMBSTONE_RETENTION = 1_000_000
 DUMP_MAGIC = b"DOQSTATE1"
@@ -158,6 +167,7 @@ class StateStore:
         self._sink = _TxnSink(self._kind_db, self._versions, self._tombs)
         self.machine = QueueMachine(self._sink)
         self.applied_index = 0
+        self.cluster_id = ""  # "" in a state from before cluster ids (or a joiner not yet caught up)
         self._broken = False
         self._reload_view = True  # the next publish rebuilds the view of every queue
         self.view = StateView()
@@ -228,6 +238,8 @@ class StateStore:
         self._reload_view = True
         raw = txn.get(APPLIED_KEY, db=self._meta)
         self.applied_index = _V.unpack(raw)[0] if raw else 0
+        raw = txn.get(CLUSTER_KEY, db=self._meta)
+        self.cluster_id = bytes(raw).decode() if raw else ""
         self.machine.load(self._records(txn))
 
     def _records(self, txn: Any) -> Iterator[tuple[bytes, bytes]]:
@@ -297,6 +309,27 @@ class StateStore:
                 return self.horizon(t)
         raw = txn.get(HORIZON_KEY, db=self._meta)
         return _V.unpack(raw)[0] if raw else 0
+
+    # -- cluster id ----------------------------------------------------------------------
+    def ensure_cluster_id(self, new_id: Callable[[], str] = lambda: str(uuid.uuid4())) -> str:
+        """The cluster id; if the state has none, `new_id()` (a random UUID), committed in
+        its own write first. Only a node that bootstraps a cluster calls it (a joining node
+        gets the id with the leader's snapshot). Writer thread."""
+        if not self.cluster_id:
+            with self.write() as txn:
+                self.set_cluster_id(txn, new_id())
+        return self.cluster_id
+
+    def set_cluster_id(self, txn: lmdb.Transaction, cluster_id: str) -> None:
+        """Record `cluster_id` inside `txn` (of `write()`; if it aborts, `write()`
+        rebuilds memory). Raises InvalidArgument (INVALID_CLUSTER_ID) unless it is 1 to
+        MAX_CLUSTER_ID_BYTES bytes of UTF-8."""
+        raw = cluster_id.encode()
+        if not 0 < len(raw) <= MAX_CLUSTER_ID_BYTES:
+            raise InvalidArgument(f"a cluster id must be 1 to {MAX_CLUSTER_ID_BYTES} bytes, got "
+                                  f"{len(raw)}", reason="INVALID_CLUSTER_ID")
+        txn.put(CLUSTER_KEY, raw, db=self._meta)
+        self.cluster_id = cluster_id
 
     # -- reads (any thread; committed state) ----------------------------------------------
     def next_due_ms(self) -> int | None:
@@ -440,14 +473,17 @@ class StateStore:
     def _is_empty(self, txn: Any) -> bool:
         return not txn.cursor(db=self._versions).first() and not txn.cursor(db=self._tombs).first()
 
-    def restore(self, records: Iterable[Record], applied_index: int) -> int:
+    def restore(self, records: Iterable[Record], applied_index: int, cluster_id: str = "") -> int:
         """Fill this EMPTY store with backup records (payload None = tombstone, kept even for
         a key the store never had, so the result is identical to the source), in version
-        order, and record `applied_index`: all in ONE write transaction, with memory rebuilt
-        from it before it commits. All or nothing: on any error (not empty:
+        order, and record `applied_index` and the backup's `cluster_id` (adopted: the
+        restored state continues that cluster's history; "" keeps this store's): all in ONE
+        write transaction, with memory rebuilt from it before it commits. All or nothing:
+        on any error (not empty:
         FailedPrecondition RESTORE_TARGET_NOT_EMPTY; a bad key: InvalidArgument
-        INVALID_RECORD; records that do not form a valid state: InvalidArgument
-        BACKUP_INCONSISTENT; or whatever `records` raises while it is read) nothing changes.
+        INVALID_RECORD or INVALID_CLUSTER_ID; records that do not form a valid state:
+        InvalidArgument BACKUP_INCONSISTENT; or whatever `records` raises while it is read)
+        nothing changes.
         Returns the number of records written. Writer thread."""
         if type(applied_index) is not int or not 0 <= applied_index < 2**64:
             raise InvalidArgument("applied index must be within 0..2**64-1", reason="INVALID_INDEX")
@@ -456,6 +492,8 @@ class StateStore:
                 "the target state is not empty: restore needs a fresh node (remove its data dir)",
                 reason="RESTORE_TARGET_NOT_EMPTY")
         with self.write() as txn:  # the only writer: still empty
+            if cluster_id:
+                self.set_cluster_id(txn, cluster_id)
             n = self._write_records(txn, records)
             txn.put(APPLIED_KEY, _V.pack(applied_index), db=self._meta)
             try:
@@ -488,6 +526,7 @@ class StateStore:
         """Replace the whole state by `records` (a full backup's: a Raft snapshot) at
         `applied_index` with tombstone `horizon`, inside `txn` (of `write()`), and rebuild
         memory from it (readers see it once `txn` commits). Returns the record count.
+        The cluster id goes with the rest: the caller sets the snapshot's (`set_cluster_id`).
         Raises as `restore` does on bad records (then `write()` aborts and rebuilds)."""
         self._broken = True
         for db in self._db.values():
