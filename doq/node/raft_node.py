@@ -42,7 +42,14 @@ import lmdb
 
 from doq.backup.chunks import DEFAULT_CHUNK_BYTES
 from doq.backup.ops import RestoreChain, RestoreResult
-from doq.errors import DoqError, FailedPrecondition, NotLeader, Overloaded, Unavailable
+from doq.errors import (
+    DoqError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotLeader,
+    Overloaded,
+    Unavailable,
+)
 from doq.node.cluster import ClusterStatus, Member, MemberAddrs
 from doq.node.local import MAX_PENDING_COMMANDS, _take_count, wall_clock_ms
 from doq.node.raft_log import LmdbLogStorage, decode_addrs, encode_addrs
@@ -82,7 +89,7 @@ from doq.raft.types import (
     SnapshotMeta,
 )
 from doq.raft.types import NotLeader as CoreNotLeader
-from doq.storage.state import RestoreOutcome, StateStore
+from doq.storage.state import MAX_RESTORE_VERSION, RestoreOutcome, StateStore
 
 log = logging.getLogger(__name__)
 Fut = asyncio.Future[object]
@@ -194,6 +201,7 @@ class RaftNode:
         self._snap_task: asyncio.Task[None] | None = None
         self._peers_set: set[str] = set()
         self._ready_lock = asyncio.Lock()
+        self._restore_lock = asyncio.Lock()
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -377,6 +385,21 @@ class RaftNode:
         reading the files raises. On any failure before the commit it proposes a
         `RestoreAbort` (best effort) so the staging does not wait for the next restore."""
         self._check_serving()
+        if not 0 <= chain.to_version < MAX_RESTORE_VERSION:
+            raise InvalidArgument(f"the chain's to_version {chain.to_version} is out of range "
+                                  f"(0..{MAX_RESTORE_VERSION - 1})", reason="INVALID_INDEX")
+        async with self._restore_lock:  # one restore at a time (two would break each other's staging)
+            if not self.state.is_empty():  # another restore may have just filled it
+                raise FailedPrecondition("the target state is not empty: restore needs a fresh cluster",
+                                         reason="RESTORE_TARGET_NOT_EMPTY")
+            outcome, chunks = await self._restore_through_log(chain)
+        log.info("node %s: restored %d records through the log (%d chunks), version %d",
+                 self.node_id, outcome.records, chunks, outcome.to_version)
+        return RestoreResult(len(chain.readers), outcome.records, outcome.tombstones,
+                             outcome.to_version, outcome.last_version)
+
+    async def _restore_through_log(self, chain: RestoreChain) -> tuple[RestoreOutcome, int]:
+        """Propose the chunks and the commit (see `restore_backup`); (outcome, chunk count)."""
         restore_id = os.urandom(16)
         chunks = chain.chunks(self.cfg.restore_chunk_bytes)
         inflight: collections.deque[Fut] = collections.deque()
@@ -399,16 +422,14 @@ class RaftNode:
         finally:
             for fut in inflight:
                 fut.add_done_callback(_ignore_result)
-            chunks.close()
+            with contextlib.suppress(ValueError):  # still running in its thread (cancelled)
+                chunks.close()
             if not committed and self.is_leader:
                 with contextlib.suppress(DoqError):
                     self._propose_alone(RestoreAbort(restore_id)).add_done_callback(_ignore_result)
         _raise_if_error(outcome)
         assert isinstance(outcome, RestoreOutcome), outcome
-        log.info("node %s: restored %d records through the log (%d chunks), version %d",
-                 self.node_id, outcome.records, seq, outcome.to_version)
-        return RestoreResult(len(chain.readers), outcome.records, outcome.tombstones,
-                             outcome.to_version, outcome.last_version)
+        return outcome, seq
 
     def _propose_alone(self, command: Command) -> Fut:
         """Propose `command` as the only command of its own entry (restore commands: the

@@ -83,6 +83,7 @@ STAGE_CHUNK = b"\x00rchunk"  # + u32 BE seq -> a staged chunk's payload
 _STAGE = struct.Struct(">IB")  # chunks staged (the next seq), broken flag
 _SEQ = struct.Struct(">I")
 _RESTORE_TYPES = frozenset((RestoreChunk, RestoreCommit, RestoreAbort))
+MAX_RESTORE_VERSION = 2**63  # a restore's to_version is below it: later versions stay < 2**64
 PRUNE_EVERY = 1024
 DEFAULT_TOMBSTONE_RETENTION = 1_000_000
 DUMP_MAGIC = b"DOQSTATE1"
@@ -409,6 +410,8 @@ class StateStore:
                 f"the restore's chunks are not all staged ({staged}, {cmd.chunk_count} sent; the "
                 "leader changed during the restore?): nothing was restored; retry",
                 reason="RESTORE_INCOMPLETE")
+        if not 0 <= cmd.to_version < MAX_RESTORE_VERSION:
+            return InvalidArgument(f"restore to_version {cmd.to_version} out of range", reason="INVALID_INDEX")
         if not self._is_empty(txn):
             return FailedPrecondition(
                 "the target state is not empty: restore needs a fresh cluster (something was "

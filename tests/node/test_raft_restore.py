@@ -271,3 +271,16 @@ async def test_losing_leadership_mid_restore_changes_nothing_and_a_retry_works(
     assert set(digests(cl).values()) == {chain.digest}
     assert not any(staged(n) for n in cl.nodes.values())
 
+
+
+async def test_two_restores_at_once_restore_once(tmp_path: Path, chain: RestoreChain) -> None:
+    """Two clients restore at once: the leader runs them one after the other (interleaved,
+    their chunks would break each other's staging): one restores, the other is refused."""
+    cl = await empty_three(tmp_path)
+    leader = await cl.wait_leader()
+    results = await asyncio.gather(restore(leader, chain), restore(leader, chain), return_exceptions=True)
+    assert sorted(type(r).__name__ for r in results) == ["FailedPrecondition", "RestoreResult"], results
+    refused = next(r for r in results if isinstance(r, FailedPrecondition))
+    assert refused.reason == "RESTORE_TARGET_NOT_EMPTY"
+    await cl.converged()
+    assert set(digests(cl).values()) == {chain.digest}

@@ -227,3 +227,13 @@ def test_restore_commands_inside_a_batch_of_others_are_refused_by_the_machine(tm
     res = _apply(st, [_entry(1, c.CreateQueue("q", "delayed", QueueSettings()), c.RestoreAbort(RID))])
     assert isinstance(res[0][1], InvalidArgument) and [q.name for q in st.list_queues()] == ["q"]
 
+
+
+def test_a_to_version_out_of_range_is_refused(tmp_path: Path) -> None:
+    """Versions after the restore must stay below 2**64: a chain claiming a to_version of
+    2**63 or more restores nothing (else every later entry would overflow its version)."""
+    _, records = _source(tmp_path / "src", n=60)
+    _, st = _open(tmp_path / "a")
+    res = _apply(st, _restore_entries(records, 1, 2**63))
+    _failed(res[-1], "INVALID_INDEX")
+    assert st.is_empty() and st.version_offset == 0
