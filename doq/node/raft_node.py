@@ -210,10 +210,11 @@ class RaftNode:
             if not self._join:
                 await loop.run_in_executor(self._writer, self._bootstrap)
         elif self.state.applied_index > self.storage.last_index():
-            # the state is ahead of the log (a restore whose rebase did not finish, an
-            # offline restore into a member): entries it already holds must not be reused
+            # the state is ahead of the log (an offline restore into a member, or an online
+            # restore of an older doq, which rebased the log of a one-member cluster, cut
+            # short by a crash): entries it already holds must not be reused
             conf = self.storage.snapshot_meta().conf_state
-            await loop.run_in_executor(self._writer, self._rebase, conf, False)
+            await loop.run_in_executor(self._writer, self._rebase, conf)
         self.core = self._new_core()
         self._last_stamp_ms = self.state.machine.now_ms
         self._sync_peers()
@@ -461,16 +462,11 @@ class RaftNode:
         self._last_stamp_ms = now_ms
         return now_ms
 
-    def _rebase(self, conf: ConfState, always: bool) -> None:
-        """Writer thread: replace the log by a snapshot of the state at its applied index
-        (when `always`, or when the state is ahead of the log: after a restore). One txn."""
+    def _rebase(self, conf: ConfState) -> None:
+        """Writer thread, at start: the state is ahead of the log, so replace the log by a
+        snapshot of the state at its applied index (new entries follow it). One txn."""
         st = self.storage
-        index = self.state.applied_index
-        if not always and index <= st.last_index():
-            return
-        if index < st.snapshot_meta().index:
-            raise Unavailable("the state is behind the log's snapshot", reason="RESTORE_BUSY")
-        applied = index
+        applied = self.state.applied_index
         data = write_state_snapshot(self.state.open_read(), dict(st.members), self.node_id)
         hs = st.hard_state
         term = max(hs.term, 1)
@@ -491,13 +487,6 @@ class RaftNode:
         if core.voters == (self.node_id,):
             core.campaign()  # alone: no need to wait for an election timeout
         return core
-
-    def _restart_core(self) -> None:
-        """Drop the core (after the log was replaced under it) and start a new one."""
-        self._fail_proposals_upto(None, "")
-        self._fail_reads(NotLeader("the node restarted its log", leader_hint=""))
-        self.core = self._new_core()
-        self._on_soft_state(NONE, Role.FOLLOWER)
 
     # -- ClusterAdmin ------------------------------------------------------------------------
     def cluster_status(self) -> ClusterStatus:
