@@ -138,13 +138,13 @@ def test_a_cluster_restores_through_a_follower_and_a_node_that_was_down_catches_
         last = backup(via, chain.to_version + 1, post)
         assert last > chain.to_version
 
-        down.start(timeout_s=120)  # catches up (by a snapshot: the log was compacted)
+        # it catches up: from the log (the leader's transport kept the appends it could not
+        # deliver) or by a snapshot (the leader's log is compacted every 8 entries)
+        down.start(timeout_s=120)
         live = converged_digests(nodes)
         assert len(set(live.values())) == 1 and down.node_id in live
         assert set(live.values()) == {hexd(digest_of_offline_restore([*chain.paths, post], tmp_path / "off"))}
         no_staging_left(nodes)
-    with node_files(down) as (_, log):
-        assert log.snapshot_meta().index > down_at
 
 
 def test_a_leader_killed_mid_restore_changes_nothing_and_a_retry_works(tmp_path: Path) -> None:

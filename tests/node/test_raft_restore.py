@@ -199,6 +199,33 @@ async def test_a_follower_that_installs_a_snapshot_mid_restore_restores_the_same
     assert digests(cl) == {"n1": chain.digest, "n2": chain.digest, "n3": chain.digest}
 
 
+async def test_a_follower_that_catches_up_by_snapshot_after_the_restore_keeps_its_versions(
+        tmp_path: Path, chain: RestoreChain) -> None:
+    """n3 is down during the whole restore and the writes after it; the leader's log is
+    compacted past them, so n3 installs a snapshot taken after the commit: the version
+    offset travels in it, and n3's next writes get the same versions as the others'."""
+    cfg = dataclasses.replace(SMALL_CHUNKS, snapshot_every=4, keep_entries=0)
+    cl = await empty_three(tmp_path, cfg)
+    await cl.stop("n3")
+    leader = await cl.wait_leader()
+    await restore(leader, chain)
+    commit_index = leader.state.applied_index
+    assert leader.state.version_offset > 0
+
+    async def compacted() -> bool:
+        await retry(lambda: leader.propose(c.Enqueue("jobs", [c.EnqueueItem(b"after")])))
+        return leader.storage.first_index() > commit_index + 1
+
+    await eventually(compacted, 30, "the leader's log compacted past the restore")
+    n3 = await cl.start("n3")
+    await eventually(lambda: _true(n3.applied_index >= commit_index), 30, "n3 caught up")
+    assert n3.storage.snapshot_meta().index > commit_index  # by a snapshot
+    await retry(lambda: leader.propose(c.Enqueue("jobs", [c.EnqueueItem(b"later")])))
+    await cl.converged()
+    assert len({n.state.dump_state_bytes() for n in cl.nodes.values()}) == 1  # records, versions, offset
+    assert n3.state.version_offset == leader.state.version_offset
+
+
 async def _true(v: bool) -> bool:
     return v
 
