@@ -148,8 +148,8 @@ def test_a_cluster_restores_through_a_follower_and_a_node_that_was_down_catches_
 
 
 def test_a_leader_killed_mid_restore_changes_nothing_and_a_retry_works(tmp_path: Path) -> None:
-    big = build_chain(tmp_path / "chain", messages=12_000, content_bytes=400)
-    nodes = node_procs(tmp_path / "data", ["--restore-chunk-bytes", "16384"])
+    big = build_chain(tmp_path / "chain", messages=16_000, content_bytes=400)
+    nodes = node_procs(tmp_path / "data", ["--restore-chunk-bytes", "8192"])
     with running_cluster(nodes):
         old = leader(nodes)
         start = applied(old)
@@ -164,7 +164,7 @@ def test_a_leader_killed_mid_restore_changes_nothing_and_a_retry_works(tmp_path:
         t = threading.Thread(target=run, daemon=True)
         t.start()
         until("chunks applied on the leader", lambda: applied(old) >= start + 8, 120)
-        assert not answer, answer  # still in the middle (hundreds of chunks to go)
+        assert not answer, answer  # still in the middle (some 900 chunks to go)
         old.kill9()
         t.join(60)
         assert answer and not (isinstance(answer[0], tuple) and answer[0][0] == 200), answer
@@ -180,6 +180,7 @@ def test_a_leader_killed_mid_restore_changes_nothing_and_a_retry_works(tmp_path:
         assert status == 200, body
         assert body["to_version"] == big.to_version and body["files"] == 2
         seconds = time.monotonic() - t0
+        print(f"restore of {big.full.stat().st_size} bytes through 2 live members: {seconds:.1f} s")
         assert set(converged_digests(survivors).values()) == {hexd(big.digest)}, f"restore took {seconds:.1f}s"
         old.start(timeout_s=120)
         assert set(converged_digests(nodes).values()) == {hexd(big.digest)}
