@@ -232,7 +232,7 @@ def _verify_all(readers: Sequence[BackupReader], names: Sequence[str]) -> None:
 def _refuse_non_empty(state: BackupState) -> None:
     if not state.is_empty():
         raise FailedPrecondition(
-            "the target state is not empty: restore needs a fresh node (remove its data dir)",
+            "the target state is not empty: restore needs a fresh node or cluster (an empty state)",
             reason="RESTORE_TARGET_NOT_EMPTY",
         )
 

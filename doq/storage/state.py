@@ -119,6 +119,20 @@ class StateRead(NamedTuple):
     records: Iterator[tuple[bytes, bytes | None, int]]  # every record and tombstone (since 0)
 
 
+class _Tally:
+    """Counts the records a restore writes."""
+
+    def __init__(self) -> None:
+        self.records = self.tombstones = self.last_version = 0
+
+    def count(self, records: Iterable[Record]) -> Iterator[Record]:
+        for rec in records:
+            self.records += 1
+            self.tombstones += rec[1] is None
+            self.last_version = max(self.last_version, rec[2])
+            yield rec
+
+
 class _Stage(NamedTuple):
     restore_id: bytes
     next_seq: int
@@ -416,22 +430,13 @@ class StateStore:
             return FailedPrecondition(
                 "the target state is not empty: restore needs a fresh cluster (something was "
                 "written before the restore committed)", reason="RESTORE_TARGET_NOT_EMPTY")
-        tally = [0, 0, 0]  # records, tombstones, last version
-
-        def counted(records: Iterable[Record]) -> Iterator[Record]:
-            for r in records:
-                tally[0] += 1
-                if r[1] is None:
-                    tally[1] += 1
-                tally[2] = max(tally[2], r[2])
-                yield r
-
+        tally = _Tally()
         child = self.env.begin(write=True, parent=txn)
         try:
-            self._write_records(child, counted(self._staged_records(child, cmd.chunk_count)))
-            if tally[0] != cmd.record_count:
+            self._write_records(child, tally.count(self._staged_records(child, cmd.chunk_count)))
+            if tally.records != cmd.record_count:
                 raise FailedPrecondition(
-                    f"the staged chunks hold {tally[0]} records, the restore sent {cmd.record_count}",
+                    f"the staged chunks hold {tally.records} records, the restore sent {cmd.record_count}",
                     reason="RESTORE_INCOMPLETE")
             offset = max(self.version_offset, cmd.to_version - index)
             child.put(VOFFSET_KEY, _V.pack(offset), db=self._meta)
@@ -448,7 +453,7 @@ class StateStore:
             child.abort()
             raise
         child.commit()
-        return RestoreOutcome(tally[0], tally[1], tally[2], index + offset)
+        return RestoreOutcome(tally.records, tally.tombstones, tally.last_version, index + offset)
 
     def _prune(self, txn: Any, version: int) -> None:
         cutoff = version - self.tombstone_retention
