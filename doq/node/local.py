@@ -95,7 +95,7 @@ class LocalNode:
         return ClusterStatus(
             node_id=self.node_id, leader_id="" if self._stopping else self.node_id, term=1,
             commit_index=index, applied_index=index, role="leader" if self.is_leader else "follower",
-            members=[Member(self.node_id, self.addrs, "voter")],
+            members=[Member(self.node_id, self.addrs, "voter")], cluster_id=self.state.cluster_id,
         )
 
     def cluster_admin(self) -> ClusterAdmin | None:
@@ -103,6 +103,9 @@ class LocalNode:
         return None
 
     async def start(self) -> None:
+        """Start committing; a state without a cluster id gets one first (a lone node
+        bootstraps its own cluster)."""
+        await asyncio.get_running_loop().run_in_executor(self._writer, self.state.ensure_cluster_id)
         self._task = asyncio.create_task(self._run(), name="doq-local-log")
         self._schedule_tick()
 

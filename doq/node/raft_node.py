@@ -34,6 +34,7 @@ import logging
 import os
 import random
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,7 +56,6 @@ from doq.node.local import MAX_PENDING_COMMANDS, _take_count, wall_clock_ms
 from doq.node.raft_log import LmdbLogStorage, decode_addrs, encode_addrs
 from doq.node.raft_snapshot import (
     close_state_read,
-    encode_snapshot_data,
     install_snapshot_data,
     write_state_snapshot,
 )
@@ -242,13 +242,13 @@ class RaftNode:
     def _bootstrap(self) -> None:
         """Writer thread: a new one-node cluster. The bootstrap snapshot (index 1, or the
         state's applied index when the state already holds data, e.g. after an offline
-        restore) makes this node its only voter and carries its addresses."""
+        restore) makes this node its only voter and carries its addresses and the cluster
+        id (created now, unless a restore brought one), which joining nodes adopt."""
         members = {self.node_id: self.addrs}
         index = max(1, self.state.applied_index)
-        if self.state.applied_index:
-            data = write_state_snapshot(self.state.open_read(), members, self.node_id)
-        else:
-            data = encode_snapshot_data(members, {}, b"")
+        cluster_id = self.state.ensure_cluster_id(  # random from the node's seed: a seed replays
+            lambda: str(uuid.UUID(int=self._rng.getrandbits(128), version=4)))
+        data = write_state_snapshot(self.state.open_read(), members, self.node_id, cluster_id)
         snap = Snapshot(SnapshotMeta(index, 1, ConfState((self.node_id,), ())), data)
         with self.env.begin(write=True) as txn:
             self.storage.apply_snapshot(txn, snap)
@@ -417,7 +417,8 @@ class RaftNode:
                     _raise_if_error(await inflight.popleft())
             while inflight:
                 _raise_if_error(await inflight.popleft())
-            commit = self._propose_alone(RestoreCommit(restore_id, seq, records, chain.to_version))
+            commit = self._propose_alone(
+                RestoreCommit(restore_id, seq, records, chain.to_version, chain.cluster_id))
             committed = True  # from now on the commit entry itself discards the staging
             outcome = await commit
         finally:
@@ -467,7 +468,8 @@ class RaftNode:
         snapshot of the state at its applied index (new entries follow it). One txn."""
         st = self.storage
         applied = self.state.applied_index
-        data = write_state_snapshot(self.state.open_read(), dict(st.members), self.node_id)
+        data = write_state_snapshot(self.state.open_read(), dict(st.members), self.node_id,
+                                    self.state.cluster_id)
         hs = st.hard_state
         term = max(hs.term, 1)
         snap = Snapshot(SnapshotMeta(applied, term, conf), data)
@@ -508,6 +510,7 @@ class RaftNode:
             node_id=self.node_id, leader_id=self._lead, term=core.term if core else 0,
             commit_index=core.log.committed if core else 0,
             applied_index=self.applied_index, role=role, members=members,
+            cluster_id=self.state.cluster_id,
         )
 
     async def add_member(self, node_id: str, addrs: MemberAddrs) -> ClusterStatus:
@@ -1023,7 +1026,8 @@ class RaftNode:
                     close_state_read(read)
                     return
                 data = await loop.run_in_executor(
-                    self._snapshotter, write_state_snapshot, read, members, self.node_id)
+                    self._snapshotter, write_state_snapshot, read, members, self.node_id,
+                    self.state.cluster_id)
                 self._own_snapshot = Snapshot(meta, data)
                 self._wake.set()
             except Exception:

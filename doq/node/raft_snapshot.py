@@ -7,15 +7,19 @@ state as a full backup.
 
     store keys: count (u32 BE), then per key: key length (u32 BE), value length (u32 BE),
     key, value: every replicated store key of the state but its applied index (the
-    tombstone horizon, the version offset, the staging of an online restore in progress:
-    `StateStore.open_read`), so a follower that installs a snapshot mid-restore stages
-    exactly what the others do.
+    tombstone horizon, the cluster id, the version offset, the staging of an online
+    restore in progress: `StateStore.open_read`), so a follower that installs a snapshot
+    mid-restore stages exactly what the others do.
 
 The older "DOQRSNP1" layout (magic | horizon (u64 BE) | members length (u32 BE) | members
 | backup) still installs (its only store key was the horizon). The state part IS the
 backup format of doq/backup (same records, same checksums), read in one LMDB read
-transaction at the snapshot's applied index, its to_version the state's version. An empty
-state part means an empty state (the bootstrap snapshot of a new cluster). Installing
+transaction at the snapshot's applied index, its to_version the state's version, its
+header's cluster id the state's: a member that installs the snapshot (a joining node
+first of all: the bootstrap snapshot of a new cluster carries the id and an empty state)
+adopts it (from the store keys, or from that header in the older layout). An empty state
+part means an empty state (the bootstrap snapshot of a cluster from before cluster ids:
+no cluster id). Installing
 replaces the whole state inside the caller's write txn (all or nothing).
 """
 
@@ -31,7 +35,7 @@ from doq.backup.format import BackupReader, Record
 from doq.backup.ops import write_backup
 from doq.node.cluster import MemberAddrs
 from doq.node.raft_log import decode_members, encode_members
-from doq.storage.state import HORIZON_KEY, StateRead, StateStore
+from doq.storage.state import CLUSTER_KEY, HORIZON_KEY, StateRead, StateStore
 
 MAGIC = b"DOQRSNP2"
 MAGIC_V1 = b"DOQRSNP1"
@@ -94,8 +98,9 @@ class _Opened:
     records no state digest: a Raft snapshot does not need one, and computing it would
     scan the whole state on the writer thread."""
 
-    def __init__(self, applied: int, records: Iterator[Record]) -> None:
+    def __init__(self, applied: int, records: Iterator[Record], cluster_id: str) -> None:
         self.env = None
+        self.cluster_id = cluster_id
         self.applied_index = applied
         self._changes = (applied, records)
 
@@ -103,11 +108,13 @@ class _Opened:
         return self._changes[0], None, self._changes[1]
 
 
-def write_state_snapshot(read: StateRead, members: dict[str, MemberAddrs], node_id: str) -> bytes:
+def write_state_snapshot(read: StateRead, members: dict[str, MemberAddrs], node_id: str,
+                         cluster_id: str = "") -> bytes:
     """Snapshot data from a read opened with `StateStore.open_read` on the writer thread
-    (blocking: run it off the event loop, on one thread)."""
+    and the state's cluster id, recorded in the backup's header too (blocking: run it off
+    the event loop, on one thread)."""
     buf = io.BytesIO()
-    write_backup(_Opened(read.version, read.records), 0, buf, node_id=node_id)  # type: ignore[arg-type]
+    write_backup(_Opened(read.version, read.records, cluster_id), 0, buf, node_id=node_id)  # type: ignore[arg-type]
     return encode_snapshot_data(members, read.store_keys, buf.getvalue())
 
 
@@ -120,11 +127,16 @@ def close_state_read(read: StateRead) -> None:
 
 def install_snapshot_data(state: StateStore, txn: lmdb.Transaction, data: bytes,
                           index: int) -> dict[str, MemberAddrs]:
-    """Replace the state by the snapshot's inside `txn`; returns the snapshot's members.
-    Raises ValueError / BackupFormatError on corrupt data (the caller aborts)."""
+    """Replace the state (with its store keys: cluster id, version offset, restore
+    staging...) by the snapshot's inside `txn`; returns the snapshot's members. Raises
+    ValueError / BackupFormatError / InvalidArgument on corrupt data (the caller aborts)."""
     members, store_keys, backup = decode_snapshot_data(data)
     records: Iterator[Record] = iter(())
+    cluster_id = ""
     if backup:
-        records = BackupReader(io.BytesIO(backup)).records()
+        reader = BackupReader(io.BytesIO(backup))
+        records, cluster_id = reader.records(), reader.header.cluster_id
     state.replace_records(txn, records, index, store_keys)
+    if cluster_id and CLUSTER_KEY not in store_keys:  # the older layout: from the header
+        state.set_cluster_id(txn, cluster_id)
     return members

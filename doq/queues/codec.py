@@ -10,6 +10,10 @@ release rather than misreading it as a nack.
 present (1 groups, 2 priorities, 4 metadata, 8 dedup ids, 16 delays), n content lengths
 (u32) and the contents back to back, then each present column in that order (n strings,
 n i64, n metadata maps, n strings, n u64).
+Restore commands (applied by the state store, see `doq.queues.commands`): `RestoreChunk`
+(tag 15): restore id (u32-length-prefixed bytes), seq (u32), payload (u32-length-prefixed
+bytes); `RestoreCommit` (tag 16): restore id, chunk count (u32), record count (u64),
+to_version (u64), cluster id (string); `RestoreAbort` (tag 17): restore id.
 Raises ValueError on malformed input (or struct.error / OverflowError for out-of-range
 values on encode: the service validates ranges first).
 """
@@ -186,6 +190,7 @@ def encode_batch(batch: c.CommandBatch) -> bytes:
             ap(b"\x10")
             _b(out, cmd.restore_id)
             ap(_COMMIT.pack(cmd.chunk_count, cmd.record_count, cmd.to_version))
+            _s(out, cmd.cluster_id)
         elif t is c.RestoreAbort:
             assert isinstance(cmd, c.RestoreAbort)
             ap(b"\x11")
@@ -321,7 +326,8 @@ def decode_batch(data: bytes) -> c.CommandBatch:
             ap(c.RestoreChunk(rid, seq, r.b()))
         elif tag == T_RESTORE_COMMIT:
             rid = r.b()
-            ap(c.RestoreCommit(rid, *r.unpack(_COMMIT)))
+            chunks, records, to_version = r.unpack(_COMMIT)
+            ap(c.RestoreCommit(rid, chunks, records, to_version, r.s()))
         elif tag == T_RESTORE_ABORT:
             ap(c.RestoreAbort(r.b()))
         else:

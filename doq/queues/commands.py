@@ -174,13 +174,15 @@ class RestoreChunk:
 class RestoreCommit:
     """Replace the (empty) state by the `chunk_count` staged chunks of `restore_id`
     (`record_count` records in all) at once, or fail, and discard the staging either way.
-    Later writes get versions above `to_version` (the restored chain's). Result: a
+    Later writes get versions above `to_version` (the restored chain's); the state adopts
+    `cluster_id` (the chain's; "" keeps the state's). Result: a
     `doq.storage.state.RestoreOutcome`, or a `DoqError` (nothing restored)."""
 
     restore_id: bytes
     chunk_count: int
     record_count: int
     to_version: int
+    cluster_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,9 @@
 """`StateStore`: the queue state machine over LMDB (durable records + in-memory indexes).
 
 Databases (reserved in `doq.storage.env.DB_NAMES`):
-- state_meta: the machine meta record (b"G") and store keys (b"\\x00applied", b"\\x00horizon")
+- state_meta: the machine meta record (b"G") and store keys (b"\\x00applied",
+  b"\\x00horizon", b"\\x00cluster", b"\\x00voffset", and the staging of an online restore:
+  b"\\x00rstage", b"\\x00rchunk" + u32 BE seq)
 - state_queues / state_messages / state_dedup: the records of `doq.queues.keys`
 - state_versions: (u64 BE version + key) -> b"" for every live record
 - state_tombstones: (u64 BE version + key) -> b"" for every deletion
@@ -24,10 +26,16 @@ one `RestoreChunk` / `RestoreCommit` / `RestoreAbort` itself, never the machine)
   out of order breaks the staging (its commit fails);
 - the commit of R, if R's staging holds exactly its chunks and records and the state is
   empty, writes the staged records (with their versions) in a nested transaction, sets the
-  version offset so that later versions exceed the restored chain's `to_version`, and
-  rebuilds memory from it; otherwise (or if the records do not form a valid state) it
-  changes nothing. Either way it discards the staging and returns the outcome (a
-  `RestoreOutcome` or the `DoqError`) as its result: identical on every replica.
+  version offset so that later versions exceed the restored chain's `to_version`, adopts
+  the chain's cluster id (if it records one), and rebuilds memory from it; otherwise (or
+  if the records do not form a valid state) it changes nothing. Either way it discards
+  the staging and returns the outcome (a `RestoreOutcome` or the `DoqError`) as its
+  result: identical on every replica.
+
+The cluster id (b"\\x00cluster", `cluster_id`) names the history this state belongs to: set
+once when a node bootstraps a cluster (`ensure_cluster_id`), adopted from the backup by a
+restore, carried to other members by Raft snapshots. It is not a record: backups carry it
+in their header, and the state digest does not cover it.
 
 Threading: `write`, `apply_entries`, `install_snapshot`, `replace_records`, `restore`,
 `open_read` and `rebuild` run on
@@ -51,7 +59,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import struct
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -84,6 +93,8 @@ _STAGE = struct.Struct(">IB")  # chunks staged (the next seq), broken flag
 _SEQ = struct.Struct(">I")
 _RESTORE_TYPES = frozenset((RestoreChunk, RestoreCommit, RestoreAbort))
 MAX_RESTORE_VERSION = 2**63  # a restore's to_version is below it: later versions stay < 2**64
+CLUSTER_KEY = b"\x00cluster"
+MAX_CLUSTER_ID_BYTES = 128
 PRUNE_EVERY = 1024
 DEFAULT_TOMBSTONE_RETENTION = 1_000_000
 DUMP_MAGIC = b"DOQSTATE1"
@@ -231,6 +242,7 @@ class StateStore:
         self.machine = QueueMachine(self._sink)
         self.applied_index = 0
         self.version_offset = 0
+        self.cluster_id = ""  # "" in a state from before cluster ids (or a joiner not yet caught up)
         self._broken = False
         self._reload_view = True  # the next publish rebuilds the view of every queue
         self.view = StateView()
@@ -303,6 +315,8 @@ class StateStore:
         self.applied_index = _V.unpack(raw)[0] if raw else 0
         raw = txn.get(VOFFSET_KEY, db=self._meta)
         self.version_offset = _V.unpack(raw)[0] if raw else 0
+        raw = txn.get(CLUSTER_KEY, db=self._meta)
+        self.cluster_id = bytes(raw).decode() if raw else ""
         self.machine.load(self._records(txn))
 
     def _records(self, txn: Any) -> Iterator[tuple[bytes, bytes]]:
@@ -440,6 +454,8 @@ class StateStore:
                     reason="RESTORE_INCOMPLETE")
             offset = max(self.version_offset, cmd.to_version - index)
             child.put(VOFFSET_KEY, _V.pack(offset), db=self._meta)
+            if cmd.cluster_id:  # the restored state continues the chain's cluster
+                self.set_cluster_id(child, cmd.cluster_id)
             try:
                 self.rebuild(child)
             except Exception as e:
@@ -474,6 +490,27 @@ class StateStore:
                 return self.horizon(t)
         raw = txn.get(HORIZON_KEY, db=self._meta)
         return _V.unpack(raw)[0] if raw else 0
+
+    # -- cluster id ----------------------------------------------------------------------
+    def ensure_cluster_id(self, new_id: Callable[[], str] = lambda: str(uuid.uuid4())) -> str:
+        """The cluster id; if the state has none, `new_id()` (a random UUID), committed in
+        its own write first. Only a node that bootstraps a cluster calls it (a joining node
+        gets the id with the leader's snapshot). Writer thread."""
+        if not self.cluster_id:
+            with self.write() as txn:
+                self.set_cluster_id(txn, new_id())
+        return self.cluster_id
+
+    def set_cluster_id(self, txn: lmdb.Transaction, cluster_id: str) -> None:
+        """Record `cluster_id` inside `txn` (of `write()`; if it aborts, `write()`
+        rebuilds memory). Raises InvalidArgument (INVALID_CLUSTER_ID) unless it is 1 to
+        MAX_CLUSTER_ID_BYTES bytes of UTF-8."""
+        raw = cluster_id.encode()
+        if not 0 < len(raw) <= MAX_CLUSTER_ID_BYTES:
+            raise InvalidArgument(f"a cluster id must be 1 to {MAX_CLUSTER_ID_BYTES} bytes, got "
+                                  f"{len(raw)}", reason="INVALID_CLUSTER_ID")
+        txn.put(CLUSTER_KEY, raw, db=self._meta)
+        self.cluster_id = cluster_id
 
     # -- reads (any thread; committed state) ----------------------------------------------
     def next_due_ms(self) -> int | None:
@@ -621,14 +658,17 @@ class StateStore:
     def _is_empty(self, txn: Any) -> bool:
         return not txn.cursor(db=self._versions).first() and not txn.cursor(db=self._tombs).first()
 
-    def restore(self, records: Iterable[Record], applied_index: int) -> int:
+    def restore(self, records: Iterable[Record], applied_index: int, cluster_id: str = "") -> int:
         """Fill this EMPTY store with backup records (payload None = tombstone, kept even for
         a key the store never had, so the result is identical to the source), in version
-        order, and record `applied_index`: all in ONE write transaction, with memory rebuilt
-        from it before it commits. All or nothing: on any error (not empty:
+        order, and record `applied_index` and the backup's `cluster_id` (adopted: the
+        restored state continues that cluster's history; "" keeps this store's): all in ONE
+        write transaction, with memory rebuilt from it before it commits. All or nothing:
+        on any error (not empty:
         FailedPrecondition RESTORE_TARGET_NOT_EMPTY; a bad key: InvalidArgument
-        INVALID_RECORD; records that do not form a valid state: InvalidArgument
-        BACKUP_INCONSISTENT; or whatever `records` raises while it is read) nothing changes.
+        INVALID_RECORD or INVALID_CLUSTER_ID; records that do not form a valid state:
+        InvalidArgument BACKUP_INCONSISTENT; or whatever `records` raises while it is read)
+        nothing changes.
         Returns the number of records written. Writer thread."""
         if type(applied_index) is not int or not 0 <= applied_index < 2**64:
             raise InvalidArgument("applied index must be within 0..2**64-1", reason="INVALID_INDEX")
@@ -637,6 +677,8 @@ class StateStore:
                 "the target state is not empty: restore needs a fresh node (remove its data dir)",
                 reason="RESTORE_TARGET_NOT_EMPTY")
         with self.write() as txn:  # the only writer: still empty
+            if cluster_id:
+                self.set_cluster_id(txn, cluster_id)
             n = self._write_records(txn, records)
             txn.put(APPLIED_KEY, _V.pack(applied_index), db=self._meta)
             try:
@@ -668,9 +710,9 @@ class StateStore:
                         applied_index: int, store_keys: Mapping[bytes, bytes]) -> int:
         """Replace the whole state by `records` (a full backup's: a Raft snapshot) at
         `applied_index`, with the replicated `store_keys` of `open_read` (tombstone
-        horizon, version offset, restore staging), inside `txn` (of `write()`), and rebuild
-        memory from it (readers see it once `txn` commits). Returns the record count.
-        Raises as `restore` does on bad records (then `write()` aborts and rebuilds)."""
+        horizon, cluster id, version offset, restore staging), inside `txn` (of `write()`),
+        and rebuild memory from it (readers see it once `txn` commits). Returns the record
+        count. Raises as `restore` does on bad records (then `write()` aborts and rebuilds)."""
         self._broken = True
         for db in self._db.values():
             txn.drop(db, delete=False)

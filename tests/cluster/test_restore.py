@@ -124,6 +124,7 @@ def test_a_cluster_restores_through_a_follower_and_a_node_that_was_down_catches_
         assert applied(lead) - down_at > 10  # the chunks and the commit went through the log
         live = converged_digests(nodes)
         assert set(live.values()) == {hexd(chain.digest)}, live
+        assert {call(n, "GET", "/db/digest")[1]["cluster_id"] for n in nodes if alive(n)} == {chain.cluster_id}
 
         # a non-empty cluster refuses, and nothing changes
         status, body = post_restore(lead, chain.paths)

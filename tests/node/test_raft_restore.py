@@ -86,6 +86,7 @@ async def test_three_nodes_restore_a_chain_through_the_log(tmp_path: Path, chain
     cl = await empty_three(tmp_path)
     leader = await cl.wait_leader()
     before = leader.storage.last_index()
+    own = leader.state.cluster_id
     res = await restore(leader, chain)
     assert leader.storage.last_index() - before > 10  # many chunk entries, then the commit
     assert (res.files, res.to_version) == (2, chain.to_version)
@@ -95,6 +96,7 @@ async def test_three_nodes_restore_a_chain_through_the_log(tmp_path: Path, chain
         assert sum(q.stats.total for q in n.state.list_queues()) == chain.messages
         assert not staged(n)
         assert n.state.state_digest()[0] == chain.to_version
+        assert n.state.cluster_id == chain.cluster_id != own  # the restored history's id
     assert not cl.net.violations
 
 
@@ -231,15 +233,23 @@ async def _true(v: bool) -> bool:
 
 
 async def test_a_non_empty_cluster_refuses_and_changes_nothing(tmp_path: Path, chain: RestoreChain) -> None:
+    """Its own backup (RESTORE_TARGET_NOT_EMPTY) or another cluster's chain
+    (RESTORE_CLUSTER_MISMATCH): refused before anything is proposed."""
     cl = await empty_three(tmp_path)
     leader = await cl.wait_leader()
     await retry(lambda: leader.propose(c.CreateQueue("mine", "delayed", QueueSettings())))
+    own = tmp_path / "own.bak"
+    with open(own, "wb") as f:
+        write_backup(leader.state, 0, f)
     await cl.converged()
     before = {nid: n.state.dump_state_bytes() for nid, n in cl.nodes.items()}
     last = leader.storage.last_index()
     with pytest.raises(FailedPrecondition) as e:
-        await restore(leader, chain)
+        await restore_online(leader, [io.BytesIO(own.read_bytes())], ["own.bak"])
     assert e.value.reason == "RESTORE_TARGET_NOT_EMPTY"
+    with pytest.raises(FailedPrecondition) as e:
+        await restore(leader, chain)
+    assert e.value.reason == "RESTORE_CLUSTER_MISMATCH"
     assert leader.storage.last_index() == last  # refused before anything was proposed
     assert {nid: n.state.dump_state_bytes() for nid, n in cl.nodes.items()} == before
 

@@ -237,3 +237,19 @@ def test_a_to_version_out_of_range_is_refused(tmp_path: Path) -> None:
     res = _apply(st, _restore_entries(records, 1, 2**63))
     _failed(res[-1], "INVALID_INDEX")
     assert st.is_empty() and st.version_offset == 0
+
+
+def test_the_commit_adopts_the_chains_cluster_id(tmp_path: Path) -> None:
+    src, records = _source(tmp_path / "src", n=60)
+    _, st = _open(tmp_path / "a")
+    st.ensure_cluster_id(lambda: "young-cluster")
+    ents = _restore_entries(records, 1, src.applied_index)
+    bad = _entry(ents[-1][0], c.RestoreCommit(RID, len(ents) - 1, len(records), src.applied_index, "x" * 200))
+    _failed(_apply(st, [*ents[:-1], bad])[-1], "INVALID_CLUSTER_ID")
+    assert st.is_empty() and st.cluster_id == "young-cluster"
+    ents = _restore_entries(records, bad[0] + 1, src.applied_index)
+    last = ents[-1]
+    commit = c.RestoreCommit(RID, len(ents) - 1, len(records), src.applied_index, "old-cluster")
+    res = _apply(st, [*ents[:-1], _entry(last[0], commit)])
+    assert isinstance(res[-1][0], RestoreOutcome) and st.cluster_id == "old-cluster"
+    assert _digest(st) == _digest(src)

@@ -30,6 +30,7 @@ class RestoreChain:
     to_version: int  # the incremental's (the chain's)
     digest: int  # of the state an offline restore of full + inc gives
     messages: int  # live messages in that state
+    cluster_id: str  # the source's, recorded in both files
 
     @property
     def paths(self) -> list[Path]:
@@ -55,6 +56,7 @@ def build_chain(root: Path, *, messages: int = 300, content_bytes: int = 60, see
     rnd = random.Random(seed)
     env = open_env(root / "source", map_size=4 << 30)
     st = StateStore(env)
+    cluster_id = st.ensure_cluster_id(lambda: f"source-{seed}")
     index = first_index - 1
 
     def apply(*cmds: c.Command) -> list[object]:
@@ -88,6 +90,6 @@ def build_chain(root: Path, *, messages: int = 300, content_bytes: int = 60, see
         total = sum(q.stats.total for q in st.list_queues())
     finally:
         env.close()
-    chain = RestoreChain(full, inc, to_version, digest, total)
+    chain = RestoreChain(full, inc, to_version, digest, total, cluster_id)
     assert digest_of_offline_restore(chain.paths, root / "offline") == digest
     return chain

@@ -55,13 +55,16 @@ class RestoreResultModel(BaseModel):
 
 class DigestModel(BaseModel):
     model_config = ConfigDict(json_schema_extra={"examples": [{
-        "digest": "5f0c" + "0" * 60, "applied_index": 130}]})
+        "digest": "5f0c" + "0" * 60, "applied_index": 130,
+        "cluster_id": "0b6f7a3e-5c1d-4e8a-9f52-7d0c3a1e6b94"}]})
     digest: str = Field(description="The state digest (docs/backup.md): 64 hex digits, the sum modulo "
                                     "2**256 of SHA-256 of every live record. The same digest `doq verify` "
                                     "rebuilds from backup files.", pattern="^[0-9a-f]{64}$")
     applied_index: int = Field(description="The version of the state the digest belongs to (the to_version a "
                                            "backup taken at that point carries): the applied log index, plus the "
                                            "offset an online restore into a cluster may have added (docs/backup.md).")
+    cluster_id: str = Field(description="The cluster the state belongs to (as in `GET /cluster` and in every "
+                                        "backup's header; \"\" for a cluster bootstrapped before cluster ids).")
 
 
 _ANSWERS = {
@@ -153,7 +156,8 @@ def _add_backup_routes(r: APIRouter, api: QueueService) -> None:
 
         await node.read_barrier()
         applied, d = await asyncio.to_thread(node.state.state_digest)
-        return Response(m.dumps({"digest": hex_digest(d), "applied_index": applied}),
+        return Response(m.dumps({"digest": hex_digest(d), "applied_index": applied,
+                                 "cluster_id": node.state.cluster_id}),
                         media_type="application/json")
 
     @r.post(
