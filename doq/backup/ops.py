@@ -5,12 +5,13 @@
   Returns the last version contained (`X-Last-Version`): the greatest record version, or
   `max(since - 1, 0)` if there is none; the next incremental uses `since = last + 1`.
 - `restore_offline(data_dir, node_id, full, incrementals)`: into a STOPPED node's data dir.
-- `restore_online(node, files)`: into a running node (single node, empty state for now).
+- `restore_online(node, files)`: into a running node (any member of a cluster, or a lone
+  node), whose state is empty: `Node.restore_backup` (a Raft node goes through the log).
 
-A restore is all or nothing: the records of every file go into the store through
-`StateStore.restore`, in ONE write transaction that commits only if every file read
-cleanly and the records form a valid state; a failed restore changes nothing and can
-simply be retried.
+A restore is all or nothing: the records of every file go into the store in ONE write
+transaction (`StateStore.restore`; through the log, the commit entry's apply on every
+replica) that commits only if every file read cleanly and the records form a valid
+state; a failed restore changes nothing and can simply be retried.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ import asyncio
 import contextlib
 import os
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO, Protocol
 
+from doq.backup.chunks import iter_chunks
 from doq.backup.format import (
     DEFAULT_FRAME_BYTES,
     BackupHeader,
@@ -66,6 +68,34 @@ class RestoreResult:
     tombstones: int
     to_version: int  # the node's applied index after the restore
     last_version: int  # greatest record version restored
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreChain:
+    """Backup files opened, checked as a chain and verified (every frame's checksum): what
+    `Node.restore_backup` restores. Its readers read the files again when it restores."""
+
+    readers: Sequence[BackupReader]
+    names: Sequence[str]
+
+    @property
+    def to_version(self) -> int:
+        """The chain's snapshot point: the last file's to_version."""
+        return max(r.header.to_version for r in self.readers)
+
+    @property
+    def cluster_id(self) -> str:
+        """The cluster the chain's files record ("" if none does): the restored state's."""
+        return chain_cluster_id([r.header for r in self.readers])
+
+    def restore_into(self, state: BackupState) -> RestoreResult:
+        """Restore directly into `state` (`restore_into`; blocking: the node's writer)."""
+        return restore_into(state, self.readers, self.names, verified=True)
+
+    def chunks(self, max_bytes: int) -> Generator[tuple[bytes, int], None, None]:
+        """(payload, record count) of each `doq.backup.chunks` chunk of every record, in
+        restore order (blocking: each step reads and decodes frames)."""
+        return iter_chunks((rec for r in self.readers for rec in r.records()), max_bytes)
 
 
 # -- backup -------------------------------------------------------------------------------
@@ -240,7 +270,7 @@ def _verify_all(readers: Sequence[BackupReader], names: Sequence[str]) -> None:
 def _refuse_non_empty(state: BackupState) -> None:
     if not state.is_empty():
         raise FailedPrecondition(
-            "the target state is not empty: restore needs a fresh node (remove its data dir)",
+            "the target state is not empty: restore needs a fresh node or cluster (an empty state)",
             reason="RESTORE_TARGET_NOT_EMPTY",
         )
 
@@ -311,13 +341,14 @@ def restore_offline(
 async def restore_online(node: Node, files: Sequence[BinaryIO], names: Sequence[str] | None = None) -> RestoreResult:
     """Restore full + incrementals into a RUNNING node, for `POST /db/restore`.
 
-    Preconditions for now: the node is the leader (else `NotLeader` with the leader's hint,
-    503) of a one-member cluster (else `FailedPrecondition` RESTORE_MULTI_NODE) and its
-    state is empty (else RESTORE_TARGET_NOT_EMPTY, or RESTORE_CLUSTER_MISMATCH when the
-    chain is another cluster's; an empty node adopts the chain's cluster id). Files are verified off the writer; the
-    restore then runs in the node's writer, serialized with commits, all or nothing. Later
-    (Raft) it becomes a replicated command so every node applies the same records; the API
-    stays the same.
+    Preconditions: the node is the leader (else `NotLeader` with the leader's hint, 503;
+    the HTTP gateway forwards the request from a follower) and the state is empty (else
+    `FailedPrecondition` RESTORE_TARGET_NOT_EMPTY, or RESTORE_CLUSTER_MISMATCH when the
+    chain is another cluster's). The chain is checked and every file verified (off the
+    event loop) before anything is written or proposed; then `node.restore_backup`
+    restores it, all or nothing: a Raft node through its log, so every replica restores
+    the same state (docs/backup.md, "Online restore on a cluster"). The restored state
+    adopts the chain's cluster id.
     """
     names = list(names) if names else [f"file #{i + 1}" for i in range(len(files))]
     readers = await asyncio.to_thread(lambda: [_reader(f, n) for f, n in zip(files, names, strict=True)])
@@ -325,12 +356,6 @@ async def restore_online(node: Node, files: Sequence[BinaryIO], names: Sequence[
     check_chain([r.header for r in readers], names=names)
     if not node.is_leader:
         raise NotLeader("online restore must be sent to the leader", leader_hint=node.leader_hint)
-    if len(node.cluster_status().members) > 1:
-        raise FailedPrecondition(
-            "online restore into a multi-node cluster is not supported yet: restore offline "
-            "into each stopped node, or into one node and add the others",
-            reason="RESTORE_MULTI_NODE",
-        )
     _refuse_non_empty(node.state)
     await asyncio.to_thread(_verify_all, readers, names)  # off the writer and the loop
-    return await node.restore_backup(lambda state: restore_into(state, readers, names, verified=True))
+    return await node.restore_backup(RestoreChain(readers, names))

@@ -30,7 +30,6 @@ from doq.node.cluster import MemberAddrs
 from doq.node.raft_snapshot import (
     encode_snapshot_data,
     install_snapshot_data,
-    open_state_read,
     write_state_snapshot,
 )
 from doq.queues import commands as c
@@ -98,14 +97,14 @@ def test_a_raft_snapshot_carries_the_cluster_id(tmp_path: Path) -> None:
     _apply(leader, c.CreateQueue("jobs", "delayed", QueueSettings()))
     _apply(leader, c.Enqueue("jobs", [c.EnqueueItem(b"m%d" % i) for i in range(10)]))
     members = {"n1": MemberAddrs("a:1", "a:2", "a:3")}
-    applied, horizon, records = open_state_read(leader)
-    data = write_state_snapshot(applied, horizon, records, members, "n1", leader.cluster_id)
+    read = leader.open_read()
+    data = write_state_snapshot(read, members, "n1", leader.cluster_id)
     with joiner.write() as txn:
-        assert install_snapshot_data(joiner, txn, data, applied) == members
+        assert install_snapshot_data(joiner, txn, data, read.applied_index) == members
     assert joiner.cluster_id == cid and joiner.dump_state_bytes() == leader.dump_state_bytes()
     old = _store(tmp_path / "old")
     with old.write() as txn:
-        install_snapshot_data(old, txn, encode_snapshot_data(members, 0, b""), 1)
+        install_snapshot_data(old, txn, encode_snapshot_data(members, {}, b""), 1)
     assert old.cluster_id == "" and old.applied_index == 1
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -13,7 +13,6 @@ import pytest
 from doq.backup.format import BackupReader
 from doq.backup.ops import restore_online, write_backup
 from doq.errors import FailedPrecondition, InvalidArgument, NotLeader, QueueNotFound
-from doq.node.cluster import ClusterStatus, Member, MemberAddrs
 from doq.node.local import LocalNode
 from doq.queues.commands import EnqueueItem
 from doq.service.api import QueueService
@@ -132,13 +131,6 @@ class Follower(LocalNode):
         return "node-2"
 
 
-class OneOfThree(LocalNode):
-    def cluster_status(self) -> ClusterStatus:
-        me = super().cluster_status()
-        others = [Member(f"node-{i}", MemberAddrs("", "", ""), "voter") for i in (2, 3)]
-        return replace(me, members=[*me.members, *others])
-
-
 async def test_a_follower_answers_not_leader_with_the_leaders_hint(chain: Chain, tmp_path: Path) -> None:
     node = await _node(tmp_path / "target", Follower)
     try:
@@ -146,16 +138,6 @@ async def test_a_follower_answers_not_leader_with_the_leaders_hint(chain: Chain,
             await restore_online(node, chain.files(chain.full))
         assert e.value.leader_hint == "node-2" and e.value.kind == "unavailable"  # 503
         assert node.state.is_empty()
-    finally:
-        await node.stop()
-
-
-async def test_a_multi_node_cluster_is_refused(chain: Chain, tmp_path: Path) -> None:
-    node = await _node(tmp_path / "target", OneOfThree)
-    try:
-        with pytest.raises(FailedPrecondition) as e:
-            await restore_online(node, chain.files(chain.full))
-        assert e.value.reason == "RESTORE_MULTI_NODE" and node.state.is_empty()
     finally:
         await node.stop()
 
