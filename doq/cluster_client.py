@@ -35,6 +35,7 @@ def status_to_json(s: ClusterStatus) -> dict[str, Any]:
     """The JSON form of a status (see the module docstring)."""
     return {
         "node_id": s.node_id,
+        "cluster_id": s.cluster_id,
         "role": s.role,
         "leader_id": s.leader_id,
         "term": s.term,
@@ -59,7 +60,7 @@ def status_from_json(d: dict[str, Any]) -> ClusterStatus:
         return ClusterStatus(
             node_id=str(d["node_id"]), leader_id=str(d["leader_id"]), term=int(d["term"]),
             commit_index=int(d["commit_index"]), applied_index=int(d["applied_index"]), role=str(d["role"]),
-            members=members,
+            members=members, cluster_id=str(d.get("cluster_id", "")),  # absent from older nodes
         )
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"not a cluster status: {e!r}") from None

@@ -28,6 +28,7 @@ class ServeConfig:
     log_level: str = "info"
     snapshot_every: int = 10_000  # as RaftNodeConfig (a unit test keeps them equal)
     keep_entries: int = 5_000
+    restore_chunk_bytes: int = 1 << 20  # as RaftNodeConfig
 
     def member_addrs(self) -> MemberAddrs:
         """The addresses this node announces to the cluster (and clients are sent to): the
@@ -56,6 +57,8 @@ _HELP = {
     "log_level": "debug | info | warning | error",
     "snapshot_every": "applied log entries between two snapshots of the state (0: never)",
     "keep_entries": "log entries kept behind a snapshot for followers that lag",
+    "restore_chunk_bytes": "record bytes (uncompressed) per log entry of an online restore "
+                           "(1024..16777216)",
 }
 
 #: integer settings: (lowest, highest or None) accepted
@@ -63,6 +66,7 @@ _INT_RANGES: dict[str, tuple[int, int | None]] = {
     "max_message_bytes": (1, 64 * 1024 * 1024),
     "snapshot_every": (0, None),
     "keep_entries": (0, None),
+    "restore_chunk_bytes": (1024, 16 * 1024 * 1024),
 }
 
 

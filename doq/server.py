@@ -81,7 +81,8 @@ async def open_runtime(config: ServeConfig) -> Runtime:
         from doq.service import metrics
 
         raft_config = RaftNodeConfig(election_tick=config.election_timeout_ms // RaftNodeConfig().tick_ms,
-                                     snapshot_every=config.snapshot_every, keep_entries=config.keep_entries)
+                                     snapshot_every=config.snapshot_every, keep_entries=config.keep_entries,
+                                     restore_chunk_bytes=config.restore_chunk_bytes)
         try:
             node = await open_raft_node(
                 state, node_id=config.node_id, addrs=config.member_addrs(), join_addrs=config.join,

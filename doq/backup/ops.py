@@ -5,12 +5,13 @@
   Returns the last version contained (`X-Last-Version`): the greatest record version, or
   `max(since - 1, 0)` if there is none; the next incremental uses `since = last + 1`.
 - `restore_offline(data_dir, node_id, full, incrementals)`: into a STOPPED node's data dir.
-- `restore_online(node, files)`: into a running node (single node, empty state for now).
+- `restore_online(node, files)`: into a running node (any member of a cluster, or a lone
+  node), whose state is empty: `Node.restore_backup` (a Raft node goes through the log).
 
-A restore is all or nothing: the records of every file go into the store through
-`StateStore.restore`, in ONE write transaction that commits only if every file read
-cleanly and the records form a valid state; a failed restore changes nothing and can
-simply be retried.
+A restore is all or nothing: the records of every file go into the store in ONE write
+transaction (`StateStore.restore`; through the log, the commit entry's apply on every
+replica) that commits only if every file read cleanly and the records form a valid
+state; a failed restore changes nothing and can simply be retried.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ import asyncio
 import contextlib
 import os
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO, Protocol
 
+from doq.backup.chunks import iter_chunks
 from doq.backup.format import (
     DEFAULT_FRAME_BYTES,
     BackupHeader,
@@ -44,10 +46,16 @@ class BackupState(Protocol):
         >= since), all from one read txn."""
         ...
 
+    @property
+    def cluster_id(self) -> str:
+        """The cluster the state belongs to ("" if none is recorded)."""
+        ...
+
     def is_empty(self) -> bool: ...
 
-    def restore(self, records: Iterable[Record], applied_index: int) -> int:
-        """All or nothing: fill the empty store with `records`, set the applied index."""
+    def restore(self, records: Iterable[Record], applied_index: int, cluster_id: str = "") -> int:
+        """All or nothing: fill the empty store with `records`, set the applied index and
+        adopt `cluster_id` (unless "")."""
         ...
 
 
@@ -62,17 +70,46 @@ class RestoreResult:
     last_version: int  # greatest record version restored
 
 
+@dataclass(frozen=True, slots=True)
+class RestoreChain:
+    """Backup files opened, checked as a chain and verified (every frame's checksum): what
+    `Node.restore_backup` restores. Its readers read the files again when it restores."""
+
+    readers: Sequence[BackupReader]
+    names: Sequence[str]
+
+    @property
+    def to_version(self) -> int:
+        """The chain's snapshot point: the last file's to_version."""
+        return max(r.header.to_version for r in self.readers)
+
+    @property
+    def cluster_id(self) -> str:
+        """The cluster the chain's files record ("" if none does): the restored state's."""
+        return chain_cluster_id([r.header for r in self.readers])
+
+    def restore_into(self, state: BackupState) -> RestoreResult:
+        """Restore directly into `state` (`restore_into`; blocking: the node's writer)."""
+        return restore_into(state, self.readers, self.names, verified=True)
+
+    def chunks(self, max_bytes: int) -> Generator[tuple[bytes, int], None, None]:
+        """(payload, record count) of each `doq.backup.chunks` chunk of every record, in
+        restore order (blocking: each step reads and decodes frames)."""
+        return iter_chunks((rec for r in self.readers for rec in r.records()), max_bytes)
+
+
 # -- backup -------------------------------------------------------------------------------
 def write_backup(
     state: BackupState,
     since: int,
     out: BinaryIO,
     *,
-    cluster_id: str = "",
+    cluster_id: str | None = None,
     node_id: str = "",
     frame_bytes: int = DEFAULT_FRAME_BYTES,
 ) -> int:
     """Write a backup of every change with version >= `since` to `out`; return the last version.
+    The header records `cluster_id` (default: the state's).
 
     Consistent: one read transaction covers the snapshot point (applied index, written to
     the header as `to_version`), the state digest at it (written to the footer; one scan
@@ -85,8 +122,8 @@ def write_backup(
     try:
         with BackupWriter(
             out, from_version=since, to_version=max(to_version, since - 1, 0),
-            cluster_id=cluster_id, node_id=node_id, frame_bytes=frame_bytes,
-            state_digest=state_digest,
+            cluster_id=state.cluster_id if cluster_id is None else cluster_id, node_id=node_id,
+            frame_bytes=frame_bytes, state_digest=state_digest,
         ) as w:
             w.add_many(changes)
             return w.close().last_version
@@ -97,7 +134,7 @@ def write_backup(
 
 
 def backup_to_tempfile(
-    state: BackupState, since: int, *, cluster_id: str = "", node_id: str = "",
+    state: BackupState, since: int, *, cluster_id: str | None = None, node_id: str = "",
     dir: str | None = None,
 ) -> tuple[BinaryIO, int, int]:
     """For the HTTP gateway: backup into an anonymous temp file, rewound.
@@ -133,8 +170,10 @@ def chain_problems(
 
     The first file must be a full backup (from_version 0); each next file must start no
     later than the previous one's to_version + 1 (no gap, reason BACKUP_CHAIN_GAP) and must
-    not end before it; all files must come from the same cluster (when the cluster id is
-    recorded). Each problem names the file (`names`, default "file #N").
+    not end before it; all files that record a cluster id must record the same one
+    (reason BACKUP_CLUSTER_MISMATCH, naming both files and ids; files written before
+    cluster ids record none and are not checked by this rule). Each problem names the file
+    (`names`, default "file #N").
     """
     if not headers:
         return [(0, InvalidArgument("no backup file to restore", reason="BACKUP_CHAIN"))]
@@ -148,11 +187,13 @@ def chain_problems(
             reason="BACKUP_CHAIN",
         )))
     prev = first
+    owner = next((i for i, h in enumerate(headers) if h.cluster_id), None)  # the first with an id
     for i, (name, h) in enumerate(zip(label[1:], headers[1:], strict=True), start=1):
-        if prev.cluster_id and h.cluster_id and h.cluster_id != prev.cluster_id:
+        if owner is not None and h.cluster_id and h.cluster_id != headers[owner].cluster_id:
             out.append((i, InvalidArgument(
-                f"{name} is from cluster {h.cluster_id!r}, the previous from {prev.cluster_id!r}",
-                reason="BACKUP_CHAIN",
+                f"{name} is a backup of cluster {h.cluster_id!r}, but {label[owner]} of cluster "
+                f"{headers[owner].cluster_id!r}: a chain holds the files of one cluster",
+                reason="BACKUP_CLUSTER_MISMATCH",
             )))
         if h.from_version > prev.to_version + 1:
             out.append((i, InvalidArgument(
@@ -169,6 +210,28 @@ def chain_problems(
             )))
         prev = h
     return out
+
+
+def chain_cluster_id(headers: Sequence[BackupHeader]) -> str:
+    """The cluster id a chain records (its first file that records one), "" if none does."""
+    return next((h.cluster_id for h in headers if h.cluster_id), "")
+
+
+def check_target_cluster(state: BackupState, headers: Sequence[BackupHeader],
+                         names: Sequence[str]) -> None:
+    """Refuse to restore onto a NON-EMPTY state of another cluster than the chain's
+    (FailedPrecondition RESTORE_CLUSTER_MISMATCH, naming the file and both ids): its files
+    cannot continue that state's history. An empty state adopts the chain's cluster; a
+    chain or state that records no cluster id is not checked."""
+    theirs, ours = chain_cluster_id(headers), state.cluster_id
+    if not theirs or not ours or theirs == ours or state.is_empty():
+        return
+    i = next(i for i, h in enumerate(headers) if h.cluster_id)
+    raise FailedPrecondition(
+        f"{names[i]} is a backup of cluster {theirs!r}, but this node belongs to cluster {ours!r} "
+        "and is not empty: restore only a chain of its own cluster onto it",
+        reason="RESTORE_CLUSTER_MISMATCH",
+    )
 
 
 @contextlib.contextmanager
@@ -207,7 +270,7 @@ def _verify_all(readers: Sequence[BackupReader], names: Sequence[str]) -> None:
 def _refuse_non_empty(state: BackupState) -> None:
     if not state.is_empty():
         raise FailedPrecondition(
-            "the target state is not empty: restore needs a fresh node (remove its data dir)",
+            "the target state is not empty: restore needs a fresh node or cluster (an empty state)",
             reason="RESTORE_TARGET_NOT_EMPTY",
         )
 
@@ -230,17 +293,20 @@ class _Tally:
 def restore_into(
     state: BackupState, readers: Sequence[BackupReader], names: Sequence[str], *, verified: bool = False
 ) -> RestoreResult:
-    """Check the chain and that `state` is empty, verify every file (unless `verified`),
-    then restore all records in order through `state.restore` (one transaction; the
-    applied index becomes the last file's to_version). All or nothing: any error leaves
-    `state` as it was. Blocking: run it in the node's writer."""
-    check_chain([r.header for r in readers], names=names)
+    """Check the chain's cluster against `state`'s, the chain, and that `state` is empty,
+    verify every file (unless `verified`), then restore all records in order through
+    `state.restore` (one transaction; the applied index becomes the last file's to_version,
+    the cluster id the chain's). All or nothing: any error leaves `state` as it was.
+    Blocking: run it in the node's writer."""
+    headers = [r.header for r in readers]
+    check_target_cluster(state, headers, names)
+    check_chain(headers, names=names)
     _refuse_non_empty(state)
     if not verified:
         _verify_all(readers, names)  # a corrupt file is named before anything is written
-    to_version = max(r.header.to_version for r in readers)
+    to_version = max(h.to_version for h in headers)
     tally = _Tally()
-    state.restore(tally.records_of(readers), to_version)
+    state.restore(tally.records_of(readers), to_version, chain_cluster_id(headers))
     return RestoreResult(len(readers), tally.records, tally.tombstones, to_version, tally.last_version)
 
 
@@ -275,24 +341,21 @@ def restore_offline(
 async def restore_online(node: Node, files: Sequence[BinaryIO], names: Sequence[str] | None = None) -> RestoreResult:
     """Restore full + incrementals into a RUNNING node, for `POST /db/restore`.
 
-    Preconditions for now: the node is the leader (else `NotLeader` with the leader's hint,
-    503) of a one-member cluster (else `FailedPrecondition` RESTORE_MULTI_NODE) and its
-    state is empty (else RESTORE_TARGET_NOT_EMPTY). Files are verified off the writer; the
-    restore then runs in the node's writer, serialized with commits, all or nothing. Later
-    (Raft) it becomes a replicated command so every node applies the same records; the API
-    stays the same.
+    Preconditions: the node is the leader (else `NotLeader` with the leader's hint, 503;
+    the HTTP gateway forwards the request from a follower) and the state is empty (else
+    `FailedPrecondition` RESTORE_TARGET_NOT_EMPTY, or RESTORE_CLUSTER_MISMATCH when the
+    chain is another cluster's). The chain is checked and every file verified (off the
+    event loop) before anything is written or proposed; then `node.restore_backup`
+    restores it, all or nothing: a Raft node through its log, so every replica restores
+    the same state (docs/backup.md, "Online restore on a cluster"). The restored state
+    adopts the chain's cluster id.
     """
     names = list(names) if names else [f"file #{i + 1}" for i in range(len(files))]
     readers = await asyncio.to_thread(lambda: [_reader(f, n) for f, n in zip(files, names, strict=True)])
+    check_target_cluster(node.state, [r.header for r in readers], names)
     check_chain([r.header for r in readers], names=names)
     if not node.is_leader:
         raise NotLeader("online restore must be sent to the leader", leader_hint=node.leader_hint)
-    if len(node.cluster_status().members) > 1:
-        raise FailedPrecondition(
-            "online restore into a multi-node cluster is not supported yet: restore offline "
-            "into each stopped node, or into one node and add the others",
-            reason="RESTORE_MULTI_NODE",
-        )
     _refuse_non_empty(node.state)
     await asyncio.to_thread(_verify_all, readers, names)  # off the writer and the loop
-    return await node.restore_backup(lambda state: restore_into(state, readers, names, verified=True))
+    return await node.restore_backup(RestoreChain(readers, names))

@@ -143,6 +143,8 @@ class VerifyReport:
         secs = max(self.seconds, 1e-9)
         return {
             "verified": self.ok,
+            "cluster_id": next((f.header.cluster_id for f in self.files  # the chain's ("": none recorded)
+                                if f.header is not None and f.header.cluster_id and not f.against), ""),
             "files": [f.to_dict() for f in self.files],
             "frames": sum(f.frames_ok + f.frames_bad for f in self.files),
             "records": self.records,
@@ -290,7 +292,8 @@ def verify(
     `spark`: a SparkSession to use (tests share one); else one is created for `master`
     (default: the configured one, else local[*]) and stopped at the end. `against`: the
     URL of a live node: a fresh incremental since the chain's last version is taken from
-    it and added to the chain, so the chain is proven equal to the node's state now.
+    it and added to the chain, so the chain is proven equal to the node's state now (a node
+    of another cluster than the chain's is refused first: AGAINST_CLUSTER_MISMATCH).
     `progress`: a stream for progress lines (files, frames, records/s). Never raises for
     what it finds: every problem is a `Failure` of the report (`report.ok` is False).
     """
@@ -306,7 +309,7 @@ def verify(
             against_doc, failure = _fetch_against(against, files, Path(tmp), timeout_s, say)
             if failure is not None:
                 failures.append(failure)
-            if against_doc is not None:
+            if against_doc is not None and "path" in against_doc:
                 more, fails = open_files([against_doc["path"]], [against_doc["file"]])
                 more[0].against = True
                 files += more
@@ -472,7 +475,11 @@ def _fetch_against(url: str, files: Sequence[FileReport], tmp: Path, timeout_s: 
     chain_to = max(f.header.to_version for f in files if f.header is not None)
     try:
         base = server_url(url)
-        applied = _applied_index(base, timeout_s)
+        applied, node_cluster = _node_position(base, timeout_s)
+        refused = _other_cluster(base, node_cluster, files)
+        if refused is not None:  # no incremental: its records would only add noise
+            return {"url": base, "since": since, "node_applied_index": applied,
+                    "cluster_id": node_cluster}, refused
         path = tmp / f"against-since-{since}.bak"
         say(f"taking an incremental backup of {base} (at version {applied}) since version {since}")
         s = fetch_backup(base, since, path, timeout_s)
@@ -483,7 +490,8 @@ def _fetch_against(url: str, files: Sequence[FileReport], tmp: Path, timeout_s: 
     name = f"{base} (incremental since {since})"
     doc: dict[str, Any] = {
         "url": base, "since": since, "to_version": s.header.to_version, "records": s.record_count,
-        "node_id": s.header.node_id, "file": name, "path": str(path), "node_applied_index": applied,
+        "node_id": s.header.node_id, "cluster_id": s.header.cluster_id, "file": name, "path": str(path),
+        "node_applied_index": applied,
         "node_digest": None if s.state_digest is None else D.hex_digest(s.state_digest)}
     if applied < chain_to:
         return doc, Failure("AGAINST", f"the node at {base} is at version {applied}, behind the chain "
@@ -492,8 +500,19 @@ def _fetch_against(url: str, files: Sequence[FileReport], tmp: Path, timeout_s: 
     return doc, None
 
 
-def _applied_index(base: str, timeout_s: float) -> int:
-    """The node's applied index (`GET /db/digest`)."""
+def _other_cluster(base: str, node_cluster: str, files: Sequence[FileReport]) -> Failure | None:
+    """A failure (AGAINST_CLUSTER_MISMATCH) if the node at `base` belongs to another
+    cluster than the chain (when both record one), else None."""
+    owner = next((f for f in files if f.header is not None and f.header.cluster_id), None)
+    if owner is None or owner.header is None or not node_cluster or node_cluster == owner.header.cluster_id:
+        return None
+    return Failure("AGAINST_CLUSTER_MISMATCH", f"the node at {base} belongs to cluster {node_cluster!r}, but "
+                   f"{owner.name} is a backup of cluster {owner.header.cluster_id!r}: these files are not "
+                   "this cluster's backups", owner.name)
+
+
+def _node_position(base: str, timeout_s: float) -> tuple[int, str]:
+    """(applied index, cluster id or "") of the node (`GET /db/digest`)."""
     import json
     import urllib.request
 
@@ -503,8 +522,9 @@ def _applied_index(base: str, timeout_s: float) -> int:
     url = base + "/db/digest"
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as r:
-            return int(json.loads(r.read())["applied_index"])
-    except (OSError, ValueError, KeyError, TypeError) as e:
+            doc = json.loads(r.read())
+            return int(doc["applied_index"]), str(doc.get("cluster_id") or "")  # absent from older nodes
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise RequestFailed(describe_error(url, e)) from e
 
 

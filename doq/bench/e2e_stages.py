@@ -238,9 +238,9 @@ def run_once(tmp: Path, n: int, count: int, rate: float) -> dict[str, Any]:
                 if cons.poll() is None:
                     cons.kill()
                     cons.wait()
-            os.kill(server.pid, signal.SIGUSR1)
+            os.kill(server.pids[0], signal.SIGUSR1)
             deadline = time.monotonic() + 10
-            while not list(tmp.glob(f"stamps-{n}-{server.pid}.json")) and time.monotonic() < deadline:
+            while not list(tmp.glob(f"stamps-{n}-{server.pids[0]}.json")) and time.monotonic() < deadline:
                 time.sleep(0.05)
     finally:
         os.environ.clear()

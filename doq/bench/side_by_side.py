@@ -94,43 +94,75 @@ class Server:
     """A started server: the address its clients use and the pid whose CPU time is read."""
 
     addr: str
-    pid: int
+    pids: tuple[int, ...]
 
     def cpu_s(self) -> float:
-        """CPU time (user + system) the process has used so far (0 if unreadable)."""
-        try:
-            with open(f"/proc/{self.pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            return 0.0
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        """CPU time (user + system) its processes (every node of a cluster) have used so far."""
+        return sum(_cpu_s(pid) for pid in self.pids)
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU time (user + system) of process `pid` so far (0 if unreadable)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _http_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=2) as r:
+        return json.loads(r.read())
 
 
 @contextlib.contextmanager
-def doq_server(root: Path, launcher: Sequence[str] = ()) -> Iterator[Server]:
-    """A fresh `doq serve` (a one-node Raft cluster, as users run it); `launcher` replaces
-    `python -m doq` (e.g. to start it with probes: `doq.bench.e2e_stages`)."""
-    grpc_port, http_port, raft_port = free_port(), free_port(), free_port()
+def doq_server(root: Path, nodes: int = 1, launcher: Sequence[str] = ()) -> Iterator[Server]:
+    """A fresh `doq serve` (a one-node Raft cluster, as users run it), or `nodes` of them
+    forming one cluster by `--join` (the address is the leader's: node-1, which bootstraps).
+    `launcher` replaces `python -m doq` (e.g. to start it with probes: `doq.bench.e2e_stages`)."""
     root.mkdir(parents=True, exist_ok=True)
-    log = root / "doq.log"
-    cmd = [*(launcher or (sys.executable, "-m", "doq")), "serve", "--data-dir", str(root / "data"),
-           "--grpc-addr", f"127.0.0.1:{grpc_port}", "--http-addr", f"127.0.0.1:{http_port}",
-           "--raft-addr", f"127.0.0.1:{raft_port}", "--log-level", "warning"]
-    with open(log, "ab") as logf:
-        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=child_env())
-
-    def ready() -> bool:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/readyz", timeout=1) as r:
-                return bool(r.status == 200)
-        except OSError:
-            return False
-
+    procs: list[subprocess.Popen[bytes]] = []
+    grpc_addrs: list[str] = []
+    http_urls: list[str] = []
     try:
-        _wait("doq serve", ready, proc, 60, log)
-        yield Server(f"127.0.0.1:{grpc_port}", proc.pid)
+        for i in range(1, nodes + 1):
+            grpc_port, http_port, raft_port = free_port(), free_port(), free_port()
+            log = root / f"doq-{i}.log"
+            cmd = [*(launcher or (sys.executable, "-m", "doq")), "serve", "--node-id", f"node-{i}",
+                   "--data-dir", str(root / "data"),
+                   "--grpc-addr", f"127.0.0.1:{grpc_port}", "--http-addr", f"127.0.0.1:{http_port}",
+                   "--raft-addr", f"127.0.0.1:{raft_port}", "--log-level", "warning"]
+            if http_urls:
+                cmd += ["--join", http_urls[0].removeprefix("http://")]
+            with open(log, "ab") as logf:
+                procs.append(subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=child_env()))
+            grpc_addrs.append(f"127.0.0.1:{grpc_port}")
+            http_urls.append(f"http://127.0.0.1:{http_port}")
+            url = http_urls[-1]
+
+            def ready(url: str = url) -> bool:
+                try:
+                    with urllib.request.urlopen(f"{url}/readyz", timeout=1) as r:
+                        return bool(r.status == 200)
+                except OSError:
+                    return False
+
+            _wait(f"doq serve node-{i}", ready, procs[-1], 60, log)
+
+        def formed() -> bool:
+            try:
+                view = _http_json(f"{http_urls[0]}/cluster")
+            except OSError:
+                return False
+            voters = [m for m in view["members"] if m["role"] == "voter"]
+            return len(voters) == nodes and view.get("leader_id") == "node-1"
+
+        _wait(f"a {nodes}-node doq cluster", formed, procs[0], 120, root / "doq-1.log")
+        yield Server(grpc_addrs[0], tuple(p.pid for p in procs))
     finally:
-        _stop(proc)
+        for proc in procs:
+            _stop(proc)
 
 
 def rabbit_installed() -> bool:
@@ -141,49 +173,79 @@ def rabbit_installed() -> bool:
     return os.path.exists(RABBIT_SERVER)
 
 
+RABBITMQCTL = "/usr/lib/rabbitmq/bin/rabbitmqctl"
+
+
 @contextlib.contextmanager
-def rabbit_server(root: Path) -> Iterator[Server]:
-    """A fresh one-node RabbitMQ on 127.0.0.1 (its own epmd port); its address is the AMQP port."""
-    amqp, dist, epmd = free_port(), free_port(), free_port()
+def rabbit_server(root: Path, nodes: int = 1) -> Iterator[Server]:
+    """A fresh RabbitMQ on 127.0.0.1 (its own epmd port): one node, or `nodes` joined into
+    one cluster by `rabbitmqctl join_cluster` (quorum queues then have `nodes` replicas).
+    The address is node 1's AMQP port (where the bench declares, so leads, its queues)."""
     root.mkdir(parents=True, exist_ok=True)
-    (root / "rabbitmq.conf").write_text(f"listeners.tcp.default = 127.0.0.1:{amqp}\nloopback_users = none\n")
-    (root / "enabled_plugins").write_text("[].\n")
-    env = {
-        **os.environ,
-        "HOME": str(root),
-        "RABBITMQ_NODENAME": f"doqbench{amqp}@localhost",
-        "RABBITMQ_MNESIA_BASE": str(root / "mnesia"),
-        "RABBITMQ_LOG_BASE": str(root / "log"),
-        "RABBITMQ_CONFIG_FILE": str(root / "rabbitmq.conf"),
-        "RABBITMQ_ENABLED_PLUGINS_FILE": str(root / "enabled_plugins"),
-        "RABBITMQ_PID_FILE": str(root / "pid"),
-        "RABBITMQ_DIST_PORT": str(dist),
-        "ERL_EPMD_ADDRESS": "127.0.0.1",
-        "ERL_EPMD_PORT": str(epmd),
-        "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}",
-    }
-    log = root / "rabbitmq.out"
-    with open(log, "ab") as logf:
-        proc = subprocess.Popen([RABBIT_SERVER], stdout=logf, stderr=subprocess.STDOUT, env=env,
-                                cwd=root, start_new_session=True)
+    epmd = free_port()
+    cookie = root / ".erlang.cookie"
+    cookie.write_text(f"DOQBENCH{epmd}")
+    cookie.chmod(0o400)
+    base_env = {**os.environ, "HOME": str(root), "ERL_EPMD_ADDRESS": "127.0.0.1",
+                "ERL_EPMD_PORT": str(epmd)}
+    procs: list[tuple[subprocess.Popen[bytes], Path]] = []
+    names: list[str] = []
+    amqp_ports: list[int] = []
 
-    def ready() -> bool:
-        import pika
-
-        try:
-            pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", amqp)).close()
-            return True
-        except Exception:
-            return False
+    def ctl(node: str, *args: str) -> None:
+        subprocess.run([RABBITMQCTL, "-n", node, *args], env=base_env, check=True,
+                       capture_output=True, timeout=120)
 
     try:
-        _wait("rabbitmq-server", ready, proc, 120, log)
-        pid = int((root / "pid").read_text().split()[0]) if (root / "pid").exists() else proc.pid
-        yield Server(str(amqp), pid)
+        for i in range(1, nodes + 1):
+            amqp, dist = free_port(), free_port()
+            d = root / f"n{i}"
+            d.mkdir()
+            (d / "rabbitmq.conf").write_text(f"listeners.tcp.default = 127.0.0.1:{amqp}\nloopback_users = none\n")
+            (d / "enabled_plugins").write_text("[].\n")
+            name = f"doqbench{amqp}@localhost"
+            env = {
+                **base_env,
+                "RABBITMQ_NODENAME": name,
+                "RABBITMQ_MNESIA_BASE": str(d / "mnesia"),
+                "RABBITMQ_LOG_BASE": str(d / "log"),
+                "RABBITMQ_CONFIG_FILE": str(d / "rabbitmq.conf"),
+                "RABBITMQ_ENABLED_PLUGINS_FILE": str(d / "enabled_plugins"),
+                "RABBITMQ_PID_FILE": str(d / "pid"),
+                "RABBITMQ_DIST_PORT": str(dist),
+                "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}",
+            }
+            log = d / "rabbitmq.out"
+            with open(log, "ab") as logf:
+                proc = subprocess.Popen([RABBIT_SERVER], stdout=logf, stderr=subprocess.STDOUT, env=env,
+                                        cwd=d, start_new_session=True)
+            procs.append((proc, d))
+            names.append(name)
+            amqp_ports.append(amqp)
+
+            def ready(amqp: int = amqp) -> bool:
+                import pika
+
+                try:
+                    pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", amqp)).close()
+                    return True
+                except Exception:
+                    return False
+
+            _wait(f"rabbitmq-server {name}", ready, proc, 120, log)
+            if i > 1:
+                ctl(name, "stop_app")
+                ctl(name, "join_cluster", names[0])
+                ctl(name, "start_app")
+                _wait(f"rabbitmq-server {name} in the cluster", ready, proc, 120, log)
+        pids = tuple(int((d / "pid").read_text().split()[0]) if (d / "pid").exists() else p.pid
+                     for p, d in procs)
+        yield Server(str(amqp_ports[0]), pids)
     finally:
-        _stop(proc, 60)
+        for proc, _ in reversed(procs):
+            _stop(proc, 60)
         with contextlib.suppress(OSError, subprocess.SubprocessError):
-            subprocess.run(["epmd", "-port", str(epmd), "-kill"], env=env, timeout=10,
+            subprocess.run(["epmd", "-port", str(epmd), "-kill"], env=base_env, timeout=10,
                            capture_output=True, check=False)
 
 
@@ -476,6 +538,7 @@ class Args:
     payload_bytes: int = 100
     runs: int = 3
     workloads: tuple[str, ...] = ("producer", "consumer", "e2e")
+    nodes: int = 1
 
 
 def _delete_queue(system: str, addr: str, queue: str) -> None:
@@ -560,9 +623,9 @@ def side_by_side(args: Args, systems: list[str], log: Callable[[str], None] = pr
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="doq-sbs-")))
         servers: dict[str, Server] = {}
         if "doq" in systems:
-            servers["doq"] = stack.enter_context(doq_server(tmp / "doq"))
+            servers["doq"] = stack.enter_context(doq_server(tmp / "doq", args.nodes))
         if "rabbitmq" in systems:
-            servers["rabbitmq"] = stack.enter_context(rabbit_server(tmp / "rabbitmq"))
+            servers["rabbitmq"] = stack.enter_context(rabbit_server(tmp / "rabbitmq", args.nodes))
         for workload in args.workloads:
             for run in range(args.runs):
                 order = systems if run % 2 == 0 else systems[::-1]
@@ -597,7 +660,7 @@ def format_summary(record: dict[str, Any], systems: list[str]) -> str:
     for row in record["summary"]:
         lines.append("| " + " | ".join(str(row.get(h, "")) for h in head) + " |")
     lb, la = record["loadavg_before"], record["loadavg_after"]
-    lines.append(f"commit {record['commit']}; load average before {lb[0]:.2f} {lb[1]:.2f} {lb[2]:.2f}, "
+    lines.append(f"{record['args']['nodes']} node(s) per system; commit {record['commit']}; load average before {lb[0]:.2f} {lb[1]:.2f} {lb[2]:.2f}, "
                  f"after {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}; medians of {record['args']['runs']}")
     return "\n".join(lines)
 
@@ -614,6 +677,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate", type=float, default=Args.rate, help="e2e producer rate, msg/s")
     p.add_argument("--payload-bytes", type=int, default=Args.payload_bytes)
     p.add_argument("--runs", type=int, default=Args.runs)
+    p.add_argument("--nodes", type=int, default=Args.nodes, choices=(1, 3),
+                   help="nodes per system: 3 runs a doq cluster and a RabbitMQ cluster (quorum "
+                        "queues with 3 replicas), clients on node 1 (the leader)")
     p.add_argument("--json", metavar="FILE", help="also write the whole record here")
     p.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     p.add_argument("--addr", help=argparse.SUPPRESS)
@@ -628,7 +694,7 @@ def main(argv: list[str] | None = None) -> int:
     if not systems:
         return 2
     args = Args(ns.count, ns.consume_count, ns.e2e_count, ns.rate, ns.payload_bytes, ns.runs,
-                tuple(w for w in ns.workloads.split(",") if w))
+                tuple(w for w in ns.workloads.split(",") if w), ns.nodes)
     record = side_by_side(args, systems)
     print(format_summary(record, systems))
     if ns.json:

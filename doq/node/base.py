@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol
 
 from doq.node.cluster import ClusterAdmin, ClusterStatus
 from doq.queues.commands import Command
 from doq.storage.state import StateStore
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from doq.backup.ops import RestoreChain, RestoreResult
 
 
 class Node(Protocol):
@@ -84,8 +85,11 @@ class Node(Protocol):
         change its membership (a lone `LocalNode`)."""
         ...
 
-    async def restore_backup(self, fn: Callable[[StateStore], T]) -> T:
-        """Run `fn(state)` (an online restore through `StateStore.restore`) serialized with
-        commits; afterwards the node's next log index follows the restored applied index.
-        Only on the leader of a one-member cluster (callers check)."""
+    async def restore_backup(self, chain: RestoreChain) -> RestoreResult:
+        """Restore the verified `chain` into the (empty) state, all or nothing, serialized
+        with commits; later writes get versions above the restored ones. A lone node
+        restores directly; a Raft node through its log, so every replica restores the
+        same state. On the leader (callers check; a Raft node raises `NotLeader` if it
+        loses leadership meanwhile: nothing was restored unless its commit entry
+        survives). Raises the restore's `DoqError` (e.g. RESTORE_TARGET_NOT_EMPTY)."""
         ...

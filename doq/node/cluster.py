@@ -44,6 +44,7 @@ class ClusterStatus:
     applied_index: int
     role: str  # this node: "leader" | "follower" | "candidate" | "learner"
     members: list[Member] = field(default_factory=list)
+    cluster_id: str = ""  # the replicated state's (StateStore.cluster_id); "" if it has none
 
 
 class ClusterAdmin(Protocol):

@@ -23,15 +23,17 @@ import concurrent.futures
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import TYPE_CHECKING
 
 from doq.errors import Overloaded, Unavailable
 from doq.node.cluster import ClusterAdmin, ClusterStatus, Member, MemberAddrs
 from doq.queues.commands import Command, CommandBatch, Tick
 from doq.storage.state import StateStore, StoreBroken
 
+if TYPE_CHECKING:
+    from doq.backup.ops import RestoreChain, RestoreResult
+
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 MAX_COMMANDS_PER_ENTRY = 4096
 MAX_BATCH_BYTES = 8 * 1024 * 1024
@@ -93,7 +95,7 @@ class LocalNode:
         return ClusterStatus(
             node_id=self.node_id, leader_id="" if self._stopping else self.node_id, term=1,
             commit_index=index, applied_index=index, role="leader" if self.is_leader else "follower",
-            members=[Member(self.node_id, self.addrs, "voter")],
+            members=[Member(self.node_id, self.addrs, "voter")], cluster_id=self.state.cluster_id,
         )
 
     def cluster_admin(self) -> ClusterAdmin | None:
@@ -101,6 +103,9 @@ class LocalNode:
         return None
 
     async def start(self) -> None:
+        """Start committing; a state without a cluster id gets one first (a lone node
+        bootstraps its own cluster)."""
+        await asyncio.get_running_loop().run_in_executor(self._writer, self.state.ensure_cluster_id)
         self._task = asyncio.create_task(self._run(), name="doq-local-log")
         self._schedule_tick()
 
@@ -134,8 +139,8 @@ class LocalNode:
     def add_apply_listener(self, callback: Callable[[], None]) -> None:
         self._listeners.append(callback)
 
-    async def restore_backup(self, fn: Callable[[StateStore], T]) -> T:
-        """Run `fn(state)` (an online restore) in the writer, between two commits.
+    async def restore_backup(self, chain: RestoreChain) -> RestoreResult:
+        """Restore `chain` into the state (`StateStore.restore`) in the writer, between two commits.
 
         Afterwards the next log index follows the restored applied index, so versions keep
         growing (incremental backups stay exact) and long polls and ticks are re-armed.
@@ -146,7 +151,7 @@ class LocalNode:
                 raise Unavailable("node is shutting down", reason="SHUTTING_DOWN")
             loop = asyncio.get_running_loop()
             try:
-                result = await loop.run_in_executor(self._writer, fn, self.state)
+                result = await loop.run_in_executor(self._writer, chain.restore_into, self.state)
             except StoreBroken as e:
                 self._fail_stop(e)
                 raise Unavailable("the restore failed and the state could not be reloaded; "

@@ -26,32 +26,49 @@ leadership loss) is in docs/raft.md, "The node driver"; in short:
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import itertools
 import logging
+import os
 import random
 import time
-from collections.abc import Callable, Iterator
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import lmdb
 
-from doq.backup.format import Record
-from doq.errors import DoqError, FailedPrecondition, NotLeader, Overloaded, Unavailable
+from doq.backup.chunks import DEFAULT_CHUNK_BYTES
+from doq.backup.ops import RestoreChain, RestoreResult
+from doq.errors import (
+    DoqError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotLeader,
+    Overloaded,
+    Unavailable,
+)
 from doq.node.cluster import ClusterStatus, Member, MemberAddrs
 from doq.node.local import MAX_PENDING_COMMANDS, _take_count, wall_clock_ms
 from doq.node.raft_log import LmdbLogStorage, decode_addrs, encode_addrs
 from doq.node.raft_snapshot import (
-    encode_snapshot_data,
+    close_state_read,
     install_snapshot_data,
-    open_state_read,
     write_state_snapshot,
 )
 from doq.node.transport_base import OnMessages, RaftTransport
 from doq.queues.codec import encode_batch
-from doq.queues.commands import Command, CommandBatch, Tick
+from doq.queues.commands import (
+    Command,
+    CommandBatch,
+    RestoreAbort,
+    RestoreChunk,
+    RestoreCommit,
+    Tick,
+)
 from doq.raft import codec
 from doq.raft.config import RaftConfig
 from doq.raft.core import RaftCore
@@ -72,10 +89,9 @@ from doq.raft.types import (
     SnapshotMeta,
 )
 from doq.raft.types import NotLeader as CoreNotLeader
-from doq.storage.state import StateStore
+from doq.storage.state import MAX_RESTORE_VERSION, RestoreOutcome, StateStore
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 Fut = asyncio.Future[object]
 TransportFactory = Callable[[OnMessages], RaftTransport]
 
@@ -94,6 +110,8 @@ class RaftNodeConfig:
     max_inflight_msgs: int = 256
     max_msg_bytes: int = 4 << 20
     snapshot_chunk_bytes: int = 1 << 20
+    restore_chunk_bytes: int = DEFAULT_CHUNK_BYTES  # records per RestoreChunk entry (uncompressed)
+    restore_window: int = 4  # RestoreChunk entries proposed and not yet applied, at most
 
 
 @dataclass(slots=True)
@@ -183,6 +201,7 @@ class RaftNode:
         self._snap_task: asyncio.Task[None] | None = None
         self._peers_set: set[str] = set()
         self._ready_lock = asyncio.Lock()
+        self._restore_lock = asyncio.Lock()
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -191,10 +210,11 @@ class RaftNode:
             if not self._join:
                 await loop.run_in_executor(self._writer, self._bootstrap)
         elif self.state.applied_index > self.storage.last_index():
-            # the state is ahead of the log (a restore whose rebase did not finish, an
-            # offline restore into a member): entries it already holds must not be reused
+            # the state is ahead of the log (an offline restore into a member, or an online
+            # restore of an older doq, which rebased the log of a one-member cluster, cut
+            # short by a crash): entries it already holds must not be reused
             conf = self.storage.snapshot_meta().conf_state
-            await loop.run_in_executor(self._writer, self._rebase, conf, False)
+            await loop.run_in_executor(self._writer, self._rebase, conf)
         self.core = self._new_core()
         self._last_stamp_ms = self.state.machine.now_ms
         self._sync_peers()
@@ -222,14 +242,13 @@ class RaftNode:
     def _bootstrap(self) -> None:
         """Writer thread: a new one-node cluster. The bootstrap snapshot (index 1, or the
         state's applied index when the state already holds data, e.g. after an offline
-        restore) makes this node its only voter and carries its addresses."""
+        restore) makes this node its only voter and carries its addresses and the cluster
+        id (created now, unless a restore brought one), which joining nodes adopt."""
         members = {self.node_id: self.addrs}
         index = max(1, self.state.applied_index)
-        if self.state.applied_index:
-            applied, horizon, records = open_state_read(self.state)
-            data = write_state_snapshot(applied, horizon, records, members, self.node_id)
-        else:
-            data = encode_snapshot_data(members, 0, b"")
+        cluster_id = self.state.ensure_cluster_id(  # random from the node's seed: a seed replays
+            lambda: str(uuid.UUID(int=self._rng.getrandbits(128), version=4)))
+        data = write_state_snapshot(self.state.open_read(), members, self.node_id, cluster_id)
         snap = Snapshot(SnapshotMeta(index, 1, ConfState((self.node_id,), ())), data)
         with self.env.begin(write=True) as txn:
             self.storage.apply_snapshot(txn, snap)
@@ -354,55 +373,103 @@ class RaftNode:
     def cluster_admin(self) -> RaftNode:
         return self
 
-    async def restore_backup(self, fn: Callable[[StateStore], T]) -> T:
-        """Online restore into a ONE-member cluster (a larger one is refused: a restore
-        must then go through the log). Between two Readies: the log is first rebased on
-        the current (empty) state, so no entry applied before is ever applied again on top
-        of the restored one; `fn(state)` restores (all or nothing); if the restored
-        applied index is ahead of the log, the log is rebased on the restored state (its
-        next entries follow that index: versions keep growing). The core then restarts
-        from the log and campaigns at once; proposals pending meanwhile fail with
-        `NotLeader` (retryable)."""
-        restarted = False
-        try:
-            async with self._ready_lock:
-                core = self.core
-                if core is None or self._stopping or self._failed is not None:
-                    raise Unavailable("node is shutting down", reason="SHUTTING_DOWN")
-                if core.role != Role.LEADER:
-                    raise NotLeader("online restore must be sent to the leader", leader_hint=self._lead)
-                if core.voters != (self.node_id,) or core.learners:
-                    raise FailedPrecondition(
-                        "online restore into a multi-node cluster is not supported yet",
-                        reason="RESTORE_MULTI_NODE")
-                if self.state.applied_index != self.storage.last_index():
-                    raise Unavailable("entries are being applied; retry", reason="RESTORE_BUSY")
-                loop = asyncio.get_running_loop()
-                conf = core.conf_state()
-                await loop.run_in_executor(self._writer, self._rebase, conf, True)
-                try:
-                    return await loop.run_in_executor(self._writer, fn, self.state)
-                finally:
-                    await loop.run_in_executor(self._writer, self._rebase, conf, False)
-                    self._restart_core()
-                    restarted = True
-                    self._notify_applied()
-                    self._wake.set()
-        finally:
-            if restarted:  # the next Ready makes the new core lead: wait outside the lock
-                await self._lead_if_alone()
+    async def restore_backup(self, chain: RestoreChain) -> RestoreResult:
+        """Online restore through the log (docs/raft.md, "Online restore"): the chain's
+        records go out as `RestoreChunk` entries of at most `restore_chunk_bytes` (at most
+        `restore_window` of them proposed and not yet applied), then one `RestoreCommit`,
+        each alone in its entry. Every replica stages the chunks and applies the commit
+        identically (`StateStore`, "Restore through the log"); this returns once the
+        commit is applied here. Raises `NotLeader` if leadership is lost meanwhile (the
+        staging is left for the next restore to discard; nothing was restored unless the
+        commit entry was already proposed and survives), the commit's `DoqError`
+        (RESTORE_TARGET_NOT_EMPTY, BACKUP_INCONSISTENT, RESTORE_INCOMPLETE), or what
+        reading the files raises. On any failure before the commit it proposes a
+        `RestoreAbort` (best effort) so the staging does not wait for the next restore."""
+        self._check_serving()
+        if not 0 <= chain.to_version < MAX_RESTORE_VERSION:
+            raise InvalidArgument(f"the chain's to_version {chain.to_version} is out of range "
+                                  f"(0..{MAX_RESTORE_VERSION - 1})", reason="INVALID_INDEX")
+        async with self._restore_lock:  # one restore at a time (two would break each other's staging)
+            if not self.state.is_empty():  # another restore may have just filled it
+                raise FailedPrecondition("the target state is not empty: restore needs a fresh cluster",
+                                         reason="RESTORE_TARGET_NOT_EMPTY")
+            outcome, chunks = await self._restore_through_log(chain)
+        log.info("node %s: restored %d records through the log (%d chunks), version %d",
+                 self.node_id, outcome.records, chunks, outcome.to_version)
+        return RestoreResult(len(chain.readers), outcome.records, outcome.tombstones,
+                             outcome.to_version, outcome.last_version)
 
-    def _rebase(self, conf: ConfState, always: bool) -> None:
-        """Writer thread: replace the log by a snapshot of the state at its applied index
-        (when `always`, or when the state is ahead of the log: after a restore). One txn."""
+    async def _restore_through_log(self, chain: RestoreChain) -> tuple[RestoreOutcome, int]:
+        """Propose the chunks and the commit (see `restore_backup`); (outcome, chunk count)."""
+        restore_id = os.urandom(16)
+        chunks = chain.chunks(self.cfg.restore_chunk_bytes)
+        inflight: collections.deque[Fut] = collections.deque()
+        seq = records = 0
+        outcome: object = None
+        committed = False
+        try:
+            while (item := await asyncio.to_thread(next, chunks, None)) is not None:
+                payload, n = item
+                inflight.append(self._propose_alone(RestoreChunk(restore_id, seq, payload)))
+                seq += 1
+                records += n
+                while len(inflight) >= max(1, self.cfg.restore_window):
+                    _raise_if_error(await inflight.popleft())
+            while inflight:
+                _raise_if_error(await inflight.popleft())
+            commit = self._propose_alone(
+                RestoreCommit(restore_id, seq, records, chain.to_version, chain.cluster_id))
+            committed = True  # from now on the commit entry itself discards the staging
+            outcome = await commit
+        finally:
+            for fut in inflight:
+                fut.add_done_callback(_ignore_result)
+            with contextlib.suppress(ValueError):  # still running in its thread (cancelled)
+                chunks.close()
+            if not committed and self.is_leader:
+                with contextlib.suppress(DoqError):
+                    self._propose_alone(RestoreAbort(restore_id)).add_done_callback(_ignore_result)
+        _raise_if_error(outcome)
+        assert isinstance(outcome, RestoreOutcome), outcome
+        return outcome, seq
+
+    def _propose_alone(self, command: Command) -> Fut:
+        """Propose `command` as the only command of its own entry (restore commands: the
+        store applies such an entry itself). Resolves as `propose_nowait`'s future; raises
+        at once as it does when this node cannot take it."""
+        self._check_serving()
+        fut: Fut = asyncio.get_running_loop().create_future()
+
+        def request(core: RaftCore) -> None:
+            if core.role != Role.LEADER:
+                _fail(fut, NotLeader("not the leader", leader_hint=core.lead))
+                return
+            batch = CommandBatch(self._stamp_ms(), [command])
+            try:
+                index = core.propose_batch([encode_batch(batch)])[0]
+            except (CoreNotLeader, ProposalDropped) as e:
+                hint = (e.leader_hint or "") if isinstance(e, CoreNotLeader) else core.lead_transferee
+                _fail(fut, NotLeader(f"proposal refused: {e}", leader_hint=hint))
+                return
+            self._proposals[index] = _Proposal(core.term, [fut], batch=batch)
+
+        self._admin.append(request)
+        self._wake.set()
+        return fut
+
+    def _stamp_ms(self) -> int:
+        """The leader's time for a new entry: never earlier than one already stamped or applied."""
+        now_ms = max(self._last_stamp_ms, self.state.machine.now_ms, self._clock_ms())
+        self._last_stamp_ms = now_ms
+        return now_ms
+
+    def _rebase(self, conf: ConfState) -> None:
+        """Writer thread, at start: the state is ahead of the log, so replace the log by a
+        snapshot of the state at its applied index (new entries follow it). One txn."""
         st = self.storage
-        index = self.state.applied_index
-        if not always and index <= st.last_index():
-            return
-        if index < st.snapshot_meta().index:
-            raise Unavailable("the state is behind the log's snapshot", reason="RESTORE_BUSY")
-        applied, horizon, records = open_state_read(self.state)
-        data = write_state_snapshot(applied, horizon, records, dict(st.members), self.node_id)
+        applied = self.state.applied_index
+        data = write_state_snapshot(self.state.open_read(), dict(st.members), self.node_id,
+                                    self.state.cluster_id)
         hs = st.hard_state
         term = max(hs.term, 1)
         snap = Snapshot(SnapshotMeta(applied, term, conf), data)
@@ -422,13 +489,6 @@ class RaftNode:
         if core.voters == (self.node_id,):
             core.campaign()  # alone: no need to wait for an election timeout
         return core
-
-    def _restart_core(self) -> None:
-        """Drop the core (after the log was replaced under it) and start a new one."""
-        self._fail_proposals_upto(None, "")
-        self._fail_reads(NotLeader("the node restarted its log", leader_hint=""))
-        self.core = self._new_core()
-        self._on_soft_state(NONE, Role.FOLLOWER)
 
     # -- ClusterAdmin ------------------------------------------------------------------------
     def cluster_status(self) -> ClusterStatus:
@@ -450,6 +510,7 @@ class RaftNode:
             node_id=self.node_id, leader_id=self._lead, term=core.term if core else 0,
             commit_index=core.log.committed if core else 0,
             applied_index=self.applied_index, role=role, members=members,
+            cluster_id=self.state.cluster_id,
         )
 
     async def add_member(self, node_id: str, addrs: MemberAddrs) -> ClusterStatus:
@@ -662,8 +723,7 @@ class RaftNode:
         datas: list[bytes] = []
         batches: list[CommandBatch] = []
         groups: list[list[Fut]] = []
-        now_ms = max(self._last_stamp_ms, self.state.machine.now_ms, self._clock_ms())
-        self._last_stamp_ms = now_ms
+        now_ms = self._stamp_ms()
         while pending:
             count = _take_count(pending)
             taken, pending = pending[:count], pending[count:]
@@ -957,18 +1017,17 @@ class RaftNode:
         members = dict(self.storage.members)
         self._snap_running = True
         loop = asyncio.get_running_loop()
-        opened = loop.run_in_executor(self._writer, open_state_read, self.state)
+        opened = loop.run_in_executor(self._writer, self.state.open_read)
 
         async def build() -> None:
             try:
-                idx, horizon, records = await opened
-                if idx != meta.index:
-                    close = getattr(records, "close", None)
-                    if close:
-                        close()
+                read = await opened
+                if read.applied_index != meta.index:
+                    close_state_read(read)
                     return
                 data = await loop.run_in_executor(
-                    self._snapshotter, _write_snapshot, idx, horizon, records, members, self.node_id)
+                    self._snapshotter, write_state_snapshot, read, members, self.node_id,
+                    self.state.cluster_id)
                 self._own_snapshot = Snapshot(meta, data)
                 self._wake.set()
             except Exception:
@@ -979,9 +1038,10 @@ class RaftNode:
         self._snap_task = asyncio.create_task(build())
 
 
-def _write_snapshot(idx: int, horizon: int, records: Iterator[Record],
-                    members: dict[str, MemberAddrs], node_id: str) -> bytes:
-    return write_state_snapshot(idx, horizon, records, members, node_id)
+def _raise_if_error(result: object) -> None:
+    """A proposal's result that is a `DoqError` (the machine's or the store's refusal) is raised."""
+    if isinstance(result, DoqError):
+        raise result
 
 
 def _resolve(fut: Fut, value: object) -> None:

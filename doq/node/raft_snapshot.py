@@ -1,19 +1,33 @@
-"""The data of a Raft snapshot: member addresses + the node's state as a full backup.
+"""The data of a Raft snapshot: member addresses, replicated store keys, and the node's
+state as a full backup.
 
-    magic "DOQRSNP1" (8 B) | tombstone horizon (u64 BE) | members length (u32 BE)
-    | members (`raft_log.encode_members`) | a doq backup file of every record (since 0)
+    magic "DOQRSNP2" (8 B) | members length (u32 BE) | store keys length (u64 BE)
+    | members (`raft_log.encode_members`) | store keys | a doq backup file of every record
+    (since 0)
 
-The state part IS the backup format of doq/backup (same records, same checksums), read in
-one LMDB read transaction at the snapshot's applied index. An empty state part means an
-empty state (the bootstrap snapshot of a new cluster). Installing replaces the whole state
-inside the caller's write txn (all or nothing).
+    store keys: count (u32 BE), then per key: key length (u32 BE), value length (u32 BE),
+    key, value: every replicated store key of the state but its applied index (the
+    tombstone horizon, the cluster id, the version offset, the staging of an online
+    restore in progress: `StateStore.open_read`), so a follower that installs a snapshot
+    mid-restore stages exactly what the others do.
+
+The older "DOQRSNP1" layout (magic | horizon (u64 BE) | members length (u32 BE) | members
+| backup) still installs (its only store key was the horizon). The state part IS the
+backup format of doq/backup (same records, same checksums), read in one LMDB read
+transaction at the snapshot's applied index, its to_version the state's version, its
+header's cluster id the state's: a member that installs the snapshot (a joining node
+first of all: the bootstrap snapshot of a new cluster carries the id and an empty state)
+adopts it (from the store keys, or from that header in the older layout). An empty state
+part means an empty state (the bootstrap snapshot of a cluster from before cluster ids:
+no cluster id). Installing
+replaces the whole state inside the caller's write txn (all or nothing).
 """
 
 from __future__ import annotations
 
 import io
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import lmdb
 
@@ -21,26 +35,62 @@ from doq.backup.format import BackupReader, Record
 from doq.backup.ops import write_backup
 from doq.node.cluster import MemberAddrs
 from doq.node.raft_log import decode_members, encode_members
-from doq.storage.state import StateStore
+from doq.storage.state import CLUSTER_KEY, HORIZON_KEY, StateRead, StateStore
 
-MAGIC = b"DOQRSNP1"
-_HDR = struct.Struct(">8sQI")
+MAGIC = b"DOQRSNP2"
+MAGIC_V1 = b"DOQRSNP1"
+_HDR = struct.Struct(">8sIQ")
+_HDR_V1 = struct.Struct(">8sQI")
+_U32 = struct.Struct(">I")
+_KV = struct.Struct(">II")
 
 
-def encode_snapshot_data(members: dict[str, MemberAddrs], horizon: int, state: bytes) -> bytes:
+def encode_snapshot_data(members: dict[str, MemberAddrs], store_keys: Mapping[bytes, bytes],
+                         state: bytes) -> bytes:
     m = encode_members(members)
-    return _HDR.pack(MAGIC, horizon, len(m)) + m + state
+    keys = [_U32.pack(len(store_keys))]
+    for k in sorted(store_keys):
+        v = store_keys[k]
+        keys += (_KV.pack(len(k), len(v)), k, v)
+    kb = b"".join(keys)
+    return b"".join((_HDR.pack(MAGIC, len(m), len(kb)), m, kb, state))
 
 
-def decode_snapshot_data(data: bytes) -> tuple[dict[str, MemberAddrs], int, bytes]:
-    """(members, horizon, backup bytes); raises ValueError on malformed data."""
+def decode_snapshot_data(data: bytes) -> tuple[dict[str, MemberAddrs], dict[bytes, bytes], bytes]:
+    """(members, store keys, backup bytes); raises ValueError on malformed data."""
+    if data[:8] == MAGIC_V1 and len(data) >= _HDR_V1.size:
+        _, horizon, mlen = _HDR_V1.unpack_from(data)
+        if _HDR_V1.size + mlen > len(data):
+            raise ValueError("truncated Raft snapshot data")
+        members = decode_members(data[_HDR_V1.size : _HDR_V1.size + mlen])
+        v1_keys = {HORIZON_KEY: horizon.to_bytes(8, "big")} if horizon else {}
+        return members, v1_keys, data[_HDR_V1.size + mlen :]
     if len(data) < _HDR.size:
         raise ValueError("truncated Raft snapshot data")
-    magic, horizon, mlen = _HDR.unpack_from(data)
-    if magic != MAGIC or _HDR.size + mlen > len(data):
+    magic, mlen, klen = _HDR.unpack_from(data)
+    pos = _HDR.size
+    if magic != MAGIC or pos + mlen + klen > len(data):
         raise ValueError("not a doq Raft snapshot")
-    members = decode_members(data[_HDR.size : _HDR.size + mlen])
-    return members, horizon, data[_HDR.size + mlen :]
+    members = decode_members(data[pos : pos + mlen])
+    pos += mlen
+    end = pos + klen
+    keys: dict[bytes, bytes] = {}
+    if klen < _U32.size:
+        raise ValueError("corrupt Raft snapshot store keys")
+    count = _U32.unpack_from(data, pos)[0]
+    pos += _U32.size
+    for _ in range(count):
+        if pos + _KV.size > end:
+            raise ValueError("corrupt Raft snapshot store keys")
+        kl, vl = _KV.unpack_from(data, pos)
+        pos += _KV.size
+        if pos + kl + vl > end:
+            raise ValueError("corrupt Raft snapshot store keys")
+        keys[data[pos : pos + kl]] = data[pos + kl : pos + kl + vl]
+        pos += kl + vl
+    if pos != end:
+        raise ValueError("corrupt Raft snapshot store keys")
+    return members, keys, data[end:]
 
 
 class _Opened:
@@ -48,8 +98,9 @@ class _Opened:
     records no state digest: a Raft snapshot does not need one, and computing it would
     scan the whole state on the writer thread."""
 
-    def __init__(self, applied: int, records: Iterator[Record]) -> None:
+    def __init__(self, applied: int, records: Iterator[Record], cluster_id: str) -> None:
         self.env = None
+        self.cluster_id = cluster_id
         self.applied_index = applied
         self._changes = (applied, records)
 
@@ -57,30 +108,35 @@ class _Opened:
         return self._changes[0], None, self._changes[1]
 
 
-def open_state_read(state: StateStore) -> tuple[int, int, Iterator[Record]]:
-    """(applied index, horizon, records) from one read txn. Call it on the writer thread
-    between two commits so the read is exactly at the applied index; consume the records
-    on any ONE thread (`write_state_snapshot`)."""
-    horizon = state.horizon()
-    applied, records = state.changes(0)
-    return applied, horizon, records
-
-
-def write_state_snapshot(applied: int, horizon: int, records: Iterator[Record],
-                         members: dict[str, MemberAddrs], node_id: str) -> bytes:
-    """Snapshot data from an opened read (blocking: run it off the event loop)."""
+def write_state_snapshot(read: StateRead, members: dict[str, MemberAddrs], node_id: str,
+                         cluster_id: str = "") -> bytes:
+    """Snapshot data from a read opened with `StateStore.open_read` on the writer thread
+    and the state's cluster id, recorded in the backup's header too (blocking: run it off
+    the event loop, on one thread)."""
     buf = io.BytesIO()
-    write_backup(_Opened(applied, records), 0, buf, node_id=node_id)  # type: ignore[arg-type]
-    return encode_snapshot_data(members, horizon, buf.getvalue())
+    write_backup(_Opened(read.version, read.records, cluster_id), 0, buf, node_id=node_id)  # type: ignore[arg-type]
+    return encode_snapshot_data(members, read.store_keys, buf.getvalue())
+
+
+def close_state_read(read: StateRead) -> None:
+    """Release the read txn of a read that will not be written."""
+    close = getattr(read.records, "close", None)
+    if close is not None:
+        close()
 
 
 def install_snapshot_data(state: StateStore, txn: lmdb.Transaction, data: bytes,
                           index: int) -> dict[str, MemberAddrs]:
-    """Replace the state by the snapshot's inside `txn`; returns the snapshot's members.
-    Raises ValueError / BackupFormatError on corrupt data (the caller aborts)."""
-    members, horizon, backup = decode_snapshot_data(data)
+    """Replace the state (with its store keys: cluster id, version offset, restore
+    staging...) by the snapshot's inside `txn`; returns the snapshot's members. Raises
+    ValueError / BackupFormatError / InvalidArgument on corrupt data (the caller aborts)."""
+    members, store_keys, backup = decode_snapshot_data(data)
     records: Iterator[Record] = iter(())
+    cluster_id = ""
     if backup:
-        records = BackupReader(io.BytesIO(backup)).records()
-    state.replace_records(txn, records, index, horizon)
+        reader = BackupReader(io.BytesIO(backup))
+        records, cluster_id = reader.records(), reader.header.cluster_id
+    state.replace_records(txn, records, index, store_keys)
+    if cluster_id and CLUSTER_KEY not in store_keys:  # the older layout: from the header
+        state.set_cluster_id(txn, cluster_id)
     return members

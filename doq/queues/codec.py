@@ -10,6 +10,10 @@ release rather than misreading it as a nack.
 present (1 groups, 2 priorities, 4 metadata, 8 dedup ids, 16 delays), n content lengths
 (u32) and the contents back to back, then each present column in that order (n strings,
 n i64, n metadata maps, n strings, n u64).
+Restore commands (applied by the state store, see `doq.queues.commands`): `RestoreChunk`
+(tag 15): restore id (u32-length-prefixed bytes), seq (u32), payload (u32-length-prefixed
+bytes); `RestoreCommit` (tag 16): restore id, chunk count (u32), record count (u64),
+to_version (u64), cluster id (string); `RestoreAbort` (tag 17): restore id.
 Raises ValueError on malformed input (or struct.error / OverflowError for out-of-range
 values on encode: the service validates ranges first).
 """
@@ -34,9 +38,10 @@ _NACK = struct.Struct("<QQQBq")
 _TOUCH = struct.Struct("<QQQ")
 _IDP = struct.Struct("<Qq")
 _COLS_HDR = struct.Struct("<IB")
+_COMMIT = struct.Struct("<IQQ")
 
 (T_CREATE, T_UPDATE, T_DELETE, T_PURGE, T_ENQ, T_DEQ, T_ACK, T_NACK, T_TOUCH, T_PRIO, T_DEL, T_TICK,
- T_RELEASE, T_ENQ_COLS) = range(1, 15)
+ T_RELEASE, T_ENQ_COLS, T_RESTORE_CHUNK, T_RESTORE_COMMIT, T_RESTORE_ABORT) = range(1, 18)
 _COL_GROUPS, _COL_PRIOS, _COL_MD, _COL_DEDUP, _COL_DELAYS = 1, 2, 4, 8, 16
 
 
@@ -50,6 +55,11 @@ def _settings(out: list[bytes], s: QueueSettings) -> None:
     out.append(_SETTINGS.pack(s.visibility_timeout_ms, s.max_attempts, s.max_unacked_per_group,
                               s.dedup_window_ms))
     _s(out, s.dead_letter_queue)
+
+
+def _b(out: list[bytes], b: bytes) -> None:
+    out.append(_U32.pack(len(b)))
+    out.append(b)
 
 
 def _md(out: list[bytes], md: dict[str, str]) -> None:
@@ -169,6 +179,22 @@ def encode_batch(batch: c.CommandBatch) -> bytes:
             assert isinstance(cmd, c.PurgeQueue)
             ap(b"\x04")
             _s(out, cmd.name)
+        elif t is c.RestoreChunk:
+            assert isinstance(cmd, c.RestoreChunk)
+            ap(b"\x0f")
+            _b(out, cmd.restore_id)
+            ap(_U32.pack(cmd.seq))
+            _b(out, cmd.payload)
+        elif t is c.RestoreCommit:
+            assert isinstance(cmd, c.RestoreCommit)
+            ap(b"\x10")
+            _b(out, cmd.restore_id)
+            ap(_COMMIT.pack(cmd.chunk_count, cmd.record_count, cmd.to_version))
+            _s(out, cmd.cluster_id)
+        elif t is c.RestoreAbort:
+            assert isinstance(cmd, c.RestoreAbort)
+            ap(b"\x11")
+            _b(out, cmd.restore_id)
         else:
             raise ValueError(f"not a command: {cmd!r}")
     return b"".join(out)
@@ -198,6 +224,9 @@ class _Reader:
 
     def s(self) -> str:
         return self.take(self.unpack(_U32)[0]).decode()
+
+    def b(self) -> bytes:
+        return self.take(self.unpack(_U32)[0])
 
     def md(self) -> dict[str, str]:
         md = {}
@@ -291,6 +320,16 @@ def decode_batch(data: bytes) -> c.CommandBatch:
             ap(c.DeleteQueue(r.s()))
         elif tag == T_PURGE:
             ap(c.PurgeQueue(r.s()))
+        elif tag == T_RESTORE_CHUNK:
+            rid = r.b()
+            seq = r.unpack(_U32)[0]
+            ap(c.RestoreChunk(rid, seq, r.b()))
+        elif tag == T_RESTORE_COMMIT:
+            rid = r.b()
+            chunks, records, to_version = r.unpack(_COMMIT)
+            ap(c.RestoreCommit(rid, chunks, records, to_version, r.s()))
+        elif tag == T_RESTORE_ABORT:
+            ap(c.RestoreAbort(r.b()))
         else:
             raise ValueError(f"unknown command tag {tag}")
     if r.pos != len(r.buf):

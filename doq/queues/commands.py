@@ -3,6 +3,11 @@
 A log entry's data is one encoded `CommandBatch`: the leader's `now_ms` stamp plus the
 commands proposed together (group commit). Every node applies the batch in order with
 `QueueMachine.apply(index, batch)`; results are only used on the node that proposed.
+
+The restore commands (`RestoreChunk`, `RestoreCommit`, `RestoreAbort`) are the exception:
+an online restore through the log proposes each alone in its entry, and the state store
+applies such an entry itself (staging, then replacing the whole state), never the queue
+machine (which refuses them as unknown commands).
 """
 
 from __future__ import annotations
@@ -153,9 +158,45 @@ class Tick:
     """No-op carrier of time: applying it expires due leases and releases due delays."""
 
 
+@dataclass(frozen=True, slots=True)
+class RestoreChunk:
+    """Piece `seq` (0, 1, ...) of the online restore `restore_id`: staged in the replicated
+    state, not applied, until its `RestoreCommit`. `payload` is opaque here (records
+    encoded by `doq.backup.chunks`). Result: None, or a `DoqError` if the chunk is out of
+    order (the staging is then broken and its commit fails)."""
+
+    restore_id: bytes
+    seq: int
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreCommit:
+    """Replace the (empty) state by the `chunk_count` staged chunks of `restore_id`
+    (`record_count` records in all) at once, or fail, and discard the staging either way.
+    Later writes get versions above `to_version` (the restored chain's); the state adopts
+    `cluster_id` (the chain's; "" keeps the state's). Result: a
+    `doq.storage.state.RestoreOutcome`, or a `DoqError` (nothing restored)."""
+
+    restore_id: bytes
+    chunk_count: int
+    record_count: int
+    to_version: int
+    cluster_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreAbort:
+    """Discard the staging of `restore_id` (if it is the one staged). Result: None."""
+
+    restore_id: bytes
+
+
+RestoreCommand = RestoreChunk | RestoreCommit | RestoreAbort
+
 Command = (
     CreateQueue | UpdateQueue | DeleteQueue | PurgeQueue | Enqueue | EnqueueColumns | Dequeue | Ack | Nack
-    | Touch | UpdatePriority | DeleteMessage | Tick
+    | Touch | UpdatePriority | DeleteMessage | Tick | RestoreChunk | RestoreCommit | RestoreAbort
 )
 
 

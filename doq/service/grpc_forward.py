@@ -22,7 +22,9 @@ node that is not the leader is answered NOT_LEADER (with the leader hint), never
 again, so two nodes with stale views never bounce a call. The leader unreachable (the
 connection fails, no `doq-reason`): UNAVAILABLE, reason LEADER_UNREACHABLE, retryable.
 
-One channel per leader address, kept until `close()`.
+One channel per leader address, kept until `close()`. Metrics: each relayed call counts
+once in `doq_grpc_forwarded_calls_total{method}` and is in
+`doq_grpc_forwarded_calls_in_progress` until it ends.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import grpc
 from doq.errors import DoqError, NotLeader, Unavailable
 from doq.node.base import Node
 from doq.node.cluster import ClusterStatus
+from doq.service import metrics
 from doq.service.grpc_server import _abort as abort_with_error  # the one error -> status mapping
 from doq.service.grpc_server import leader_grpc_addr
 
@@ -111,12 +114,13 @@ class LeaderForwarder(grpc.aio.ServerInterceptor):
 class _Proxy:
     """Relays calls of one method to the leader at `target`, as raw bytes."""
 
-    __slots__ = ("node", "channel", "method", "target", "node_id", "leader_id")
+    __slots__ = ("node", "channel", "method", "target", "node_id", "leader_id", "counted")
 
     def __init__(self, fw: LeaderForwarder, method: str, target: str, status: ClusterStatus) -> None:
         self.node, self.channel = fw.node, fw.channel(target)
         self.method, self.target = method, target
         self.node_id, self.leader_id = status.node_id, status.leader_id
+        self.counted = metrics.GRPC_FORWARDED.labels(method.removeprefix(SERVICE_PREFIX))
 
     def handler(self, local: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         """A handler of the same kind as `local`, with no (de)serialization."""
@@ -130,9 +134,18 @@ class _Proxy:
         return grpc.unary_unary_rpc_method_handler(self._unary(ch.unary_unary(self.method)))
 
     def _start(self, multicallable: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        """Open the call on the leader (counted; the caller ends it with `_end`)."""
         metadata = _relayed(context.invocation_metadata() or ())
         metadata.append((FORWARDED_BY, self.node_id))
-        return multicallable(request, metadata=metadata, timeout=context.time_remaining())
+        call = multicallable(request, metadata=metadata, timeout=context.time_remaining())
+        self.counted.inc()
+        metrics.GRPC_FORWARDING.inc()
+        return call
+
+    @staticmethod
+    def _end(call: Any) -> None:
+        call.cancel()  # a no-op once done; ends the leader's call if we were cancelled
+        metrics.GRPC_FORWARDING.dec()
 
     async def _send_initial(self, context: grpc.aio.ServicerContext, upstream: Sequence[Any]) -> None:
         await context.send_initial_metadata((*_relayed_initial(upstream), (LEADER_GRPC, self.target)))
@@ -146,7 +159,7 @@ class _Proxy:
                 await self._relay_error(context, e)
                 raise AssertionError("unreachable") from e
             finally:
-                call.cancel()  # a no-op once done; ends the leader's call if we were cancelled
+                self._end(call)
             await self._send_initial(context, await call.initial_metadata())
             context.set_trailing_metadata(_relayed_answer(await call.trailing_metadata()))
             return response
@@ -164,7 +177,7 @@ class _Proxy:
             except grpc.aio.AioRpcError as e:
                 await self._relay_error(context, e)
             finally:
-                call.cancel()
+                self._end(call)
 
         return relay
 

@@ -1,15 +1,23 @@
 """Prometheus metrics of a node (exposed by the HTTP gateway at /metrics).
 
 Process-wide: commit and fsync latency (observed by the node), message counters by
-transport. Per app: queue depths and leadership, collected at scrape time from the node
-(`QueueDepthCollector`), so a scrape always shows the current state.
+transport, the gRPC calls a follower relays to the leader (once per call or stream, and
+those in progress). Per app: queue depths and leadership, collected at scrape time from
+the node (`QueueDepthCollector`), so a scrape always shows the current state.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -33,6 +41,11 @@ MESSAGES_ENQUEUED = Counter(
 )
 MESSAGES_DEQUEUED = Counter("doq_messages_dequeued_total", "Messages delivered by this node", ["transport"])
 MESSAGES_ACKED = Counter("doq_messages_acked_total", "Messages acked through this node", ["transport"])
+
+GRPC_FORWARDED = Counter(
+    "doq_grpc_forwarded_calls_total", "gRPC calls this node (a follower) relayed to the leader", ["method"]
+)
+GRPC_FORWARDING = Gauge("doq_grpc_forwarded_calls_in_progress", "gRPC calls this node is relaying to the leader now")
 
 
 class Transport:

@@ -1,18 +1,44 @@
 """`StateStore`: the queue state machine over LMDB (durable records + in-memory indexes).
 
 Databases (reserved in `doq.storage.env.DB_NAMES`):
-- state_meta: the machine meta record (b"G") and store keys (b"\\x00applied", b"\\x00horizon")
+- state_meta: the machine meta record (b"G") and store keys (b"\\x00applied",
+  b"\\x00horizon", b"\\x00cluster", b"\\x00voffset", and the staging of an online restore:
+  b"\\x00rstage", b"\\x00rchunk" + u32 BE seq)
 - state_queues / state_messages / state_dedup: the records of `doq.queues.keys`
 - state_versions: (u64 BE version + key) -> b"" for every live record
 - state_tombstones: (u64 BE version + key) -> b"" for every deletion
 
 Every stored record value is `u64 BE version + payload`, the version being the log index
-whose entry wrote it. So `iter_changes(since)` yields every record and tombstone with
-version >= since, in version order: full + incremental backups restore the exact state.
-Tombstones older than `tombstone_retention` log indexes are pruned (deterministically,
-at indexes that are multiples of PRUNE_EVERY); a `since` below the horizon is refused.
+whose entry wrote it plus the replicated *version offset* (0 unless an online restore
+through the log brought versions ahead of the log: see "Restore through the log"). So
+`iter_changes(since)` yields every record and tombstone with version >= since, in version
+order: full + incremental backups restore the exact state. Tombstones older than
+`tombstone_retention` versions are pruned (deterministically, at versions that are
+multiples of PRUNE_EVERY); a `since` below the horizon is refused. Backups and the digest
+speak versions (`applied_index + version_offset`), the Raft driver log indexes
+(`applied_index`).
 
-Threading: `write`, `apply_entries`, `install_snapshot`, `restore` and `rebuild` run on
+Restore through the log (a Raft cluster; `apply_entries` handles an entry whose batch is
+one `RestoreChunk` / `RestoreCommit` / `RestoreAbort` itself, never the machine):
+- a chunk of restore R is staged in state_meta (replicated state: a Raft snapshot carries
+  every store key, so a follower that installs one mid-restore stages the same); a chunk
+  of another restore first discards the staging it finds (an abandoned restore); a chunk
+  out of order breaks the staging (its commit fails);
+- the commit of R, if R's staging holds exactly its chunks and records and the state is
+  empty, writes the staged records (with their versions) in a nested transaction, sets the
+  version offset so that later versions exceed the restored chain's `to_version`, adopts
+  the chain's cluster id (if it records one), and rebuilds memory from it; otherwise (or
+  if the records do not form a valid state) it changes nothing. Either way it discards
+  the staging and returns the outcome (a `RestoreOutcome` or the `DoqError`) as its
+  result: identical on every replica.
+
+The cluster id (b"\\x00cluster", `cluster_id`) names the history this state belongs to: set
+once when a node bootstraps a cluster (`ensure_cluster_id`), adopted from the backup by a
+restore, carried to other members by Raft snapshots. It is not a record: backups carry it
+in their header, and the state digest does not cover it.
+
+Threading: `write`, `apply_entries`, `install_snapshot`, `replace_records`, `restore`,
+`open_read` and `rebuild` run on
 one writer thread. Reads may run on any thread and see a consistent, committed state:
 `get_queue`, `list_queues`, `deliverable`, `has_deliverable` and `next_due_ms` read an
 immutable `StateView` the writer publishes after each committed transaction (rebuilt for
@@ -33,18 +59,26 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import struct
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import lmdb
 
+from doq.backup.chunks import decode_chunk
 from doq.backup.digest import digest_of_stored
-from doq.errors import FailedPrecondition, InvalidArgument, MessageNotFound, QueueNotFound
+from doq.errors import DoqError, FailedPrecondition, InvalidArgument, MessageNotFound, QueueNotFound
 from doq.queues import keys as K
 from doq.queues import records as R
 from doq.queues.codec import decode_batch
-from doq.queues.commands import CommandBatch
+from doq.queues.commands import (
+    CommandBatch,
+    RestoreAbort,
+    RestoreChunk,
+    RestoreCommand,
+    RestoreCommit,
+)
 from doq.queues.machine import QueueMachine
 from doq.queues.model import MessageView, QueueInfo
 from doq.storage.env import open_db
@@ -52,6 +86,15 @@ from doq.storage.env import open_db
 _V = struct.Struct(">Q")
 APPLIED_KEY = b"\x00applied"
 HORIZON_KEY = b"\x00horizon"
+VOFFSET_KEY = b"\x00voffset"  # version = log index + this (set by a restore's commit)
+STAGE_KEY = b"\x00rstage"  # the staged restore: _STAGE + restore id
+STAGE_CHUNK = b"\x00rchunk"  # + u32 BE seq -> a staged chunk's payload
+_STAGE = struct.Struct(">IB")  # chunks staged (the next seq), broken flag
+_SEQ = struct.Struct(">I")
+_RESTORE_TYPES = frozenset((RestoreChunk, RestoreCommit, RestoreAbort))
+MAX_RESTORE_VERSION = 2**63  # a restore's to_version is below it: later versions stay < 2**64
+CLUSTER_KEY = b"\x00cluster"
+MAX_CLUSTER_ID_BYTES = 128
 PRUNE_EVERY = 1024
 DEFAULT_TOMBSTONE_RETENTION = 1_000_000
 DUMP_MAGIC = b"DOQSTATE1"
@@ -65,6 +108,46 @@ Record = tuple[bytes, bytes | None, int]  # (key, payload or None for a tombston
 class StoreBroken(RuntimeError):
     """A failed write could not be rolled back in memory: the store refuses writes until a
     successful `rebuild()` (restart the process)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreOutcome:
+    """The result of an applied `RestoreCommit`: what it wrote, and the state's version
+    right after it (>= the chain's to_version)."""
+
+    records: int
+    tombstones: int
+    last_version: int  # greatest record version restored
+    to_version: int
+
+
+class StateRead(NamedTuple):
+    """One read transaction's view for a Raft snapshot (see `StateStore.open_read`)."""
+
+    applied_index: int
+    version: int  # applied_index + version offset
+    store_keys: dict[bytes, bytes]  # replicated store keys (all but the applied index)
+    records: Iterator[tuple[bytes, bytes | None, int]]  # every record and tombstone (since 0)
+
+
+class _Tally:
+    """Counts the records a restore writes."""
+
+    def __init__(self) -> None:
+        self.records = self.tombstones = self.last_version = 0
+
+    def count(self, records: Iterable[Record]) -> Iterator[Record]:
+        for rec in records:
+            self.records += 1
+            self.tombstones += rec[1] is None
+            self.last_version = max(self.last_version, rec[2])
+            yield rec
+
+
+class _Stage(NamedTuple):
+    restore_id: bytes
+    next_seq: int
+    broken: bool
 
 
 class QueueView(NamedTuple):
@@ -158,6 +241,8 @@ class StateStore:
         self._sink = _TxnSink(self._kind_db, self._versions, self._tombs)
         self.machine = QueueMachine(self._sink)
         self.applied_index = 0
+        self.version_offset = 0
+        self.cluster_id = ""  # "" in a state from before cluster ids (or a joiner not yet caught up)
         self._broken = False
         self._reload_view = True  # the next publish rebuilds the view of every queue
         self.view = StateView()
@@ -228,6 +313,10 @@ class StateStore:
         self._reload_view = True
         raw = txn.get(APPLIED_KEY, db=self._meta)
         self.applied_index = _V.unpack(raw)[0] if raw else 0
+        raw = txn.get(VOFFSET_KEY, db=self._meta)
+        self.version_offset = _V.unpack(raw)[0] if raw else 0
+        raw = txn.get(CLUSTER_KEY, db=self._meta)
+        self.cluster_id = bytes(raw).decode() if raw else ""
         self.machine.load(self._records(txn))
 
     def _records(self, txn: Any) -> Iterator[tuple[bytes, bytes]]:
@@ -243,7 +332,9 @@ class StateStore:
         """Apply committed log entries inside the caller's write txn (the caller commits).
 
         An entry's data is the encoded `CommandBatch`, or the batch object itself when the
-        caller holds it already (the single-node log: nothing to decode).
+        caller holds it already (the single-node log: nothing to decode). Its records get
+        version `index + version_offset`. A batch of one restore command is applied by the
+        store (module docstring, "Restore through the log"), its one result the outcome.
 
         Entries at or below `applied_index` are skipped (their result is []); an empty
         entry (a Raft no-op) only advances `applied_index`. Returns one result list per
@@ -262,13 +353,17 @@ class StateStore:
                 if index <= applied:
                     out.append([])
                     continue
-                sink.ver = _V.pack(index)
-                if type(data) is CommandBatch:
-                    out.append(self.machine.apply(index, data))
+                version = index + self.version_offset
+                sink.ver = _V.pack(version)
+                batch = data if type(data) is CommandBatch else decode_batch(data) if data else None  # type: ignore[arg-type]
+                if batch is None:
+                    out.append([])
+                elif len(batch.commands) == 1 and type(batch.commands[0]) in _RESTORE_TYPES:
+                    out.append([self._apply_restore(txn, index, batch.commands[0])])  # type: ignore[arg-type]
                 else:
-                    out.append(self.machine.apply(index, decode_batch(data)) if data else [])  # type: ignore[arg-type]
-                if index % PRUNE_EVERY == 0:
-                    self._prune(txn, index)
+                    out.append(self.machine.apply(index, batch))
+                if version % PRUNE_EVERY == 0:
+                    self._prune(txn, version)
                 applied = index
             if applied != self.applied_index:
                 txn.put(APPLIED_KEY, _V.pack(applied), db=self._meta)
@@ -278,8 +373,106 @@ class StateStore:
         self._broken = False
         return out
 
-    def _prune(self, txn: Any, index: int) -> None:
-        cutoff = index - self.tombstone_retention
+    # -- restore through the log (module docstring) ----------------------------------------
+    def _apply_restore(self, txn: Any, index: int, cmd: RestoreCommand) -> object:
+        stage = self._stage(txn)
+        if type(cmd) is RestoreChunk:
+            return self._stage_chunk(txn, stage, cmd)
+        if type(cmd) is RestoreAbort:
+            if stage is not None and stage.restore_id == cmd.restore_id:
+                self._discard_staging(txn)
+            return None
+        assert type(cmd) is RestoreCommit
+        try:
+            return self._commit_restore(txn, index, stage, cmd)
+        finally:
+            self._discard_staging(txn)
+
+    def _stage(self, txn: Any) -> _Stage | None:
+        raw = txn.get(STAGE_KEY, db=self._meta)
+        if raw is None:
+            return None
+        next_seq, broken = _STAGE.unpack_from(raw)
+        return _Stage(bytes(raw[_STAGE.size:]), next_seq, bool(broken))
+
+    def _put_stage(self, txn: Any, stage: _Stage) -> None:
+        txn.put(STAGE_KEY, _STAGE.pack(stage.next_seq, stage.broken) + stage.restore_id, db=self._meta)
+
+    def _stage_chunk(self, txn: Any, stage: _Stage | None, cmd: RestoreChunk) -> DoqError | None:
+        if stage is None or stage.restore_id != cmd.restore_id:
+            self._discard_staging(txn)  # an abandoned restore's, if any
+            stage = _Stage(cmd.restore_id, 0, False)
+        if not stage.broken and cmd.seq == stage.next_seq:
+            txn.put(STAGE_CHUNK + _SEQ.pack(cmd.seq), cmd.payload, db=self._meta)
+            self._put_stage(txn, stage._replace(next_seq=stage.next_seq + 1))
+            return None
+        if not stage.broken:
+            self._discard_staging(txn)
+            self._put_stage(txn, stage._replace(broken=True))
+        return FailedPrecondition(
+            f"restore chunk {cmd.seq} out of order (expected {stage.next_seq}): the restore "
+            "cannot commit; retry it", reason="RESTORE_INCOMPLETE")
+
+    def _discard_staging(self, txn: Any) -> None:
+        txn.delete(STAGE_KEY, db=self._meta)
+        cur = txn.cursor(db=self._meta)
+        if cur.set_range(STAGE_CHUNK):
+            while cur.key()[: len(STAGE_CHUNK)] == STAGE_CHUNK:
+                if not cur.delete():
+                    break
+
+    def _staged_records(self, txn: Any, chunks: int) -> Iterator[Record]:
+        for seq in range(chunks):
+            payload = txn.get(STAGE_CHUNK + _SEQ.pack(seq), db=self._meta)
+            if payload is None:
+                raise FailedPrecondition(f"restore chunk {seq} is not staged", reason="RESTORE_INCOMPLETE")
+            yield from decode_chunk(bytes(payload))
+
+    def _commit_restore(self, txn: Any, index: int, stage: _Stage | None, cmd: RestoreCommit) -> object:
+        """All or nothing in a nested txn of `txn`; the outcome is the entry's result."""
+        if (stage is None or stage.restore_id != cmd.restore_id or stage.broken
+                or stage.next_seq != cmd.chunk_count):
+            staged = "no chunk" if stage is None or stage.restore_id != cmd.restore_id else (
+                f"{stage.next_seq} chunks{' (out of order)' if stage.broken else ''}")
+            return FailedPrecondition(
+                f"the restore's chunks are not all staged ({staged}, {cmd.chunk_count} sent; the "
+                "leader changed during the restore?): nothing was restored; retry",
+                reason="RESTORE_INCOMPLETE")
+        if not 0 <= cmd.to_version < MAX_RESTORE_VERSION:
+            return InvalidArgument(f"restore to_version {cmd.to_version} out of range", reason="INVALID_INDEX")
+        if not self._is_empty(txn):
+            return FailedPrecondition(
+                "the target state is not empty: restore needs a fresh cluster (something was "
+                "written before the restore committed)", reason="RESTORE_TARGET_NOT_EMPTY")
+        tally = _Tally()
+        child = self.env.begin(write=True, parent=txn)
+        try:
+            self._write_records(child, tally.count(self._staged_records(child, cmd.chunk_count)))
+            if tally.records != cmd.record_count:
+                raise FailedPrecondition(
+                    f"the staged chunks hold {tally.records} records, the restore sent {cmd.record_count}",
+                    reason="RESTORE_INCOMPLETE")
+            offset = max(self.version_offset, cmd.to_version - index)
+            child.put(VOFFSET_KEY, _V.pack(offset), db=self._meta)
+            if cmd.cluster_id:  # the restored state continues the chain's cluster
+                self.set_cluster_id(child, cmd.cluster_id)
+            try:
+                self.rebuild(child)
+            except Exception as e:
+                raise InvalidArgument(f"the backup records do not form a valid state: {e!r}",
+                                      reason="BACKUP_INCONSISTENT") from e
+        except DoqError as e:
+            child.abort()
+            self._load(txn)  # memory as the parent txn holds it
+            return e
+        except BaseException:
+            child.abort()
+            raise
+        child.commit()
+        return RestoreOutcome(tally.records, tally.tombstones, tally.last_version, index + offset)
+
+    def _prune(self, txn: Any, version: int) -> None:
+        cutoff = version - self.tombstone_retention
         if cutoff <= self.horizon(txn):
             return
         ck = _V.pack(cutoff)
@@ -297,6 +490,27 @@ class StateStore:
                 return self.horizon(t)
         raw = txn.get(HORIZON_KEY, db=self._meta)
         return _V.unpack(raw)[0] if raw else 0
+
+    # -- cluster id ----------------------------------------------------------------------
+    def ensure_cluster_id(self, new_id: Callable[[], str] = lambda: str(uuid.uuid4())) -> str:
+        """The cluster id; if the state has none, `new_id()` (a random UUID), committed in
+        its own write first. Only a node that bootstraps a cluster calls it (a joining node
+        gets the id with the leader's snapshot). Writer thread."""
+        if not self.cluster_id:
+            with self.write() as txn:
+                self.set_cluster_id(txn, new_id())
+        return self.cluster_id
+
+    def set_cluster_id(self, txn: lmdb.Transaction, cluster_id: str) -> None:
+        """Record `cluster_id` inside `txn` (of `write()`; if it aborts, `write()`
+        rebuilds memory). Raises InvalidArgument (INVALID_CLUSTER_ID) unless it is 1 to
+        MAX_CLUSTER_ID_BYTES bytes of UTF-8."""
+        raw = cluster_id.encode()
+        if not 0 < len(raw) <= MAX_CLUSTER_ID_BYTES:
+            raise InvalidArgument(f"a cluster id must be 1 to {MAX_CLUSTER_ID_BYTES} bytes, got "
+                                  f"{len(raw)}", reason="INVALID_CLUSTER_ID")
+        txn.put(CLUSTER_KEY, raw, db=self._meta)
+        self.cluster_id = cluster_id
 
     # -- reads (any thread; committed state) ----------------------------------------------
     def next_due_ms(self) -> int | None:
@@ -355,23 +569,28 @@ class StateStore:
         return it
 
     def changes(self, since: int) -> tuple[int, Iterator[tuple[bytes, bytes | None, int]]]:
-        """(applied index of the snapshot read, iterator as `iter_changes`)."""
+        """(version of the snapshot read, iterator as `iter_changes`)."""
         last, _, it = self._changes(since, with_digest=False)
         return last, it
 
     def snapshot_changes(self, since: int) -> tuple[int, int, Iterator[tuple[bytes, bytes | None, int]]]:
-        """(applied index, state digest at that index, iterator as `iter_changes`), all
-        from ONE read txn: a backup records the digest of the state it is a snapshot of.
+        """(version, state digest at that version, iterator as `iter_changes`), all from
+        ONE read txn: a backup records the digest of the state it is a snapshot of. The
+        version is the applied index plus the version offset (a backup's to_version).
         The digest (`doq.backup.digest`) costs one scan of every record, here, before the
         iterator starts (not on the write path)."""
         return self._changes(since, with_digest=True)
 
     def state_digest(self) -> tuple[int, int]:
-        """(applied index, digest of the whole committed state) from one read txn
+        """(version, digest of the whole committed state) from one read txn
         (`GET /db/digest`). Costs one scan of every record; any thread."""
         with self.env.begin() as txn:
-            raw = txn.get(APPLIED_KEY, db=self._meta)
-            return (_V.unpack(raw)[0] if raw else 0), self._digest(txn)
+            return self._version(txn), self._digest(txn)
+
+    def _version(self, txn: Any) -> int:
+        """The committed state's version: applied index + version offset."""
+        return sum(_V.unpack(raw)[0] for raw in (txn.get(APPLIED_KEY, db=self._meta),
+                                                  txn.get(VOFFSET_KEY, db=self._meta)) if raw)
 
     def _digest(self, txn: Any) -> int:
         return digest_of_stored(self._stored_records(txn))
@@ -395,8 +614,7 @@ class StateStore:
                 raise InvalidArgument(
                     f"since={since} is older than the tombstone horizon {h}; take a full backup",
                     reason="SINCE_TOO_OLD")
-            raw = txn.get(APPLIED_KEY, db=self._meta)
-            last = _V.unpack(raw)[0] if raw else 0
+            last = self._version(txn)
             digest = self._digest(txn) if with_digest else 0
         except BaseException:
             txn.abort()
@@ -440,14 +658,17 @@ class StateStore:
     def _is_empty(self, txn: Any) -> bool:
         return not txn.cursor(db=self._versions).first() and not txn.cursor(db=self._tombs).first()
 
-    def restore(self, records: Iterable[Record], applied_index: int) -> int:
+    def restore(self, records: Iterable[Record], applied_index: int, cluster_id: str = "") -> int:
         """Fill this EMPTY store with backup records (payload None = tombstone, kept even for
         a key the store never had, so the result is identical to the source), in version
-        order, and record `applied_index`: all in ONE write transaction, with memory rebuilt
-        from it before it commits. All or nothing: on any error (not empty:
+        order, and record `applied_index` and the backup's `cluster_id` (adopted: the
+        restored state continues that cluster's history; "" keeps this store's): all in ONE
+        write transaction, with memory rebuilt from it before it commits. All or nothing:
+        on any error (not empty:
         FailedPrecondition RESTORE_TARGET_NOT_EMPTY; a bad key: InvalidArgument
-        INVALID_RECORD; records that do not form a valid state: InvalidArgument
-        BACKUP_INCONSISTENT; or whatever `records` raises while it is read) nothing changes.
+        INVALID_RECORD or INVALID_CLUSTER_ID; records that do not form a valid state:
+        InvalidArgument BACKUP_INCONSISTENT; or whatever `records` raises while it is read)
+        nothing changes.
         Returns the number of records written. Writer thread."""
         if type(applied_index) is not int or not 0 <= applied_index < 2**64:
             raise InvalidArgument("applied index must be within 0..2**64-1", reason="INVALID_INDEX")
@@ -456,6 +677,8 @@ class StateStore:
                 "the target state is not empty: restore needs a fresh node (remove its data dir)",
                 reason="RESTORE_TARGET_NOT_EMPTY")
         with self.write() as txn:  # the only writer: still empty
+            if cluster_id:
+                self.set_cluster_id(txn, cluster_id)
             n = self._write_records(txn, records)
             txn.put(APPLIED_KEY, _V.pack(applied_index), db=self._meta)
             try:
@@ -484,20 +707,39 @@ class StateStore:
         return n
 
     def replace_records(self, txn: lmdb.Transaction, records: Iterable[Record],
-                        applied_index: int, horizon: int) -> int:
+                        applied_index: int, store_keys: Mapping[bytes, bytes]) -> int:
         """Replace the whole state by `records` (a full backup's: a Raft snapshot) at
-        `applied_index` with tombstone `horizon`, inside `txn` (of `write()`), and rebuild
-        memory from it (readers see it once `txn` commits). Returns the record count.
-        Raises as `restore` does on bad records (then `write()` aborts and rebuilds)."""
+        `applied_index`, with the replicated `store_keys` of `open_read` (tombstone
+        horizon, cluster id, version offset, restore staging), inside `txn` (of `write()`),
+        and rebuild memory from it (readers see it once `txn` commits). Returns the record
+        count. Raises as `restore` does on bad records (then `write()` aborts and rebuilds)."""
         self._broken = True
         for db in self._db.values():
             txn.drop(db, delete=False)
         n = self._write_records(txn, records)
-        if horizon:
-            txn.put(HORIZON_KEY, _V.pack(horizon), db=self._meta)
+        for k, v in store_keys.items():
+            if k[:1] != b"\x00" or k == APPLIED_KEY:
+                raise ValueError(f"not a replicated store key: {k!r}")
+            txn.put(k, v, db=self._meta)
         txn.put(APPLIED_KEY, _V.pack(applied_index), db=self._meta)
         self.rebuild(txn)
         return n
+
+    def open_read(self) -> StateRead:
+        """Everything a Raft snapshot carries, from ONE read txn: call it on the writer
+        thread between two commits (so it is exactly at the applied index); consume
+        `records` on any ONE thread (it holds the txn until exhausted or closed)."""
+        txn = self.env.begin()
+        try:
+            raw = txn.get(APPLIED_KEY, db=self._meta)
+            applied = _V.unpack(raw)[0] if raw else 0
+            keys = {bytes(k): bytes(v) for k, v in txn.cursor(db=self._meta).iternext()
+                    if k[:1] == b"\x00" and k != APPLIED_KEY}
+            version = self._version(txn)
+        except BaseException:
+            txn.abort()
+            raise
+        return StateRead(applied, version, keys, self._iter_changes(txn, 0))
 
     # -- snapshots -------------------------------------------------------------------------
     def iter_dump(self) -> Iterator[bytes]:

@@ -16,6 +16,7 @@ class FakeState:
         self.records: dict[bytes, tuple[bytes | None, int]] = {}
         self.applied_index = 0
         self.horizon = horizon
+        self.cluster_id = ""
 
     def apply(self, index: int, puts: dict[bytes, bytes | None]) -> None:
         """One log entry: writes (value None = delete, leaving a tombstone)."""
@@ -42,7 +43,7 @@ class FakeState:
     def is_empty(self) -> bool:
         return self.applied_index == 0 and not self.records
 
-    def restore(self, records: Iterable[Record], applied_index: int) -> int:
+    def restore(self, records: Iterable[Record], applied_index: int, cluster_id: str = "") -> int:
         """All or nothing, as StateStore.restore: built aside, swapped in at the end."""
         if not self.is_empty():
             raise FailedPrecondition("not empty", reason="RESTORE_TARGET_NOT_EMPTY")
@@ -51,6 +52,7 @@ class FakeState:
             fresh[k] = (v, ver)
         self.records = fresh
         self.applied_index = applied_index
+        self.cluster_id = cluster_id or self.cluster_id
         return len(fresh)
 
     def live(self) -> dict[bytes, bytes]:

@@ -24,6 +24,7 @@ class Live:
     def __init__(self, path: Path, **kw: object) -> None:
         self.env = open_env(path, map_size=256 * 1024**2)
         self.state = StateStore(self.env, **kw)  # type: ignore[arg-type]
+        self.state.ensure_cluster_id()  # as a node bootstrapping its cluster: restores adopt it
         self.now = 1_700_000_000_000
 
     def apply(self, *cmds: c.Command) -> list[object]:
@@ -34,7 +35,7 @@ class Live:
 
     def backup(self, since: int, path: Path) -> int:
         with open(path, "wb") as f:
-            return write_backup(self.state, since, f, cluster_id="test", node_id="live", frame_bytes=4096)
+            return write_backup(self.state, since, f, node_id="live", frame_bytes=4096)
 
 
 def _populate(live: Live, n: int = 300) -> None:

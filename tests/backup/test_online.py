@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -13,7 +13,6 @@ import pytest
 from doq.backup.format import BackupReader
 from doq.backup.ops import restore_online, write_backup
 from doq.errors import FailedPrecondition, InvalidArgument, NotLeader, QueueNotFound
-from doq.node.cluster import ClusterStatus, Member, MemberAddrs
 from doq.node.local import LocalNode
 from doq.queues.commands import EnqueueItem
 from doq.service.api import QueueService
@@ -27,9 +26,9 @@ async def _node(path: Path, cls: type[LocalNode] = LocalNode) -> LocalNode:
     return node
 
 
-def _backup(node: LocalNode, since: int) -> tuple[bytes, int]:
+def _backup(node: LocalNode, since: int, cluster_id: str | None = None) -> tuple[bytes, int]:
     buf = io.BytesIO()
-    last = write_backup(node.state, since, buf)
+    last = write_backup(node.state, since, buf, cluster_id=cluster_id)
     return buf.getvalue(), last
 
 
@@ -38,7 +37,8 @@ class Chain:
     live: LocalNode
     full: bytes
     inc: bytes
-    foreign_inc: bytes  # a valid incremental of ANOTHER node whose versions fit the chain
+    foreign_inc: bytes  # a valid incremental of ANOTHER node (cluster) whose versions fit the chain
+    anonymous_foreign_inc: bytes  # the same without its cluster id (as written before cluster ids)
 
     def files(self, *parts: bytes) -> list[io.BytesIO]:
         return [io.BytesIO(p) for p in parts]
@@ -61,7 +61,8 @@ async def chain(tmp_path: Path) -> AsyncIterator[Chain]:
         for i in range(last + 3):
             await oapi.enqueue("other", EnqueueItem(b"o-%d" % i))
         foreign, _ = _backup(other, last + 1)
-        yield Chain(live, full, inc, foreign)
+        anonymous, _ = _backup(other, last + 1, cluster_id="")
+        yield Chain(live, full, inc, foreign, anonymous)
     finally:
         await live.stop()
         await other.stop()
@@ -73,6 +74,8 @@ async def test_restore_into_an_empty_single_node(chain: Chain, tmp_path: Path) -
         res = await restore_online(node, chain.files(chain.full, chain.inc), ["full.bak", "inc.bak"])
         assert node.state.dump_state_bytes() == chain.live.state.dump_state_bytes()
         assert res.to_version == node.applied_index == chain.live.applied_index
+        # the restored node continues the backed-up cluster's history: it adopted its id
+        assert node.state.cluster_id == node.cluster_status().cluster_id == chain.live.state.cluster_id != ""
         api = QueueService(node)
         assert (await api.get_queue("jobs")).stats.ready == 5
         await api.enqueue("jobs", EnqueueItem(b"after"))  # the node goes on, versions forward
@@ -89,7 +92,9 @@ def _corrupt_first_frame(data: bytes) -> bytes:
 
 
 @pytest.mark.parametrize("bad,reason", [
-    ("foreign", "BACKUP_INCONSISTENT"),  # wrong chain: records of a queue the full never had
+    ("foreign", "BACKUP_CLUSTER_MISMATCH"),  # another cluster's incremental, named by its header
+    # without cluster ids the records give it away: a queue the full never had
+    ("anonymous", "BACKUP_INCONSISTENT"),
     ("corrupt", "BACKUP_CHECKSUM_MISMATCH"),
 ])
 async def test_a_failed_restore_changes_nothing_and_a_retry_works(
@@ -97,12 +102,17 @@ async def test_a_failed_restore_changes_nothing_and_a_retry_works(
 ) -> None:
     node = await _node(tmp_path / "target")
     try:
-        before = node.state.dump_state_bytes()
-        second = chain.foreign_inc if bad == "foreign" else _corrupt_first_frame(chain.inc)
+        before, own = node.state.dump_state_bytes(), node.state.cluster_id
+        second = {"foreign": chain.foreign_inc, "anonymous": chain.anonymous_foreign_inc}.get(bad)
         with pytest.raises(InvalidArgument) as e:
-            await restore_online(node, chain.files(chain.full, second), ["full.bak", "inc.bak"])
+            await restore_online(node, chain.files(chain.full, second or _corrupt_first_frame(chain.inc)),
+                                 ["full.bak", "inc.bak"])
         assert e.value.reason == reason
+        if bad == "foreign":  # both files and both clusters named
+            ids = (chain.live.state.cluster_id, BackupReader(io.BytesIO(chain.foreign_inc)).header.cluster_id)
+            assert all(x in e.value.message for x in ("full.bak", "inc.bak", *ids)), e.value.message
         assert node.state.dump_state_bytes() == before and node.state.is_empty()
+        assert node.state.cluster_id == own
         with pytest.raises(QueueNotFound):
             await QueueService(node).get_queue("jobs")
         await restore_online(node, chain.files(chain.full, chain.inc))
@@ -121,13 +131,6 @@ class Follower(LocalNode):
         return "node-2"
 
 
-class OneOfThree(LocalNode):
-    def cluster_status(self) -> ClusterStatus:
-        me = super().cluster_status()
-        others = [Member(f"node-{i}", MemberAddrs("", "", ""), "voter") for i in (2, 3)]
-        return replace(me, members=[*me.members, *others])
-
-
 async def test_a_follower_answers_not_leader_with_the_leaders_hint(chain: Chain, tmp_path: Path) -> None:
     node = await _node(tmp_path / "target", Follower)
     try:
@@ -139,25 +142,31 @@ async def test_a_follower_answers_not_leader_with_the_leaders_hint(chain: Chain,
         await node.stop()
 
 
-async def test_a_multi_node_cluster_is_refused(chain: Chain, tmp_path: Path) -> None:
-    node = await _node(tmp_path / "target", OneOfThree)
-    try:
-        with pytest.raises(FailedPrecondition) as e:
-            await restore_online(node, chain.files(chain.full))
-        assert e.value.reason == "RESTORE_MULTI_NODE" and node.state.is_empty()
-    finally:
-        await node.stop()
+async def test_non_empty_state_is_refused(chain: Chain) -> None:
+    before = chain.live.state.dump_state_bytes()
+    with pytest.raises(FailedPrecondition) as e:  # its own chain
+        await restore_online(chain.live, chain.files(chain.full))
+    assert e.value.reason == "RESTORE_TARGET_NOT_EMPTY"
+    assert chain.live.state.dump_state_bytes() == before
 
 
-async def test_non_empty_state_is_refused(chain: Chain, tmp_path: Path) -> None:
+@pytest.mark.parametrize("files", [("inc",), ("full", "inc")])
+async def test_a_chain_of_another_cluster_onto_a_non_empty_node_is_refused(
+    chain: Chain, tmp_path: Path, files: tuple[str, ...]
+) -> None:
+    """An incremental (or a whole chain) of cluster A onto a node of cluster B that holds
+    data: refused by cluster, naming the file and both ids; nothing changes."""
     node = await _node(tmp_path / "target")
     try:
         await QueueService(node).create_queue("mine")
-        before = node.state.dump_state_bytes()
+        before, own = node.state.dump_state_bytes(), node.state.cluster_id
+        theirs = chain.live.state.cluster_id
+        assert own and theirs and own != theirs
         with pytest.raises(FailedPrecondition) as e:
-            await restore_online(node, chain.files(chain.full))
-        assert e.value.reason == "RESTORE_TARGET_NOT_EMPTY"
-        assert node.state.dump_state_bytes() == before
+            await restore_online(node, chain.files(*(getattr(chain, f) for f in files)), [f"{f}.bak" for f in files])
+        assert e.value.reason == "RESTORE_CLUSTER_MISMATCH"
+        assert f"{files[0]}.bak" in e.value.message and own in e.value.message and theirs in e.value.message
+        assert node.state.dump_state_bytes() == before and node.state.cluster_id == own
     finally:
         await node.stop()
 

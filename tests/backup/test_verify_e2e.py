@@ -2,7 +2,7 @@
 changes, deletes, dead-lettering, queue deletion) backed up with `doq backup --dir`; the
 Spark job verifies the chain, proves it equal to the node's state now (`--against`: its
 `GET /db/digest` and its queue counts) and to an offline restore of the chain, and fails
-against a node whose state differs (another node; a node restored from a shorter chain)."""
+against a node whose state differs (another cluster; a node restored from a shorter chain)."""
 
 from __future__ import annotations
 
@@ -148,15 +148,18 @@ def test_the_chain_of_a_live_node_verifies_against_it(spark: Any, served: Served
         env.close()
 
 
-def test_against_another_node_fails(spark: Any, served: Served, tmp_path: Path) -> None:
+def test_against_another_cluster_fails(spark: Any, served: Served, tmp_path: Path) -> None:
+    """Another node (its own cluster), versions beyond the chain's: named by cluster id."""
     with running_node(tmp_path / "other") as other:
         call(other, "POST", Q, {"name": "jobs", "type": "delayed"})
-        for _ in range(80):  # versions beyond the chain's, so the chain rules alone do not catch it
+        for _ in range(80):  # versions beyond the chain's, so the version checks alone do not catch it
             enqueue(other, "jobs", 3)
-        assert call(other, "GET", "/db/digest")["applied_index"] > served.backups[-1]["last_version"]
+        live = call(other, "GET", "/db/digest")
+        assert live["applied_index"] > served.backups[-1]["last_version"]
         r = verify(chain_files(served.chain), spark=spark, against=other.http_url)
     assert not r.ok
-    assert ("DIGEST_MISMATCH", r.files[-1].name) in {(f.reason, f.file) for f in r.failures}
+    f = next(f for f in r.failures if f.reason == "AGAINST_CLUSTER_MISMATCH")
+    assert live["cluster_id"] in f.message and r.to_dict()["cluster_id"] in f.message
 
 
 def test_against_a_node_restored_from_a_shorter_chain_fails(spark: Any, served: Served, tmp_path: Path) -> None:

@@ -162,8 +162,9 @@ def test_a_file_of_another_cluster(spark: Any, chain: list[Path], tmp_path: Path
     for i, p in enumerate(ours):
         rewrite(chain[i], p, "cluster-a" if i != 1 else "cluster-b")
     r = _run(spark, ours)
-    f = next(f for f in r.failures if f.reason == "BACKUP_CHAIN")
-    assert f.file == str(ours[1]) and "cluster-b" in f.message
+    f = next(f for f in r.failures if f.reason == "BACKUP_CLUSTER_MISMATCH")
+    assert f.file == str(ours[1]) and all(x in f.message for x in ("cluster-a", "cluster-b", str(ours[0])))
+    assert not r.ok and r.to_dict()["cluster_id"] == "cluster-a"
 
 
 def test_doq_verify_exit_codes_and_report(spark: Any, chain: list[Path], tmp_path: Path,

@@ -20,11 +20,18 @@ from doq.cli import main
 from doq.storage.state import StateStore
 
 COMMIT_EVERY_S = 1.0
+_honest_write = StateStore.write
 
 
 @contextlib.contextmanager
 def _write_late(self: Any) -> Iterator[Any]:
-    """`StateStore.write` that commits only now and then (the writer thread's only txn)."""
+    """`StateStore.write` that commits only now and then (the writer thread's only txn).
+    The write that creates a fresh node's cluster id commits at once: the node's start
+    opens other write transactions after it, which would wait for this one forever."""
+    if not self.cluster_id and getattr(self, "_planted_txn", None) is None:
+        with _honest_write(self) as txn:
+            yield txn
+        return
     txn = getattr(self, "_planted_txn", None)
     if txn is None:
         txn = self._planted_txn = self.env.begin(write=True)

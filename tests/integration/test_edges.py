@@ -131,7 +131,7 @@ def test_a_failed_online_restore_changes_nothing_and_a_retry_works(tmp_path: Pat
         before = _records(hc, tmp_path)
         r = _restore(hc, tmp_path / "full.bak", tmp_path / "foreign.bak")  # a wrong chain
         assert r.status_code == 400, r.text
-        assert r.json()["reason"] == "BACKUP_INCONSISTENT"
+        assert r.json()["reason"] == "BACKUP_CLUSTER_MISMATCH"  # another node's cluster
         assert _records(hc, tmp_path) == before == []
         assert hc.get("/API/v1/queues").json() == {"queues": []}
         r = _restore(hc, tmp_path / "full.bak", tmp_path / "inc.bak")  # the retry

@@ -385,64 +385,6 @@ async def test_add_member_is_idempotent_and_refuses_other_addresses(tmp_path: Pa
         await follower.add_member("n4", addrs("n4"))
 
 
-@pytest.mark.parametrize("elections", [0, 8])
-async def test_online_restore_into_a_one_member_cluster_rebases_the_log(tmp_path: Path, elections: int) -> None:
-    """The restored state replaces the log, whether the backup's version is ahead of the
-    log (0 elections) or behind it (8): new entries follow the restored applied index,
-    and after a restart nothing from before the restore is applied again."""
-    import io
-
-    from doq.backup.ops import restore_online, write_backup
-
-    src = new_cluster(tmp_path / "src")
-    a = await src.start("a")
-    await create_queue(await src.wait_leader())
-    for i in range(5):
-        await a.propose(enq(i))
-    buf = io.BytesIO()
-    to_version = write_backup(a.state, 0, buf)
-    buf.seek(0)
-
-    cl = new_cluster(tmp_path / "dst")
-    b = await cl.start("b")
-    await cl.wait_leader()
-    for _ in range(elections):  # each election appends an empty entry
-        await cl.stop("b")
-        b = await cl.start("b")
-        await cl.wait_leader()
-    assert (b.storage.last_index() > to_version) == bool(elections) and b.state.is_empty()
-
-    result = await restore_online(b, [buf])
-    assert result.records > 0
-    await cl.wait_leader()
-    assert b.state.get_queue("q").stats.total == 5
-    assert b.storage.snapshot_meta().index >= to_version
-    out = await retry(lambda: b.propose(enq(5)))
-    assert out[0].id == 6  # type: ignore[index]
-    await cl.stop("b")
-    b = await cl.start("b")
-    await cl.wait_leader()
-    assert [b.state.get_message("q", i).content for i in range(1, 7)] == [b"m%d" % i for i in range(6)]
-    out = await retry(lambda: b.propose(enq(6)))
-    assert out[0].id == 7  # type: ignore[index]
-
-
-async def test_online_restore_is_refused_in_a_larger_cluster(tmp_path: Path) -> None:
-    import io
-
-    from doq.backup.ops import restore_online, write_backup
-    from doq.errors import FailedPrecondition
-
-    cl = await three(tmp_path)
-    leader = await cl.wait_leader()
-    buf = io.BytesIO()
-    write_backup(leader.state, 0, buf)
-    buf.seek(0)
-    with pytest.raises(FailedPrecondition) as e:
-        await restore_online(leader, [buf])
-    assert e.value.reason == "RESTORE_MULTI_NODE"
-
-
 async def test_a_restarted_bootstrap_node_does_not_wait_to_lead_alone(tmp_path: Path) -> None:
     """Regression: n1's only snapshot is the bootstrap one (n1 alone). On restart its core
     rightly refuses to campaign until the later conf changes are applied again, so start()

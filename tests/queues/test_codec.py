@@ -47,6 +47,9 @@ command_st = st.one_of(
     st.builds(c.UpdatePriority, text, u64, i64),
     st.builds(c.DeleteMessage, text, u64),
     st.just(c.Tick()),
+    st.builds(c.RestoreChunk, st.binary(max_size=16), u32, st.binary(max_size=64)),
+    st.builds(c.RestoreCommit, st.binary(max_size=16), u32, u64, u64, text),
+    st.builds(c.RestoreAbort, st.binary(max_size=16)),
 )
 batch_st = st.builds(c.CommandBatch, u64, st.lists(command_st, max_size=6))
 

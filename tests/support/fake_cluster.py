@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from doq.backup.ops import RestoreChain, RestoreResult
 from doq.errors import NotLeader
 from doq.node.cluster import ClusterAdmin, ClusterStatus, Member, MemberAddrs
 from doq.node.local import LocalNode
@@ -121,7 +122,7 @@ class Follower:
     def cluster_admin(self) -> ClusterAdmin | None:
         return None
 
-    async def restore_backup(self, fn: Callable[[StateStore], T]) -> T:
+    async def restore_backup(self, chain: RestoreChain) -> RestoreResult:
         raise self._refuse()
 
 

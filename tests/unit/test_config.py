@@ -89,12 +89,14 @@ def test_snapshot_settings_reach_the_raft_driver_with_its_defaults() -> None:
     from doq.node.raft_node import RaftNodeConfig
 
     c, driver = parse([]), RaftNodeConfig()
-    assert (c.snapshot_every, c.keep_entries) == (driver.snapshot_every, driver.keep_entries)
-    c = parse(["--snapshot-every", "50"], {"DOQ_KEEP_ENTRIES": "0"})
-    assert (c.snapshot_every, c.keep_entries) == (50, 0)
+    assert (c.snapshot_every, c.keep_entries, c.restore_chunk_bytes) == (
+        driver.snapshot_every, driver.keep_entries, driver.restore_chunk_bytes)
+    c = parse(["--snapshot-every", "50", "--restore-chunk-bytes", "4096"], {"DOQ_KEEP_ENTRIES": "0"})
+    assert (c.snapshot_every, c.keep_entries, c.restore_chunk_bytes) == (50, 0, 4096)
 
 
-@pytest.mark.parametrize("argv", [["--snapshot-every", "-1"], ["--keep-entries", "many"]])
+@pytest.mark.parametrize("argv", [["--snapshot-every", "-1"], ["--keep-entries", "many"],
+                                  ["--restore-chunk-bytes", "10"]])
 def test_bad_snapshot_settings_are_refused(argv: list[str]) -> None:
     with pytest.raises(InvalidArgument, match=argv[0]):
         parse(argv)

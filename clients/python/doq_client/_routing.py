@@ -3,7 +3,9 @@
 `Router` is shared by a client and the producers and consumers made from it, so what one
 learns (a leader hint, the members a node lists) serves all. It does no I/O of its own
 beyond opening channels (lazily, one per address); the clients ask nodes (`ListServers`)
-and feed the answers to `learn`.
+and feed the answers to `learn`, their failover errors to `moved`, and the initial
+metadata of their answers to `follow` (a follower that relayed a call to the leader names
+it there: `doq-leader-grpc`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from doq_proto.v1 import doq_pb2_grpc as pb_grpc
 C = TypeVar("C")
 
 _WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})
+LEADER_GRPC = "doq-leader-grpc"
+"""Metadata key: the leader's gRPC HOST:PORT (initial metadata of a relayed answer, and
+trailers of a refusal)."""
 
 
 def parse_targets(targets: str | Sequence[str]) -> list[str]:
@@ -114,6 +119,24 @@ class Router(Generic[C]):
                 i = self._known.index(failed) if failed in self._known else -1
                 self._current = self._known[(i + 1) % len(self._known)]
             return False
+
+    def follow(self, via: str, metadata: Sequence[tuple[str, Any]] | None) -> bool:
+        """After an answer from `via`: whether its initial `metadata` names another leader
+        (`doq-leader-grpc`: `via` is a follower that relayed the call). If so, that leader
+        becomes the current target unless another caller moved away from `via` meanwhile.
+        Always False for a `fixed` router. One scan of the metadata, per call or stream.
+        """
+        if not metadata or self._fixed:
+            return False
+        leader = next((v for k, v in metadata if k == LEADER_GRPC), "")
+        if not isinstance(leader, str) or leader == via or not usable(leader):
+            return False
+        with self._lock:
+            if leader not in self._known:
+                self._known.append(leader)
+            if self._current == via:
+                self._current = leader
+        return True
 
     def learn(self, servers: pb.ListServersResponse) -> None:
         """Remember the members' gRPC addresses (by node id) and know them as targets."""

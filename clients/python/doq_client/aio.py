@@ -16,7 +16,12 @@ import grpc
 
 from doq_client import _ops
 from doq_client._routing import Router, parse_targets
-from doq_client.client import CHANNEL_OPTIONS, DEFAULT_TARGET, LIST_SERVERS_TIMEOUT_S
+from doq_client.client import (
+    CHANNEL_OPTIONS,
+    DEFAULT_TARGET,
+    LIST_SERVERS_TIMEOUT_S,
+    initial_metadata,
+)
 from doq_client.consumer import AsyncConsumer
 from doq_client.errors import DoqClientError, from_rpc_error
 from doq_client.producer import AsyncProducer
@@ -85,18 +90,23 @@ class AsyncDoqClient:
         tries = Attempts(self.retry, self.failover, op.repeatable)
         while True:
             addr, stub = self.router.pick()
+            call = getattr(stub, op.method)(op.request, timeout=timeout)
             try:
-                value = op.convert(await getattr(stub, op.method)(op.request, timeout=timeout))
+                response = await call
             except grpc.RpcError as e:
                 err = from_rpc_error(e)
                 if tries.unknown and err.reason in op.gone:
                     return cast(T, None)
+                if not is_failover(err):
+                    self.router.follow(addr, initial_metadata(e))
                 hinted = await self._redirect(err, addr) if is_failover(err) else False
                 delay = tries.next_delay(err, hinted)
                 if delay is None:
                     raise err from None
                 await asyncio.sleep(delay)
                 continue
+            self.router.follow(addr, await call.initial_metadata())
+            value = op.convert(response)
             return op.repeat(value) if tries.unknown and op.repeat else value
 
     async def _redirect(self, err: DoqClientError, failed: str) -> bool:

@@ -1,7 +1,9 @@
 """`DoqClient`: the synchronous client (thread-safe; one `grpc.Channel` per node address).
 
 Every method is one unary call; failures raise `doq_client.errors.DoqClientError`
-subclasses. A call refused by a follower, or cut off with its node, goes to the leader
+subclasses. A call answered through a follower (which relays it to the leader and names
+the leader in the answer's initial metadata) moves the client to the leader for the next
+calls; a call refused by a follower, or cut off with its node, goes to the leader
 and is tried again when that is safe; with `retry=RetryPolicy(...)` other retryable
 failures are retried too (`doq_client.retry` says exactly when). Streaming helpers:
 `producer()` and `consumer()`; they follow the leader too.
@@ -106,17 +108,21 @@ class DoqClient:
         while True:
             addr, stub = self.router.pick()
             try:
-                value = op.convert(getattr(stub, op.method)(op.request, timeout=timeout))
+                response, call = getattr(stub, op.method).with_call(op.request, timeout=timeout)
             except grpc.RpcError as e:
                 err = from_rpc_error(e)
                 if tries.unknown and err.reason in op.gone:
                     return cast(T, None)
+                if not is_failover(err):
+                    self.router.follow(addr, initial_metadata(e))
                 hinted = self._redirect(err, addr) if is_failover(err) else False
                 delay = tries.next_delay(err, hinted)
                 if delay is None:
                     raise err from None
                 time.sleep(delay)
                 continue
+            self.router.follow(addr, call.initial_metadata())
+            value = op.convert(response)
             return op.repeat(value) if tries.unknown and op.repeat else value
 
     def _redirect(self, err: DoqClientError, failed: str) -> bool:
@@ -271,3 +277,9 @@ class DoqClient:
 
 def _open_channel(addr: str) -> grpc.Channel:
     return grpc.insecure_channel(addr, options=CHANNEL_OPTIONS)
+
+
+def initial_metadata(e: grpc.RpcError) -> Any:
+    """The initial metadata of a failed call (None if the error carries none)."""
+    fn = getattr(e, "initial_metadata", None)
+    return fn() if callable(fn) else None

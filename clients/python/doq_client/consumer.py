@@ -47,6 +47,14 @@ failed) goes by a unary AckBatch / Nack with its lease id to the leader, as the 
 stream's credits do not cover it; a message of the old stream is recognised by its
 lease id, lower than any lease of the new stream (lease ids grow with every delivery). An
 ack lost with the connection means a redelivery, never a loss.
+
+Moving to the leader: a stream opened on a follower is relayed by it to the leader, and
+its initial metadata names the leader (`doq-leader-grpc`, read once per stream, with its
+first frame). The consumer then makes the leader the client's target and, before handing
+out anything of that stream, ends it as `close()` would (its messages released: ready at
+once, the attempt not counted; pending settlements sent) and opens the next one on the
+leader, which delivers the released messages again. Leases belong to the cluster, so
+messages held from earlier streams are settled as after a failover.
 """
 
 from __future__ import annotations
@@ -163,13 +171,14 @@ class _ConsumerBase:
         self._urgent = False  # send what is pending now (see the module docstring)
         self._buffer: deque[pb.Message] = deque()  # received, not handed out yet
         self._closing = False
-        self._half_closed = False  # the request stream has ended: settle by unary calls
+        self._ending = False  # end the current stream: send what is pending, then half-close
+        self._half_closed = False  # the current stream's requests have ended
         self._gen = 0  # stream generation: the request iterator of an older one stops
         self._addr = ""  # where the current stream goes
         self._tries: Attempts | None = None  # the failover in progress
         # Lowest lease id of the current stream: a held message with a lower one came from
-        # a stream that failed (0: none failed yet; _U64: none received since the failure).
-        self._floor = 0
+        # an earlier stream (_U64: the current stream has delivered nothing yet).
+        self._floor = _U64
 
     def _wakeup(self) -> None:
         raise NotImplementedError
@@ -178,12 +187,9 @@ class _ConsumerBase:
         """Send settlements of messages from a failed stream by unary calls."""
         raise NotImplementedError
 
-    def _received(self, msgs: Sequence[pb.Message]) -> None:
-        """A frame arrived: buffer it (the first one after a failover sets `_floor`)."""
-        if self._floor == _U64 and msgs:
-            self._floor = min(m.lease_id for m in msgs)
-        self._received_n += len(msgs)
-        self._buffer.extend(msgs)
+    def _first_frame(self, msgs: Sequence[pb.Message]) -> None:
+        """The current stream's first frame is handed out: it sets `_floor`."""
+        self._floor = min(m.lease_id for m in msgs)
 
     def _restart(self) -> _Settlements:
         """The stream failed: drop what it sent and was not handed out (their leases end),
@@ -241,7 +247,7 @@ class _ConsumerBase:
     def _check_open(self) -> None:
         if self.auto_ack:
             raise ValueError("an ack=True consumer acks each message as it hands it out")
-        if self._half_closed:
+        if self._closing and self._half_closed:
             raise ValueError("the consumer is closed: settle with the client's ack/nack calls")
 
     def _add_ack(self, items: Iterable[_MsgOrId]) -> _Settlements | None:
@@ -338,6 +344,7 @@ class AsyncConsumer(_ConsumerBase):
 
         self._client = client if isinstance(client, AsyncDoqClient) else AsyncDoqClient(channel=client)
         self._wake = asyncio.Event()
+        self._moved = asyncio.Event()  # set when a move has ended the stream it left
         self._call: Any = None
         self._calls: set[asyncio.Task[Any]] = set()  # unary settlements in progress
 
@@ -372,7 +379,7 @@ class AsyncConsumer(_ConsumerBase):
         loop = asyncio.get_running_loop()
         while self._gen == gen:
             if self._pending:
-                if self._urgent or self._closing or (deadline is not None and loop.time() >= deadline):
+                if self._urgent or self._ending or (deadline is not None and loop.time() >= deadline):
                     deadline = None
                     yield self._took()
                     continue
@@ -382,7 +389,7 @@ class AsyncConsumer(_ConsumerBase):
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout_at(deadline):
                         await self._wake.wait()
-            elif self._closing:
+            elif self._ending:
                 self._half_closed = True
                 return
             else:
@@ -391,7 +398,8 @@ class AsyncConsumer(_ConsumerBase):
 
     async def _fill(self) -> bool:
         """Read one frame into the buffer; False at the end of the stream (closing).
-        Reopens the stream after a failover error (see the module docstring)."""
+        Reopens the stream after a failover error, moves it to the leader its first frame
+        names (see the module docstring)."""
         self._ensure_started()
         self._before_wait()
         while True:
@@ -402,7 +410,16 @@ class AsyncConsumer(_ConsumerBase):
             else:
                 if resp is not grpc.aio.EOF:
                     self._tries = None
-                    self._received(_frame_messages(resp, self.batched))
+                    msgs = _frame_messages(resp, self.batched)
+                    if self._floor == _U64 and msgs:  # the stream's first frame
+                        if self._client.router.follow(self._addr, await self._call.initial_metadata()):
+                            await self._move(msgs)
+                            if self._closing:  # closed while moving (from another task)
+                                return False
+                            continue
+                        self._first_frame(msgs)
+                    self._received_n += len(msgs)
+                    self._buffer.extend(msgs)
                     return True
                 if self._closing:
                     return False
@@ -471,6 +488,23 @@ class AsyncConsumer(_ConsumerBase):
         if (old := self._add_nack(message, delay_ms, priority)) is not None:
             self._settle_by_call(old)
 
+    async def _move(self, msgs: Sequence[pb.Message]) -> None:
+        """`msgs`, the current stream's first frame, came through a follower that named the
+        leader (now the client's target): nothing of this stream was handed out, so release
+        it all and end the stream (`_end_stream`), then open the next one on the leader."""
+        self._buffer.extend(msgs)
+        self._ending = True
+        self._moved = asyncio.Event()
+        try:
+            await self._end_stream()
+        finally:
+            self._moved.set()
+        if not self._closing:
+            self._ending = self._half_closed = False
+            self._gen += 1  # a request iterator of the old stream still running stops
+            self._settled_n = self._received_n  # the next stream starts with all its credits
+            self._open()
+
     async def close(self) -> None:
         """Hand back every message not given to the application, send pending settlements,
         end the stream (see the module docstring). Idempotent."""
@@ -479,6 +513,19 @@ class AsyncConsumer(_ConsumerBase):
         self._closing = True
         if self._call is None:
             return
+        if self._ending:  # a move (another task) is ending the stream; it opens no other
+            await self._moved.wait()
+        else:
+            self._ending = True
+            await self._end_stream()
+        if self._calls:
+            await asyncio.wait(list(self._calls), timeout=self.close_grace_s)
+
+    async def _end_stream(self) -> None:
+        """End the current stream (`_ending` set): release what was received and not handed
+        out, send pending settlements and releases, half-close; release what still arrives
+        (in the stream, or after the half-close by unary calls, not awaited here) until the
+        server ends it, or `close_grace_s` passed (then it is cancelled)."""
         self._release_buffer()
         self._wake.set()
         call = self._call
@@ -510,8 +557,6 @@ class AsyncConsumer(_ConsumerBase):
                     task.add_done_callback(self._calls.discard)
             except ValueError:  # the client was closed: their leases end instead
                 pass
-        if self._calls:
-            await asyncio.wait(list(self._calls), timeout=self.close_grace_s)
 
 
 async def _settle(call: Awaitable[Any]) -> None:
@@ -602,13 +647,13 @@ class Consumer(_ConsumerBase):
                 req: pb.DequeueStreamRequest | None = None
                 if self._pending:
                     now = time.monotonic()
-                    if self._urgent or self._closing or (deadline is not None and now >= deadline):
+                    if self._urgent or self._ending or (deadline is not None and now >= deadline):
                         req = self._took()
                         deadline = None
                     else:
                         deadline = deadline if deadline is not None else now + ACK_INTERVAL_S
                         timeout = deadline - now
-                elif self._closing:
+                elif self._ending:
                     self._half_closed = True
                     return
             if req is not None:
@@ -619,7 +664,8 @@ class Consumer(_ConsumerBase):
 
     def _fill(self) -> bool:
         """Read one frame into the buffer; False at the end of the stream (closing).
-        Reopens the stream after a failover error (see the module docstring)."""
+        Reopens the stream after a failover error, moves it to the leader its first frame
+        names (see the module docstring)."""
         self._ensure_started()
         if self._pending and not self._urgent:
             with self._lock:
@@ -636,11 +682,32 @@ class Consumer(_ConsumerBase):
                 err = from_rpc_error(e)
             else:
                 self._tries = None
-                self._received(_frame_messages(resp, self.batched))
+                msgs = _frame_messages(resp, self.batched)
+                if self._floor == _U64 and msgs:  # the stream's first frame
+                    if self._client.router.follow(self._addr, self._call.initial_metadata()):
+                        self._move(msgs)
+                        continue
+                    self._first_frame(msgs)
+                self._received_n += len(msgs)
+                self._buffer.extend(msgs)
                 return True
             if self._closing or not is_failover(err):
                 raise err
             self._reconnect(err)
+
+    def _move(self, msgs: Sequence[pb.Message]) -> None:
+        """See `AsyncConsumer._move`."""
+        with self._lock:
+            self._buffer.extend(msgs)
+            self._ending = True
+        self._end_stream()
+        with self._lock:
+            self._ending = self._half_closed = False
+            self._gen += 1
+            self._settled_n = self._received_n  # the next stream starts with all its credits
+            old_signal, self._signal = self._signal, queue_mod.SimpleQueue()
+        old_signal.put(None)  # a request iterator of the old stream still running stops
+        self._open()
 
     def _reconnect(self, err: DoqClientError) -> None:
         tries = self._tries = self._tries or Attempts(NO_RETRY, self._client.failover, True)
@@ -711,9 +778,14 @@ class Consumer(_ConsumerBase):
         with self._lock:
             if self._closing:
                 return
-            self._closing = True
+            self._closing = self._ending = True
             if self._call is None:
                 return
+        self._end_stream()
+
+    def _end_stream(self) -> None:
+        """See `AsyncConsumer._end_stream` (here the unary releases are awaited)."""
+        with self._lock:
             self._release_buffer()
         self._wakeup()
         call = self._call

@@ -30,6 +30,13 @@ dedup window. Messages without a dedup id (`auto_dedup=False`) are sent again on
 had not been sent; the others fail with the stream's error (they may have been stored).
 If no leader answers within the client's `FailoverPolicy.timeout_s`, or the stream fails
 otherwise, every pending future fails with that error and the producer refuses new work.
+
+Moving to the leader: a stream opened on a follower is relayed by it to the leader, and
+its initial metadata names the leader (`doq-leader-grpc`, read once per stream, when the
+first answer comes). The producer then makes the leader the client's target, sends no
+more frames on that stream and half-closes it; the server answers every frame already
+sent, then ends the stream; the producer opens the next one on the leader with what
+waited meanwhile. Nothing is sent twice, so this holds with `auto_dedup=False` too.
 """
 
 from __future__ import annotations
@@ -303,7 +310,8 @@ class AsyncProducer(_Base):
     # -- the stream --------------------------------------------------------------------
     async def _run(self) -> None:
         """Open the stream on the current target and read its responses; after a failover
-        error, send what has no result again on the leader (see the module docstring)."""
+        error, send what has no result again on the leader; when the stream's initial
+        metadata names another leader, move to it (see the module docstring)."""
         on_resp = self._ledger.on_batch if self.batch else self._ledger.on_single
         tries: Attempts | None = None
         try:
@@ -311,7 +319,12 @@ class AsyncProducer(_Base):
                 addr = self._client.router.current
                 call = _open(self._client.router.channel(addr), self.batch)(self._requests(self._gen))
                 err: DoqClientError | None = None
+                moving = False
                 try:
+                    if self._client.router.follow(addr, await call.initial_metadata()):
+                        moving = True  # a follower relays this stream: end it, reopen on the leader
+                        self._gen += 1
+                        self._wake.set()
                     async for resp in call:
                         on_resp(resp)
                         if self._outbox:
@@ -326,6 +339,8 @@ class AsyncProducer(_Base):
                 self._wake.set()
                 if not self._pending():
                     return  # closed, or idle: the next submit opens a stream again
+                if moving and err is None and not self._ledger:
+                    continue  # every frame sent was answered: the rest goes to the leader
                 if err is None:
                     err = _stream_closed()
                 if not is_failover(err):
@@ -490,7 +505,13 @@ class Producer(_Base):
             addr = self._client.router.current
             call = _open(self._client.router.channel(addr), self.batch)(self._requests(self._gen))
             err: DoqClientError | None = None
+            moving = False
             try:
+                if self._client.router.follow(addr, call.initial_metadata()):
+                    moving = True  # see AsyncProducer._run
+                    with self._cond:
+                        self._gen += 1
+                        self._send.notify_all()
                 for resp in call:
                     with self._cond:
                         on_resp(resp)
@@ -509,6 +530,8 @@ class Producer(_Base):
                 if not self._pending():
                     self._runner = None  # closed, or idle: the next submit starts a stream
                     return
+                if moving and err is None and not self._ledger:
+                    continue  # every frame sent was answered: the rest goes to the leader
                 err = err or _stream_closed()
                 if not is_failover(err):
                     self._fail_all(err)

@@ -43,7 +43,7 @@ class MemberModel(BaseModel):
 
 class ClusterStatusModel(BaseModel):
     model_config = ConfigDict(json_schema_extra={"examples": [{
-        "node_id": "node-2", "role": "follower", "leader_id": "node-1", "term": 3,
+        "node_id": "node-2", "cluster_id": "0b6f7a3e-5c1d-4e8a-9f52-7d0c3a1e6b94", "role": "follower", "leader_id": "node-1", "term": 3,
         "commit_index": 120, "applied_index": 120,
         "members": [
             {"node_id": "node-1", "role": "voter", "leader": True, "raft_addr": "localhost:9001",
@@ -53,6 +53,9 @@ class ClusterStatusModel(BaseModel):
         ],
     }]})
     node_id: str = Field(description="The node that answered.")
+    cluster_id: str = Field(description="The cluster's id: created when the cluster was bootstrapped, the "
+                                        "same on every member, recorded in every backup (\"\" for a "
+                                        "cluster bootstrapped before cluster ids).")
     role: str = Field(description="Its role: `leader`, `follower`, `candidate` or `learner`.")
     leader_id: str = Field(description="The leader it knows of (\"\" if none).")
     term: int = Field(description="Its current Raft term.")

@@ -47,17 +47,24 @@ class RestoreResultModel(BaseModel):
     files: int = Field(description="Backup files restored (the full one, then incrementals).")
     records: int = Field(description="Records (queues, messages, ...) written.")
     tombstones: int = Field(description="Deletions applied.")
-    to_version: int = Field(description="The node's applied index after the restore.")
+    to_version: int = Field(description="The state's version right after the restore (the chain's "
+                                        "to_version, or the cluster's applied index if that was further); "
+                                        "later writes get higher versions.")
     last_version: int = Field(description="Greatest record version restored.")
 
 
 class DigestModel(BaseModel):
     model_config = ConfigDict(json_schema_extra={"examples": [{
-        "digest": "5f0c" + "0" * 60, "applied_index": 130}]})
+        "digest": "5f0c" + "0" * 60, "applied_index": 130,
+        "cluster_id": "0b6f7a3e-5c1d-4e8a-9f52-7d0c3a1e6b94"}]})
     digest: str = Field(description="The state digest (docs/backup.md): 64 hex digits, the sum modulo "
                                     "2**256 of SHA-256 of every live record. The same digest `doq verify` "
                                     "rebuilds from backup files.", pattern="^[0-9a-f]{64}$")
-    applied_index: int = Field(description="The applied index (version) of the state the digest belongs to.")
+    applied_index: int = Field(description="The version of the state the digest belongs to (the to_version a "
+                                           "backup taken at that point carries): the applied log index, plus the "
+                                           "offset an online restore into a cluster may have added (docs/backup.md).")
+    cluster_id: str = Field(description="The cluster the state belongs to (as in `GET /cluster` and in every "
+                                        "backup's header; \"\" for a cluster bootstrapped before cluster ids).")
 
 
 _ANSWERS = {
@@ -149,7 +156,8 @@ def _add_backup_routes(r: APIRouter, api: QueueService) -> None:
 
         await node.read_barrier()
         applied, d = await asyncio.to_thread(node.state.state_digest)
-        return Response(m.dumps({"digest": hex_digest(d), "applied_index": applied}),
+        return Response(m.dumps({"digest": hex_digest(d), "applied_index": applied,
+                                 "cluster_id": node.state.cluster_id}),
                         media_type="application/json")
 
     @r.post(
@@ -157,15 +165,19 @@ def _add_backup_routes(r: APIRouter, api: QueueService) -> None:
         responses=errors(400, 409, notes={
             400: "Not a doq backup, a corrupt file, files out of order (a gap in the chain), or files "
                  "whose records do not form a valid state (BACKUP_INCONSISTENT). Nothing was restored.",
-            409: "The node is not empty (RESTORE_TARGET_NOT_EMPTY) or part of a multi-node cluster.",
-            503: "Not the leader (NOT_LEADER; `leader_hint` names it).",
+            409: "The cluster's state is not empty (RESTORE_TARGET_NOT_EMPTY, also when a write raced the "
+                 "restore), or the restore's chunks did not all reach the log (RESTORE_INCOMPLETE: the leader "
+                 "changed meanwhile). Nothing was restored; retry.",
+            503: "Not the leader and no leader to forward to, or leadership lost during the restore "
+                 "(NOT_LEADER; `leader_hint` names the leader).",
         }),
     )
     async def restore(
         file: Annotated[list[UploadFile], File(description="Backup files in order: the full one, then incrementals.")],
     ) -> Response:
-        """Restore full + incremental backups into this (empty, single-node) leader: all or
-        nothing (a failed restore leaves the node as it was, so it can be retried)."""
+        """Restore full + incremental backups into the (empty) cluster, through the Raft log so
+        every member restores the same state: all or nothing (a failed restore leaves every
+        member as it was, so it can be retried). A follower forwards it to the leader."""
         res = await backup_ops.restore_online(node, [u.file for u in file], [u.filename or f"file #{i + 1}" for i, u in enumerate(file)])
         return Response(m.dumps({
             "success": True, "files": res.files, "records": res.records, "tombstones": res.tombstones,
