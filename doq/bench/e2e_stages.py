@@ -83,13 +83,14 @@ def install() -> None:
         return f
 
     def received(orig: Any) -> Any:
-        def f(self: Any, msgs: Any) -> Any:
+        def f(resp: Any, batched: bool) -> Any:
+            msgs = orig(resp, batched)
             rec("c_recv", [m.content for m in msgs])
-            return orig(self, msgs)
+            return msgs
         return f
 
     wrap(producer._Base, "_take", take)
-    wrap(consumer._ConsumerBase, "_received", received)
+    wrap(consumer, "_frame_messages", received)
 
     from doq.node import raft_node
     from doq.queues.commands import EnqueueColumns
