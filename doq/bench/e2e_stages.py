@@ -17,7 +17,8 @@ by the send time it carries (the machine's monotonic clock, shared by the proces
 - `c_recv`: consumer, the frame is received.
 
 It prints, per run, the distribution of each step, the writes (commits) and the commands
-they carried, and how many messages were leased by the commit that stored them. The
+they carried (`RaftSnapshot`: the node's own snapshot persisted, its log compacted), the
+longest writes, and how many messages were leased by the commit that stored them. The
 probes wrap internal functions (they measure this version of the code) and cost a few µs
 per message.
 """
@@ -123,6 +124,8 @@ def install() -> None:
                     kinds.append(type(cmd).__name__)
                     if isinstance(cmd, EnqueueColumns):
                         contents.extend(cmd.contents)
+            if job.own_snapshot is not None:
+                kinds.append("RaftSnapshot")  # persisted (and the log compacted) in this txn
             rec("s_write", contents)
             out = orig(self, job)
             rec("s_written", contents)
@@ -204,6 +207,9 @@ def report(prefix: str) -> dict[str, Any]:
                      "p99": round(_pct([(b - a) / 1e6 for a, b, _ in writes], 99), 3)},
         "writer_busy": round(sum(b - a for a, b, _ in writes) / 1e9 / span_s, 2) if span_s else None,
         "write_kinds": dict(kinds.most_common(6)),
+        "longest_writes": [(round((b - a) / 1e6, 1), "+".join(sorted(set(k))))
+                           for a, b, k in sorted(writes, key=lambda w: w[0] - w[1])[:3]],
+        "slower_than_8_ms": sum(1 for t in total if t > 8),
     }
 
 
@@ -267,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"run {n + 1}: load {r['loadavg']:.2f}, {r['messages']} messages, "
                   f"{r['leased_by_their_own_commit']} leased by their own commit; "
                   f"{r['writes']} writes ({r['writes_per_s']}/s, {r['write_ms']['p50']} ms p50, "
-                  f"writer busy {r['writer_busy']}): {r['write_kinds']}")
+                  f"writer busy {r['writer_busy']}): {r['write_kinds']}; longest writes (ms): "
+                  f"{r['longest_writes']}; messages slower than 8 ms: {r['slower_than_8_ms']}")
             print("| step | p50 ms | p90 ms | p99 ms |\n| --- | --- | --- | --- |")
             for s in [*r["steps"], {"step": "**total**", **r["total"]}]:
                 print(f"| {s['step']} | {s['p50_ms']} | {s['p90_ms']} | {s['p99_ms']} |")
