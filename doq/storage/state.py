@@ -664,14 +664,15 @@ class StateStore:
         order, and record `applied_index` and the backup's `cluster_id` (adopted: the
         restored state continues that cluster's history; "" keeps this store's): all in ONE
         write transaction, with memory rebuilt from it before it commits. All or nothing:
-        on any error (not empty:
-        FailedPrecondition RESTORE_TARGET_NOT_EMPTY; a bad key: InvalidArgument
+        on any error (`applied_index` not below MAX_RESTORE_VERSION: InvalidArgument
+        INVALID_INDEX; not empty: FailedPrecondition RESTORE_TARGET_NOT_EMPTY; a bad key: InvalidArgument
         INVALID_RECORD or INVALID_CLUSTER_ID; records that do not form a valid state:
         InvalidArgument BACKUP_INCONSISTENT; or whatever `records` raises while it is read)
         nothing changes.
         Returns the number of records written. Writer thread."""
-        if type(applied_index) is not int or not 0 <= applied_index < 2**64:
-            raise InvalidArgument("applied index must be within 0..2**64-1", reason="INVALID_INDEX")
+        if type(applied_index) is not int or not 0 <= applied_index < MAX_RESTORE_VERSION:
+            raise InvalidArgument(f"applied index must be within 0..{MAX_RESTORE_VERSION - 1}",
+                                  reason="INVALID_INDEX")
         if not self.is_empty():  # checked before the write: a refusal reloads nothing
             raise FailedPrecondition(
                 "the target state is not empty: restore needs a fresh node (remove its data dir)",

@@ -253,3 +253,15 @@ def test_the_commit_adopts_the_chains_cluster_id(tmp_path: Path) -> None:
     res = _apply(st, [*ents[:-1], _entry(last[0], commit)])
     assert isinstance(res[-1][0], RestoreOutcome) and st.cluster_id == "old-cluster"
     assert _digest(st) == _digest(src)
+
+
+@pytest.mark.parametrize("to_version", [2**63, 2**64 - 1])
+def test_a_direct_restore_refuses_the_same_to_versions(tmp_path: Path, to_version: int) -> None:
+    """One bound for every restore (offline, a lone node's online one, through the log): a
+    state restored at 2**63 or more could not write (versions past 2**64) nor be backed up
+    incrementally (`since` < 2**63)."""
+    _, records = _source(tmp_path / "src", n=60)
+    _, st = _open(tmp_path / "a")
+    with pytest.raises(InvalidArgument) as e:
+        st.restore(iter(records), to_version)
+    assert e.value.reason == "INVALID_INDEX" and st.is_empty() and st.applied_index == 0
