@@ -93,6 +93,9 @@ _STAGE = struct.Struct(">IB")  # chunks staged (the next seq), broken flag
 _SEQ = struct.Struct(">I")
 _RESTORE_TYPES = frozenset((RestoreChunk, RestoreCommit, RestoreAbort))
 MAX_RESTORE_VERSION = 2**63  # a restore's to_version is below it: later versions stay < 2**64
+# the longest record key: LMDB's key limit (511 B, a constant of the library) less the u64
+# version prefix of the versions and tombstones indexes (the machine's keys stay far below)
+MAX_RECORD_KEY_BYTES = 511 - _V.size
 CLUSTER_KEY = b"\x00cluster"
 MAX_CLUSTER_ID_BYTES = 128
 PRUNE_EVERY = 1024
@@ -696,6 +699,9 @@ class StateStore:
         for key, value, version in records:
             if not key or key[0] not in self._kind_db or (key[0] == K.META[0] and key != K.META_KEY):
                 raise InvalidArgument(f"unknown record key {key!r}", reason="INVALID_RECORD")
+            if len(key) > MAX_RECORD_KEY_BYTES:
+                raise InvalidArgument(f"record key of {len(key)} bytes (at most {MAX_RECORD_KEY_BYTES}): "
+                                      f"{key[:40]!r}...", reason="INVALID_RECORD")
             if type(version) is not int or not 0 < version < 2**64:
                 raise InvalidArgument(f"invalid record version {version!r}", reason="INVALID_RECORD")
             sink.ver = _V.pack(version)
