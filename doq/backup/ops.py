@@ -42,8 +42,8 @@ class BackupState(Protocol):
     """What backup/restore need from `doq.storage.state.StateStore`."""
 
     def snapshot_changes(self, since: int) -> tuple[int, int | None, Iterator[Record]]:
-        """(applied index, state digest at it or None if not known, records with version
-        >= since), all from one read txn."""
+        """(the state's version: applied index + version offset, state digest at it or None
+        if not known, records with version >= since), all from one read txn."""
         ...
 
     @property
@@ -66,7 +66,7 @@ class RestoreResult:
     files: int
     records: int
     tombstones: int
-    to_version: int  # the node's applied index after the restore
+    to_version: int  # the state's version right after the restore (>= the chain's to_version)
     last_version: int  # greatest record version restored
 
 
@@ -111,7 +111,7 @@ def write_backup(
     """Write a backup of every change with version >= `since` to `out`; return the last version.
     The header records `cluster_id` (default: the state's).
 
-    Consistent: one read transaction covers the snapshot point (applied index, written to
+    Consistent: one read transaction covers the snapshot point (the state's version, written to
     the header as `to_version`), the state digest at it (written to the footer; one scan
     of the whole state) and every record read. Raises `InvalidArgument` for a negative
     `since` and (from the store) reason SINCE_TOO_OLD below the tombstone horizon.

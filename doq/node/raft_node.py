@@ -246,9 +246,9 @@ class RaftNode:
         id (created now, unless a restore brought one), which joining nodes adopt."""
         members = {self.node_id: self.addrs}
         index = max(1, self.state.applied_index)
-        cluster_id = self.state.ensure_cluster_id(  # random from the node's seed: a seed replays
+        self.state.ensure_cluster_id(  # random from the node's seed: a seed replays
             lambda: str(uuid.UUID(int=self._rng.getrandbits(128), version=4)))
-        data = write_state_snapshot(self.state.open_read(), members, self.node_id, cluster_id)
+        data = write_state_snapshot(self.state.open_read(), members, self.node_id)
         snap = Snapshot(SnapshotMeta(index, 1, ConfState((self.node_id,), ())), data)
         with self.env.begin(write=True) as txn:
             self.storage.apply_snapshot(txn, snap)
@@ -468,8 +468,7 @@ class RaftNode:
         snapshot of the state at its applied index (new entries follow it). One txn."""
         st = self.storage
         applied = self.state.applied_index
-        data = write_state_snapshot(self.state.open_read(), dict(st.members), self.node_id,
-                                    self.state.cluster_id)
+        data = write_state_snapshot(self.state.open_read(), dict(st.members), self.node_id)
         hs = st.hard_state
         term = max(hs.term, 1)
         snap = Snapshot(SnapshotMeta(applied, term, conf), data)
@@ -1026,8 +1025,7 @@ class RaftNode:
                     close_state_read(read)
                     return
                 data = await loop.run_in_executor(
-                    self._snapshotter, write_state_snapshot, read, members, self.node_id,
-                    self.state.cluster_id)
+                    self._snapshotter, write_state_snapshot, read, members, self.node_id)
                 self._own_snapshot = Snapshot(meta, data)
                 self._wake.set()
             except Exception:

@@ -15,9 +15,10 @@ The older "DOQRSNP1" layout (magic | horizon (u64 BE) | members length (u32 BE) 
 | backup) still installs (its only store key was the horizon). The state part IS the
 backup format of doq/backup (same records, same checksums), read in one LMDB read
 transaction at the snapshot's applied index, its to_version the state's version, its
-header's cluster id the state's: a member that installs the snapshot (a joining node
+header's cluster id the read's: a member that installs the snapshot (a joining node
 first of all: the bootstrap snapshot of a new cluster carries the id and an empty state)
-adopts it (from the store keys, or from that header in the older layout). An empty state
+adopts it from the store keys (which are the whole truth: a state without the key has no
+id, whatever the header says), or from that header in the older layout. An empty state
 part means an empty state (the bootstrap snapshot of a cluster from before cluster ids:
 no cluster id). Installing
 replaces the whole state inside the caller's write txn (all or nothing).
@@ -108,11 +109,12 @@ class _Opened:
         return self._changes[0], None, self._changes[1]
 
 
-def write_state_snapshot(read: StateRead, members: dict[str, MemberAddrs], node_id: str,
-                         cluster_id: str = "") -> bytes:
-    """Snapshot data from a read opened with `StateStore.open_read` on the writer thread
-    and the state's cluster id, recorded in the backup's header too (blocking: run it off
-    the event loop, on one thread)."""
+def write_state_snapshot(read: StateRead, members: dict[str, MemberAddrs], node_id: str) -> bytes:
+    """Snapshot data from a read opened with `StateStore.open_read` on the writer thread;
+    the backup's header records the cluster id of that read (its store key: never the
+    store's id in memory, which a later commit may have changed). Blocking: run it off
+    the event loop, on one thread."""
+    cluster_id = bytes(read.store_keys.get(CLUSTER_KEY, b"")).decode()
     buf = io.BytesIO()
     write_backup(_Opened(read.version, read.records, cluster_id), 0, buf, node_id=node_id)  # type: ignore[arg-type]
     return encode_snapshot_data(members, read.store_keys, buf.getvalue())
@@ -137,6 +139,6 @@ def install_snapshot_data(state: StateStore, txn: lmdb.Transaction, data: bytes,
         reader = BackupReader(io.BytesIO(backup))
         records, cluster_id = reader.records(), reader.header.cluster_id
     state.replace_records(txn, records, index, store_keys)
-    if cluster_id and CLUSTER_KEY not in store_keys:  # the older layout: from the header
+    if cluster_id and data[:8] == MAGIC_V1:  # only the older layout takes it from the header
         state.set_cluster_id(txn, cluster_id)
     return members

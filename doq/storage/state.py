@@ -93,6 +93,9 @@ _STAGE = struct.Struct(">IB")  # chunks staged (the next seq), broken flag
 _SEQ = struct.Struct(">I")
 _RESTORE_TYPES = frozenset((RestoreChunk, RestoreCommit, RestoreAbort))
 MAX_RESTORE_VERSION = 2**63  # a restore's to_version is below it: later versions stay < 2**64
+# the longest record key: LMDB's key limit (511 B, a constant of the library) less the u64
+# version prefix of the versions and tombstones indexes (the machine's keys stay far below)
+MAX_RECORD_KEY_BYTES = 511 - _V.size
 CLUSTER_KEY = b"\x00cluster"
 MAX_CLUSTER_ID_BYTES = 128
 PRUNE_EVERY = 1024
@@ -664,14 +667,15 @@ class StateStore:
         order, and record `applied_index` and the backup's `cluster_id` (adopted: the
         restored state continues that cluster's history; "" keeps this store's): all in ONE
         write transaction, with memory rebuilt from it before it commits. All or nothing:
-        on any error (not empty:
-        FailedPrecondition RESTORE_TARGET_NOT_EMPTY; a bad key: InvalidArgument
+        on any error (`applied_index` not below MAX_RESTORE_VERSION: InvalidArgument
+        INVALID_INDEX; not empty: FailedPrecondition RESTORE_TARGET_NOT_EMPTY; a bad key: InvalidArgument
         INVALID_RECORD or INVALID_CLUSTER_ID; records that do not form a valid state:
         InvalidArgument BACKUP_INCONSISTENT; or whatever `records` raises while it is read)
         nothing changes.
         Returns the number of records written. Writer thread."""
-        if type(applied_index) is not int or not 0 <= applied_index < 2**64:
-            raise InvalidArgument("applied index must be within 0..2**64-1", reason="INVALID_INDEX")
+        if type(applied_index) is not int or not 0 <= applied_index < MAX_RESTORE_VERSION:
+            raise InvalidArgument(f"applied index must be within 0..{MAX_RESTORE_VERSION - 1}",
+                                  reason="INVALID_INDEX")
         if not self.is_empty():  # checked before the write: a refusal reloads nothing
             raise FailedPrecondition(
                 "the target state is not empty: restore needs a fresh node (remove its data dir)",
@@ -695,6 +699,9 @@ class StateStore:
         for key, value, version in records:
             if not key or key[0] not in self._kind_db or (key[0] == K.META[0] and key != K.META_KEY):
                 raise InvalidArgument(f"unknown record key {key!r}", reason="INVALID_RECORD")
+            if len(key) > MAX_RECORD_KEY_BYTES:
+                raise InvalidArgument(f"record key of {len(key)} bytes (at most {MAX_RECORD_KEY_BYTES}): "
+                                      f"{key[:40]!r}...", reason="INVALID_RECORD")
             if type(version) is not int or not 0 < version < 2**64:
                 raise InvalidArgument(f"invalid record version {version!r}", reason="INVALID_RECORD")
             sink.ver = _V.pack(version)

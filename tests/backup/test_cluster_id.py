@@ -98,7 +98,7 @@ def test_a_raft_snapshot_carries_the_cluster_id(tmp_path: Path) -> None:
     _apply(leader, c.Enqueue("jobs", [c.EnqueueItem(b"m%d" % i) for i in range(10)]))
     members = {"n1": MemberAddrs("a:1", "a:2", "a:3")}
     read = leader.open_read()
-    data = write_state_snapshot(read, members, "n1", leader.cluster_id)
+    data = write_state_snapshot(read, members, "n1")
     with joiner.write() as txn:
         assert install_snapshot_data(joiner, txn, data, read.applied_index) == members
     assert joiner.cluster_id == cid and joiner.dump_state_bytes() == leader.dump_state_bytes()

@@ -253,3 +253,36 @@ def test_the_commit_adopts_the_chains_cluster_id(tmp_path: Path) -> None:
     res = _apply(st, [*ents[:-1], _entry(last[0], commit)])
     assert isinstance(res[-1][0], RestoreOutcome) and st.cluster_id == "old-cluster"
     assert _digest(st) == _digest(src)
+
+
+@pytest.mark.parametrize("to_version", [2**63, 2**64 - 1])
+def test_a_direct_restore_refuses_the_same_to_versions(tmp_path: Path, to_version: int) -> None:
+    """One bound for every restore (offline, a lone node's online one, through the log): a
+    state restored at 2**63 or more could not write (versions past 2**64) nor be backed up
+    incrementally (`since` < 2**63)."""
+    _, records = _source(tmp_path / "src", n=60)
+    _, st = _open(tmp_path / "a")
+    with pytest.raises(InvalidArgument) as e:
+        st.restore(iter(records), to_version)
+    assert e.value.reason == "INVALID_INDEX" and st.is_empty() and st.applied_index == 0
+
+
+@pytest.mark.parametrize("tombstone", [False, True])
+def test_a_record_key_too_long_for_lmdb_fails_the_commit_not_the_replica(
+        tmp_path: Path, tombstone: bool) -> None:
+    """A (crafted) chain whose checksums hold but one of whose keys LMDB cannot store: the
+    commit is refused like any bad record (INVALID_RECORD), on every replica, and the next
+    entries apply. Raised from the apply instead, the error stopped every replica, again
+    after each restart (the commit entry stays in the log)."""
+    name = b"x" * 600
+    bad: list[Record] = [(b"Q" + len(name).to_bytes(2, "big") + name, None if tombstone else b"v", 1)]
+    ents = _restore_entries(bad, 1, 1)
+    after = _entry(len(ents) + 1, c.CreateQueue("q", "delayed", QueueSettings()))
+    _, st = _open(tmp_path / "a")
+    res = _apply(st, [*ents, after])
+    _failed(res[-2], "INVALID_RECORD")
+    assert [q.name for q in st.list_queues()] == ["q"] and _staged(st) == []
+    _, direct = _open(tmp_path / "b")
+    with pytest.raises(InvalidArgument) as e:
+        direct.restore(iter(bad), 1)
+    assert e.value.reason == "INVALID_RECORD" and direct.is_empty()
