@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from doq_client import _ledger as ledger_mod
+from doq_client import producer as producer_mod
 from tests.support.proc import NodeProc, running_node
 
 
@@ -13,3 +15,18 @@ def doq_node(tmp_path: Path) -> Iterator[NodeProc]:
     """A fresh single-node `doq serve` process on free 127.0.0.1 ports."""
     with running_node(tmp_path / "data") as node:
         yield node
+
+
+@pytest.fixture
+def frames(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Sizes of the column frames the client's producers send (a spy on `columns_frame`)."""
+    sizes: list[int] = []
+    real = ledger_mod.columns_frame
+
+    def spy(chunks: list[ledger_mod.Chunk]) -> tuple[bytes, ledger_mod.Frame]:
+        data, frame = real(chunks)
+        sizes.append(frame.size)
+        return data, frame
+
+    monkeypatch.setattr(producer_mod, "columns_frame", spy)
+    return sizes

@@ -31,21 +31,6 @@ def _until(cond: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None
         time.sleep(0.005)
 
 
-@pytest.fixture
-def frames(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Sizes of the column frames the producers send."""
-    sizes: list[int] = []
-    real = ledger_mod.columns_frame
-
-    def spy(chunks: list[ledger_mod.Chunk]) -> tuple[bytes, ledger_mod.Frame]:
-        data, frame = real(chunks)
-        sizes.append(frame.size)
-        return data, frame
-
-    monkeypatch.setattr(producer_mod, "columns_frame", spy)
-    return sizes
-
-
 def test_every_future_resolves_once_in_order_with_its_own_outcome(
     client: DoqClient, queue: str, frames: list[int]
 ) -> None:

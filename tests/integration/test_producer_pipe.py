@@ -15,27 +15,10 @@ import pytest
 
 from doq.service.api import QueueService
 from doq.service.grpc_server import build_server
-from doq_client import _ledger as ledger_mod
 from doq_client import enqueue_request
-from doq_client import producer as producer_mod
 from doq_client.producer import FEW_IN_FLIGHT, FRAMES_IN_FLIGHT, AsyncProducer
 from tests.support import inproc
 from tests.support.inproc import stalled_commits
-
-
-@pytest.fixture
-def frames(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Sizes of the column frames the producers send."""
-    sizes: list[int] = []
-    real = ledger_mod.columns_frame
-
-    def spy(chunks: list[ledger_mod.Chunk]) -> tuple[bytes, ledger_mod.Frame]:
-        data, frame = real(chunks)
-        sizes.append(frame.size)
-        return data, frame
-
-    monkeypatch.setattr(producer_mod, "columns_frame", spy)
-    return sizes
 
 
 async def _until(cond: Callable[[], bool], what: str, timeout_s: float = 10) -> None:
