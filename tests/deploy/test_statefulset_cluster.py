@@ -9,10 +9,8 @@ follows; the restarted pod rejoins as itself from its volume."""
 from __future__ import annotations
 
 import json
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ import pytest
 from tests.deploy.fake_k8s import FakeKubeApi, fake_kube_api, make_credentials
 from tests.deploy.pods import LocalPod, LocalStatefulSet
 from tests.deploy.program import deploy
+from tests.support.cluster import until
 
 pytestmark = pytest.mark.integration
 NS = "doq"
@@ -36,20 +35,6 @@ def _call(port: int, method: str, path: str, body: Any = None) -> tuple[int, Any
             return int(r.status), json.loads(raw) if raw else None
     except urllib.error.HTTPError as e:
         return int(e.code), json.loads(e.read() or b"null")
-
-
-def _until(what: str, fn: Callable[[], Any], timeout_s: float = 90) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            v = fn()
-        except OSError:
-            v = None
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout_s}s")
-        time.sleep(0.1)
 
 
 def test_three_pods_form_the_cluster_and_the_leader_label_follows_the_leader(tmp_path: Path) -> None:
@@ -95,14 +80,14 @@ def test_three_pods_form_the_cluster_and_the_leader_label_follows_the_leader(tmp
                 return all(sorted(v) == ["doq-0", "doq-1", "doq-2"]
                            and all(m["role"] == "voter" for m in v.values()) for v in views)
 
-            _until("three voters seen by every pod", formed)
+            until("three voters seen by every pod", formed, timeout_s=90)
             for name, m in members(pods[0]).items():
                 ports = by_name[name].ports
                 assert (m["http_addr"], m["raft_addr"], m["grpc_addr"]) == (
                     f"127.0.0.1:{ports[8000]}", f"127.0.0.1:{ports[9000]}", f"127.0.0.1:{ports[10000]}")
 
             # the doq Service selects exactly the leader
-            leader = _until("a leader", lambda: leader_of(pods[0]))
+            leader = until("a leader", lambda: leader_of(pods[0]), timeout_s=90)
             api.wait_for(lambda: selected(api) == {leader}, timeout_s=30)
             assert _call(http[leader], "POST", "/API/v1/queues", {"name": "jobs", "type": "delayed"})[0] == 201
             assert _call(http[leader], "POST", "/API/v1/queues/jobs/messages", {"content": "x"})[0] == 201
@@ -118,15 +103,15 @@ def test_three_pods_form_the_cluster_and_the_leader_label_follows_the_leader(tmp
                 views = {leader_of(p) for p in rest}
                 return views.pop() if len(views) == 1 and views.isdisjoint({"", leader}) else ""
 
-            new = _until("a new leader", new_leader)
+            new = until("a new leader", new_leader, timeout_s=90)
             api.wait_for(lambda: selected(api) == {new}, timeout_s=30)
 
             # the pod restarts: same command, same volume: it rejoins as itself
             old.start()
             old.wait_http(http[old.name], ready["path"], timeout_s=120)
             assert sorted(members(old)) == ["doq-0", "doq-1", "doq-2"]
-            _until("the restarted pod serves the data", lambda: _call(http[old.name], "GET", "/API/v1/queues/jobs")[0] == 200)
-            assert selected(api) == {_until("a leader", lambda: leader_of(old))}
+            until("the restarted pod serves the data", lambda: _call(http[old.name], "GET", "/API/v1/queues/jobs")[0] == 200, timeout_s=90)
+            assert selected(api) == {until("a leader", lambda: leader_of(old), timeout_s=90)}
         finally:
             for p in pods:
                 p.kill()
