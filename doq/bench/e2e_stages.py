@@ -17,10 +17,10 @@ by the send time it carries (the machine's monotonic clock, shared by the proces
 - `c_recv`: consumer, the frame is received.
 
 It prints, per run, the distribution of each step, the writes (commits) and the commands
-they carried (`RaftSnapshot`: the node's own snapshot persisted, its log compacted), the
-longest writes, and how many messages were leased by the commit that stored them. The
-probes wrap internal functions (they measure this version of the code) and cost a few µs
-per message.
+they carried (`RaftSnapshot`: the node's own snapshot recorded; `RaftCompact`: log
+entries discarded), the longest writes, and how many messages were leased by the commit
+that stored them. The probes wrap internal functions (they measure this version of the
+code) and cost a few µs per message.
 """
 
 from __future__ import annotations
@@ -124,11 +124,13 @@ def install() -> None:
                     kinds.append(type(cmd).__name__)
                     if isinstance(cmd, EnqueueColumns):
                         contents.extend(cmd.contents)
-            if job.own_snapshot is not None:
-                kinds.append("RaftSnapshot")  # persisted (and the log compacted) in this txn
             rec("s_write", contents)
             out = orig(self, job)
             rec("s_written", contents)
+            if job.own_snapshot is not None:
+                kinds.append("RaftSnapshot")  # this node's snapshot recorded in this txn
+            if getattr(job, "compacted", 0):
+                kinds.append("RaftCompact")  # log entries discarded in this txn
             job_contents[id(job)] = contents
             writes.append((t0, now(), kinds))
             return out
