@@ -1,5 +1,6 @@
 """The data of a Raft snapshot: member addresses, replicated store keys, and the node's
-state as a full backup.
+state as a full backup. Produced only when the leader sends a follower a snapshot (the
+node's own snapshots are metas: docs/raft.md, "Snapshots and compaction"), never stored.
 
     magic "DOQRSNP2" (8 B) | members length (u32 BE) | store keys length (u64 BE)
     | members (`raft_log.encode_members`) | store keys | a doq backup file of every record
@@ -16,12 +17,12 @@ The older "DOQRSNP1" layout (magic | horizon (u64 BE) | members length (u32 BE) 
 backup format of doq/backup (same records, same checksums), read in one LMDB read
 transaction at the snapshot's applied index, its to_version the state's version, its
 header's cluster id the read's: a member that installs the snapshot (a joining node
-first of all: the bootstrap snapshot of a new cluster carries the id and an empty state)
-adopts it from the store keys (which are the whole truth: a state without the key has no
-id, whatever the header says), or from that header in the older layout. An empty state
-part means an empty state (the bootstrap snapshot of a cluster from before cluster ids:
-no cluster id). Installing
-replaces the whole state inside the caller's write txn (all or nothing).
+first of all: the first snapshot it receives carries the cluster's id) adopts it from the
+store keys (which are the whole truth: a state without the key has no id, whatever the
+header says), or from that header in the older layout. An empty state part means an
+empty state (older versions sent one from the stored bootstrap snapshot of a cluster from
+before cluster ids: no cluster id). Installing replaces the whole state inside the
+caller's write txn (all or nothing).
 """
 
 from __future__ import annotations
