@@ -212,7 +212,15 @@ def report(prefix: str) -> dict[str, Any]:
         "longest_writes": [(round((b - a) / 1e6, 1), "+".join(sorted(set(k))))
                            for a, b, k in sorted(writes, key=lambda w: w[0] - w[1])[:3]],
         "slower_than_8_ms": sum(1 for t in total if t > 8),
+        "raft_writes_ms": {kind: _spread([(b - a) / 1e6 for a, b, k in writes if kind in k])
+                           for kind in ("RaftSnapshot", "RaftCompact")},
     }
+
+
+def _spread(ms: list[float]) -> dict[str, Any]:
+    """Count, p50 and max of some durations (ms)."""
+    return {"count": len(ms), "p50": round(_pct(ms, 50), 3) if ms else None,
+            "max": round(max(ms), 3) if ms else None}
 
 
 def run_once(tmp: Path, n: int, count: int, rate: float) -> dict[str, Any]:
@@ -276,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['leased_by_their_own_commit']} leased by their own commit; "
                   f"{r['writes']} writes ({r['writes_per_s']}/s, {r['write_ms']['p50']} ms p50, "
                   f"writer busy {r['writer_busy']}): {r['write_kinds']}; longest writes (ms): "
-                  f"{r['longest_writes']}; messages slower than 8 ms: {r['slower_than_8_ms']}")
+                  f"{r['longest_writes']}; messages slower than 8 ms: {r['slower_than_8_ms']}; "
+                  f"Raft snapshot / compaction writes (ms): {r['raft_writes_ms']}")
             print("| step | p50 ms | p90 ms | p99 ms |\n| --- | --- | --- | --- |")
             for s in [*r["steps"], {"step": "**total**", **r["total"]}]:
                 print(f"| {s['step']} | {s['p50_ms']} | {s['p90_ms']} | {s['p99_ms']} |")

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import io
 import struct
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Generator, Iterator, Mapping
 
 import lmdb
 
@@ -110,14 +111,38 @@ class _Opened:
         return self._changes[0], None, self._changes[1]
 
 
+YIELD_EVERY_RECORDS = 64
+
+
+def _yielding(records: Iterator[Record], every: int) -> Generator[Record, None, None]:
+    """`records`, letting other threads take the GIL after every `every` of them: a thread
+    that builds snapshot data holds it otherwise for the interpreter's whole switch
+    interval (5 ms) at a time, which the event loop and the writer wait for."""
+    n = 0
+    for r in records:
+        yield r
+        n += 1
+        if n == every:
+            n = 0
+            time.sleep(0)  # releases the GIL; a waiting thread gets it first
+    close = getattr(records, "close", None)
+    if close is not None:
+        close()
+
+
 def write_state_snapshot(read: StateRead, members: dict[str, MemberAddrs], node_id: str) -> bytes:
     """Snapshot data from a read opened with `StateStore.open_read` on the writer thread;
     the backup's header records the cluster id of that read (its store key: never the
     store's id in memory, which a later commit may have changed). Blocking: run it off
-    the event loop, on one thread."""
+    the event loop, on one thread (it yields the GIL every `YIELD_EVERY_RECORDS` records)."""
     cluster_id = bytes(read.store_keys.get(CLUSTER_KEY, b"")).decode()
     buf = io.BytesIO()
-    write_backup(_Opened(read.version, read.records, cluster_id), 0, buf, node_id=node_id)  # type: ignore[arg-type]
+    records = _yielding(read.records, YIELD_EVERY_RECORDS)
+    try:
+        write_backup(_Opened(read.version, records, cluster_id), 0, buf, node_id=node_id)  # type: ignore[arg-type]
+    finally:
+        records.close()  # ends the read txn also if the writer failed
+        close_state_read(read)
     return encode_snapshot_data(members, read.store_keys, buf.getvalue())
 
 
