@@ -198,6 +198,9 @@ def report(prefix: str) -> dict[str, Any]:
         i = bisect.bisect_right(starts, at[k]["s_write"])
         same += at[k]["s_leased"] < (starts[i] if i < len(starts) else float("inf"))
     span_s = (writes[-1][1] - writes[0][0]) / 1e9 if writes else 0.0
+    snaps = [(a, b) for a, b, k in writes if "RaftSnapshot" in k]  # sent 0.5 s before to 0.1 s after
+    near_snapshot = [(at[k]["c_recv"] - k) / 1e6 for k in full
+                     if any(a - 500_000_000 <= k <= b + 100_000_000 for a, b in snaps)]
     kinds = collections.Counter("+".join(sorted(set(w[2]))) or "-" for w in writes)
     return {
         "messages": len(full), "steps": steps,
@@ -214,13 +217,17 @@ def report(prefix: str) -> dict[str, Any]:
         "slower_than_8_ms": sum(1 for t in total if t > 8),
         "raft_writes_ms": {kind: _spread([(b - a) / 1e6 for a, b, k in writes if kind in k])
                            for kind in ("RaftSnapshot", "RaftCompact")},
+        "near_snapshot_ms": _spread(near_snapshot, with_p99=True),
     }
 
 
-def _spread(ms: list[float]) -> dict[str, Any]:
-    """Count, p50 and max of some durations (ms)."""
-    return {"count": len(ms), "p50": round(_pct(ms, 50), 3) if ms else None,
-            "max": round(max(ms), 3) if ms else None}
+def _spread(ms: list[float], with_p99: bool = False) -> dict[str, Any]:
+    """Count, p50 (p99) and max of some durations (ms)."""
+    out = {"count": len(ms), "p50": round(_pct(ms, 50), 3) if ms else None,
+           "max": round(max(ms), 3) if ms else None}
+    if with_p99:
+        out["p99"] = round(_pct(ms, 99), 3) if ms else None
+    return out
 
 
 def run_once(tmp: Path, n: int, count: int, rate: float) -> dict[str, Any]:
@@ -285,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['writes']} writes ({r['writes_per_s']}/s, {r['write_ms']['p50']} ms p50, "
                   f"writer busy {r['writer_busy']}): {r['write_kinds']}; longest writes (ms): "
                   f"{r['longest_writes']}; messages slower than 8 ms: {r['slower_than_8_ms']}; "
-                  f"Raft snapshot / compaction writes (ms): {r['raft_writes_ms']}")
+                  f"Raft snapshot / compaction writes (ms): {r['raft_writes_ms']}; messages sent "
+                  f"0.5 s before to 0.1 s after a snapshot write (ms): {r['near_snapshot_ms']}")
             print("| step | p50 ms | p90 ms | p99 ms |\n| --- | --- | --- | --- |")
             for s in [*r["steps"], {"step": "**total**", **r["total"]}]:
                 print(f"| {s['step']} | {s['p50_ms']} | {s['p90_ms']} | {s['p99_ms']} |")
