@@ -124,7 +124,7 @@ def _yielding(records: Iterator[Record], every: int) -> Generator[Record, None, 
         n += 1
         if n == every:
             n = 0
-            time.sleep(0)  # releases the GIL; a waiting thread gets it first
+            time.sleep(0)  # releases the GIL: a thread waiting for it may take it now
     close = getattr(records, "close", None)
     if close is not None:
         close()
