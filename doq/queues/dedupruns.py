@@ -16,12 +16,14 @@ change (a user may choose canonical ids too).
 from __future__ import annotations
 
 import re
+import struct
 
 from sortedcontainers import SortedList
 
 _CANONICAL = re.compile(r"[0-9a-f]{16}-[0-9a-f]{12}")
 CANONICAL_LEN = 29
 PRODUCER_LEN = 17  # the producer part with its "-"
+_LOW4 = struct.pack(">65536H", *range(65536)).hex()  # "0000" "0001" ... "ffff"
 
 
 def parse(did: str) -> tuple[str, int] | None:
@@ -38,16 +40,33 @@ def run_id(producer: str, seq: int) -> str:
 
 def one_run(dids: list[str]) -> tuple[str, int] | None:
     """(producer, first sequence) when `dids` (non-empty) are the canonical ids of
-    consecutive sequences of one producer, else None."""
+    consecutive sequences of one producer, else None. No formatting per id: the ids are
+    compared column by column (character k of every id) in C."""
+    n = len(dids)
     d0 = dids[0]
     p = parse(d0) if type(d0) is str else None
-    if p is None or len(dids) == 1:
+    if p is None or n == 1:
         return p
     producer, first = p
-    if dids[-1] != f"{producer}{first + len(dids) - 1:012x}":  # cheap refusal first
+    last = first + n - 1
+    if last >= 1 << 48:
         return None
-    if [f"{producer}{s:012x}" for s in range(first, first + len(dids))] != dids:
+    try:
+        joined = "".join(dids)
+    except TypeError:
         return None
+    if set(map(len, dids)) != {CANONICAL_LEN}:
+        return None
+    if first >> 16 != last >> 16:  # the upper digits change within the run: id by id
+        return p if [f"{producer}{s:012x}" for s in range(first, last + 1)] == dids else None
+    step = CANONICAL_LEN
+    for k, ch in enumerate(f"{producer}{first >> 16:08x}"):  # the 25 characters all ids share
+        if joined[k::step] != ch * n:
+            return None
+    lo = first & 0xFFFF
+    for k in range(4):  # the last 4 digits count up
+        if joined[25 + k :: step] != _LOW4[4 * lo + k : 4 * (lo + n) : 4]:
+            return None
     return p
 
 

@@ -176,3 +176,34 @@ def test_forms_near_the_canonical_one_are_plain_ids() -> None:
     items(b, near)
     assert a.store.data == b.store.data and not a.m.queues["q"].runs
     assert len(dedup_records(a)) == 4 and all(v[2] == 1 for v in dedup_records(a).values())
+
+
+def _naive_run(dids: list[object]) -> tuple[str, int] | None:
+    d0 = dids[0]
+    if type(d0) is not str or len(d0) != 29:
+        return None
+    import re
+    if not re.fullmatch(r"[0-9a-f]{16}-[0-9a-f]{12}", d0):
+        return None
+    first = int(d0[17:], 16)
+    want = [f"{d0[:17]}{s:012x}" for s in range(first, first + len(dids))]
+    return (d0[:17], first) if want == dids and first + len(dids) <= 1 << 48 else None
+
+
+@pytest.mark.parametrize("first", [0, 1, 0xFFF0, 0x1FFFE, 0xFFFF_FFFF_FF00, (1 << 48) - 3])
+@pytest.mark.parametrize("n", [1, 2, 17, 300])
+def test_one_run_is_the_id_by_id_definition(first: int, n: int) -> None:
+    from doq.queues.dedupruns import one_run
+
+    good = ids_of(P, first, n)
+    assert one_run(good) == _naive_run(good)  # type: ignore[arg-type]
+    variants: list[list[object]] = []
+    for i in {0, n // 2, n - 1}:
+        for bad in (good[i][:-1] + "g", good[i].upper(), good[i][:-1], good[i] + "0", Q + good[i][17:],
+                    good[i][:16] + "_" + good[i][17:], 7, good[i - 1] if n > 1 else "x"):
+            variants.append([*good[:i], bad, *good[i + 1:]])
+    if n > 1:  # same characters, other boundaries: every id must be 29 long
+        variants.append([good[0][:-1], good[0][-1] + good[1], *good[2:]])
+        variants.append(good[::-1])
+    for v in variants:
+        assert one_run(v) == _naive_run(v), v[:3]  # type: ignore[arg-type]
