@@ -464,6 +464,7 @@ class QueueMachine:
     def _forget_dedups(self, items: list[tuple[int, str, str]]) -> None:
         """Forget the dedup records of `items` (already out of `dedup_exp`), one store call."""
         keys = []
+        prefixes: dict[str, bytes] = {}
         for _, name, did in items:
             q = self.queues[name]
             if q.dedup.pop(did, None) is not None:
@@ -474,7 +475,10 @@ class QueueMachine:
                 self.dedup_n -= runs.remove(int(did[PRODUCER_LEN:], 16)).count
                 if not runs:
                     del q.runs[producer]
-            keys.append(K.dedup_key(name, did))
+            prefix = prefixes.get(name)
+            if prefix is None:
+                prefix = prefixes[name] = K.name_prefix(K.DEDUP, name)
+            keys.append(prefix + did.encode())
         self.store.delete_many(keys)
 
     def _evict_dedups(self) -> None:
