@@ -51,6 +51,7 @@ from doq.errors import (
     Overloaded,
     Unavailable,
 )
+from doq.node.base import ProposalFuture, resolve_results
 from doq.node.cluster import ClusterStatus, Member, MemberAddrs
 from doq.node.local import MAX_PENDING_COMMANDS, _take_count, wall_clock_ms
 from doq.node.raft_log import LmdbLogStorage, decode_addrs, encode_addrs
@@ -179,7 +180,7 @@ class RaftNode:
         # during a long write resets the election clock the ticks before it advanced
         self._inbox: list[Message | None] = []
         self._ack_term = 0  # while the writer works: the durable term heartbeats are answered in
-        self._pending: list[tuple[Command, Fut]] = []
+        self._pending: list[tuple[Command, ProposalFuture]] = []
         self._admin: list[Callable[[RaftCore], None]] = []
         self._proposals: dict[int, _Proposal] = {}
         self._reads: dict[bytes, Fut] = {}
@@ -317,7 +318,7 @@ class RaftNode:
         pending = self._pending
         if len(pending) >= MAX_PENDING_COMMANDS:
             raise Overloaded("too many commands waiting for commit; retry later")
-        fut: Fut = asyncio.get_running_loop().create_future()
+        fut = ProposalFuture(loop=asyncio.get_running_loop())
         pending.append((command, fut))
         if not pending[1:]:
             self._wake.set()  # the first since the last Ready wakes the driver
@@ -678,11 +679,17 @@ class RaftNode:
                     core = self.core
                     assert core is not None
                     self._feed(core)
-                    if core.has_ready():
+                    handled = core.has_ready()
+                    if handled:
                         await self._handle_ready(core, core.ready())
                         self._wake.set()  # more may have arrived meanwhile
                     elif self._own_snapshot is not None:
                         await self._persist_own_snapshot()
+                if handled:
+                    # the tasks its results woke (frames first, then confirmations) send
+                    # before the next Ready's work starts: it would delay them, not itself
+                    # (its writer needs the GIL, which this loop holds until it idles)
+                    await asyncio.sleep(0)
         except BaseException as e:
             if not isinstance(e, asyncio.CancelledError):
                 log.exception("Raft node %s failed; it stops taking requests", self.node_id)
@@ -713,6 +720,8 @@ class RaftNode:
 
     def _propose_pending(self, core: RaftCore) -> None:
         pending = [p for p in self._pending if not p[1].cancelled()]  # cancelled: dropped
+        for _, fut in pending:
+            fut.in_log = True  # proposed or failed below: no longer cancellable
         if core.role != Role.LEADER:
             self._pending = []
             err = NotLeader("not the leader", leader_hint=core.lead)
@@ -745,8 +754,8 @@ class RaftNode:
             hint = (e.leader_hint or "") if isinstance(e, CoreNotLeader) else core.lead_transferee
             err = NotLeader(f"proposal refused: {e}", leader_hint=hint)
             for futs in groups:
-                for fut in futs:
-                    _fail(fut, err)
+                for f in futs:
+                    _fail(f, err)
             return
         term = core.term
         for index, futs, batch in zip(indexes, groups, batches, strict=True):
@@ -870,9 +879,12 @@ class RaftNode:
 
     # -- results -----------------------------------------------------------------------------
     def _resolve_committed(self, committed: list[Entry], results: list[list[object]]) -> None:
+        """Give the proposals these entries carried their results (`resolve_results`:
+        the dequeues' first)."""
         props = self._proposals
         if not props:
             return
+        done: list[tuple[Command, Fut, object]] = []
         for e, res in zip(committed, results, strict=False):
             p = props.pop(e.index, None)
             if p is None:
@@ -886,8 +898,9 @@ class RaftNode:
                 for fut in p.futs:
                     _resolve(fut, None)
             else:
-                for fut, r in zip(p.futs, res, strict=True):
-                    _resolve(fut, r)
+                assert p.batch is not None  # every command proposal keeps its batch
+                done.extend(zip(p.batch.commands, p.futs, res, strict=True))
+        resolve_results(done)
 
     def _fail_proposals_upto(self, index: int | None, hint: str) -> None:
         """Fail the proposals at indexes <= index (all if None) with NotLeader(hint)."""
@@ -902,8 +915,8 @@ class RaftNode:
             _fail(fut, err)
         props, self._proposals = self._proposals, {}
         for p in props.values():
-            for fut in p.futs:
-                _fail(fut, err)
+            for f in p.futs:
+                _fail(f, err)
         self._fail_reads(err)
 
     def _fail_reads(self, err: DoqError) -> None:
@@ -994,7 +1007,7 @@ class RaftNode:
         self._lease_handle = None
         if self._stopping or self._role != Role.LEADER:
             return
-        fut: Fut = asyncio.get_running_loop().create_future()
+        fut = ProposalFuture(loop=asyncio.get_running_loop())
         fut.add_done_callback(_ignore_result)
         self._pending.append((Tick(), fut))
         self._wake.set()

@@ -32,7 +32,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from doq.errors import DoqError, InvalidArgument
-from doq.node.base import Node
+from doq.node.base import Node, wait_for_result
 from doq.queues.commands import Ack, Dequeue, Nack
 from doq.queues.model import EnqueueColumnsResult, EnqueueResult, MessageView
 from doq.service import convert as cv
@@ -268,8 +268,8 @@ class DequeueSession:
                     continue
                 if inflight:
                     fut = inflight[0][0]
-                    if not fut.done():
-                        await asyncio.wait([fut])
+                    if not fut.done():  # woken by the result itself, frames first
+                        await wait_for_result(fut)
                     inflight.popleft()
                     result = fut.result()
                     if fut is own:
