@@ -61,6 +61,7 @@ from doq.node.raft_snapshot import (
     write_state_snapshot,
 )
 from doq.node.transport_base import OnMessages, RaftTransport
+from doq.node.writer import WriterThread
 from doq.queues.codec import encode_batch
 from doq.queues.commands import (
     Command,
@@ -172,7 +173,7 @@ class RaftNode:
         self.storage = LmdbLogStorage(self.env)
         self.transport = transport(self._on_messages)
         self.core: RaftCore | None = None
-        self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="doq-raft-writer")
+        self._writer = WriterThread("doq-raft-writer")
         self._snapshotter = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="doq-raft-snap")
         self._wake = asyncio.Event()
         self._listeners: list[Callable[[], None]] = []
@@ -817,7 +818,7 @@ class RaftNode:
         """`_write` on the writer thread; meanwhile heartbeats are answered at once."""
         self._ack_term = self.storage.hard_state.term  # durable: no other write is running
         try:
-            await asyncio.get_running_loop().run_in_executor(self._writer, self._write, job)
+            await self._writer.call(self._write, job)
         finally:
             self._ack_term = 0
 
