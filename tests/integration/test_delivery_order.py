@@ -6,7 +6,8 @@
   event-loop turn after the commit; the frame first).
 - In-process service over LMDB: a leasing session cancelled while its dequeue commits
   still releases what that dequeue leased (it waits for the result with
-  `wait_for_result`, which never cancels a proposal in a log entry).
+  `wait_for_result`, which never cancels a proposal in a log entry); the results of
+  dequeues committed together go out in one frame (up to `max_batch`).
 """
 
 from __future__ import annotations
@@ -138,3 +139,17 @@ async def test_a_session_cancelled_while_its_dequeue_commits_releases_what_it_le
     await s.drain()
     view = served.api.node.state.get_message("q", leased[0].id)
     assert (view.state, view.attempts) == (MessageState.READY, 0)
+
+
+async def test_dequeues_committed_together_go_out_in_frames_of_at_most_max_batch(served: Served) -> None:
+    s = DequeueSession(served.api, pb.DequeueStreamRequest(queue_name="q", prefetch=10, max_batch=2), 64)
+    frames = s.pump()
+    first = asyncio.ensure_future(anext(frames))
+    await _until(lambda: served.api.long_polls.waiting("q") == 1, "the long poll")
+    with stalled_commits(served.env):  # three enqueues, each leasing for the session, one commit
+        stored = [served.api.enqueue_nowait("q", EnqueueItem(b"%d" % i)) for i in range(3)]
+    assert [m.content for m in await asyncio.wait_for(first, 20)] == [b"0", b"1"]
+    assert [m.content for m in await asyncio.wait_for(anext(frames), 20)] == [b"2"]
+    await asyncio.gather(*stored)
+    await frames.aclose()
+
