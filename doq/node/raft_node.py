@@ -680,14 +680,18 @@ class RaftNode:
                     core = self.core
                     assert core is not None
                     self._feed(core)
-                    if core.has_ready():
+                    handled = core.has_ready()
+                    if handled:
                         await self._handle_ready(core, core.ready())
-                        # more may have arrived meanwhile: their Ready's write starts before
-                        # the tasks woken by this one's results run (measured: better than
-                        # letting those send first; with nothing pending they run at once)
-                        self._wake.set()
+                        self._wake.set()  # more may have arrived meanwhile
                     elif self._own_snapshot is not None:
                         await self._persist_own_snapshot()
+                if handled:
+                    # the tasks its results woke (frames first, then confirmations) send
+                    # before the next Ready is made: its writer then runs while this loop
+                    # idles, not against it for the GIL at every LMDB call (measured:
+                    # shorter commits, and frames not held behind the next Ready)
+                    await asyncio.sleep(0)
         except BaseException as e:
             if not isinstance(e, asyncio.CancelledError):
                 log.exception("Raft node %s failed; it stops taking requests", self.node_id)
