@@ -43,6 +43,9 @@ class NullStore:
     def delete(self, key: bytes) -> None:
         pass
 
+    def delete_many(self, keys: list[bytes]) -> None:
+        pass
+
 
 def measure(kind: str, n: int) -> float:
     m = QueueMachine(NullStore())

@@ -11,7 +11,7 @@ class Store(Protocol):
 
     `get` sees the machine's own earlier puts/deletes (read-your-writes). `insert` and
     `insert_many` write records whose keys do not exist (fresh message ids): a store may
-    skip reading an old value.
+    skip reading an old value. `delete_many` is `delete` of each key, in one call.
     """
 
     def get(self, key: bytes) -> bytes | None: ...
@@ -25,6 +25,10 @@ class Store(Protocol):
         ...
 
     def delete(self, key: bytes) -> None: ...
+
+    def delete_many(self, keys: list[bytes]) -> None:
+        """`delete` of each key (keys of one kind)."""
+        ...
 
 
 class MemoryStore:
@@ -49,6 +53,10 @@ class MemoryStore:
 
     def delete(self, key: bytes) -> None:
         self.data.pop(key, None)
+
+    def delete_many(self, keys: list[bytes]) -> None:
+        for k in keys:
+            self.data.pop(k, None)
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
         """All records in key order (what `QueueMachine.load` expects)."""
