@@ -34,11 +34,7 @@ import urllib.request
 from importlib.util import find_spec
 from pathlib import Path
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from doq.ports import free_port
 
 
 async def _one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, req: bytes) -> int:
@@ -141,7 +137,7 @@ uvicorn.run(app, host="127.0.0.1", port=%d, http="httptools", loop="uvloop", log
 
 
 def _start_bare() -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-c", BARE_APP % port], stdout=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
@@ -168,13 +164,13 @@ def _import_roots() -> list[str]:
 
 
 def _start_node(tmp: str) -> tuple[subprocess.Popen[bytes], str]:
-    http_port = _free_port()
+    http_port = free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (*_import_roots(), os.environ.get("PYTHONPATH", "")) if p)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "doq", "serve", "--data-dir", tmp,
-         "--grpc-addr", f"127.0.0.1:{_free_port()}", "--http-addr", f"127.0.0.1:{http_port}",
-         "--raft-addr", f"127.0.0.1:{_free_port()}"],
+         "--grpc-addr", f"127.0.0.1:{free_port()}", "--http-addr", f"127.0.0.1:{http_port}",
+         "--raft-addr", f"127.0.0.1:{free_port()}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
     )
     url = f"http://127.0.0.1:{http_port}"

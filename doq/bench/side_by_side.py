@@ -32,7 +32,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import statistics
 import struct
 import subprocess
@@ -44,6 +43,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from doq.ports import free_port
 
 RABBIT_SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 INSTALL_HINT = (
@@ -60,12 +61,6 @@ def child_env() -> dict[str, str]:
     root = Path(__file__).resolve().parents[2]
     paths = [str(root), str(root / "clients" / "python"), os.environ.get("PYTHONPATH", "")]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _wait(what: str, ready: Callable[[], bool], proc: subprocess.Popen[bytes], timeout_s: float,

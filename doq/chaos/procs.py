@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from doq.ports import free_port
+
 #: how a node is started unless told otherwise: this interpreter, `-m doq`
 DEFAULT_SERVER_CMD = (sys.executable, "-m", "doq")
 HTTP_TIMEOUT_S = 1.0
@@ -29,12 +30,6 @@ HTTP_TIMEOUT_S = 1.0
 
 class HarnessError(RuntimeError):
     """The run could not be carried out (a node would not start, no cluster formed)."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
