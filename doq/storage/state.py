@@ -224,6 +224,46 @@ class _TxnSink:
         txn.delete(old[:8] + key, db=self.versions)
         txn.put(self.ver + key, b"", db=self.tombs)
 
+    def rewrite_many(self, keys: list[bytes], edit: Callable[[list[bytes]], list[bytes]]) -> None:
+        """`put` of `edit(old records)` over existing keys of one kind: one read each, the
+        records and their new versions written by one C call per database."""
+        txn = self.txn
+        assert txn is not None
+        if not keys:
+            return
+        db = self.dbs[keys[0][0]]
+        get = txn.get
+        raws = [get(k, db=db) for k in keys]
+        news = edit([r[8:] for r in raws])
+        ver = self.ver
+        txn.cursor(db=db).putmulti(zip(keys, [ver + v for v in news], strict=True))
+        vdb = self.versions
+        delete = txn.delete
+        for k, r in zip(keys, raws, strict=True):
+            if r[:8] != ver:
+                delete(r[:8] + k, db=vdb)
+        txn.cursor(db=vdb).putmulti([(ver + k, b"") for k in keys])
+
+    def pop_many(self, keys: list[bytes]) -> list[bytes | None]:
+        """`delete` of each key (one kind); the tombstones written by one C call."""
+        txn = self.txn
+        assert txn is not None
+        if not keys:
+            return []
+        db = self.dbs[keys[0][0]]
+        pop = txn.pop
+        olds = [pop(k, db=db) for k in keys]
+        vdb = self.versions
+        delete = txn.delete
+        ver = self.ver
+        tombs = []
+        for k, o in zip(keys, olds, strict=True):
+            if o is not None:
+                delete(o[:8] + k, db=vdb)
+                tombs.append((ver + k, b""))
+        txn.cursor(db=self.tombs).putmulti(tombs)
+        return [None if o is None else o[8:] for o in olds]
+
 
 class StateStore:
     """The node's replicated queue state. See the module docstring for the contracts."""
