@@ -50,6 +50,7 @@ BATCH_STREAM_WINDOW = 64  # frames in flight per EnqueueBatchStream before we st
 PUSH_BATCH = 64  # messages per dequeue on DequeueStream (max_batch 0)
 FRAME_BATCH = 100  # messages per frame on DequeueBatchStream (max_batch 0)
 LONG_POLL_MS = 10_000
+OWN_DEQUEUES = 8  # dequeues a leasing stream with prefetch proposes itself, in flight at once
 
 
 def leader_grpc_addr(node: Node, leader_id: str) -> str:
@@ -232,15 +233,19 @@ class DequeueSession:
         """Lease mode. The stream's `StandingPoll` stays parked while it has room, also
         while earlier dequeues commit and frames are sent, so each enqueue arriving
         meanwhile leases for it in the enqueue's own log entry; when the queue already
-        has something deliverable the stream proposes a dequeue itself (one at a time).
-        Frames follow in the order of those dequeues (the log's). A frame dequeued after
-        the half-close, or left when the frames stop being taken (the call ends), is
-        released, not sent."""
+        has more deliverable than the stream's own dequeues in flight ask for, the stream
+        proposes dequeues itself, as many as its room allows (at most `OWN_DEQUEUES` in
+        flight; one without prefetch), so that the next commit carries the stream's next
+        dequeue while one commits and its frame is sent. Frames follow in the order
+        of those dequeues (the log's). A frame dequeued after the half-close, or left when
+        the frames stop being taken (the call ends), is released, not sent."""
         polls = self.api.long_polls
         state = self.api.node.state
         sp = StandingPoll(self.visibility_timeout_ms, self.wake)
         inflight = sp.early  # dequeues in flight, oldest first: early ones and our own
-        own: asyncio.Future[object] | None = None  # the one this stream proposed itself
+        own: dict[asyncio.Future[object], int] = {}  # those this stream proposed itself: size
+        own_n = 0  # messages they may return
+        depth = OWN_DEQUEUES if self.credit_mode else 1
         starved = False  # its last came back empty: `deliverable` is only an upper bound (a
         # fair queue's group limit), so try again only when a commit wakes the poll
         ready: list[MessageView] | None = None
@@ -249,15 +254,18 @@ class DequeueSession:
                 if self.half_closed.is_set():
                     polls.sit(self.queue, sp)
                 else:
-                    if own is None:
+                    room = self._room(inflight)
+                    while (room > 0 and len(own) < depth and (sp.claim or not starved)
+                           and state.deliverable(self.queue) > own_n):
+                        fut = self.api.node.propose_nowait(
+                            Dequeue(self.queue, room, False, self.visibility_timeout_ms))
+                        inflight.append((fut, room))
+                        own[fut] = room
+                        own_n += room
                         room = self._room(inflight)
-                        if room > 0 and (sp.claim or not starved) and state.deliverable(self.queue):
-                            own = self.api.node.propose_nowait(
-                                Dequeue(self.queue, room, False, self.visibility_timeout_ms))
-                            inflight.append((own, room))
-                        else:
-                            polls.release_standing(self.queue, sp)
-                    sp.wanted = self._room(inflight)
+                    if not own:
+                        polls.release_standing(self.queue, sp)
+                    sp.wanted = room
                     if sp.wanted > 0:
                         polls.stand(self.queue, sp)
                     else:
@@ -272,8 +280,8 @@ class DequeueSession:
                         await asyncio.wait([fut])
                     inflight.popleft()
                     result = fut.result()
-                    if fut is own:
-                        own = None
+                    if fut in own:
+                        own_n -= own.pop(fut)
                         starved = not result
                         polls.release_standing(self.queue, sp)
                     if isinstance(result, DoqError):

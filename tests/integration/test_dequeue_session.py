@@ -141,6 +141,45 @@ async def test_pump_with_prefetch_0_pushes_without_credits(served: Served) -> No
     await frames.aclose()
 
 
+async def test_pump_proposes_dequeues_up_to_its_credits_while_one_commits(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lease mode with prefetch and a deliverable backlog: the session proposes as many
+    dequeues as its credits allow (no more than the queue can deliver), without waiting
+    for the first to commit, so the next commit carries them; frames follow in their order."""
+    ids = await _enqueue(served, 25)
+    dequeues = _spy_dequeues(served, monkeypatch)
+    s = _session(served, prefetch=40, max_batch=10)
+    frames = s.pump()
+    with stalled_commits(served.env):
+        first = asyncio.ensure_future(anext(frames))
+        await _until(lambda: len(dequeues) > 0, "the first dequeue")
+        # 25 deliverable: three dequeues of 10 (the third may come back short), not a fourth
+        assert [d.max_messages for d in dequeues] == [10, 10, 10]
+    got = [await asyncio.wait_for(first, 20)]
+    got += [await asyncio.wait_for(anext(frames), 20) for _ in range(2)]
+    assert [[m.id for m in f] for f in got] == [ids[:10], ids[10:20], ids[20:]]
+    assert [m.lease_id for f in got for m in f] == sorted({m.lease_id for f in got for m in f})
+    assert s.credits == 15
+    await frames.aclose()
+
+
+async def test_pump_without_prefetch_proposes_one_dequeue_at_a_time(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """prefetch 0 (push mode, no credits to bound it): one dequeue of its own in flight."""
+    await _enqueue(served, 5)
+    dequeues = _spy_dequeues(served, monkeypatch)
+    s = _session(served, prefetch=0, max_batch=2)
+    frames = s.pump()
+    with stalled_commits(served.env):
+        first = asyncio.ensure_future(anext(frames))
+        await _until(lambda: len(dequeues) > 0, "the first dequeue")
+        assert [d.max_messages for d in dequeues] == [2]
+    assert len(await asyncio.wait_for(first, 20)) == 2
+    await frames.aclose()
+
+
 def _spy_proposals(srv: Served, monkeypatch: pytest.MonkeyPatch) -> list[type]:
     """Record the type of every command proposed to the node from now on."""
     proposed: list[type] = []
