@@ -213,7 +213,7 @@ class DequeueSession:
             return
         res = fut.exception() or fut.result()
         if isinstance(res, list):
-            M.acked.inc(sum(1 for r in res if r is None))
+            M.acked.inc(res.count(None))
         if isinstance(res, BaseException) or (isinstance(res, list) and any(res)):
             log.debug("stream ack/nack on %s failed: %s", self.queue, res)
 
