@@ -460,3 +460,15 @@ async def test_lean_route_parameters_match_fastapi(lean_vs_fastapi_app: FastAPI,
             answers.append((r.status_code, doc))
     assert answers[0] == answers[1]
     assert answers[0][0] in (200, 400)
+
+
+async def test_online_restore_documents_every_refusal(client: httpx.AsyncClient) -> None:
+    """A user reading /docs learns each reason POST /db/restore can refuse with, under its status."""
+    responses = (await client.get("/openapi.json")).json()["paths"]["/db/restore"]["post"]["responses"]
+    for status, reasons in {
+        "400": ("BACKUP_CLUSTER_MISMATCH", "BACKUP_INCONSISTENT"),
+        "409": ("RESTORE_TARGET_NOT_EMPTY", "RESTORE_CLUSTER_MISMATCH", "RESTORE_INCOMPLETE"),
+        "503": ("NOT_LEADER",),
+    }.items():
+        for reason in reasons:
+            assert reason in responses[status]["description"], (status, reason)

@@ -163,11 +163,13 @@ def _add_backup_routes(r: APIRouter, api: QueueService) -> None:
     @r.post(
         "/db/restore", tags=["backup"], summary="Restore (online)", response_model=RestoreResultModel,
         responses=errors(400, 409, notes={
-            400: "Not a doq backup, a corrupt file, files out of order (a gap in the chain), or files "
-                 "whose records do not form a valid state (BACKUP_INCONSISTENT). Nothing was restored.",
+            400: "Not a doq backup, a corrupt file, files out of order (a gap in the chain), files of "
+                 "different clusters (BACKUP_CLUSTER_MISMATCH), or files whose records do not form a valid "
+                 "state (BACKUP_INCONSISTENT). Nothing was restored.",
             409: "The cluster's state is not empty (RESTORE_TARGET_NOT_EMPTY, also when a write raced the "
-                 "restore), or the restore's chunks did not all reach the log (RESTORE_INCOMPLETE: the leader "
-                 "changed meanwhile). Nothing was restored; retry.",
+                 "restore; RESTORE_CLUSTER_MISMATCH when it is another cluster's state), or the restore's "
+                 "chunks did not all reach the log (RESTORE_INCOMPLETE: the leader changed meanwhile). "
+                 "Nothing was restored; retry.",
             503: "Not the leader and no leader to forward to, or leadership lost during the restore "
                  "(NOT_LEADER; `leader_hint` names the leader).",
         }),
