@@ -83,6 +83,7 @@ def test_consumer_prefetch_and_stream_acks(client: DoqClient, queue: str, batche
             if len(seen) == n:
                 break
     assert len(set(seen)) == n
+    assert seen == sorted(seen)  # queue order, also with several dequeues in flight (20 > 7)
     _wait_total(client, queue, 0)
 
 
