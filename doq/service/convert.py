@@ -102,6 +102,31 @@ def add_messages(out: Any, msgs: Sequence[MessageView]) -> None:
             _rare_fields(r, m)
 
 
+def add_columns(out: Any, msgs: Sequence[MessageView]) -> None:
+    """Fill a `MessageColumns` with `msgs` (delivered messages of one queue): one C call
+    per column, the optional columns only when a message sets the field."""
+    if not msgs:
+        return
+    out.queue_name = msgs[0].queue_name
+    out.ids.extend([m.id for m in msgs])
+    out.contents.extend([m.content for m in msgs])
+    out.lease_ids.extend([m.lease_id for m in msgs])
+    out.attempts.extend([m.attempts for m in msgs])
+    out.lease_expires_at_ms.extend([m.lease_expires_at_ms for m in msgs])
+    out.enqueued_at_ms.extend([m.enqueued_at_ms for m in msgs])
+    for column, values in (
+        (out.dedup_ids, [m.dedup_id for m in msgs]),
+        (out.groups, [m.group for m in msgs]),
+        (out.priorities, [m.priority for m in msgs]),
+        (out.deliver_at_ms, [m.deliver_at_ms for m in msgs]),
+    ):
+        if any(values):
+            column.extend(values)
+    if any(m.metadata for m in msgs):
+        for m in msgs:
+            out.metadata.add().entries.update(m.metadata)
+
+
 def _rare_fields(r: pb.Message, m: MessageView) -> pb.Message:
     """Set the fields most messages leave at their default, only when set."""
     if m.group:

@@ -142,6 +142,7 @@ class DequeueSession:
         self.credit_mode = first.prefetch > 0
         self.credits = first.prefetch
         self.max_batch = max(1, min(first.max_batch or batch_default, api.limits.max_batch_messages))
+        self.columns = first.columns  # DequeueBatchStream: frames in MessageBatch.columns
         self.wake = asyncio.Event()  # credits arrived or the client half-closed
         self.half_closed = asyncio.Event()
         self.error: DoqError | None = None
@@ -525,8 +526,9 @@ class DOQServicer(pb_grpc.DOQServicer):
 
     async def _dequeue_frames(
         self, request_iterator: AsyncIterator[pb.DequeueStreamRequest], context: Any, batch_default: int
-    ) -> AsyncGenerator[list[MessageView], None]:
-        """Shared engine of DequeueStream and DequeueBatchStream (see `DequeueSession`)."""
+    ) -> AsyncGenerator[tuple[DequeueSession, list[MessageView]], None]:
+        """Shared engine of DequeueStream and DequeueBatchStream (see `DequeueSession`):
+        each frame's messages, with the session."""
         try:
             session = await DequeueSession.open(self.api, request_iterator, batch_default)
         except DoqError as e:
@@ -538,7 +540,7 @@ class DOQServicer(pb_grpc.DOQServicer):
         try:
             async with contextlib.aclosing(session.pump()) as frames:  # its end runs here, not at GC
                 async for msgs in frames:
-                    yield msgs
+                    yield session, msgs
             await session.drain()
         except DoqError as e:
             await _abort(context, e, self.api.node)
@@ -551,7 +553,7 @@ class DOQServicer(pb_grpc.DOQServicer):
         self, request_iterator: AsyncIterator[pb.DequeueStreamRequest], context: Any
     ) -> AsyncIterator[pb.Message]:
         async with contextlib.aclosing(self._dequeue_frames(request_iterator, context, PUSH_BATCH)) as frames:
-            async for msgs in frames:
+            async for _, msgs in frames:
                 for m in msgs:
                     yield cv.message_to_pb(m)
 
@@ -559,9 +561,12 @@ class DOQServicer(pb_grpc.DOQServicer):
         self, request_iterator: AsyncIterator[pb.DequeueStreamRequest], context: Any
     ) -> AsyncIterator[pb.MessageBatch]:
         async with contextlib.aclosing(self._dequeue_frames(request_iterator, context, FRAME_BATCH)) as frames:
-            async for msgs in frames:
+            async for session, msgs in frames:
                 frame = pb.MessageBatch()
-                cv.add_messages(frame.messages, msgs)
+                if session.columns:
+                    cv.add_columns(frame.columns, msgs)
+                else:
+                    cv.add_messages(frame.messages, msgs)
                 yield frame
 
     # -- single messages ------------------------------------------------------------------
