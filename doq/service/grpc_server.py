@@ -348,9 +348,11 @@ class DequeueSession:
 
     # -- end ------------------------------------------------------------------------------
     async def drain(self) -> None:
-        """Wait until every proposed ack, nack and release is settled."""
+        """Wait until every proposed ack, nack and release is settled. Cancelled (the call
+        ends), it leaves them be: a proposal whose future is cancelled before the node
+        takes it is dropped, and the client sent these acks before it gave up waiting."""
         if self.settles:
-            await asyncio.gather(*list(self.settles), return_exceptions=True)
+            await asyncio.wait(list(self.settles))
 
     async def close(self) -> None:
         """End the reader task (the client may not have half-closed)."""

@@ -79,6 +79,30 @@ async def test_settle_proposes_acks_and_nacks_and_returns_credits(served: Served
     assert (nacked.state, nacked.attempts) == (MessageState.DELAYED, 1)
 
 
+async def test_acks_received_are_applied_when_the_call_is_cancelled_while_they_wait(served: Served) -> None:
+    """The client gives up waiting for the end of the stream (cancels the call) while acks
+    it sent wait for the commit in progress: they are still applied (cancelling `drain`
+    must not cancel them: the node drops a proposal whose future is cancelled)."""
+    await _enqueue(served, 2)
+    msgs = await served.api.dequeue("q", max_messages=2)
+    s = _session(served, prefetch=2, auto_credit=True)
+    with stalled_commits(served.env):
+        blocker = served.api.enqueue_nowait("q", EnqueueItem(b"x"))  # a commit in progress, stuck
+        await _until(lambda: not served.api.node._pending, "the blocking enqueue to be taken")  # type: ignore[attr-defined]
+        s.settle(pb.DequeueStreamRequest(ack_ids=[m.id for m in msgs], ack_lease_ids=[m.lease_id for m in msgs]))
+        drain = asyncio.ensure_future(s.drain())
+        await asyncio.sleep(0)
+        drain.cancel()  # the call ends (cancelled by the client) while the acks wait
+        with pytest.raises(asyncio.CancelledError):
+            await drain
+    await asyncio.wait_for(blocker, 20)
+    state = served.api.node.state
+    await _until(lambda: state.get_queue("q").stats.in_flight == 0, "the acks to be applied")
+    for m in msgs:
+        with pytest.raises(MessageNotFound):
+            state.get_message("q", m.id)
+
+
 async def test_settle_refuses_mismatched_lease_ids_before_proposing(served: Served) -> None:
     await _enqueue(served, 2)
     msgs = await served.api.dequeue("q", max_messages=2)
