@@ -68,7 +68,8 @@ def decode_task(task: Task, partitions: int, counters: tuple[Any, Any] | None = 
     """Read and check the task's frames. Yields (shuffle partition, (keys, blob)) per frame
     and partition (the partition: CRC-32 of the key), then (task id % partitions, frame
     stats and failures). A record's `info`: message: -1 in flight, else deliver_at_ms;
-    queue: its dead count (flag _FAIR for a fair queue); meta: now_ms; dedup: 0."""
+    queue: its dead count (flag _FAIR for a fair queue); meta: now_ms; dedup: the dedup ids
+    it remembers (a run of canonical ids: its count)."""
     with _no_gc():
         yield from _decode_task(task, partitions, counters)
 
@@ -94,6 +95,7 @@ def _decode_task(task: Task, partitions: int, counters: tuple[Any, Any] | None) 
     n_bad = 0
     item_digest = D.item_digest
     delivery = R.message_delivery
+    dedup_ids = R.decode_dedup
     pack = _FIXED.pack
     crc = zlib.crc32
     msg, queue, dedup, meta = K.MESSAGE, K.QUEUE, K.DEDUP, K.META_KEY
@@ -129,7 +131,7 @@ def _decode_task(task: Task, partitions: int, counters: tuple[Any, Any] | None) 
                         if qtype is fair:
                             flags |= _FAIR
                     elif kind == dedup:
-                        info = 0
+                        info = dedup_ids(value)[2]
                     elif key == meta:
                         info = min(R.META_REC.unpack_from(value)[1], _MAX_INFO)
                     else:
@@ -209,7 +211,7 @@ def _summarize(items: Iterable[tuple[int, Any]], now_ms: int, n_files: int) -> d
     deltas = [0] * n_files
     final = 0
     live = 0
-    msgs: dict[bytes, list[int]] = {}  # queue name -> [ready, delayed, in flight, dedup]
+    msgs: dict[bytes, list[int]] = {}  # queue name -> [ready, delayed, in flight, dedup ids]
     queues: dict[bytes, tuple[str, int]] = {}
     failures: list[Failure] = []
     dropped = 0
@@ -250,7 +252,7 @@ def _summarize(items: Iterable[tuple[int, Any]], now_ms: int, n_files: int) -> d
             c = msgs.get(name)
             if c is None:
                 c = msgs[name] = [0, 0, 0, 0]
-            c[3] += 1
+            c[3] += info
         elif key == K.META_KEY:
             meta_now = info
     return {"deltas": [d & D.MASK for d in deltas], "final": final & D.MASK, "live": live, "msgs": msgs,

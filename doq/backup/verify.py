@@ -97,7 +97,7 @@ class QueueCounts:
     delayed: int = 0
     in_flight: int = 0
     dead: int = 0
-    dedup: int = 0
+    dedup: int = 0  # dedup ids remembered (a run record counts its ids)
     has_record: bool = False
 
     @property

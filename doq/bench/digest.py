@@ -64,6 +64,10 @@ class _DigestSink(_TxnSink):
         txn.delete(old[:8] + key, db=self.versions)
         txn.put(self.ver + key, b"", db=self.tombs)
 
+    def delete_many(self, keys: list[bytes]) -> None:
+        for key in keys:
+            self.delete(key)
+
 
 def _with_digest_sink(st: StateStore) -> _DigestSink:
     sink = _DigestSink(st._kind_db, st._versions, st._tombs)

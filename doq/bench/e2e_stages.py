@@ -16,11 +16,14 @@ by the send time it carries (the machine's monotonic clock, shared by the proces
 - `s_frame`: server, its dequeue frame is built;
 - `c_recv`: consumer, the frame is received.
 
+The server's garbage collections (`gc.callbacks`) while messages were sent are counted
+and timed per generation.
+
 It prints, per run, the distribution of each step, the writes (commits) and the commands
-they carried (`RaftSnapshot`: the node's own snapshot persisted, its log compacted), the
-longest writes, and how many messages were leased by the commit that stored them. The
-probes wrap internal functions (they measure this version of the code) and cost a few µs
-per message.
+they carried (`RaftSnapshot`: the node's own snapshot recorded; `RaftCompact`: log
+entries discarded), the longest writes, and how many messages were leased by the commit
+that stored them. The probes wrap internal functions (they measure this version of the
+code) and cost a few µs per message.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import argparse
 import atexit
 import bisect
 import collections
+import gc
 import json
 import os
 import signal
@@ -54,7 +58,17 @@ def install() -> None:
     """Wrap the functions of the path with stamps; write them at exit and on SIGUSR1."""
     stamps: list[tuple[str, int, int]] = []
     writes: list[tuple[int, int, list[str]]] = []
+    collections: list[tuple[int, int, int]] = []  # (generation, start, end) of each GC run
     now = time.monotonic_ns
+    gc_start = [0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            gc_start[0] = now()
+        else:
+            collections.append((info["generation"], gc_start[0], now()))
+
+    gc.callbacks.append(on_gc)
 
     def rec(stage: str, contents: Any) -> None:
         t = now()
@@ -64,7 +78,7 @@ def install() -> None:
 
     def dump(*_: object) -> None:
         with open(f"{os.environ[ENV]}-{os.getpid()}.json", "w") as f:
-            json.dump({"stamps": stamps, "writes": writes}, f)
+            json.dump({"stamps": stamps, "writes": writes, "gc": collections}, f)
 
     atexit.register(dump)
     signal.signal(signal.SIGUSR1, dump)
@@ -124,11 +138,13 @@ def install() -> None:
                     kinds.append(type(cmd).__name__)
                     if isinstance(cmd, EnqueueColumns):
                         contents.extend(cmd.contents)
-            if job.own_snapshot is not None:
-                kinds.append("RaftSnapshot")  # persisted (and the log compacted) in this txn
             rec("s_write", contents)
             out = orig(self, job)
             rec("s_written", contents)
+            if job.own_snapshot is not None:
+                kinds.append("RaftSnapshot")  # this node's snapshot recorded in this txn
+            if getattr(job, "compacted", 0):
+                kinds.append("RaftCompact")  # log entries discarded in this txn
             job_contents[id(job)] = contents
             writes.append((t0, now(), kinds))
             return out
@@ -176,11 +192,14 @@ def report(prefix: str) -> dict[str, Any]:
     """Read the stamps of every process of one run (`prefix`-*.json): the step table."""
     at: dict[int, dict[str, int]] = collections.defaultdict(dict)
     writes: list[tuple[int, int, list[str]]] = []
+    server_gc: list[tuple[int, int, int]] = []
     for f in Path(prefix).parent.glob(Path(prefix).name + "-*.json"):
         d = json.loads(f.read_text())
         for stage, key, t in d["stamps"]:
             at[key].setdefault(stage, t)  # the first time (a released message comes again)
         writes += [tuple(w) for w in d["writes"]]  # type: ignore[misc]
+        if d["writes"]:  # the server's file (the only process that writes)
+            server_gc = [tuple(g) for g in d.get("gc", ())]  # type: ignore[misc]
     full = [k for k, st in at.items() if all(s in st for s in ORDER)]
     steps = []
     last = None
@@ -197,6 +216,9 @@ def report(prefix: str) -> dict[str, Any]:
         i = bisect.bisect_right(starts, at[k]["s_write"])
         same += at[k]["s_leased"] < (starts[i] if i < len(starts) else float("inf"))
     span_s = (writes[-1][1] - writes[0][0]) / 1e9 if writes else 0.0
+    snaps = [(a, b) for a, b, k in writes if "RaftSnapshot" in k]  # sent 0.5 s before to 0.1 s after
+    near_snapshot = [(at[k]["c_recv"] - k) / 1e6 for k in full
+                     if any(a - 500_000_000 <= k <= b + 100_000_000 for a, b in snaps)]
     kinds = collections.Counter("+".join(sorted(set(w[2]))) or "-" for w in writes)
     return {
         "messages": len(full), "steps": steps,
@@ -211,7 +233,31 @@ def report(prefix: str) -> dict[str, Any]:
         "longest_writes": [(round((b - a) / 1e6, 1), "+".join(sorted(set(k))))
                            for a, b, k in sorted(writes, key=lambda w: w[0] - w[1])[:3]],
         "slower_than_8_ms": sum(1 for t in total if t > 8),
+        "raft_writes_ms": {kind: _spread([(b - a) / 1e6 for a, b, k in writes if kind in k])
+                           for kind in ("RaftSnapshot", "RaftCompact")},
+        "near_snapshot_ms": _spread(near_snapshot, with_p99=True),
+        "server_gc": _gc_report(server_gc, (min(at_k for at_k in at), max(at_k for at_k in at)) if at else (0, 0)),
     }
+
+
+def _spread(ms: list[float], with_p99: bool = False) -> dict[str, Any]:
+    """Count, p50 (p99) and max of some durations (ms)."""
+    out = {"count": len(ms), "p50": round(_pct(ms, 50), 3) if ms else None,
+           "max": round(max(ms), 3) if ms else None}
+    if with_p99:
+        out["p99"] = round(_pct(ms, 99), 3) if ms else None
+    return out
+
+
+def _gc_report(runs: list[tuple[int, int, int]], span: tuple[int, int]) -> dict[str, Any]:
+    """The server's garbage collections while messages were sent: count and pause
+    (p50 / max, ms) per generation."""
+    out: dict[str, Any] = {}
+    for gen in (0, 1, 2):
+        ms = sorted((b - a) / 1e6 for g, a, b in runs if g == gen and span[0] <= a <= span[1])
+        out[f"gen{gen}"] = {"count": len(ms), "p50_ms": round(_pct(ms, 50), 3) if ms else None,
+                            "max_ms": round(ms[-1], 3) if ms else None}
+    return out
 
 
 def run_once(tmp: Path, n: int, count: int, rate: float) -> dict[str, Any]:
@@ -275,7 +321,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['leased_by_their_own_commit']} leased by their own commit; "
                   f"{r['writes']} writes ({r['writes_per_s']}/s, {r['write_ms']['p50']} ms p50, "
                   f"writer busy {r['writer_busy']}): {r['write_kinds']}; longest writes (ms): "
-                  f"{r['longest_writes']}; messages slower than 8 ms: {r['slower_than_8_ms']}")
+                  f"{r['longest_writes']}; messages slower than 8 ms: {r['slower_than_8_ms']}; "
+                  f"Raft snapshot / compaction writes (ms): {r['raft_writes_ms']}; messages sent "
+                  f"0.5 s before to 0.1 s after a snapshot write (ms): {r['near_snapshot_ms']}; "
+                  f"server GC while sending: {r['server_gc']}")
             print("| step | p50 ms | p90 ms | p99 ms |\n| --- | --- | --- | --- |")
             for s in [*r["steps"], {"step": "**total**", **r["total"]}]:
                 print(f"| {s['step']} | {s['p50_ms']} | {s['p90_ms']} | {s['p99_ms']} |")

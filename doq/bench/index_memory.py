@@ -44,6 +44,9 @@ class NullStore:
     def delete(self, key: bytes) -> None:
         pass
 
+    def delete_many(self, keys: list[bytes]) -> None:
+        pass
+
     def rewrite_many(self, keys: list[bytes], edit: Callable[[list[bytes]], list[bytes]]) -> None:
         edit([self.rec] * len(keys))
 

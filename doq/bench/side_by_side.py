@@ -15,7 +15,9 @@ persistent messages), both in temp dirs on 127.0.0.1, and runs in one go:
   empty; RabbitMQ: a synchronous call after the last ack on the same channel).
 - `e2e`: a producer paced at `--rate` msg/s (confirms as above) and a consumer in another
   process acking each; latency = publish call -> delivery to the consumer (monotonic
-  clock, shared by the processes of this machine).
+  clock, shared by the processes of this machine). Both producers start on an open
+  connection (RabbitMQ: connection, channel and queue declared; doq: a `get_queue`
+  answered).
 
 Every client runs in its own child process (one per run), the systems alternate run by
 run, and each figure is the median of `--runs`. 100-byte messages unless
@@ -330,6 +332,7 @@ def doq_e2e_producer(target: str, queue: str, count: int, payload: int, rate: fl
 
     pad = b"x" * max(0, payload - 8)
     with DoqClient(target) as c:
+        c.get_queue(queue)  # connected before the clock starts, as pika is (connection, channel, declare)
         p = c.producer(window=WINDOW)
         futures = []
         t0 = time.monotonic()

@@ -8,15 +8,64 @@ backup code call these members and nothing else of a node (no probing with
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+import contextlib
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from doq.node.cluster import ClusterAdmin, ClusterStatus
-from doq.queues.commands import Command
+from doq.queues.commands import Command, Dequeue
 from doq.storage.state import StateStore
 
 if TYPE_CHECKING:
     from doq.backup.ops import RestoreChain, RestoreResult
+
+
+class ProposalFuture(asyncio.Future[object]):
+    """The future of a proposal (`Node.propose_nowait`): a plain future, cancellable
+    (a proposal cancelled before the node takes its command into a log entry is dropped,
+    never applied), except through `wait_for_result`. The node sets `in_log` when it
+    takes the command into an entry (it is then applied or fails whatever its waiter
+    does)."""
+
+    in_log = False
+    kept = False  # `wait_for_result` waits for it: no cancel once in_log
+
+    def cancel(self, msg: Any = None) -> bool:
+        return False if self.kept and self.in_log else super().cancel(msg)
+
+
+async def wait_for_result(fut: asyncio.Future[object]) -> None:
+    """Wait until a proposal's future is done, never cancelling it once its command is in
+    a log entry, for a waiter that must see the result (the leases a dequeue took, to
+    send or release them). A `ProposalFuture` is awaited directly, so its result wakes
+    the task itself, in `resolve_results`' order; a cancel of the task then takes effect
+    when the result is in (or at once, dropping the proposal, if the node has not taken
+    it yet). Any other future is awaited through `asyncio.wait` (a cancel takes effect
+    at once, the future goes on). Returns without raising: read the future."""
+    if isinstance(fut, ProposalFuture):
+        fut.kept = True
+        with contextlib.suppress(Exception):
+            await fut
+    elif not fut.done():
+        await asyncio.wait([fut])
+
+
+def resolve_results(results: Iterable[tuple[Command, asyncio.Future[object], object]]) -> None:
+    """Resolve committed proposals' futures with their results (futures already done are
+    left alone): the dequeues' first, then the others. The tasks awaiting them wake in
+    that order, so the frames of the messages a commit leased go out before the
+    confirmations of the enqueues it stored: delivery is not held up by them."""
+    later = []
+    for cmd, fut, r in results:
+        if fut.done():
+            continue
+        if type(cmd) is Dequeue:
+            fut.set_result(r)
+        else:
+            later.append((fut, r))
+    for fut, r in later:
+        if not fut.done():
+            fut.set_result(r)
 
 
 class Node(Protocol):
@@ -47,7 +96,8 @@ class Node(Protocol):
     async def propose(self, command: Command) -> object: ...
 
     def propose_nowait(self, command: Command) -> asyncio.Future[object]:
-        """Queue a command without a task per call (streams use it to pipeline)."""
+        """Queue a command without a task per call (streams use it to pipeline); the
+        future is a `ProposalFuture`."""
         ...
 
     async def read_barrier(self) -> None:

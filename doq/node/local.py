@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from doq.errors import Overloaded, Unavailable
+from doq.node.base import ProposalFuture, resolve_results
 from doq.node.cluster import ClusterAdmin, ClusterStatus, Member, MemberAddrs
 from doq.queues.commands import Command, CommandBatch, Tick
 from doq.storage.state import StateStore, StoreBroken
@@ -62,7 +63,7 @@ class LocalNode:
         self.addrs = addrs
         self._clock_ms = clock_ms
         self._on_commit = on_commit  # (commands, commit_seconds, fsync_seconds) for metrics
-        self._pending: list[tuple[Command, asyncio.Future[object]]] = []
+        self._pending: list[tuple[Command, ProposalFuture]] = []
         self._wakeup = asyncio.Event()
         self._listeners: list[Callable[[], None]] = []
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="doq-writer")
@@ -128,7 +129,7 @@ class LocalNode:
             raise Unavailable("node is shutting down", reason="SHUTTING_DOWN")
         if len(self._pending) >= MAX_PENDING_COMMANDS:
             raise Overloaded("too many commands waiting for commit; retry later")
-        fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        fut = ProposalFuture(loop=asyncio.get_running_loop())
         self._pending.append((command, fut))
         self._wakeup.set()
         return fut
@@ -175,6 +176,8 @@ class LocalNode:
                 count = _take_count(self._pending)
                 taken = [p for p in self._pending[:count] if not p[1].cancelled()]
                 del self._pending[:count]
+                for _, fut in taken:
+                    fut.in_log = True  # committed or failed below: no longer cancellable
                 if not taken:
                     continue
                 now_ms = max(self._last_now_ms, self._clock_ms())
@@ -197,9 +200,7 @@ class LocalNode:
                     self._schedule_tick()
                     continue
             self._next_index = index + 1
-            for (_, fut), res in zip(taken, results, strict=True):
-                if not fut.done():
-                    fut.set_result(res)
+            resolve_results((cmd, fut, res) for (cmd, fut), res in zip(taken, results, strict=True))
             self._notify_applied()
             self._schedule_tick()
 
@@ -253,7 +254,7 @@ class LocalNode:
         self._tick_handle = None
         if self._stopping:
             return
-        fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        fut = ProposalFuture(loop=asyncio.get_running_loop())
         fut.add_done_callback(_consume)  # nobody awaits a tick: retrieve a failure here
         self._pending.append((Tick(), fut))
         self._wakeup.set()
@@ -264,7 +265,7 @@ def _consume(fut: asyncio.Future[object]) -> None:
         fut.exception()
 
 
-def _take_count(pending: list[tuple[Command, asyncio.Future[object]]]) -> int:
+def _take_count(pending: Sequence[tuple[Command, object]]) -> int:
     """How many pending commands go into the next entry (bounded by count and bytes)."""
     size = 0
     for n, (cmd, _) in enumerate(pending[:MAX_COMMANDS_PER_ENTRY]):

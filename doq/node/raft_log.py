@@ -3,11 +3,21 @@
 Databases (reserved in `doq.storage.env.DB_NAMES`):
 - raft_log:  u64 BE index -> u64 BE term + u8 entry type + data
 - raft_meta: b"hs"        -> `codec.encode_hard_state`
-             b"snap"      -> `codec.encode_snapshot` of the latest snapshot's meta (data b"")
-             b"snap_data" -> that snapshot's data (opaque here; see doq/node/raft_snapshot.py)
+             b"snap"      -> `codec.encode_snapshot` of the latest snapshot's meta (data b""):
+                             the node's own (a point at or below its applied index, recorded
+                             every `snapshot_every` entries: the log is compacted up to
+                             `keep_entries` behind it) or the last one it installed
              b"first"     -> u64 BE index + u64 BE term of the entry before the first one
                              (the compaction point; its term answers `term(first_index()-1)`)
              b"members"   -> the member addresses (JSON, see `encode_members`)
+             (b"snap_data": a snapshot's data, written by older versions; never read, and
+             deleted with the next snapshot meta)
+
+No snapshot data is stored: the state machine is durable in the same environment (and
+the same transactions) as the log, so a snapshot needs only its meta; its data is
+produced on demand from one read transaction when a follower needs it, and offered here
+in memory (`offer_snapshot`) for the core to send (`snapshot()` raises
+`SnapshotTemporarilyUnavailable` and sets `snapshot_wanted` until then).
 
 Write methods take the caller's write transaction (the driver persists a whole Ready, and
 applies its committed entries, in ONE txn committed with fsync) and update the in-memory
@@ -38,6 +48,7 @@ from doq.raft.types import (
     HardState,
     Snapshot,
     SnapshotMeta,
+    SnapshotTemporarilyUnavailable,
     UnavailableError,
 )
 from doq.storage.env import open_db
@@ -103,7 +114,8 @@ class LmdbLogStorage:
         self._meta = open_db(env, b"raft_meta")
         self.hard_state = HardState()
         self._snap_meta = SnapshotMeta()
-        self._snap_data: bytes | None = b""  # None: not loaded yet
+        self._outgoing: Snapshot | None = None  # offered snapshot data (memory only)
+        self.snapshot_wanted = False  # the core asked for snapshot data not offered yet
         self._dummy = (0, 0)  # (index, term) of first_index() - 1
         self._last = 0
         self.members: dict[str, MemberAddrs] = {}
@@ -119,7 +131,6 @@ class LmdbLogStorage:
             raw = txn.get(SNAP_KEY, db=self._meta)
             if raw is not None:
                 self._snap_meta = codec.decode_snapshot(bytes(raw)).meta
-                self._snap_data = None
             raw = txn.get(FIRST_KEY, db=self._meta)
             self._dummy = _FIRST.unpack(raw) if raw else (self._snap_meta.index, self._snap_meta.term)
             raw = txn.get(MEMBERS_KEY, db=self._meta)
@@ -190,14 +201,25 @@ class LmdbLogStorage:
         return out
 
     def snapshot(self) -> Snapshot:
-        if self._snap_data is None:
-            with self.env.begin() as txn:
-                raw = txn.get(SNAP_DATA_KEY, db=self._meta)
-            self._snap_data = bytes(raw) if raw is not None else b""
-        return Snapshot(self._snap_meta, self._snap_data)
+        """The snapshot offered by `offer_snapshot` while the log still holds the entries
+        after it; otherwise raises `SnapshotTemporarilyUnavailable` and sets
+        `snapshot_wanted` (the driver then produces one)."""
+        out = self._outgoing
+        if out is not None and out.meta.index >= self._dummy[0]:
+            return out
+        self._outgoing = None
+        self.snapshot_wanted = True
+        raise SnapshotTemporarilyUnavailable("snapshot data is being produced")
+
+    def offer_snapshot(self, snap: Snapshot) -> None:
+        """The driver's snapshot data for the core to send (kept in memory, never written);
+        it must be of the node's state at `snap.meta.index`, an index this log holds."""
+        self._outgoing = snap
+        self.snapshot_wanted = False
 
     def snapshot_meta(self) -> SnapshotMeta:
-        """The latest snapshot's meta (without loading its data)."""
+        """The latest snapshot's meta: the node's own compaction record or the last one
+        it installed."""
         return self._snap_meta
 
     # -- write side (driver, inside its write txn) ---------------------------------------
@@ -250,11 +272,10 @@ class LmdbLogStorage:
             if not cur.delete():
                 break
 
-    def _put_snapshot(self, txn: lmdb.Transaction, snap: Snapshot) -> None:
-        txn.put(SNAP_KEY, codec.encode_snapshot(Snapshot(snap.meta, b"")), db=self._meta)
-        txn.put(SNAP_DATA_KEY, snap.data, db=self._meta)
-        self._snap_meta = snap.meta
-        self._snap_data = snap.data
+    def _put_snapshot(self, txn: lmdb.Transaction, meta: SnapshotMeta) -> None:
+        txn.put(SNAP_KEY, codec.encode_snapshot(Snapshot(meta, b"")), db=self._meta)
+        txn.delete(SNAP_DATA_KEY, db=self._meta)  # an older version's data, if any
+        self._snap_meta = meta
 
     def _set_dummy(self, txn: lmdb.Transaction, index: int, term: int) -> None:
         txn.put(FIRST_KEY, _FIRST.pack(index, term), db=self._meta)
@@ -265,7 +286,7 @@ class LmdbLogStorage:
         the bootstrap snapshot of a new cluster)."""
         if snap.meta.index < self._snap_meta.index:
             return
-        self._put_snapshot(txn, snap)
+        self._put_snapshot(txn, snap.meta)  # the data is the state's, installed by the caller
         txn.drop(self._log, delete=False)
         self._set_dummy(txn, snap.meta.index, snap.meta.term)
         self._last = snap.meta.index
@@ -273,26 +294,34 @@ class LmdbLogStorage:
         self._cache_first = snap.meta.index + 1
 
     def create_snapshot(self, txn: lmdb.Transaction, snap: Snapshot) -> None:
-        """Record this node's own snapshot (from `RaftCore.make_snapshot`); the log is kept
-        until `compact`."""
+        """Record this node's own snapshot meta (from `RaftCore.make_snapshot`; its data is
+        not stored: see the module docstring); the log is kept until `compact`."""
         if snap.meta.index <= self._snap_meta.index:
             return
         if snap.meta.index > self._last:
             raise UnavailableError(f"snapshot {snap.meta.index} beyond last {self._last}")
-        self._put_snapshot(txn, snap)
+        self._put_snapshot(txn, snap.meta)
 
-    def compact(self, txn: lmdb.Transaction, index: int) -> None:
-        """Discard entries up to `index` (must be covered by the snapshot)."""
+    def compact(self, txn: lmdb.Transaction, index: int, max_entries: int | None = None) -> int:
+        """Discard entries up to `index` (must be covered by the snapshot), at most
+        `max_entries` of them (the oldest) in this txn; returns how many were discarded.
+        The compaction point then moves to the last one discarded."""
         if index <= self._dummy[0]:
-            return
+            return 0
         if index > self._snap_meta.index:
             raise ValueError(f"compact {index} beyond snapshot {self._snap_meta.index}")
+        if max_entries is not None:
+            if max_entries <= 0:
+                return 0
+            index = min(index, self._dummy[0] + max_entries)
         v = txn.get(_U64.pack(index), db=self._log)
         assert v is not None, f"raft log entry {index} missing"
         term = int(_ENT.unpack_from(v)[0])
+        count = index - self._dummy[0]
         self._delete_range(txn, self._dummy[0] + 1, index)
         self._set_dummy(txn, index, term)
         if self._cache and index >= self._cache_first:
             drop = min(len(self._cache), index - self._cache_first + 1)
             del self._cache[:drop]
             self._cache_first += drop
+        return count

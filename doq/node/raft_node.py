@@ -51,6 +51,7 @@ from doq.errors import (
     Overloaded,
     Unavailable,
 )
+from doq.node.base import ProposalFuture, resolve_results
 from doq.node.cluster import ClusterStatus, Member, MemberAddrs
 from doq.node.local import MAX_PENDING_COMMANDS, _take_count, wall_clock_ms
 from doq.node.raft_log import LmdbLogStorage, decode_addrs, encode_addrs
@@ -60,6 +61,7 @@ from doq.node.raft_snapshot import (
     write_state_snapshot,
 )
 from doq.node.transport_base import OnMessages, RaftTransport
+from doq.node.writer import WriterThread
 from doq.queues.codec import encode_batch
 from doq.queues.commands import (
     Command,
@@ -105,6 +107,7 @@ class RaftNodeConfig:
     heartbeat_tick: int = 1
     snapshot_every: int = 10_000  # applied entries between two snapshots (0: never)
     keep_entries: int = 5_000  # entries kept behind a snapshot for slow followers
+    compact_entries_per_write: int = 64  # log entries discarded per write txn, at most
     read_timeout_ms: int = 5_000  # ReadIndex not served by then -> Unavailable
     admin_timeout_ms: int = 10_000  # membership change / transfer not applied by then
     max_inflight_msgs: int = 256
@@ -130,9 +133,10 @@ class _Job:
     entries: list[Entry]
     hard_state: HardState | None
     committed: list[Entry]
-    own_snapshot: tuple[Snapshot, int] | None  # (snapshot, compact up to)
+    own_snapshot: SnapshotMeta | None  # this node's new snapshot (meta only) to record
     results: list[list[object]] = field(default_factory=list)
     members: dict[str, MemberAddrs] | None = None
+    compacted: int = 0  # log entries this write discarded
 
 
 class RaftNode:
@@ -171,7 +175,7 @@ class RaftNode:
         self.storage = LmdbLogStorage(self.env)
         self.transport = transport(self._on_messages)
         self.core: RaftCore | None = None
-        self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="doq-raft-writer")
+        self._writer = WriterThread("doq-raft-writer")
         self._snapshotter = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="doq-raft-snap")
         self._wake = asyncio.Event()
         self._listeners: list[Callable[[], None]] = []
@@ -179,7 +183,7 @@ class RaftNode:
         # during a long write resets the election clock the ticks before it advanced
         self._inbox: list[Message | None] = []
         self._ack_term = 0  # while the writer works: the durable term heartbeats are answered in
-        self._pending: list[tuple[Command, Fut]] = []
+        self._pending: list[tuple[Command, ProposalFuture]] = []
         self._admin: list[Callable[[RaftCore], None]] = []
         self._proposals: dict[int, _Proposal] = {}
         self._reads: dict[bytes, Fut] = {}
@@ -196,8 +200,8 @@ class RaftNode:
         self._stopping = False
         self._failed: BaseException | None = None
         self._removed = False
-        self._snap_running = False
-        self._own_snapshot: Snapshot | None = None
+        self._snap_running = False  # snapshot data being produced for the core to send
+        self._own_snapshot: SnapshotMeta | None = None  # recorded by the next write
         self._snap_task: asyncio.Task[None] | None = None
         self._peers_set: set[str] = set()
         self._ready_lock = asyncio.Lock()
@@ -248,8 +252,7 @@ class RaftNode:
         index = max(1, self.state.applied_index)
         self.state.ensure_cluster_id(  # random from the node's seed: a seed replays
             lambda: str(uuid.UUID(int=self._rng.getrandbits(128), version=4)))
-        data = write_state_snapshot(self.state.open_read(), members, self.node_id)
-        snap = Snapshot(SnapshotMeta(index, 1, ConfState((self.node_id,), ())), data)
+        snap = Snapshot(SnapshotMeta(index, 1, ConfState((self.node_id,), ())))  # data: the state's
         with self.env.begin(write=True) as txn:
             self.storage.apply_snapshot(txn, snap)
             self.storage.set_hard_state(txn, HardState(1, NONE, index))
@@ -317,7 +320,7 @@ class RaftNode:
         pending = self._pending
         if len(pending) >= MAX_PENDING_COMMANDS:
             raise Overloaded("too many commands waiting for commit; retry later")
-        fut: Fut = asyncio.get_running_loop().create_future()
+        fut = ProposalFuture(loop=asyncio.get_running_loop())
         pending.append((command, fut))
         if not pending[1:]:
             self._wake.set()  # the first since the last Ready wakes the driver
@@ -468,10 +471,9 @@ class RaftNode:
         snapshot of the state at its applied index (new entries follow it). One txn."""
         st = self.storage
         applied = self.state.applied_index
-        data = write_state_snapshot(self.state.open_read(), dict(st.members), self.node_id)
         hs = st.hard_state
         term = max(hs.term, 1)
-        snap = Snapshot(SnapshotMeta(applied, term, conf), data)
+        snap = Snapshot(SnapshotMeta(applied, term, conf))  # data: the state's, on demand
         with self.env.begin(write=True) as txn:
             st.apply_snapshot(txn, snap)
             st.set_hard_state(txn, HardState(term, hs.vote if hs.term == term else NONE, applied))
@@ -678,11 +680,18 @@ class RaftNode:
                     core = self.core
                     assert core is not None
                     self._feed(core)
-                    if core.has_ready():
+                    handled = core.has_ready()
+                    if handled:
                         await self._handle_ready(core, core.ready())
                         self._wake.set()  # more may have arrived meanwhile
-                    elif self._own_snapshot is not None:
-                        await self._persist_own_snapshot()
+                    if self.storage.snapshot_wanted and not self._snap_running:
+                        self._produce_snapshot(core)
+                if handled:
+                    # the tasks its results woke (frames first, then confirmations) send
+                    # before the next Ready is made: its writer then runs while this loop
+                    # idles, not against it for the GIL at every LMDB call (measured:
+                    # shorter commits, and frames not held behind the next Ready)
+                    await asyncio.sleep(0)
         except BaseException as e:
             if not isinstance(e, asyncio.CancelledError):
                 log.exception("Raft node %s failed; it stops taking requests", self.node_id)
@@ -713,6 +722,8 @@ class RaftNode:
 
     def _propose_pending(self, core: RaftCore) -> None:
         pending = [p for p in self._pending if not p[1].cancelled()]  # cancelled: dropped
+        for _, fut in pending:
+            fut.in_log = True  # proposed or failed below: no longer cancellable
         if core.role != Role.LEADER:
             self._pending = []
             err = NotLeader("not the leader", leader_hint=core.lead)
@@ -745,8 +756,8 @@ class RaftNode:
             hint = (e.leader_hint or "") if isinstance(e, CoreNotLeader) else core.lead_transferee
             err = NotLeader(f"proposal refused: {e}", leader_hint=hint)
             for futs in groups:
-                for fut in futs:
-                    _fail(fut, err)
+                for f in futs:
+                    _fail(f, err)
             return
         term = core.term
         for index, futs, batch in zip(indexes, groups, batches, strict=True):
@@ -755,10 +766,9 @@ class RaftNode:
     async def _handle_ready(self, core: RaftCore, rd: Ready) -> None:
         """One Ready: persist + apply (one txn, fsync) → send → conf changes → resolve →
         reads → advance."""
-        own, self._own_snapshot = self._own_snapshot, None
-        job = _Job(rd.snapshot, rd.entries, rd.hard_state, rd.committed_entries,
-                   (own, self._compact_to(own)) if own is not None else None)
-        if job.snapshot or job.entries or job.hard_state or job.committed or job.own_snapshot:
+        job = _Job(rd.snapshot, rd.entries, rd.hard_state, rd.committed_entries, None)
+        if job.snapshot or job.entries or job.hard_state or job.committed:
+            job.own_snapshot, self._own_snapshot = self._own_snapshot, None
             await self._write_off_loop(job)
         if rd.messages:
             self.transport.send(rd.messages)
@@ -789,7 +799,7 @@ class RaftNode:
             self._notify_applied()
             if core.role == Role.LEADER:
                 self._schedule_lease_tick()
-            self._maybe_snapshot(core)
+            self._maybe_record_snapshot(core)
         if removed:
             log.info("node %s was removed from the cluster", self.node_id)
             self._removed = True
@@ -797,18 +807,11 @@ class RaftNode:
         if core.role != Role.LEADER and self._proposals:
             self._fail_proposals_upto(None, core.lead)
 
-    async def _persist_own_snapshot(self) -> None:
-        """A finished snapshot with no Ready to ride along: persist it on its own."""
-        snap, self._own_snapshot = self._own_snapshot, None
-        assert snap is not None
-        job = _Job(None, [], None, [], (snap, self._compact_to(snap)))
-        await self._write_off_loop(job)
-
     async def _write_off_loop(self, job: _Job) -> None:
         """`_write` on the writer thread; meanwhile heartbeats are answered at once."""
         self._ack_term = self.storage.hard_state.term  # durable: no other write is running
         try:
-            await asyncio.get_running_loop().run_in_executor(self._writer, self._write, job)
+            await self._writer.call(self._write, job)
         finally:
             self._ack_term = 0
 
@@ -829,9 +832,10 @@ class RaftNode:
             if job.committed:
                 job.results = self._apply(txn, job)
             if job.own_snapshot is not None:
-                snap, compact_to = job.own_snapshot
-                st.create_snapshot(txn, snap)
-                st.compact(txn, compact_to)
+                st.create_snapshot(txn, Snapshot(job.own_snapshot))
+            compact_to = st.snapshot_meta().index - self.cfg.keep_entries
+            if compact_to >= st.first_index():  # a few entries per write: never one large txn
+                job.compacted = st.compact(txn, compact_to, self.cfg.compact_entries_per_write)
             t1 = time.perf_counter()
         if self._on_commit and job.committed:
             t2 = time.perf_counter()
@@ -870,9 +874,12 @@ class RaftNode:
 
     # -- results -----------------------------------------------------------------------------
     def _resolve_committed(self, committed: list[Entry], results: list[list[object]]) -> None:
+        """Give the proposals these entries carried their results (`resolve_results`:
+        the dequeues' first)."""
         props = self._proposals
         if not props:
             return
+        done: list[tuple[Command, Fut, object]] = []
         for e, res in zip(committed, results, strict=False):
             p = props.pop(e.index, None)
             if p is None:
@@ -886,8 +893,9 @@ class RaftNode:
                 for fut in p.futs:
                     _resolve(fut, None)
             else:
-                for fut, r in zip(p.futs, res, strict=True):
-                    _resolve(fut, r)
+                assert p.batch is not None  # every command proposal keeps its batch
+                done.extend(zip(p.batch.commands, p.futs, res, strict=True))
+        resolve_results(done)
 
     def _fail_proposals_upto(self, index: int | None, hint: str) -> None:
         """Fail the proposals at indexes <= index (all if None) with NotLeader(hint)."""
@@ -902,8 +910,8 @@ class RaftNode:
             _fail(fut, err)
         props, self._proposals = self._proposals, {}
         for p in props.values():
-            for fut in p.futs:
-                _fail(fut, err)
+            for f in p.futs:
+                _fail(f, err)
         self._fail_reads(err)
 
     def _fail_reads(self, err: DoqError) -> None:
@@ -994,22 +1002,34 @@ class RaftNode:
         self._lease_handle = None
         if self._stopping or self._role != Role.LEADER:
             return
-        fut: Fut = asyncio.get_running_loop().create_future()
+        fut = ProposalFuture(loop=asyncio.get_running_loop())
         fut.add_done_callback(_ignore_result)
         self._pending.append((Tick(), fut))
         self._wake.set()
 
-    def _compact_to(self, snap: Snapshot) -> int:
-        return max(self.storage.first_index() - 1, snap.meta.index - self.cfg.keep_entries)
-
-    def _maybe_snapshot(self, core: RaftCore) -> None:
-        """After an apply: start a snapshot when `snapshot_every` entries were applied since
-        the last one. The read is opened on the writer thread (exactly at the applied
-        index), the backup written on the snapshot thread; the next Ready persists it."""
+    def _maybe_record_snapshot(self, core: RaftCore) -> None:
+        """After an apply: when `snapshot_every` entries were applied since the last
+        snapshot, take the meta of one at the applied index (no data: the state is
+        durable beside the log); the next write records it, and that write and the
+        following ones discard the log up to `keep_entries` behind it, at most
+        `compact_entries_per_write` entries per write (`_write`)."""
         every = self.cfg.snapshot_every
         applied = core.log.applied
-        if not every or self._snap_running or applied - self.storage.snapshot_meta().index < every:
+        last = self._own_snapshot or self.storage.snapshot_meta()
+        if not every or applied - last.index < every:
             return
+        if self.state.applied_index != applied:
+            return  # re-applying after a restart: the state is ahead of the core
+        self._own_snapshot = core.make_snapshot(applied, b"").meta
+
+    def _produce_snapshot(self, core: RaftCore) -> None:
+        """Between two Readies, the core asked for snapshot data to send (a follower is
+        behind the compacted log): the state at the applied index is read from one read
+        txn opened on the writer thread (so exactly at that index), written as snapshot
+        data on the snapshot thread, and offered to the storage; the core sends it on a
+        later heartbeat response. Nothing of it is written to disk."""
+        applied = core.log.applied
+        self.storage.snapshot_wanted = False  # asked again (next heartbeat) if this fails
         if self.state.applied_index != applied:
             return  # re-applying after a restart: the state is ahead of the core
         meta = core.make_snapshot(applied, b"").meta
@@ -1026,10 +1046,9 @@ class RaftNode:
                     return
                 data = await loop.run_in_executor(
                     self._snapshotter, write_state_snapshot, read, members, self.node_id)
-                self._own_snapshot = Snapshot(meta, data)
-                self._wake.set()
+                self.storage.offer_snapshot(Snapshot(meta, data))
             except Exception:
-                log.exception("snapshot at %d failed", meta.index)
+                log.exception("snapshot data at %d failed", meta.index)
             finally:
                 self._snap_running = False
 

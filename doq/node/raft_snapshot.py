@@ -1,5 +1,6 @@
 """The data of a Raft snapshot: member addresses, replicated store keys, and the node's
-state as a full backup.
+state as a full backup. Produced only when the leader sends a follower a snapshot (the
+node's own snapshots are metas: docs/raft.md, "Snapshots and compaction"), never stored.
 
     magic "DOQRSNP2" (8 B) | members length (u32 BE) | store keys length (u64 BE)
     | members (`raft_log.encode_members`) | store keys | a doq backup file of every record
@@ -16,19 +17,20 @@ The older "DOQRSNP1" layout (magic | horizon (u64 BE) | members length (u32 BE) 
 backup format of doq/backup (same records, same checksums), read in one LMDB read
 transaction at the snapshot's applied index, its to_version the state's version, its
 header's cluster id the read's: a member that installs the snapshot (a joining node
-first of all: the bootstrap snapshot of a new cluster carries the id and an empty state)
-adopts it from the store keys (which are the whole truth: a state without the key has no
-id, whatever the header says), or from that header in the older layout. An empty state
-part means an empty state (the bootstrap snapshot of a cluster from before cluster ids:
-no cluster id). Installing
-replaces the whole state inside the caller's write txn (all or nothing).
+first of all: the first snapshot it receives carries the cluster's id) adopts it from the
+store keys (which are the whole truth: a state without the key has no id, whatever the
+header says), or from that header in the older layout. An empty state part means an
+empty state (older versions sent one from the stored bootstrap snapshot of a cluster from
+before cluster ids: no cluster id). Installing replaces the whole state inside the
+caller's write txn (all or nothing).
 """
 
 from __future__ import annotations
 
 import io
 import struct
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Generator, Iterator, Mapping
 
 import lmdb
 
@@ -109,14 +111,38 @@ class _Opened:
         return self._changes[0], None, self._changes[1]
 
 
+YIELD_EVERY_RECORDS = 64
+
+
+def _yielding(records: Iterator[Record], every: int) -> Generator[Record, None, None]:
+    """`records`, letting other threads take the GIL after every `every` of them: a thread
+    that builds snapshot data holds it otherwise for the interpreter's whole switch
+    interval (5 ms) at a time, which the event loop and the writer wait for."""
+    n = 0
+    for r in records:
+        yield r
+        n += 1
+        if n == every:
+            n = 0
+            time.sleep(0)  # releases the GIL: a thread waiting for it may take it now
+    close = getattr(records, "close", None)
+    if close is not None:
+        close()
+
+
 def write_state_snapshot(read: StateRead, members: dict[str, MemberAddrs], node_id: str) -> bytes:
     """Snapshot data from a read opened with `StateStore.open_read` on the writer thread;
     the backup's header records the cluster id of that read (its store key: never the
     store's id in memory, which a later commit may have changed). Blocking: run it off
-    the event loop, on one thread."""
+    the event loop, on one thread (it yields the GIL every `YIELD_EVERY_RECORDS` records)."""
     cluster_id = bytes(read.store_keys.get(CLUSTER_KEY, b"")).decode()
     buf = io.BytesIO()
-    write_backup(_Opened(read.version, read.records, cluster_id), 0, buf, node_id=node_id)  # type: ignore[arg-type]
+    records = _yielding(read.records, YIELD_EVERY_RECORDS)
+    try:
+        write_backup(_Opened(read.version, records, cluster_id), 0, buf, node_id=node_id)  # type: ignore[arg-type]
+    finally:
+        records.close()  # ends the read txn also if the writer failed
+        close_state_read(read)
     return encode_snapshot_data(members, read.store_keys, buf.getvalue())
 
 

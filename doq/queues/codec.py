@@ -51,6 +51,25 @@ def _s(out: list[bytes], s: str) -> None:
     out.append(b)
 
 
+def _strs(out: list[bytes], items: list[str]) -> None:
+    """Each string as `_s` writes it; in one C call when they are ASCII of one length (a
+    producer's dedup ids): the length prefixes are then one separator."""
+    n = len(items)
+    if n > 1 and type(items[0]) is str:
+        ln = len(items[0])
+        if ln < 0x80 and set(map(len, items)) == {ln}:
+            sep = chr(ln) + "\0\0\0"  # _U32.pack(ln) as text (ASCII)
+            try:
+                raw = (sep + sep.join(items)).encode()
+            except (TypeError, UnicodeError):
+                raw = b""
+            if len(raw) == n * (4 + ln):  # every character one byte
+                out.append(raw)
+                return
+    for s in items:
+        _s(out, s)
+
+
 def _settings(out: list[bytes], s: QueueSettings) -> None:
     out.append(_SETTINGS.pack(s.visibility_timeout_ms, s.max_attempts, s.max_unacked_per_group,
                               s.dedup_window_ms))
@@ -84,16 +103,14 @@ def _encode_columns(out: list[bytes], cmd: c.EnqueueColumns) -> None:
     ap(struct.pack(f"<{n}I", *map(len, contents)))
     ap(b"".join(contents))
     if cmd.groups:
-        for g in cmd.groups:
-            _s(out, g)
+        _strs(out, cmd.groups)
     if cmd.priorities:
         ap(struct.pack(f"<{n}q", *cmd.priorities))
     if cmd.metadata:
         for md in cmd.metadata:
             _md(out, md)
     if cmd.dedup_ids:
-        for d in cmd.dedup_ids:
-            _s(out, d)
+        _strs(out, cmd.dedup_ids)
     if cmd.delays_ms:
         ap(struct.pack(f"<{n}Q", *cmd.delays_ms))
 
@@ -225,6 +242,29 @@ class _Reader:
     def s(self) -> str:
         return self.take(self.unpack(_U32)[0]).decode()
 
+    def strs(self, n: int) -> list[str]:
+        """`n` strings (`s()` each); in a few C calls when they are ASCII of one length."""
+        buf, p = self.buf, self.pos
+        if n > 1 and p + 4 <= len(buf):
+            prefix = buf[p : p + 4]
+            ln = _U32.unpack(prefix)[0]
+            stride = 4 + ln
+            size = n * stride
+            if ln < 0x80 and p + size <= len(buf):
+                region = buf[p : p + size]
+                if all(region[k::stride] == prefix[k : k + 1] * n for k in range(4)):
+                    try:
+                        text = region.decode()
+                    except UnicodeDecodeError:
+                        text = ""
+                    if len(text) == size:  # ASCII: characters are bytes, at the same offsets
+                        parts = text.split(text[:4])
+                        if len(parts) != n + 1:  # a string holds the separator itself
+                            parts = ["", *(text[i + 4 : i + stride] for i in range(0, size, stride))]
+                        self.pos = p + size
+                        return parts[1:]
+        return [self.s() for _ in range(n)]
+
     def b(self) -> bytes:
         return self.take(self.unpack(_U32)[0])
 
@@ -247,10 +287,10 @@ def _decode_columns(r: _Reader) -> c.EnqueueColumns:
     blob = r.take(sum(lens))
     ends = list(itertools.accumulate(lens))
     contents = [blob[e - ln : e] for e, ln in zip(ends, lens, strict=True)]
-    groups = [r.s() for _ in range(n)] if flags & _COL_GROUPS else []
+    groups = r.strs(n) if flags & _COL_GROUPS else []
     prios = list(struct.unpack(f"<{n}q", r.take(8 * n))) if flags & _COL_PRIOS else []
     mds = [r.md() for _ in range(n)] if flags & _COL_MD else []
-    dedups = [r.s() for _ in range(n)] if flags & _COL_DEDUP else []
+    dedups = r.strs(n) if flags & _COL_DEDUP else []
     delays = list(struct.unpack(f"<{n}Q", r.take(8 * n))) if flags & _COL_DELAYS else []
     if flags >= 32:
         raise ValueError(f"unknown column flags {flags}")

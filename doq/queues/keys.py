@@ -11,7 +11,7 @@ messages sort by id.
     b"G"                                    machine meta (next ids, replicated time)
     b"Q" + u16 len + name                   queue record
     b"M" + u16 len + name + u64 id          message record
-    b"D" + u16 len + name + dedup_id utf-8  dedup record
+    b"D" + u16 len + name + dedup_id utf-8  dedup record (a run of canonical ids: its first id)
 """
 
 from __future__ import annotations

@@ -36,6 +36,8 @@ Semantics (documented rules):
 - A duplicate enqueue (dedup_id seen within the window) returns the original id with
   duplicate=True, the request's group/priority, and enqueues nothing. At most
   `MAX_DEDUP_ENTRIES` dedup ids are remembered (the earliest-expiring is evicted first).
+  Canonical dedup ids (`doq.queues.dedupruns`: what producers stamp) are stored as runs,
+  one record per run of consecutive ids; that changes records, not these rules.
 - `Dequeue(ack=True)` removes the delivered messages; their views have state in_flight,
   lease_id 0 and lease_expires_at_ms 0.
 """
@@ -61,6 +63,7 @@ from doq.queues import commands as c
 from doq.queues import keys as K
 from doq.queues import limits as L
 from doq.queues import records as R
+from doq.queues.dedupruns import CANONICAL_LEN, PRODUCER_LEN, Run, Runs, one_run, parse, run_id
 from doq.queues.delayed import MASK64, PriorityIndex, ready_key
 from doq.queues.fair import FairIndex
 from doq.queues.model import (
@@ -106,7 +109,7 @@ class Entry:
 
 class Queue:
     __slots__ = ("name", "qtype", "settings", "qnum", "prefix", "msgs", "index", "n_delayed",
-                 "n_inflight", "dead", "dedup")
+                 "n_inflight", "dead", "dedup", "runs")
 
     def __init__(self, name: str, qtype: QueueType, settings: QueueSettings, qnum: int,
                  dead: int = 0, cursor: str = "") -> None:
@@ -123,7 +126,8 @@ class Queue:
         self.n_delayed = 0
         self.n_inflight = 0
         self.dead = dead
-        self.dedup: dict[str, tuple[int, int]] = {}  # dedup_id -> (id, expires_at_ms)
+        self.dedup: dict[str, tuple[int, int]] = {}  # dedup_id -> (id, expires_at_ms), not canonical
+        self.runs: dict[str, Runs] = {}  # producer -> its runs of canonical dedup ids
 
     @property
     def cursor(self) -> str:
@@ -177,7 +181,8 @@ def _utf8(v: object, what: str) -> bytes:
 
 def _fresh_dedup_tails(q: Queue, dids: object, contents: list[bytes]) -> list[bytes] | None:
     """Record tails (dedup id bytes + content) when every dedup id is a str, non-empty,
-    unknown to `q`, distinct and of one encoded length (the column path); else None."""
+    not canonical, unknown to `q`, distinct and of one encoded length (the column path);
+    else None."""
     if type(dids) is not list or set(map(type, dids)) != {str}:
         return None
     fresh = set(dids)
@@ -188,6 +193,8 @@ def _fresh_dedup_tails(q: Queue, dids: object, contents: list[bytes]) -> list[by
     except UnicodeError:
         return None
     if len(set(map(len, dbs))) != 1 or len(dbs[0]) > 0xFFFF:
+        return None
+    if len(dbs[0]) == CANONICAL_LEN and any(parse(d) for d in dids):
         return None
     return [d + b for d, b in zip(dbs, contents, strict=True)]
 
@@ -235,7 +242,9 @@ class QueueMachine:
         self._qnums = 0  # in-memory handles; never influence ordering (ids are unique)
         self.delayed: SortedList = SortedList()  # deliver_at << 96 | id << 32 | qnum
         self.leases: SortedList = SortedList()  # expires_at << 96 | id << 32 | qnum
-        self.dedup_exp: SortedList = SortedList()  # (expires_at, queue, dedup_id)
+        # (expires_at, queue, dedup_id): one entry per dedup record (a run: its first id)
+        self.dedup_exp: SortedList = SortedList()
+        self.dedup_n = 0  # dedup ids remembered (a run counts its ids)
         self.next_id = 1
         self.next_lease = 1
         self.now_ms = 0
@@ -342,14 +351,34 @@ class QueueMachine:
             else:
                 raise ValueError(f"unknown record key {key!r}")
         self._load_messages(msgs)
+        self._load_dedups(dedups)
+
+    def _load_dedups(self, dedups: list[tuple[bytes, bytes]]) -> None:
+        """Dedup records: one id each, or (canonical ids) a run of ids; raises ValueError
+        for a malformed record or runs of one producer that overlap."""
         exp = []
+        n = 0
         for key, rec in dedups:
             _, name, rest = K.split_name(key)
-            id_, expires = R.DEDUP_REC.unpack(rec)
             did = rest.decode()
-            self.queues[name].dedup[did] = (id_, expires)
+            q = self.queues[name]
+            id_, expires, count = R.decode_dedup(rec)
+            pr = parse(did)
+            if pr is None:
+                if count != 1:
+                    raise ValueError(f"dedup record {key!r}: a run of ids under a non-canonical id")
+                q.dedup[did] = (id_, expires)
+            else:
+                runs = q.runs.get(pr[0])
+                if runs is None:
+                    runs = q.runs[pr[0]] = Runs()
+                if runs.overlaps(pr[1], count) or count > (1 << 48) - pr[1]:
+                    raise ValueError(f"dedup record {key!r}: a run that overlaps another or ends past the form")
+                runs.add(Run(pr[1], count, id_, expires))
+            n += count
             exp.append((expires, name, did))
         self.dedup_exp = SortedList(exp)
+        self.dedup_n = n
 
     def _load_messages(self, msgs: list[tuple[bytes, bytes]]) -> None:
         now = self.now_ms
@@ -426,13 +455,44 @@ class QueueMachine:
                 q.index.unleased(e.group)
                 self._return(q, id_, e, 0, None)
         dexp = self.dedup_exp
-        while dexp and dexp[0][0] <= now:
-            self._forget_dedup(dexp.pop(0))
+        if dexp and dexp[0][0] <= now:
+            i = dexp.bisect_left((now + 1,))  # every record expired by now, at once
+            items = list(dexp.islice(0, i))
+            del dexp[:i]
+            self._forget_dedups(items)
 
-    def _forget_dedup(self, item: tuple[int, str, str]) -> None:
-        _, name, did = item
-        del self.queues[name].dedup[did]
-        self.store.delete(K.dedup_key(name, did))
+    def _forget_dedups(self, items: list[tuple[int, str, str]]) -> None:
+        """Forget the dedup records of `items` (already out of `dedup_exp`), one store call."""
+        keys = []
+        prefixes: dict[str, bytes] = {}
+        for _, name, did in items:
+            q = self.queues[name]
+            if q.dedup.pop(did, None) is not None:
+                self.dedup_n -= 1
+            else:
+                producer = did[:PRODUCER_LEN]
+                runs = q.runs[producer]
+                self.dedup_n -= runs.remove(int(did[PRODUCER_LEN:], 16)).count
+                if not runs:
+                    del q.runs[producer]
+            prefix = prefixes.get(name)
+            if prefix is None:
+                prefix = prefixes[name] = K.name_prefix(K.DEDUP, name)
+            keys.append(prefix + did.encode())
+        self.store.delete_many(keys)
+
+    def _evict_dedups(self) -> None:
+        """While more than MAX_DEDUP_ENTRIES ids are remembered, forget the earliest-expiring
+        (of a run: its first ids, as one id at a time would)."""
+        dexp = self.dedup_exp
+        while self.dedup_n > MAX_DEDUP_ENTRIES:
+            over = self.dedup_n - MAX_DEDUP_ENTRIES
+            exp, name, did = dexp[0]
+            q = self.queues[name]
+            run = None if did in q.dedup else q.runs[did[:PRODUCER_LEN]].find(int(did[PRODUCER_LEN:], 16))
+            self._forget_dedups([dexp.pop(0)])
+            if run is not None and run.count > over:  # its later ids are remembered again
+                self._add_run(q, did[:PRODUCER_LEN], Run(run.first + over, run.count - over, run.id0 + over, exp))
 
     # -- placement -----------------------------------------------------------------------
     def _place(self, q: Queue, id_: int, e: Entry, deliver_at: int) -> None:
@@ -569,10 +629,12 @@ class QueueMachine:
     def _delete_queue(self, cmd: c.DeleteQueue) -> None:
         q = self._queue(cmd.name)
         self._purge(q)
-        for did in sorted(q.dedup):
-            _, exp = q.dedup[did]
-            self.dedup_exp.remove((exp, q.name, did))
-            self.store.delete(K.dedup_key(q.name, did))
+        items = [(exp, q.name, did) for did, (_, exp) in q.dedup.items()]
+        items += [(r.exp, q.name, run_id(p, r.first)) for p, runs in q.runs.items() for r in runs.by_first.values()]
+        items.sort()
+        for it in items:
+            self.dedup_exp.remove(it)
+        self._forget_dedups(items)
         self.store.delete(K.queue_key(q.name))
         del self.queues[q.name]
         del self._by_num[q.qnum]
@@ -605,8 +667,14 @@ class QueueMachine:
         dids = cmd.dedup_ids
         plain = not (cmd.groups or cmd.priorities or cmd.metadata or cmd.delays_ms)
         tails = None
+        run = None
         if plain and set(map(type, contents)) == {bytes}:
-            tails = contents if not dids else _fresh_dedup_tails(q, dids, contents)
+            if not dids:
+                tails = contents
+            elif (run := self._fresh_run(q, dids)) is not None:
+                tails = [d.encode() + b for d, b in zip(dids, contents, strict=True)]
+            else:
+                tails = _fresh_dedup_tails(q, dids, contents)
         if tails is None:
             return _columns_result(self._enqueue_items(q, cmd.to_items()))
         first = self.next_id
@@ -618,7 +686,9 @@ class QueueMachine:
         dlen = len(tails[0]) - len(contents[0]) if dids else 0
         self.store.insert_many([prefix + pack(i) for i in ids],
                                _HDR.pack(0, 0, now, 0, 0, 0, 0, 0, dlen, 0), tails)
-        if dids:
+        if run is not None:
+            self._remember_run(q, run[0], run[1], n, first)
+        elif dids:
             self._remember_dedups(q, dids, ids)
         base = (1 << 63) << 64  # ready_key(0, id) == base | id
         keys = [base | i for i in ids]
@@ -657,11 +727,20 @@ class QueueMachine:
                 continue
             not_before = now + delay if delay else 0
             deliver_at = max(not_before, _ts(prio))
+            pr = None
             if did:
-                seen = q.dedup.get(did)
-                if seen is not None and seen[1] > now:
-                    ap(EnqueueResult(seen[0], True, it.group, prio, deliver_at))
-                    continue
+                pr = parse(did)
+                if pr is None:
+                    seen = q.dedup.get(did)
+                    if seen is not None and seen[1] > now:
+                        ap(EnqueueResult(seen[0], True, it.group, prio, deliver_at))
+                        continue
+                else:
+                    runs = q.runs.get(pr[0])
+                    r = runs.find(pr[1]) if runs is not None else None
+                    if r is not None:  # (after _advance, every run is within its window)
+                        ap(EnqueueResult(r.id0 + pr[1] - r.first, True, it.group, prio, deliver_at))
+                        continue
             id_ = self.next_id
             self.next_id = id_ + 1
             insert(prefix + _U64.pack(id_), b"".join((
@@ -677,7 +756,9 @@ class QueueMachine:
                 k = ((prio + (1 << 63)) << 64) | id_
                 q.msgs[id_] = Entry(READY, k, prio, g)
                 q.index.add(k, g)
-            if did:
+            if pr is not None:
+                self._remember_run(q, pr[0], pr[1], 1, id_)
+            elif did:
                 self._remember_dedup(q, did, id_)
             ap(EnqueueResult(id_, False, it.group, prio, deliver_at))
         return out
@@ -691,19 +772,58 @@ class QueueMachine:
         prefix = K.name_prefix(K.DEDUP, name)
         pack = R.DEDUP_REC.pack
         self.store.insert_many([prefix + d.encode() for d in dids], b"", [pack(i, exp) for i in ids])
-        while len(self.dedup_exp) > MAX_DEDUP_ENTRIES:  # as many as one at a time would evict
-            self._forget_dedup(self.dedup_exp.pop(0))
+        self.dedup_n += len(dids)
+        self._evict_dedups()
 
     def _remember_dedup(self, q: Queue, did: str, id_: int) -> None:
         old = q.dedup.get(did)
         if old is not None:  # expired but not yet forgotten (window shrank)
             self.dedup_exp.remove((old[1], q.name, did))
+            self.dedup_n -= 1
         exp = self.now_ms + q.settings.effective_dedup_window_ms
         q.dedup[did] = (id_, exp)
         self.dedup_exp.add((exp, q.name, did))
         self.store.put(K.dedup_key(q.name, did), R.DEDUP_REC.pack(id_, exp))
-        if len(self.dedup_exp) > MAX_DEDUP_ENTRIES:
-            self._forget_dedup(self.dedup_exp.pop(0))
+        self.dedup_n += 1
+        self._evict_dedups()
+
+    def _fresh_run(self, q: Queue, dids: object) -> tuple[str, int] | None:
+        """(producer, first sequence) when `dids` are one run of canonical ids of which
+        `q` remembers none (the column path); else None."""
+        if type(dids) is not list:
+            return None
+        run = one_run(dids)
+        if run is None:
+            return None
+        runs = q.runs.get(run[0])
+        return None if runs is not None and runs.overlaps(run[1], len(dids)) else run
+
+    def _remember_run(self, q: Queue, producer: str, first: int, n: int, id0: int) -> None:
+        """Remember the canonical ids `first .. first+n-1` of `producer` (none known to `q`)
+        for the messages `id0 .. id0+n-1`: they extend the producer's run that ends right
+        before them if its messages end right before `id0` and it expires at the same
+        time, else they start a run."""
+        exp = self.now_ms + q.settings.effective_dedup_window_ms
+        runs = q.runs.get(producer)
+        r = runs.floor(first - 1) if runs is not None else None
+        if r is not None and r.first + r.count == first and r.id0 + r.count == id0 and r.exp == exp:
+            r.count += n
+            self.store.put(K.dedup_key(q.name, run_id(producer, r.first)), R.encode_dedup(r.id0, exp, r.count))
+            self.dedup_n += n
+        else:
+            self._add_run(q, producer, Run(first, n, id0, exp))
+        self._evict_dedups()
+
+    def _add_run(self, q: Queue, producer: str, run: Run) -> None:
+        """A new run (overlapping none): its record, its expiry entry and the count."""
+        runs = q.runs.get(producer)
+        if runs is None:
+            runs = q.runs[producer] = Runs()
+        runs.add(run)
+        did = run_id(producer, run.first)
+        self.dedup_exp.add((run.exp, q.name, did))
+        self.store.insert(K.dedup_key(q.name, did), R.encode_dedup(run.id0, run.exp, run.count))
+        self.dedup_n += run.count
 
     def _dequeue(self, cmd: c.Dequeue) -> list[MessageView]:
         """Take up to `max_messages` in the index's order, all at once: one store call to

@@ -167,3 +167,24 @@ def decode_queue(rec: bytes) -> tuple[QueueType, QueueSettings, int, str]:
 # -- meta and dedup records ----------------------------------------------------------------
 META_REC = struct.Struct("<QQQ")  # next_id, now_ms, next_lease_id
 DEDUP_REC = struct.Struct("<QQ")  # original id, expires_at_ms
+# a run of canonical dedup ids (doq.queues.dedupruns) of more than one id: first message id,
+# expires_at_ms, count; a run of one id is a DEDUP_REC
+DEDUP_RUN_REC = struct.Struct("<QQQ")
+
+
+def encode_dedup(id_: int, expires_at_ms: int, count: int = 1) -> bytes:
+    """A dedup record: one id (`count` 1) or a run of `count` ids from message id `id_`."""
+    return DEDUP_REC.pack(id_, expires_at_ms) if count == 1 else DEDUP_RUN_REC.pack(id_, expires_at_ms, count)
+
+
+def decode_dedup(rec: bytes) -> tuple[int, int, int]:
+    """(first message id, expires_at_ms, count) of a dedup record; raises ValueError if malformed."""
+    if len(rec) == DEDUP_REC.size:
+        id_, exp = DEDUP_REC.unpack(rec)
+        return id_, exp, 1
+    if len(rec) != DEDUP_RUN_REC.size:
+        raise ValueError(f"a dedup record is {DEDUP_REC.size} or {DEDUP_RUN_REC.size} bytes, got {len(rec)}")
+    id_, exp, count = DEDUP_RUN_REC.unpack(rec)
+    if count < 2:
+        raise ValueError(f"a dedup run record counts {count} ids (at least 2)")
+    return id_, exp, count

@@ -12,7 +12,7 @@ class Store(Protocol):
     `get` sees the machine's own earlier puts/deletes (read-your-writes). `insert` and
     `insert_many` write records whose keys do not exist (fresh message ids): a store may
     skip reading an old value. The `*_many` calls do what their single-key counterparts
-    do for each key in turn, in fewer calls.
+    do for each key in turn, in fewer calls (`delete_many`: `delete` of each key).
     """
 
     def get(self, key: bytes) -> bytes | None: ...
@@ -26,6 +26,10 @@ class Store(Protocol):
         ...
 
     def delete(self, key: bytes) -> None: ...
+
+    def delete_many(self, keys: list[bytes]) -> None:
+        """`delete` of each key (keys of one kind)."""
+        ...
 
     def rewrite_many(self, keys: list[bytes], edit: Callable[[list[bytes]], list[bytes]]) -> None:
         """Put record `keys[i]` = `edit(old)[i]`, `old` being the current records of `keys`
@@ -59,6 +63,10 @@ class MemoryStore:
 
     def delete(self, key: bytes) -> None:
         self.data.pop(key, None)
+
+    def delete_many(self, keys: list[bytes]) -> None:
+        for k in keys:
+            self.data.pop(k, None)
 
     def rewrite_many(self, keys: list[bytes], edit: Callable[[list[bytes]], list[bytes]]) -> None:
         news = edit([self.data[k] for k in keys])

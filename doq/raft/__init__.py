@@ -24,6 +24,7 @@ from doq.raft.types import (
     Role,
     Snapshot,
     SnapshotMeta,
+    SnapshotTemporarilyUnavailable,
     SoftState,
     UnavailableError,
 )
@@ -33,5 +34,6 @@ __all__ = [
     "ConfChangeType", "ConfState", "Entry", "EntryType", "HardState", "InvariantError",
     "MemoryStorage", "Message", "MessageType", "NotLeader", "Progress", "ProgressState",
     "ProposalDropped", "RaftConfig", "RaftCore", "RaftError", "RaftLogStorage", "Ready",
-    "ReadState", "Role", "Snapshot", "SnapshotMeta", "SoftState", "UnavailableError",
+    "ReadState", "Role", "Snapshot", "SnapshotMeta",
+    "SnapshotTemporarilyUnavailable", "SoftState", "UnavailableError",
 ]

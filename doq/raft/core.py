@@ -39,6 +39,7 @@ from doq.raft.types import (
     Role,
     Snapshot,
     SnapshotMeta,
+    SnapshotTemporarilyUnavailable,
     SoftState,
 )
 
@@ -572,7 +573,10 @@ class RaftCore:
     def _send_snapshot(self, to: str, pr: Progress) -> bool:
         if not pr.recent_active:
             return False
-        snap = self.log.snapshot()
+        try:
+            snap = self.log.snapshot()
+        except SnapshotTemporarilyUnavailable:
+            return False  # being produced: retried on a later heartbeat response
         if snap.is_empty():
             raise InvariantError("log compacted but no snapshot available")
         size = self.cfg.snapshot_chunk_bytes

@@ -47,7 +47,11 @@ class RaftLogStorage(Protocol):
     def last_index(self) -> int: ...
 
     def snapshot(self) -> Snapshot:
-        """The most recent snapshot (possibly empty at index 0)."""
+        """The most recent snapshot (possibly empty at index 0), whose index is at least
+        ``first_index() - 1`` (so the entries after it are still here). A storage that
+        produces snapshot data on demand (the node's: the state is durable on its own)
+        may raise ``SnapshotTemporarilyUnavailable`` until the data is ready; only a
+        leader sending a snapshot asks for it."""
         ...
 
 

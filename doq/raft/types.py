@@ -200,5 +200,11 @@ class UnavailableError(RaftError):
     """The requested index is beyond the storage's last index."""
 
 
+class SnapshotTemporarilyUnavailable(RaftError):
+    """The storage produces its snapshot's data on demand and it is not ready yet (as
+    etcd-raft's ErrSnapshotTemporarilyUnavailable): the leader sends nothing to that
+    follower now and tries again on a later heartbeat response."""
+
+
 class InvariantError(RaftError):
     """An internal invariant broke (e.g. a committed entry would be overwritten)."""

@@ -32,7 +32,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from doq.errors import DoqError, InvalidArgument
-from doq.node.base import Node
+from doq.node.base import Node, wait_for_result
 from doq.queues.commands import Ack, Dequeue, Nack
 from doq.queues.model import EnqueueColumnsResult, EnqueueResult, MessageView
 from doq.service import convert as cv
@@ -106,6 +106,11 @@ async def _read_into(requests: AsyncIterator[R], put: Callable[[Any], Awaitable[
         await put(None)
         raise
     await put(None)
+
+
+def _refused(fut: asyncio.Future[object]) -> bool:
+    """A done dequeue future that failed or was refused by the machine."""
+    return fut.cancelled() or fut.exception() is not None or isinstance(fut.result(), DoqError)
 
 
 async def _finish(task: asyncio.Task[Any]) -> None:
@@ -237,9 +242,11 @@ class DequeueSession:
         has more deliverable than the stream's own dequeues in flight ask for, the stream
         proposes dequeues itself, as many as its room allows (at most `OWN_DEQUEUES` in
         flight; one without prefetch), so that the next commit carries the stream's next
-        dequeue while one commits and its frame is sent. Frames follow in the order
-        of those dequeues (the log's). A frame dequeued after the half-close, or left when
-        the frames stop being taken (the call ends), is released, not sent."""
+        dequeue while one commits and its frame is sent. Frames follow in the order of
+        those dequeues (the log's); the results of dequeues committed by the time a frame
+        is made go out together in it (up to `max_batch` messages: after a busy moment,
+        one send rather than one per enqueue). A frame dequeued after the half-close, or
+        left when the frames stop being taken (the call ends), is released, not sent."""
         polls = self.api.long_polls
         state = self.api.node.state
         sp = StandingPoll(self.visibility_timeout_ms, self.wake)
@@ -277,26 +284,32 @@ class DequeueSession:
                     continue
                 if inflight:
                     fut = inflight[0][0]
-                    if not fut.done():
-                        await asyncio.wait([fut])
-                    inflight.popleft()
-                    result = fut.result()
-                    if fut in own:
-                        own_n -= own.pop(fut)
-                        starved = not result
-                        polls.release_standing(self.queue, sp)
-                    if isinstance(result, DoqError):
-                        raise result
-                    assert isinstance(result, list)
-                    if not result:
+                    if not fut.done():  # woken by the result itself, frames first
+                        await wait_for_result(fut)
+                    taken: list[MessageView] = []
+                    while inflight and inflight[0][0].done():  # this one and those in behind it
+                        fut, most = inflight[0]
+                        if taken and (len(taken) + most > self.max_batch or _refused(fut)):
+                            break  # the next frame's (an error is raised after this frame)
+                        inflight.popleft()
+                        result = fut.result()
+                        if fut in own:
+                            own_n -= own.pop(fut)
+                            starved = not result
+                            polls.release_standing(self.queue, sp)
+                        if isinstance(result, DoqError):
+                            raise result
+                        assert isinstance(result, list)
+                        taken += result
+                    if not taken:
                         continue
                     if self.half_closed.is_set():
-                        self.release(result)  # the client stopped taking: hand them back, unsent
+                        self.release(taken)  # the client stopped taking: hand them back, unsent
                         continue
-                    M.dequeued.inc(len(result))
+                    M.dequeued.inc(len(taken))
                     if self.credit_mode:
-                        self.credits -= len(result)
-                    ready = result
+                        self.credits -= len(taken)
+                    ready = taken
                     continue
                 if self.half_closed.is_set():
                     return

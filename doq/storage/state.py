@@ -224,6 +224,23 @@ class _TxnSink:
         txn.delete(old[:8] + key, db=self.versions)
         txn.put(self.ver + key, b"", db=self.tombs)
 
+    def delete_many(self, keys: list[bytes]) -> None:
+        """`delete` of each key (keys of one kind), the tombstones in one C call."""
+        txn = self.txn
+        assert txn is not None
+        if not keys:
+            return
+        pop, drop = txn.pop, txn.delete
+        db, versions, ver = self.dbs[keys[0][0]], self.versions, self.ver
+        tombs = []
+        for key in keys:
+            old = pop(key, db=db)
+            if old is not None:
+                drop(old[:8] + key, db=versions)
+                tombs.append((ver + key, b""))
+        if tombs:
+            txn.cursor(db=self.tombs).putmulti(tombs)
+
     def rewrite_many(self, keys: list[bytes], edit: Callable[[list[bytes]], list[bytes]]) -> None:
         """`put` of `edit(old records)` over existing keys of one kind: the records read
         and their old version entries deleted through cursors, the records and their new

@@ -188,3 +188,72 @@ def test_message_delivery_agrees_with_message_view() -> None:
                 assert in_flight == (view.state is MessageState.IN_FLIGHT)
     with pytest.raises(ValueError):
         R.message_delivery(b"short")
+
+
+def test_dedup_runs_back_up_restore_and_verify_with_ids_counted(tmp_path: Path) -> None:
+    """A state holding runs of a producer's ids (and ids stored alone): full + incremental
+    backups verify (digest proven, dedup ids counted, not records) and restore it exactly;
+    a backup from before runs (one 16-byte record per id) restores and deduplicates."""
+    from doq.backup.ops import write_backup
+    from doq.queues import commands as c
+    from doq.queues import keys as K
+    from doq.queues import records as R
+    from doq.queues.codec import encode_batch
+    from doq.queues.model import EnqueueColumnsResult, QueueSettings
+    from doq.storage.env import open_env
+    from doq.storage.state import StateStore
+
+    t0 = 1_700_000_000_000
+    p = "00000000000000a1-"
+    dids = [f"{p}{s:012x}" for s in range(1, 301)]
+
+    def store(name: str) -> StateStore:
+        return StateStore(open_env(tmp_path / name, map_size=1 << 28))
+
+    def apply(st: StateStore, index: int, now: int, *cmds: c.Command) -> list[object]:
+        with st.write() as txn:
+            return st.apply_entries(txn, [(index, encode_batch(c.CommandBatch(now, list(cmds))))])[0]
+
+    def cols(ds: list[str]) -> c.Command:
+        return c.EnqueueColumns("q", [b"x"] * len(ds), dedup_ids=ds)
+
+    st = store("live")
+    apply(st, 1, t0, c.CreateQueue("q", "delayed", QueueSettings(dedup_window_ms=1000)), cols(dids[:100]),
+          c.Enqueue("q", [c.EnqueueItem(b"y", dedup_id="mine")]))
+    apply(st, 2, t0 + 1, cols(dids[50:200]))
+    full = tmp_path / "full.bak"
+    with open(full, "wb") as f:
+        last = write_backup(st, 0, f)
+    apply(st, 3, t0 + 1000, cols(dids[200:]))  # the first run and "mine" expire
+    inc = tmp_path / "inc.bak"
+    with open(inc, "wb") as f:
+        write_backup(st, last + 1, f)
+    r = run_without_spark([full, inc])
+    assert r.ok, [f.line() for f in r.failures]
+    assert r.queues["q"].dedup == st.machine.dedup_n == 200  # 101..200 and 201..300
+    assert r.queues["q"].ready == 301
+    assert r.digest == st.state_digest()[1]
+    dkeys = sorted(k for k, v, _ in st.iter_changes(0) if k[0] == K.DEDUP and v is not None)
+    assert dkeys == [K.dedup_key("q", dids[100]), K.dedup_key("q", dids[200])]
+    # restore: the same state, and it deduplicates
+    rst = store("restored")
+    rst.restore([*st.iter_changes(0)], st.applied_index)
+    assert rst.dump_state_bytes() == st.dump_state_bytes()
+    res = apply(rst, 4, t0 + 1000, cols(dids[150:160]))
+    assert isinstance(res[0], EnqueueColumnsResult) and res[0].duplicates == list(range(10))
+    # a backup from before runs: one record per id
+    old = []
+    for k, v, ver in st.iter_changes(0):
+        if v is not None and k[0] == K.DEDUP:
+            id0, exp, n = R.decode_dedup(v)
+            first = int(k[-12:], 16)
+            old += [(K.dedup_key("q", f"{p}{s:012x}"), R.DEDUP_REC.pack(id0 + s - first, exp), ver)
+                    for s in range(first, first + n)]
+        elif v is not None:
+            old.append((k, v, ver))
+    ost = store("old")
+    ost.restore(sorted(old, key=lambda x: (x[2], x[0])), st.applied_index)
+    assert ost.machine.dedup_n == 200
+    res = apply(ost, 4, t0 + 1000, cols(dids[150:160] + [f"{p}{301:012x}"]))
+    assert isinstance(res[0], EnqueueColumnsResult)
+    assert res[0].duplicates == list(range(10)) and list(res[0].ids)[:10] == list(range(152, 162))

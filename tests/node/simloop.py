@@ -36,7 +36,16 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
 
 
 class InlineExecutor(concurrent.futures.Executor):
-    """Runs each submitted call at once, on the calling thread."""
+    """Runs each submitted call at once, on the calling thread (also as a node's
+    `WriterThread`: `call`)."""
+
+    def call(self, fn: Callable[[Any], Any], arg: Any) -> asyncio.Future[Any]:
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        try:
+            fut.set_result(fn(arg))
+        except BaseException as e:
+            fut.set_exception(e)
+        return fut
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
         fut: concurrent.futures.Future[Any] = concurrent.futures.Future()

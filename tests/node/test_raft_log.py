@@ -1,5 +1,7 @@
-"""LmdbLogStorage on real LMDB files: restart recovery, truncation, compaction, and the same
-behaviour as the in-memory storage of doq/raft on random operation sequences."""
+"""LmdbLogStorage on real LMDB files: restart recovery, truncation, compaction (bounded per
+txn), snapshot metas without stored data (the data offered in memory), the older layout's
+snapshot data, and the same behaviour as the in-memory storage of doq/raft on random
+operation sequences."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from doq.node.cluster import MemberAddrs
-from doq.node.raft_log import LmdbLogStorage
+from doq.node.raft_log import FIRST_KEY, SNAP_DATA_KEY, SNAP_KEY, LmdbLogStorage
 from doq.raft import (
     CompactedError,
     ConfState,
@@ -23,7 +25,9 @@ from doq.raft import (
     MemoryStorage,
     Snapshot,
     SnapshotMeta,
+    SnapshotTemporarilyUnavailable,
     UnavailableError,
+    codec,
 )
 from doq.storage.env import open_env
 
@@ -51,11 +55,12 @@ def ents(lo: int, *terms: int) -> list[Entry]:
 
 
 def view(s: LmdbLogStorage | MemoryStorage) -> tuple[object, ...]:
-    """Everything the core can read."""
+    """Everything the core can read (of a snapshot: its meta; the LMDB storage keeps no data)."""
     first, last = s.first_index(), s.last_index()
     terms = [s.term(i) for i in range(first - 1, last + 1)]
     es = s.entries(first, last + 1, 1 << 30) if last >= first else []
-    return s.initial_state(), first, last, terms, es, s.snapshot()
+    meta = s.snapshot_meta() if isinstance(s, LmdbLogStorage) else s.snapshot().meta
+    return s.initial_state(), first, last, terms, es, meta
 
 
 def test_restart_recovers_term_vote_log_snapshot_and_members(tmp_path: Path) -> None:
@@ -120,7 +125,7 @@ def test_compaction_keeps_the_term_of_the_compaction_point(tmp_path: Path) -> No
     env = _env(tmp_path / "db")
     s = LmdbLogStorage(env)
     assert (s.first_index(), s.last_index(), s.term(4), s.term(6)) == (5, 6, 2, 3)
-    assert s.snapshot() == snap
+    assert s.snapshot_meta() == snap.meta
     with env.begin() as txn:  # the compacted entries are gone from the file
         assert txn.stat(s._log)["entries"] == 2
     env.close()
@@ -133,9 +138,86 @@ def test_applied_snapshot_replaces_the_log(env: lmdb.Environment) -> None:
     leader_snap = Snapshot(SnapshotMeta(10, 4, ConfState(("a", "b"), ("c",))), b"x" * 5000)
     _write(env, s.apply_snapshot, leader_snap)
     assert (s.first_index(), s.last_index(), s.term(10)) == (11, 10, 4)
-    assert s.snapshot() == leader_snap and s.initial_state()[1] == ConfState(("a", "b"), ("c",))
+    assert s.snapshot_meta() == leader_snap.meta
+    assert s.initial_state()[1] == ConfState(("a", "b"), ("c",))
     _write(env, s.apply_snapshot, BOOT)  # older: ignored
-    assert s.snapshot() == leader_snap
+    assert s.snapshot_meta() == leader_snap.meta
+
+
+def test_compaction_discards_at_most_max_entries_per_txn_and_survives_a_reopen(
+        tmp_path: Path) -> None:
+    env = _env(tmp_path / "db")
+    s = LmdbLogStorage(env, cache_entries=4)
+    _write(env, s.apply_snapshot, BOOT)
+    _write(env, s.append, ents(2, *([1] * 5 + [2] * 15)))  # 2..21
+    with env.begin(write=True) as txn:
+        s.create_snapshot(txn, Snapshot(SnapshotMeta(18, 2, ConfState(("a",)))))
+    counted = []
+    for _ in range(2):
+        with env.begin(write=True) as txn:
+            counted.append(s.compact(txn, 15, max_entries=4))
+    assert counted == [4, 4] and (s.first_index(), s.term(9)) == (10, 2)
+    with pytest.raises(CompactedError):
+        s.term(8)
+    env.close()  # a crash between two compaction txns: each one is whole
+    env = _env(tmp_path / "db")
+    s = LmdbLogStorage(env, cache_entries=4)
+    assert (s.first_index(), s.last_index(), s.term(9), s.snapshot_meta().index) == (10, 21, 2, 18)
+    with env.begin(write=True) as txn:
+        assert s.compact(txn, 15, max_entries=4) == 4
+    with env.begin(write=True) as txn:
+        assert s.compact(txn, 15, max_entries=4) == 2  # up to the target, not beyond
+    with env.begin(write=True) as txn:
+        assert s.compact(txn, 15, max_entries=4) == 0
+        assert s.compact(txn, 15, max_entries=0) == 0
+    assert (s.first_index(), s.term(15)) == (16, 2)
+    with env.begin() as txn:
+        assert txn.stat(s._log)["entries"] == 6
+    assert [e.index for e in s.entries(16, 22, 1 << 20)] == list(range(16, 22))
+    env.close()
+
+
+def test_snapshot_data_is_never_stored_only_offered_in_memory(env: lmdb.Environment) -> None:
+    s = LmdbLogStorage(env)
+    _write(env, s.apply_snapshot, Snapshot(BOOT.meta, b"data of the bootstrap"))
+    _write(env, s.append, ents(2, 1, 1, 1, 1, 1))  # 2..6
+    _write(env, s.create_snapshot, Snapshot(SnapshotMeta(4, 1, ConfState(("a",))), b"state@4"))
+    with env.begin() as txn:
+        assert txn.get(SNAP_DATA_KEY, db=s._meta) is None
+    assert not s.snapshot_wanted
+    with pytest.raises(SnapshotTemporarilyUnavailable):
+        s.snapshot()
+    assert s.snapshot_wanted  # the driver produces the data
+    offered = Snapshot(SnapshotMeta(5, 1, ConfState(("a",))), b"state@5")
+    s.offer_snapshot(offered)
+    assert not s.snapshot_wanted and s.snapshot() == offered
+    _write(env, s.compact, 4)
+    assert s.snapshot() == offered  # the log still holds what follows it
+    _write(env, s.create_snapshot, Snapshot(SnapshotMeta(6, 1, ConfState(("a",)))))
+    _write(env, s.compact, 6)
+    with pytest.raises(SnapshotTemporarilyUnavailable):
+        s.snapshot()  # the entries after it are gone: a follower would need another one
+
+
+def test_the_older_layout_with_snapshot_data_loads_and_its_data_is_dropped(tmp_path: Path) -> None:
+    env = _env(tmp_path / "db")
+    s = LmdbLogStorage(env)
+    meta = SnapshotMeta(7, 2, ConfState(("a", "b")))
+    with env.begin(write=True) as txn:  # what an older version wrote: meta, data, compaction point
+        txn.put(SNAP_KEY, codec.encode_snapshot(Snapshot(meta, b"")), db=s._meta)
+        txn.put(SNAP_DATA_KEY, b"old snapshot data" * 1000, db=s._meta)
+        txn.put(FIRST_KEY, (5).to_bytes(8, "big") + (2).to_bytes(8, "big"), db=s._meta)
+        s.set_hard_state(txn, HardState(2, "a", 9))
+    env.close()
+    env = _env(tmp_path / "db")
+    s = LmdbLogStorage(env)
+    _write(env, s.append, ents(6, 2, 2, 2, 3))  # 6..9
+    assert s.snapshot_meta() == meta and s.initial_state() == (HardState(2, "a", 9), meta.conf_state)
+    assert (s.first_index(), s.term(5), s.last_index()) == (6, 2, 9)
+    _write(env, s.create_snapshot, Snapshot(SnapshotMeta(9, 3, ConfState(("a", "b")))))
+    with env.begin() as txn:
+        assert txn.get(SNAP_DATA_KEY, db=s._meta) is None
+    env.close()
 
 
 def test_entries_respect_max_bytes_in_cache_and_on_disk(env: lmdb.Environment) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from doq.errors import NotLeader
+from doq.node import raft_node as raft_node_module
 from doq.node.raft_node import RaftNode, RaftNodeConfig
 from doq.queues import commands as c
 from doq.queues.model import QueueSettings
@@ -193,6 +194,88 @@ async def test_node_behind_a_compacted_log_catches_up_by_snapshot(tmp_path: Path
     assert not cl.net.violations, cl.net.violations[:5]
 
 
+class RecordsWrites(RaftNode):
+    """Records, per write txn that installs no leader snapshot: (first index before,
+    after, the state's applied index before)."""
+
+    def _write(self, job) -> None:  # type: ignore[no-untyped-def]
+        first, applied = self.storage.first_index(), self.state.applied_index
+        super()._write(job)
+        if job.snapshot is None:
+            self.__dict__.setdefault("writes", []).append(
+                (first, self.storage.first_index(), applied))
+
+
+COMPACT = RaftNodeConfig(tick_ms=25, election_tick=10, snapshot_every=20, keep_entries=5,
+                         compact_entries_per_write=3)
+
+
+async def test_compaction_discards_few_applied_entries_per_write_and_builds_no_snapshot_data(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The periodic snapshot is a meta only: the log is compacted at most
+    `compact_entries_per_write` entries per write, never an entry not yet applied, and no
+    snapshot data is built until a follower needs one (then once, on demand: the follower
+    catches up by it to an identical state)."""
+    builds: list[int] = []
+    build = raft_node_module.write_state_snapshot
+
+    def counting(read, members, node_id):  # type: ignore[no-untyped-def]
+        builds.append(read.applied_index)
+        return build(read, members, node_id)
+
+    monkeypatch.setattr(raft_node_module, "write_state_snapshot", counting)
+    cl = await three(tmp_path, COMPACT, RecordsWrites)
+    leader = await cl.wait_leader()
+    builds.clear()  # the joiners' snapshots
+    for i in range(100):  # one entry each: a snapshot meta every 20
+        await leader.propose(enq(i))
+    await cl.converged()
+    for n in cl.nodes.values():
+        writes = n.__dict__["writes"]
+        assert n.storage.first_index() > 60, n.node_id  # compacted
+        assert n.storage.snapshot_meta().index - n.storage.first_index() < 5 + 20 + 3 * 2
+        assert max(after - before for before, after, _ in writes) == 3  # bounded, and it ran
+        assert [w for w in writes if w[1] > w[0] and w[1] - 1 > w[2]] == []  # applied ones only
+    assert builds == []  # nobody needed snapshot data
+    victim = next(nid for nid in cl.nodes if nid != leader.node_id)
+    await cl.stop(victim)
+    for i in range(100, 160):
+        await leader.propose(enq(i))
+    await eventually(lambda: _async(leader.storage.first_index() > 140), 30, "compaction")
+    node = await cl.start(victim)
+    await cl.converged()
+    assert len(builds) == 1 and node.storage.snapshot_meta().index == builds[0] >= 140
+    assert len(set(cl.digests().values())) == 1
+    assert not cl.net.violations, cl.net.violations[:5]
+
+
+async def test_a_node_stopped_midway_through_a_compaction_restarts_and_finishes_it(
+        tmp_path: Path) -> None:
+    cl = new_cluster(tmp_path, COMPACT)
+    n1 = await cl.start("n1")
+    await create_queue(await cl.wait_leader())
+    i = 0
+
+    def midway() -> bool:
+        st = n1.storage
+        return st.first_index() - 1 < st.snapshot_meta().index - COMPACT.keep_entries
+
+    while not midway() or n1.storage.snapshot_meta().index < 40:
+        await n1.propose(enq(i))
+        i += 1
+    first, snap = n1.storage.first_index(), n1.storage.snapshot_meta()
+    await cl.crash("n1")  # between two write txns: the compaction is half done on disk
+    n1 = await cl.start("n1")
+    assert n1.storage.snapshot_meta() == snap
+    assert first <= n1.storage.first_index() <= snap.index - COMPACT.keep_entries + 1
+    await cl.wait_leader()
+    assert n1.state.get_queue("q").stats.total == i
+    for j in range(i, i + 10):  # the next writes carry on
+        await n1.propose(enq(j))
+    assert n1.storage.first_index() - 1 >= snap.index - COMPACT.keep_entries
+    assert n1.state.get_queue("q").stats.total == i + 10
+
+
 async def test_transfer_leadership_and_remove_a_member(tmp_path: Path) -> None:
     cl = await three(tmp_path)
     leader = await cl.wait_leader()
@@ -233,7 +316,7 @@ async def test_a_new_leader_never_stamps_a_time_before_one_already_applied(tmp_p
     await retry(lambda: n1.transfer_leader("n2"))
     await retry(lambda: n2.propose(enq(1)))
     await cl.converged()
-    st = n2.storage
+    st = n1.storage  # the whole log (n2 joined by a snapshot at the applied index of then)
     stamps = [decode_batch(e.data).now_ms for e in st.entries(st.first_index(), st.last_index() + 1, 1 << 30)
               if e.data and e.type == 0]
     assert len(stamps) >= 3 and stamps == sorted(stamps), stamps

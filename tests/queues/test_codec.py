@@ -113,3 +113,38 @@ def test_release_has_its_own_tag() -> None:
     release = c.CommandBatch(77, [c.Nack("jobs", 5, 9, 250, None, release=True)])
     assert encode_batch(release) == _nack_entry(13, None)
     assert decode_batch(_nack_entry(13, None)) == release
+
+
+same_len_strs = st.integers(0, 3).flatmap(lambda ln: st.lists(
+    st.text(alphabet=st.sampled_from(["a", "0", "-", "\x1d", "\x00", "é", "\U0001f600"]), min_size=ln,
+            max_size=ln), min_size=2, max_size=6))
+
+
+@settings(max_examples=300)
+@given(st.one_of(same_len_strs, st.lists(text, min_size=2, max_size=5),
+                 st.integers(1, 140).map(lambda ln: [f"{i:0{ln}d}"[-ln:] for i in range(3)])))
+def test_string_columns_in_bulk_are_the_per_string_bytes(strs: list[str]) -> None:
+    """A column of strings (dedup ids, groups) written and read in bulk when they are ASCII
+    of one length: the same bytes as one `u32 length + utf-8` each, and back."""
+    cmd = c.EnqueueColumns("q", [b"x"] * len(strs), groups=list(strs), dedup_ids=list(strs))
+    batch = c.CommandBatch(1, [cmd])
+    data = encode_batch(batch)
+    one_by_one = b"".join(struct.pack("<I", len(s.encode())) + s.encode() for s in strs)
+    assert data.endswith(one_by_one + one_by_one)
+    assert decode_batch(data) == batch
+
+
+def test_a_producers_dedup_ids_take_the_bulk_path() -> None:
+    from doq.queues import codec
+
+    ids = [f"0123456789abcdef-{s:012x}" for s in range(1000)]
+    out: list[bytes] = []
+    codec._strs(out, ids)
+    assert len(out) == 1
+    r = codec._Reader(out[0])
+    assert r.strs(len(ids)) == ids and r.pos == len(out[0])
+    sep = "\x1d\x00\x00\x00"  # the length prefix of a 29-character string, as text
+    with_sep = ["a" * 10 + sep + "b" * 15, sep + "c" * 25, "d" * 29]  # the separator inside strings
+    out = []
+    codec._strs(out, with_sep)
+    assert len(out) == 1 and codec._Reader(out[0]).strs(3) == with_sep

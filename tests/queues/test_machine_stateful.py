@@ -10,7 +10,14 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from doq.errors import DoqError
 from doq.queues import commands as c
 from doq.queues.machine import QueueMachine
-from doq.queues.model import EnqueueResult, MessageState, MessageView, QueueInfo, QueueSettings
+from doq.queues.model import (
+    EnqueueColumnsResult,
+    EnqueueResult,
+    MessageState,
+    MessageView,
+    QueueInfo,
+    QueueSettings,
+)
 from doq.queues.store import MemoryStore
 from tests.queues.reference import Reference
 
@@ -28,13 +35,16 @@ settings_st = st.builds(
     max_unacked_per_group=st.sampled_from([0, 1, 2]),
     dedup_window_ms=st.sampled_from([0, 500]),
 )
+# canonical dedup ids (a producer's stamped ids, remembered as runs) of two producers
+PRODUCERS = ["00000000000000a1-", "00000000000000b2-"]
+CANON = [f"{PRODUCERS[0]}{s:012x}" for s in range(1, 5)] + [f"{PRODUCERS[1]}{1:012x}"]
 item_st = st.builds(
     c.EnqueueItem,
     content=st.binary(max_size=8),
     group=st.sampled_from(GROUPS),
     priority=PRIOS,
     metadata=st.sampled_from([{}, {"k": "v"}, {"b": "2", "a": "1"}]),
-    dedup_id=st.sampled_from(["", "", "d1", "d2"]),
+    dedup_id=st.sampled_from(["", "", "d1", "d2", *CANON]),
     delay_ms=st.sampled_from([0, 0, 50, 700]),
 )
 
@@ -114,6 +124,25 @@ class MachineVsReference(RuleBasedStateMachine):
         for id_, dup in want:  # type: ignore[attr-defined]
             if not dup:
                 self.known.append((name, id_, 0))
+
+    @rule(name=MSG_QUEUES, producer=st.sampled_from(PRODUCERS), first=st.integers(0, 7),
+          n=st.integers(1, 5), dt=st.sampled_from([0, 0, 1, 200]))
+    def enqueue_run(self, name: str, producer: str, first: int, n: int, dt: int) -> None:
+        """A producer's frame: consecutive canonical ids in columns (fresh, a resend, or a
+        partial overlap), against the reference's one-id-at-a-time dedup."""
+        dids = [f"{producer}{s:012x}" for s in range(first, first + n)]
+        cmd = c.EnqueueColumns(name, [b"r%d" % i for i in range(n)], dedup_ids=dids)
+        self.now += dt
+        self.index += 1
+        got = self.m.apply(self.index, c.CommandBatch(self.now, [cmd]))[0]
+        want = self.ref.apply(self.now, c.Enqueue(name, cmd.to_items()))
+        if isinstance(want, DoqError):
+            assert isinstance(got, type(want))
+            return
+        assert isinstance(got, EnqueueColumnsResult) and isinstance(want, list)
+        dups = [i for i, (_, dup) in enumerate(want) if dup]
+        assert (list(got.ids), got.duplicates) == ([id_ for id_, _ in want], dups)
+        self.known += [(name, id_, 0) for id_, dup in want if not dup]
 
     @rule(name=MSG_QUEUES, n=st.integers(1, 3), ack=st.sampled_from([False, False, False, True]),
           vis=st.sampled_from([0, 50, 300]), dt=st.sampled_from([0, 1, 30]))
@@ -232,6 +261,10 @@ class MachineVsReference(RuleBasedStateMachine):
                 assert v.state is want_state
         assert self.m.next_due_ms() == ref.next_due()
         assert (self.m.next_id, self.m.next_lease) == (ref.next_id, ref.next_lease)
+        # every remembered dedup id counted once, runs by their ids
+        assert self.m.dedup_n == sum(len(rq.dedup) for rq in ref.queues.values())
+        assert len(self.m.dedup_exp) == sum(
+            len(q.dedup) + sum(len(runs) for runs in q.runs.values()) for q in self.m.queues.values())
 
 
 TestMachineVsReference = MachineVsReference.TestCase

@@ -23,6 +23,8 @@ from doq.raft import (
     RaftCore,
     Ready,
     Role,
+    Snapshot,
+    SnapshotTemporarilyUnavailable,
     codec,
 )
 from doq.sim.harness import Cluster
@@ -742,6 +744,41 @@ def test_installed_snapshot_is_synced_before_it_is_acknowledged(
     ((nid, must_sync, msgs),) = readies
     assert nid == "c" and any(m.type == MT.APP_RESP and not m.reject for m in msgs)
     assert must_sync
+    ok(c)
+
+
+def test_snapshot_data_produced_on_demand_is_sent_once_the_storage_has_it() -> None:
+    """A storage that produces snapshot data lazily (the node's LMDB one) raises
+    SnapshotTemporarilyUnavailable until it has it: the leader sends nothing meanwhile
+    (no error, nothing else disturbed) and sends the snapshot on a later heartbeat
+    response once it is there."""
+    c = Cluster(("a", "b", "c"), snapshot_every=5)
+    c.elect("a")
+    c.isolate("c")
+    for i in range(30):
+        c.propose("a", b"v%d" % i)
+    storage = c.nodes["a"].storage
+    stored = storage.snapshot
+    asked: list[int] = []
+    ready: list[Snapshot] = []
+
+    def lazy() -> Snapshot:
+        asked.append(1)
+        if not ready:
+            raise SnapshotTemporarilyUnavailable("being produced")
+        return ready[0]
+
+    storage.snapshot = lazy  # type: ignore[method-assign]
+    c.heal()
+    c.delivered.clear()
+    c.tick(3)
+    assert asked and not [m for m in c.delivered if m.type == MT.SNAP]
+    c.propose("a", b"meanwhile")  # the others go on
+    assert c.nodes["b"].sm.hash == c.nodes["a"].sm.hash != c.nodes["c"].sm.hash
+    ready.append(stored())
+    c.tick(3)
+    assert [m for m in c.delivered if m.type == MT.SNAP and m.to == "c"]
+    assert c.nodes["c"].sm.hash == c.nodes["a"].sm.hash
     ok(c)
 
 

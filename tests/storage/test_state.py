@@ -343,3 +343,49 @@ def test_bulk_store_calls_write_like_one_key_at_a_time(tmp_path: Path) -> None:
     assert _raw(e1) == _raw(e2)
     assert list(s1.iter_changes(0)) == list(s2.iter_changes(0))
     assert s1.snapshot_digest() == s2.snapshot_digest()
+
+
+def test_dedup_runs_on_lmdb_like_the_per_message_path(tmp_path: Path) -> None:
+    """A producer's canonical dedup ids: one record per run, written, extended, expired and
+    restored the same on LMDB whether they came in columns or one message per command."""
+    producer = "00000000000000a1-"
+
+    def dids(first: int, n: int) -> list[str]:
+        return [f"{producer}{s:012x}" for s in range(first, first + n)]
+
+    def cols(ds: list[str]) -> c.Command:
+        return c.EnqueueColumns("q", [d.encode() for d in ds], dedup_ids=ds)
+
+    def singles(ds: list[str]) -> list[c.Command]:
+        return [c.Enqueue("q", [c.EnqueueItem(d.encode(), dedup_id=d)]) for d in ds]
+
+    create = c.CreateQueue("q", "delayed", QueueSettings(dedup_window_ms=1000))
+    e1, s1 = _open(tmp_path / "a")
+    e2, s2 = _open(tmp_path / "b")
+    r1 = apply(e1, s1, [_batch(1, T0, create, cols(dids(1, 100))),
+                        _batch(2, T0 + 1, cols(dids(50, 101))),  # 50..100 resent, 101..150 new
+                        _batch(3, T0 + 1, cols(dids(151, 10)))])  # extends the run of entry 2
+    r2 = apply(e2, s2, [_batch(1, T0, create, *singles(dids(1, 100))),
+                        _batch(2, T0 + 1, c.Enqueue("q", [c.EnqueueItem(d.encode(), dedup_id=d)
+                                                          for d in dids(50, 101)])),
+                        _batch(3, T0 + 1, *singles(dids(151, 10)))])
+    resend = r1[1][0]
+    assert resend.duplicates == list(range(51)) and list(resend.ids)[:51] == list(range(50, 101))  # type: ignore[attr-defined]
+    assert [r.id for r in r2[1][0][51:]] == list(range(101, 151))  # type: ignore[union-attr]
+    assert s1.dump_state_bytes() == s2.dump_state_bytes()
+    assert list(s1.iter_changes(0)) == list(s2.iter_changes(0))
+    dkeys = [(k, ver) for k, v, ver in s1.iter_changes(0) if k[0] == K.DEDUP]
+    assert dkeys == [(K.dedup_key("q", dids(1, 1)[0]), 1), (K.dedup_key("q", dids(101, 1)[0]), 3)]
+    last, it = s1.changes(0)
+    full = list(it)
+    # the first run expires (one record, one tombstone); the second stays
+    for env, st in ((e1, s1), (e2, s2)):
+        apply(env, st, [_batch(4, T0 + 1000, c.Tick())])
+    assert s1.dump_state_bytes() == s2.dump_state_bytes()
+    _, it = s1.changes(last + 1)
+    inc = list(it)
+    assert inc[-2:] == [(K.dedup_key("q", dids(1, 1)[0]), None, 4), (K.META_KEY, inc[-1][1], 4)]
+    renv, rst = _restore(tmp_path / "restored", 4, full, inc)
+    assert rst.dump_state_bytes() == s1.dump_state_bytes()
+    res = apply(renv, rst, [_batch(5, T0 + 1000, cols(dids(1, 1) + dids(160, 2)))])[0][0]
+    assert list(res.ids)[:2] == [161, 160] and res.duplicates == [1]  # type: ignore[attr-defined]

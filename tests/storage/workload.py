@@ -9,6 +9,7 @@ from doq.queues.codec import encode_batch
 from doq.queues.model import QueueSettings
 
 T0 = 1_700_000_000_000
+PRODUCER = "00112233aabbccdd-"  # the canonical form of a producer's stamped dedup ids
 
 
 def entries(seed: int, n: int, start_index: int = 1, start_ms: int = T0) -> list[tuple[int, bytes]]:
@@ -18,6 +19,7 @@ def entries(seed: int, n: int, start_index: int = 1, start_ms: int = T0) -> list
     out: list[tuple[int, bytes]] = []
     now = start_ms
     guess = 1
+    stamped = 1  # the next sequence number of PRODUCER's stamped dedup ids
     for i in range(n):
         index = start_index + i
         now += rnd.choice([0, 1, 5, 40, 200])
@@ -40,9 +42,14 @@ def entries(seed: int, n: int, start_index: int = 1, start_ms: int = T0) -> list
                                        rnd.choice(["", "", "x", "y", f"u{i}"]), rnd.choice([0, 0, 30]))
                          for _ in range(rnd.randint(1, 5))]
                 kind = rnd.random()
-                if kind < -1:  # the column path, contents only
+                if kind < 0.2:  # the column path, contents only
                     cmds.append(c.EnqueueColumns(q, [it.content for it in items]))
-                elif kind < -1:  # the column path, every column
+                elif kind < 0.35:  # the column path, a producer's stamped ids (runs; resends overlap)
+                    seq = max(1, stamped - rnd.choice([0, 0, 0, 2]))
+                    dids = [f"{PRODUCER}{s:012x}" for s in range(seq, seq + len(items))]
+                    stamped = max(stamped, seq + len(items))
+                    cmds.append(c.EnqueueColumns(q, [it.content for it in items], dedup_ids=dids))
+                elif kind < 0.5:  # the column path, every column
                     cmds.append(c.EnqueueColumns(
                         q, [it.content for it in items], [it.group for it in items],
                         [it.priority for it in items], [it.metadata for it in items],

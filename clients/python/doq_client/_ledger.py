@@ -97,7 +97,9 @@ class Chunk:
 
 class Stamper:
     """Dedup ids of the producer's own for messages without one: a random per-producer
-    prefix and a sequence number (``<16 hex>-<12 hex>``)."""
+    prefix and a sequence number (``<16 hex>-<12 hex>``, lowercase). The server stores a
+    run of consecutive ids of this form as one record (doq/queues/dedupruns.py), so keep
+    the form and count up."""
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
