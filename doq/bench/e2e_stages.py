@@ -179,6 +179,7 @@ def install() -> None:
     wrap(raft_node.RaftNode, "_write_off_loop", write_off_loop)
     wrap(raft_node.RaftNode, "_resolve_committed", resolve_committed)
     wrap(convert, "add_messages", add_messages)
+    wrap(convert, "add_columns", add_messages)  # the consumer's frames come in columns
 
 
 # -- the run and its report ---------------------------------------------------------------------

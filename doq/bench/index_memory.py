@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import gc
 import tracemalloc
+from collections.abc import Callable
 
 from doq.queues import commands as c
 from doq.queues.machine import QueueMachine
@@ -45,6 +46,12 @@ class NullStore:
 
     def delete_many(self, keys: list[bytes]) -> None:
         pass
+
+    def rewrite_many(self, keys: list[bytes], edit: Callable[[list[bytes]], list[bytes]]) -> None:
+        edit([self.rec] * len(keys))
+
+    def pop_many(self, keys: list[bytes]) -> list[bytes | None]:
+        return [self.rec] * len(keys)
 
 
 def measure(kind: str, n: int) -> float:

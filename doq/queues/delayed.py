@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from sortedcontainers import SortedList
 
-from doq.queues.sortedext import extend_sorted
+from doq.queues.sortedext import extend_sorted, pop_front
 
 PRIO_OFFSET = 1 << 63
 MASK64 = (1 << 64) - 1
@@ -48,6 +48,10 @@ class PriorityIndex:
         if not self.ready:
             return None
         return self.ready.pop(0), ""
+
+    def pop_many(self, n: int, lease: bool) -> list[int]:
+        """The keys of up to `n` `pop(lease)` calls, in order, taken at once."""
+        return pop_front(self.ready, n)
 
     def unleased(self, group: str) -> None:
         """An in-flight message of `group` left flight (acked, returned, deleted)."""

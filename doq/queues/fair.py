@@ -97,6 +97,13 @@ class FairIndex:
         self._refresh(g)
         return key, g.name
 
+    def pop_many(self, n: int, lease: bool) -> list[int]:
+        """The keys of up to `n` `pop(lease)` calls, in order."""
+        out: list[int] = []
+        while len(out) < n and (picked := self.pop(lease)) is not None:
+            out.append(picked[0])
+        return out
+
     def unleased(self, group: str) -> None:
         g = self.groups[group]
         g.inflight -= 1

@@ -76,7 +76,7 @@ from doq.queues.model import (
     QueueStats,
     QueueType,
 )
-from doq.queues.sortedext import extend_sorted
+from doq.queues.sortedext import extend_sorted, remove_many
 from doq.queues.store import Store
 
 READY, DELAYED, IN_FLIGHT = 0, 1, 2
@@ -826,6 +826,8 @@ class QueueMachine:
         self.dedup_n += run.count
 
     def _dequeue(self, cmd: c.Dequeue) -> list[MessageView]:
+        """Take up to `max_messages` in the index's order, all at once: one store call to
+        lease (rewrite) or remove them, one bulk insert into the lease index."""
         q = self._queue(cmd.queue)
         mx = _int(cmd.max_messages, 1, L.MAX_BATCH_MESSAGES, "max_messages")
         vis = _int(cmd.visibility_timeout_ms, 0, L.MAX_VISIBILITY_TIMEOUT_MS, "visibility_timeout_ms")
@@ -833,50 +835,77 @@ class QueueMachine:
             raise InvalidArgument("ack must be a bool")
         vis = vis or q.settings.effective_visibility_timeout_ms
         ack = cmd.ack
-        now = self.now_ms
-        exp = now + vis
-        store = self.store
-        out: list[MessageView] = []
-        lease_keys: list[int] = []  # added to the lease index at once (one expiry: mostly appends)
-        index = q.index
         cursor = q.cursor
-        name = q.name
-        for _ in range(mx):
-            picked = index.pop(not ack)
-            if picked is None:
-                break
-            key, _g = picked
-            id_ = key & MASK64
-            mkey = q.prefix + _U64.pack(id_)
-            rec = store.get(mkey)
-            assert rec is not None
-            h = _HDR.unpack_from(rec)
-            attempts = h[5] + 1
-            if ack:
-                store.delete(mkey)
-                del q.msgs[id_]
-                lid = 0
-                lexp = 0
-            else:
-                lid = self.next_lease
-                self.next_lease = lid + 1
-                lexp = exp
-                rec = R.with_header(rec, h[0], h[1], exp, lid, attempts, R.FLAG_IN_FLIGHT)
-                store.put(mkey, rec)
-                e = q.msgs[id_]
-                e.state = IN_FLIGHT
-                e.lease_id = lid
-                e.key = (exp << 96) | (id_ << 32) | q.qnum
-                lease_keys.append(e.key)
-                q.n_inflight += 1
-            group, dedup, md, content = R.message_parts(rec)
-            out.append(MessageView(id_, name, group, h[0], attempts, max(h[1], _ts(h[0])), lexp,
-                                   h[2], MessageState.IN_FLIGHT, lid, dedup, md, content))
-        if lease_keys:
-            lease_keys.sort()
-            extend_sorted(self.leases, lease_keys)
+        ids = [k & MASK64 for k in q.index.pop_many(mx, not ack)]
         if q.cursor != cursor:
-            store.put(K.queue_key(name), q.record())
+            self.store.put(K.queue_key(q.name), q.record())
+        if not ids:
+            return []
+        prefix = q.prefix
+        pack = _U64.pack
+        mkeys = [prefix + pack(i) for i in ids]
+        msgs = q.msgs
+        if ack:
+            recs = self.store.pop_many(mkeys)
+            for id_ in ids:
+                del msgs[id_]
+            return self._views(q, ids, recs, 0, 0)  # type: ignore[arg-type]
+        exp = self.now_ms + vis
+        lid0 = self.next_lease
+        self.next_lease = lid0 + len(ids)
+        views: list[MessageView] = []
+
+        def lease(recs: list[bytes]) -> list[bytes]:
+            news: list[bytes] = []
+            views.extend(self._views(q, ids, recs, exp, lid0, news))
+            return news
+
+        self.store.rewrite_many(mkeys, lease)
+        hi = exp << 96
+        qn = q.qnum
+        lease_keys = []
+        lid = lid0
+        for id_ in ids:
+            e = msgs[id_]
+            e.state = IN_FLIGHT
+            e.lease_id = lid
+            lid += 1
+            e.key = k = hi | (id_ << 32) | qn
+            lease_keys.append(k)
+        q.n_inflight += len(ids)
+        lease_keys.sort()
+        extend_sorted(self.leases, lease_keys)
+        return views
+
+    def _views(self, q: Queue, ids: list[int], recs: list[bytes], exp: int, lid0: int,
+               leased: list[bytes] | None = None) -> list[MessageView]:
+        """The views of messages `ids` (records `recs` before this delivery) delivered now,
+        leased until `exp` with lease ids from `lid0` on (0, 0: removed); appends their
+        leased records to `leased` if given."""
+        out: list[MessageView] = []
+        ap = out.append
+        unpack = _HDR.unpack_from
+        pack = _HDR.pack
+        name = q.name
+        in_flight = MessageState.IN_FLIGHT
+        flag = R.FLAG_IN_FLIGHT
+        lid = lid0
+        for id_, rec in zip(ids, recs, strict=True):
+            prio, not_before, enq, _, _, attempts, _, glen, dlen, mlen = unpack(rec)
+            attempts += 1
+            if glen or mlen:
+                group, dedup, md, content = R.message_parts(rec)
+            else:
+                group, md = "", {}
+                dedup = rec[_HDR_SIZE : _HDR_SIZE + dlen].decode() if dlen else ""
+                content = rec[_HDR_SIZE + dlen :]
+            ap(MessageView(id_, name, group, prio, attempts,
+                           max(not_before, _ts(prio)) if prio >= R.TS_PRIORITY_MIN else not_before,
+                           exp, enq, in_flight, lid, dedup, md, content))
+            if leased is not None:
+                leased.append(pack(prio, not_before, enq, exp, lid, attempts, flag, glen, dlen, mlen)
+                              + rec[_HDR_SIZE:])
+                lid += 1
         return out
 
     def _in_flight(self, q: Queue, id_: object, lease_id: object) -> Entry:
@@ -898,19 +927,32 @@ class QueueMachine:
             raise InvalidArgument("lease_ids must be empty or as long as ids",
                                   reason="INVALID_LEASE_IDS")
         out: list[DoqError | None] = []
-        delete = self.store.delete
+        msgs = q.msgs
+        unleased = q.index.unleased if isinstance(q.index, FairIndex) else None
+        acked: list[int] = []
+        lease_keys: list[int] = []
         for i, id_ in enumerate(ids):
-            try:
-                e = self._in_flight(q, id_, lids[i] if lids else 0)
-            except DoqError as err:
-                out.append(err)
-                continue
-            self.leases.remove(e.key)
-            q.n_inflight -= 1
-            q.index.unleased(e.group)
-            del q.msgs[id_]
-            delete(q.prefix + _U64.pack(id_))
+            lid = lids[i] if lids else 0
+            if not (type(id_) is int and type(lid) is int and lid >= 0 and (e := msgs.get(id_)) is not None
+                    and e.state == IN_FLIGHT and (not lid or lid == e.lease_id)):
+                try:
+                    e = self._in_flight(q, id_, lid)  # the error the rules prescribe
+                except DoqError as err:
+                    out.append(err)
+                    continue
+            lease_keys.append(e.key)
+            if unleased is not None:
+                unleased(e.group)
+            del msgs[id_]
+            acked.append(id_)
             out.append(None)
+        if acked:  # the lease index and the records, in bulk
+            q.n_inflight -= len(acked)
+            lease_keys.sort()
+            remove_many(self.leases, lease_keys)
+            prefix = q.prefix
+            pack = _U64.pack
+            self.store.pop_many([prefix + pack(i) for i in acked])
         return out
 
     def _nack(self, cmd: c.Nack) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 
@@ -11,7 +11,8 @@ class Store(Protocol):
 
     `get` sees the machine's own earlier puts/deletes (read-your-writes). `insert` and
     `insert_many` write records whose keys do not exist (fresh message ids): a store may
-    skip reading an old value. `delete_many` is `delete` of each key, in one call.
+    skip reading an old value. The `*_many` calls do what their single-key counterparts
+    do for each key in turn, in fewer calls (`delete_many`: `delete` of each key).
     """
 
     def get(self, key: bytes) -> bytes | None: ...
@@ -28,6 +29,15 @@ class Store(Protocol):
 
     def delete_many(self, keys: list[bytes]) -> None:
         """`delete` of each key (keys of one kind)."""
+        ...
+
+    def rewrite_many(self, keys: list[bytes], edit: Callable[[list[bytes]], list[bytes]]) -> None:
+        """Put record `keys[i]` = `edit(old)[i]`, `old` being the current records of `keys`
+        (distinct keys of one kind, each of which exists); `edit` is called once."""
+        ...
+
+    def pop_many(self, keys: list[bytes]) -> list[bytes | None]:
+        """Delete each of `keys` (of one kind); their records before (None if absent)."""
         ...
 
 
@@ -57,6 +67,13 @@ class MemoryStore:
     def delete_many(self, keys: list[bytes]) -> None:
         for k in keys:
             self.data.pop(k, None)
+
+    def rewrite_many(self, keys: list[bytes], edit: Callable[[list[bytes]], list[bytes]]) -> None:
+        news = edit([self.data[k] for k in keys])
+        self.data.update(zip(keys, news, strict=True))
+
+    def pop_many(self, keys: list[bytes]) -> list[bytes | None]:
+        return [self.data.pop(k, None) for k in keys]
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
         """All records in key order (what `QueueMachine.load` expects)."""

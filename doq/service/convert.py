@@ -85,20 +85,46 @@ def enqueue_columns_to_pb(res: EnqueueColumnsResult | DoqError) -> tuple[pb.Enqu
 def message_to_pb(m: MessageView) -> pb.Message:
     return _rare_fields(pb.Message(
         id=m.id, queue_name=m.queue_name, content=m.content, attempts=m.attempts,
-        enqueued_at_ms=m.enqueued_at_ms, state=m.state.value, lease_id=m.lease_id,
+        enqueued_at_ms=m.enqueued_at_ms, state=m.state._value_, lease_id=m.lease_id,
         lease_expires_at_ms=m.lease_expires_at_ms, dedup_id=m.dedup_id), m)
 
 
 def add_messages(out: Any, msgs: Sequence[MessageView]) -> None:
     """Append `msgs` to a repeated `Message` field, each built in place by one call
-    (building them apart and passing the list to a constructor copies each: ~4x the cost)."""
+    (building them apart and passing the list to a constructor copies each: ~4x the cost;
+    an enum's `value` is a property: `_value_` is the same string at a tenth of the cost)."""
     add = out.add
     for m in msgs:
         r = add(id=m.id, queue_name=m.queue_name, content=m.content, attempts=m.attempts,
-                enqueued_at_ms=m.enqueued_at_ms, state=m.state.value, lease_id=m.lease_id,
+                enqueued_at_ms=m.enqueued_at_ms, state=m.state._value_, lease_id=m.lease_id,
                 lease_expires_at_ms=m.lease_expires_at_ms, dedup_id=m.dedup_id)
         if m.group or m.priority or m.metadata or m.deliver_at_ms:
             _rare_fields(r, m)
+
+
+def add_columns(out: Any, msgs: Sequence[MessageView]) -> None:
+    """Fill a `MessageColumns` with `msgs` (delivered messages of one queue): one C call
+    per column, the optional columns only when a message sets the field."""
+    if not msgs:
+        return
+    out.queue_name = msgs[0].queue_name
+    out.ids.extend([m.id for m in msgs])
+    out.contents.extend([m.content for m in msgs])
+    out.lease_ids.extend([m.lease_id for m in msgs])
+    out.attempts.extend([m.attempts for m in msgs])
+    out.lease_expires_at_ms.extend([m.lease_expires_at_ms for m in msgs])
+    out.enqueued_at_ms.extend([m.enqueued_at_ms for m in msgs])
+    for column, values in (
+        (out.dedup_ids, [m.dedup_id for m in msgs]),
+        (out.groups, [m.group for m in msgs]),
+        (out.priorities, [m.priority for m in msgs]),
+        (out.deliver_at_ms, [m.deliver_at_ms for m in msgs]),
+    ):
+        if any(values):
+            column.extend(values)
+    if any(m.metadata for m in msgs):
+        for m in msgs:
+            out.metadata.add().entries.update(m.metadata)
 
 
 def _rare_fields(r: pb.Message, m: MessageView) -> pb.Message:

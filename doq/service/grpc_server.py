@@ -50,6 +50,7 @@ BATCH_STREAM_WINDOW = 64  # frames in flight per EnqueueBatchStream before we st
 PUSH_BATCH = 64  # messages per dequeue on DequeueStream (max_batch 0)
 FRAME_BATCH = 100  # messages per frame on DequeueBatchStream (max_batch 0)
 LONG_POLL_MS = 10_000
+OWN_DEQUEUES = 8  # dequeues a leasing stream with prefetch proposes itself, in flight at once
 
 
 def leader_grpc_addr(node: Node, leader_id: str) -> str:
@@ -146,6 +147,7 @@ class DequeueSession:
         self.credit_mode = first.prefetch > 0
         self.credits = first.prefetch
         self.max_batch = max(1, min(first.max_batch or batch_default, api.limits.max_batch_messages))
+        self.columns = first.columns  # DequeueBatchStream: frames in MessageBatch.columns
         self.wake = asyncio.Event()  # credits arrived or the client half-closed
         self.half_closed = asyncio.Event()
         self.error: DoqError | None = None
@@ -217,7 +219,7 @@ class DequeueSession:
             return
         res = fut.exception() or fut.result()
         if isinstance(res, list):
-            M.acked.inc(sum(1 for r in res if r is None))
+            M.acked.inc(res.count(None))
         if isinstance(res, BaseException) or (isinstance(res, list) and any(res)):
             log.debug("stream ack/nack on %s failed: %s", self.queue, res)
 
@@ -237,17 +239,21 @@ class DequeueSession:
         """Lease mode. The stream's `StandingPoll` stays parked while it has room, also
         while earlier dequeues commit and frames are sent, so each enqueue arriving
         meanwhile leases for it in the enqueue's own log entry; when the queue already
-        has something deliverable the stream proposes a dequeue itself (one at a time).
-        Frames follow in the order of those dequeues (the log's); the results of
-        dequeues committed by the time a frame is made go out together in it (up to
-        `max_batch` messages: after a busy moment, one send rather than one per enqueue).
-        A frame dequeued after the half-close, or left when the frames stop being taken
-        (the call ends), is released, not sent."""
+        has more deliverable than the stream's own dequeues in flight ask for, the stream
+        proposes dequeues itself, as many as its room allows (at most `OWN_DEQUEUES` in
+        flight; one without prefetch), so that the next commit carries the stream's next
+        dequeue while one commits and its frame is sent. Frames follow in the order of
+        those dequeues (the log's); the results of dequeues committed by the time a frame
+        is made go out together in it (up to `max_batch` messages: after a busy moment,
+        one send rather than one per enqueue). A frame dequeued after the half-close, or
+        left when the frames stop being taken (the call ends), is released, not sent."""
         polls = self.api.long_polls
         state = self.api.node.state
         sp = StandingPoll(self.visibility_timeout_ms, self.wake)
         inflight = sp.early  # dequeues in flight, oldest first: early ones and our own
-        own: asyncio.Future[object] | None = None  # the one this stream proposed itself
+        own: dict[asyncio.Future[object], int] = {}  # those this stream proposed itself: size
+        own_n = 0  # messages they may return
+        depth = OWN_DEQUEUES if self.credit_mode else 1
         starved = False  # its last came back empty: `deliverable` is only an upper bound (a
         # fair queue's group limit), so try again only when a commit wakes the poll
         ready: list[MessageView] | None = None
@@ -256,15 +262,18 @@ class DequeueSession:
                 if self.half_closed.is_set():
                     polls.sit(self.queue, sp)
                 else:
-                    if own is None:
+                    room = self._room(inflight)
+                    while (room > 0 and len(own) < depth and (sp.claim or not starved)
+                           and state.deliverable(self.queue) > own_n):
+                        fut = self.api.node.propose_nowait(
+                            Dequeue(self.queue, room, False, self.visibility_timeout_ms))
+                        inflight.append((fut, room))
+                        own[fut] = room
+                        own_n += room
                         room = self._room(inflight)
-                        if room > 0 and (sp.claim or not starved) and state.deliverable(self.queue):
-                            own = self.api.node.propose_nowait(
-                                Dequeue(self.queue, room, False, self.visibility_timeout_ms))
-                            inflight.append((own, room))
-                        else:
-                            polls.release_standing(self.queue, sp)
-                    sp.wanted = self._room(inflight)
+                    if not own:
+                        polls.release_standing(self.queue, sp)
+                    sp.wanted = room
                     if sp.wanted > 0:
                         polls.stand(self.queue, sp)
                     else:
@@ -284,8 +293,8 @@ class DequeueSession:
                             break  # the next frame's (an error is raised after this frame)
                         inflight.popleft()
                         result = fut.result()
-                        if fut is own:
-                            own = None
+                        if fut in own:
+                            own_n -= own.pop(fut)
                             starved = not result
                             polls.release_standing(self.queue, sp)
                         if isinstance(result, DoqError):
@@ -352,9 +361,11 @@ class DequeueSession:
 
     # -- end ------------------------------------------------------------------------------
     async def drain(self) -> None:
-        """Wait until every proposed ack, nack and release is settled."""
+        """Wait until every proposed ack, nack and release is settled. Cancelled (the call
+        ends), it leaves them be: a proposal whose future is cancelled before the node
+        takes it is dropped, and the client sent these acks before it gave up waiting."""
         if self.settles:
-            await asyncio.gather(*list(self.settles), return_exceptions=True)
+            await asyncio.wait(list(self.settles))
 
     async def close(self) -> None:
         """End the reader task (the client may not have half-closed)."""
@@ -530,8 +541,9 @@ class DOQServicer(pb_grpc.DOQServicer):
 
     async def _dequeue_frames(
         self, request_iterator: AsyncIterator[pb.DequeueStreamRequest], context: Any, batch_default: int
-    ) -> AsyncGenerator[list[MessageView], None]:
-        """Shared engine of DequeueStream and DequeueBatchStream (see `DequeueSession`)."""
+    ) -> AsyncGenerator[tuple[DequeueSession, list[MessageView]], None]:
+        """Shared engine of DequeueStream and DequeueBatchStream (see `DequeueSession`):
+        each frame's messages, with the session."""
         try:
             session = await DequeueSession.open(self.api, request_iterator, batch_default)
         except DoqError as e:
@@ -543,7 +555,7 @@ class DOQServicer(pb_grpc.DOQServicer):
         try:
             async with contextlib.aclosing(session.pump()) as frames:  # its end runs here, not at GC
                 async for msgs in frames:
-                    yield msgs
+                    yield session, msgs
             await session.drain()
         except DoqError as e:
             await _abort(context, e, self.api.node)
@@ -556,7 +568,7 @@ class DOQServicer(pb_grpc.DOQServicer):
         self, request_iterator: AsyncIterator[pb.DequeueStreamRequest], context: Any
     ) -> AsyncIterator[pb.Message]:
         async with contextlib.aclosing(self._dequeue_frames(request_iterator, context, PUSH_BATCH)) as frames:
-            async for msgs in frames:
+            async for _, msgs in frames:
                 for m in msgs:
                     yield cv.message_to_pb(m)
 
@@ -564,9 +576,12 @@ class DOQServicer(pb_grpc.DOQServicer):
         self, request_iterator: AsyncIterator[pb.DequeueStreamRequest], context: Any
     ) -> AsyncIterator[pb.MessageBatch]:
         async with contextlib.aclosing(self._dequeue_frames(request_iterator, context, FRAME_BATCH)) as frames:
-            async for msgs in frames:
+            async for session, msgs in frames:
                 frame = pb.MessageBatch()
-                cv.add_messages(frame.messages, msgs)
+                if session.columns:
+                    cv.add_columns(frame.columns, msgs)
+                else:
+                    cv.add_messages(frame.messages, msgs)
                 yield frame
 
     # -- single messages ------------------------------------------------------------------

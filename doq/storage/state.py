@@ -241,6 +241,53 @@ class _TxnSink:
         if tombs:
             txn.cursor(db=self.tombs).putmulti(tombs)
 
+    def rewrite_many(self, keys: list[bytes], edit: Callable[[list[bytes]], list[bytes]]) -> None:
+        """`put` of `edit(old records)` over existing keys of one kind: the records read
+        and their old version entries deleted through cursors, the records and their new
+        version entries written by one C call per database."""
+        txn = self.txn
+        assert txn is not None
+        if not keys:
+            return
+        db = self.dbs[keys[0][0]]
+        raws = _walk(txn.cursor(db=db), keys, pop=False)
+        news = edit([r[8:] for r in raws])  # type: ignore[index]
+        ver = self.ver
+        txn.cursor(db=db).putmulti(zip(keys, [ver + v for v in news], strict=True))
+        _walk(txn.cursor(db=self.versions), [r[:8] + k for k, r in zip(keys, raws, strict=True)  # type: ignore[index]
+                                             if r[:8] != ver], pop=True)  # type: ignore[index]
+        txn.cursor(db=self.versions).putmulti([(ver + k, b"") for k in keys])
+
+    def pop_many(self, keys: list[bytes]) -> list[bytes | None]:
+        """`delete` of each key (one kind) through cursors; the tombstones written by one C call."""
+        txn = self.txn
+        assert txn is not None
+        if not keys:
+            return []
+        olds = _walk(txn.cursor(db=self.dbs[keys[0][0]]), keys, pop=True)
+        gone = [(k, o) for k, o in zip(keys, olds, strict=True) if o is not None]
+        _walk(txn.cursor(db=self.versions), [o[:8] + k for k, o in gone], pop=True)
+        ver = self.ver
+        txn.cursor(db=self.tombs).putmulti([(ver + k, b"") for k, _ in gone])
+        return [None if o is None else o[8:] for o in olds]
+
+
+def _walk(cur: Any, keys: list[bytes], *, pop: bool) -> list[bytes | None]:
+    """The values of `keys` (None where absent), in order, read (and deleted if `pop`)
+    through the cursor `cur`: a key right after the previous one needs no search from
+    the root (ascending, adjacent keys are the fast case; any order is correct)."""
+    key, value, set_key = cur.key, cur.value, cur.set_key
+    step = cur.delete if pop else cur.next
+    out: list[bytes | None] = []
+    ap = out.append
+    for k in keys:
+        if key() != k and not set_key(k):
+            ap(None)
+            continue
+        ap(value())
+        step()
+    return out
+
 
 class StateStore:
     """The node's replicated queue state. See the module docstring for the contracts."""

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
 
-from doq_client import DoqClient, EnqueueResult, InvalidArgument, QueueNotFound, enqueue_request
+from doq_client import (
+    DoqClient,
+    EnqueueResult,
+    InvalidArgument,
+    Message,
+    QueueNotFound,
+    enqueue_request,
+)
+from doq_client.aio import AsyncDoqClient
+from doq_client.types import MessageRow
+from tests.support.proc import NodeProc
 
 
 def _drain_ids(client: DoqClient, queue: str) -> list[int]:
@@ -83,6 +94,45 @@ def test_consumer_prefetch_and_stream_acks(client: DoqClient, queue: str, batche
             if len(seen) == n:
                 break
     assert len(set(seen)) == n
+    assert seen == sorted(seen)  # queue order, also with several dequeues in flight (20 > 7)
+    _wait_total(client, queue, 0)
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_batched_consumer_takes_frames_in_columns(node: NodeProc, client: DoqClient, queue: str, sync: bool) -> None:
+    """The batched consumers ask for frames in columns: each message is handed out once, in
+    the queue's order, with every field as it was enqueued (`pb` too), and acks settle it."""
+    n = 13
+    reqs = {f"m{i}".encode(): enqueue_request(
+        queue, f"m{i}", group="g" if i % 3 == 0 else "", priority=7 if i % 4 == 1 else 0,
+        metadata={"k": str(i)} if i % 5 == 0 else None, dedup_id=f"d{i}" if i % 2 else "") for i in range(n)}
+    client.enqueue_batch(list(reqs.values()))
+    msgs: list[Message] = []
+    if sync:
+        with client.consumer(queue, prefetch=10, max_batch=4) as c:
+            for m in c:
+                msgs.append(m)
+                c.ack(m)
+                if len(msgs) == n:
+                    break
+    else:
+        async def consume() -> None:
+            async with AsyncDoqClient(node.grpc_addr) as ac:
+                async with ac.consumer(queue, prefetch=10, max_batch=4) as c:
+                    async for m in c:
+                        msgs.append(m)
+                        c.ack(m)
+                        if len(msgs) == n:
+                            break
+        asyncio.run(consume())
+    assert len(msgs) == n and all(isinstance(m._m, MessageRow) for m in msgs)  # came in columns
+    assert [(m.priority, m.id) for m in msgs] == sorted((m.priority, m.id) for m in msgs)
+    assert {m.content for m in msgs} == set(reqs)
+    for m in msgs:
+        r = reqs[m.content]
+        assert (m.group, m.priority, m.metadata, m.dedup_id, m.attempts, m.state, m.queue_name) == (
+            r.group, r.priority, dict(r.metadata), r.dedup_id, 1, "in_flight", queue)
+        assert m.pb.id == m.id and dict(m.pb.metadata) == m.metadata and m.pb.lease_id == m.lease_id
     _wait_total(client, queue, 0)
 
 

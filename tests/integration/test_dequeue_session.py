@@ -79,6 +79,30 @@ async def test_settle_proposes_acks_and_nacks_and_returns_credits(served: Served
     assert (nacked.state, nacked.attempts) == (MessageState.DELAYED, 1)
 
 
+async def test_acks_received_are_applied_when_the_call_is_cancelled_while_they_wait(served: Served) -> None:
+    """The client gives up waiting for the end of the stream (cancels the call) while acks
+    it sent wait for the commit in progress: they are still applied (cancelling `drain`
+    must not cancel them: the node drops a proposal whose future is cancelled)."""
+    await _enqueue(served, 2)
+    msgs = await served.api.dequeue("q", max_messages=2)
+    s = _session(served, prefetch=2, auto_credit=True)
+    with stalled_commits(served.env):
+        blocker = served.api.enqueue_nowait("q", EnqueueItem(b"x"))  # a commit in progress, stuck
+        await _until(lambda: not served.api.node._pending, "the blocking enqueue to be taken")  # type: ignore[attr-defined]
+        s.settle(pb.DequeueStreamRequest(ack_ids=[m.id for m in msgs], ack_lease_ids=[m.lease_id for m in msgs]))
+        drain = asyncio.ensure_future(s.drain())
+        await asyncio.sleep(0)
+        drain.cancel()  # the call ends (cancelled by the client) while the acks wait
+        with pytest.raises(asyncio.CancelledError):
+            await drain
+    await asyncio.wait_for(blocker, 20)
+    state = served.api.node.state
+    await _until(lambda: state.get_queue("q").stats.in_flight == 0, "the acks to be applied")
+    for m in msgs:
+        with pytest.raises(MessageNotFound):
+            state.get_message("q", m.id)
+
+
 async def test_settle_refuses_mismatched_lease_ids_before_proposing(served: Served) -> None:
     await _enqueue(served, 2)
     msgs = await served.api.dequeue("q", max_messages=2)
@@ -138,6 +162,45 @@ async def test_pump_with_prefetch_0_pushes_without_credits(served: Served) -> No
     frames = s.pump()
     got = [len(await anext(frames)) for _ in range(3)]
     assert got == [2, 2, 1] and s.credits == 0
+    await frames.aclose()
+
+
+async def test_pump_proposes_dequeues_up_to_its_credits_while_one_commits(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lease mode with prefetch and a deliverable backlog: the session proposes as many
+    dequeues as its credits allow (no more than the queue can deliver), without waiting
+    for the first to commit, so the next commit carries them; frames follow in their order."""
+    ids = await _enqueue(served, 25)
+    dequeues = _spy_dequeues(served, monkeypatch)
+    s = _session(served, prefetch=40, max_batch=10)
+    frames = s.pump()
+    with stalled_commits(served.env):
+        first = asyncio.ensure_future(anext(frames))
+        await _until(lambda: len(dequeues) > 0, "the first dequeue")
+        # 25 deliverable: three dequeues of 10 (the third may come back short), not a fourth
+        assert [d.max_messages for d in dequeues] == [10, 10, 10]
+    got = [await asyncio.wait_for(first, 20)]
+    got += [await asyncio.wait_for(anext(frames), 20) for _ in range(2)]
+    assert [[m.id for m in f] for f in got] == [ids[:10], ids[10:20], ids[20:]]
+    assert [m.lease_id for f in got for m in f] == sorted({m.lease_id for f in got for m in f})
+    assert s.credits == 15
+    await frames.aclose()
+
+
+async def test_pump_without_prefetch_proposes_one_dequeue_at_a_time(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """prefetch 0 (push mode, no credits to bound it): one dequeue of its own in flight."""
+    await _enqueue(served, 5)
+    dequeues = _spy_dequeues(served, monkeypatch)
+    s = _session(served, prefetch=0, max_batch=2)
+    frames = s.pump()
+    with stalled_commits(served.env):
+        first = asyncio.ensure_future(anext(frames))
+        await _until(lambda: len(dequeues) > 0, "the first dequeue")
+        assert [d.max_messages for d in dequeues] == [2]
+    assert len(await asyncio.wait_for(first, 20)) == 2
     await frames.aclose()
 
 

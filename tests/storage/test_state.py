@@ -300,6 +300,51 @@ def test_columns_insert_records_and_versions_like_enqueue(tmp_path: Path) -> Non
     assert sorted((k, ver) for k, _, ver in s1.iter_changes(0) if k in mkeys) == sorted((k, 2) for k in mkeys)
 
 
+def _raw(env: lmdb.Environment) -> dict[bytes, list[tuple[bytes, bytes]]]:
+    """Every record of the state's databases, the versions index included."""
+    names = (b"state_meta", b"state_queues", b"state_messages", b"state_dedup", b"state_versions",
+             b"state_tombstones")
+    with env.begin() as txn:
+        return {n: list(txn.cursor(db=env.open_db(n, txn=txn)).iternext()) for n in names}
+
+
+def test_bulk_store_calls_write_like_one_key_at_a_time(tmp_path: Path) -> None:
+    """`rewrite_many` and `pop_many` (a dequeue's and an ack's store calls) leave the same
+    records, version entries and tombstones as `put` and `delete` of each key in turn:
+    keys written at older versions and in the same version, a missing and a repeated key."""
+    create = c.CreateQueue("q", "delayed", QueueSettings())
+    ents = [_batch(1, T0, create, c.EnqueueColumns("q", [b"a%d" % i for i in range(6)])),
+            _batch(2, T0, c.EnqueueColumns("q", [b"b%d" % i for i in range(4)]))]
+    keys = [K.message_key("q", i) for i in range(1, 11)]
+    stores = [_open(tmp_path / "bulk"), _open(tmp_path / "single")]
+    for env, st in stores:
+        apply(env, st, ents)
+
+    def edit(recs: list[bytes]) -> list[bytes]:
+        return [r[::-1] + b"!" for r in recs]
+
+    for n, (_, st) in enumerate(stores):
+        with st.write() as txn:
+            sink = st._sink
+            sink.txn, sink.ver = txn, (3).to_bytes(8, "big")
+            sink.put(keys[9], b"same version")  # then rewritten / deleted in its own version
+            if n == 0:
+                sink.rewrite_many([keys[1], keys[9], keys[6], keys[2]], edit)
+                assert sink.pop_many([keys[6], keys[0], K.message_key("q", 99), keys[0], keys[9]])[2:4] == [None, None]
+            else:
+                for k in (keys[1], keys[9], keys[6], keys[2]):
+                    old = sink.get(k)
+                    assert old is not None
+                    sink.put(k, edit([old])[0])
+                for k in (keys[6], keys[0], K.message_key("q", 99), keys[0], keys[9]):
+                    sink.delete(k)
+            sink.txn = None
+    (e1, s1), (e2, s2) = stores
+    assert _raw(e1) == _raw(e2)
+    assert list(s1.iter_changes(0)) == list(s2.iter_changes(0))
+    assert s1.snapshot_digest() == s2.snapshot_digest()
+
+
 def test_dedup_runs_on_lmdb_like_the_per_message_path(tmp_path: Path) -> None:
     """A producer's canonical dedup ids: one record per run, written, extended, expired and
     restored the same on LMDB whether they came in columns or one message per command."""

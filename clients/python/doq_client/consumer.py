@@ -2,7 +2,9 @@
 
 Messages arrive in frames of up to `max_batch` (default 500: a frame is one dequeue, one
 commit on the server) and are handed out one at a time (`next()`, iteration) or a frame at
-a time (`batches()`).
+a time (`batches()`). DequeueBatchStream frames come in columns (the stream asks for them:
+no protobuf object per message; a `Message`'s `pb` is then built on first use), or as
+`Message`s from a server that predates them.
 
 The server keeps at most `prefetch` (>= 1) messages outstanding on the stream: each
 message is leased when the server sends it, and each ack or nack in the stream returns
@@ -74,7 +76,7 @@ import grpc
 from doq_client import _ops
 from doq_client.errors import DoqClientError, Unavailable, from_rpc_error, invalid_argument
 from doq_client.retry import NO_RETRY, Attempts, is_failover
-from doq_client.types import Message, build, nack_request
+from doq_client.types import Message, MessageRow, build, nack_request, rows_from_columns
 from doq_proto.v1 import doq_pb2 as pb
 
 if TYPE_CHECKING:
@@ -84,6 +86,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _MsgOrId = Message | int
+_Received = pb.Message | MessageRow  # a message of a received frame
 _U64 = 2**64
 _ACKS_PER_CALL = 1000  # ids per unary AckBatch of settlements after a failover
 ACK_INTERVAL_S = 0.01  # longest an ack waits to be coalesced with others
@@ -123,12 +126,15 @@ def _settlement_ops(queue: str, s: _Settlements) -> list[_ops.Op[Any]]:
     return ops
 
 
-def _release_request(queue: str, m: pb.Message) -> pb.NackRequest:
+def _release_request(queue: str, m: _Received) -> pb.NackRequest:
     return pb.NackRequest(queue_name=queue, id=m.id, lease_id=m.lease_id, release=True)
 
 
-def _frame_messages(resp: Any, batched: bool) -> Sequence[pb.Message]:
-    return resp.messages if batched else (resp,)
+def _frame_messages(resp: Any, batched: bool) -> Sequence[_Received]:
+    """The messages of a received frame (a batch frame in columns or in messages)."""
+    if not batched:
+        return (resp,)
+    return rows_from_columns(resp.columns) if resp.HasField("columns") else resp.messages
 
 
 class _ConsumerBase:
@@ -160,6 +166,7 @@ class _ConsumerBase:
             visibility_timeout_ms=visibility_timeout_ms,
             max_batch=max_batch,
             auto_credit=True,
+            columns=batched,  # frames in columns: no protobuf object per message
         )
         self._pending = _Settlements()
         self._ack_due = 0  # acks pending since the last request frame
@@ -169,7 +176,7 @@ class _ConsumerBase:
         self._received_n = 0
         self._settled_n = 0
         self._urgent = False  # send what is pending now (see the module docstring)
-        self._buffer: deque[pb.Message] = deque()  # received, not handed out yet
+        self._buffer: deque[_Received] = deque()  # received, not handed out yet
         self._closing = False
         self._ending = False  # end the current stream: send what is pending, then half-close
         self._half_closed = False  # the current stream's requests have ended
@@ -187,7 +194,7 @@ class _ConsumerBase:
         """Send settlements of messages from a failed stream by unary calls."""
         raise NotImplementedError
 
-    def _first_frame(self, msgs: Sequence[pb.Message]) -> None:
+    def _first_frame(self, msgs: Sequence[_Received]) -> None:
         """The current stream's first frame is handed out: it sets `_floor`."""
         self._floor = min(m.lease_id for m in msgs)
 
@@ -221,7 +228,7 @@ class _ConsumerBase:
         self._settled_n += len(p.acks) + len(p.nacks)  # a credit back for each (auto_credit)
         return p.take()
 
-    def _handed_one(self, m: pb.Message) -> None:
+    def _handed_one(self, m: _Received) -> None:
         """ack=True: the application was given `m`; ack it (in a coming frame)."""
         p = self._pending
         first = not p
@@ -229,7 +236,7 @@ class _ConsumerBase:
         p.lease_ids.append(m.lease_id)
         self._acks_added(1, first)
 
-    def _handed(self, msgs: list[pb.Message]) -> None:
+    def _handed(self, msgs: list[_Received]) -> None:
         """ack=True: the application was given `msgs` (a frame); ack them."""
         p = self._pending
         first = not p
@@ -297,7 +304,7 @@ class _ConsumerBase:
         self._wakeup()
         return None
 
-    def _release(self, msgs: Iterable[pb.Message]) -> None:
+    def _release(self, msgs: Iterable[_Received]) -> None:
         """Queue releases of messages the application will not be given (in-stream)."""
         self._pending.nacks.extend(_release_request(self.queue, m) for m in msgs)
         self._urgent = True
@@ -488,7 +495,7 @@ class AsyncConsumer(_ConsumerBase):
         if (old := self._add_nack(message, delay_ms, priority)) is not None:
             self._settle_by_call(old)
 
-    async def _move(self, msgs: Sequence[pb.Message]) -> None:
+    async def _move(self, msgs: Sequence[_Received]) -> None:
         """`msgs`, the current stream's first frame, came through a follower that named the
         leader (now the client's target): nothing of this stream was handed out, so release
         it all and end the stream (`_end_stream`), then open the next one on the leader."""
@@ -529,7 +536,7 @@ class AsyncConsumer(_ConsumerBase):
         self._release_buffer()
         self._wake.set()
         call = self._call
-        late: list[pb.Message] = []  # arrived after the half-close
+        late: list[_Received] = []  # arrived after the half-close
 
         async def drain() -> None:
             while (resp := await call.read()) is not grpc.aio.EOF:
@@ -695,7 +702,7 @@ class Consumer(_ConsumerBase):
                 raise err
             self._reconnect(err)
 
-    def _move(self, msgs: Sequence[pb.Message]) -> None:
+    def _move(self, msgs: Sequence[_Received]) -> None:
         """See `AsyncConsumer._move`."""
         with self._lock:
             self._buffer.extend(msgs)
@@ -790,7 +797,7 @@ class Consumer(_ConsumerBase):
         self._wakeup()
         call = self._call
         assert self._responses is not None
-        late: list[pb.Message] = []  # arrived after the half-close
+        late: list[_Received] = []  # arrived after the half-close
         timer = threading.Timer(self.close_grace_s, call.cancel)
         timer.daemon = True
         timer.start()

@@ -1,14 +1,18 @@
 """Typed results of the doq client, and builders of request messages.
 
 Results are small frozen dataclasses, except `Message`, a thin typed view over the
-protobuf message (no copying; messages are the hot path of consumers).
+protobuf message or over a `MessageRow` of a columns frame (no copying; messages are the
+hot path of consumers).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from itertools import repeat
+from types import MappingProxyType
+from typing import Any, NamedTuple, TypeVar
 
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message as PbMessage
@@ -155,80 +159,133 @@ class AckResult:
         return self.error is None
 
 
+class MessageRow(NamedTuple):
+    """One message of a frame received in columns (`doq.v1.MessageColumns`): the fields of
+    `doq.v1.Message`, built for a whole frame by C calls (no protobuf object per message)."""
+
+    id: int
+    queue_name: str
+    content: bytes
+    group: str
+    priority: int
+    metadata: Mapping[str, str]
+    attempts: int
+    deliver_at_ms: int
+    lease_expires_at_ms: int
+    enqueued_at_ms: int
+    state: str
+    lease_id: int
+    dedup_id: str
+
+    def to_pb(self) -> pb.Message:
+        return pb.Message(**{**self._asdict(), "metadata": dict(self.metadata)})
+
+
+_new_row = functools.partial(tuple.__new__, MessageRow)
+_NO_METADATA: Mapping[str, str] = MappingProxyType({})
+
+
+def rows_from_columns(cols: pb.MessageColumns) -> list[MessageRow]:
+    """The messages of a columns frame, in order. Raises ValueError if a column is
+    neither empty nor one entry per message."""
+    n = len(cols.ids)
+
+    def col(values: Any, default: Any) -> Any:
+        return values if len(values) else repeat(default, n)
+
+    metadata = [MappingProxyType(dict(m.entries)) for m in cols.metadata] if len(cols.metadata) else None
+    return list(map(_new_row, zip(
+        cols.ids, repeat(cols.queue_name, n), cols.contents, col(cols.groups, ""),
+        col(cols.priorities, 0), metadata if metadata is not None else repeat(_NO_METADATA, n),
+        cols.attempts, col(cols.deliver_at_ms, 0), cols.lease_expires_at_ms, cols.enqueued_at_ms,
+        repeat("in_flight", n), cols.lease_ids, col(cols.dedup_ids, ""), strict=True,
+    )))
+
+
 class Message:
-    """A delivered or fetched message: a typed, read-only view over `doq.v1.Message`.
+    """A delivered or fetched message: a typed, read-only view over `doq.v1.Message` (`pb`),
+    or over a `MessageRow` of a frame received in columns (`pb` is then built on first use).
 
     Pass `id` and `lease_id` to ack/nack/touch; `lease_id` changes with every delivery.
     """
 
-    __slots__ = ("pb",)
+    __slots__ = ("_m",)
 
-    def __init__(self, msg: pb.Message) -> None:
-        self.pb = msg
+    def __init__(self, msg: pb.Message | MessageRow) -> None:
+        self._m = msg
+
+    @property
+    def pb(self) -> pb.Message:
+        """The message as a `doq.v1.Message`."""
+        m = self._m
+        if isinstance(m, MessageRow):
+            m = self._m = m.to_pb()
+        return m
 
     @property
     def id(self) -> int:
-        return self.pb.id
+        return self._m.id
 
     @property
     def queue_name(self) -> str:
-        return self.pb.queue_name
+        return self._m.queue_name
 
     @property
     def content(self) -> bytes:
-        return self.pb.content
+        return self._m.content
 
     @property
     def text(self) -> str:
         """`content` decoded as UTF-8."""
-        return self.pb.content.decode()
+        return self._m.content.decode()
 
     @property
     def group(self) -> str:
-        return self.pb.group
+        return self._m.group
 
     @property
     def priority(self) -> int:
-        return self.pb.priority
+        return self._m.priority
 
     @property
     def metadata(self) -> dict[str, str]:
-        return dict(self.pb.metadata)
+        return dict(self._m.metadata)
 
     @property
     def attempts(self) -> int:
-        return self.pb.attempts
+        return self._m.attempts
 
     @property
     def deliver_at_ms(self) -> int:
-        return self.pb.deliver_at_ms
+        return self._m.deliver_at_ms
 
     @property
     def lease_expires_at_ms(self) -> int:
-        return self.pb.lease_expires_at_ms
+        return self._m.lease_expires_at_ms
 
     @property
     def enqueued_at_ms(self) -> int:
-        return self.pb.enqueued_at_ms
+        return self._m.enqueued_at_ms
 
     @property
     def state(self) -> str:
         """ "ready" | "delayed" | "in_flight"."""
-        return self.pb.state
+        return self._m.state
 
     @property
     def lease_id(self) -> int:
-        return self.pb.lease_id
+        return self._m.lease_id
 
     @property
     def dedup_id(self) -> str:
-        return self.pb.dedup_id
+        return self._m.dedup_id
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Message) and self.pb == other.pb
 
     def __hash__(self) -> int:
-        return hash((self.pb.queue_name, self.pb.id, self.pb.lease_id))
+        m = self._m
+        return hash((m.queue_name, m.id, m.lease_id))
 
     def __repr__(self) -> str:
         return (

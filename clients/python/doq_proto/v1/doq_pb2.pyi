@@ -298,7 +298,7 @@ class DequeueResponse(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
 
 class DequeueStreamRequest(_message.Message):
-    __slots__ = ("queue_name", "ack", "prefetch", "credits", "ack_ids", "nacks", "visibility_timeout_ms", "max_batch", "auto_credit", "ack_lease_ids")
+    __slots__ = ("queue_name", "ack", "prefetch", "credits", "ack_ids", "nacks", "visibility_timeout_ms", "max_batch", "auto_credit", "ack_lease_ids", "columns")
     QUEUE_NAME_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
     PREFETCH_FIELD_NUMBER: _ClassVar[int]
@@ -309,6 +309,7 @@ class DequeueStreamRequest(_message.Message):
     MAX_BATCH_FIELD_NUMBER: _ClassVar[int]
     AUTO_CREDIT_FIELD_NUMBER: _ClassVar[int]
     ACK_LEASE_IDS_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
     queue_name: str
     ack: bool
     prefetch: int
@@ -319,13 +320,44 @@ class DequeueStreamRequest(_message.Message):
     max_batch: int
     auto_credit: bool
     ack_lease_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, queue_name: _Optional[str] = ..., ack: _Optional[bool] = ..., prefetch: _Optional[int] = ..., credits: _Optional[int] = ..., ack_ids: _Optional[_Iterable[int]] = ..., nacks: _Optional[_Iterable[_Union[NackRequest, _Mapping]]] = ..., visibility_timeout_ms: _Optional[int] = ..., max_batch: _Optional[int] = ..., auto_credit: _Optional[bool] = ..., ack_lease_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    columns: bool
+    def __init__(self, queue_name: _Optional[str] = ..., ack: _Optional[bool] = ..., prefetch: _Optional[int] = ..., credits: _Optional[int] = ..., ack_ids: _Optional[_Iterable[int]] = ..., nacks: _Optional[_Iterable[_Union[NackRequest, _Mapping]]] = ..., visibility_timeout_ms: _Optional[int] = ..., max_batch: _Optional[int] = ..., auto_credit: _Optional[bool] = ..., ack_lease_ids: _Optional[_Iterable[int]] = ..., columns: _Optional[bool] = ...) -> None: ...
 
 class MessageBatch(_message.Message):
-    __slots__ = ("messages",)
+    __slots__ = ("messages", "columns")
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[Message]
-    def __init__(self, messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
+    columns: MessageColumns
+    def __init__(self, messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., columns: _Optional[_Union[MessageColumns, _Mapping]] = ...) -> None: ...
+
+class MessageColumns(_message.Message):
+    __slots__ = ("queue_name", "ids", "contents", "lease_ids", "attempts", "lease_expires_at_ms", "enqueued_at_ms", "dedup_ids", "groups", "priorities", "deliver_at_ms", "metadata")
+    QUEUE_NAME_FIELD_NUMBER: _ClassVar[int]
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    CONTENTS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_IDS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_EXPIRES_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    ENQUEUED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    DEDUP_IDS_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITIES_FIELD_NUMBER: _ClassVar[int]
+    DELIVER_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    queue_name: str
+    ids: _containers.RepeatedScalarFieldContainer[int]
+    contents: _containers.RepeatedScalarFieldContainer[bytes]
+    lease_ids: _containers.RepeatedScalarFieldContainer[int]
+    attempts: _containers.RepeatedScalarFieldContainer[int]
+    lease_expires_at_ms: _containers.RepeatedScalarFieldContainer[int]
+    enqueued_at_ms: _containers.RepeatedScalarFieldContainer[int]
+    dedup_ids: _containers.RepeatedScalarFieldContainer[str]
+    groups: _containers.RepeatedScalarFieldContainer[str]
+    priorities: _containers.RepeatedScalarFieldContainer[int]
+    deliver_at_ms: _containers.RepeatedScalarFieldContainer[int]
+    metadata: _containers.RepeatedCompositeFieldContainer[Metadata]
+    def __init__(self, queue_name: _Optional[str] = ..., ids: _Optional[_Iterable[int]] = ..., contents: _Optional[_Iterable[bytes]] = ..., lease_ids: _Optional[_Iterable[int]] = ..., attempts: _Optional[_Iterable[int]] = ..., lease_expires_at_ms: _Optional[_Iterable[int]] = ..., enqueued_at_ms: _Optional[_Iterable[int]] = ..., dedup_ids: _Optional[_Iterable[str]] = ..., groups: _Optional[_Iterable[str]] = ..., priorities: _Optional[_Iterable[int]] = ..., deliver_at_ms: _Optional[_Iterable[int]] = ..., metadata: _Optional[_Iterable[_Union[Metadata, _Mapping]]] = ...) -> None: ...
 
 class GetRequest(_message.Message):
     __slots__ = ("queue_name", "id")
