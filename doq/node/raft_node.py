@@ -322,7 +322,7 @@ class RaftNode:
             raise Overloaded("too many commands waiting for commit; retry later")
         fut = ProposalFuture(loop=asyncio.get_running_loop())
         pending.append((command, fut))
-        if not pending[1:]:
+        if len(pending) == 1:
             self._wake.set()  # the first since the last Ready wakes the driver
         return fut
 
