@@ -45,6 +45,7 @@ Semantics (documented rules):
 from __future__ import annotations
 
 import struct
+from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -490,6 +491,12 @@ class QueueMachine:
             exp, name, did = dexp[0]
             q = self.queues[name]
             run = None if did in q.dedup else q.runs[did[:PRODUCER_LEN]].find(int(did[PRODUCER_LEN:], 16))
+            if run is not None and run.count > over and len(dexp) > 1 and dexp[1][:2] == (exp, name):
+                # an id of the same expiry that sorts between the run's ids goes before its later ones
+                later = dexp[1][2]
+                if later < run_id(did[:PRODUCER_LEN], run.first + over - 1):
+                    over = bisect_left(range(run.first, run.first + over), later,
+                                       key=lambda s: run_id(did[:PRODUCER_LEN], s))
             self._forget_dedups([dexp.pop(0)])
             if run is not None and run.count > over:  # its later ids are remembered again
                 self._add_run(q, did[:PRODUCER_LEN], Run(run.first + over, run.count - over, run.id0 + over, exp))

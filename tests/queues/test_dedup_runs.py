@@ -121,6 +121,23 @@ def test_the_cap_counts_ids_and_forgets_the_earliest_first(monkeypatch: pytest.M
         (4, t0 + WINDOW_MS, 1), (5, t0 + 1 + WINDOW_MS, 3), (8, t0 + 1 + WINDOW_MS, 1)]
 
 
+def test_the_cap_forgets_ids_in_the_order_of_one_at_a_time_when_another_id_sorts_inside_a_run(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ids that expire at once are forgotten in dedup id order, one id at a time; a plain id
+    of the same expiry that sorts between the ids of a run (here `P-00000000000g`, between
+    P-f and P-10) is forgotten before the run's later ids, as before runs."""
+    monkeypatch.setattr(M, "MAX_DEDUP_ENTRIES", 2)
+    plain = P + "00000000000g"
+    h = Harness()
+    h.create("q", dedup_window_ms=WINDOW_MS)
+    t = h.now
+    h.one(c.Enqueue("q", [c.EnqueueItem(b"x", dedup_id=plain)]), at=t)
+    cols(h, ids_of(P, 0xE, 4), at=t)  # P-e P-f P-10 P-11: 5 ids, 3 go: P-e, P-f and the plain one
+    assert h.m.dedup_n == 2
+    res = items(h, [*ids_of(P, 0x10, 2), plain], at=t)
+    assert [(r.id, r.duplicate) for r in res] == [(4, True), (5, True), (6, False)]
+
+
 def test_ids_of_the_canonical_form_stored_one_by_one_load_as_runs() -> None:
     """State written before runs (one 16-byte record per id) restores and keeps deduplicating."""
     a, _ = _pair()
