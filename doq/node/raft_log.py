@@ -17,7 +17,9 @@ No snapshot data is stored: the state machine is durable in the same environment
 the same transactions) as the log, so a snapshot needs only its meta; its data is
 produced on demand from one read transaction when a follower needs it, and offered here
 in memory (`offer_snapshot`) for the core to send (`snapshot()` raises
-`SnapshotTemporarilyUnavailable` and sets `snapshot_wanted` until then).
+`SnapshotTemporarilyUnavailable` and sets `snapshot_wanted` until then). From the moment
+its production starts (`hold_compaction`) until the driver drops it (`release_snapshot`)
+the log is not compacted past its index: a follower installing it needs the entries after.
 
 Write methods take the caller's write transaction (the driver persists a whole Ready, and
 applies its committed entries, in ONE txn committed with fsync) and update the in-memory
@@ -115,6 +117,7 @@ class LmdbLogStorage:
         self.hard_state = HardState()
         self._snap_meta = SnapshotMeta()
         self._outgoing: Snapshot | None = None  # offered snapshot data (memory only)
+        self.compaction_hold: int | None = None  # `compact` keeps the entries after it
         self.snapshot_wanted = False  # the core asked for snapshot data not offered yet
         self._dummy = (0, 0)  # (index, term) of first_index() - 1
         self._last = 0
@@ -211,11 +214,27 @@ class LmdbLogStorage:
         self.snapshot_wanted = True
         raise SnapshotTemporarilyUnavailable("snapshot data is being produced")
 
+    def hold_compaction(self, index: int) -> None:
+        """Snapshot data at `index` (at or after the compaction point) is being produced:
+        `compact` discards no entry after `index` until `release_snapshot`."""
+        self.compaction_hold = index
+
     def offer_snapshot(self, snap: Snapshot) -> None:
-        """The driver's snapshot data for the core to send (kept in memory, never written);
-        it must be of the node's state at `snap.meta.index`, an index this log holds."""
+        """The driver's snapshot data for the core to send (kept in memory, never written,
+        the log held at its index until `release_snapshot`); it must be of the node's state
+        at `snap.meta.index`. Ignored if the log no longer holds that index (a snapshot
+        installed meanwhile)."""
+        if snap.meta.index < self._dummy[0]:
+            return
         self._outgoing = snap
+        self.compaction_hold = snap.meta.index
         self.snapshot_wanted = False
+
+    def release_snapshot(self) -> None:
+        """Drop the offered snapshot data (or the hold of data no longer being produced):
+        compaction may pass its index again."""
+        self._outgoing = None
+        self.compaction_hold = None
 
     def snapshot_meta(self) -> SnapshotMeta:
         """The latest snapshot's meta: the node's own compaction record or the last one
@@ -288,6 +307,7 @@ class LmdbLogStorage:
             return
         self._put_snapshot(txn, snap.meta)  # the data is the state's, installed by the caller
         txn.drop(self._log, delete=False)
+        self.release_snapshot()  # data of the replaced log: of no use
         self._set_dummy(txn, snap.meta.index, snap.meta.term)
         self._last = snap.meta.index
         self._cache = []
@@ -304,8 +324,12 @@ class LmdbLogStorage:
 
     def compact(self, txn: lmdb.Transaction, index: int, max_entries: int | None = None) -> int:
         """Discard entries up to `index` (must be covered by the snapshot), at most
-        `max_entries` of them (the oldest) in this txn; returns how many were discarded.
-        The compaction point then moves to the last one discarded."""
+        `max_entries` of them (the oldest) in this txn, none after `compaction_hold`;
+        returns how many were discarded. The compaction point then moves to the last one
+        discarded."""
+        hold = self.compaction_hold
+        if hold is not None:
+            index = min(index, hold)
         if index <= self._dummy[0]:
             return 0
         if index > self._snap_meta.index:

@@ -201,6 +201,7 @@ class RaftNode:
         self._failed: BaseException | None = None
         self._removed = False
         self._snap_running = False  # snapshot data being produced for the core to send
+        self._snap_unneeded_ticks = 0  # ticks the offered snapshot data was needed by no follower
         self._own_snapshot: SnapshotMeta | None = None  # recorded by the next write
         self._snap_task: asyncio.Task[None] | None = None
         self._peers_set: set[str] = set()
@@ -704,15 +705,17 @@ class RaftNode:
         """Give the core everything queued since the last Ready."""
         if self._inbox:
             inbox, self._inbox = self._inbox, []
-            ticked = False
+            ticks = 0
             for m in inbox:  # in arrival order (see `_inbox`)
                 if m is None:
                     core.tick()
-                    ticked = True
+                    ticks += 1
                 else:
                     core.step(m)
-            if ticked and core.role == Role.LEADER:
+            if ticks and core.role == Role.LEADER:
                 self._maybe_promote(core)
+            if ticks and self.storage.compaction_hold is not None:
+                self._age_offered_snapshot(core, ticks)
         if self._admin:
             admin, self._admin = self._admin, []
             for fn in admin:
@@ -1035,24 +1038,49 @@ class RaftNode:
         meta = core.make_snapshot(applied, b"").meta
         members = dict(self.storage.members)
         self._snap_running = True
+        # from now until the data is dropped the log keeps the entries after it, or it
+        # could be of no use when done (a large state builds slower than writes compact)
+        self.storage.hold_compaction(meta.index)
         loop = asyncio.get_running_loop()
         opened = loop.run_in_executor(self._writer, self.state.open_read)
 
         async def build() -> None:
+            data: bytes | None = None
             try:
                 read = await opened
-                if read.applied_index != meta.index:
+                if read.applied_index == meta.index:
+                    data = await loop.run_in_executor(
+                        self._snapshotter, write_state_snapshot, read, members, self.node_id)
+                else:
                     close_state_read(read)
-                    return
-                data = await loop.run_in_executor(
-                    self._snapshotter, write_state_snapshot, read, members, self.node_id)
-                self.storage.offer_snapshot(Snapshot(meta, data))
             except Exception:
                 log.exception("snapshot data at %d failed", meta.index)
-            finally:
+            async with self._ready_lock:  # between two Readies: no write reads the hold
                 self._snap_running = False
+                self._snap_unneeded_ticks = 0
+                if data is None:
+                    self.storage.release_snapshot()
+                else:
+                    self.storage.offer_snapshot(Snapshot(meta, data))
 
         self._snap_task = asyncio.create_task(build())
+
+    def _age_offered_snapshot(self, core: RaftCore, ticks: int) -> None:
+        """On ticks, while snapshot data is offered: once no follower needed it
+        (`RaftCore.snapshot_needed`) for an election timeout, the data is dropped from
+        memory and the log's compaction hold with it (`release_snapshot`). The timeout
+        spans the moments a live follower does not count as recently active (the core
+        resets that every election timeout); a follower gone for good, or this node no
+        longer leading, releases it."""
+        if self._snap_running:
+            return  # offered, or released, when produced
+        if core.snapshot_needed():
+            self._snap_unneeded_ticks = 0
+            return
+        self._snap_unneeded_ticks += ticks
+        if self._snap_unneeded_ticks >= self.cfg.election_tick:
+            self._snap_unneeded_ticks = 0
+            self.storage.release_snapshot()
 
 
 def _raise_if_error(result: object) -> None:

@@ -234,6 +234,19 @@ class RaftCore:
         meta = SnapshotMeta(index, self.log.term(index), self.conf_state())
         return Snapshot(meta, data)
 
+    def snapshot_needed(self) -> bool:
+        """Whether this node, as leader, is sending a follower a snapshot or has a follower
+        that answered recently (``recent_active``) behind the log's first index (it needs
+        one). Always False on a follower or candidate."""
+        if self.role != Role.LEADER:
+            return False
+        first = self.log.first_index()
+        for pid, pr in self.prs.items():
+            if pid != self.id and (pr.state == ProgressState.SNAPSHOT
+                                   or (pr.recent_active and pr.next < first)):
+                return True
+        return False
+
     # ------------------------------------------------------------------ Ready
     def has_ready(self) -> bool:
         if self._need_bcast or self.msgs or self.read_states:

@@ -195,8 +195,32 @@ def test_snapshot_data_is_never_stored_only_offered_in_memory(env: lmdb.Environm
     assert s.snapshot() == offered  # the log still holds what follows it
     _write(env, s.create_snapshot, Snapshot(SnapshotMeta(6, 1, ConfState(("a",)))))
     _write(env, s.compact, 6)
+    assert s.first_index() == 6 and s.snapshot() == offered  # held at the offered data
+    s.release_snapshot()  # no follower needs it any more
+    assert s.compaction_hold is None
+    _write(env, s.compact, 6)
+    assert s.first_index() == 7
     with pytest.raises(SnapshotTemporarilyUnavailable):
-        s.snapshot()  # the entries after it are gone: a follower would need another one
+        s.snapshot()  # dropped: a follower would need another one
+
+
+def test_compaction_is_held_while_snapshot_data_is_produced(env: lmdb.Environment) -> None:
+    s = LmdbLogStorage(env)
+    _write(env, s.apply_snapshot, BOOT)
+    _write(env, s.append, ents(2, 1, 1, 1, 1, 1))  # 2..6
+    _write(env, s.create_snapshot, Snapshot(SnapshotMeta(6, 1, ConfState(("a",)))))
+    s.hold_compaction(3)  # data at 3 being produced
+    _write(env, s.compact, 6, 2)
+    _write(env, s.compact, 6, 2)
+    assert s.first_index() == 4  # up to the hold, not past it
+    s.offer_snapshot(Snapshot(SnapshotMeta(3, 1, ConfState(("a",))), b"state@3"))
+    assert s.compaction_hold == 3 and s.snapshot().meta.index == 3
+    _write(env, s.apply_snapshot, Snapshot(SnapshotMeta(9, 2, ConfState(("a",)))))
+    assert s.compaction_hold is None  # a snapshot installed: the data is of no use
+    s.offer_snapshot(Snapshot(SnapshotMeta(3, 1, ConfState(("a",))), b"late"))
+    assert s.compaction_hold is None  # data below the installed snapshot: ignored
+    with pytest.raises(SnapshotTemporarilyUnavailable):
+        s.snapshot()
 
 
 def test_the_older_layout_with_snapshot_data_loads_and_its_data_is_dropped(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
@@ -247,6 +248,94 @@ async def test_compaction_discards_few_applied_entries_per_write_and_builds_no_s
     assert len(builds) == 1 and node.storage.snapshot_meta().index == builds[0] >= 140
     assert len(set(cl.digests().values())) == 1
     assert not cl.net.violations, cl.net.violations[:5]
+
+
+async def test_slow_snapshot_data_holds_compaction_until_the_follower_caught_up(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While snapshot data is being built (slowly) the leader keeps committing, but its
+    log is not compacted past the data's index: the data is still usable when done, sent
+    once, and the follower catches up to an identical state. Once no follower needs it,
+    the data is dropped and compaction goes on."""
+    builds: list[int] = []
+    go = threading.Event()
+    build = raft_node_module.write_state_snapshot
+
+    def slow(read, members, node_id):  # type: ignore[no-untyped-def]
+        builds.append(read.applied_index)
+        go.wait(60)  # a large state: the build outlasts many writes
+        return build(read, members, node_id)
+
+    cl = await three(tmp_path, COMPACT)
+    leader = await cl.wait_leader()
+    await cl.converged()
+    monkeypatch.setattr(raft_node_module, "write_state_snapshot", slow)  # after the joins
+    await eventually(lambda: _async(leader.storage.compaction_hold is None), 30, "joins' data dropped")
+    victim = next(nid for nid in cl.nodes if nid != leader.node_id)
+    await cl.stop(victim)
+    for i in range(60):
+        await leader.propose(enq(i))
+    await eventually(lambda: _async(leader.storage.first_index() > 40), 30, "compaction")
+    start = asyncio.ensure_future(cl.start(victim))
+    try:
+        await eventually(lambda: _async(bool(builds)), 30, "snapshot data build started")
+        held = builds[0]
+        for i in range(60, 160):  # many snapshot metas and writes while the build runs
+            await leader.propose(enq(i))
+        assert leader.storage.snapshot_meta().index > held + 5 + 3
+        assert leader.storage.first_index() - 1 <= held  # not compacted past the data
+    finally:
+        go.set()
+        node = await start
+    await cl.converged()
+    assert builds == [held]  # built once: the data was still usable
+    assert node.storage.snapshot_meta().index == held
+    assert len(set(cl.digests().values())) == 1
+    # caught up: the data is dropped and compaction passes its index
+    await eventually(lambda: _async(leader.storage.compaction_hold is None), 30, "data dropped")
+    for i in range(160, 170):
+        await leader.propose(enq(i))
+    assert leader.storage.first_index() - 1 > held
+    assert builds == [held]
+    assert not cl.net.violations, cl.net.violations[:5]
+
+
+async def test_snapshot_data_for_a_follower_that_went_away_is_dropped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A follower that stops while its snapshot data is being built holds neither the
+    data in memory nor the log's compaction once the data is done."""
+    builds: list[int] = []
+    go = threading.Event()
+    build = raft_node_module.write_state_snapshot
+
+    def slow(read, members, node_id):  # type: ignore[no-untyped-def]
+        builds.append(read.applied_index)
+        go.wait(60)
+        return build(read, members, node_id)
+
+    cl = await three(tmp_path, COMPACT)
+    leader = await cl.wait_leader()
+    await cl.converged()
+    monkeypatch.setattr(raft_node_module, "write_state_snapshot", slow)  # after the joins
+    await eventually(lambda: _async(leader.storage.compaction_hold is None), 30, "joins' data dropped")
+    victim = next(nid for nid in cl.nodes if nid != leader.node_id)
+    await cl.stop(victim)
+    for i in range(60):
+        await leader.propose(enq(i))
+    await eventually(lambda: _async(leader.storage.first_index() > 40), 30, "compaction")
+    try:
+        await cl.start(victim)
+        await eventually(lambda: _async(bool(builds)), 30, "snapshot data build started")
+        await cl.stop(victim)
+    finally:
+        go.set()
+    held = builds[0]
+
+    async def compacted_past() -> bool:
+        await leader.propose(enq(0))
+        return leader.storage.first_index() - 1 > held
+
+    await eventually(compacted_past, 30, "compaction past the dropped data")
+    assert leader.storage.compaction_hold is None and builds == [held]
 
 
 async def test_a_node_stopped_midway_through_a_compaction_restarts_and_finishes_it(

@@ -782,6 +782,30 @@ def test_snapshot_data_produced_on_demand_is_sent_once_the_storage_has_it() -> N
     ok(c)
 
 
+def test_snapshot_needed_while_a_live_follower_is_behind_the_log_or_being_sent_one() -> None:
+    """`snapshot_needed` (the driver keeps snapshot data while it holds): a leader with a
+    follower being sent a snapshot, or one that answers and is behind the first index;
+    not for a follower silent for an election timeout, nor once it caught up."""
+    c = Cluster(("a", "b", "c"), snapshot_every=5)
+    c.elect("a")
+    a = c.core("a")
+    assert not a.snapshot_needed()
+    c.isolate("c")
+    for i in range(30):
+        c.propose("a", b"v%d" % i)
+    c.tick(25)  # c silent for over an election timeout
+    assert a.prs["c"].match < a.log.first_index() and not a.snapshot_needed()
+    c.heal()
+    c.filters.append(lambda m: not (m.type == MT.SNAP and m.to == "c"))  # lost on the way
+    c.tick(3)
+    assert a.snapshot_needed() and not c.core("b").snapshot_needed()
+    c.filters.clear()
+    c.tick(40)  # sent again, installed, acknowledged
+    assert c.nodes["c"].sm.hash == c.nodes["a"].sm.hash
+    assert c.core("a") is a and not a.snapshot_needed()
+    ok(c)
+
+
 def test_lost_snapshot_chunk_is_retried() -> None:
     c = Cluster(("a", "b", "c"), snapshot_every=5, snapshot_chunk_bytes=4)
     c.elect("a")
