@@ -288,7 +288,7 @@ async def test_slow_snapshot_data_holds_compaction_until_the_follower_caught_up(
         node = await start
     await cl.converged()
     assert builds == [held]  # built once: the data was still usable
-    assert node.storage.snapshot_meta().index == held
+    assert node.storage.snapshot_meta().index >= held  # installed it (then its own metas)
     assert len(set(cl.digests().values())) == 1
     # caught up: the data is dropped and compaction passes its index
     await eventually(lambda: _async(leader.storage.compaction_hold is None), 30, "data dropped")
