@@ -1,7 +1,7 @@
 """Prefetching consumers over DequeueBatchStream (the default) or DequeueStream (`batched=False`).
 
-Messages arrive in frames of up to `max_batch` (default 500: a frame is one dequeue, one
-commit on the server) and are handed out one at a time (`next()`, iteration) or a frame at
+Messages arrive in frames of up to `max_batch` (default 500: a frame carries what one or
+more of the stream's dequeues leased, each committed before the frame is sent) and are handed out one at a time (`next()`, iteration) or a frame at
 a time (`batches()`). DequeueBatchStream frames come in columns (the stream asks for them:
 no protobuf object per message; a `Message`'s `pb` is then built on first use), or as
 `Message`s from a server that predates them.
