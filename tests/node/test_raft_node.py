@@ -250,19 +250,19 @@ async def test_compaction_discards_few_applied_entries_per_write_and_builds_no_s
     assert not cl.net.violations, cl.net.violations[:5]
 
 
-async def test_slow_snapshot_data_holds_compaction_until_the_follower_caught_up(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """While snapshot data is being built (slowly) the leader keeps committing, but its
-    log is not compacted past the data's index: the data is still usable when done, sent
-    once, and the follower catches up to an identical state. Once no follower needs it,
-    the data is dropped and compaction goes on."""
+async def _follower_behind_compacted_log(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> tuple[Cluster, RaftNode, str, list[int], threading.Event]:
+    """A three-node cluster whose stopped follower is behind the leader's compacted log.
+    From then on every snapshot data build records its index in `builds` and waits for
+    `go` (a large state: the build outlasts many writes)."""
     builds: list[int] = []
     go = threading.Event()
     build = raft_node_module.write_state_snapshot
 
     def slow(read, members, node_id):  # type: ignore[no-untyped-def]
         builds.append(read.applied_index)
-        go.wait(60)  # a large state: the build outlasts many writes
+        go.wait(60)
         return build(read, members, node_id)
 
     cl = await three(tmp_path, COMPACT)
@@ -275,6 +275,16 @@ async def test_slow_snapshot_data_holds_compaction_until_the_follower_caught_up(
     for i in range(60):
         await leader.propose(enq(i))
     await eventually(lambda: _async(leader.storage.first_index() > 40), 30, "compaction")
+    return cl, leader, victim, builds, go
+
+
+async def test_slow_snapshot_data_holds_compaction_until_the_follower_caught_up(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While snapshot data is being built (slowly) the leader keeps committing, but its
+    log is not compacted past the data's index: the data is still usable when done, sent
+    once, and the follower catches up to an identical state. Once no follower needs it,
+    the data is dropped and compaction goes on."""
+    cl, leader, victim, builds, go = await _follower_behind_compacted_log(tmp_path, monkeypatch)
     start = asyncio.ensure_future(cl.start(victim))
     try:
         await eventually(lambda: _async(bool(builds)), 30, "snapshot data build started")
@@ -303,25 +313,7 @@ async def test_snapshot_data_for_a_follower_that_went_away_is_dropped(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A follower that stops while its snapshot data is being built holds neither the
     data in memory nor the log's compaction once the data is done."""
-    builds: list[int] = []
-    go = threading.Event()
-    build = raft_node_module.write_state_snapshot
-
-    def slow(read, members, node_id):  # type: ignore[no-untyped-def]
-        builds.append(read.applied_index)
-        go.wait(60)
-        return build(read, members, node_id)
-
-    cl = await three(tmp_path, COMPACT)
-    leader = await cl.wait_leader()
-    await cl.converged()
-    monkeypatch.setattr(raft_node_module, "write_state_snapshot", slow)  # after the joins
-    await eventually(lambda: _async(leader.storage.compaction_hold is None), 30, "joins' data dropped")
-    victim = next(nid for nid in cl.nodes if nid != leader.node_id)
-    await cl.stop(victim)
-    for i in range(60):
-        await leader.propose(enq(i))
-    await eventually(lambda: _async(leader.storage.first_index() > 40), 30, "compaction")
+    cl, leader, victim, builds, go = await _follower_behind_compacted_log(tmp_path, monkeypatch)
     try:
         await cl.start(victim)
         await eventually(lambda: _async(bool(builds)), 30, "snapshot data build started")
