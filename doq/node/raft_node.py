@@ -840,9 +840,9 @@ class RaftNode:
             if compact_to >= st.first_index():  # a few entries per write: never one large txn
                 job.compacted = st.compact(txn, compact_to, self.cfg.compact_entries_per_write)
             t1 = time.perf_counter()
-        if self._on_commit and job.committed:
+        if self._on_commit:  # every durable write, also one that only appends or votes
             t2 = time.perf_counter()
-            self._on_commit(sum(len(r) for r in job.results), t2 - t0, t2 - t1)
+            self._on_commit(sum(len(r) for r in job.results) if job.committed else 0, t2 - t0, t2 - t1)
 
     def _apply(self, txn: lmdb.Transaction, job: _Job) -> list[list[object]]:
         """Apply the committed entries. An entry this node proposed in the term it was

@@ -25,16 +25,16 @@ from doq.queues.model import QueueInfo
 
 COMMIT_SECONDS = Histogram(
     "doq_commit_seconds",
-    "Time to apply and durably commit one log batch",
+    "Time of one durable write (append entries, apply the committed ones, commit with fsync)",
     buckets=(0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0),
 )
 FSYNC_SECONDS = Histogram(
     "doq_fsync_seconds",
-    "Time of the LMDB commit (fsync) of one batch",
+    "Time of the LMDB commit (fsync) of one durable write",
     buckets=(0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5),
 )
 COMMANDS = Counter("doq_commands_applied_total", "Commands applied by this node")
-BATCHES = Counter("doq_batches_committed_total", "Log batches committed by this node")
+BATCHES = Counter("doq_batches_committed_total", "Durable writes of this node that applied commands")
 
 MESSAGES_ENQUEUED = Counter(
     "doq_messages_enqueued_total", "Messages enqueued (new, not deduplicated) through this node", ["transport"]
@@ -62,11 +62,14 @@ GRPC = Transport("grpc")
 
 
 def observe_commit(commands: int, commit_seconds: float, fsync_seconds: float) -> None:
-    """Called by the node after each committed batch."""
+    """Called by the node after each durable write (an LMDB txn committed with fsync),
+    with the number of commands it applied (0 for a write that only appended entries or
+    stored a vote): the histograms count every write, the batches those that applied."""
     COMMIT_SECONDS.observe(commit_seconds)
     FSYNC_SECONDS.observe(fsync_seconds)
-    COMMANDS.inc(commands)
-    BATCHES.inc()
+    if commands:
+        COMMANDS.inc(commands)
+        BATCHES.inc()
 
 
 class QueueDepthCollector(Collector):

@@ -8,6 +8,7 @@ import dataclasses
 import threading
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -570,3 +571,34 @@ async def test_a_restarted_bootstrap_node_does_not_wait_to_lead_alone(tmp_path: 
         return node.core is not None and node.core.voters == ("n1", "n2", "n3")
 
     await eventually(rejoined, 20, "n1's core did not learn its peers again")
+
+
+class CountsWrites(RaftNode):
+    """Counts its durable writes and what its commit metrics hook observes."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.writes = 0
+        self.observed: list[int] = []
+        self._on_commit = lambda commands, _commit_s, _fsync_s: self.observed.append(commands)
+
+    def _write(self, job: Any) -> None:
+        super()._write(job)
+        self.writes += 1
+
+
+async def test_the_commit_metrics_observe_every_durable_write(tmp_path: Path) -> None:
+    """A follower's (and a leader's) writes that only append entries are fsynced commits
+    too: `doq_commit_seconds` / `doq_fsync_seconds` observe each write, and the commands
+    counted are those applied."""
+    cl = await three(tmp_path, node_cls=CountsWrites)
+    leader = await cl.wait_leader()
+    for i in range(20):
+        await leader.propose(enq(i))
+    await cl.converged()
+    nodes = [n for n in cl.nodes.values() if isinstance(n, CountsWrites)]
+    assert len(nodes) == 3
+    for n in nodes:
+        assert n.writes > 0 and len(n.observed) == n.writes, (n.node_id, n.writes, len(n.observed))
+        assert 0 in n.observed  # some writes appended (or voted) without applying
+    assert isinstance(leader, CountsWrites) and sum(leader.observed) >= 20
