@@ -315,6 +315,28 @@ class QueueMachine:
         q = self.queues.get(queue)
         return q.index.n_ready if q is not None and q.index.has_ready() else 0
 
+    def sort_known(self, queue: str, ids: list[int]) -> tuple[list[int], list[int], list[int]]:
+        """Positions of `ids` as this state knows them: (present: in `queue` in any state;
+        gone: assigned — below `next_id` — and no longer in `queue`, so an ack, nack or
+        touch of it can only fail with MessageNotFound, now and at any later index, as
+        ids are never reused; unborn: not assigned yet at this state). For a queue this
+        state does not hold, every position is present (the command answers for it)."""
+        q = self.queues.get(queue)
+        if q is None:
+            return list(range(len(ids))), [], []
+        msgs, next_id = q.msgs, self.next_id
+        present: list[int] = []
+        gone: list[int] = []
+        unborn: list[int] = []
+        for pos, id_ in enumerate(ids):
+            if id_ in msgs:
+                present.append(pos)
+            elif id_ < next_id:
+                gone.append(pos)
+            else:
+                unborn.append(pos)
+        return present, gone, unborn
+
     def queue_infos(self) -> list[QueueInfo]:
         qs = list(self.queues.values())
         return [q.info() for q in sorted(qs, key=lambda q: q.name)]

@@ -1,25 +1,30 @@
 """The service facade: typed async methods every adapter (gRPC, HTTP, CLI) calls.
 
-Validates input (raising `InvalidArgument`/`TooLarge` before anything is proposed, so a
-bad request changes nothing), turns requests into replicated commands, proposes them
-through the node and maps results back. Errors are `doq.errors.DoqError` subclasses.
+The service owns the queue semantics; the adapters only map requests and responses.
+Every public method takes the `Caller` (keyword `caller`) and passes the door first
+(`doq.service.door`: admission with the queue name, the node's `Limits`), then validates
+input (raising `InvalidArgument`/`TooLarge` before anything is proposed, so a bad
+request changes nothing), turns requests into replicated commands, proposes them through
+the node, reads the typed results (`doq.service.outcomes`) and counts the messages by
+the caller's transport (`doq.service.metrics`). Errors are `doq.errors.DoqError`
+subclasses.
 
 Results of changes come from the apply itself (the command's result); queries read the
 node's committed state (`StateStore` views). A dequeue is proposed only when the queue
-has something deliverable: an empty dequeue writes nothing. Long polls park in a
-per-queue FIFO (`LongPolls`) and a commit wakes only as many of them as it can serve.
+has something deliverable: an empty dequeue writes nothing. Long polls park in the
+waiting room (`doq.service.longpoll`); streams are sessions (`doq.service.sessions`);
+acks, nacks and releases go through the lease bookkeeping (`doq.service.leases`), which
+answers those of messages known to be gone without a log entry.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import time
-from collections import deque
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from typing import Any, NamedTuple, TypeVar, cast
 
-from doq.errors import DoqError, InvalidArgument, QueueNotFound
+from doq.errors import DoqError, InvalidArgument
 from doq.node.base import Node
 from doq.queues import commands as c
 from doq.queues.model import (
@@ -30,247 +35,29 @@ from doq.queues.model import (
     QueueSettings,
 )
 from doq.service import limits as v
+from doq.service import outcomes
+from doq.service.door import INTERNAL, Action, Caller, Door
+from doq.service.leases import Leases
+from doq.service.longpoll import LongPolls
+from doq.service.sessions import DequeueSession, ProducerSession, Settlement, StreamOpen, finish
+
+R = TypeVar("R")
+EnqueueFrame = list[tuple[str, c.EnqueueItem]] | c.EnqueueColumns
+"""A frame of a batch producer stream: messages (possibly to several queues) or columns."""
 
 
-def _consume(fut: asyncio.Future[object]) -> None:
-    """A done callback that retrieves an outcome nobody awaits (no "never retrieved" log)."""
-    if not fut.cancelled():
-        fut.exception()
+class FrameOutcome(NamedTuple):
+    """The outcome of one frame of a batch producer stream."""
+
+    columns: bool  # a columnar frame
+    size: int  # messages in the frame
+    result: outcomes.ItemResults | EnqueueColumnsResult | DoqError  # or the error refusing it whole
 
 
-def _raise_if_error(result: object) -> object:
-    if isinstance(result, DoqError):
-        raise result
-    return result
-
-
-async def _wait_any(event: asyncio.Event, other: asyncio.Event | None, timeout_s: float) -> bool:
-    """Wait for `event` (True) or for `other`/the timeout (False).
-
-    A cancel always propagates, even if `event` was set meanwhile (`asyncio.wait_for` of
-    Python 3.11 would swallow it and report the event, so a cancelled long poll would go on
-    to take a message nobody receives)."""
-    waits = [asyncio.ensure_future(event.wait())]
-    if other is not None:
-        waits.append(asyncio.ensure_future(other.wait()))
-    try:
-        await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for w in waits:
-            w.cancel()
-    return event.is_set() and not (other is not None and other.is_set())
-
-
-class _Waiter:
-    __slots__ = ("wanted", "woken", "cmd", "early")
-
-    def __init__(self, wanted: int, cmd: c.Dequeue | None = None) -> None:
-        self.wanted = wanted
-        self.woken = asyncio.Event()
-        self.cmd = cmd  # the dequeue this waiter will propose (see `LongPolls.arrive`)
-        self.early: asyncio.Future[object] | None = None  # that dequeue, proposed by `arrive`
-
-
-class StandingPoll:
-    """The long poll of a leasing stream (`DequeueStream` without ack): parked, once
-    `LongPolls.stand` put it in its queue's FIFO, for as long as it has room (`wanted`:
-    messages it may be given now, the stream's free credits), also while dequeues it
-    proposed earlier are committing, so every enqueue arriving meanwhile can lease for it
-    in its own log entry (see `LongPolls.arrive`). Its owner takes those dequeues from
-    `early` (oldest first, with the most messages each may return) and is told of them,
-    and of a `wake` (then `claim` > 0, held until `LongPolls.release_standing`), by
-    `signal`."""
-
-    __slots__ = ("wanted", "visibility_timeout_ms", "signal", "early", "claim", "parked")
-
-    def __init__(self, visibility_timeout_ms: int, signal: asyncio.Event) -> None:
-        self.wanted = 0
-        self.visibility_timeout_ms = visibility_timeout_ms
-        self.signal = signal
-        self.early: deque[tuple[asyncio.Future[object], int]] = deque()
-        self.claim = 0  # messages `wake` counted on it to take (0: not woken)
-        self.parked = False
-
-
-class LongPolls:
-    """Parked long polls, per queue in FIFO order, woken only as many as can be served.
-
-    `wake(queue)` (run after every applied batch) wakes parked waiters, oldest first,
-    until their `wanted` counts cover what the queue can deliver, less what waiters woken
-    earlier are still about to take (their claim, held until they `release`). A queue
-    that disappeared wakes all its waiters (they then see QueueNotFound).
-
-    `arrive(queue, n, propose)` (run right after an enqueue of `n` messages to `queue` was
-    proposed) has the oldest leasing waiters (those that gave their `cmd`, a Dequeue
-    without ack) covering `n` propose their dequeue at once, so it goes into the same log
-    entry as the enqueue, right after it: the messages are leased by the commit that
-    stores them (one commit from enqueue to delivery, not two). The waiter then takes that
-    dequeue's result (`early`); an empty one (the enqueue failed, or its messages are
-    delayed) just parks it again. Removing dequeues (ack) are never proposed early: their
-    caller may go away before the result, and a removal cannot be undone; leases can be:
-    what the early dequeue of a cancelled waiter leases is released (`release_leases`).
-
-    A `StandingPoll` (a leasing stream) waits in the same FIFO but is not taken out by an
-    early dequeue: `arrive` proposes one of at most min(`wanted`, what is left of `n`)
-    messages for it, lowers its `wanted` by as much and moves it to the back (out of the
-    FIFO once `wanted` is 0), so a stream whose earlier dequeues are still committing
-    leases the next message too in the commit that stores it. `wake` takes it out like a
-    waiter, with a claim of its `wanted`.
-    """
-
-    def __init__(self, deliverable: Callable[[str], int],
-                 release_leases: Callable[[str, list[MessageView]], None] | None = None) -> None:
-        self._deliverable = deliverable  # raises QueueNotFound
-        self._release_leases = release_leases
-        self._parked: dict[str, deque[_Waiter | StandingPoll]] = {}
-        self._claimed: dict[str, int] = {}
-
-    def waiting(self, queue: str | None = None) -> int:
-        """How many long polls are parked (on `queue`, or on any queue), not yet woken."""
-        if queue is not None:
-            return len(self._parked.get(queue, ()))
-        return sum(len(w) for w in self._parked.values())
-
-    async def wait(self, queue: str, wanted: int, timeout_s: float, stop: asyncio.Event | None,
-                   cmd: c.Dequeue | None = None) -> _Waiter | None:
-        """Park until woken (returns the waiter: the caller holds a claim and must
-        `release` it after its dequeue, and must take the result of its `early` dequeue if
-        set), or None on timeout / `stop` (a waiter whose dequeue `arrive` proposed is
-        returned even then: what it leased or removed must reach its caller)."""
-        w = _Waiter(wanted, cmd)
-        self._parked.setdefault(queue, deque()).append(w)
-        woken = returned = False
-        try:
-            woken = await _wait_any(w.woken, stop, timeout_s)
-            returned = True
-        finally:
-            if not w.woken.is_set():
-                waiters = self._parked.get(queue)
-                if waiters is not None:
-                    waiters.remove(w)
-                    if not waiters:
-                        del self._parked[queue]
-            elif not woken and (w.early is None or not returned):
-                if w.early is not None:  # cancelled: hand back what its early dequeue leases
-                    w.early.add_done_callback(functools.partial(self._orphaned, queue))
-                self.release(queue, w)  # woken, but the timeout, the stop or a cancel won: pass it on
-        return w if woken or w.early is not None else None
-
-    def _orphaned(self, queue: str, early: asyncio.Future[object]) -> None:
-        """The early dequeue of a waiter that went away is done: release what it leased."""
-        if early.cancelled() or early.exception() is not None or self._release_leases is None:
-            return
-        msgs = early.result()
-        if isinstance(msgs, list) and msgs:
-            self._release_leases(queue, msgs)
-
-    def arrive(self, queue: str, n: int, propose: Callable[[c.Dequeue], asyncio.Future[object]]) -> None:
-        """An enqueue of `n` messages to `queue` was just proposed (see the class doc)."""
-        waiters = self._parked.get(queue)
-        if not waiters:
-            return
-        claimed = self._claimed.get(queue, 0)
-        while waiters and n > 0:
-            w = waiters[0]
-            if type(w) is StandingPoll:
-                k = min(w.wanted, n)
-                try:
-                    fut = propose(c.Dequeue(queue, k, False, w.visibility_timeout_ms))
-                except DoqError:  # refused: the stream sees it with its next dequeue
-                    break
-                waiters.popleft()
-                w.early.append((fut, k))
-                w.wanted -= k
-                n -= k
-                if w.wanted > 0:
-                    waiters.append(w)  # still parked, behind the others
-                else:
-                    w.parked = False
-                w.signal.set()
-                continue
-            assert isinstance(w, _Waiter)
-            if w.cmd is None or w.woken.is_set():
-                break
-            try:
-                w.early = propose(w.cmd)
-            except DoqError:  # refused (not the leader, overloaded): the waiter will see it
-                break
-            waiters.popleft()
-            w.woken.set()
-            n -= w.wanted
-            claimed += w.wanted
-        if claimed:
-            self._claimed[queue] = claimed
-        if not waiters:
-            del self._parked[queue]
-
-    def release(self, queue: str, w: _Waiter | None) -> None:
-        """A woken waiter has dequeued (or gave up): drop its claim, wake others if needed."""
-        if w is None:
-            return
-        left = self._claimed.get(queue, 0) - w.wanted
-        if left > 0:
-            self._claimed[queue] = left
-        else:
-            self._claimed.pop(queue, None)
-        self.wake(queue)
-
-    def stand(self, queue: str, sp: StandingPoll) -> None:
-        """Park `sp` (at the back of the FIFO) if it has room and is not parked or woken."""
-        if sp.wanted > 0 and not sp.parked and not sp.claim:
-            self._parked.setdefault(queue, deque()).append(sp)
-            sp.parked = True
-
-    def sit(self, queue: str, sp: StandingPoll) -> None:
-        """Take `sp` out of the FIFO (no room left, or the stream ends)."""
-        if sp.parked:
-            sp.parked = False
-            waiters = self._parked.get(queue)
-            if waiters is not None:
-                waiters.remove(sp)
-                if not waiters:
-                    del self._parked[queue]
-
-    def release_standing(self, queue: str, sp: StandingPoll) -> None:
-        """`sp`, woken, has dequeued (or will not): drop its claim, wake others if needed."""
-        if not sp.claim:
-            return
-        left = self._claimed.get(queue, 0) - sp.claim
-        sp.claim = 0
-        if left > 0:
-            self._claimed[queue] = left
-        else:
-            self._claimed.pop(queue, None)
-        self.wake(queue)
-
-    def wake_all(self) -> None:
-        for queue in list(self._parked):
-            self.wake(queue)
-
-    def wake(self, queue: str) -> None:
-        waiters = self._parked.get(queue)
-        if not waiters:
-            return
-        try:
-            free = self._deliverable(queue) - self._claimed.get(queue, 0)
-        except QueueNotFound:
-            free = 2**63
-        claimed = self._claimed.get(queue, 0)
-        while waiters and free > 0:
-            w = waiters.popleft()
-            if type(w) is StandingPoll:
-                w.parked = False
-                w.claim = w.wanted
-                w.signal.set()
-            else:
-                assert isinstance(w, _Waiter)
-                w.woken.set()
-            free -= w.wanted
-            claimed += w.wanted
-        if claimed:
-            self._claimed[queue] = claimed
-        if not waiters:
-            del self._parked[queue]
+def _done(result: object) -> asyncio.Future[object]:
+    fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+    fut.set_result(result)
+    return fut
 
 
 def batch_item_refused(pos: int, err: DoqError) -> DoqError:
@@ -306,75 +93,80 @@ def _merge_columns(res: EnqueueColumnsResult, bad: dict[int, DoqError], n: int) 
 class QueueService:
     """One facade over a node. Methods are coroutine-safe; many may run concurrently."""
 
-    def __init__(self, node: Node, limits: v.Limits | None = None) -> None:
+    def __init__(self, node: Node, limits: v.Limits | None = None, *, door: Door | None = None) -> None:
         self.node = node
-        self.limits = limits or v.Limits()
-        self.long_polls = LongPolls(node.state.deliverable, self._release_leases)
+        self.door = door or Door(limits)
+        self.leases = Leases(node)
+        self.long_polls = LongPolls(node.state.deliverable, self.leases.release_unawaited)
         node.add_apply_listener(self.long_polls.wake_all)
+
+    @property
+    def limits(self) -> v.Limits:
+        """The node's limits (the door's)."""
+        return self.door.limits
 
     # -- queues ---------------------------------------------------------------------------
     async def create_queue(
-        self, name: str, type_: str = "delayed", settings: QueueSettings | None = None
+        self, name: str, type_: str = "delayed", settings: QueueSettings | None = None, *,
+        caller: Caller = INTERNAL,
     ) -> QueueInfo:
+        self.door.admit(caller, Action.CREATE_QUEUE, name)
         v.check_queue_name(name)
         qtype = v.check_queue_type(type_)
         settings = v.check_settings(settings or QueueSettings())
-        info = _raise_if_error(await self.node.propose(c.CreateQueue(name, qtype.value, settings)))
-        assert isinstance(info, QueueInfo)
-        return info
+        return outcomes.expect(await self.node.propose(c.CreateQueue(name, qtype.value, settings)), QueueInfo)
 
-    async def update_queue(self, name: str, settings: QueueSettings) -> QueueInfo:
+    async def update_queue(self, name: str, settings: QueueSettings, *, caller: Caller = INTERNAL) -> QueueInfo:
+        self.door.admit(caller, Action.UPDATE_QUEUE, name)
         v.check_queue_name(name)
         v.check_settings(settings)
-        info = _raise_if_error(await self.node.propose(c.UpdateQueue(name, settings)))
-        assert isinstance(info, QueueInfo)
-        return info
+        return outcomes.expect(await self.node.propose(c.UpdateQueue(name, settings)), QueueInfo)
 
-    async def delete_queue(self, name: str) -> None:
+    async def delete_queue(self, name: str, *, caller: Caller = INTERNAL) -> None:
+        self.door.admit(caller, Action.DELETE_QUEUE, name)
         v.check_queue_name(name)
-        _raise_if_error(await self.node.propose(c.DeleteQueue(name)))
+        outcomes.none(await self.node.propose(c.DeleteQueue(name)))
 
-    async def purge_queue(self, name: str) -> int:
+    async def purge_queue(self, name: str, *, caller: Caller = INTERNAL) -> int:
+        self.door.admit(caller, Action.PURGE_QUEUE, name)
         v.check_queue_name(name)
-        return int(_raise_if_error(await self.node.propose(c.PurgeQueue(name))))  # type: ignore[call-overload]
+        return outcomes.count(await self.node.propose(c.PurgeQueue(name)))
 
-    async def get_queue(self, name: str) -> QueueInfo:
+    async def get_queue(self, name: str, *, caller: Caller = INTERNAL) -> QueueInfo:
+        self.door.admit(caller, Action.GET_QUEUE, name)
         v.check_queue_name(name)
         await self.node.read_barrier()
         return self.node.state.get_queue(name)
 
-    async def list_queues(self) -> list[QueueInfo]:
+    async def list_queues(self, *, caller: Caller = INTERNAL) -> list[QueueInfo]:
+        self.door.admit(caller, Action.LIST_QUEUES, None)
         await self.node.read_barrier()
         return self.node.state.list_queues()
 
-    # -- messages -------------------------------------------------------------------------
-    async def enqueue(self, queue: str, item: c.EnqueueItem) -> EnqueueResult:
+    # -- enqueue --------------------------------------------------------------------------
+    async def enqueue(self, queue: str, item: c.EnqueueItem, *, caller: Caller = INTERNAL) -> EnqueueResult:
         """Enqueue one message; returns its id (the original's if dedup_id was seen)."""
+        self.door.admit(caller, Action.ENQUEUE, queue)
         v.check_queue_name(queue)
         v.check_item(item, self.limits)
-        results = await self.enqueue_nowait(queue, item)
-        results = _raise_if_error(results)
-        assert isinstance(results, list)
-        return _raise_if_error(results[0])  # type: ignore[return-value]
-
-    def _release_leases(self, queue: str, msgs: list[MessageView]) -> None:
-        """Undo deliveries nobody received (`Nack(release=True)`); if refused, their leases end."""
-        for m in msgs:
-            try:
-                self.node.propose_nowait(c.Nack(queue, m.id, m.lease_id, release=True)).add_done_callback(_consume)
-            except DoqError:
-                return
+        res = outcomes.item_results(await self.enqueue_nowait(queue, item))[0]
+        if isinstance(res, DoqError):
+            raise res
+        if not res.duplicate:
+            caller.counters.enqueued.inc()
+        return res
 
     def enqueue_nowait(self, queue: str, item: c.EnqueueItem) -> asyncio.Future[object]:
-        """Propose one (validated) message; the future's result is the command's list of
-        one result. Raises what `propose_nowait` raises (NotLeader, Overloaded...)."""
+        """Propose one message (admitted and validated by the caller); the future's result
+        is `Enqueue`'s (`outcomes.item_results`). Raises what `propose_nowait` raises
+        (NotLeader, Overloaded...). Counts nothing."""
         fut = self.node.propose_nowait(c.Enqueue(queue, [item]))
         self.long_polls.arrive(queue, 1, self.node.propose_nowait)
         return fut
 
     async def enqueue_many(
-        self, requests: Sequence[tuple[str, c.EnqueueItem]]
-    ) -> list[EnqueueResult | DoqError]:
+        self, requests: Sequence[tuple[str, c.EnqueueItem]], *, caller: Caller = INTERNAL
+    ) -> outcomes.ItemResults:
         """Enqueue a batch (possibly to several queues); one result per request, in order.
 
         All or nothing: one invalid request refuses the whole batch, raising
@@ -382,6 +174,12 @@ class QueueService:
         they succeed or fail together; a command-level failure (unknown queue, not leader,
         overload) fills the slots of that queue's items with its error.
         """
+        results = await self._enqueue_many(requests, caller)
+        caller.counters.enqueued.inc(outcomes.fresh(results))
+        return results
+
+    async def _enqueue_many(self, requests: Sequence[tuple[str, c.EnqueueItem]], caller: Caller) -> outcomes.ItemResults:
+        """`enqueue_many` without counting."""
         if len(requests) > self.limits.max_batch_messages:
             raise InvalidArgument(
                 f"batch of {len(requests)} messages exceeds the limit of {self.limits.max_batch_messages}",
@@ -391,6 +189,7 @@ class QueueService:
         for pos, (queue, item) in enumerate(requests):
             try:
                 if queue not in by_queue:
+                    self.door.admit(caller, Action.ENQUEUE, queue)
                     v.check_queue_name(queue)
                     by_queue[queue] = ([], [])
                 v.check_item(item, self.limits)
@@ -418,10 +217,15 @@ class QueueService:
                 for pos in slots:
                     out[pos] = answer
                 continue
-            assert isinstance(answer, list)
-            for pos, res in zip(slots, answer, strict=True):
+            try:
+                results = outcomes.item_results(answer)
+            except DoqError as e:
+                for pos in slots:
+                    out[pos] = e
+                continue
+            for pos, res in zip(slots, results, strict=True):
                 out[pos] = res
-        return out  # type: ignore[return-value]
+        return cast(outcomes.ItemResults, out)  # every slot is filled
 
     def check_columns(self, cmd: c.EnqueueColumns) -> tuple[c.EnqueueColumns, dict[int, DoqError]]:
         """Split a columnar batch into the command of its valid messages and the errors of
@@ -462,20 +266,23 @@ class QueueService:
         return c.EnqueueColumns(cmd.queue, pick(cmd.contents), pick(cmd.groups), pick(cmd.priorities),
                                 pick(cmd.metadata), pick(cmd.dedup_ids), pick(cmd.delays_ms)), bad
 
-    async def enqueue_columns(self, cmd: c.EnqueueColumns) -> EnqueueColumnsResult:
+    async def enqueue_columns(self, cmd: c.EnqueueColumns, *, caller: Caller = INTERNAL) -> EnqueueColumnsResult:
         """Enqueue a columnar batch (`check_columns`): the result of every message, by
         position (an invalid message fails alone). Raises DoqError for a whole-batch
         failure (see `check_columns`; the node may refuse: NotLeader, Overloaded...)."""
-        res = await self.enqueue_columns_nowait(cmd)
+        res = await self._columns_nowait(cmd, caller)
         if isinstance(res, DoqError):
             raise res
-        assert isinstance(res, EnqueueColumnsResult)
-        return res
+        out = outcomes.columns_result(res)
+        caller.counters.enqueued.inc(outcomes.fresh_columns(out))
+        return out
 
-    def enqueue_columns_nowait(self, cmd: c.EnqueueColumns) -> asyncio.Future[object]:
+    def _columns_nowait(self, cmd: c.EnqueueColumns, caller: Caller) -> asyncio.Future[object]:
         """`enqueue_columns` without a task when every message is valid (the common case);
-        a whole-batch failure is the future's result (not raised: streams answer it)."""
+        a whole-batch failure is the future's result (not raised: streams answer it).
+        Counts nothing."""
         try:
+            self.door.admit(caller, Action.ENQUEUE, cmd.queue)
             valid, bad = self.check_columns(cmd)
             fut = self.node.propose_nowait(valid) if valid.contents else None
             if fut is not None:
@@ -483,9 +290,7 @@ class QueueService:
             if not bad and fut is not None:
                 return fut
         except DoqError as e:
-            done: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-            done.set_result(e)
-            return done
+            return _done(e)
 
         async def merged() -> object:
             try:
@@ -494,11 +299,99 @@ class QueueService:
                 return e
             if isinstance(res, DoqError):
                 return res
-            assert isinstance(res, EnqueueColumnsResult)
-            return _merge_columns(res, bad, len(cmd.contents))
+            return _merge_columns(outcomes.columns_result(res), bad, len(cmd.contents))
 
         return asyncio.ensure_future(merged())
 
+    # -- producer streams -----------------------------------------------------------------
+    async def enqueue_stream(
+        self, requests: AsyncIterator[R], convert: Callable[[R], tuple[str, c.EnqueueItem]], *,
+        caller: Caller = INTERNAL,
+    ) -> AsyncGenerator[EnqueueResult | DoqError, None]:
+        """A producer stream of single messages: each request (`convert`ed by the adapter
+        into its queue and message; a DoqError it raises answers that request) is admitted
+        (once per queue), validated and proposed as it arrives; one outcome per request,
+        in order; at most `stream_window_messages` in flight (see `ProducerSession`)."""
+        admitted: set[str] = set()
+        limits = self.limits
+        counter = caller.counters.enqueued
+
+        def start(r: R) -> asyncio.Future[object]:
+            try:
+                queue, item = convert(r)
+                if queue not in admitted:
+                    self.door.admit(caller, Action.ENQUEUE, queue)
+                    v.check_queue_name(queue)
+                    admitted.add(queue)
+                v.check_item(item, limits)
+                return self.enqueue_nowait(queue, item)
+            except DoqError as e:
+                return _done(e)
+
+        pipe: ProducerSession[R, asyncio.Future[object]] = ProducerSession(
+            requests, start, limits.stream_window_messages)
+        try:
+            while (fut := await pipe.next()) is not None:
+                try:
+                    res = await fut
+                except DoqError as e:
+                    yield e
+                    continue
+                if type(res) is list:
+                    res = res[0]
+                if type(res) is EnqueueResult:
+                    if not res.duplicate:
+                        counter.inc()
+                    yield res
+                else:
+                    yield outcomes.error(res)
+        finally:
+            await pipe.close()
+
+    async def enqueue_frames(
+        self, frames: AsyncIterator[R], convert: Callable[[R], EnqueueFrame], *, caller: Caller = INTERNAL,
+    ) -> AsyncGenerator[FrameOutcome, None]:
+        """A producer stream of frames (`convert`ed by the adapter: messages or columns;
+        a DoqError it raises refuses that frame): each frame all or nothing as
+        `enqueue_many` / `enqueue_columns`, one outcome per frame, in order; at most
+        `stream_window_frames` in flight. A `columns` frame is proposed without a task."""
+        counter = caller.counters.enqueued
+
+        def start(r: R) -> tuple[bool, int, asyncio.Future[object]]:
+            try:
+                frame = convert(r)
+            except DoqError as e:
+                return False, 0, _done(e)
+            if isinstance(frame, c.EnqueueColumns):
+                return True, len(frame.contents), self._columns_nowait(frame, caller)
+            return False, len(frame), asyncio.ensure_future(self._enqueue_many(frame, caller))
+
+        async def abandon(started: tuple[bool, int, asyncio.Future[object]]) -> None:
+            fut = started[2]
+            if isinstance(fut, asyncio.Task) and not fut.done():
+                await finish(fut)
+
+        pipe = ProducerSession(frames, start, self.limits.stream_window_frames, abandon)
+        try:
+            while (started := await pipe.next()) is not None:
+                columns, size, fut = started
+                try:
+                    res = await fut
+                except DoqError as e:  # the whole frame failed
+                    yield FrameOutcome(columns, size, e)
+                    continue
+                if type(res) is EnqueueColumnsResult:
+                    counter.inc(outcomes.fresh_columns(res))
+                    yield FrameOutcome(True, size, res)
+                elif type(res) is list:
+                    counter.inc(outcomes.fresh(res))
+                    yield FrameOutcome(False, size, res)
+                else:
+                    yield FrameOutcome(columns, size, outcomes.error(res))
+        finally:
+            await pipe.close()
+
+    # -- dequeue --------------------------------------------------------------------------
     async def dequeue(
         self,
         queue: str,
@@ -508,6 +401,7 @@ class QueueService:
         wait_ms: int = 0,
         visibility_timeout_ms: int = 0,
         stop_waiting: asyncio.Event | None = None,
+        caller: Caller = INTERNAL,
     ) -> list[MessageView]:
         """Lease (or with `ack`, remove) up to `max_messages`; wait up to `wait_ms` for one.
 
@@ -517,6 +411,7 @@ class QueueService:
         and is checked right before each proposal; it never interrupts a dequeue already
         proposed, so messages it removed or leased are always returned.
         """
+        self.door.admit(caller, Action.DEQUEUE, queue)
         v.check_queue_name(queue)
         if not 1 <= max_messages <= self.limits.max_batch_messages:
             raise InvalidArgument(
@@ -525,6 +420,20 @@ class QueueService:
         if not 0 <= wait_ms <= self.limits.max_wait_ms:
             raise InvalidArgument(f"wait_ms must be within 0..{self.limits.max_wait_ms}", reason="INVALID_WAIT")
         v.check_visibility_timeout_ms(visibility_timeout_ms)
+        msgs = await self.take(queue, max_messages, ack=ack, wait_ms=wait_ms,
+                               visibility_timeout_ms=visibility_timeout_ms, stop_waiting=stop_waiting)
+        if msgs:
+            caller.counters.dequeued.inc(len(msgs))
+            if ack:
+                caller.counters.acked.inc(len(msgs))
+        return msgs
+
+    async def take(
+        self, queue: str, max_messages: int, *, ack: bool, wait_ms: int, visibility_timeout_ms: int,
+        stop_waiting: asyncio.Event | None,
+    ) -> list[MessageView]:
+        """`dequeue` of admitted and validated arguments, through the waiting room; counts
+        nothing (the sessions' and `dequeue`'s own)."""
         cmd = c.Dequeue(queue, max_messages, ack, visibility_timeout_ms)
         deadline = time.monotonic() + wait_ms / 1000
         state = self.node.state
@@ -534,15 +443,13 @@ class QueueService:
             while True:
                 if claim is not None and claim.early is not None:  # proposed with an enqueue
                     early, claim.early = claim.early, None
-                    result = _raise_if_error(await early)
-                    assert isinstance(result, list)
+                    result = outcomes.messages(await early)
                     if result:
                         return result
                 if stop_waiting is not None and stop_waiting.is_set():
                     return []
                 if state.deliverable(queue):
-                    result = _raise_if_error(await self.node.propose(cmd))
-                    assert isinstance(result, list)
+                    result = outcomes.messages(await self.node.propose(cmd))
                     if result or not wait_ms:
                         return result
                 elif not wait_ms:
@@ -558,59 +465,86 @@ class QueueService:
         finally:
             polls.release(queue, claim)
 
-    async def ack(self, queue: str, id_: int, lease_id: int = 0) -> None:
+    async def dequeue_stream(
+        self, first: StreamOpen, requests: AsyncIterator[Settlement], *, batch_default: int,
+        caller: Caller = INTERNAL,
+    ) -> AsyncGenerator[list[MessageView], None]:
+        """A dequeue stream (see `DequeueSession`): admitted and checked by its first
+        request, then frames of messages until the client half-closes; `requests` are the
+        later requests (acks, nacks, credits). Raises the DoqError that refused the first
+        request or ended the stream (after the frames sent before it)."""
+        session = await DequeueSession.open(self, first, batch_default, caller)
+        frames = session.frames(requests)
+        try:
+            async for msgs in frames:
+                yield msgs
+        finally:
+            await frames.aclose()
+
+    # -- settle ---------------------------------------------------------------------------
+    async def ack(self, queue: str, id_: int, lease_id: int = 0, *, caller: Caller = INTERNAL) -> None:
+        self.door.admit(caller, Action.ACK, queue)
         v.check_queue_name(queue)
         v.check_id(id_)
-        results = _raise_if_error(await self.node.propose(c.Ack(queue, [id_], [lease_id])))
-        assert isinstance(results, list)
-        _raise_if_error(results[0])
+        err = (await self.leases.ack(queue, [id_], [lease_id]))[0]
+        if err is not None:
+            raise err
+        caller.counters.acked.inc()
 
-    async def ack_many(self, queue: str, ids: Sequence[int], lease_ids: Sequence[int] = ()) -> list[DoqError | None]:
+    async def ack_many(self, queue: str, ids: Sequence[int], lease_ids: Sequence[int] = (), *,
+                       caller: Caller = INTERNAL) -> outcomes.AckResults:
         """Ack a batch; one `None` (acked) or error per id, in order."""
+        self.door.admit(caller, Action.ACK, queue)
         v.check_queue_name(queue)
         if len(ids) > self.limits.max_batch_messages:
             raise InvalidArgument("too many ids in one ack batch", reason="BATCH_TOO_LARGE")
         v.check_lease_ids(ids, lease_ids)
         for id_ in ids:
             v.check_id(id_)
-        results = _raise_if_error(await self.node.propose(c.Ack(queue, list(ids), list(lease_ids))))
-        assert isinstance(results, list)
+        results = await self.leases.ack(queue, list(ids), list(lease_ids))
+        caller.counters.acked.inc(results.count(None))
         return results
 
     async def nack(
         self, queue: str, id_: int, *, lease_id: int = 0, delay_ms: int = 0, priority: int | None = None,
-        release: bool = False,
+        release: bool = False, caller: Caller = INTERNAL,
     ) -> None:
         """Return an in-flight message; `release` undoes the delivery (see `commands.Nack`)."""
+        self.door.admit(caller, Action.NACK, queue)
         v.check_queue_name(queue)
         v.check_id(id_)
         v.check_delay_ms(delay_ms)
         if priority is not None:
             v.check_priority(priority)
-        _raise_if_error(await self.node.propose(c.Nack(queue, id_, lease_id, delay_ms, priority, release)))
+        outcomes.none(await self.leases.settle_one(queue, id_, c.Nack(queue, id_, lease_id, delay_ms, priority, release)))
 
-    async def touch(self, queue: str, id_: int, *, lease_id: int = 0, visibility_timeout_ms: int = 0) -> int:
+    async def touch(self, queue: str, id_: int, *, lease_id: int = 0, visibility_timeout_ms: int = 0,
+                    caller: Caller = INTERNAL) -> int:
         """Extend a lease; returns the new lease_expires_at_ms."""
+        self.door.admit(caller, Action.TOUCH, queue)
         v.check_queue_name(queue)
         v.check_id(id_)
         v.check_visibility_timeout_ms(visibility_timeout_ms)
-        return int(_raise_if_error(await self.node.propose(c.Touch(queue, id_, lease_id, visibility_timeout_ms))))  # type: ignore[call-overload]
+        return outcomes.count(await self.leases.settle_one(
+            queue, id_, c.Touch(queue, id_, lease_id, visibility_timeout_ms)))
 
-    async def update_priority(self, queue: str, id_: int, priority: int) -> MessageView:
+    # -- one message ----------------------------------------------------------------------
+    async def update_priority(self, queue: str, id_: int, priority: int, *, caller: Caller = INTERNAL) -> MessageView:
+        self.door.admit(caller, Action.UPDATE_PRIORITY, queue)
         v.check_queue_name(queue)
         v.check_id(id_)
         v.check_priority(priority)
-        result = _raise_if_error(await self.node.propose(c.UpdatePriority(queue, id_, priority)))
-        assert isinstance(result, MessageView)
-        return result
+        return outcomes.expect(await self.node.propose(c.UpdatePriority(queue, id_, priority)), MessageView)
 
-    async def get_message(self, queue: str, id_: int) -> MessageView:
+    async def get_message(self, queue: str, id_: int, *, caller: Caller = INTERNAL) -> MessageView:
+        self.door.admit(caller, Action.GET_MESSAGE, queue)
         v.check_queue_name(queue)
         v.check_id(id_)
         await self.node.read_barrier()
         return self.node.state.get_message(queue, id_)
 
-    async def delete_message(self, queue: str, id_: int) -> None:
+    async def delete_message(self, queue: str, id_: int, *, caller: Caller = INTERNAL) -> None:
+        self.door.admit(caller, Action.DELETE_MESSAGE, queue)
         v.check_queue_name(queue)
         v.check_id(id_)
-        _raise_if_error(await self.node.propose(c.DeleteMessage(queue, id_)))
+        outcomes.none(await self.node.propose(c.DeleteMessage(queue, id_)))

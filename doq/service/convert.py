@@ -8,7 +8,7 @@ from typing import Any
 import grpc
 from doq_proto.v1 import doq_pb2 as pb
 
-from doq.errors import DoqError, status_of
+from doq.errors import DoqError, InvalidArgument, status_of
 from doq.queues.commands import EnqueueColumns, EnqueueItem
 from doq.queues.model import (
     EnqueueColumnsResult,
@@ -17,6 +17,7 @@ from doq.queues.model import (
     QueueInfo,
     QueueSettings,
 )
+from doq.service.sessions import NackItem, Settlement, StreamOpen
 
 
 def settings_from_pb(s: pb.QueueSettings) -> QueueSettings:
@@ -50,6 +51,38 @@ def queue_to_pb(q: QueueInfo) -> pb.Queue:
 def item_from_pb(r: pb.EnqueueRequest) -> EnqueueItem:
     md = r.metadata
     return EnqueueItem(r.content, r.group, r.priority, dict(md) if md else {}, r.dedup_id, r.delay_ms)
+
+
+def request_from_pb(r: pb.EnqueueRequest) -> tuple[str, EnqueueItem]:
+    """One message of an EnqueueStream: its queue and the message."""
+    md = r.metadata
+    return r.queue_name, EnqueueItem(r.content, r.group, r.priority, dict(md) if md else {}, r.dedup_id, r.delay_ms)
+
+
+def frame_from_pb(r: pb.EnqueueBatchRequest) -> list[tuple[str, EnqueueItem]] | EnqueueColumns:
+    """A frame of EnqueueBatch(Stream): its messages or its columns (not both:
+    INVALID_COLUMNS)."""
+    if r.HasField("columns"):
+        if r.messages:
+            raise InvalidArgument("a frame carries messages or columns, not both", reason="INVALID_COLUMNS")
+        return columns_from_pb(r.columns)
+    return [request_from_pb(m) for m in r.messages]
+
+
+def stream_open_from_pb(r: pb.DequeueStreamRequest) -> StreamOpen:
+    """The first request of a dequeue stream."""
+    return StreamOpen(r.queue_name, r.ack, r.prefetch, r.max_batch, r.visibility_timeout_ms, r.auto_credit,
+                      r.columns)
+
+
+def settlement_from_pb(r: pb.DequeueStreamRequest) -> Settlement:
+    """A later request of a dequeue stream (its acks, nacks and credits)."""
+    return Settlement(
+        list(r.ack_ids), list(r.ack_lease_ids),
+        [NackItem(n.id, n.lease_id, n.delay_ms, n.priority if n.HasField("priority") else None, n.release)
+         for n in r.nacks] if r.nacks else [],
+        r.credits,
+    )
 
 
 def columns_from_pb(cols: pb.EnqueueColumns) -> EnqueueColumns:

@@ -12,11 +12,29 @@ from doq.queues import limits as L
 from doq.queues.commands import EnqueueItem
 from doq.queues.model import QueueSettings, QueueType
 
+DEFAULT_MAX_STREAM_PREFETCH = 100_000
+DEFAULT_MAX_STREAM_PENDING_ACKS = 10_000
+
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """A node's request limits (`max_batch_messages` and `max_wait_ms` must not exceed
-    the bounds of doq.queues.limits, which the state machine enforces)."""
+    """A node's request and stream limits: the one settings object of bounds, held by the
+    facade's door (`doq.service.door.Door.limits`) and built from `doq serve`'s settings.
+    `max_batch_messages` and `max_wait_ms` must not exceed the bounds of
+    doq.queues.limits, which the state machine enforces.
+
+    Per stream (what the node holds for one client):
+    - `max_stream_prefetch`: the largest `prefetch` of a dequeue stream, and the most free
+      credits it may hold (explicit credits beyond it: INVALID_ARGUMENT);
+    - `max_batch_messages`: also the largest `max_batch` of a dequeue stream and the most
+      acks plus nacks in one of its requests;
+    - `max_stream_pending_acks`: acks, nacks and releases of a dequeue stream proposed and
+      not yet committed; at the bound the node stops reading the stream (gRPC flow
+      control holds the client) until commits bring it under;
+    - `stream_window_messages` / `stream_window_frames`: requests of an EnqueueStream /
+      EnqueueBatchStream proposed and not yet answered; at the bound the node stops
+      reading the stream.
+    """
 
     max_message_bytes: int = 1024 * 1024
     max_metadata_bytes: int = 16 * 1024
@@ -25,6 +43,10 @@ class Limits:
     max_dedup_id_bytes: int = 256
     max_batch_messages: int = L.MAX_BATCH_MESSAGES
     max_wait_ms: int = L.MAX_WAIT_MS
+    max_stream_prefetch: int = DEFAULT_MAX_STREAM_PREFETCH
+    max_stream_pending_acks: int = DEFAULT_MAX_STREAM_PENDING_ACKS
+    stream_window_messages: int = 8192
+    stream_window_frames: int = 64
 
 
 def check_queue_name(name: str, what: str = "queue name") -> str:

@@ -1,7 +1,7 @@
 """Prometheus metrics of a node (exposed by the HTTP gateway at /metrics).
 
 Process-wide: commit and fsync latency (observed by the node), message counters by
-transport, the gRPC calls a follower relays to the leader (once per call or stream, and
+transport (counted by the service facade and its sessions, never by the adapters), the gRPC calls a follower relays to the leader (once per call or stream, and
 those in progress). Per app: queue depths and leadership, collected at scrape time from
 the node (`QueueDepthCollector`), so a scrape always shows the current state.
 """
@@ -59,6 +59,15 @@ class Transport:
 
 HTTP = Transport("http")
 GRPC = Transport("grpc")
+_TRANSPORTS = {"http": HTTP, "grpc": GRPC}
+
+
+def transport(name: str) -> Transport:
+    """The counters of transport `name` (one set per name for the process)."""
+    t = _TRANSPORTS.get(name)
+    if t is None:
+        t = _TRANSPORTS[name] = Transport(name)
+    return t
 
 
 def observe_commit(commands: int, commit_seconds: float, fsync_seconds: float) -> None:

@@ -596,6 +596,14 @@ class StateStore:
         v = self.view.queues.get(queue)
         return v is not None and v.deliverable > 0
 
+    def sort_known(self, queue: str, ids: list[int]) -> tuple[list[int], list[int], list[int]]:
+        """`QueueMachine.sort_known` on the state as applied so far (any thread: it reads
+        the machine's in-memory index, one dict look-up per id, not a published view). On
+        the leader an id it calls gone is gone for good; one it calls unborn may still be
+        in entries committed but not applied here (after a leader change): ask again after
+        a read barrier."""
+        return self.machine.sort_known(queue, ids)
+
     def get_message(self, queue: str, id_: int) -> MessageView:
         """The message as last committed (one read txn). Raises QueueNotFound / MessageNotFound."""
         with self.env.begin() as txn:

@@ -26,7 +26,8 @@ from doq_proto.v1 import doq_pb2_grpc as pb_grpc
 from doq.node.base import ProposalFuture
 from doq.queues.commands import Command, Dequeue, EnqueueItem
 from doq.queues.model import MessageState
-from doq.service.grpc_server import DequeueSession
+from doq.service import convert as cv
+from doq.service.sessions import DequeueSession
 from tests.support import inproc
 from tests.support.inproc import Served, stalled_commits
 from tests.support.proc import NodeProc, running_node
@@ -111,7 +112,7 @@ async def served(tmp_path: Path) -> AsyncIterator[Served]:
 async def test_a_session_cancelled_while_its_dequeue_commits_releases_what_it_leased(
     served: Served, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    s = DequeueSession(served.api, pb.DequeueStreamRequest(queue_name="q", prefetch=10), 64)
+    s = DequeueSession(served.api, cv.stream_open_from_pb(pb.DequeueStreamRequest(queue_name="q", prefetch=10)), 64)
     frames = s.pump()
     got = asyncio.ensure_future(anext(frames))
     await _until(lambda: served.api.long_polls.waiting("q") == 1, "the long poll")
@@ -142,7 +143,8 @@ async def test_a_session_cancelled_while_its_dequeue_commits_releases_what_it_le
 
 
 async def test_dequeues_committed_together_go_out_in_frames_of_at_most_max_batch(served: Served) -> None:
-    s = DequeueSession(served.api, pb.DequeueStreamRequest(queue_name="q", prefetch=10, max_batch=2), 64)
+    s = DequeueSession(served.api, cv.stream_open_from_pb(
+        pb.DequeueStreamRequest(queue_name="q", prefetch=10, max_batch=2)), 64)
     frames = s.pump()
     first = asyncio.ensure_future(anext(frames))
     await _until(lambda: served.api.long_polls.waiting("q") == 1, "the long poll")

@@ -15,7 +15,8 @@ from doq_proto.v1 import doq_pb2 as pb
 from doq.errors import InvalidArgument, MessageNotFound, QueueNotFound
 from doq.queues.commands import Command, Dequeue, Enqueue, EnqueueItem
 from doq.queues.model import MessageState
-from doq.service.grpc_server import DequeueSession
+from doq.service import convert as cv
+from doq.service.sessions import DequeueSession, Settlement
 from tests.support import inproc
 from tests.support.inproc import Served, stalled_commits
 
@@ -33,7 +34,13 @@ async def _enqueue(srv: Served, n: int) -> list[int]:
 
 
 def _session(srv: Served, **first: object) -> DequeueSession:
-    return DequeueSession(srv.api, pb.DequeueStreamRequest(queue_name="q", **first), 64)  # type: ignore[arg-type]
+    opened = cv.stream_open_from_pb(pb.DequeueStreamRequest(queue_name="q", **first))  # type: ignore[arg-type]
+    return DequeueSession(srv.api, opened, 64)
+
+
+def _req(**fields: object) -> Settlement:
+    """A later request of the stream, as the gRPC adapter hands it to the session."""
+    return cv.settlement_from_pb(pb.DequeueStreamRequest(**fields))  # type: ignore[arg-type]
 
 
 def _spy_dequeues(srv: Served, monkeypatch: pytest.MonkeyPatch) -> list[Dequeue]:
@@ -63,7 +70,7 @@ async def test_settle_proposes_acks_and_nacks_and_returns_credits(served: Served
     msgs = await served.api.dequeue("q", max_messages=3)
     s = _session(served, prefetch=3, auto_credit=True)
     s.credits = 0
-    s.settle(pb.DequeueStreamRequest(
+    s.settle(_req(
         ack_ids=[msgs[0].id], ack_lease_ids=[msgs[0].lease_id],
         nacks=[pb.NackRequest(id=msgs[1].id, lease_id=msgs[1].lease_id, release=True),
                pb.NackRequest(id=msgs[2].id, lease_id=msgs[2].lease_id, delay_ms=60_000)],
@@ -89,7 +96,7 @@ async def test_acks_received_are_applied_when_the_call_is_cancelled_while_they_w
     with stalled_commits(served.env):
         blocker = served.api.enqueue_nowait("q", EnqueueItem(b"x"))  # a commit in progress, stuck
         await _until(lambda: not served.api.node._pending, "the blocking enqueue to be taken")  # type: ignore[attr-defined]
-        s.settle(pb.DequeueStreamRequest(ack_ids=[m.id for m in msgs], ack_lease_ids=[m.lease_id for m in msgs]))
+        s.settle(_req(ack_ids=[m.id for m in msgs], ack_lease_ids=[m.lease_id for m in msgs]))
         drain = asyncio.ensure_future(s.drain())
         await asyncio.sleep(0)
         drain.cancel()  # the call ends (cancelled by the client) while the acks wait
@@ -107,8 +114,8 @@ async def test_settle_refuses_mismatched_lease_ids_before_proposing(served: Serv
     await _enqueue(served, 2)
     msgs = await served.api.dequeue("q", max_messages=2)
     s = _session(served, prefetch=2, auto_credit=True)
-    for bad in (pb.DequeueStreamRequest(ack_ids=[m.id for m in msgs], ack_lease_ids=[msgs[0].lease_id]),
-                pb.DequeueStreamRequest(ack_lease_ids=[msgs[0].lease_id])):
+    for bad in (_req(ack_ids=[m.id for m in msgs], ack_lease_ids=[msgs[0].lease_id]),
+                _req(ack_lease_ids=[msgs[0].lease_id])):
         with pytest.raises(InvalidArgument) as ei:
             s.settle(bad)
         assert ei.value.reason == "INVALID_LEASE_IDS"

@@ -9,6 +9,7 @@ holds LMDB's write lock, so the node's writer waits and no proposal resolves.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import time
 from collections.abc import AsyncIterator, Callable
@@ -78,9 +79,9 @@ async def _no_leftovers(before: set[asyncio.Task[Any]], timeout_s: float = 10) -
 async def test_enqueue_stream_cancelled_with_a_full_window(
     served: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(grpc_server, "STREAM_WINDOW", WINDOW)
-    proposed = Counter(grpc_server.DOQServicer._enqueue_one_nowait)
-    monkeypatch.setattr(grpc_server.DOQServicer, "_enqueue_one_nowait", proposed)
+    monkeypatch.setattr(served.api.door, "limits", dataclasses.replace(served.api.limits, stream_window_messages=WINDOW))
+    proposed = Counter(served.api.enqueue_nowait)
+    monkeypatch.setattr(served.api, "enqueue_nowait", proposed)
     before = asyncio.all_tasks()
     with stalled_commits(served.env):
         call = served.stub.EnqueueStream()
@@ -96,9 +97,9 @@ async def test_enqueue_stream_cancelled_with_a_full_window(
 async def test_enqueue_batch_stream_cancelled_with_a_full_window(
     served: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(grpc_server, "BATCH_STREAM_WINDOW", WINDOW)
-    frames = Counter(served.api.enqueue_many)
-    monkeypatch.setattr(served.api, "enqueue_many", frames)
+    monkeypatch.setattr(served.api.door, "limits", dataclasses.replace(served.api.limits, stream_window_frames=WINDOW))
+    frames = Counter(served.api._enqueue_many)
+    monkeypatch.setattr(served.api, "_enqueue_many", frames)
     before = asyncio.all_tasks()
     with stalled_commits(served.env):
         call = served.stub.EnqueueBatchStream()

@@ -1,5 +1,10 @@
 """Queue and message endpoints (`/API/v1/...`): thin translations onto `QueueService`.
 
+Each handler builds the call's `Caller` in one place (`http_caller`), maps the request
+to the facade's typed arguments, calls one facade method and maps its result to JSON;
+validation beyond the body's shape, limits, metrics and queue semantics are the
+service's.
+
 `QueueRoutes` holds one method per operation, each declared with `@route(...)` (path,
 documentation, 2xx answer) right above it; `build_router` registers them in declaration
 order (the order of the OpenAPI document). Handlers read the raw body
@@ -19,8 +24,8 @@ from starlette.responses import Response
 
 from doq.errors import DoqError, InvalidArgument, status_of
 from doq.queues import limits as L
-from doq.service import metrics
 from doq.service.api import batch_item_refused
+from doq.service.door import Caller, current_principal
 from doq.service.http import models as m
 from doq.service.http.bodies import body_doc, errors, operation_id, read_json
 from doq.service.http.lean import LeanRoute
@@ -47,7 +52,14 @@ MessageId = Annotated[
     ),
 ]
 JSON = "application/json"
-M_HTTP = metrics.HTTP
+_ANONYMOUS = Caller("http")
+
+
+def http_caller(request: Request) -> Caller:
+    """The `Caller` of an HTTP request: every handler builds it here, once (the principal
+    is what the authentication dependency or middleware put in `current_principal`)."""
+    principal = current_principal.get()
+    return _ANONYMOUS if principal is None else Caller("http", principal)
 
 
 def _json(obj: Any, status: int = 200) -> Response:
@@ -126,24 +138,25 @@ class QueueRoutes:
     async def create_queue(self, request: Request) -> Response:
         """Create a `delayed` (default) or `fair` queue. 409 ALREADY_EXISTS if the name is taken."""
         b = await read_json(request, m.CreateQueueBody)
-        q = await self.api.create_queue(b.name, b.type, b.settings.to_domain() if b.settings else None)
+        q = await self.api.create_queue(b.name, b.type, b.settings.to_domain() if b.settings else None,
+                                        caller=http_caller(request))
         return _json({"success": True, "queue": m.queue_dict(q)}, 201)
 
     @route(
         "GET", "/queues", answer="Every queue.", tags=["queues"], response_model=m.QueueList,
         summary="List queues", responses=errors(),
     )
-    async def list_queues(self) -> Response:
+    async def list_queues(self, request: Request) -> Response:
         """Every queue with its settings and message counts."""
-        return _json({"queues": [m.queue_dict(q) for q in await self.api.list_queues()]})
+        return _json({"queues": [m.queue_dict(q) for q in await self.api.list_queues(caller=http_caller(request))]})
 
     @route(
         "GET", "/queues/{name}", answer="The queue with its counts.", tags=["queues"],
         response_model=m.QueueModel, summary="Get a queue", responses=errors(400, 404),
     )
-    async def get_queue(self, name: QueueName) -> Response:
+    async def get_queue(self, name: QueueName, request: Request) -> Response:
         """A queue's settings and counts (ready, delayed, in flight, dead, total)."""
-        return _json(m.queue_dict(await self.api.get_queue(name)))
+        return _json(m.queue_dict(await self.api.get_queue(name, caller=http_caller(request))))
 
     @route(
         "PUT", "/queues/{name}", answer="Updated: the queue with its new settings.", tags=["queues"],
@@ -153,25 +166,26 @@ class QueueRoutes:
     async def update_queue(self, name: QueueName, request: Request) -> Response:
         """Replace the queue's settings (the type cannot change)."""
         b = await read_json(request, m.UpdateQueueBody)
-        q = await self.api.update_queue(name, b.settings.to_domain())
+        q = await self.api.update_queue(name, b.settings.to_domain(), caller=http_caller(request))
         return _json({"success": True, "queue": m.queue_dict(q)})
 
     @route(
         "DELETE", "/queues/{name}", answer="Deleted, with its messages.", tags=["queues"],
         response_model=m.Success, summary="Delete a queue", responses=errors(400, 404),
     )
-    async def delete_queue(self, name: QueueName) -> Response:
+    async def delete_queue(self, name: QueueName, request: Request) -> Response:
         """Delete the queue and every message in it."""
-        await self.api.delete_queue(name)
+        await self.api.delete_queue(name, caller=http_caller(request))
         return _ok()
 
     @route(
         "POST", "/queues/{name}/purge", answer="Purged: how many messages were removed.", tags=["queues"],
         response_model=m.PurgeResult, summary="Purge a queue", responses=errors(400, 404),
     )
-    async def purge_queue(self, name: QueueName) -> Response:
+    async def purge_queue(self, name: QueueName, request: Request) -> Response:
         """Remove every message (ready, delayed and in flight); the queue stays."""
-        return _json({"success": True, "purged": await self.api.purge_queue(name)})
+        purged = await self.api.purge_queue(name, caller=http_caller(request))
+        return _json({"success": True, "purged": purged})
 
     # -- enqueue --------------------------------------------------------------------------
     @route(
@@ -187,11 +201,8 @@ class QueueRoutes:
     async def enqueue(self, name: QueueName, request: Request) -> Response:
         """Enqueue one message; answers once it is durable. `id` is a string."""
         b = await read_json(request, m.EnqueueBody)
-        res = await self.api.enqueue(name, b.to_item())
-        if res.duplicate:
-            return _json(m.enqueue_dict(name, res), 200)
-        M_HTTP.enqueued.inc()
-        return _json(m.enqueue_dict(name, res), 201)
+        res = await self.api.enqueue(name, b.to_item(), caller=http_caller(request))
+        return _json(m.enqueue_dict(name, res), 200 if res.duplicate else 201)
 
     @route(
         "POST", "/queues/{name}/messages:batch", answer="Every message enqueued (durable), one result per message.",
@@ -205,25 +216,21 @@ class QueueRoutes:
         b = await read_json(request, m.EnqueueBatchBody)
         check_queue_name(name)
         try:
-            answered = await self.api.enqueue_many(_batch_items(name, b))
+            answered = await self.api.enqueue_many(_batch_items(name, b), caller=http_caller(request))
         except DoqError as e:
             if e.loc:  # one message refused the batch (QueueService.enqueue_many's rule)
                 raise _batch_refused(e) from None
             raise
-        if all(isinstance(x, DoqError) for x in answered):
-            # A command-level failure (no such queue, not the leader, overload, timeout).
-            raise answered[0]  # type: ignore[misc]
+        if answered and isinstance(first := answered[0], DoqError) and all(isinstance(x, DoqError) for x in answered):
+            raise first  # a command-level failure (no such queue, not the leader, overload, timeout)
         results: list[dict[str, Any]] = []
-        enqueued = 0
         for res in answered:
             if isinstance(res, DoqError):  # not expected after the checks above (kept per item)
                 results.append({"success": False, "error": m.item_error(res)})
             else:
-                enqueued += not res.duplicate
                 d = m.enqueue_dict(name, res)
                 del d["queue_name"]
                 results.append(d)
-        M_HTTP.enqueued.inc(enqueued)
         return _json({"results": results})
 
     # -- dequeue --------------------------------------------------------------------------
@@ -249,12 +256,9 @@ class QueueRoutes:
         the visibility timeout or it is delivered again. An empty queue answers **204 No Content**."""
         async with _client_gone(request, wait_ms) as gone:
             got = await self.api.dequeue(name, ack=ack, wait_ms=wait_ms, visibility_timeout_ms=visibility_timeout_ms,
-                                         stop_waiting=gone)
+                                         stop_waiting=gone, caller=http_caller(request))
         if not got:
             return Response(status_code=204)
-        M_HTTP.dequeued.inc()
-        if ack:
-            M_HTTP.acked.inc()
         return _json(m.message_dict(got[0]))
 
     @route(
@@ -268,11 +272,8 @@ class QueueRoutes:
         async with _client_gone(request, b.wait_ms) as gone:
             got = await self.api.dequeue(
                 name, max_messages=b.max_messages, ack=b.ack, wait_ms=b.wait_ms,
-                visibility_timeout_ms=b.visibility_timeout_ms, stop_waiting=gone,
+                visibility_timeout_ms=b.visibility_timeout_ms, stop_waiting=gone, caller=http_caller(request),
             )
-        M_HTTP.dequeued.inc(len(got))
-        if b.ack:
-            M_HTTP.acked.inc(len(got))
         return _json({"messages": [m.message_dict(x) for x in got]})
 
     # -- one message ----------------------------------------------------------------------
@@ -280,17 +281,17 @@ class QueueRoutes:
         "GET", "/queues/{name}/messages/{id}", answer="The message and its state.", tags=["messages"],
         response_model=m.MessageModel, summary="Get a message", responses=errors(400, 404),
     )
-    async def get_message(self, name: QueueName, id: MessageId) -> Response:
+    async def get_message(self, name: QueueName, id: MessageId, request: Request) -> Response:
         """A message and its state, without changing it."""
-        return _json(m.message_dict(await self.api.get_message(name, _id(id))))
+        return _json(m.message_dict(await self.api.get_message(name, _id(id), caller=http_caller(request))))
 
     @route(
         "DELETE", "/queues/{name}/messages/{id}", answer="Deleted.", tags=["messages"],
         response_model=m.Success, summary="Delete a message", responses=errors(400, 404),
     )
-    async def delete_message(self, name: QueueName, id: MessageId) -> Response:
+    async def delete_message(self, name: QueueName, id: MessageId, request: Request) -> Response:
         """Remove a message in any state."""
-        await self.api.delete_message(name, _id(id))
+        await self.api.delete_message(name, _id(id), caller=http_caller(request))
         return _ok()
 
     @route(
@@ -301,8 +302,7 @@ class QueueRoutes:
     async def ack(self, name: QueueName, id: MessageId, request: Request) -> Response:
         """Acknowledge an in-flight message (removes it). The body is optional."""
         b = await read_json(request, m.LeaseBody, required=False)
-        await self.api.ack(name, _id(id), b.lease_id or 0)
-        M_HTTP.acked.inc()
+        await self.api.ack(name, _id(id), b.lease_id or 0, caller=http_caller(request))
         return _ok()
 
     @route(
@@ -315,7 +315,8 @@ class QueueRoutes:
         with `release`, as if it had not been delivered (the attempt is not counted)."""
         b = await read_json(request, m.NackBody, required=False)
         await self.api.nack(
-            name, _id(id), lease_id=b.lease_id or 0, delay_ms=b.delay_ms, priority=b.priority, release=b.release
+            name, _id(id), lease_id=b.lease_id or 0, delay_ms=b.delay_ms, priority=b.priority, release=b.release,
+            caller=http_caller(request),
         )
         return _ok()
 
@@ -328,7 +329,8 @@ class QueueRoutes:
         """Renew the lease of an in-flight message (by `visibility_timeout_ms` or the queue's setting)."""
         b = await read_json(request, m.TouchBody, required=False)
         until = await self.api.touch(
-            name, _id(id), lease_id=b.lease_id or 0, visibility_timeout_ms=b.visibility_timeout_ms
+            name, _id(id), lease_id=b.lease_id or 0, visibility_timeout_ms=b.visibility_timeout_ms,
+            caller=http_caller(request),
         )
         return _json({"success": True, "lease_expires_at_ms": until})
 
@@ -340,7 +342,7 @@ class QueueRoutes:
     async def update_priority(self, name: QueueName, id: MessageId, request: Request) -> Response:
         """Set a new priority (re-orders the message; for delayed queues may delay it)."""
         b = await read_json(request, m.PriorityBody)
-        view = await self.api.update_priority(name, _id(id), b.priority)
+        view = await self.api.update_priority(name, _id(id), b.priority, caller=http_caller(request))
         return _json({"success": True, "message": m.message_dict(view)})
 
     @route(
@@ -351,16 +353,13 @@ class QueueRoutes:
     async def ack_batch(self, name: QueueName, request: Request) -> Response:
         """Ack up to 10000 messages in one commit; one result per id, in order."""
         b = await read_json(request, m.AckBatchBody)
-        res = await self.api.ack_many(name, b.ids, b.lease_ids)
+        res = await self.api.ack_many(name, b.ids, b.lease_ids, caller=http_caller(request))
         out = []
-        acked = 0
         for id_, err in zip(b.ids, res, strict=True):
             if err is None:
-                acked += 1
                 out.append({"id": str(id_), "success": True})
             else:
                 out.append({"id": str(id_), "success": False, "error": m.item_error(err)})
-        M_HTTP.acked.inc(acked)
         return _json({"results": out})
 
 
