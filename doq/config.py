@@ -29,6 +29,8 @@ class ServeConfig:
     snapshot_every: int = 10_000  # as RaftNodeConfig (a unit test keeps them equal)
     keep_entries: int = 5_000
     restore_chunk_bytes: int = 1 << 20  # as RaftNodeConfig
+    max_stream_prefetch: int = 100_000  # as doq.service.limits (a unit test keeps them equal)
+    max_stream_pending_acks: int = 10_000
 
     def member_addrs(self) -> MemberAddrs:
         """The addresses this node announces to the cluster (and clients are sent to): the
@@ -59,6 +61,10 @@ _HELP = {
     "keep_entries": "log entries kept behind a snapshot for followers that lag",
     "restore_chunk_bytes": "record bytes (uncompressed) per log entry of an online restore "
                            "(1024..16777216)",
+    "max_stream_prefetch": "largest prefetch (and free credits) of one dequeue stream; more is "
+                           "refused with INVALID_ARGUMENT (1..10000000)",
+    "max_stream_pending_acks": "acks, nacks and releases of one dequeue stream proposed and not yet "
+                               "committed; at this many the node stops reading the stream (1..1000000)",
 }
 
 #: integer settings: (lowest, highest or None) accepted
@@ -67,6 +73,8 @@ _INT_RANGES: dict[str, tuple[int, int | None]] = {
     "snapshot_every": (0, None),
     "keep_entries": (0, None),
     "restore_chunk_bytes": (1024, 16 * 1024 * 1024),
+    "max_stream_prefetch": (1, 10_000_000),
+    "max_stream_pending_acks": (1, 1_000_000),
 }
 
 

@@ -50,6 +50,13 @@ class Runtime:
         self.lock.release(discard=discard)
 
 
+def node_limits(config: ServeConfig) -> Limits:
+    """The node's one settings object of request and stream bounds (the facade's door
+    applies it), from `doq serve`'s settings."""
+    return Limits(max_message_bytes=config.max_message_bytes, max_stream_prefetch=config.max_stream_prefetch,
+                  max_stream_pending_acks=config.max_stream_pending_acks)
+
+
 def lock_node_dir(config: ServeConfig) -> NodeDirLock:
     """Take the node directory for this process (one process per node directory)."""
     path = node_dir(config.data_dir, config.node_id)
@@ -91,7 +98,7 @@ async def open_runtime(config: ServeConfig) -> Runtime:
             )
         except ClusterError as e:
             raise StartupError(f"cannot join the cluster at {', '.join(config.join)}: {e}") from e
-        api = QueueService(node, Limits(max_message_bytes=config.max_message_bytes))
+        api = QueueService(node, node_limits(config))
     except BaseException:
         env.close()
         lock.release()

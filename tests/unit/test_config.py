@@ -95,6 +95,18 @@ def test_snapshot_settings_reach_the_raft_driver_with_its_defaults() -> None:
     assert (c.snapshot_every, c.keep_entries, c.restore_chunk_bytes) == (50, 0, 4096)
 
 
+def test_stream_bounds_reach_the_node_limits_with_their_defaults() -> None:
+    from doq.server import node_limits
+    from doq.service.limits import Limits
+
+    assert node_limits(parse([])) == Limits()
+    limits = node_limits(parse(["--max-stream-prefetch", "50"], {"DOQ_MAX_STREAM_PENDING_ACKS": "7"}))
+    assert (limits.max_stream_prefetch, limits.max_stream_pending_acks) == (50, 7)
+    for argv in (["--max-stream-prefetch", "0"], ["--max-stream-pending-acks", "many"]):
+        with pytest.raises(InvalidArgument):
+            parse(argv)
+
+
 @pytest.mark.parametrize("argv", [["--snapshot-every", "-1"], ["--keep-entries", "many"],
                                   ["--restore-chunk-bytes", "10"]])
 def test_bad_snapshot_settings_are_refused(argv: list[str]) -> None:
