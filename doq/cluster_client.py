@@ -22,57 +22,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from doq.node.cluster import ClusterStatus, Member, MemberAddrs
+from doq.node.cluster import ClusterStatus, MemberAddrs
+from doq.node.cluster_wire import LEADER_HEADER, leader_http_addr, status_from_json, status_to_json
 
 log = logging.getLogger(__name__)
-
-LEADER_HEADER = "X-Doq-Leader"
-"""Response header: the leader's HTTP address (HOST:PORT), on NOT_LEADER answers and on
-answers a follower relayed from the leader."""
-
-
-def status_to_json(s: ClusterStatus) -> dict[str, Any]:
-    """The JSON form of a status (see the module docstring)."""
-    return {
-        "node_id": s.node_id,
-        "cluster_id": s.cluster_id,
-        "role": s.role,
-        "leader_id": s.leader_id,
-        "term": s.term,
-        "commit_index": s.commit_index,
-        "applied_index": s.applied_index,
-        "members": [
-            {"node_id": m.node_id, "role": m.role, "leader": bool(s.leader_id) and m.node_id == s.leader_id,
-             "raft_addr": m.addrs.raft_addr, "grpc_addr": m.addrs.grpc_addr, "http_addr": m.addrs.http_addr}
-            for m in s.members
-        ],
-    }
-
-
-def status_from_json(d: dict[str, Any]) -> ClusterStatus:
-    """Inverse of `status_to_json`; raises ValueError on a malformed document."""
-    try:
-        members = [
-            Member(str(m["node_id"]), MemberAddrs(str(m["raft_addr"]), str(m["grpc_addr"]), str(m["http_addr"])),
-                   str(m["role"]))
-            for m in d["members"]
-        ]
-        return ClusterStatus(
-            node_id=str(d["node_id"]), leader_id=str(d["leader_id"]), term=int(d["term"]),
-            commit_index=int(d["commit_index"]), applied_index=int(d["applied_index"]), role=str(d["role"]),
-            members=members, cluster_id=str(d.get("cluster_id", "")),  # absent from older nodes
-        )
-    except (KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"not a cluster status: {e!r}") from None
-
-
-def leader_http_addr(s: ClusterStatus) -> str:
-    """The leader's HTTP address in `s` ("" if no leader is known or it has no address)."""
-    for m in s.members:
-        if m.node_id == s.leader_id:
-            return m.addrs.http_addr
-    return ""
-
+__all__ = ["LEADER_HEADER", "ClusterError", "leader_http_addr", "status_from_json", "status_to_json"]
 
 def base_url(server: str) -> str:
     """`http://HOST:PORT` for a URL or a bare HOST:PORT (no trailing slash)."""

@@ -5,8 +5,8 @@
   Returns the last version contained (`X-Last-Version`): the greatest record version, or
   `max(since - 1, 0)` if there is none; the next incremental uses `since = last + 1`.
 - `restore_offline(data_dir, node_id, full, incrementals)`: into a STOPPED node's data dir.
-- `restore_online(node, files)`: into a running node (any member of a cluster, or a lone
-  node), whose state is empty: `Node.restore_backup` (a Raft node goes through the log).
+- `restore_online(node, files)` (in `doq.backup.online`): into a running node, whose state
+  is empty, through its log.
 
 A restore is all or nothing: the records of every file go into the store in ONE write
 transaction (`StateStore.restore`; through the log, the commit entry's apply on every
@@ -16,15 +16,13 @@ state; a failed restore changes nothing and can simply be retried.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import tempfile
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, BinaryIO, Protocol
+from typing import BinaryIO, Protocol
 
-from doq.backup.chunks import iter_chunks
 from doq.backup.format import (
     DEFAULT_FRAME_BYTES,
     BackupHeader,
@@ -32,10 +30,8 @@ from doq.backup.format import (
     BackupWriter,
     Record,
 )
-from doq.errors import FailedPrecondition, InvalidArgument, NotLeader
-
-if TYPE_CHECKING:
-    from doq.node.base import Node
+from doq.errors import FailedPrecondition, InvalidArgument
+from doq.storage.chunks import iter_chunks
 
 
 class BackupState(Protocol):
@@ -73,7 +69,7 @@ class RestoreResult:
 @dataclass(frozen=True, slots=True)
 class RestoreChain:
     """Backup files opened, checked as a chain and verified (every frame's checksum): what
-    `Node.restore_backup` restores. Its readers read the files again when it restores."""
+    `doq.backup.online` restores. Its readers read the files again when it restores."""
 
     readers: Sequence[BackupReader]
     names: Sequence[str]
@@ -93,7 +89,7 @@ class RestoreChain:
         return restore_into(state, self.readers, self.names, verified=True)
 
     def chunks(self, max_bytes: int) -> Generator[tuple[bytes, int], None, None]:
-        """(payload, record count) of each `doq.backup.chunks` chunk of every record, in
+        """(payload, record count) of each `doq.storage.chunks` chunk of every record, in
         restore order (blocking: each step reads and decodes frames)."""
         return iter_chunks((rec for r in self.readers for rec in r.records()), max_bytes)
 
@@ -336,26 +332,3 @@ def restore_offline(
             return restore_into(StateStore(env), readers, names, verified=True)
         finally:
             env.close()
-
-
-async def restore_online(node: Node, files: Sequence[BinaryIO], names: Sequence[str] | None = None) -> RestoreResult:
-    """Restore full + incrementals into a RUNNING node, for `POST /db/restore`.
-
-    Preconditions: the node is the leader (else `NotLeader` with the leader's hint, 503;
-    the HTTP gateway forwards the request from a follower) and the state is empty (else
-    `FailedPrecondition` RESTORE_TARGET_NOT_EMPTY, or RESTORE_CLUSTER_MISMATCH when the
-    chain is another cluster's). The chain is checked and every file verified (off the
-    event loop) before anything is written or proposed; then `node.restore_backup`
-    restores it, all or nothing: a Raft node through its log, so every replica restores
-    the same state (docs/backup.md, "Online restore on a cluster"). The restored state
-    adopts the chain's cluster id.
-    """
-    names = list(names) if names else [f"file #{i + 1}" for i in range(len(files))]
-    readers = await asyncio.to_thread(lambda: [_reader(f, n) for f, n in zip(files, names, strict=True)])
-    check_target_cluster(node.state, [r.header for r in readers], names)
-    check_chain([r.header for r in readers], names=names)
-    if not node.is_leader:
-        raise NotLeader("online restore must be sent to the leader", leader_hint=node.leader_hint)
-    _refuse_non_empty(node.state)
-    await asyncio.to_thread(_verify_all, readers, names)  # off the writer and the loop
-    return await node.restore_backup(RestoreChain(readers, names))

@@ -1,7 +1,7 @@
 """The executor side of the backup verification job (doq/backup/verify.py drives it).
 
 Stage 1, `decode_task`: read and check a range of frames of one file with the one decoder
-of `doq.backup.format`, hash every record (`doq.backup.digest`), classify it with the
+of `doq.backup.format`, hash every record (`doq.storage.digest`), classify it with the
 decoders of `doq.queues.records`, and pack it for the shuffle. Stage 2, `summarize`:
 rebuild the keys of one shuffle partition (per key, the highest version across the chain)
 and add up digests and per-queue counts. Both are plain functions of plain data: Spark
@@ -18,11 +18,11 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from doq.backup import digest as D
 from doq.backup.format import BackupFormatError, FrameEntry, read_frame
 from doq.queues import keys as K
 from doq.queues import records as R
 from doq.queues.model import QueueType
+from doq.storage import digest as D
 
 MAX_FAILURES_PER_PARTITION = 100
 Task = tuple[int, int, str, int, tuple[tuple[int, ...], ...]]  # id, file, path, first frame, frames

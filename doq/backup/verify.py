@@ -8,7 +8,7 @@ describes, in parallel by frame, and prove it equal to the state the node record
 
 This module is the driver: it opens the files, checks the chain, plans the tasks, runs
 the two stages (`doq.backup.rebuild`, the executor side) and adds up what they found.
-The digest (`doq.backup.digest`) is a sum, so the rebuilt state's digest is a plain
+The digest (`doq.storage.digest`) is a sum, so the rebuilt state's digest is a plain
 reduce. For every file that records one, the state rebuilt from the chain up to that file
 is checked against it (the last file proves the whole chain). Every failure is named with
 its file, frame (index in the file's frame index) and byte offset where it has one.
@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from doq.backup import digest as D
 from doq.backup.format import (
     BackupFormatError,
     BackupHeader,
@@ -48,6 +47,7 @@ from doq.backup.rebuild import Failure, Task, decode_task, summarize
 from doq.backup.spark import build_zip, spark_session
 from doq.queues import keys as K
 from doq.queues import records as R
+from doq.storage import digest as D
 
 __all__ = ["Failure", "FileReport", "QueueCounts", "VerifyReport", "build_zip", "spark_session", "verify"]
 

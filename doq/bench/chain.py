@@ -3,7 +3,7 @@
 
 Writes DIR/000000-full.bak and DIR/00000N-since-V.bak (the layout of `doq backup --dir`)
 straight from a synthetic history, without a node: records encoded by doq.queues (the
-node's own encoders) and the state digest recorded in each footer by doq.backup.digest,
+node's own encoders) and the state digest recorded in each footer by doq.storage.digest,
 so `doq verify --dir DIR` must prove it. The history, one log entry per batch of 1000:
 
 - full backup: queues `orders` (delayed, dead letters to `dead`), `events` (fair, 8
@@ -28,11 +28,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from doq.backup import digest as D
 from doq.backup.format import DEFAULT_FRAME_BYTES, BackupWriter, Record
 from doq.queues import keys as K
 from doq.queues import records as R
 from doq.queues.model import QueueSettings, QueueType
+from doq.storage import digest as D
 
 T0 = 1_700_000_000_000
 BATCH = 1000

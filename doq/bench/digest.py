@@ -4,7 +4,7 @@
 1. Maintained incrementally on every write (NOT what doq does; measured to decide): the
    apply loop of `python -m doq.bench.apply` (enqueue, dequeue, ack of `--messages`
    100-byte messages in batches of `--batch`, one log entry per batch, real LMDB), side by
-   side with a prototype sink that adds/subtracts `doq.backup.digest.item_hash_stored` of
+   side with a prototype sink that adds/subtracts `doq.storage.digest.item_hash_stored` of
    every record it writes or deletes and stores the 32-byte sum once per entry. Prints
    msg/s of each, the ratio, and the cost in us per message.
 2. Computed in the backup's own read transaction (what doq does): `StateStore.state_digest`
@@ -21,11 +21,11 @@ import tempfile
 import time
 from typing import Any
 
-from doq.backup import digest as D
 from doq.queues import commands as c
 from doq.queues.codec import encode_batch
 from doq.queues.machine import QueueMachine
 from doq.queues.model import QueueSettings
+from doq.storage import digest as D
 from doq.storage.env import open_env
 from doq.storage.state import StateStore, _TxnSink
 

@@ -109,12 +109,12 @@ def install() -> None:
 
     from doq.node import raft_node
     from doq.queues.commands import EnqueueColumns
-    from doq.service import convert, grpc_server
+    from doq.service import convert
 
-    def columns_nowait(orig: Any) -> Any:
-        def f(self: Any, r: Any) -> Any:
-            rec("s_recv", r.columns.contents)
-            return orig(self, r)
+    def columns_from_pb(orig: Any) -> Any:
+        def f(cols: Any) -> Any:
+            rec("s_recv", cols.contents)
+            return orig(cols)
         return f
 
     def propose_pending(orig: Any) -> Any:
@@ -173,7 +173,7 @@ def install() -> None:
             return orig(out, msgs)
         return f
 
-    wrap(grpc_server.DOQServicer, "_columns_nowait", columns_nowait)
+    wrap(convert, "columns_from_pb", columns_from_pb)  # a columns frame as the server receives it
     wrap(raft_node.RaftNode, "_propose_pending", propose_pending)
     wrap(raft_node.RaftNode, "_write", write)
     wrap(raft_node.RaftNode, "_write_off_loop", write_off_loop)

@@ -32,7 +32,7 @@ from typing import Any
 import grpc
 from doq_proto.v1 import doq_pb2 as pb
 
-from doq.bench.cli import add_arguments
+from doq.bench.args import add_arguments
 from doq_client import (
     AlreadyExists,
     AsyncConsumer,

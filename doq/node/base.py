@@ -1,8 +1,10 @@
-"""What the service needs from a node (local single-node log now, Raft node later).
+"""What the service and the backup orchestration need from a node.
 
 The `Node` protocol is the whole seam: the service, the HTTP/gRPC adapters and the
 backup code call these members and nothing else of a node (no probing with
-`getattr`/`hasattr`), so mypy finds a node that lacks one.
+`getattr`/`hasattr`), so mypy finds a node that lacks one. It knows nothing of backup
+files: an online restore is an orchestration in `doq.backup.online` over the node's
+`propose_alone`.
 """
 
 from __future__ import annotations
@@ -10,14 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from doq.node.cluster import ClusterAdmin, ClusterStatus
 from doq.queues.commands import Command, Dequeue
 from doq.storage.state import StateStore
-
-if TYPE_CHECKING:
-    from doq.backup.ops import RestoreChain, RestoreResult
 
 
 class ProposalFuture(asyncio.Future[object]):
@@ -135,11 +134,15 @@ class Node(Protocol):
         change its membership (a lone `LocalNode`)."""
         ...
 
-    async def restore_backup(self, chain: RestoreChain) -> RestoreResult:
-        """Restore the verified `chain` into the (empty) state, all or nothing, serialized
-        with commits; later writes get versions above the restored ones. A lone node
-        restores directly; a Raft node through its log, so every replica restores the
-        same state. On the leader (callers check; a Raft node raises `NotLeader` if it
-        loses leadership meanwhile: nothing was restored unless its commit entry
-        survives). Raises the restore's `DoqError` (e.g. RESTORE_TARGET_NOT_EMPTY)."""
+    def propose_alone(self, command: Command) -> asyncio.Future[object]:
+        """Propose `command` as the only command of its own log entry (the restore
+        commands: `RestoreChunk`, `RestoreCommit`, `RestoreAbort`, which the store applies
+        itself, see `doq.storage.state`). Resolves like `propose_nowait`'s future (the
+        command's result once applied here); raises at once as `propose_nowait` does when
+        this node cannot take it (`NotLeader`, `Unavailable`)."""
+        ...
+
+    @property
+    def restore_chunk_bytes(self) -> int:
+        """Record bytes (uncompressed) per `RestoreChunk` entry this node wants."""
         ...

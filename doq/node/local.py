@@ -23,16 +23,13 @@ import concurrent.futures
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 from doq.errors import Overloaded, Unavailable
 from doq.node.base import ProposalFuture, resolve_results
 from doq.node.cluster import ClusterAdmin, ClusterStatus, Member, MemberAddrs
 from doq.queues.commands import Command, CommandBatch, Tick
+from doq.storage.chunks import DEFAULT_CHUNK_BYTES
 from doq.storage.state import StateStore, StoreBroken
-
-if TYPE_CHECKING:
-    from doq.backup.ops import RestoreChain, RestoreResult
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +69,7 @@ class LocalNode:
         self._last_now_ms = 0
         self._stopping = False
         self._next_index = state.applied_index + 1
-        self._commit_lock = asyncio.Lock()  # one commit or restore at a time
+        self._commit_lock = asyncio.Lock()  # one commit at a time (a batch or an entry alone)
 
     # -- Node protocol ---------------------------------------------------------------------
     @property
@@ -140,27 +137,35 @@ class LocalNode:
     def add_apply_listener(self, callback: Callable[[], None]) -> None:
         self._listeners.append(callback)
 
-    async def restore_backup(self, chain: RestoreChain) -> RestoreResult:
-        """Restore `chain` into the state (`StateStore.restore`) in the writer, between two commits.
+    @property
+    def restore_chunk_bytes(self) -> int:
+        return DEFAULT_CHUNK_BYTES
 
-        Afterwards the next log index follows the restored applied index, so versions keep
-        growing (incremental backups stay exact) and long polls and ticks are re-armed.
-        A failed restore changed nothing (`StateStore.restore` is all or nothing).
-        """
+    def propose_alone(self, command: Command) -> asyncio.Future[object]:
+        """Commit `command` alone in its own entry (see `Node.propose_alone`), between two
+        batches. Raises at once while stopping."""
+        if self._stopping:
+            raise Unavailable("node is shutting down", reason="SHUTTING_DOWN")
+        return asyncio.ensure_future(self._commit_alone(command))
+
+    async def _commit_alone(self, command: Command) -> object:
         async with self._commit_lock:
             if self._stopping:
                 raise Unavailable("node is shutting down", reason="SHUTTING_DOWN")
-            loop = asyncio.get_running_loop()
+            now_ms = max(self._last_now_ms, self._clock_ms())
+            self._last_now_ms = now_ms
+            index = self._next_index
             try:
-                result = await loop.run_in_executor(self._writer, chain.restore_into, self.state)
+                results = await asyncio.get_running_loop().run_in_executor(
+                    self._writer, self._commit, index, CommandBatch(now_ms, [command]))
             except StoreBroken as e:
                 self._fail_stop(e)
-                raise Unavailable("the restore failed and the state could not be reloaded; "
-                                  "the node stops", reason="SHUTTING_DOWN") from e
+                raise Unavailable("the state could not be reloaded after a failed write; the node stops",
+                                  reason="SHUTTING_DOWN") from e
             self._next_index = self.state.applied_index + 1
             self._notify_applied()
             self._schedule_tick()
-            return result
+            return results[0]
 
     # -- internals -------------------------------------------------------------------------
     async def _run(self) -> None:

@@ -26,12 +26,10 @@ leadership loss) is in docs/raft.md, "The node driver"; in short:
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
 import contextlib
 import itertools
 import logging
-import os
 import random
 import time
 import uuid
@@ -41,12 +39,9 @@ from typing import Any
 
 import lmdb
 
-from doq.backup.chunks import DEFAULT_CHUNK_BYTES
-from doq.backup.ops import RestoreChain, RestoreResult
 from doq.errors import (
     DoqError,
     FailedPrecondition,
-    InvalidArgument,
     NotLeader,
     Overloaded,
     Unavailable,
@@ -66,9 +61,6 @@ from doq.queues.codec import encode_batch
 from doq.queues.commands import (
     Command,
     CommandBatch,
-    RestoreAbort,
-    RestoreChunk,
-    RestoreCommit,
     Tick,
 )
 from doq.raft import codec
@@ -91,7 +83,8 @@ from doq.raft.types import (
     SnapshotMeta,
 )
 from doq.raft.types import NotLeader as CoreNotLeader
-from doq.storage.state import MAX_RESTORE_VERSION, RestoreOutcome, StateStore
+from doq.storage.chunks import DEFAULT_CHUNK_BYTES
+from doq.storage.state import StateStore
 
 log = logging.getLogger(__name__)
 Fut = asyncio.Future[object]
@@ -114,7 +107,6 @@ class RaftNodeConfig:
     max_msg_bytes: int = 4 << 20
     snapshot_chunk_bytes: int = 1 << 20
     restore_chunk_bytes: int = DEFAULT_CHUNK_BYTES  # records per RestoreChunk entry (uncompressed)
-    restore_window: int = 4  # RestoreChunk entries proposed and not yet applied, at most
 
 
 @dataclass(slots=True)
@@ -206,7 +198,6 @@ class RaftNode:
         self._snap_task: asyncio.Task[None] | None = None
         self._peers_set: set[str] = set()
         self._ready_lock = asyncio.Lock()
-        self._restore_lock = asyncio.Lock()
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -377,70 +368,14 @@ class RaftNode:
     def cluster_admin(self) -> RaftNode:
         return self
 
-    async def restore_backup(self, chain: RestoreChain) -> RestoreResult:
-        """Online restore through the log (docs/raft.md, "Online restore"): the chain's
-        records go out as `RestoreChunk` entries of at most `restore_chunk_bytes` (at most
-        `restore_window` of them proposed and not yet applied), then one `RestoreCommit`,
-        each alone in its entry. Every replica stages the chunks and applies the commit
-        identically (`StateStore`, "Restore through the log"); this returns once the
-        commit is applied here. Raises `NotLeader` if leadership is lost meanwhile (the
-        staging is left for the next restore to discard; nothing was restored unless the
-        commit entry was already proposed and survives), the commit's `DoqError`
-        (RESTORE_TARGET_NOT_EMPTY, BACKUP_INCONSISTENT, RESTORE_INCOMPLETE), or what
-        reading the files raises. On any failure before the commit it proposes a
-        `RestoreAbort` (best effort) so the staging does not wait for the next restore."""
-        self._check_serving()
-        if not 0 <= chain.to_version < MAX_RESTORE_VERSION:
-            raise InvalidArgument(f"the chain's to_version {chain.to_version} is out of range "
-                                  f"(0..{MAX_RESTORE_VERSION - 1})", reason="INVALID_INDEX")
-        async with self._restore_lock:  # one restore at a time (two would break each other's staging)
-            if not self.state.is_empty():  # another restore may have just filled it
-                raise FailedPrecondition("the target state is not empty: restore needs a fresh cluster",
-                                         reason="RESTORE_TARGET_NOT_EMPTY")
-            outcome, chunks = await self._restore_through_log(chain)
-        log.info("node %s: restored %d records through the log (%d chunks), version %d",
-                 self.node_id, outcome.records, chunks, outcome.to_version)
-        return RestoreResult(len(chain.readers), outcome.records, outcome.tombstones,
-                             outcome.to_version, outcome.last_version)
+    @property
+    def restore_chunk_bytes(self) -> int:
+        return self.cfg.restore_chunk_bytes
 
-    async def _restore_through_log(self, chain: RestoreChain) -> tuple[RestoreOutcome, int]:
-        """Propose the chunks and the commit (see `restore_backup`); (outcome, chunk count)."""
-        restore_id = os.urandom(16)
-        chunks = chain.chunks(self.cfg.restore_chunk_bytes)
-        inflight: collections.deque[Fut] = collections.deque()
-        seq = records = 0
-        outcome: object = None
-        committed = False
-        try:
-            while (item := await asyncio.to_thread(next, chunks, None)) is not None:
-                payload, n = item
-                inflight.append(self._propose_alone(RestoreChunk(restore_id, seq, payload)))
-                seq += 1
-                records += n
-                while len(inflight) >= max(1, self.cfg.restore_window):
-                    _raise_if_error(await inflight.popleft())
-            while inflight:
-                _raise_if_error(await inflight.popleft())
-            commit = self._propose_alone(
-                RestoreCommit(restore_id, seq, records, chain.to_version, chain.cluster_id))
-            committed = True  # from now on the commit entry itself discards the staging
-            outcome = await commit
-        finally:
-            for fut in inflight:
-                fut.add_done_callback(_ignore_result)
-            with contextlib.suppress(ValueError):  # still running in its thread (cancelled)
-                chunks.close()
-            if not committed and self.is_leader:
-                with contextlib.suppress(DoqError):
-                    self._propose_alone(RestoreAbort(restore_id)).add_done_callback(_ignore_result)
-        _raise_if_error(outcome)
-        assert isinstance(outcome, RestoreOutcome), outcome
-        return outcome, seq
-
-    def _propose_alone(self, command: Command) -> Fut:
+    def propose_alone(self, command: Command) -> Fut:
         """Propose `command` as the only command of its own entry (restore commands: the
-        store applies such an entry itself). Resolves as `propose_nowait`'s future; raises
-        at once as it does when this node cannot take it."""
+        store applies such an entry itself; see `Node.propose_alone`). Resolves as
+        `propose_nowait`'s future; raises at once as it does when this node cannot take it."""
         self._check_serving()
         fut: Fut = asyncio.get_running_loop().create_future()
 

@@ -162,7 +162,7 @@ class Tick:
 class RestoreChunk:
     """Piece `seq` (0, 1, ...) of the online restore `restore_id`: staged in the replicated
     state, not applied, until its `RestoreCommit`. `payload` is opaque here (records
-    encoded by `doq.backup.chunks`). Result: None, or a `DoqError` if the chunk is out of
+    encoded by `doq.storage.chunks`). Result: None, or a `DoqError` if the chunk is out of
     order (the staging is then broken and its commit fails)."""
 
     restore_id: bytes

@@ -352,7 +352,7 @@ class QueueService:
         self, frames: AsyncIterator[R], convert: Callable[[R], EnqueueFrame], *, caller: Caller = INTERNAL,
     ) -> AsyncGenerator[FrameOutcome, None]:
         """A producer stream of frames (`convert`ed by the adapter: messages or columns;
-        a DoqError it raises refuses that frame): each frame all or nothing as
+        a DoqError it raises refuses that frame, answered as a columns frame's error): each frame all or nothing as
         `enqueue_many` / `enqueue_columns`, one outcome per frame, in order; at most
         `stream_window_frames` in flight. A `columns` frame is proposed without a task."""
         counter = caller.counters.enqueued
@@ -360,8 +360,8 @@ class QueueService:
         def start(r: R) -> tuple[bool, int, asyncio.Future[object]]:
             try:
                 frame = convert(r)
-            except DoqError as e:
-                return False, 0, _done(e)
+            except DoqError as e:  # answered as a refused frame in its `error` (a frame
+                return True, 0, _done(e)  # that says nothing sure of its messages)
             if isinstance(frame, c.EnqueueColumns):
                 return True, len(frame.contents), self._columns_nowait(frame, caller)
             return False, len(frame), asyncio.ensure_future(self._enqueue_many(frame, caller))

@@ -66,8 +66,6 @@ from typing import Any, NamedTuple
 
 import lmdb
 
-from doq.backup.chunks import decode_chunk
-from doq.backup.digest import digest_of_stored
 from doq.errors import DoqError, FailedPrecondition, InvalidArgument, MessageNotFound, QueueNotFound
 from doq.queues import keys as K
 from doq.queues import records as R
@@ -81,6 +79,8 @@ from doq.queues.commands import (
 )
 from doq.queues.machine import QueueMachine
 from doq.queues.model import MessageView, QueueInfo
+from doq.storage.chunks import decode_chunk
+from doq.storage.digest import digest_of_stored
 from doq.storage.env import open_db
 
 _V = struct.Struct(">Q")
@@ -652,7 +652,7 @@ class StateStore:
         """(version, state digest at that version, iterator as `iter_changes`), all from
         ONE read txn: a backup records the digest of the state it is a snapshot of. The
         version is the applied index plus the version offset (a backup's to_version).
-        The digest (`doq.backup.digest`) costs one scan of every record, here, before the
+        The digest (`doq.storage.digest`) costs one scan of every record, here, before the
         iterator starts (not on the write path)."""
         return self._changes(since, with_digest=True)
 

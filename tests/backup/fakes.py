@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from doq.backup.digest import digest_of
 from doq.backup.format import Record
 from doq.errors import FailedPrecondition, InvalidArgument
+from doq.storage.digest import digest_of
 
 
 class FakeState:

@@ -1,4 +1,4 @@
-"""The state digest: one definition (doq.backup.digest) that the node computes over its
+"""The state digest: one definition (doq.storage.digest) that the node computes over its
 LMDB records and that a backup records in its footer; version-1 files without it read."""
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from typing import Any
 import lmdb
 import pytest
 
-from doq.backup import digest as D
 from doq.backup.format import BackupFormatError, BackupReader, write_records
 from doq.backup.ops import write_backup
 from doq.queues import commands as c
 from doq.queues.model import QueueSettings
+from doq.storage import digest as D
 from doq.storage.env import open_env
 from doq.storage.state import StateStore
 from tests.backup.fakes import FakeState

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from doq.backup import digest as D
 from doq.backup.format import BackupReader, write_records
 from doq.backup.rebuild import _FIXED, _LIVE, _history, decode_task, summarize
 from doq.backup.verify import (
@@ -23,6 +22,7 @@ from doq.backup.verify import (
     plan_tasks,
 )
 from doq.bench.chain import generate
+from doq.storage import digest as D
 
 
 def run_without_spark(paths: list[Path], *, frames_per_task: int = 2, shuffle: int = 3) -> VerifyReport:

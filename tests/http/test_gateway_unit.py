@@ -186,7 +186,7 @@ async def test_batch_enqueue_command_level_errors_are_the_answer(
     await make_queue(client)
     err = NotLeader("not the leader", leader_hint="127.0.0.1:8002")
 
-    async def refuse(requests: object) -> list[object]:
+    async def refuse(requests: object, *, caller: object = None) -> list[object]:
         return [err, err]  # what the facade answers when the one proposal is refused
 
     service.enqueue_many = refuse  # type: ignore[assignment,method-assign]

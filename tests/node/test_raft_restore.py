@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from doq.backup.ops import RestoreResult, restore_offline, restore_online, write_backup
+from doq.backup.online import restore_online
+from doq.backup.ops import RestoreResult, restore_offline, write_backup
 from doq.errors import FailedPrecondition, InvalidArgument, NotLeader
 from doq.node.raft_node import RaftNode, RaftNodeConfig
 from doq.queues import commands as c
@@ -180,11 +181,11 @@ async def test_a_follower_that_installs_a_snapshot_mid_restore_restores_the_same
     rid, half = b"x" * 16, len(chunks) // 2
     assert half > 4
     for seq, (payload, _) in enumerate(chunks[:half]):
-        assert await leader._propose_alone(c.RestoreChunk(rid, seq, payload)) is None
+        assert await leader.propose_alone(c.RestoreChunk(rid, seq, payload)) is None
     last_chunk = leader.storage.last_index()
 
     async def compacted() -> bool:
-        await leader._propose_alone(c.RestoreAbort(b"not-this-one"))  # entries, so snapshots go on
+        await leader.propose_alone(c.RestoreAbort(b"not-this-one"))  # entries, so snapshots go on
         return leader.storage.first_index() > last_chunk
 
     await eventually(compacted, 30, "the leader's log compacted past the staged chunks")
@@ -193,8 +194,8 @@ async def test_a_follower_that_installs_a_snapshot_mid_restore_restores_the_same
     assert n3.storage.snapshot_meta().index >= last_chunk  # by a snapshot, not from the log
     assert staged(n3)
     for seq, (payload, _) in enumerate(chunks[half:], start=half):
-        assert await leader._propose_alone(c.RestoreChunk(rid, seq, payload)) is None
-    outcome = await leader._propose_alone(
+        assert await leader.propose_alone(c.RestoreChunk(rid, seq, payload)) is None
+    outcome = await leader.propose_alone(
         c.RestoreCommit(rid, len(chunks), sum(n for _, n in chunks), chain.to_version))
     assert isinstance(outcome, RestoreOutcome), outcome
     await cl.converged()

@@ -11,11 +11,11 @@ from pathlib import Path
 import lmdb
 import pytest
 
-from doq.backup.chunks import iter_chunks
 from doq.errors import DoqError, InvalidArgument
 from doq.queues import commands as c
 from doq.queues.codec import encode_batch
 from doq.queues.model import QueueSettings
+from doq.storage.chunks import iter_chunks
 from doq.storage.env import open_env
 from doq.storage.state import STAGE_CHUNK, STAGE_KEY, Record, RestoreOutcome, StateStore
 from tests.storage.workload import T0, entries

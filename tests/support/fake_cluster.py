@@ -24,7 +24,6 @@ from typing import Any, TypeVar
 
 import grpc
 
-from doq.backup.ops import RestoreChain, RestoreResult
 from doq.errors import NotLeader
 from doq.node.cluster import ClusterAdmin, ClusterStatus, Member, MemberAddrs
 from doq.node.local import LocalNode
@@ -122,8 +121,12 @@ class Follower:
     def cluster_admin(self) -> ClusterAdmin | None:
         return None
 
-    async def restore_backup(self, chain: RestoreChain) -> RestoreResult:
+    def propose_alone(self, command: Command) -> asyncio.Future[object]:
         raise self._refuse()
+
+    @property
+    def restore_chunk_bytes(self) -> int:
+        return self.leader.restore_chunk_bytes
 
 
 class DeposedAfterCommit(LocalNode):

@@ -39,6 +39,6 @@ def test_the_probe_finder_finds_probes() -> None:
 
 def test_local_node_has_every_member_of_the_protocol() -> None:
     members = {m for m in vars(Node) if not m.startswith("_")} | set(Node.__annotations__)
-    assert {"restore_backup", "is_ready", "node_id", "cluster_status", "applied_index"} <= members
+    assert {"propose_alone", "restore_chunk_bytes", "is_ready", "node_id", "cluster_status", "applied_index"} <= members
     missing = [m for m in members if not hasattr(LocalNode, m) and m not in ("state", "node_id")]
     assert missing == []

@@ -14,7 +14,7 @@ from typing import Any, TypeVar, cast
 
 import grpc
 
-from doq_client import _ops
+from doq_client import _handle, _ops
 from doq_client._routing import Router, parse_targets
 from doq_client.client import (
     CHANNEL_OPTIONS,
@@ -260,3 +260,6 @@ class AsyncDoqClient:
 
 def _open_channel(addr: str) -> grpc.aio.Channel:
     return grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS)
+
+
+_handle.provide("async", AsyncDoqClient)

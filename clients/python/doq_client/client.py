@@ -18,7 +18,7 @@ from typing import Any, TypeVar, cast
 
 import grpc
 
-from doq_client import _ops
+from doq_client import _handle, _ops
 from doq_client._routing import Router, parse_targets
 from doq_client.consumer import Consumer
 from doq_client.errors import DoqClientError, from_rpc_error
@@ -283,3 +283,6 @@ def initial_metadata(e: grpc.RpcError) -> Any:
     """The initial metadata of a failed call (None if the error carries none)."""
     fn = getattr(e, "initial_metadata", None)
     return fn() if callable(fn) else None
+
+
+_handle.provide("sync", DoqClient)

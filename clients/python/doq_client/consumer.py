@@ -69,19 +69,16 @@ import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 
 from doq_client import _ops
+from doq_client._handle import AsyncClient, SyncClient, client_on
 from doq_client.errors import DoqClientError, Unavailable, from_rpc_error, invalid_argument
 from doq_client.retry import NO_RETRY, Attempts, is_failover
 from doq_client.types import Message, MessageRow, build, nack_request, rows_from_columns
 from doq_proto.v1 import doq_pb2 as pb
-
-if TYPE_CHECKING:
-    from doq_client.aio import AsyncDoqClient
-    from doq_client.client import DoqClient
 
 log = logging.getLogger(__name__)
 
@@ -328,7 +325,7 @@ class AsyncConsumer(_ConsumerBase):
 
     def __init__(
         self,
-        client: AsyncDoqClient | grpc.aio.Channel,
+        client: AsyncClient | grpc.aio.Channel,
         queue: str,
         *,
         prefetch: int = 100,
@@ -347,9 +344,7 @@ class AsyncConsumer(_ConsumerBase):
             visibility_timeout_ms=visibility_timeout_ms,
             close_grace_s=close_grace_s,
         )
-        from doq_client.aio import AsyncDoqClient
-
-        self._client = client if isinstance(client, AsyncDoqClient) else AsyncDoqClient(channel=client)
+        self._client: AsyncClient = client_on(client, "async")
         self._wake = asyncio.Event()
         self._moved = asyncio.Event()  # set when a move has ended the stream it left
         self._call: Any = None
@@ -585,7 +580,7 @@ class Consumer(_ConsumerBase):
 
     def __init__(
         self,
-        client: DoqClient | grpc.Channel,
+        client: SyncClient | grpc.Channel,
         queue: str,
         *,
         prefetch: int = 100,
@@ -604,9 +599,7 @@ class Consumer(_ConsumerBase):
             visibility_timeout_ms=visibility_timeout_ms,
             close_grace_s=close_grace_s,
         )
-        from doq_client.client import DoqClient
-
-        self._client = client if isinstance(client, DoqClient) else DoqClient(channel=client)
+        self._client: SyncClient = client_on(client, "sync")
         self._lock = threading.Lock()
         self._signal: queue_mod.SimpleQueue[None] = queue_mod.SimpleQueue()
         self._call: Any = None

@@ -47,11 +47,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 
 from doq_client._future import LazyFuture
+from doq_client._handle import AsyncClient, SyncClient, client_on
 from doq_client._ledger import (
     Chunk,
     Frame,
@@ -67,10 +68,6 @@ from doq_client.errors import Cancelled, DoqClientError, Internal, Unavailable, 
 from doq_client.retry import NO_RETRY, Attempts, is_failover
 from doq_client.types import Content, EnqueueResult, enqueue_request, to_bytes
 from doq_proto.v1 import doq_pb2 as pb
-
-if TYPE_CHECKING:
-    from doq_client.aio import AsyncDoqClient
-    from doq_client.client import DoqClient
 
 _STREAM = "/doq.v1.DOQ/EnqueueStream"
 _BATCH_STREAM = "/doq.v1.DOQ/EnqueueBatchStream"
@@ -215,7 +212,7 @@ class AsyncProducer(_Base):
 
     def __init__(
         self,
-        client: AsyncDoqClient | grpc.aio.Channel,
+        client: AsyncClient | grpc.aio.Channel,
         *,
         window: int = 1024,
         batch: int | None = None,
@@ -223,9 +220,7 @@ class AsyncProducer(_Base):
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
     ) -> None:
         super().__init__(window, batch, auto_dedup, max_frame_bytes)
-        from doq_client.aio import AsyncDoqClient
-
-        self._client = client if isinstance(client, AsyncDoqClient) else AsyncDoqClient(channel=client)
+        self._client: AsyncClient = client_on(client, "async")
         self._space = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -395,7 +390,7 @@ class Producer(_Base):
 
     def __init__(
         self,
-        client: DoqClient | grpc.Channel,
+        client: SyncClient | grpc.Channel,
         *,
         window: int = 1024,
         batch: int | None = None,
@@ -403,9 +398,7 @@ class Producer(_Base):
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
     ) -> None:
         super().__init__(window, batch, auto_dedup, max_frame_bytes)
-        from doq_client.client import DoqClient
-
-        self._client = client if isinstance(client, DoqClient) else DoqClient(channel=client)
+        self._client: SyncClient = client_on(client, "sync")
         lock = threading.RLock()
         self._cond = threading.Condition(lock)  # results: window space, flush
         self._send = threading.Condition(lock)  # the request iterator: something to send

@@ -4,7 +4,7 @@
 Mutations run on the leader: a follower answers 503 NOT_LEADER with `leader_hint` and,
 when it knows the leader's HTTP address, the `X-Doq-Leader` header (HOST:PORT) that
 `doq.cluster_client.join_cluster` follows. The JSON form of a status is
-`doq.cluster_client.status_to_json`.
+`doq.node.cluster_wire.status_to_json`.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
-from doq.cluster_client import LEADER_HEADER, status_to_json
 from doq.errors import NotLeader
 from doq.node.cluster import ClusterAdmin, MemberAddrs
+from doq.node.cluster_wire import LEADER_HEADER, status_to_json
 from doq.service.http import models as m
 from doq.service.http.bodies import body_doc, errors, operation_id, read_json
 from doq.service.http.lean import LeanRoute

@@ -24,8 +24,8 @@ from typing import Any
 
 import h11
 
-from doq.cluster_client import LEADER_HEADER, leader_http_addr
 from doq.errors import Unavailable
+from doq.node.cluster_wire import LEADER_HEADER, leader_http_addr
 from doq.service.http.cluster import admin_of
 from doq.service.http.problems import problem_response
 

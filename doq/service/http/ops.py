@@ -114,6 +114,7 @@ def build_ops_router(api: QueueService) -> APIRouter:
 
 
 def _add_backup_routes(r: APIRouter, api: QueueService) -> None:
+    from doq.backup import online as backup_online
     from doq.backup import ops as backup_ops
 
     node = api.node
@@ -152,7 +153,7 @@ def _add_backup_routes(r: APIRouter, api: QueueService) -> None:
     async def digest() -> Response:
         """The digest of the whole committed state, from one consistent snapshot (one scan of
         every record, off the event loop; writes go on meanwhile)."""
-        from doq.backup.digest import hex_digest
+        from doq.storage.digest import hex_digest
 
         await node.read_barrier()
         applied, d = await asyncio.to_thread(node.state.state_digest)
@@ -180,7 +181,7 @@ def _add_backup_routes(r: APIRouter, api: QueueService) -> None:
         """Restore full + incremental backups into the (empty) cluster, through the Raft log so
         every member restores the same state: all or nothing (a failed restore leaves every
         member as it was, so it can be retried). A follower forwards it to the leader."""
-        res = await backup_ops.restore_online(node, [u.file for u in file], [u.filename or f"file #{i + 1}" for i, u in enumerate(file)])
+        res = await backup_online.restore_online(node, [u.file for u in file], [u.filename or f"file #{i + 1}" for i, u in enumerate(file)])
         return Response(m.dumps({
             "success": True, "files": res.files, "records": res.records, "tombstones": res.tombstones,
             "to_version": res.to_version, "last_version": res.last_version,

@@ -2,7 +2,7 @@
 
 A chunk is ONE zstd frame (content size in its frame header) whose bytes are
 length-delimited `BackupRecord`s, exactly the body of a backup frame (docs/backup.md,
-"File format"): records are encoded and decoded by `doq.backup.format`'s own functions,
+"File format"): records are encoded and decoded by `doq.storage.recordio`, as a backup's,
 so there is no second record format. `iter_chunks` cuts a record stream into chunks of
 about `max_bytes` uncompressed bytes (at least one record each), so a log entry stays far
 below the peer transport's message limit; `decode_chunk` is what every replica runs when
@@ -15,7 +15,7 @@ from collections.abc import Generator, Iterable
 
 import zstandard
 
-from doq.backup.format import (
+from doq.storage.recordio import (
     MAX_FRAME_BYTES,
     BackupFormatError,
     Record,
