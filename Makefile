@@ -39,6 +39,7 @@ check-proto: $(DEV_STAMP)
 lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy doq
+	PYTHONPATH=.:clients/python $(VENV)/bin/lint-imports
 
 test-fast: $(DEV_STAMP)
 	$(PY) -m pytest -q

@@ -16,8 +16,8 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from doq.config import FlagDefault
 from doq.errors import InvalidArgument
+from doq.flags import FlagDefault
 
 DEFAULT_SERVER = "http://127.0.0.1:8000"
 SERVER_ENV = "DOQ_SERVER"

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from doq.errors import InvalidArgument
+from doq.flags import FlagDefault, given, shown_default
 from doq.node.cluster import MemberAddrs
 
 
@@ -90,18 +91,6 @@ SEED_HTTP_HOST = "127.0.0.1"
 """`--http.port PORT` means `--http-addr 127.0.0.1:PORT`."""
 
 
-class FlagDefault(str):
-    """A flag's default as argparse holds it (so `--help` can show it) while marking the value
-    as "not given on the command line": an environment variable or the config file may still
-    set it (flags > DOQ_* environment > config file > defaults)."""
-
-
-def _shown_default(value: Any) -> FlagDefault:
-    if isinstance(value, tuple):
-        value = ",".join(value)
-    return FlagDefault(value if value != "" else "none")
-
-
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default=FlagDefault("none"),
                    help="TOML config file, keys as the flags with _ or - (env DOQ_CONFIG)")
@@ -110,15 +99,10 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
         if f.name in SEED_FLAGS:
             flags.append(SEED_FLAGS[f.name])
         default = f.default if f.default_factory is MISSING else f.default_factory()  # type: ignore[misc]
-        p.add_argument(*flags, dest=f.name, default=_shown_default(default),
+        p.add_argument(*flags, dest=f.name, default=shown_default(default),
                        help=f"{_HELP[f.name]} (env DOQ_{f.name.upper()})")
     p.add_argument("--http.port", dest="http_port", metavar="PORT",
                    help=f"the seed's flag: the HTTP gateway on {SEED_HTTP_HOST}:PORT (instead of --http-addr)")
-
-
-def given(value: Any) -> bool:
-    """Was this flag given on the command line (rather than left at its shown default)?"""
-    return value is not None and not isinstance(value, FlagDefault)
 
 
 _HOST = re.compile(r"[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]")  # a DNS name, IPv4, or [IPv6]

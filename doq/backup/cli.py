@@ -31,8 +31,8 @@ from doq.client_cli import (
     print_result,
     server_url,
 )
-from doq.config import given
 from doq.errors import DoqError
+from doq.flags import given
 
 if TYPE_CHECKING:
     from doq.backup.format import BackupSummary

@@ -1,7 +1,8 @@
 """Online restore: a verified backup chain into a RUNNING node, through its log.
 
-An orchestration over one node primitive, `Node.propose_alone` (a command alone in its
-log entry): the chain's records go out as `RestoreChunk` entries of at most the node's
+An orchestration over one node primitive, `propose_alone` (a command alone in its log
+entry; see `RestoreTarget`, the part of `doq.node.base.Node` it uses, so that this
+package imports nothing of the node): the chain's records go out as `RestoreChunk` entries of at most the node's
 `restore_chunk_bytes` (at most `RESTORE_WINDOW` of them proposed and not yet applied),
 then one `RestoreCommit`. Every replica stages the chunks and applies the commit
 identically (`doq.storage.state`, "Restore through the log"), all or nothing, so every
@@ -18,7 +19,7 @@ import os
 import weakref
 from collections import deque
 from collections.abc import Sequence
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 from doq.backup.ops import (
     RestoreChain,
@@ -30,17 +31,37 @@ from doq.backup.ops import (
     check_target_cluster,
 )
 from doq.errors import DoqError, FailedPrecondition, InvalidArgument, NotLeader
-from doq.node.base import Node
-from doq.queues.commands import RestoreAbort, RestoreChunk, RestoreCommit
-from doq.storage.state import MAX_RESTORE_VERSION, RestoreOutcome
+from doq.queues.commands import Command, RestoreAbort, RestoreChunk, RestoreCommit
+from doq.storage.state import MAX_RESTORE_VERSION, RestoreOutcome, StateStore
 
 log = logging.getLogger(__name__)
 
+
+class RestoreTarget(Protocol):
+    """What an online restore uses of a running node (members of `doq.node.base.Node`)."""
+
+    state: StateStore
+
+    @property
+    def node_id(self) -> str: ...
+
+    @property
+    def is_leader(self) -> bool: ...
+
+    @property
+    def leader_hint(self) -> str: ...
+
+    @property
+    def restore_chunk_bytes(self) -> int: ...
+
+    def propose_alone(self, command: Command) -> asyncio.Future[object]: ...
+
+
 RESTORE_WINDOW = 4  # RestoreChunk entries proposed and not yet applied, at most
-_locks: weakref.WeakKeyDictionary[Node, asyncio.Lock] = weakref.WeakKeyDictionary()
+_locks: weakref.WeakKeyDictionary[RestoreTarget, asyncio.Lock] = weakref.WeakKeyDictionary()
 
 
-def _lock_of(node: Node) -> asyncio.Lock:
+def _lock_of(node: RestoreTarget) -> asyncio.Lock:
     """One restore at a time per node (two would break each other's staging)."""
     lock = _locks.get(node)
     if lock is None:
@@ -48,7 +69,7 @@ def _lock_of(node: Node) -> asyncio.Lock:
     return lock
 
 
-async def restore_online(node: Node, files: Sequence[BinaryIO], names: Sequence[str] | None = None) -> RestoreResult:
+async def restore_online(node: RestoreTarget, files: Sequence[BinaryIO], names: Sequence[str] | None = None) -> RestoreResult:
     """Restore full + incrementals into a RUNNING node, for `POST /db/restore`.
 
     Preconditions: the node is the leader (else `NotLeader` with the leader's hint, 503;
@@ -69,7 +90,7 @@ async def restore_online(node: Node, files: Sequence[BinaryIO], names: Sequence[
     return await restore_chain(node, RestoreChain(readers, names))
 
 
-async def restore_chain(node: Node, chain: RestoreChain) -> RestoreResult:
+async def restore_chain(node: RestoreTarget, chain: RestoreChain) -> RestoreResult:
     """Restore the verified `chain` into the (empty) state of `node` through its log (see
     the module docstring); returns once the commit is applied here. Raises `NotLeader` if
     leadership is lost meanwhile (the staging is left for the next restore to discard;
@@ -102,7 +123,7 @@ def _ignore_result(fut: asyncio.Future[object]) -> None:
         fut.exception()
 
 
-async def _through_log(node: Node, chain: RestoreChain) -> tuple[RestoreOutcome, int]:
+async def _through_log(node: RestoreTarget, chain: RestoreChain) -> tuple[RestoreOutcome, int]:
     """Propose the chunks and the commit; (outcome, chunk count)."""
     restore_id = os.urandom(16)
     chunks = chain.chunks(node.restore_chunk_bytes)

@@ -17,19 +17,34 @@ import logging
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from doq.errors import DoqError, InvalidArgument
-from doq.node.base import wait_for_result
+from doq.node.base import Node, wait_for_result
 from doq.queues.commands import Ack, Dequeue, Nack
 from doq.queues.model import MessageView
 from doq.service import limits as v
 from doq.service import outcomes
-from doq.service.door import INTERNAL, Action, Caller
-from doq.service.longpoll import StandingPoll
+from doq.service.door import INTERNAL, Action, Caller, Door
+from doq.service.leases import Leases
+from doq.service.longpoll import LongPolls, StandingPoll
 
-if TYPE_CHECKING:
-    from doq.service.api import QueueService
+
+class SessionHost(Protocol):
+    """What a dequeue session uses of its facade (`doq.service.api.QueueService`)."""
+
+    node: Node
+    door: Door
+    leases: Leases
+    long_polls: LongPolls
+
+    @property
+    def limits(self) -> v.Limits: ...
+
+    async def take(
+        self, queue: str, max_messages: int, *, ack: bool, wait_ms: int, visibility_timeout_ms: int,
+        stop_waiting: asyncio.Event | None,
+    ) -> list[MessageView]: ...
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +125,7 @@ class DequeueSession:
     with that status.
     """
 
-    def __init__(self, api: QueueService, first: StreamOpen, batch_default: int,
+    def __init__(self, api: SessionHost, first: StreamOpen, batch_default: int,
                  caller: Caller | None = None) -> None:
         self.api = api
         self.limits = api.limits
@@ -148,7 +163,7 @@ class DequeueSession:
                 reason="INVALID_MAX_BATCH")
 
     @classmethod
-    async def open(cls, api: QueueService, first: StreamOpen, batch_default: int,
+    async def open(cls, api: SessionHost, first: StreamOpen, batch_default: int,
                    caller: Caller | None = None) -> DequeueSession:
         """The session of `first`, admitted by the door as a DEQUEUE of its queue and
         checked (the queue must exist). Raises DoqError."""

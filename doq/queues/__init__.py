@@ -1,0 +1,1 @@
+"""The pure replicated queue state machine: commands, indexes, leases, dead-lettering (no I/O, no clock)."""
