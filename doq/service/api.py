@@ -39,7 +39,8 @@ from doq.service import outcomes
 from doq.service.door import INTERNAL, Action, Caller, Door
 from doq.service.leases import Leases
 from doq.service.longpoll import LongPolls
-from doq.service.sessions import DequeueSession, ProducerSession, Settlement, StreamOpen, finish
+from doq.service.pipeline import ProducerSession, finish
+from doq.service.sessions import DequeueSession, Settlement, StreamOpen
 
 R = TypeVar("R")
 EnqueueFrame = list[tuple[str, c.EnqueueItem]] | c.EnqueueColumns

@@ -1,7 +1,7 @@
-"""Stream sessions: the queue semantics of dequeue streams and producer streams.
+"""Dequeue stream sessions: the queue semantics of DequeueStream / DequeueBatchStream.
 
-Transport-free: a session takes typed requests (`StreamOpen`, `Settlement`, enqueue
-requests) and yields typed results; the gRPC adapter only maps protobuf to them and back.
+Transport-free: a session takes typed requests (`StreamOpen`, `Settlement`) and yields
+typed frames of messages (producer streams: `doq.service.pipeline`); the gRPC adapter only maps protobuf to them and back.
 Everything a session holds for its client is bounded by the door's `Limits` (see
 `doq.service.limits.Limits`): a request beyond a bound is refused (INVALID_ARGUMENT), and
 at the bound of what is in flight the session stops reading the client's requests, so
@@ -15,9 +15,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar
+from typing import Protocol
 
 from doq.errors import DoqError, InvalidArgument
 from doq.node.base import Node, wait_for_result
@@ -28,6 +28,7 @@ from doq.service import outcomes
 from doq.service.door import INTERNAL, Action, Caller, Door
 from doq.service.leases import Leases
 from doq.service.longpoll import LongPolls, StandingPoll
+from doq.service.pipeline import finish
 
 
 class SessionHost(Protocol):
@@ -48,8 +49,6 @@ class SessionHost(Protocol):
 
 log = logging.getLogger(__name__)
 
-R = TypeVar("R")
-T = TypeVar("T")
 LONG_POLL_MS = 10_000
 OWN_DEQUEUES = 8  # dequeues a leasing stream with prefetch proposes itself, in flight at once
 
@@ -93,14 +92,6 @@ class Settlement:
 def _refused(fut: asyncio.Future[object]) -> bool:
     """A done dequeue future that failed or was refused by the machine."""
     return fut.cancelled() or fut.exception() is not None or isinstance(fut.result(), DoqError)
-
-
-async def finish(task: asyncio.Task[object] | asyncio.Future[object]) -> None:
-    """Cancel `task` and wait until it has ended (its own errors are not raised here)."""
-    task.cancel()
-    await asyncio.wait([task])
-    if not task.cancelled():
-        task.exception()  # retrieved: a reader error was already reported or is moot
 
 
 class DequeueSession:
@@ -441,60 +432,3 @@ class DequeueSession:
             await self.close()
         if self.error is not None:
             raise self.error
-
-
-class ProducerSession(Generic[R, T]):
-    """The pipe of one producer stream (EnqueueStream, EnqueueBatchStream): a reader task
-    starts each request (`start`: proposes it, without a task where possible) as it
-    arrives; `next` gives the started requests in request order. At most `window` are
-    started and not taken by `next`: beyond it the reader stops reading the client's
-    requests. `close` ends the reader, and `abandon`s each started request nobody will
-    answer (the default ends a task: its outcome ends with the call)."""
-
-    def __init__(self, requests: AsyncIterator[R], start: Callable[[R], T], window: int,
-                 abandon: Callable[[T], Awaitable[None]] | None = None) -> None:
-        self._start = start
-        self._abandon = abandon or _finish_task
-        self._inflight: asyncio.Queue[T | None] = asyncio.Queue(window)
-        self._current: T | None = None
-        self._putting: T | None = None  # started, waiting for room in the window
-        self._task = asyncio.create_task(self._read(requests), name="doq.ProducerSession.reader")
-
-    async def _read(self, requests: AsyncIterator[R]) -> None:
-        """`put(start(r))` for each request, then the end mark None. Cancelled (by `close`),
-        it ends at once without the end mark: waiting to put it into a full queue nobody
-        drains would keep the task forever."""
-        put = self._inflight.put
-        try:
-            async for r in requests:
-                self._putting = self._start(r)
-                await put(self._putting)
-                self._putting = None
-        except asyncio.CancelledError:
-            raise
-        except BaseException:
-            await put(None)
-            raise
-        await put(None)
-
-    async def next(self) -> T | None:
-        """The next started request, or None after the last one; then the reader's own
-        error, if any, is raised."""
-        item = self._current = await self._inflight.get()
-        if item is None:
-            await self._task
-        return item
-
-    async def close(self) -> None:
-        await finish(self._task)
-        left = [x for x in (self._current, self._putting) if x is not None]
-        while not self._inflight.empty():
-            if (item := self._inflight.get_nowait()) is not None:
-                left.append(item)
-        for item in left:
-            await self._abandon(item)
-
-
-async def _finish_task(item: object) -> None:
-    if isinstance(item, asyncio.Task) and not item.done():
-        await finish(item)
