@@ -322,7 +322,7 @@ class QueueMachine:
         ids are never reused; unborn: not assigned yet at this state). For a queue this
         state does not hold, every position is present (the command answers for it)."""
         q = self.queues.get(queue)
-        if q is None:
+        if q is None or all(map(q.msgs.__contains__, ids)):  # the common case, at C speed
             return list(range(len(ids))), [], []
         msgs, next_id = q.msgs, self.next_id
         present: list[int] = []

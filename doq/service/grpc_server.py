@@ -40,6 +40,7 @@ from doq.queues.model import EnqueueColumnsResult, MessageView
 from doq.service import convert as cv
 from doq.service.api import FrameOutcome, QueueService
 from doq.service.door import Caller, current_principal
+from doq.service.sessions import Settlement
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,8 @@ def _frame_to_pb(out: FrameOutcome) -> pb.EnqueueBatchResponse:
     return cv.enqueue_batch_to_pb(res)[0]
 
 
-async def _settlements(requests: AsyncIterator[pb.DequeueStreamRequest]) -> AsyncIterator[Any]:
+async def _settlements(requests: AsyncIterator[pb.DequeueStreamRequest]) -> AsyncIterator[Settlement]:
+    """The later requests of a dequeue stream, mapped as they are read."""
     async for r in requests:
         yield cv.settlement_from_pb(r)
 

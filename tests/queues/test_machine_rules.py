@@ -376,3 +376,21 @@ def test_release_refuses_delay_priority_and_stale_leases(h: Harness) -> None:
         assert isinstance(err, InvalidArgument) and err.reason == "INVALID_RELEASE"
     assert isinstance(h.one(c.Nack("q", a, v.lease_id + 1, release=True)), StaleLease)
     assert h.m.get_message("q", a).state is MessageState.IN_FLIGHT  # nothing changed
+
+
+def test_sort_known_tells_present_gone_and_unborn_ids_and_a_gone_one_stays_gone(h: Harness) -> None:
+    h.create("a")
+    h.create("b")
+    a1, a2, a3 = h.enqueue("a", item(), item(), item())
+    (b1,) = h.enqueue("b", item())
+    leased = h.dequeue("a", 2)
+    assert h.one(c.Ack("a", [leased[0].id], [])) == [None]  # a1 is gone
+    assert h.m.sort_known("a", [a1, a2, a3]) == ([1, 2], [0], [])
+    assert h.m.sort_known("a", [b1, b1 + 1]) == ([], [0], [1])  # b's id is not a's; b1 + 1 unborn
+    assert h.m.sort_known("a", [a2, a3]) == ([0, 1], [], [])
+    assert h.m.sort_known("nope", [a1]) == ([0], [], [])  # the command answers for a missing queue
+    # the rule the service relies on: what sort_known calls gone, the machine answers NOT_FOUND
+    (err,) = h.one(c.Ack("a", [a1], []))  # type: ignore[misc]
+    assert type(err).__name__ == "MessageNotFound"
+    h.enqueue("a", item())  # later enqueues never bring an id back
+    assert h.m.sort_known("a", [a1]) == ([], [0], [])
