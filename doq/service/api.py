@@ -331,8 +331,9 @@ class QueueService:
 
         pipe: ProducerSession[R, asyncio.Future[object]] = ProducerSession(
             requests, start, limits.stream_window_messages)
+        next_started = pipe.next
         try:
-            while (fut := await pipe.next()) is not None:
+            while (fut := await next_started()) is not None:
                 try:
                     res = await fut
                 except DoqError as e:
@@ -346,8 +347,9 @@ class QueueService:
                     yield res
                 else:
                     yield outcomes.error(res)
+            await pipe.finished()
         finally:
-            await pipe.close()
+            await pipe.close()  # a node future left behind is not a task: nothing to end
 
     async def enqueue_frames(
         self, frames: AsyncIterator[R], convert: Callable[[R], EnqueueFrame], *, caller: Caller = INTERNAL,
@@ -373,6 +375,7 @@ class QueueService:
                 await finish(fut)
 
         pipe = ProducerSession(frames, start, self.limits.stream_window_frames, abandon)
+        started: tuple[bool, int, asyncio.Future[object]] | None = None
         try:
             while (started := await pipe.next()) is not None:
                 columns, size, fut = started
@@ -389,8 +392,10 @@ class QueueService:
                     yield FrameOutcome(False, size, res)
                 else:
                     yield FrameOutcome(columns, size, outcomes.error(res))
+            started = None
+            await pipe.finished()
         finally:
-            await pipe.close()
+            await pipe.close(started)
 
     # -- dequeue --------------------------------------------------------------------------
     async def dequeue(

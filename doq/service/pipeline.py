@@ -25,7 +25,8 @@ async def finish(task: asyncio.Task[object] | asyncio.Future[object]) -> None:
 class ProducerSession(Generic[R, T]):
     """The pipe of one producer stream (EnqueueStream, EnqueueBatchStream): a reader task
     starts each request (`start`: proposes it, without a task where possible) as it
-    arrives; `next` gives the started requests in request order. At most `window` are
+    arrives; `next` gives the started requests in request order (without a coroutine of
+    its own: this is on every message's path). At most `window` are
     started and not taken by `next`: beyond it the reader stops reading the client's
     requests. `close` ends the reader, and `abandon`s each started request nobody will
     answer (the default ends a task: its outcome ends with the call)."""
@@ -35,7 +36,6 @@ class ProducerSession(Generic[R, T]):
         self._start = start
         self._abandon = abandon or _finish_task
         self._inflight: asyncio.Queue[T | None] = asyncio.Queue(window)
-        self._current: T | None = None
         self._putting: T | None = None  # started, waiting for room in the window
         self._task = asyncio.create_task(self._read(requests), name="doq.ProducerSession.reader")
 
@@ -56,17 +56,20 @@ class ProducerSession(Generic[R, T]):
             raise
         await put(None)
 
-    async def next(self) -> T | None:
-        """The next started request, or None after the last one; then the reader's own
-        error, if any, is raised."""
-        item = self._current = await self._inflight.get()
-        if item is None:
-            await self._task
-        return item
+    def next(self) -> Awaitable[T | None]:
+        """Await it: the next started request, or None after the last one (then `finished`
+        raises the reader's own error, if any)."""
+        return self._inflight.get()
 
-    async def close(self) -> None:
+    async def finished(self) -> None:
+        """After `next` gave None: wait for the reader, raising its error."""
+        await self._task
+
+    async def close(self, current: T | None = None) -> None:
+        """End the reader and abandon what is started and not answered: `current` (the
+        request the caller was answering, if any) and those left in the window."""
         await finish(self._task)
-        left = [x for x in (self._current, self._putting) if x is not None]
+        left = [x for x in (current, self._putting) if x is not None]
         while not self._inflight.empty():
             if (item := self._inflight.get_nowait()) is not None:
                 left.append(item)
