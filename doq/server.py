@@ -75,7 +75,7 @@ async def open_runtime(config: ServeConfig) -> Runtime:
     try:
         state = StateStore(env)
         from doq.cluster_client import ClusterError, join_cluster
-        from doq.node.build import open_raft_node
+        from doq.node.build import ClusterMismatch, open_raft_node
         from doq.node.raft_node import RaftNodeConfig
         from doq.node.transport import GrpcRaftTransport
         from doq.service import metrics
@@ -86,11 +86,13 @@ async def open_runtime(config: ServeConfig) -> Runtime:
         try:
             node = await open_raft_node(
                 state, node_id=config.node_id, addrs=config.member_addrs(), join_addrs=config.join,
-                join_cluster=join_cluster, on_commit=metrics.observe_commit, config=raft_config,
+                join_cluster=join_cluster, cluster_id=config.cluster_id, on_commit=metrics.observe_commit, config=raft_config,
                 transport=lambda on_messages: GrpcRaftTransport(config.node_id, config.raft_addr, on_messages),
             )
         except ClusterError as e:
             raise StartupError(f"cannot join the cluster at {', '.join(config.join)}: {e}") from e
+        except ClusterMismatch as e:
+            raise StartupError(str(e)) from e
         api = QueueService(node, Limits(max_message_bytes=config.max_message_bytes))
     except BaseException:
         env.close()
