@@ -213,11 +213,15 @@ def container(s: Settings) -> k8s.core.v1.ContainerArgs:
         env=container_env(s),
         ports=[port(name="grpc", container_port=s.grpc_port), port(name="http", container_port=s.http_port),
                port(name="raft", container_port=s.raft_port)],
-        # the process is up (a restart may take long: the startup probe allows for it)
+        # the process is up (a restart may take long: the startup probe allows for it; a pod
+        # waiting to join answers /livez too)
         startup_probe=_http_probe(LIVENESS_PATH, period_s=STARTUP_PROBE_PERIOD_S, timeout_s=3,
                                   failures=STARTUP_PROBE_FAILURES),
+        # /livez fails once the node cannot make progress by itself (its Raft loop failed,
+        # its store broke): the kubelet restarts it
         liveness_probe=_http_probe(LIVENESS_PATH, period_s=10, timeout_s=5, failures=6),
-        # knows a leader and has applied up to it: counts for the PDB and the rollout
+        # a member in contact with the leader, applied up to its commit index (the reasons
+        # are in the body otherwise): counts for the PDB and the rollout
         readiness_probe=_http_probe(READINESS_PATH, period_s=5, timeout_s=3, failures=2),
         resources=k8s.core.v1.ResourceRequirementsArgs(
             requests={"cpu": s.cpu_request, "memory": s.memory_request},

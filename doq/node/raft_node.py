@@ -382,10 +382,39 @@ class RaftNode:
         return self.state.view.applied_index  # committed (the writer may be applying more)
 
     def is_ready(self) -> bool:
-        """Knows a leader and has applied up to the commit index it learned from it."""
+        """Can serve: no `readiness_problems()`."""
+        return not self.readiness_problems()
+
+    def readiness_problems(self) -> list[str]:
+        """[] when this node is a member of the configuration (voter or learner), knows a
+        leader it has heard from within an election timeout (or is it), and has applied up
+        to the commit index it learned; else the reasons, with the liveness ones."""
         core = self.core
-        return (core is not None and self._lead != NONE and not self._stopping
-                and self._failed is None and self.applied_index >= core.log.committed)
+        problems = self.liveness_problems()
+        if self._stopping:
+            problems.append("shutting_down")
+        if core is None:
+            return [*problems, "starting"]
+        if self._removed or (self.node_id not in core.voters and self.node_id not in core.learners):
+            problems.append("not_a_member")  # e.g. a new or replaced store not admitted yet
+        if self._lead == NONE:
+            problems.append("no_leader")
+        elif self._role != Role.LEADER and core.election_elapsed >= self.cfg.election_tick:
+            problems.append("leader_unreachable")
+        if self.applied_index < core.log.committed:
+            problems.append("applying")
+        return problems
+
+    def liveness_problems(self) -> list[str]:
+        """A failed Raft loop (`_run` raised), or a broken store: nothing more will be
+        applied by this process."""
+        problems = []
+        task = self._task
+        if self._failed is not None or (task is not None and task.done() and not self._stopping):
+            problems.append("raft_failed")
+        if self.state.broken:
+            problems.append("store_broken")
+        return problems
 
     def cluster_admin(self) -> RaftNode:
         return self

@@ -59,7 +59,7 @@ class StartupResponder:
             if path == "/cluster/identity":
                 return 200, "application/json", identity_to_json(self.identity)
             if path == "/livez":
-                return 200, "application/json", {"status": "ok"}
+                return 200, "application/json", {"status": "ok", "reasons": []}
             if path == "/readyz":
                 return 503, "application/json", {"ready": False, "leader": False, "leader_hint": "",
                                                  "reasons": [self.reason]}

@@ -30,7 +30,7 @@ async def test_a_joining_node_answers_its_identity_is_live_and_not_ready() -> No
     try:
         got = await asyncio.to_thread(get_identity, f"127.0.0.1:{port}")
         assert got == ident
-        assert await asyncio.to_thread(_get, port, "/livez") == (200, "application/json", {"status": "ok"})
+        assert await asyncio.to_thread(_get, port, "/livez") == (200, "application/json", {"status": "ok", "reasons": []})
         status, _, body = await asyncio.to_thread(_get, port, "/readyz")
         assert status == 503 and body == {"ready": False, "leader": False, "leader_hint": "", "reasons": ["joining"]}
         status, ctype, body = await asyncio.to_thread(_get, port, "/API/v1/queues")
