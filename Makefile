@@ -1,7 +1,8 @@
 # doq developer entry points. `make serve` and `make test` set up .venv on first use:
 # `make serve` installs only what the server needs (the base package), `make test` adds the
 # extras (dev tools, PySpark, Pulumi: `.[all]`). Each install has its own stamp, and the full
-# one also satisfies the server's, so the two never undo or repeat each other.
+# one also satisfies the server's, so the two never undo or repeat each other. Every install
+# takes the pinned versions of constraints.txt (reproducible: the same set everywhere).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -20,12 +21,12 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
-$(SERVER_STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install -q -e .
+$(SERVER_STAMP): pyproject.toml constraints.txt | $(PY)
+	$(PY) -m pip install -q -c constraints.txt -e .
 	touch $(SERVER_STAMP)
 
-$(DEV_STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install -q -e '.[all]'
+$(DEV_STAMP): pyproject.toml constraints.txt | $(PY)
+	$(PY) -m pip install -q -c constraints.txt -e '.[all]'
 	touch $(SERVER_STAMP) $(DEV_STAMP)
 
 setup: $(DEV_STAMP)

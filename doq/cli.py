@@ -1,4 +1,4 @@
-"""The `doq` command: serve | bench | backup | restore | verify | cluster."""
+"""The `doq` command: serve | k8s-start | bench | backup | restore | verify | cluster."""
 
 from __future__ import annotations
 
@@ -8,15 +8,11 @@ import os
 import sys
 from typing import Any
 
-from doq.config import add_serve_arguments, load_config
+from doq.config import ServeConfig, add_serve_arguments, load_config
 from doq.errors import DoqError
 
 
 def _cmd_serve(ns: argparse.Namespace) -> int:
-    import asyncio
-
-    from doq.server import StartupError, serve
-
     try:
         config = load_config(ns)
     except DoqError as e:
@@ -25,6 +21,36 @@ def _cmd_serve(ns: argparse.Namespace) -> int:
     logging.basicConfig(
         level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    return _serve(config)
+
+
+def _cmd_k8s_start(ns: argparse.Namespace) -> int:
+    """`doq k8s-start`: decide restart / join / bootstrap (`doq.k8s_start`), then serve."""
+    from doq import k8s_start
+
+    try:
+        config = load_config(ns)
+        seed = ns.seed or os.environ.get("DOQ_SEED") or k8s_start.default_seed(config.node_id)
+    except (DoqError, ValueError) as e:
+        print(f"doq k8s-start: {getattr(e, 'message', e)}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        config, decision = k8s_start.plan(config, seed)
+    except ValueError as e:
+        print(f"doq k8s-start: {e}", file=sys.stderr)
+        return 2
+    print(f"doq k8s-start: {config.node_id} (seed {seed}): {decision.action}: {decision.why}", flush=True)
+    return _serve(config)
+
+
+def _serve(config: ServeConfig) -> int:
+    import asyncio
+
+    from doq.server import StartupError, serve
+
     try:
         import uvloop
 
@@ -74,6 +100,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_serve_arguments(serve)
     serve.set_defaults(func=_cmd_serve)
+    k8s = sub.add_parser(
+        "k8s-start", help="a StatefulSet pod's start: restart, join, or (the seed, once) bootstrap",
+        description="Decide how this pod starts, then run `doq serve`: a store with data restarts; "
+                    "any pod but the seed joins (--join); the seed with an empty store bootstraps only "
+                    "when every other --join address answers that its store is empty, joins when any "
+                    "belongs to a cluster, and waits while any is silent. Takes the flags of `doq serve`.",
+    )
+    add_serve_arguments(k8s)
+    k8s.add_argument("--seed", default=None, help="node id of the pod that may bootstrap (env DOQ_SEED; "
+                                                  "default: ordinal 0 of --node-id, e.g. doq-0)")
+    k8s.set_defaults(func=_cmd_k8s_start)
     from doq.bench import cli as bench_cli
 
     bench_cli.add_parser(sub)

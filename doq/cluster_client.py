@@ -22,11 +22,27 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from doq.node.cluster import ClusterStatus, MemberAddrs
-from doq.node.cluster_wire import LEADER_HEADER, leader_http_addr, status_from_json, status_to_json
+from doq.node.cluster import ClusterStatus, MemberAddrs, NodeIdentity
+from doq.node.cluster_wire import (
+    LEADER_HEADER,
+    identity_from_json,
+    leader_http_addr,
+    status_from_json,
+    status_to_json,
+)
 
 log = logging.getLogger(__name__)
 __all__ = ["LEADER_HEADER", "ClusterError", "leader_http_addr", "status_from_json", "status_to_json"]
+
+
+def get_identity(server: str, timeout_s: float = 3.0) -> NodeIdentity:
+    """`GET /cluster/identity` of one node; raises `ClusterError` (status 0: unreachable)."""
+    answer = request_json(server, "GET", "/cluster/identity", timeout_s=timeout_s)
+    try:
+        return identity_from_json(answer.body)
+    except ValueError as e:
+        raise ClusterError(0, "BAD_ANSWER", f"{server}: {e}") from None
+
 
 def base_url(server: str) -> str:
     """`http://HOST:PORT` for a URL or a bare HOST:PORT (no trailing slash)."""
@@ -127,6 +143,8 @@ def join_cluster(
     backoff_max_s: float = 2.0,
     sleep: Callable[[float], None] = time.sleep,
     rng: random.Random | None = None,
+    empty: bool = False,
+    cluster_id: str = "",
 ) -> ClusterStatus:
     """Ask an existing cluster to add this node (`POST /cluster/join`) and return the
     cluster's status after the add, so the new node learns its peers.
@@ -136,13 +154,25 @@ def join_cluster(
     `leader_hint`) is followed at once. Unreachable nodes and retryable answers (429,
     503, 504) are retried in rounds with jittered exponential backoff until `timeout_s`
     has passed; then, or on any other error (e.g. 409: the id is taken with other
-    addresses), raises `ClusterError`. Blocking: call it in a thread from async code.
+    addresses, 409 CLUSTER_MISMATCH), raises `ClusterError`. Blocking: call it in a thread
+    from async code.
+
+    The request carries this node's store id (`addrs.store_id`), whether its store is
+    `empty`, and the `cluster_id` it means to join ("" if any): the leader replaces a known
+    member that comes back with another store, and refuses another cluster's joiner. The
+    answer's cluster id must be `cluster_id` too (a joiner never joins another cluster).
     """
     if not join_addrs:
         raise ValueError("join_cluster needs at least one address")
     rng = rng or random.Random()
-    body = {"node_id": node_id, "raft_addr": addrs.raft_addr, "grpc_addr": addrs.grpc_addr,
-            "http_addr": addrs.http_addr}
+    body: dict[str, Any] = {"node_id": node_id, "raft_addr": addrs.raft_addr, "grpc_addr": addrs.grpc_addr,
+                            "http_addr": addrs.http_addr}
+    if addrs.store_id:
+        body["store_id"] = addrs.store_id
+    if empty:
+        body["empty"] = True
+    if cluster_id:
+        body["cluster_id"] = cluster_id
     deadline = time.monotonic() + timeout_s
     attempt = 0
     last: ClusterError | None = None
@@ -157,6 +187,9 @@ def join_cluster(
             try:
                 answer = request_json(server, "POST", "/cluster/join", body, timeout_s=request_timeout_s)
                 status = status_from_json(answer.body)
+                if cluster_id and status.cluster_id != cluster_id:
+                    raise ClusterError(409, "CLUSTER_MISMATCH", f"{server} answered for cluster "
+                                       f"{status.cluster_id or '(no id)'}, not {cluster_id}")
                 log.info("joined the cluster through %s (leader %s)", server, status.leader_id or "?")
                 return status
             except ClusterError as e:

@@ -23,6 +23,7 @@ class ServeConfig:
     http_addr: str = "127.0.0.1:8000"
     raft_addr: str = "127.0.0.1:9000"
     join: tuple[str, ...] = field(default_factory=tuple)
+    cluster_id: str = ""
     advertise_host: str = ""
     election_timeout_ms: int = 1000
     max_message_bytes: int = 1024 * 1024
@@ -52,6 +53,8 @@ _HELP = {
     "http_addr": "HTTP gateway listen address HOST:PORT",
     "raft_addr": "Raft peer listen address HOST:PORT",
     "join": "HTTP address(es) of a node of an existing cluster (comma separated)",
+    "cluster_id": "the cluster this node belongs to: a joining node joins no other, and a node "
+                  "whose store holds another refuses to start (none: any when joining)",
     "advertise_host": "host the other members and clients reach this node at, announced with "
                       "the ports of the listen addresses (none: the listen addresses themselves)",
     "election_timeout_ms": "Raft election timeout: a follower that hears from no leader for 1-2x "

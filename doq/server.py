@@ -21,6 +21,7 @@ from doq.service.api import QueueService
 from doq.service.grpc_forward import LeaderForwarder
 from doq.service.grpc_server import build_server, grpc_frame_limit, set_serving
 from doq.service.limits import Limits
+from doq.service.startup_http import StartupResponder
 from doq.storage.dirlock import NodeDirInUse, NodeDirLock
 from doq.storage.env import node_dir, open_env
 from doq.storage.state import StateStore
@@ -82,7 +83,7 @@ async def open_runtime(config: ServeConfig) -> Runtime:
     try:
         state = StateStore(env)
         from doq.cluster_client import ClusterError, join_cluster
-        from doq.node.build import open_raft_node
+        from doq.node.build import ClusterMismatch, open_raft_node
         from doq.node.raft_node import RaftNodeConfig
         from doq.node.transport import GrpcRaftTransport
         from doq.service import metrics
@@ -90,20 +91,47 @@ async def open_runtime(config: ServeConfig) -> Runtime:
         raft_config = RaftNodeConfig(election_tick=config.election_timeout_ms // RaftNodeConfig().tick_ms,
                                      snapshot_every=config.snapshot_every, keep_entries=config.keep_entries,
                                      restore_chunk_bytes=config.restore_chunk_bytes)
+        responder = await _hold_http_while_joining(config, state)
         try:
             node = await open_raft_node(
                 state, node_id=config.node_id, addrs=config.member_addrs(), join_addrs=config.join,
-                join_cluster=join_cluster, on_commit=metrics.observe_commit, config=raft_config,
+                join_cluster=join_cluster, cluster_id=config.cluster_id, on_commit=metrics.observe_commit, config=raft_config,
                 transport=lambda on_messages: GrpcRaftTransport(config.node_id, config.raft_addr, on_messages),
             )
         except ClusterError as e:
             raise StartupError(f"cannot join the cluster at {', '.join(config.join)}: {e}") from e
+        except ClusterMismatch as e:
+            raise StartupError(str(e)) from e
+        finally:
+            if responder is not None:
+                await responder.stop()
         api = QueueService(node, node_limits(config))
     except BaseException:
         env.close()
         lock.release()
         raise
     return Runtime(config, lock, env, state, node, api)
+
+
+async def _hold_http_while_joining(config: ServeConfig, state: StateStore) -> StartupResponder | None:
+    """A node whose empty store joins a cluster answers its identity, /livez and /readyz
+    (not ready) on its HTTP address while it waits (`doq.service.startup_http`); None for
+    any other start (its gateway follows at once)."""
+    from doq.node import store_identity
+    from doq.node.build import has_raft_data
+    from doq.node.cluster import NodeIdentity
+
+    if not config.join or has_raft_data(state.env):
+        return None
+    ident = store_identity.ensure(state.env, empty_join=True)
+    cluster_id = state.cluster_id or ident.cluster_id
+    responder = StartupResponder(NodeIdentity(config.node_id, ident.store_id, cluster_id, empty=not cluster_id),
+                                 "joining")
+    host, port = _split(config.http_addr)
+    try:
+        return await responder.start(host, port)
+    except OSError as e:
+        raise StartupError(f"cannot listen on HTTP address {config.http_addr}: {e}") from e
 
 
 class _QuietUvicornServer:

@@ -2,9 +2,11 @@
 
 - StatefulSet `doq` (pods doq-0..doq-N-1, one PersistentVolumeClaim each): the node id is
   the pod name; every pod listens on 0.0.0.0 and announces
-  `<pod>.doq-internal.<namespace>.svc`; doq-0 bootstraps the cluster when no member answers,
-  every other pod joins through `doq-internal`; a pod whose volume holds data restarts
-  from it as itself.
+  `<pod>.doq-internal.<namespace>.svc`; `doq k8s-start` decides how it starts: a pod whose
+  volume holds data restarts from it as itself; every other pod joins through
+  `doq-internal`, except doq-0 on an empty volume, which bootstraps only when every other
+  replica says its store is empty (it joins when any belongs to a cluster, waits while any
+  is silent): a cluster is never bootstrapped twice.
 - Service `doq-internal`: headless, publishes not-ready addresses (peers find each other
   while the cluster forms).
 - Service `doq`: selects the pod carrying `doq.io/leader=true`, the label the leader puts
@@ -41,26 +43,14 @@ STARTUP_PROBE_FAILURES = 120  # a restart that rebuilds a large state may take u
 # in-flight gRPC calls get 5 s and the label removal up to 5 s; the rest is margin.
 SHUTDOWN_S = 5 + 5 + 10
 
-# doq-0 bootstraps the cluster unless a member already answers (its volume was lost while
-# the cluster lives on: it must not start a second cluster); every other pod joins through
-# doq-internal. A pod whose volume holds data restarts from it: doq then ignores the join
-# list. Kubernetes expands $(VAR) in commands: this script has none of those on purpose.
+# How a pod starts is decided by `doq k8s-start` (doq/k8s_start.py, tested; docs/deploy.md):
+# a volume with data restarts from it; every pod but doq-0 joins through doq-internal and
+# never bootstraps; doq-0 with an empty volume bootstraps only when every other replica
+# answers `GET /cluster/identity` that its store is empty, joins when any belongs to a
+# cluster, and waits while any is silent (it may hold the cluster). Kubernetes expands
+# $(VAR) in commands: this script has none of those on purpose.
 START_SCRIPT = """\
-if [ "${DOQ_NODE_ID##*-}" = 0 ]; then
-  member=""
-  IFS=,
-  for addr in $DOQ_JOIN; do
-    if doq cluster status --server "$addr" --timeout 3 >/dev/null 2>&1; then member="$addr"; break; fi
-  done
-  unset IFS
-  if [ -n "$member" ]; then
-    echo "doq: a member answers at $member: $DOQ_NODE_ID does not bootstrap (it joins, or restarts from its volume)"
-  else
-    echo "doq: no member answers: $DOQ_NODE_ID starts from its volume (bootstraps the cluster if it is empty)"
-    unset DOQ_JOIN
-  fi
-fi
-exec doq serve
+exec doq k8s-start
 """
 
 
@@ -223,11 +213,15 @@ def container(s: Settings) -> k8s.core.v1.ContainerArgs:
         env=container_env(s),
         ports=[port(name="grpc", container_port=s.grpc_port), port(name="http", container_port=s.http_port),
                port(name="raft", container_port=s.raft_port)],
-        # the process is up (a restart may take long: the startup probe allows for it)
+        # the process is up (a restart may take long: the startup probe allows for it; a pod
+        # waiting to join answers /livez too)
         startup_probe=_http_probe(LIVENESS_PATH, period_s=STARTUP_PROBE_PERIOD_S, timeout_s=3,
                                   failures=STARTUP_PROBE_FAILURES),
+        # /livez fails once the node cannot make progress by itself (its Raft loop failed,
+        # its store broke): the kubelet restarts it
         liveness_probe=_http_probe(LIVENESS_PATH, period_s=10, timeout_s=5, failures=6),
-        # knows a leader and has applied up to it: counts for the PDB and the rollout
+        # a member in contact with the leader, applied up to its commit index (the reasons
+        # are in the body otherwise): counts for the PDB and the rollout
         readiness_probe=_http_probe(READINESS_PATH, period_s=5, timeout_s=3, failures=2),
         resources=k8s.core.v1.ResourceRequirementsArgs(
             requests={"cpu": s.cpu_request, "memory": s.memory_request},

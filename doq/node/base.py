@@ -117,7 +117,17 @@ class Node(Protocol):
         ...
 
     def is_ready(self) -> bool:
-        """Knows a leader and has applied up to the leader's commit index (`/readyz`)."""
+        """Can serve: `readiness_problems()` is empty (`/readyz`)."""
+        ...
+
+    def readiness_problems(self) -> list[str]:
+        """Why this node cannot serve now ([] when it can): short snake_case reasons
+        (`/readyz` lists them; others may add their own to that list)."""
+        ...
+
+    def liveness_problems(self) -> list[str]:
+        """Why this node can no longer make progress by itself ([] while it can): a failed
+        Raft loop, a broken store. `/livez` then fails, so a supervisor restarts it."""
         ...
 
     @property

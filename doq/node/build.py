@@ -6,22 +6,40 @@
 - No data, `join_addrs`: ask the cluster to add this node (`join_cluster`, blocking, run
   in a thread: e.g. `doq.cluster_client.join_cluster`, which follows the leader hint), then
   start empty with the answer's members as peers; the leader sends a snapshot and the log.
+  The request names this store (`doq.node.store_identity`: a member that lost its disk is
+  replaced, not taken for the voter it was) and the cluster it means to join: `cluster_id`,
+  or the one a previous join admitted this store into; the answer's cluster is recorded.
+
+`cluster_id` ("" : any) also refuses a store that belongs to another cluster
+(`ClusterMismatch`).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Protocol
 
 import lmdb
 
+from doq.node import store_identity
 from doq.node.cluster import ClusterStatus, MemberAddrs
 from doq.node.raft_log import LmdbLogStorage
 from doq.node.raft_node import RaftNode, RaftNodeConfig, TransportFactory
 from doq.storage.state import StateStore
 
-JoinCluster = Callable[[Sequence[str], str, MemberAddrs], ClusterStatus]
-"""(join HTTP addresses, node id, this node's addresses) -> the cluster's status after the add."""
+
+class JoinCluster(Protocol):
+    """(join HTTP addresses, node id, this node's addresses with its store id; whether
+    the store is empty, the cluster meant ("" : any)) -> the cluster's status after the add."""
+
+    def __call__(self, join_addrs: Sequence[str], node_id: str, addrs: MemberAddrs, *,
+                 empty: bool, cluster_id: str) -> ClusterStatus: ...
+
+
+class ClusterMismatch(Exception):
+    """The node's store belongs to another cluster than the one it was told to be part of."""
 
 
 def has_raft_data(env: lmdb.Environment) -> bool:
@@ -37,17 +55,27 @@ async def open_raft_node(
     transport: TransportFactory,
     join_addrs: Sequence[str] = (),
     join_cluster: JoinCluster | None = None,
+    cluster_id: str = "",
     config: RaftNodeConfig | None = None,
     on_commit: Callable[[int, float, float], None] | None = None,
 ) -> RaftNode:
     """Build (not start) the node; joins first when needed (see the module docstring).
-    Raises what `join_cluster` raises when the cluster refuses or cannot be reached."""
+    Raises what `join_cluster` raises when the cluster refuses or cannot be reached, and
+    `ClusterMismatch`."""
     peers: dict[str, MemberAddrs] | None = None
     join = bool(join_addrs)
-    if join and not has_raft_data(state.env):
+    empty = not has_raft_data(state.env)
+    ident = store_identity.ensure(state.env, empty_join=join and empty)
+    mine = state.cluster_id or ident.cluster_id
+    if cluster_id and mine and mine != cluster_id:
+        raise ClusterMismatch(f"this store belongs to cluster {mine}, not {cluster_id}")
+    if join and empty:
         if join_cluster is None:
             raise ValueError("join_addrs given without a join_cluster function")
-        status = await asyncio.to_thread(join_cluster, list(join_addrs), node_id, addrs)
+        status = await asyncio.to_thread(join_cluster, list(join_addrs), node_id,
+                                         replace(addrs, store_id=ident.store_id),
+                                         empty=True, cluster_id=mine or cluster_id)
+        store_identity.record_cluster(state.env, status.cluster_id)
         peers = {m.node_id: m.addrs for m in status.members if m.node_id != node_id}
     return RaftNode(state, node_id=node_id, addrs=addrs, transport=transport,
                     config=config, join=join, peers=peers, on_commit=on_commit)

@@ -19,11 +19,18 @@ from typing import Protocol
 
 @dataclass(frozen=True, slots=True)
 class MemberAddrs:
-    """Where a member listens (HOST:PORT each)."""
+    """Where a member listens (HOST:PORT each), and the store it was admitted with.
+
+    `store_id` is the member's store incarnation (`doq.node.store_identity`): random,
+    created with the node's store, so a member that comes back with an empty store (its
+    disk was lost) joins with another one and the leader replaces it instead of taking
+    it for the voter it was. "" for members admitted before store ids (and in answers).
+    Equality compares the addresses only."""
 
     raft_addr: str
     grpc_addr: str
     http_addr: str
+    store_id: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,15 +54,35 @@ class ClusterStatus:
     cluster_id: str = ""  # the replicated state's (StateStore.cluster_id); "" if it has none
 
 
+@dataclass(frozen=True, slots=True)
+class NodeIdentity:
+    """What a node says of its store (`GET /cluster/identity`), answered even before it
+    has a leader or while it waits to join: its node id, its store's id, the cluster the
+    store belongs to ("" if none yet), and `empty`: the store holds no cluster at all (no
+    Raft data, no cluster id). A seed bootstraps only when every other replica is empty."""
+
+    node_id: str
+    store_id: str
+    cluster_id: str
+    empty: bool
+
+
 class ClusterAdmin(Protocol):
     """Membership and leadership operations. Mutations must run on the leader: a follower
     raises `doq.errors.NotLeader` with the leader's hint (the HTTP layer forwards)."""
 
     def cluster_status(self) -> ClusterStatus: ...
 
-    async def add_member(self, node_id: str, addrs: MemberAddrs) -> ClusterStatus:
-        """Add `node_id` as a learner (idempotent for the same addresses); the leader
-        promotes it to voter once it has caught up. Returns the status after the add."""
+    def identity_of_store(self) -> NodeIdentity: ...
+
+    async def add_member(self, node_id: str, addrs: MemberAddrs, *, empty: bool = False,
+                         cluster_id: str = "") -> ClusterStatus:
+        """Add `node_id` as a learner; the leader promotes it to voter once it has caught
+        up. Idempotent for the same addresses and store. A known member that comes back
+        with another store (`addrs.store_id`), or a voter whose store is `empty`, is
+        replaced: removed, then added again as a learner with fresh progress. Refused
+        (FailedPrecondition, CLUSTER_MISMATCH) when `cluster_id` is given and is not this
+        cluster's. Returns the status after the add."""
         ...
 
     async def remove_member(self, node_id: str) -> None: ...

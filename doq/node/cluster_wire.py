@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from doq.node.cluster import ClusterStatus, Member, MemberAddrs
+from doq.node.cluster import ClusterStatus, Member, MemberAddrs, NodeIdentity
 
 LEADER_HEADER = "X-Doq-Leader"
 """Response header: the leader's HTTP address (HOST:PORT), on NOT_LEADER answers and on
@@ -53,6 +53,19 @@ def status_from_json(d: dict[str, Any]) -> ClusterStatus:
         )
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"not a cluster status: {e!r}") from None
+
+
+def identity_to_json(i: NodeIdentity) -> dict[str, Any]:
+    """The JSON form of `GET /cluster/identity`."""
+    return {"node_id": i.node_id, "store_id": i.store_id, "cluster_id": i.cluster_id, "empty": i.empty}
+
+
+def identity_from_json(d: Any) -> NodeIdentity:
+    """Inverse of `identity_to_json`; raises ValueError on a malformed document."""
+    try:
+        return NodeIdentity(str(d["node_id"]), str(d["store_id"]), str(d["cluster_id"]), bool(d["empty"]))
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"not a store identity: {e!r}") from None
 
 
 def leader_http_addr(s: ClusterStatus) -> str:

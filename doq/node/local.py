@@ -81,7 +81,13 @@ class LocalNode:
         return self.node_id
 
     def is_ready(self) -> bool:
-        return not self._stopping
+        return not self.readiness_problems()
+
+    def readiness_problems(self) -> list[str]:
+        return (["shutting_down"] if self._stopping else []) + self.liveness_problems()
+
+    def liveness_problems(self) -> list[str]:
+        return ["store_broken"] if self.state.broken else []
 
     @property
     def applied_index(self) -> int:

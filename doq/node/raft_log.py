@@ -66,10 +66,20 @@ MEMBERS_KEY = b"members"
 DEFAULT_CACHE_ENTRIES = 4096
 
 
+def _addrs_list(a: MemberAddrs) -> list[str]:
+    """[raft, grpc, http] and the store id when there is one (older versions read the
+    first three and ignore the rest)."""
+    return [a.raft_addr, a.grpc_addr, a.http_addr, *([a.store_id] if a.store_id else [])]
+
+
+def _addrs_of(a: Any) -> MemberAddrs:
+    return MemberAddrs(str(a[0]), str(a[1]), str(a[2]), str(a[3]) if len(a) > 3 else "")
+
+
 def encode_members(members: dict[str, MemberAddrs]) -> bytes:
     """Deterministic bytes of a member address map (sorted JSON)."""
     return json.dumps(
-        {nid: [a.raft_addr, a.grpc_addr, a.http_addr] for nid, a in sorted(members.items())},
+        {nid: _addrs_list(a) for nid, a in sorted(members.items())},
         separators=(",", ":"),
     ).encode()
 
@@ -78,22 +88,21 @@ def decode_members(raw: bytes) -> dict[str, MemberAddrs]:
     """Inverse of `encode_members`; raises ValueError on malformed bytes."""
     try:
         obj = json.loads(raw)
-        return {str(nid): MemberAddrs(str(a[0]), str(a[1]), str(a[2])) for nid, a in obj.items()}
+        return {str(nid): _addrs_of(a) for nid, a in obj.items()}
     except (ValueError, TypeError, IndexError, AttributeError) as e:
         raise ValueError(f"malformed member addresses: {e}") from e
 
 
 def encode_addrs(addrs: MemberAddrs) -> bytes:
-    """A conf change's context: the addresses of the member it adds."""
-    return json.dumps([addrs.raft_addr, addrs.grpc_addr, addrs.http_addr]).encode()
+    """A conf change's context: the addresses (and store id) of the member it adds."""
+    return json.dumps(_addrs_list(addrs)).encode()
 
 
 def decode_addrs(raw: bytes) -> MemberAddrs | None:
     """Inverse of `encode_addrs`; None for an empty or malformed context."""
     try:
-        a = json.loads(raw)
-        return MemberAddrs(str(a[0]), str(a[1]), str(a[2]))
-    except (ValueError, TypeError, IndexError):
+        return _addrs_of(json.loads(raw))
+    except (ValueError, TypeError, IndexError, KeyError):
         return None
 
 

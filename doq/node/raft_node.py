@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import itertools
 import logging
 import random
@@ -46,8 +47,9 @@ from doq.errors import (
     Overloaded,
     Unavailable,
 )
+from doq.node import store_identity
 from doq.node.base import ProposalFuture, resolve_results
-from doq.node.cluster import ClusterStatus, Member, MemberAddrs
+from doq.node.cluster import ClusterStatus, Member, MemberAddrs, NodeIdentity
 from doq.node.local import MAX_PENDING_COMMANDS, _take_count, wall_clock_ms
 from doq.node.raft_log import LmdbLogStorage, decode_addrs, encode_addrs
 from doq.node.raft_snapshot import (
@@ -129,6 +131,7 @@ class _Job:
     results: list[list[object]] = field(default_factory=list)
     members: dict[str, MemberAddrs] | None = None
     compacted: int = 0  # log entries this write discarded
+    admitted: bool = False  # this write holds this store's admission: it may vote from now on
 
 
 class RaftNode:
@@ -136,7 +139,9 @@ class RaftNode:
 
     `join=False` and no data: bootstrap a one-node cluster (this node its only voter).
     `join=True` and no data: wait, empty, to be added by the leader (`peers` are the
-    members the join answer listed, so this node can answer the leader at once).
+    members the join answer listed, so this node can answer the leader at once); such a
+    store takes no part in elections until its admission is in its log
+    (`doq.node.store_identity`, "voting_gated").
     With data, the node restarts from it either way.
     """
 
@@ -198,10 +203,14 @@ class RaftNode:
         self._snap_task: asyncio.Task[None] | None = None
         self._peers_set: set[str] = set()
         self._ready_lock = asyncio.Lock()
+        self._store_db = store_identity.meta_db(self.env)
+        self.identity = store_identity.StoreIdentity("")  # `start` loads (or creates) it
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        self.identity = store_identity.ensure(self.env, empty_join=self._join and self.storage.is_empty())
+        self.addrs = dataclasses.replace(self.addrs, store_id=self.identity.store_id)
         if self.storage.is_empty():
             if not self._join:
                 await loop.run_in_executor(self._writer, self._bootstrap)
@@ -212,6 +221,10 @@ class RaftNode:
             conf = self.storage.snapshot_meta().conf_state
             await loop.run_in_executor(self._writer, self._rebase, conf)
         self.core = self._new_core()
+        if self.identity.voting_gated:
+            self.core.allow_voting(False)
+            log.info("node %s (store %s) takes no part in elections until the cluster has admitted "
+                     "this store", self.node_id, self.identity.store_id)
         self._last_stamp_ms = self.state.machine.now_ms
         self._sync_peers()
         await self.transport.start()
@@ -360,10 +373,39 @@ class RaftNode:
         return self.state.view.applied_index  # committed (the writer may be applying more)
 
     def is_ready(self) -> bool:
-        """Knows a leader and has applied up to the commit index it learned from it."""
+        """Can serve: no `readiness_problems()`."""
+        return not self.readiness_problems()
+
+    def readiness_problems(self) -> list[str]:
+        """[] when this node is a member of the configuration (voter or learner), knows a
+        leader it has heard from within an election timeout (or is it), and has applied up
+        to the commit index it learned; else the reasons, with the liveness ones."""
         core = self.core
-        return (core is not None and self._lead != NONE and not self._stopping
-                and self._failed is None and self.applied_index >= core.log.committed)
+        problems = self.liveness_problems()
+        if self._stopping:
+            problems.append("shutting_down")
+        if core is None:
+            return [*problems, "starting"]
+        if self._removed or (self.node_id not in core.voters and self.node_id not in core.learners):
+            problems.append("not_a_member")  # e.g. a new or replaced store not admitted yet
+        if self._lead == NONE:
+            problems.append("no_leader")
+        elif self._role != Role.LEADER and core.election_elapsed >= self.cfg.election_tick:
+            problems.append("leader_unreachable")
+        if self.applied_index < core.log.committed:
+            problems.append("applying")
+        return problems
+
+    def liveness_problems(self) -> list[str]:
+        """A failed Raft loop (`_run` raised), or a broken store: nothing more will be
+        applied by this process."""
+        problems = []
+        task = self._task
+        if self._failed is not None or (task is not None and task.done() and not self._stopping):
+            problems.append("raft_failed")
+        if self.state.broken:
+            problems.append("store_broken")
+        return problems
 
     def cluster_admin(self) -> RaftNode:
         return self
@@ -450,12 +492,32 @@ class RaftNode:
             cluster_id=self.state.cluster_id,
         )
 
-    async def add_member(self, node_id: str, addrs: MemberAddrs) -> ClusterStatus:
+    def identity_of_store(self) -> NodeIdentity:
+        cluster_id = self.state.cluster_id or self.identity.cluster_id
+        return NodeIdentity(self.node_id, self.identity.store_id, cluster_id,
+                            empty=not cluster_id and self.storage.is_empty())
+
+    async def add_member(self, node_id: str, addrs: MemberAddrs, *, empty: bool = False,
+                         cluster_id: str = "") -> ClusterStatus:
+        """See `ClusterAdmin.add_member`. The replacement of a member that came back with a
+        new (or an empty) store is two conf changes, each committed by the current
+        configuration: removing it (its stale progress goes with it; refused by Raft
+        itself, not committed, while the other voters are no quorum), then adding it as
+        a learner under its new store; `_maybe_promote` makes it a voter once caught up."""
         self._check_serving()
         core = self.core
         assert core is not None
+        if cluster_id and cluster_id != self.state.cluster_id:
+            raise FailedPrecondition(
+                f"this is cluster {self.state.cluster_id or '(no id)'}, not {cluster_id}: refused",
+                reason="CLUSTER_MISMATCH")
         if node_id in core.voters or node_id in core.learners:
-            if self.storage.members.get(node_id) == addrs:
+            known = self.storage.members.get(node_id)
+            new_store = bool(addrs.store_id) and (known is None or known.store_id != addrs.store_id)
+            if new_store or (empty and node_id in core.voters):
+                await self._replace_member(core, node_id, addrs, known)
+                return self.cluster_status()
+            if known is not None and known == addrs:  # the addresses (not the store)
                 return self.cluster_status()
             raise FailedPrecondition(
                 f"{node_id} is already a member with other addresses; remove it first",
@@ -463,6 +525,17 @@ class RaftNode:
         cc = ConfChange(ConfChangeType.ADD_LEARNER, node_id, encode_addrs(addrs))
         await self._conf_change(cc)
         return self.cluster_status()
+
+    async def _replace_member(self, core: RaftCore, node_id: str, addrs: MemberAddrs,
+                              known: MemberAddrs | None) -> None:
+        if node_id == self.node_id:
+            raise FailedPrecondition("the leader cannot replace itself", reason="MEMBER_EXISTS")
+        log.warning("member %s came back with %s store %s (admitted with %s): replacing it "
+                    "(remove, then add as a learner with fresh progress)", node_id,
+                    "a new" if addrs.store_id else "an empty", addrs.store_id or "-",
+                    (known.store_id if known else "") or "-")
+        await self._conf_change(ConfChange(ConfChangeType.REMOVE_NODE, node_id))
+        await self._conf_change(ConfChange(ConfChangeType.ADD_LEARNER, node_id, encode_addrs(addrs)))
 
     async def remove_member(self, node_id: str) -> None:
         self._check_serving()
@@ -708,6 +781,11 @@ class RaftNode:
         if job.snapshot or job.entries or job.hard_state or job.committed:
             job.own_snapshot, self._own_snapshot = self._own_snapshot, None
             await self._write_off_loop(job)
+        if job.admitted:
+            self.identity = self.identity.ungated()
+            core.allow_voting(True)
+            log.info("node %s: the cluster admitted store %s; it takes part in elections again",
+                     self.node_id, self.identity.store_id)
         if rd.messages:
             self.transport.send(rd.messages)
         removed = False
@@ -715,8 +793,13 @@ class RaftNode:
             if e.type == EntryType.CONF_CHANGE:
                 cc = codec.decode_conf_change(e.data)
                 core.apply_conf_change(cc)
-                if cc.type == ConfChangeType.REMOVE_NODE and cc.node_id == self.node_id:
-                    removed = True
+                if cc.node_id == self.node_id:
+                    # the last change about this node counts: a replaced member catching
+                    # up applies its old removal, then its new admission
+                    removed = cc.type == ConfChangeType.REMOVE_NODE
+                    if not removed and self._removed:
+                        self._removed = False
+                        log.info("node %s is a member again", self.node_id)
         if job.members is not None or rd.snapshot is not None:
             self._sync_peers()
         if rd.soft_state is not None:
@@ -757,14 +840,18 @@ class RaftNode:
         """Writer thread: the Ready's durable part and the apply, in ONE txn (fsync)."""
         t0 = time.perf_counter()
         st = self.storage
+        installed: dict[str, MemberAddrs] | None = None
         with self.state.write() as txn:  # commits with fsync, then publishes the readers' view
             if job.snapshot is not None:
-                members = install_snapshot_data(self.state, txn, job.snapshot.data,
-                                                job.snapshot.meta.index)
+                installed = install_snapshot_data(self.state, txn, job.snapshot.data,
+                                                  job.snapshot.meta.index)
                 st.apply_snapshot(txn, job.snapshot)
-                st.set_members(txn, members)
+                st.set_members(txn, installed)
             if job.entries:
                 st.append(txn, job.entries)
+            if self.identity.voting_gated and self._admits_this_store(installed, job.entries):
+                store_identity.save(txn, self._store_db, self.identity.ungated())
+                job.admitted = True
             if job.hard_state is not None:
                 st.set_hard_state(txn, job.hard_state)
             if job.committed:
@@ -778,6 +865,23 @@ class RaftNode:
         if self._on_commit:  # every durable write, also one that only appends or votes
             t2 = time.perf_counter()
             self._on_commit(sum(len(r) for r in job.results) if job.committed else 0, t2 - t0, t2 - t1)
+
+    def _admits_this_store(self, installed: dict[str, MemberAddrs] | None, entries: list[Entry]) -> bool:
+        """Does this write give the node the conf change that admitted its store (a
+        snapshot whose members list it with its store id, or the entry itself)? By log
+        matching it then holds the leader's log up to its admission."""
+        sid = self.identity.store_id
+        mine = installed.get(self.node_id) if installed is not None else None
+        if mine is not None and mine.store_id == sid:
+            return True
+        for e in entries:
+            if e.type == EntryType.CONF_CHANGE:
+                cc = codec.decode_conf_change(e.data)
+                if cc.node_id == self.node_id and cc.type != ConfChangeType.REMOVE_NODE:
+                    addrs = decode_addrs(cc.context)
+                    if addrs is not None and addrs.store_id == sid:
+                        return True
+        return False
 
     def _apply(self, txn: lmdb.Transaction, job: _Job) -> list[list[object]]:
         """Apply the committed entries. An entry this node proposed in the term it was

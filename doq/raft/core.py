@@ -85,6 +85,8 @@ class RaftCore:
         self._prev_hs = hs
         self._prev_ss = SoftState(NONE, Role.FOLLOWER)
         self._ready_out = False
+        # the driver's node-local decision (see `allow_voting`); True in a plain cluster
+        self.voting_allowed = True
         self._commit_any_term = "commit-old-term" in config.bugs
         self._skip_prev_check = "skip-prev-check" in config.bugs
         self._no_persist_vote = "no-persist-vote" in config.bugs
@@ -108,6 +110,15 @@ class RaftCore:
 
     def promotable(self) -> bool:
         return self.id in self.voters
+
+    def allow_voting(self, allowed: bool) -> None:
+        """Whether this node may take part in elections. While False it refuses every vote
+        and pre-vote request and never campaigns (not even on TimeoutNow): the driver sets
+        it for a node whose log cannot be trusted to hold what it once acknowledged (it
+        came back with an empty store) until the leader has re-admitted it under its new
+        store and it holds the leader's log up to that point (docs/raft.md, "A member
+        that lost its disk"). It is not persisted here: the driver restores it at start."""
+        self.voting_allowed = allowed
 
     # ------------------------------------------------------------------ inputs
     def tick(self) -> None:
@@ -336,7 +347,7 @@ class RaftCore:
 
     def _handle_vote_request(self, m: Message) -> None:
         resp = MT.VOTE_RESP if m.type == MT.VOTE else MT.PRE_VOTE_RESP
-        can_vote = (
+        can_vote = self.voting_allowed and (
             self.vote == m.frm
             or (self.vote == NONE and self.lead == NONE)
             or (m.type == MT.PRE_VOTE and m.term > self.term)
@@ -471,7 +482,11 @@ class RaftCore:
         )
 
     def _handle_heartbeat(self, m: Message) -> None:
-        self.log.commit_to(m.commit)
+        # A heartbeat's commit is min(the leader's match for us, its commit): past our last
+        # index only if we lost entries we once acknowledged (an emptied store). Nothing
+        # past our log can be committed here; the leader repairs it, or replaces us.
+        if m.commit <= self.log.last_index():
+            self.log.commit_to(m.commit)
         self._send(Message(MT.HEARTBEAT_RESP, to=m.frm, frm=self.id, context=m.context))
 
     def _handle_snapshot(self, m: Message) -> None:
@@ -678,7 +693,7 @@ class RaftCore:
 
     # ------------------------------------------------------------------ elections
     def _hup(self, transfer: bool) -> None:
-        if self.role == Role.LEADER or not self.promotable():
+        if self.role == Role.LEADER or not self.promotable() or not self.voting_allowed:
             return
         if self._has_unapplied_conf_change():
             return

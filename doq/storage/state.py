@@ -315,6 +315,12 @@ class StateStore:
         self.view = StateView()
         self.rebuild()
 
+    @property
+    def broken(self) -> bool:
+        """A failed write could not be undone in memory (`StoreBroken`): nothing may be
+        applied until a successful `rebuild()` or a restart."""
+        return self._broken
+
     # -- writes ----------------------------------------------------------------------------
     @contextlib.contextmanager
     def write(self) -> Iterator[lmdb.Transaction]:

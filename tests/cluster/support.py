@@ -14,7 +14,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from doq.errors import FailedPrecondition, NotFound, NotLeader
-from doq.node.cluster import ClusterStatus, Member, MemberAddrs
+from doq.node.cluster import ClusterStatus, Member, MemberAddrs, NodeIdentity
 from doq.service.http.cluster import build_cluster_router
 from doq.service.http.problems import install_handlers
 from tests.support.proc import free_port
@@ -45,7 +45,11 @@ class FakeCluster:
         if self.status.leader_id != self.status.node_id:
             raise NotLeader("not the leader", leader_hint=self.status.leader_id)
 
-    async def add_member(self, node_id: str, a: MemberAddrs) -> ClusterStatus:
+    def identity_of_store(self) -> NodeIdentity:
+        return NodeIdentity(self.status.node_id, "f" * 32, self.status.cluster_id, empty=False)
+
+    async def add_member(self, node_id: str, a: MemberAddrs, *, empty: bool = False,
+                         cluster_id: str = "") -> ClusterStatus:
         self.join_attempts += 1
         self._check_leader()
         for m in self.status.members:

@@ -186,7 +186,8 @@ def test_openapi_documents_the_cluster_operations() -> None:
     paths = app.openapi()["paths"]
     ops = {(p, meth): op for p, item in paths.items() for meth, op in item.items()}
     assert {k[1] + " " + k[0] for k in ops} == {
-        "get /cluster", "post /cluster/join", "delete /cluster/members/{node_id}", "post /cluster/transfer-leader"}
+        "get /cluster", "get /cluster/identity", "post /cluster/join", "delete /cluster/members/{node_id}",
+        "post /cluster/transfer-leader"}
     join = ops[("/cluster/join", "post")]
     assert join["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/JoinBody")
     assert "X-Doq-Leader" in join["responses"]["503"]["description"]

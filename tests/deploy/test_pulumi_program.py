@@ -248,8 +248,27 @@ def test_the_image_is_the_dockerfile_of_this_repository(default: Deployment) -> 
         assert name in known, name
     for name in (v["name"] for v in default.container["env"]):
         assert name in known or name.startswith("DOQ_K8S_"), name
-    assert "pip install --no-cache-dir ." in dockerfile or "pip install --no-cache-dir /src" in dockerfile
+    assert "pip install --no-cache-dir -c constraints.txt ." in dockerfile
     assert "[all]" not in dockerfile
+    assert "pip uninstall -q -y pip setuptools" in dockerfile  # none in the runtime image
+
+
+def test_installs_take_pinned_versions_with_the_grpc_family_at_one_version() -> None:
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            pins[name.lower().replace("_", "-")] = version
+    family = {"grpcio", "grpcio-tools", "grpcio-reflection", "grpcio-health-checking", "grpcio-testing"}
+    assert family <= pins.keys() and len({pins[n] for n in family}) == 1, {n: pins.get(n) for n in family}
+    assert int(pins["protobuf"].split(".")[0]) < 7 and "pulumi" in pins
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    names = [re.split(r"[<>=\[;! ]", d, maxsplit=1)[0].lower() for d in
+             deps["dependencies"] + [d for ds in deps["optional-dependencies"].values() for d in ds]]
+    assert [n for n in names if n != "doq" and n not in pins] == []  # every dependency pinned
+    assert "!constraints.txt" in (ROOT / ".dockerignore").read_text().splitlines()
+    makefile = (ROOT / "Makefile").read_text()
+    assert makefile.count("pip install -q -c constraints.txt -e") == 2
 
 
 def test_outputs_tell_how_to_reach_the_leader(default: Deployment) -> None:

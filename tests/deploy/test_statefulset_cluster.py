@@ -72,7 +72,7 @@ def test_three_pods_form_the_cluster_and_the_leader_label_follows_the_leader(tmp
                 p.start()
             for p in pods:
                 p.wait_http(p.local_port(c, ready["port"]), ready["path"], timeout_s=120)
-            assert "no member answers: doq-0 starts from its volume" in by_name["doq-0"].log()
+            assert "doq-0 (seed doq-0): bootstrap: every other replica answered that its store is empty" in by_name["doq-0"].log()
 
             # one cluster of three voters, each known by its doq-internal name (127.0.0.1 here)
             def formed() -> bool:

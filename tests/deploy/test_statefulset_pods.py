@@ -52,7 +52,7 @@ def test_a_one_pod_statefulset_runs_as_declared(tmp_path: Path) -> None:
             pod.start()
             for probe in probes:  # each answers 200 on the path and port it names
                 pod.wait_http(pod.local_port(c, probe["httpGet"]["port"]), probe["httpGet"]["path"])
-            assert "doq: no member answers: doq-0 starts from its volume" in pod.log()
+            assert "doq k8s-start: doq-0 (seed doq-0): bootstrap: no other replica" in pod.log()
             # the leader (a lone node leads) labels its pod: the doq Service selects it
             api.wait_for(lambda: all(api.pods[(NS, "doq-0")].get(k) == v for k, v in leader_selector.items()))
             http = pod.local_port(c, "http")

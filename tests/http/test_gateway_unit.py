@@ -343,7 +343,7 @@ async def test_unexpected_exception_is_a_500_problem(service: QueueService) -> N
 
 
 async def test_health_and_metrics(client: httpx.AsyncClient, service: QueueService) -> None:
-    assert (await client.get("/livez")).json() == {"status": "ok"}
+    assert (await client.get("/livez")).json() == {"status": "ok", "reasons": []}
     r = await client.get("/readyz")
     assert r.status_code == 200 and r.json()["ready"] is True
     await make_queue(client, "depth_q")
@@ -352,7 +352,7 @@ async def test_health_and_metrics(client: httpx.AsyncClient, service: QueueServi
     await client.get(f"{Q}/depth_q/messages")
     await service.node.stop()  # a stopping node is no leader: not ready
     r = await client.get("/readyz")
-    assert r.status_code == 503 and r.json()["ready"] is False
+    assert r.status_code == 503 and r.json()["ready"] is False and r.json()["reasons"] == ["shutting_down"]
     assert (await client.get("/livez")).status_code == 200
     text = (await client.get("/metrics")).text
     assert 'doq_queue_messages{queue="depth_q",state="ready"} 1.0' in text

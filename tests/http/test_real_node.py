@@ -78,8 +78,8 @@ def metrics(node: NodeProc) -> dict[str, float]:
 
 
 def test_health(node: NodeProc) -> None:
-    assert ok(node, "GET", "/livez") == {"status": "ok"}
-    assert ok(node, "GET", "/readyz") == {"ready": True, "leader": True, "leader_hint": "node-1"}
+    assert ok(node, "GET", "/livez") == {"status": "ok", "reasons": []}
+    assert ok(node, "GET", "/readyz") == {"ready": True, "leader": True, "leader_hint": "node-1", "reasons": []}
 
 
 def test_metrics_count_real_traffic(node: NodeProc) -> None:
@@ -202,7 +202,7 @@ def test_refused_requests_change_nothing(node: NodeProc) -> None:
     status, doc = _raw_post(node, path, {"Content-Type": "application/json", "Transfer-Encoding": "chunked"}, frames)
     assert (status, doc["reason"]) == (413, "BODY_TOO_LARGE")
     assert stats(node, "refuse_q") == before
-    assert ok(node, "GET", "/livez") == {"status": "ok"}
+    assert ok(node, "GET", "/livez") == {"status": "ok", "reasons": []}
 
 
 def test_backup_versions_chain(node: NodeProc) -> None:

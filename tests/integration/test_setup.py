@@ -37,9 +37,9 @@ def _installs(lines: list[str]) -> list[str]:
 def test_make_serve_installs_the_base_package_and_make_test_the_extras(tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     [serve_install] = _installs(_make_n("serve", venv))
-    assert serve_install.rstrip().endswith("pip install -q -e .")
+    assert serve_install.rstrip().endswith("pip install -q -c constraints.txt -e .")  # pinned versions
     [test_install] = _installs(_make_n("test", venv))
-    assert test_install.rstrip().endswith("pip install -q -e '.[all]'")
+    assert test_install.rstrip().endswith("pip install -q -c constraints.txt -e '.[all]'")
 
     # A venv set up by `make serve`: `make serve` installs nothing more, `make test` the extras.
     (venv / "bin").mkdir(parents=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import random
 import struct
 import zlib
@@ -243,10 +244,11 @@ class Cluster:
 
     async def _grow_one(self, nid: str) -> None:
         await self.wait_leader()
-        await self.start(nid, join=True)
+        node = await self.start(nid, join=True)
+        mine = dataclasses.replace(addrs(nid), store_id=node.identity.store_id)  # as `doq serve --join`
 
         async def add() -> object:
-            return await (await self.wait_leader()).add_member(nid, addrs(nid))
+            return await (await self.wait_leader()).add_member(nid, mine, empty=True)
 
         await retry(add)
 

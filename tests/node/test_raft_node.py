@@ -441,12 +441,14 @@ async def test_open_raft_node_bootstraps_joins_and_restarts_without_joining_agai
     loop = asyncio.get_running_loop()
     calls: list[tuple[list[str], str]] = []
 
-    def join_cluster(join_addrs: Sequence[str], node_id: str, a: MemberAddrs) -> ClusterStatus:
+    def join_cluster(join_addrs: Sequence[str], node_id: str, a: MemberAddrs, *, empty: bool,
+                     cluster_id: str) -> ClusterStatus:
         """What the HTTP join does, from a thread: ask the leader to add the node."""
         calls.append((list(join_addrs), node_id))
         leader = cl.leader()
         assert leader is not None
-        return asyncio.run_coroutine_threadsafe(leader.add_member(node_id, a), loop).result(30)
+        return asyncio.run_coroutine_threadsafe(
+            leader.add_member(node_id, a, empty=empty, cluster_id=cluster_id), loop).result(30)
 
     async def open_node(nid: str, join: tuple[str, ...]) -> RaftNode:
         env = open_env(tmp_path / nid, map_size=1 << 30)
@@ -464,6 +466,7 @@ async def test_open_raft_node_bootstraps_joins_and_restarts_without_joining_agai
     assert calls == [(["http-n1:3"], "n2")]
     await cl.converged()
     assert n2.state.get_queue("q").name == "q" and n2.members == {"n1": addrs("n1"), "n2": addrs("n2")}
+    assert n2.members["n2"].store_id == n2.identity.store_id != cl.nodes["n1"].identity.store_id != ""
     await cl.stop("n2")
     await open_node("n2", ("http-n1:3",))  # its own data: no second join
     assert len(calls) == 1

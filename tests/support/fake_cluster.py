@@ -105,6 +105,12 @@ class Follower:
     def is_ready(self) -> bool:
         return True
 
+    def readiness_problems(self) -> list[str]:
+        return []
+
+    def liveness_problems(self) -> list[str]:
+        return []
+
     @property
     def applied_index(self) -> int:
         return self.leader.applied_index

@@ -1,4 +1,4 @@
-"""Cluster endpoints: `GET /cluster`, `POST /cluster/join`, `DELETE /cluster/members/{id}`,
+"""Cluster endpoints: `GET /cluster`, `GET /cluster/identity`, `POST /cluster/join`, `DELETE /cluster/members/{id}`,
 `POST /cluster/transfer-leader`, over the node's `doq.node.cluster.ClusterAdmin`.
 
 Mutations run on the leader: a follower answers 503 NOT_LEADER with `leader_hint` and,
@@ -18,7 +18,7 @@ from starlette.responses import Response
 
 from doq.errors import NotLeader
 from doq.node.cluster import ClusterAdmin, MemberAddrs
-from doq.node.cluster_wire import LEADER_HEADER, status_to_json
+from doq.node.cluster_wire import LEADER_HEADER, identity_to_json, status_to_json
 from doq.service.http import models as m
 from doq.service.http.bodies import body_doc, errors, operation_id, read_json
 from doq.service.http.lean import LeanRoute
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from doq.service.api import QueueService
 
 NODE_ID_PATTERN = r"^[^/\s]{1,128}$"
+STORE_ID_PATTERN = r"^[0-9a-f]{0,64}$"
+CLUSTER_ID_PATTERN = r"^[0-9A-Za-z-]{0,64}$"
 ADDR_PATTERN = r"^[^/\s]+:[0-9]{1,5}$"
 
 
@@ -72,6 +74,23 @@ class JoinBody(BaseModel):
     raft_addr: str = Field(pattern=ADDR_PATTERN, max_length=255, description="Its peer transport address HOST:PORT.")
     grpc_addr: str = Field(pattern=ADDR_PATTERN, max_length=255, description="Its gRPC address HOST:PORT.")
     http_addr: str = Field(pattern=ADDR_PATTERN, max_length=255, description="Its HTTP address HOST:PORT.")
+    store_id: str = Field("", pattern=STORE_ID_PATTERN, description=(
+        "Its store's id (`GET /cluster/identity`). A known member joining with another store "
+        "(its disk was lost) is replaced: removed, then added again as a learner."))
+    empty: bool = Field(False, description="Its store holds no Raft data (a voter saying so is replaced too).")
+    cluster_id: str = Field("", pattern=CLUSTER_ID_PATTERN, description=(
+        "The cluster it means to join: refused (409 CLUSTER_MISMATCH) if this is another one."))
+
+
+class IdentityModel(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{
+        "node_id": "doq-1", "store_id": "9f2c1e0b7a6d4c3e8b5a1f0e2d3c4b5a",
+        "cluster_id": "0b6f7a3e-5c1d-4e8a-9f52-7d0c3a1e6b94", "empty": False}]})
+    node_id: str = Field(description="The node that answered.")
+    store_id: str = Field(description="Its store's id: random, created with the store (a node that "
+                                      "lost its disk comes back with another one).")
+    cluster_id: str = Field(description="The cluster its store belongs to (\"\" if none yet).")
+    empty: bool = Field(description="The store holds no cluster at all (no Raft data, no cluster id).")
 
 
 class TransferBody(BaseModel):
@@ -96,6 +115,7 @@ _NOT_LEADER = ("Not the leader (NOT_LEADER, `leader_hint`; header X-Doq-Leader: 
                "address when known), no leader, or shutting down; retryable.")
 _ANSWERS = {
     "cluster_status": "This node's view of the cluster.",
+    "cluster_identity": "This node's store identity.",
     "join_cluster": "Added as a learner (or already a member with these addresses): the cluster's status.",
     "remove_member": "Removed from the cluster.",
     "transfer_leader": "Leadership moved: the new leader.",
@@ -122,19 +142,32 @@ def build_cluster_router(api: QueueService) -> APIRouter:
         and applied indexes (its own view: no round trip to the leader)."""
         return _json(status_to_json(admin.cluster_status()))
 
+    @r.get("/cluster/identity", tags=["cluster"], response_model=IdentityModel, summary="Store identity",
+           responses=errors())
+    async def cluster_identity() -> Response:
+        """This node's store: its id and the cluster it belongs to, or that it is empty.
+        Answered by every node, also while it waits to join or has no leader (a start
+        script's seed bootstraps only when every other replica answers `empty`)."""
+        return _json(identity_to_json(admin.identity_of_store()))
+
     @r.post(
         "/cluster/join", tags=["cluster"], response_model=ClusterStatusModel, summary="Add a member",
         responses=errors(400, 409, 413, 415, notes={
-            409: "The node id is taken by a member with other addresses, or this node cannot add members.",
+            409: "The node id is taken by a member with other addresses (MEMBER_EXISTS), the joiner "
+                 "means another cluster (CLUSTER_MISMATCH), or this node cannot add members.",
             503: _NOT_LEADER}),
         openapi_extra=body_doc(JoinBody),
     )
     async def join_cluster(request: Request) -> Response:
         """Add a node as a learner; the leader promotes it to voter once it has caught up.
-        Idempotent for the same id and addresses. `doq serve --join` calls this."""
+        Idempotent for the same id, addresses and store. A known member that comes back
+        with another store (or a voter with an empty one) is replaced: removed, then added
+        again as a learner. `doq serve --join` calls this."""
         b = await read_json(request, JoinBody)
         try:
-            status = await admin.add_member(b.node_id, MemberAddrs(b.raft_addr, b.grpc_addr, b.http_addr))
+            status = await admin.add_member(
+                b.node_id, MemberAddrs(b.raft_addr, b.grpc_addr, b.http_addr, b.store_id),
+                empty=b.empty, cluster_id=b.cluster_id)
         except NotLeader as e:
             return not_leader(e, request.url.path)
         return _json(status_to_json(status))

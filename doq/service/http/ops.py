@@ -25,14 +25,25 @@ CHUNK = 256 * 1024
 
 
 class Health(BaseModel):
-    status: str = Field(description="Always \"ok\" (the process serves HTTP).", examples=["ok"])
+    model_config = ConfigDict(json_schema_extra={"examples": [{"status": "ok", "reasons": []}]})
+    status: str = Field(description="\"ok\", or \"failed\" (503) when the node can no longer make "
+                                    "progress by itself.", examples=["ok"])
+    reasons: list[str] = Field(description="Why it failed: `raft_failed` (the Raft loop stopped), "
+                                           "`store_broken` (the store could not undo a failed write).")
 
 
 class Readiness(BaseModel):
-    model_config = ConfigDict(json_schema_extra={"examples": [{"ready": True, "leader": True, "leader_hint": "node-1"}]})
-    ready: bool = Field(description="This node knows a leader and has applied up to it.")
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"ready": True, "leader": True, "leader_hint": "node-1", "reasons": []}]})
+    ready: bool = Field(description="This node can serve: a member, in contact with the leader, applied "
+                                    "up to the commit index it knows.")
     leader: bool = Field(description="This node is the leader.")
     leader_hint: str = Field(description="The leader this node knows of (\"\" if none).")
+    reasons: list[str] = Field(description=(
+        "Why it is not ready ([] when ready): `not_a_member` (not in the configuration, e.g. a store "
+        "not admitted yet), `no_leader`, `leader_unreachable` (no word from it for an election "
+        "timeout), `applying` (behind its commit index), `shutting_down`, `starting`, `joining`, "
+        "and the liveness reasons (`raft_failed`, `store_broken`)."))
 
 
 class BackupBody(BaseModel):
@@ -68,8 +79,8 @@ class DigestModel(BaseModel):
 
 
 _ANSWERS = {
-    "livez": "The process serves HTTP.",
-    "readyz": "Ready: a leader is known and this node has applied up to it.",
+    "livez": "Live: the node can make progress by itself.",
+    "readyz": "Ready: a member in contact with the leader, applied up to the commit index.",
     "restore": "Restored; the node serves the restored state.",
     "digest": "The digest of this node's committed state and the applied index it belongs to.",
 }
@@ -82,20 +93,32 @@ def build_ops_router(api: QueueService) -> APIRouter:
     registry.register(metrics.QueueDepthCollector(
         node.state.list_queues, lambda: bool(node.is_leader), api.long_polls.waiting))
 
-    @r.get("/livez", tags=["health"], response_model=Health, summary="Liveness")
+    @r.get(
+        "/livez", tags=["health"], response_model=Health, summary="Liveness",
+        responses={503: {"description": "Failed: the node can no longer make progress by itself (restart it).",
+                         "model": Health}},
+    )
     async def livez() -> Response:
-        """200 while the process serves HTTP."""
-        return Response(b'{"status":"ok"}', media_type="application/json")
+        """200 while the node can make progress by itself; 503 with the reasons once its
+        Raft loop failed or its store broke (a supervisor should restart it)."""
+        problems = node.liveness_problems()
+        if not problems:
+            return Response(b'{"status":"ok","reasons":[]}', media_type="application/json")
+        return Response(m.dumps({"status": "failed", "reasons": problems}), status_code=503,
+                        media_type="application/json")
 
     @r.get(
         "/readyz", tags=["health"], response_model=Readiness, summary="Readiness",
-        responses={503: {"description": "Not ready (no leader known or not caught up).", "model": Readiness}},
+        responses={503: {"description": "Not ready: the reasons are in the body.", "model": Readiness}},
     )
     async def readyz() -> Response:
-        """200 when this node knows a leader and has applied up to it, else 503."""
-        ok = node.is_ready()
-        body = {"ready": ok, "leader": bool(node.is_leader), "leader_hint": node.leader_hint or ""}
-        return Response(m.dumps(body), status_code=200 if ok else 503, media_type="application/json")
+        """200 when this node can serve: a member of the configuration, in contact with the
+        leader (or the leader), applied up to the commit index it knows; else 503 with the
+        reasons."""
+        problems = node.readiness_problems()
+        body = {"ready": not problems, "leader": bool(node.is_leader), "leader_hint": node.leader_hint or "",
+                "reasons": problems}
+        return Response(m.dumps(body), status_code=503 if problems else 200, media_type="application/json")
 
     @r.get(
         "/metrics", tags=["health"], summary="Prometheus metrics",

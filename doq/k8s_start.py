@@ -1,0 +1,152 @@
+"""`doq k8s-start`: how a StatefulSet's pod starts — restart, join, or (the seed only, once)
+bootstrap — decided from its own store and the other replicas' store identities.
+
+The bootstrap is the one decision that must never be taken twice for a cluster that has
+existed: a second bootstrap makes a second cluster that acknowledges writes the real one
+never sees. So it is explicit and taken on evidence, never on silence:
+
+1. A store with Raft data restarts from it (the join list is ignored), whoever it is.
+2. A store a join already admitted into a cluster (`store_identity.cluster_id`) joins that
+   cluster again, and no other.
+3. A pod other than the seed joins (`--join`): it never bootstraps.
+4. The seed (`--seed`, default the StatefulSet's ordinal 0) with an empty store asks every
+   other replica `GET /cluster/identity` (answered also while they wait to join:
+   `doq.service.startup_http`), and repeats until it can decide:
+   - any replica belongs to a cluster → join it, refusing any other (`--cluster-id`);
+     a replica with data from before cluster ids → join (any cluster);
+   - every other replica answered and every one is empty → bootstrap: no replica has
+     ever held this cluster's data, so there is nothing a new cluster could shadow;
+   - any replica silent (not started, restarting, unreachable) → wait: it may hold the
+     cluster. Replicas of two different clusters → wait (an operator must choose).
+
+Why this is safe (docs/deploy.md): when all pods start at once (Parallel) the others either
+have data (they answer with the cluster id once their gateway runs) or are empty and
+waiting to join (they answer "empty" at once); when only the seed lost its disk the others
+answer with the cluster and the seed joins it — and is replaced as a member that came back
+with a new store; when all disks are lost every replica answers "empty" and a new cluster
+forms, the only way forward. The decision's inputs are durable: the seed's bootstrap
+writes its store (rule 1 from then on), a join records the cluster (rule 2).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from doq.cluster_client import ClusterError, base_url, get_identity
+from doq.config import ServeConfig
+from doq.node.cluster import NodeIdentity
+
+log = logging.getLogger(__name__)
+
+Action = Literal["restart", "join", "bootstrap", "wait"]
+WAIT_LOG_EVERY_S = 10.0
+PROBE_EVERY_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class LocalStore:
+    """What the pod's own volume holds."""
+
+    has_data: bool  # Raft data: a member's store
+    cluster_id: str = ""  # the cluster a join admitted this (still empty) store into
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    action: Action
+    why: str
+    cluster_id: str = ""  # join: the cluster to join ("" : any)
+
+
+def decide(*, is_seed: bool, local: LocalStore, answers: Mapping[str, NodeIdentity | None]) -> Decision:
+    """The rules of the module docstring. `answers`: each other replica's HTTP address and
+    its identity, None if it did not answer. Pure."""
+    if local.has_data:
+        return Decision("restart", "the volume holds this member's data")
+    if local.cluster_id:
+        return Decision("join", f"this store was admitted into cluster {local.cluster_id}", local.cluster_id)
+    if not is_seed:
+        return Decision("join", "not the seed: it joins, it never bootstraps")
+    clusters = sorted({a.cluster_id for a in answers.values() if a is not None and a.cluster_id})
+    if len(clusters) > 1:
+        return Decision("wait", f"replicas belong to different clusters {clusters}: an operator must choose")
+    if clusters:
+        holders = sorted(addr for addr, a in answers.items() if a is not None and a.cluster_id == clusters[0])
+        return Decision("join", f"{', '.join(holders)} belong(s) to cluster {clusters[0]}", clusters[0])
+    if any(a is not None and not a.empty for a in answers.values()):
+        return Decision("join", "a replica holds a cluster from before cluster ids")
+    silent = sorted(addr for addr, a in answers.items() if a is None)
+    if silent:
+        return Decision("wait", f"no answer yet from {', '.join(silent)} (it may hold the cluster)")
+    return Decision("bootstrap", "every other replica answered that its store is empty"
+                    if answers else "no other replica")
+
+
+def default_seed(node_id: str) -> str:
+    """The StatefulSet's ordinal 0 of `node_id` (`doq-2` → `doq-0`); raises ValueError for
+    an id without an ordinal."""
+    m = re.fullmatch(r"(.+)-(\d+)", node_id)
+    if not m:
+        raise ValueError(f"node id {node_id!r} has no StatefulSet ordinal: give --seed")
+    return f"{m[1]}-0"
+
+
+def local_store(config: ServeConfig) -> LocalStore:
+    """Read the pod's volume (without creating anything: an absent store is empty)."""
+    from doq.node import store_identity
+    from doq.node.build import has_raft_data
+    from doq.storage.env import node_dir, open_env
+
+    path = node_dir(config.data_dir, config.node_id) / "doq.lmdb"
+    if not (path / "data.mdb").exists():
+        return LocalStore(False)
+    env = open_env(path)
+    try:
+        ident = store_identity.load(env)
+        return LocalStore(has_raft_data(env), ident.cluster_id if ident else "")
+    finally:
+        env.close()
+
+
+def probe_all(addrs: list[str], probe: Callable[[str], NodeIdentity]) -> dict[str, NodeIdentity | None]:
+    out: dict[str, NodeIdentity | None] = {}
+    for addr in addrs:
+        try:
+            out[addr] = probe(addr)
+        except ClusterError:
+            out[addr] = None
+    return out
+
+
+def plan(config: ServeConfig, seed: str, *, local: LocalStore | None = None,
+         probe: Callable[[str], NodeIdentity] = get_identity,
+         sleep: Callable[[float], None] = time.sleep,
+         monotonic: Callable[[], float] = time.monotonic) -> tuple[ServeConfig, Decision]:
+    """Decide (waiting as long as `decide` says "wait") and return the config to serve with:
+    the join list dropped for a bootstrap, the cluster id set for a join."""
+    local = local_store(config) if local is None else local
+    own = base_url(config.member_addrs().http_addr)
+    others = [a for a in config.join if base_url(a) != own]
+    is_seed = config.node_id == seed
+    next_log = 0.0
+    while True:
+        answers = probe_all(others, probe) if is_seed and not local.has_data and not local.cluster_id else {}
+        d = decide(is_seed=is_seed, local=local, answers=answers)
+        if d.action != "wait":
+            break
+        if monotonic() >= next_log:
+            log.warning("doq k8s-start: %s waits: %s", config.node_id, d.why)
+            next_log = monotonic() + WAIT_LOG_EVERY_S
+        sleep(PROBE_EVERY_S)
+    if d.action == "bootstrap":
+        return replace(config, join=()), d
+    if d.action == "join":
+        if not config.join:
+            raise ValueError(f"{config.node_id} must join ({d.why}) but has no --join addresses")
+        return replace(config, cluster_id=config.cluster_id or d.cluster_id), d
+    return config, d
