@@ -43,11 +43,13 @@ async def open_raft_node(
     """Build (not start) the node; joins first when needed (see the module docstring).
     Raises what `join_cluster` raises when the cluster refuses or cannot be reached."""
     peers: dict[str, MemberAddrs] | None = None
+    join_cluster_id = ""
     join = bool(join_addrs)
     if join and not has_raft_data(state.env):
         if join_cluster is None:
             raise ValueError("join_addrs given without a join_cluster function")
         status = await asyncio.to_thread(join_cluster, list(join_addrs), node_id, addrs)
         peers = {m.node_id: m.addrs for m in status.members if m.node_id != node_id}
-    return RaftNode(state, node_id=node_id, addrs=addrs, transport=transport,
-                    config=config, join=join, peers=peers, on_commit=on_commit)
+        join_cluster_id = status.cluster_id  # until caught up, the peer door takes only its frames
+    return RaftNode(state, node_id=node_id, addrs=addrs, transport=transport, config=config,
+                    join=join, peers=peers, join_cluster_id=join_cluster_id, on_commit=on_commit)

@@ -17,8 +17,10 @@ Implements `doq.node.transport_base.RaftTransport`. Contract:
   (its node id); anything else is a failed attempt. A failed or
   broken stream is reopened on a fresh channel after an exponential, jittered, bounded
   backoff (`backoff_delay_s`), which restarts after each successful handshake.
-- Inbound frames are decoded and handed to `on_messages`, one call per frame, on the
-  event loop thread. Call every method from the event loop thread.
+- Every frame carries this node's cluster ids (`set_cluster_ids`). Inbound frames are
+  decoded and handed to `on_messages` as a `PeerFrame` (the stream's sender, the frame's
+  cluster ids, its messages), one call per frame, on the event loop thread; the node's
+  peer door decides what reaches the core. Call every method from the event loop thread.
 - `stop()` gives connected peers up to `flush_timeout_s` to receive what is queued
   (half-close, so a last TIMEOUT_NOW of a leadership transfer goes out), then cancels
   everything; no task of the transport survives it.
@@ -38,11 +40,13 @@ import grpc
 from doq_proto.raft.v1 import raft_pb2, raft_pb2_grpc
 from prometheus_client import Counter
 
-from doq.node.transport_base import OnMessages, RaftTransport
+from doq.node.rate_log import RateLimitedLog
+from doq.node.transport_base import OnMessages, PeerFrame, RaftTransport
 from doq.raft.codec import DecodeError, decode_message, encode_message
 from doq.raft.types import Message
 
 log = logging.getLogger(__name__)
+_remote_log = RateLimitedLog(log)  # what a remote party can cause at will
 
 FROM_KEY = "doq-raft-from"
 TO_KEY = "doq-raft-to"
@@ -76,7 +80,8 @@ SENT = Counter("doq_raft_messages_sent_total", "Raft messages written to a peer'
 FRAMES = Counter("doq_raft_frames_sent_total", "Frames (batches of Raft messages) written to a peer's stream", ["peer"])
 DROPPED = Counter("doq_raft_messages_dropped_total", "Raft messages dropped before sending", ["peer", "reason"])
 STREAM_FAILURES = Counter("doq_raft_stream_failures_total", "Peer streams that failed to open or broke", ["peer"])
-RECEIVED = Counter("doq_raft_messages_received_total", "Raft messages received from a peer", ["peer"])
+RECEIVED = Counter("doq_raft_messages_received_total",
+                   "Raft messages received (peer: a peer this node sends to, else \"unknown\")", ["peer"])
 
 
 def backoff_delay_s(attempt: int, rng: random.Random, initial_s: float = 0.05, max_s: float = 2.0) -> float:
@@ -171,6 +176,7 @@ class GrpcRaftTransport:
         self._server: grpc.aio.Server | None = None
         self._started = False
         self._closing = asyncio.Event()
+        self._cluster_ids: tuple[str, ...] = ()
 
     # -- the RaftTransport protocol ------------------------------------------------------
 
@@ -214,6 +220,10 @@ class GrpcRaftTransport:
             peer.addr = raft_addr
         if self._started:
             self._spawn(peer)
+
+    def set_cluster_ids(self, cluster_ids: Sequence[str]) -> None:
+        """The cluster ids every frame carries from now on."""
+        self._cluster_ids = tuple(cluster_ids)
 
     def remove_peer(self, node_id: str) -> None:
         """Forget `node_id`: its stream is closed and its queued messages dropped."""
@@ -324,7 +334,7 @@ class GrpcRaftTransport:
                 raise _StreamClosed()
             if peer.queue:
                 batch = peer.take(self._max_frame_bytes)
-                await call.write(raft_pb2.Frame(messages=batch))
+                await call.write(raft_pb2.Frame(messages=batch, cluster_ids=self._cluster_ids))
                 peer.stats.sent_frames += 1
                 peer.stats.sent_messages += len(batch)
                 peer.frames.inc()
@@ -338,10 +348,10 @@ class GrpcRaftTransport:
 
     # -- receiving -----------------------------------------------------------------------
 
-    def _deliver(self, frm: str, messages: list[Message]) -> None:
-        RECEIVED.labels(frm).inc(len(messages))
+    def _deliver(self, frm: str, cluster_ids: tuple[str, ...], messages: list[Message]) -> None:
+        RECEIVED.labels(frm if frm in self._peers else "unknown").inc(len(messages))  # bounded labels
         try:
-            self._on_messages(messages)
+            self._on_messages(PeerFrame(frm, cluster_ids, messages))
         except Exception:
             log.exception("on_messages failed on %d messages from %s", len(messages), frm)
 
@@ -377,10 +387,10 @@ class _Servicer(raft_pb2_grpc.RaftTransportServicer):
             try:
                 batch = [decode_message(b) for b in frame.messages]
             except DecodeError as e:
-                log.error("undecodable raft message from %s: %s", frm, e)
+                _remote_log.warn("undecodable", "undecodable raft message from %r: %s", frm[:64], e)
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"undecodable raft message: {e}")
             frames += 1
             messages += len(batch)
             if batch:
-                self._t._deliver(frm, batch)
+                self._t._deliver(frm, tuple(frame.cluster_ids), batch)
         return raft_pb2.SendSummary(frames=frames, messages=messages)
