@@ -23,6 +23,7 @@ from doq.service.grpc_server import build_server, grpc_frame_limit, set_serving
 from doq.service.limits import Limits
 from doq.storage.dirlock import NodeDirInUse, NodeDirLock
 from doq.storage.env import node_dir, open_env
+from doq.storage.files import DIR_MODE, tighten
 from doq.storage.state import StateStore
 
 log = logging.getLogger("doq.server")
@@ -54,6 +55,9 @@ def lock_node_dir(config: ServeConfig) -> NodeDirLock:
     """Take the node directory for this process (one process per node directory)."""
     path = node_dir(config.data_dir, config.node_id)
     try:
+        if path.parent.exists():  # the data dir (it may hold several nodes): private too
+            with contextlib.suppress(PermissionError):  # not ours: its node dirs still are
+                tighten(path.parent, DIR_MODE)
         return NodeDirLock.acquire(path)
     except NodeDirInUse as e:
         raise StartupError(str(e)) from e
