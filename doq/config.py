@@ -157,8 +157,13 @@ def _coerce(name: str, value: Any) -> Any:
         raise InvalidArgument(f"--log-level must be debug, info, warning or error, got {value!r}")
     if name == "advertise_host" and value and not _HOST.fullmatch(value):
         raise InvalidArgument(f"--advertise-host must be a host name or IP address without a port, got {value!r}")
-    if name == "node_id" and (not value or "/" in value or value in (".", "..")):
-        raise InvalidArgument(f"--node-id must be a plain name, got {value!r}")
+    if name == "node_id":
+        from doq.node.member_input import check_node_id
+
+        try:
+            check_node_id(value)
+        except InvalidArgument as e:
+            raise InvalidArgument(f"--node-id: {e.message}") from None
     return value
 
 
@@ -190,4 +195,13 @@ def load_config(ns: argparse.Namespace, environ: dict[str, str] | None = None) -
         if not port.isdigit() or not 0 <= int(port) <= 65535:
             raise InvalidArgument(f"--http.port must be a port number, got {port!r}")
         values["http_addr"] = f"{SEED_HTTP_HOST}:{int(port)}"
-    return ServeConfig(**{k: _coerce(k, val) for k, val in values.items()})
+    config = ServeConfig(**{k: _coerce(k, val) for k, val in values.items()})
+    if config.join:  # the addresses it announces go into the cluster's configuration: checked now
+        from doq.node.member_input import check_member_addrs
+
+        try:
+            check_member_addrs(config.member_addrs())
+        except InvalidArgument as e:
+            raise InvalidArgument(f"this node cannot join with the addresses it would announce "
+                                  f"(listen addresses, --advertise-host): {e.message}") from None
+    return config

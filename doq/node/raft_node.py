@@ -52,7 +52,7 @@ from doq.errors import (
     Overloaded,
     Unavailable,
 )
-from doq.node import peer_door
+from doq.node import member_input, peer_door
 from doq.node.base import ProposalFuture, resolve_results
 from doq.node.cluster import ClusterStatus, Member, MemberAddrs
 from doq.node.local import MAX_PENDING_COMMANDS, _take_count, wall_clock_ms
@@ -543,12 +543,10 @@ class RaftNode:
         self._check_serving()
         core = self.core
         assert core is not None
-        if node_id in core.voters or node_id in core.learners:
-            if self.storage.members.get(node_id) == addrs:
-                return self.cluster_status()
-            raise FailedPrecondition(
-                f"{node_id} is already a member with other addresses; remove it first",
-                reason="MEMBER_EXISTS")
+        members = {nid: self.storage.members.get(nid) or MemberAddrs("", "", "")
+                   for nid in (*core.voters, *core.learners)}
+        if member_input.check_new_member(node_id, addrs, members):  # 400 / 409 if it may not join
+            return self.cluster_status()  # already a member with these addresses
         cc = ConfChange(ConfChangeType.ADD_LEARNER, node_id, encode_addrs(addrs))
         await self._conf_change(cc)
         return self.cluster_status()

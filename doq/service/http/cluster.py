@@ -18,6 +18,7 @@ from starlette.responses import Response
 
 from doq.cluster_client import LEADER_HEADER, status_to_json
 from doq.errors import NotLeader
+from doq.node import member_input
 from doq.node.cluster import ClusterAdmin, MemberAddrs
 from doq.service.http import models as m
 from doq.service.http.bodies import body_doc, errors, operation_id, read_json
@@ -28,8 +29,8 @@ if TYPE_CHECKING:
     from doq.node.base import Node
     from doq.service.api import QueueService
 
-NODE_ID_PATTERN = r"^[^/\s]{1,128}$"
-ADDR_PATTERN = r"^[^/\s]+:[0-9]{1,5}$"
+NODE_ID_PATTERN = member_input.NODE_ID_PATTERN
+ADDR_PATTERN = member_input.ADDR_PATTERN
 
 
 class MemberModel(BaseModel):
@@ -69,9 +70,9 @@ class JoinBody(BaseModel):
         "node_id": "node-2", "raft_addr": "localhost:9002", "grpc_addr": "localhost:10002",
         "http_addr": "localhost:8002"}]})
     node_id: str = Field(pattern=NODE_ID_PATTERN, description="The new member's node id.")
-    raft_addr: str = Field(pattern=ADDR_PATTERN, max_length=255, description="Its peer transport address HOST:PORT.")
-    grpc_addr: str = Field(pattern=ADDR_PATTERN, max_length=255, description="Its gRPC address HOST:PORT.")
-    http_addr: str = Field(pattern=ADDR_PATTERN, max_length=255, description="Its HTTP address HOST:PORT.")
+    raft_addr: str = Field(pattern=ADDR_PATTERN, max_length=member_input.ADDR_MAX, description="Its peer transport address HOST:PORT.")
+    grpc_addr: str = Field(pattern=ADDR_PATTERN, max_length=member_input.ADDR_MAX, description="Its gRPC address HOST:PORT.")
+    http_addr: str = Field(pattern=ADDR_PATTERN, max_length=member_input.ADDR_MAX, description="Its HTTP address HOST:PORT.")
 
 
 class TransferBody(BaseModel):
@@ -133,8 +134,11 @@ def build_cluster_router(api: QueueService) -> APIRouter:
         """Add a node as a learner; the leader promotes it to voter once it has caught up.
         Idempotent for the same id and addresses. `doq serve --join` calls this."""
         b = await read_json(request, JoinBody)
+        addrs = MemberAddrs(b.raft_addr, b.grpc_addr, b.http_addr)
+        member_input.check_node_id(b.node_id)  # the whole rule (the schema shows its syntax)
+        member_input.check_member_addrs(addrs)
         try:
-            status = await admin.add_member(b.node_id, MemberAddrs(b.raft_addr, b.grpc_addr, b.http_addr))
+            status = await admin.add_member(b.node_id, addrs)
         except NotLeader as e:
             return not_leader(e, request.url.path)
         return _json(status_to_json(status))
