@@ -96,6 +96,14 @@ def main(argv: list[str] | None = None) -> int:
     if args and args[0].startswith("--") and args[0] != "--help":
         args = ["serve", *args]
     ns = parser.parse_args(args)
+    if getattr(ns, "ca_file", None):  # a client command: HTTPS verified with the cluster CA
+        from doq.client_cli import use_ca_file
+
+        try:
+            use_ca_file(ns.ca_file)
+        except DoqError as e:
+            print(f"doq: {e.message}", file=sys.stderr)
+            return 2
     return int(ns.func(ns) or 0)
 
 

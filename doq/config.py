@@ -29,6 +29,10 @@ class ServeConfig:
     snapshot_every: int = 10_000  # as RaftNodeConfig (a unit test keeps them equal)
     keep_entries: int = 5_000
     restore_chunk_bytes: int = 1 << 20  # as RaftNodeConfig
+    secure: bool = False  # TLS whatever the addresses (doq/tls/mode.py)
+    insecure: bool = False  # no TLS even on non-loopback addresses
+    tls_cert: str = ""  # client ports' certificate file (none: the node's, from the cluster CA)
+    tls_key: str = ""
 
     def member_addrs(self) -> MemberAddrs:
         """The addresses this node announces to the cluster (and clients are sent to): the
@@ -57,6 +61,12 @@ _HELP = {
     "log_level": "debug | info | warning | error",
     "snapshot_every": "applied log entries between two snapshots of the state (0: never)",
     "keep_entries": "log entries kept behind a snapshot for followers that lag",
+    "secure": "TLS on every port (mutual TLS between members, a cluster CA made on the first "
+              "start) whatever the addresses; the default as soon as an address is not loopback",
+    "insecure": "no TLS even on non-loopback addresses (anyone who reaches a port can do anything)",
+    "tls_cert": "certificate (PEM) for the client ports, gRPC and HTTP (none: the node's own, "
+                "signed by the cluster CA)",
+    "tls_key": "private key (PEM) of --tls-cert",
     "restore_chunk_bytes": "record bytes (uncompressed) per log entry of an online restore "
                            "(1024..16777216)",
 }
@@ -102,6 +112,10 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
         if f.name in SEED_FLAGS:
             flags.append(SEED_FLAGS[f.name])
         default = f.default if f.default_factory is MISSING else f.default_factory()  # type: ignore[misc]
+        if isinstance(default, bool):
+            p.add_argument(*flags, dest=f.name, action="store_const", const=True, default=None,
+                           help=f"{_HELP[f.name]} (env DOQ_{f.name.upper()}=1)")
+            continue
         p.add_argument(*flags, dest=f.name, default=_shown_default(default),
                        help=f"{_HELP[f.name]} (env DOQ_{f.name.upper()})")
     p.add_argument("--http.port", dest="http_port", metavar="PORT",
@@ -123,7 +137,19 @@ def _parse_addr(name: str, value: str) -> str:
     return value
 
 
+_BOOLS = {"secure", "insecure"}
+
+
 def _coerce(name: str, value: Any) -> Any:
+    if name in _BOOLS:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in ("1", "true", "yes", "on"):
+            return True
+        if text in ("0", "false", "no", "off", ""):
+            return False
+        raise InvalidArgument(f"--{name} takes no value; DOQ_{name.upper()} must be 1 or 0, got {value!r}")
     if name == "join":
         if isinstance(value, (list, tuple)):
             items = [str(x) for x in value]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import signal
@@ -15,6 +16,7 @@ import grpc
 import lmdb
 
 from doq.config import ServeConfig
+from doq.errors import InvalidArgument
 from doq.node import k8s_leader
 from doq.node.base import Node
 from doq.service.api import QueueService
@@ -25,6 +27,9 @@ from doq.storage.dirlock import NodeDirInUse, NodeDirLock
 from doq.storage.env import node_dir, open_env
 from doq.storage.files import DIR_MODE, tighten
 from doq.storage.state import StateStore
+from doq.tls.certs import TlsSetupError
+from doq.tls.creds import ca_channel_credentials, client_port_credentials, ssl_client_context
+from doq.tls.node_setup import ServingTls, node_tls
 
 log = logging.getLogger("doq.server")
 
@@ -43,6 +48,7 @@ class Runtime:
     state: StateStore
     node: Node
     api: QueueService
+    tls: ServingTls | None = None  # a secure node's (doq/tls)
 
     def close(self, *, discard: bool = False) -> None:
         """Close storage and release the node directory; `discard` (a failed start) also
@@ -70,6 +76,11 @@ async def open_runtime(config: ServeConfig) -> Runtime:
     joining the cluster, for a new node with `--join`) and the facade (not started).
     Raises StartupError, having left the disk as it was."""
     lock = lock_node_dir(config)
+    try:
+        tls = node_tls(config, lock.path)
+    except (TlsSetupError, InvalidArgument) as e:
+        lock.release()
+        raise StartupError(str(e)) from None
     path = lock.path / "doq.lmdb"
     try:
         env = open_env(path)
@@ -87,11 +98,15 @@ async def open_runtime(config: ServeConfig) -> Runtime:
         raft_config = RaftNodeConfig(election_tick=config.election_timeout_ms // RaftNodeConfig().tick_ms,
                                      snapshot_every=config.snapshot_every, keep_entries=config.keep_entries,
                                      restore_chunk_bytes=config.restore_chunk_bytes)
+        join = join_cluster
+        if tls is not None:  # join over HTTPS, verified with the cluster CA
+            join = functools.partial(join_cluster, ssl_context=ssl_client_context(ca_pem=tls.node.ca_cert))
         try:
             node = await open_raft_node(
                 state, node_id=config.node_id, addrs=config.member_addrs(), join_addrs=config.join,
-                join_cluster=join_cluster, on_commit=metrics.observe_commit, config=raft_config,
-                transport=lambda on_messages: GrpcRaftTransport(config.node_id, config.raft_addr, on_messages),
+                join_cluster=join, on_commit=metrics.observe_commit, config=raft_config,
+                transport=lambda on_messages: GrpcRaftTransport(config.node_id, config.raft_addr, on_messages,
+                                                                tls=tls.node if tls else None),
             )
         except ClusterError as e:
             raise StartupError(f"cannot join the cluster at {', '.join(config.join)}: {e}") from e
@@ -100,14 +115,15 @@ async def open_runtime(config: ServeConfig) -> Runtime:
         env.close()
         lock.release()
         raise
-    return Runtime(config, lock, env, state, node, api)
+    return Runtime(config, lock, env, state, node, api, tls)
 
 
 class _QuietUvicornServer:
     """uvicorn.Server without its own signal handling (the node handles SIGTERM)."""
 
     @staticmethod
-    def make(app: object, host: str, port: int, log_level: str):  # type: ignore[no-untyped-def]
+    def make(app: object, host: str, port: int, log_level: str,  # type: ignore[no-untyped-def]
+             tls: ServingTls | None = None):
         import uvicorn
 
         class Server(uvicorn.Server):
@@ -123,6 +139,8 @@ class _QuietUvicornServer:
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=5,
+            ssl_certfile=str(tls.cert_file) if tls else None,
+            ssl_keyfile=str(tls.key_file) if tls else None,
         )
         return Server(cfg)
 
@@ -143,13 +161,16 @@ class _Listeners:
 
 async def _listen(rt: Runtime) -> _Listeners:
     """Start the gRPC server and the HTTP gateway; raises StartupError with neither running."""
-    config = rt.config
+    config, tls = rt.config, rt.tls
     forwarder = None
     if rt.node.cluster_admin() is not None:
-        forwarder = LeaderForwarder(rt.node, max_message_bytes=grpc_frame_limit(config.max_message_bytes))
+        forwarder = LeaderForwarder(rt.node, max_message_bytes=grpc_frame_limit(config.max_message_bytes),
+                                    credentials=ca_channel_credentials(tls.node.ca_cert) if tls else None)
     try:
-        grpc_server, grpc_port = build_server(rt.api, config.grpc_addr, max_message_bytes=config.max_message_bytes,
-                                              interceptors=[forwarder] if forwarder else [])
+        grpc_server, grpc_port = build_server(
+            rt.api, config.grpc_addr, max_message_bytes=config.max_message_bytes,
+            interceptors=[forwarder] if forwarder else [],
+            credentials=client_port_credentials(tls.client_cert, tls.client_key) if tls else None)
     except (OSError, RuntimeError) as e:
         raise StartupError(f"cannot listen on gRPC address {config.grpc_addr}: {e}") from e
     await grpc_server.start()
@@ -158,7 +179,8 @@ async def _listen(rt: Runtime) -> _Listeners:
     from doq.service.http_gateway import create_app
 
     host, port = _split(config.http_addr)
-    http = _QuietUvicornServer.make(create_app(rt.api), host, port, config.log_level)
+    forward_ssl = ssl_client_context(ca_pem=tls.node.ca_cert) if tls else None
+    http = _QuietUvicornServer.make(create_app(rt.api, forward_ssl=forward_ssl), host, port, config.log_level, tls)
 
     async def serve_http() -> None:
         try:
@@ -219,6 +241,9 @@ async def serve(config: ServeConfig, *, ready: asyncio.Event | None = None) -> N
     if leader_label:
         leader_label.follow(lambda: rt.node.is_leader)
     print(f"doq: node {config.node_id} ready: grpc={config.grpc_addr} http={config.http_addr}", flush=True)
+    if rt.tls:
+        print(f"doq: TLS on every port (mutual TLS between members); clients verify the node with "
+              f"--ca-file {rt.tls.node.ca_file}", flush=True)
     if ready:
         ready.set()
     await stop.wait()

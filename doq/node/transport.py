@@ -21,6 +21,11 @@ Implements `doq.node.transport_base.RaftTransport`. Contract:
   decoded and handed to `on_messages` as a `PeerFrame` (the stream's sender, the frame's
   cluster ids, its messages), one call per frame, on the event loop thread; the node's
   peer door decides what reaches the core. Call every method from the event loop thread.
+- With `tls` (a secure node): mutual TLS with the cluster CA (doq/tls/creds.py). A
+  sender checks that the receiver's certificate names the node it means; the receiver
+  refuses a stream without a certificate of the cluster CA (in the TLS handshake) or
+  whose certificate's common name is not the stream's sender (PERMISSION_DENIED, counted
+  as `doq_raft_streams_refused_total{reason="certificate"}`).
 - `stop()` gives connected peers up to `flush_timeout_s` to receive what is queued
   (half-close, so a last TIMEOUT_NOW of a leadership transfer goes out), then cancels
   everything; no task of the transport survives it.
@@ -44,6 +49,13 @@ from doq.node.rate_log import RateLimitedLog
 from doq.node.transport_base import OnMessages, PeerFrame, RaftTransport
 from doq.raft.codec import DecodeError, decode_message, encode_message
 from doq.raft.types import Message
+from doq.tls.certs import NodeTls
+from doq.tls.creds import (
+    peer_channel_credentials,
+    peer_channel_options,
+    peer_common_name,
+    peer_server_credentials,
+)
 
 log = logging.getLogger(__name__)
 _remote_log = RateLimitedLog(log)  # what a remote party can cause at will
@@ -80,6 +92,8 @@ SENT = Counter("doq_raft_messages_sent_total", "Raft messages written to a peer'
 FRAMES = Counter("doq_raft_frames_sent_total", "Frames (batches of Raft messages) written to a peer's stream", ["peer"])
 DROPPED = Counter("doq_raft_messages_dropped_total", "Raft messages dropped before sending", ["peer", "reason"])
 STREAM_FAILURES = Counter("doq_raft_stream_failures_total", "Peer streams that failed to open or broke", ["peer"])
+STREAMS_REFUSED = Counter("doq_raft_streams_refused_total",
+                          "Inbound peer streams refused before any message was read", ["reason"])
 RECEIVED = Counter("doq_raft_messages_received_total",
                    "Raft messages received (peer: a peer this node sends to, else \"unknown\")", ["peer"])
 
@@ -158,8 +172,10 @@ class GrpcRaftTransport:
         backoff_max_s: float = 2.0,
         flush_timeout_s: float = 0.5,
         rng: random.Random | None = None,
+        tls: NodeTls | None = None,
     ) -> None:
         self.node_id = node_id
+        self.tls = tls
         self.listen_addr = listen_addr
         self.port = 0
         self._on_messages = on_messages
@@ -238,7 +254,10 @@ class GrpcRaftTransport:
         server = grpc.aio.server(options=_SERVER_OPTIONS)
         raft_pb2_grpc.add_RaftTransportServicer_to_server(_Servicer(self), server)
         try:
-            self.port = server.add_insecure_port(self.listen_addr)
+            if self.tls is not None:
+                self.port = server.add_secure_port(self.listen_addr, peer_server_credentials(self.tls))
+            else:
+                self.port = server.add_insecure_port(self.listen_addr)
         except RuntimeError as e:
             raise OSError(f"cannot listen for Raft peers on {self.listen_addr}: {e}") from e
         await server.start()
@@ -294,7 +313,7 @@ class GrpcRaftTransport:
         attempt = 0
         metadata = ((FROM_KEY, self.node_id), (TO_KEY, peer.node_id))
         while not self._closing.is_set():
-            channel = grpc.aio.insecure_channel(peer.addr, options=_CHANNEL_OPTIONS)
+            channel = self._channel(peer)
             try:
                 call = raft_pb2_grpc.RaftTransportStub(channel).Send(metadata=metadata)
                 call.add_done_callback(lambda _c: peer.wake.set())
@@ -324,6 +343,12 @@ class GrpcRaftTransport:
             attempt += 1
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._closing.wait(), delay_s)
+
+    def _channel(self, peer: _Peer) -> grpc.aio.Channel:
+        if self.tls is None:
+            return grpc.aio.insecure_channel(peer.addr, options=_CHANNEL_OPTIONS)
+        return grpc.aio.secure_channel(peer.addr, peer_channel_credentials(self.tls),
+                                       options=[*_CHANNEL_OPTIONS, *peer_channel_options(peer.node_id)])
 
     async def _pump(self, peer: _Peer, call: grpc.aio.StreamUnaryCall) -> None:
         """Write frames while the stream lives; on stop, flush, half-close and return."""
@@ -377,9 +402,15 @@ class _Servicer(raft_pb2_grpc.RaftTransportServicer):
     ) -> raft_pb2.SendSummary:
         md = {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
         frm, to = md.get(FROM_KEY, ""), md.get(TO_KEY, "")
+        if self._t.tls is not None and peer_common_name(context.auth_context()) != frm:
+            STREAMS_REFUSED.labels("certificate").inc()
+            _remote_log.warn("certificate", "refused a raft stream from %r: its certificate names %r",
+                             frm[:64], peer_common_name(context.auth_context())[:64])
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                                "the client certificate does not name the stream's sender")
         if to != self._t.node_id:
             await context.abort(
-                grpc.StatusCode.FAILED_PRECONDITION, f"this is node {self._t.node_id!r}, not {to!r}"
+                grpc.StatusCode.FAILED_PRECONDITION, f"this is node {self._t.node_id!r}, not {to[:64]!r}"
             )
         await context.send_initial_metadata(((ACCEPTED_KEY, self._t.node_id),))
         frames = messages = 0

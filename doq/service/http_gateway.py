@@ -9,6 +9,7 @@ See docs/http.md.
 from __future__ import annotations
 
 import inspect
+import ssl
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
@@ -62,8 +63,9 @@ _NO_TELEMETRY: dict[str, Any] = (
 )
 
 
-def create_app(api: QueueService) -> FastAPI:
-    """The gateway application for one service facade."""
+def create_app(api: QueueService, *, forward_ssl: ssl.SSLContext | None = None) -> FastAPI:
+    """The gateway application for one service facade (`forward_ssl`: how a follower
+    reaches its leader over HTTPS, on a secure node)."""
     app = FastAPI(
         **_NO_TELEMETRY,
         title="doq",
@@ -88,7 +90,7 @@ def create_app(api: QueueService) -> FastAPI:
     app.state.openapi_routes = list(app.router.routes)
     hot = {name: i for i, name in enumerate(HOT_ROUTES)}
     app.router.routes.sort(key=lambda r: hot.get(getattr(r, "name", ""), len(hot)))
-    install_leader_forwarding(app, api.node)  # inside the body limit: added before it
+    install_leader_forwarding(app, api.node, forward_ssl)  # inside the body limit: added before it
     single, batch = body_limits(api.limits.max_message_bytes)
     app.add_middleware(
         BodyLimitMiddleware,

@@ -100,3 +100,16 @@ def test_snapshot_settings_reach_the_raft_driver_with_its_defaults() -> None:
 def test_bad_snapshot_settings_are_refused(argv: list[str]) -> None:
     with pytest.raises(InvalidArgument, match=argv[0]):
         parse(argv)
+
+
+def test_secure_and_insecure_are_switches_also_set_by_the_environment() -> None:
+    import argparse
+
+    from doq.config import add_serve_arguments, load_config
+
+    p = argparse.ArgumentParser()
+    add_serve_arguments(p)
+    assert load_config(p.parse_args([]), {}).secure is False
+    assert load_config(p.parse_args(["--secure"]), {}).secure is True
+    assert load_config(p.parse_args([]), {"DOQ_INSECURE": "1"}).insecure is True
+    assert load_config(p.parse_args([]), {"DOQ_SECURE": "0"}).secure is False
