@@ -86,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     from doq import cluster_cli  # doq cluster status | remove | transfer
 
     cluster_cli.add_parser(sub)
+    from doq import join_token_cli  # doq join-token create
+
+    join_token_cli.add_parser(sub)
     return parser
 
 

@@ -33,6 +33,7 @@ class ServeConfig:
     insecure: bool = False  # no TLS even on non-loopback addresses
     tls_cert: str = ""  # client ports' certificate file (none: the node's, from the cluster CA)
     tls_key: str = ""
+    join_token: str = ""  # enroll in a secure cluster with this token (doq/tls/enrollment.py)
 
     def member_addrs(self) -> MemberAddrs:
         """The addresses this node announces to the cluster (and clients are sent to): the
@@ -67,6 +68,8 @@ _HELP = {
     "tls_cert": "certificate (PEM) for the client ports, gRPC and HTTP (none: the node's own, "
                 "signed by the cluster CA)",
     "tls_key": "private key (PEM) of --tls-cert",
+    "join_token": "with --join: a token from `doq join-token create` that enrolls this node in a "
+                  "secure cluster (it gets the cluster CA); prefer the environment variable",
     "restore_chunk_bytes": "record bytes (uncompressed) per log entry of an online restore "
                            "(1024..16777216)",
 }

@@ -29,7 +29,7 @@ from doq.storage.files import DIR_MODE, tighten
 from doq.storage.state import StateStore
 from doq.tls.certs import TlsSetupError
 from doq.tls.creds import ca_channel_credentials, client_port_credentials, ssl_client_context
-from doq.tls.node_setup import ServingTls, node_tls
+from doq.tls.node_setup import ServingTls, enroll_node, needs_enrollment, node_tls
 
 log = logging.getLogger("doq.server")
 
@@ -76,7 +76,10 @@ async def open_runtime(config: ServeConfig) -> Runtime:
     joining the cluster, for a new node with `--join`) and the facade (not started).
     Raises StartupError, having left the disk as it was."""
     lock = lock_node_dir(config)
+    enrolled = None  # the cluster's status, when this start enrolled with a join token
     try:
+        if needs_enrollment(config, lock.path):
+            enrolled = await asyncio.to_thread(enroll_node, config, lock.path)
         tls = node_tls(config, lock.path)
     except (TlsSetupError, InvalidArgument) as e:
         lock.release()
@@ -99,7 +102,9 @@ async def open_runtime(config: ServeConfig) -> Runtime:
                                      snapshot_every=config.snapshot_every, keep_entries=config.keep_entries,
                                      restore_chunk_bytes=config.restore_chunk_bytes)
         join = join_cluster
-        if tls is not None:  # join over HTTPS, verified with the cluster CA
+        if enrolled is not None:  # already added by the enrollment
+            join = lambda *_: enrolled  # noqa: E731
+        elif tls is not None:  # join over HTTPS, verified with the cluster CA
             join = functools.partial(join_cluster, ssl_context=ssl_client_context(ca_pem=tls.node.ca_cert))
         try:
             node = await open_raft_node(
@@ -180,7 +185,13 @@ async def _listen(rt: Runtime) -> _Listeners:
 
     host, port = _split(config.http_addr)
     forward_ssl = ssl_client_context(ca_pem=tls.node.ca_cert) if tls else None
-    http = _QuietUvicornServer.make(create_app(rt.api, forward_ssl=forward_ssl), host, port, config.log_level, tls)
+    enrollment = None
+    if tls is not None and rt.node.cluster_admin() is not None:
+        from doq.tls.enrollment import Enrollment
+
+        enrollment = Enrollment(rt.node, tls.node)
+    app = create_app(rt.api, forward_ssl=forward_ssl, enrollment=enrollment)
+    http = _QuietUvicornServer.make(app, host, port, config.log_level, tls)
 
     async def serve_http() -> None:
         try:

@@ -24,6 +24,7 @@ from doq.service.http.routes import build_router
 
 if TYPE_CHECKING:
     from doq.service.api import QueueService
+    from doq.tls.enrollment import Enrollment
 
 BODY_SLACK = 64 * 1024
 BATCH_BODY_MIN = 16 * 1024 * 1024
@@ -63,9 +64,10 @@ _NO_TELEMETRY: dict[str, Any] = (
 )
 
 
-def create_app(api: QueueService, *, forward_ssl: ssl.SSLContext | None = None) -> FastAPI:
+def create_app(api: QueueService, *, forward_ssl: ssl.SSLContext | None = None,
+               enrollment: Enrollment | None = None) -> FastAPI:
     """The gateway application for one service facade (`forward_ssl`: how a follower
-    reaches its leader over HTTPS, on a secure node)."""
+    reaches its leader over HTTPS, and `enrollment`: the join-token routes, on a secure node)."""
     app = FastAPI(
         **_NO_TELEMETRY,
         title="doq",
@@ -85,6 +87,10 @@ def create_app(api: QueueService, *, forward_ssl: ssl.SSLContext | None = None) 
     # Routes are added flat (not as included sub-routers): one route match per request.
     for router in (build_router(api), build_ops_router(api), build_cluster_router(api)):
         app.router.routes.extend(router.routes)
+    if enrollment is not None:
+        from doq.service.http.enroll import build_enroll_router
+
+        app.router.routes.extend(build_enroll_router(enrollment).routes)
     install_docs(app)
     # The document lists paths in declaration order; requests try the hot routes first.
     app.state.openapi_routes = list(app.router.routes)

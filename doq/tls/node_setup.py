@@ -7,7 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from doq.config import ServeConfig
-from doq.tls.certs import TLS_DIR, NodeTls, TlsSetupError, ensure_node_tls
+from doq.errors import DoqError
+from doq.node.cluster import ClusterStatus
+from doq.tls.certs import CA_CERT, TLS_DIR, NodeTls, TlsSetupError, ensure_node_tls, install_ca
+from doq.tls.enrollment import EnrollError, enroll
 from doq.tls.mode import decide_secure, host_of, non_loopback
 
 
@@ -40,10 +43,29 @@ def why_secure(config: ServeConfig) -> str:
     return f"it binds or announces the non-loopback address {non_loopback(config_hosts(config))[0]!r}"
 
 
+def needs_enrollment(config: ServeConfig, node_path: Path) -> bool:
+    """A node started with --join-token that has no cluster CA yet enrolls first."""
+    return bool(config.join_token) and not (node_path / TLS_DIR / CA_CERT).exists()
+
+
+def enroll_node(config: ServeConfig, node_path: Path) -> ClusterStatus:
+    """Enroll with the join token (blocking): the cluster CA goes into NODE_DIR/tls; returns
+    the cluster's status after the add. Raises TlsSetupError."""
+    if not config.join:
+        raise TlsSetupError("--join-token needs --join ADDR (any member's HTTP address)")
+    try:
+        status, ca_cert, ca_key = enroll(config.join_token, list(config.join), config.node_id,
+                                         config.member_addrs())
+    except (EnrollError, DoqError) as e:
+        raise TlsSetupError(f"cannot enroll with the join token: {e}") from None
+    install_ca(node_path / TLS_DIR, ca_cert, ca_key)
+    return status
+
+
 def node_tls(config: ServeConfig, node_path: Path) -> ServingTls | None:
     """None if the node does not run secure; else its TLS, created as needed (a node that
     bootstraps makes the cluster CA). Raises TlsSetupError with the operator's message."""
-    if not decide_secure(secure=config.secure, insecure=config.insecure,
+    if not decide_secure(secure=config.secure or bool(config.join_token), insecure=config.insecure,
                          listen_addrs=(config.grpc_addr, config.http_addr, config.raft_addr),
                          advertise_host=config.advertise_host):
         return None
