@@ -45,7 +45,9 @@ def run(ns: argparse.Namespace) -> int:
         answer = cc.request_json(server, "POST", "/cluster/join-tokens", {"ttl_s": ns.ttl_s}, timeout_s=ns.timeout)
         token = str(answer.body["token"])
     except cc.ClusterError as e:
-        hint = " (join tokens need a secure cluster: --server https://... --ca-file ca.crt)" if e.status == 404 else ""
+        hint = {404: " (join tokens need a secure cluster: --server https://... --ca-file ca.crt)",
+                403: " (run it on the leader's machine, --server https://127.0.0.1:PORT)",
+                503: f" (ask the leader{': ' + e.leader if e.leader else ''}, from its machine)"}.get(e.status, "")
         print(f"doq join-token create: {e}{hint}", file=sys.stderr)
         return 1
     except (KeyError, TypeError) as e:

@@ -1,7 +1,9 @@
 """Join-token routes of a secure node (doq/tls/enrollment.py; docs/security.md, "Join tokens"):
 
-- `POST /cluster/join-tokens {"ttl_s"}` → `{"token"}`: a one-time token for a new member
-  (the leader proposes it; a follower forwards).
+- `POST /cluster/join-tokens {"ttl_s"}` → `{"token"}`: a one-time token for a new member.
+  A token is worth the cluster CA, so until the client door checks admin keys, only a
+  client on the leader's own machine (a loopback connection, not forwarded) may create
+  one: anyone else gets 403 `LOOPBACK_ONLY`, a follower 503 `NOT_LEADER` with the leader.
 - `GET /cluster/ca` → the cluster CA certificate (PEM; public): a joining node checks its
   fingerprint against its token's.
 - `POST /cluster/enroll {"token", "node_id", "raft_addr", "grpc_addr", "http_addr"}` →
@@ -22,8 +24,9 @@ from doq.node.member_input import ADDR_MAX, ADDR_PATTERN, NODE_ID_PATTERN
 from doq.service.http import models as m
 from doq.service.http.bodies import body_doc, errors, operation_id, read_json
 from doq.service.http.lean import LeanRoute
-from doq.service.http.problems import problem_response
+from doq.service.http.problems import PROBLEM_JSON, problem_response
 from doq.tls.enrollment import DEFAULT_TTL_S, MAX_TTL_S, Enrollment
+from doq.tls.mode import is_loopback
 
 
 class TokenBody(BaseModel):
@@ -44,14 +47,24 @@ class EnrollBody(BaseModel):
     http_addr: str = Field(pattern=ADDR_PATTERN, max_length=ADDR_MAX, description="Its HTTP address HOST:PORT.")
 
 
+def _forbidden(path: str, detail: str) -> Response:
+    doc = {"type": "about:blank", "title": "Permission denied", "status": 403, "detail": detail,
+           "instance": path, "reason": "LOOPBACK_ONLY"}
+    return Response(m.dumps(doc), status_code=403, media_type=PROBLEM_JSON)
+
+
 def build_enroll_router(enrollment: Enrollment) -> APIRouter:
     r = APIRouter(generate_unique_id_function=operation_id, route_class=LeanRoute)
 
     @r.post("/cluster/join-tokens", tags=["cluster"], response_model=TokenAnswer, summary="Create a join token",
-            responses=errors(400, 409, 413, 415), openapi_extra=body_doc(TokenBody, required=False))
+            responses=errors(400, 403, 409, 413, 415), openapi_extra=body_doc(TokenBody, required=False))
     async def create_join_token(request: Request) -> Response:
         """A one-time join token for a new member, valid `ttl_s` seconds (`doq join-token create`)."""
         b = await read_json(request, TokenBody, required=False)
+        client = request.client.host if request.client else ""
+        if not is_loopback(client):
+            return _forbidden(request.url.path, "join tokens are created through a loopback connection "
+                              "to the leader (run `doq join-token create` on the leader's machine)")
         try:
             token = await enrollment.create_token(b.ttl_s)
         except NotLeader as e:

@@ -39,7 +39,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 FORWARDED_HEADER = "X-Doq-Forwarded-By"
 """Request header set on a forwarded request: the id of the node that forwarded it."""
 _DEQUEUE_PATH = re.compile(r"^/API/v1/queues/[^/]+/messages$")
-_LOCAL_WRITES = frozenset({"/db/backup"})
+_LOCAL_WRITES = frozenset({"/db/backup", "/cluster/join-tokens"})  # the latter: loopback only (enroll.py)
 _HOP_BY_HOP = frozenset({
     b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"te", b"trailer", b"upgrade",
     b"expect", b"host",
