@@ -27,7 +27,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="join_token_command", required=True)
     c = sub.add_parser("create", help="a one-time token for `doq serve --join ADDR --join-token TOKEN`")
-    add_server_argument(c, "member to ask (any)")
+    add_server_argument(c, "leader, from its own machine (loopback) until admin keys guard the route")
     add_json_argument(c)
     c.add_argument("--ttl-s", type=int, default=DEFAULT_TTL_S, help="seconds the token stays usable")
     c.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer")
