@@ -33,7 +33,7 @@ class ServeConfig:
     insecure: bool = False  # no TLS even on non-loopback addresses
     tls_cert: str = ""  # client ports' certificate file (none: the node's, from the cluster CA)
     tls_key: str = ""
-    join_token: str = ""  # enroll in a secure cluster with this token (doq/tls/enrollment.py)
+    join_token: str = field(default="", repr=False)  # a secret: enrolls in a secure cluster (doq/tls/enrollment.py)
 
     def member_addrs(self) -> MemberAddrs:
         """The addresses this node announces to the cluster (and clients are sent to): the

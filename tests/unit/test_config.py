@@ -113,3 +113,9 @@ def test_secure_and_insecure_are_switches_also_set_by_the_environment() -> None:
     assert load_config(p.parse_args(["--secure"]), {}).secure is True
     assert load_config(p.parse_args([]), {"DOQ_INSECURE": "1"}).insecure is True
     assert load_config(p.parse_args([]), {"DOQ_SECURE": "0"}).secure is False
+
+
+def test_the_join_token_never_shows_in_the_configs_repr() -> None:
+    from doq.config import ServeConfig
+
+    assert "s3cret" not in repr(ServeConfig(join_token="doqjt1.s3cret"))
