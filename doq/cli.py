@@ -123,6 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
     from doq import cluster_cli  # doq cluster status | remove | transfer
 
     cluster_cli.add_parser(sub)
+    from doq import join_token_cli  # doq join-token create
+
+    join_token_cli.add_parser(sub)
     return parser
 
 
@@ -133,6 +136,14 @@ def main(argv: list[str] | None = None) -> int:
     if args and args[0].startswith("--") and args[0] != "--help":
         args = ["serve", *args]
     ns = parser.parse_args(args)
+    if getattr(ns, "ca_file", None):  # a client command: HTTPS verified with the cluster CA
+        from doq.client_cli import use_ca_file
+
+        try:
+            use_ca_file(ns.ca_file)
+        except DoqError as e:
+            print(f"doq: {e.message}", file=sys.stderr)
+            return 2
     return int(ns.func(ns) or 0)
 
 

@@ -3,6 +3,9 @@ URL with one default, `--json` output, and errors that name the URL they tried.
 
 `--server URL` defaults to `$DOQ_SERVER`, else the default node `http://127.0.0.1:8000`
 (what `doq serve` listens on with no flags). A URL without a scheme means `http://`.
+`--ca-file FILE` (default `$DOQ_CA_FILE`) verifies a secure node's certificate with that
+CA (its `ca.crt`): every HTTPS request of the command then uses it (`use_ca_file`), and
+gRPC goes over TLS when it is given or the URL is https.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from doq.flags import FlagDefault
 
 DEFAULT_SERVER = "http://127.0.0.1:8000"
 SERVER_ENV = "DOQ_SERVER"
+CA_FILE_ENV = "DOQ_CA_FILE"
 
 
 def default_server(environ: dict[str, str] | None = None) -> str:
@@ -34,6 +38,27 @@ def add_server_argument(p: argparse.ArgumentParser, what: str = "node") -> None:
     `doq.config.given` tells whether it was given)."""
     p.add_argument("--server", metavar="URL", default=FlagDefault(default_server()),
                    help=f"HTTP URL of the {what} (env {SERVER_ENV})")
+    p.add_argument("--ca-file", metavar="FILE", default=os.environ.get(CA_FILE_ENV) or None,
+                   help=f"CA certificate (PEM) that verifies a secure node, e.g. its tls/ca.crt (env {CA_FILE_ENV})")
+
+
+def use_ca_file(ca_file: str | None) -> None:
+    """Make every urllib HTTPS request of this process verify servers with `ca_file`
+    (a CLI process: one command, one CA). Raises InvalidArgument if it does not load."""
+    if not ca_file:
+        return
+    import ssl
+
+    try:
+        ctx = ssl.create_default_context(cafile=ca_file)
+    except (OSError, ssl.SSLError) as e:
+        raise InvalidArgument(f"--ca-file {ca_file}: {e}") from None
+    urllib.request.install_opener(urllib.request.build_opener(urllib.request.HTTPSHandler(context=ctx)))
+
+
+def grpc_uses_tls(server: str, ca_file: str | None) -> bool:
+    """gRPC over TLS for this `--server`: with a CA file, or an https URL."""
+    return bool(ca_file) or server.strip().lower().startswith("https://")
 
 
 def add_json_argument(p: argparse.ArgumentParser, what: str = "the result") -> None:

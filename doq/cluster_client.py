@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -44,10 +45,10 @@ def get_identity(server: str, timeout_s: float = 3.0) -> NodeIdentity:
         raise ClusterError(0, "BAD_ANSWER", f"{server}: {e}") from None
 
 
-def base_url(server: str) -> str:
-    """`http://HOST:PORT` for a URL or a bare HOST:PORT (no trailing slash)."""
+def base_url(server: str, scheme: str = "http") -> str:
+    """`{scheme}://HOST:PORT` for a bare HOST:PORT, a URL as given (no trailing slash)."""
     server = server.strip().rstrip("/")
-    return server if "://" in server else f"http://{server}"
+    return server if "://" in server else f"{scheme}://{server}"
 
 
 class ClusterError(Exception):
@@ -72,14 +73,17 @@ class Answer:
     body: Any
 
 
-def request_json(server: str, method: str, path: str, body: Any = None, timeout_s: float = 10.0) -> Answer:
+def request_json(server: str, method: str, path: str, body: Any = None, timeout_s: float = 10.0,
+                 ssl_context: ssl.SSLContext | None = None) -> Answer:
     """One HTTP request; a 2xx answer is returned (JSON-decoded body, None if empty),
-    anything else raises `ClusterError` (status 0 when the server cannot be reached)."""
+    anything else raises `ClusterError` (status 0 when the server cannot be reached).
+    With `ssl_context`, a bare HOST:PORT means https and the server is verified with it."""
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(base_url(server) + path, data=data, method=method,
+    req = urllib.request.Request(base_url(server, "https" if ssl_context else "http") + path,
+                                 data=data, method=method,
                                  headers={"Content-Type": "application/json", "Accept": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+        with urllib.request.urlopen(req, timeout=timeout_s, context=ssl_context) as resp:
             raw = resp.read()
             return Answer(resp.status, json.loads(raw) if raw else None)
     except urllib.error.HTTPError as e:
@@ -145,6 +149,7 @@ def join_cluster(
     rng: random.Random | None = None,
     empty: bool = False,
     cluster_id: str = "",
+    ssl_context: ssl.SSLContext | None = None,
 ) -> ClusterStatus:
     """Ask an existing cluster to add this node (`POST /cluster/join`) and return the
     cluster's status after the add, so the new node learns its peers.
@@ -161,6 +166,7 @@ def join_cluster(
     `empty`, and the `cluster_id` it means to join ("" if any): the leader replaces a known
     member that comes back with another store, and refuses another cluster's joiner. The
     answer's cluster id must be `cluster_id` too (a joiner never joins another cluster).
+    With `ssl_context` (a secure node), bare addresses mean https, verified with it.
     """
     if not join_addrs:
         raise ValueError("join_cluster needs at least one address")
@@ -178,14 +184,16 @@ def join_cluster(
     last: ClusterError | None = None
     while True:
         tried: set[str] = set()
-        todo = [base_url(a) for a in join_addrs]
+        scheme = "https" if ssl_context else "http"
+        todo = [base_url(a, scheme) for a in join_addrs]
         while todo:
             server = todo.pop(0)
             if server in tried:
                 continue
             tried.add(server)
             try:
-                answer = request_json(server, "POST", "/cluster/join", body, timeout_s=request_timeout_s)
+                answer = request_json(server, "POST", "/cluster/join", body, timeout_s=request_timeout_s,
+                                      ssl_context=ssl_context)
                 status = status_from_json(answer.body)
                 if cluster_id and status.cluster_id != cluster_id:
                     raise ClusterError(409, "CLUSTER_MISMATCH", f"{server} answered for cluster "
@@ -198,7 +206,7 @@ def join_cluster(
                 last = e
                 log.info("join through %s: %s", server, e)
                 if e.leader:
-                    todo.insert(0, base_url(e.leader))
+                    todo.insert(0, base_url(e.leader, scheme))
             except ValueError as e:  # a 2xx that is not a status: not a doq node
                 raise ClusterError(0, "BAD_ANSWER", f"{server}: {e}") from None
         remaining = deadline - time.monotonic()

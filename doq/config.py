@@ -33,6 +33,11 @@ class ServeConfig:
     restore_chunk_bytes: int = 1 << 20  # as RaftNodeConfig
     max_stream_prefetch: int = 100_000  # as doq.service.limits (a unit test keeps them equal)
     max_stream_pending_acks: int = 10_000
+    secure: bool = False  # TLS whatever the addresses (doq/tls/mode.py)
+    insecure: bool = False  # no TLS even on non-loopback addresses
+    tls_cert: str = ""  # client ports' certificate file (none: the node's, from the cluster CA)
+    tls_key: str = ""
+    join_token: str = field(default="", repr=False)  # a secret: enrolls in a secure cluster (doq/tls/enrollment.py)
 
     def member_addrs(self) -> MemberAddrs:
         """The addresses this node announces to the cluster (and clients are sent to): the
@@ -63,6 +68,14 @@ _HELP = {
     "log_level": "debug | info | warning | error",
     "snapshot_every": "applied log entries between two snapshots of the state (0: never)",
     "keep_entries": "log entries kept behind a snapshot for followers that lag",
+    "secure": "TLS on every port (mutual TLS between members, a cluster CA made on the first "
+              "start) whatever the addresses; the default as soon as an address is not loopback",
+    "insecure": "no TLS even on non-loopback addresses (anyone who reaches a port can do anything)",
+    "tls_cert": "certificate (PEM) for the client ports, gRPC and HTTP (none: the node's own, "
+                "signed by the cluster CA)",
+    "tls_key": "private key (PEM) of --tls-cert",
+    "join_token": "with --join: a token from `doq join-token create` that enrolls this node in a "
+                  "secure cluster (it gets the cluster CA); prefer the environment variable",
     "restore_chunk_bytes": "record bytes (uncompressed) per log entry of an online restore "
                            "(1024..16777216)",
     "max_stream_prefetch": "largest prefetch (and free credits) of one dequeue stream; more is "
@@ -102,6 +115,10 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
         if f.name in SEED_FLAGS:
             flags.append(SEED_FLAGS[f.name])
         default = f.default if f.default_factory is MISSING else f.default_factory()  # type: ignore[misc]
+        if isinstance(default, bool):
+            p.add_argument(*flags, dest=f.name, action="store_const", const=True, default=None,
+                           help=f"{_HELP[f.name]} (env DOQ_{f.name.upper()}=1)")
+            continue
         p.add_argument(*flags, dest=f.name, default=shown_default(default),
                        help=f"{_HELP[f.name]} (env DOQ_{f.name.upper()})")
     p.add_argument("--http.port", dest="http_port", metavar="PORT",
@@ -118,7 +135,19 @@ def _parse_addr(name: str, value: str) -> str:
     return value
 
 
+_BOOLS = {"secure", "insecure"}
+
+
 def _coerce(name: str, value: Any) -> Any:
+    if name in _BOOLS:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in ("1", "true", "yes", "on"):
+            return True
+        if text in ("0", "false", "no", "off", ""):
+            return False
+        raise InvalidArgument(f"--{name} takes no value; DOQ_{name.upper()} must be 1 or 0, got {value!r}")
     if name == "join":
         if isinstance(value, (list, tuple)):
             items = [str(x) for x in value]
@@ -152,8 +181,13 @@ def _coerce(name: str, value: Any) -> Any:
         raise InvalidArgument(f"--log-level must be debug, info, warning or error, got {value!r}")
     if name == "advertise_host" and value and not _HOST.fullmatch(value):
         raise InvalidArgument(f"--advertise-host must be a host name or IP address without a port, got {value!r}")
-    if name == "node_id" and (not value or "/" in value or value in (".", "..")):
-        raise InvalidArgument(f"--node-id must be a plain name, got {value!r}")
+    if name == "node_id":
+        from doq.node.member_input import check_node_id
+
+        try:
+            check_node_id(value)
+        except InvalidArgument as e:
+            raise InvalidArgument(f"--node-id: {e.message}") from None
     return value
 
 
@@ -185,4 +219,13 @@ def load_config(ns: argparse.Namespace, environ: dict[str, str] | None = None) -
         if not port.isdigit() or not 0 <= int(port) <= 65535:
             raise InvalidArgument(f"--http.port must be a port number, got {port!r}")
         values["http_addr"] = f"{SEED_HTTP_HOST}:{int(port)}"
-    return ServeConfig(**{k: _coerce(k, val) for k, val in values.items()})
+    config = ServeConfig(**{k: _coerce(k, val) for k, val in values.items()})
+    if config.join:  # the addresses it announces go into the cluster's configuration: checked now
+        from doq.node.member_input import check_member_addrs
+
+        try:
+            check_member_addrs(config.member_addrs())
+        except InvalidArgument as e:
+            raise InvalidArgument(f"this node cannot join with the addresses it would announce "
+                                  f"(listen addresses, --advertise-host): {e.message}") from None
+    return config

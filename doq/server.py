@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import signal
@@ -15,6 +16,7 @@ import grpc
 import lmdb
 
 from doq.config import ServeConfig
+from doq.errors import InvalidArgument
 from doq.node import k8s_leader
 from doq.node.base import Node
 from doq.service.api import QueueService
@@ -24,7 +26,11 @@ from doq.service.limits import Limits
 from doq.service.startup_http import StartupResponder
 from doq.storage.dirlock import NodeDirInUse, NodeDirLock
 from doq.storage.env import node_dir, open_env
+from doq.storage.files import DIR_MODE, tighten
 from doq.storage.state import StateStore
+from doq.tls.certs import TlsSetupError
+from doq.tls.creds import ca_channel_credentials, client_port_credentials, ssl_client_context
+from doq.tls.node_setup import ServingTls, enroll_node, needs_enrollment, node_tls
 
 log = logging.getLogger("doq.server")
 
@@ -43,6 +49,7 @@ class Runtime:
     state: StateStore
     node: Node
     api: QueueService
+    tls: ServingTls | None = None  # a secure node's (doq/tls)
 
     def close(self, *, discard: bool = False) -> None:
         """Close storage and release the node directory; `discard` (a failed start) also
@@ -62,6 +69,9 @@ def lock_node_dir(config: ServeConfig) -> NodeDirLock:
     """Take the node directory for this process (one process per node directory)."""
     path = node_dir(config.data_dir, config.node_id)
     try:
+        if path.parent.exists():  # the data dir (it may hold several nodes): private too
+            with contextlib.suppress(PermissionError):  # not ours: its node dirs still are
+                tighten(path.parent, DIR_MODE)
         return NodeDirLock.acquire(path)
     except NodeDirInUse as e:
         raise StartupError(str(e)) from e
@@ -74,6 +84,14 @@ async def open_runtime(config: ServeConfig) -> Runtime:
     joining the cluster, for a new node with `--join`) and the facade (not started).
     Raises StartupError, having left the disk as it was."""
     lock = lock_node_dir(config)
+    enrolled = None  # the cluster's status, when this start enrolled with a join token
+    try:
+        if needs_enrollment(config, lock.path):
+            enrolled = await asyncio.to_thread(enroll_node, config, lock.path)
+        tls = node_tls(config, lock.path)
+    except (TlsSetupError, InvalidArgument) as e:
+        lock.release()
+        raise StartupError(str(e)) from None
     path = lock.path / "doq.lmdb"
     try:
         env = open_env(path)
@@ -91,12 +109,18 @@ async def open_runtime(config: ServeConfig) -> Runtime:
         raft_config = RaftNodeConfig(election_tick=config.election_timeout_ms // RaftNodeConfig().tick_ms,
                                      snapshot_every=config.snapshot_every, keep_entries=config.keep_entries,
                                      restore_chunk_bytes=config.restore_chunk_bytes)
+        join = join_cluster
+        if enrolled is not None:  # already added by the enrollment
+            join = lambda *_, **__: enrolled  # noqa: E731
+        elif tls is not None:  # join over HTTPS, verified with the cluster CA
+            join = functools.partial(join_cluster, ssl_context=ssl_client_context(ca_pem=tls.node.ca_cert))
         responder = await _hold_http_while_joining(config, state)
         try:
             node = await open_raft_node(
                 state, node_id=config.node_id, addrs=config.member_addrs(), join_addrs=config.join,
-                join_cluster=join_cluster, cluster_id=config.cluster_id, on_commit=metrics.observe_commit, config=raft_config,
-                transport=lambda on_messages: GrpcRaftTransport(config.node_id, config.raft_addr, on_messages),
+                join_cluster=join, cluster_id=config.cluster_id, on_commit=metrics.observe_commit, config=raft_config,
+                transport=lambda on_messages: GrpcRaftTransport(config.node_id, config.raft_addr, on_messages,
+                                                                tls=tls.node if tls else None),
             )
         except ClusterError as e:
             raise StartupError(f"cannot join the cluster at {', '.join(config.join)}: {e}") from e
@@ -110,7 +134,7 @@ async def open_runtime(config: ServeConfig) -> Runtime:
         env.close()
         lock.release()
         raise
-    return Runtime(config, lock, env, state, node, api)
+    return Runtime(config, lock, env, state, node, api, tls)
 
 
 async def _hold_http_while_joining(config: ServeConfig, state: StateStore) -> StartupResponder | None:
@@ -138,7 +162,8 @@ class _QuietUvicornServer:
     """uvicorn.Server without its own signal handling (the node handles SIGTERM)."""
 
     @staticmethod
-    def make(app: object, host: str, port: int, log_level: str):  # type: ignore[no-untyped-def]
+    def make(app: object, host: str, port: int, log_level: str,  # type: ignore[no-untyped-def]
+             tls: ServingTls | None = None):
         import uvicorn
 
         class Server(uvicorn.Server):
@@ -154,6 +179,8 @@ class _QuietUvicornServer:
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=5,
+            ssl_certfile=str(tls.cert_file) if tls else None,
+            ssl_keyfile=str(tls.key_file) if tls else None,
         )
         return Server(cfg)
 
@@ -174,13 +201,16 @@ class _Listeners:
 
 async def _listen(rt: Runtime) -> _Listeners:
     """Start the gRPC server and the HTTP gateway; raises StartupError with neither running."""
-    config = rt.config
+    config, tls = rt.config, rt.tls
     forwarder = None
     if rt.node.cluster_admin() is not None:
-        forwarder = LeaderForwarder(rt.node, max_message_bytes=grpc_frame_limit(config.max_message_bytes))
+        forwarder = LeaderForwarder(rt.node, max_message_bytes=grpc_frame_limit(config.max_message_bytes),
+                                    credentials=ca_channel_credentials(tls.node.ca_cert) if tls else None)
     try:
-        grpc_server, grpc_port = build_server(rt.api, config.grpc_addr, max_message_bytes=config.max_message_bytes,
-                                              interceptors=[forwarder] if forwarder else [])
+        grpc_server, grpc_port = build_server(
+            rt.api, config.grpc_addr, max_message_bytes=config.max_message_bytes,
+            interceptors=[forwarder] if forwarder else [],
+            credentials=client_port_credentials(tls.client_cert, tls.client_key) if tls else None)
     except (OSError, RuntimeError) as e:
         raise StartupError(f"cannot listen on gRPC address {config.grpc_addr}: {e}") from e
     await grpc_server.start()
@@ -189,7 +219,14 @@ async def _listen(rt: Runtime) -> _Listeners:
     from doq.service.http_gateway import create_app
 
     host, port = _split(config.http_addr)
-    http = _QuietUvicornServer.make(create_app(rt.api), host, port, config.log_level)
+    forward_ssl = ssl_client_context(ca_pem=tls.node.ca_cert) if tls else None
+    enrollment = None
+    if tls is not None and rt.node.cluster_admin() is not None:
+        from doq.tls.enrollment import Enrollment
+
+        enrollment = Enrollment(rt.node, tls.node)
+    app = create_app(rt.api, forward_ssl=forward_ssl, enrollment=enrollment)
+    http = _QuietUvicornServer.make(app, host, port, config.log_level, tls)
 
     async def serve_http() -> None:
         try:
@@ -250,6 +287,9 @@ async def serve(config: ServeConfig, *, ready: asyncio.Event | None = None) -> N
     if leader_label:
         leader_label.follow(lambda: rt.node.is_leader)
     print(f"doq: node {config.node_id} ready: grpc={config.grpc_addr} http={config.http_addr}", flush=True)
+    if rt.tls:
+        print(f"doq: TLS on every port (mutual TLS between members); clients verify the node with "
+              f"--ca-file {rt.tls.node.ca_file}", flush=True)
     if ready:
         ready.set()
     await stop.wait()

@@ -188,6 +188,9 @@ def container_env(s: Settings) -> list[k8s.core.v1.EnvVarArgs]:
         env(name="DOQ_RAFT_ADDR", value=f"0.0.0.0:{s.raft_port}"),
         env(name="DOQ_ADVERTISE_HOST", value=pod_host(s, "$(DOQ_NODE_ID)")),
         env(name="DOQ_JOIN", value=join_addrs(s)),
+        # pods bind 0.0.0.0, which makes doq secure by default (docs/security.md); until this
+        # program hands the pods the cluster CA (a Secret) and probes over HTTPS, it says so
+        env(name="DOQ_INSECURE", value="1"),
         env(name="DOQ_ELECTION_TIMEOUT_MS", value=str(s.election_timeout_ms)),
         env(name="DOQ_LOG_LEVEL", value=s.log_level),
         env(name="DOQ_K8S_LEADER_LABEL", value=LEADER_LABEL),

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 from doq.backup.format import BackupFormatError, BackupReader
+from doq.storage.files import private_dir
 
 _NAME = re.compile(r"^(\d+)-[^/]*\.bak$")
 
@@ -30,7 +31,7 @@ def chain_files(directory: Path) -> list[Path]:
 def next_file(directory: Path) -> tuple[int, Path]:
     """(since, path) of the next file of the chain in `directory` (created if missing).
     Raises BackupFormatError (naming the file) if the last file does not read, OSError."""
-    directory.mkdir(parents=True, exist_ok=True)
+    private_dir(directory)
     files = chain_files(directory)
     if not files:
         return 0, directory / f"{0:06d}-full.bak"

@@ -33,6 +33,7 @@ from doq.client_cli import (
 )
 from doq.errors import DoqError
 from doq.flags import given
+from doq.storage.files import open_private_binary
 
 if TYPE_CHECKING:
     from doq.backup.format import BackupSummary
@@ -194,7 +195,7 @@ def _download(url: str, body: dict[str, Any], path: Path, timeout_s: float) -> s
         raise RequestFailed(describe_error(url, e)) from e
     expected = resp.headers.get("Content-Length")
     received = 0
-    with resp, open(path, "wb") as f:
+    with resp, open_private_binary(path) as f:  # 0600: a backup holds every message
         while True:
             try:
                 chunk = resp.read(CHUNK)

@@ -134,6 +134,8 @@ def _decode_task(task: Task, partitions: int, counters: tuple[Any, Any] | None) 
                         info = dedup_ids(value)[2]
                     elif key == meta:
                         info = min(R.META_REC.unpack_from(value)[1], _MAX_INFO)
+                    elif kind == K.JOIN_TOKEN:
+                        info = 0  # a join token (a hash and an expiry): counted in no queue
                     else:
                         raise ValueError("unknown record kind")
                 except Exception as e:  # not a doq record: still part of the state (and its digest)

@@ -53,6 +53,8 @@ class BenchArgs:
     workload: str = "enqueue"
     frames: str = "single"
     server: str = "127.0.0.1:10000"
+    ca_file: str | None = None  # TLS, verified with this CA (a secure node's ca.crt)
+    tls: bool = False  # TLS with the system's roots when no ca_file
     queue: str = "bench"
     batch: int = 100
     concurrency: int = 1
@@ -161,11 +163,13 @@ async def pace(start: float, sent_frames: int, frames_per_s: float) -> None:
         await asyncio.sleep(delay)
 
 
-def _channel(target: str) -> grpc.aio.Channel:
+def _channel(target: str, args: BenchArgs | None = None) -> grpc.aio.Channel:
     # one TCP connection per worker
-    return grpc.aio.insecure_channel(
-        target, options=[*CHANNEL_OPTIONS, ("grpc.use_local_subchannel_pool", 1)]
-    )
+    options = [*CHANNEL_OPTIONS, ("grpc.use_local_subchannel_pool", 1)]
+    if args is not None and (args.tls or args.ca_file):
+        ca = open(args.ca_file, "rb").read() if args.ca_file else None  # noqa: SIM115 - small file
+        return grpc.aio.secure_channel(target, grpc.ssl_channel_credentials(ca), options=options)
+    return grpc.aio.insecure_channel(target, options=options)
 
 
 def _payload(size: int) -> bytes:
@@ -177,7 +181,7 @@ async def _produce(
     args: BenchArgs, target: str, budget: Budget, stats: Stats, stamp: bool, rate_per_worker: float
 ) -> None:
     """One producer stream: send until the budget is spent, record submit->ack latency."""
-    channel = _channel(target)
+    channel = _channel(target, args)
     producer = AsyncProducer(channel, window=args.effective_window(), batch=args.batch if args.batched else 0)
     payload = _payload(args.payload_bytes)
     fixed = [enqueue_request(args.queue, payload) for _ in range(args.frame_size)]
@@ -227,7 +231,7 @@ async def _consume(
     stop: asyncio.Event,
 ) -> None:
     """One consumer stream: take and ack messages until `want` says the run is over."""
-    channel = _channel(target)
+    channel = _channel(target, args)
     consumer = AsyncConsumer(
         channel,
         args.queue,
@@ -291,7 +295,7 @@ async def _wait_empty(client: AsyncDoqClient, queue: str, timeout_s: float = 60.
 
 async def run_enqueue(args: BenchArgs, target: str, workload: str = "enqueue") -> dict[str, Any]:
     if workload != "echo":
-        async with AsyncDoqClient(target) as client:
+        async with AsyncDoqClient(target, ca_file=args.ca_file) as client:
             await _ensure_queue(client, args)
     stats = Stats()
     budget = Budget(args.count, args.duration_s)
@@ -313,7 +317,7 @@ async def prefill(args: BenchArgs, target: str, count: int) -> None:
 async def run_dequeue(args: BenchArgs, target: str) -> dict[str, Any]:
     if args.count <= 0:
         raise SystemExit("doq bench: the dequeue workload needs --count (messages to pre-fill)")
-    async with AsyncDoqClient(target) as client:
+    async with AsyncDoqClient(target, ca_file=args.ca_file) as client:
         await _ensure_queue(client, args)
         await prefill(args, target, args.count)
         stats = Stats()
@@ -339,7 +343,7 @@ async def run_dequeue(args: BenchArgs, target: str) -> dict[str, Any]:
 async def run_mixed(args: BenchArgs, target: str) -> dict[str, Any]:
     if args.payload_bytes < 8:
         raise SystemExit("doq bench: the mixed workload needs --payload-bytes >= 8 (timestamp)")
-    async with AsyncDoqClient(target) as client:
+    async with AsyncDoqClient(target, ca_file=args.ca_file) as client:
         await _ensure_queue(client, args)
     produced = Stats()
     consumed = Stats()
@@ -463,11 +467,12 @@ def run_from_args(ns: argparse.Namespace) -> int:
         print("doq bench: --concurrency and --batch must be >= 1", file=sys.stderr)
         return 2
     if args.workload != "echo":
-        from doq.client_cli import grpc_target
+        from doq.client_cli import grpc_target, grpc_uses_tls
         from doq.errors import DoqError
 
         try:
             args.server = grpc_target(ns.server)
+            args.tls = grpc_uses_tls(ns.server, args.ca_file)
         except DoqError as e:
             print(f"doq bench: {e.message}", file=sys.stderr)
             return 1

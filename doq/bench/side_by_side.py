@@ -31,7 +31,9 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import signal
+import ssl
 import statistics
 import struct
 import subprocess
@@ -92,6 +94,7 @@ class Server:
 
     addr: str
     pids: tuple[int, ...]
+    ca_file: str | None = None  # a secure doq's cluster CA
 
     def cpu_s(self) -> float:
         """CPU time (user + system) its processes (every node of a cluster) have used so far."""
@@ -108,20 +111,39 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _http_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=2) as r:
+def _http_json(url: str, context: ssl.SSLContext | None = None) -> Any:
+    with urllib.request.urlopen(url, timeout=2, context=context) as r:
         return json.loads(r.read())
 
 
+def _ssl(secure: bool, ca_file: str) -> ssl.SSLContext | None:
+    """The client context for a secure node (None: plain HTTP); its CA exists once it started."""
+    if not secure or not os.path.exists(ca_file):
+        return None
+    return ssl.create_default_context(cafile=ca_file)
+
+
+DOQ_CA: dict[str, str] = {}
+"""gRPC address -> CA file of the secure doq servers (`doq-tls`); plain ones are absent."""
+
+
+def _doq(addr: str) -> Any:
+    from doq_client import DoqClient
+
+    return DoqClient(addr, ca_file=DOQ_CA.get(addr))
+
+
 @contextlib.contextmanager
-def doq_server(root: Path, nodes: int = 1, launcher: Sequence[str] = ()) -> Iterator[Server]:
+def doq_server(root: Path, nodes: int = 1, launcher: Sequence[str] = (), secure: bool = False) -> Iterator[Server]:
     """A fresh `doq serve` (a one-node Raft cluster, as users run it), or `nodes` of them
     forming one cluster by `--join` (the address is the leader's: node-1, which bootstraps).
-    `launcher` replaces `python -m doq` (e.g. to start it with probes: `doq.bench.e2e_stages`)."""
+    `launcher` replaces `python -m doq` (e.g. to start it with probes: `doq.bench.e2e_stages`).
+    `secure`: `--secure` (TLS on every port; the clients verify with the cluster CA)."""
     root.mkdir(parents=True, exist_ok=True)
     procs: list[subprocess.Popen[bytes]] = []
     grpc_addrs: list[str] = []
     http_urls: list[str] = []
+    ca_file = str(root / "data" / "node-1" / "tls" / "ca.crt")
     try:
         for i in range(1, nodes + 1):
             grpc_port, http_port, raft_port = free_port(), free_port(), free_port()
@@ -130,17 +152,23 @@ def doq_server(root: Path, nodes: int = 1, launcher: Sequence[str] = ()) -> Iter
                    "--data-dir", str(root / "data"),
                    "--grpc-addr", f"127.0.0.1:{grpc_port}", "--http-addr", f"127.0.0.1:{http_port}",
                    "--raft-addr", f"127.0.0.1:{raft_port}", "--log-level", "warning"]
+            if secure:
+                cmd.append("--secure")
+                if i > 1:  # a member of a secure cluster needs its CA (docs/security.md)
+                    (root / "data" / f"node-{i}" / "tls").mkdir(parents=True, exist_ok=True)
+                    for name in ("ca.crt", "ca.key"):
+                        shutil.copy(Path(ca_file).with_name(name), root / "data" / f"node-{i}" / "tls" / name)
             if http_urls:
-                cmd += ["--join", http_urls[0].removeprefix("http://")]
+                cmd += ["--join", http_urls[0].split("://")[1]]
             with open(log, "ab") as logf:
                 procs.append(subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=child_env()))
             grpc_addrs.append(f"127.0.0.1:{grpc_port}")
-            http_urls.append(f"http://127.0.0.1:{http_port}")
+            http_urls.append(f"{'https' if secure else 'http'}://127.0.0.1:{http_port}")
             url = http_urls[-1]
 
             def ready(url: str = url) -> bool:
                 try:
-                    with urllib.request.urlopen(f"{url}/readyz", timeout=1) as r:
+                    with urllib.request.urlopen(f"{url}/readyz", timeout=1, context=_ssl(secure, ca_file)) as r:
                         return bool(r.status == 200)
                 except OSError:
                     return False
@@ -149,14 +177,16 @@ def doq_server(root: Path, nodes: int = 1, launcher: Sequence[str] = ()) -> Iter
 
         def formed() -> bool:
             try:
-                view = _http_json(f"{http_urls[0]}/cluster")
+                view = _http_json(f"{http_urls[0]}/cluster", _ssl(secure, ca_file))
             except OSError:
                 return False
             voters = [m for m in view["members"] if m["role"] == "voter"]
             return len(voters) == nodes and view.get("leader_id") == "node-1"
 
         _wait(f"a {nodes}-node doq cluster", formed, procs[0], 120, root / "doq-1.log")
-        yield Server(grpc_addrs[0], tuple(p.pid for p in procs))
+        if secure:
+            DOQ_CA[grpc_addrs[0]] = ca_file
+        yield Server(grpc_addrs[0], tuple(p.pid for p in procs), ca_file if secure else None)
     finally:
         for proc in procs:
             _stop(proc)
@@ -248,18 +278,16 @@ def rabbit_server(root: Path, nodes: int = 1) -> Iterator[Server]:
 
 # -- doq clients (as users write them) -----------------------------------------------------
 def _doq_queue(target: str, queue: str) -> None:
-    from doq_client import AlreadyExists, DoqClient
+    from doq_client import AlreadyExists
 
-    with DoqClient(target) as c, contextlib.suppress(AlreadyExists):
+    with _doq(target) as c, contextlib.suppress(AlreadyExists):
         c.create_queue(queue)
 
 
 def doq_produce(target: str, queue: str, count: int, payload: int) -> dict[str, Any]:
-    from doq_client import DoqClient
-
     _doq_queue(target, queue)
     body = b"x" * payload
-    with DoqClient(target) as c:
+    with _doq(target) as c:
         p = c.producer(window=WINDOW)
         t0 = time.perf_counter()
         futures = [p.enqueue(queue, body) for _ in range(count)]
@@ -271,11 +299,11 @@ def doq_produce(target: str, queue: str, count: int, payload: int) -> dict[str, 
 
 
 def doq_prefill(target: str, queue: str, count: int, payload: int) -> None:
-    from doq_client import DoqClient, enqueue_request
+    from doq_client import enqueue_request
 
     _doq_queue(target, queue)
     body = b"x" * payload
-    with DoqClient(target) as c:
+    with _doq(target) as c:
         p = c.producer(window=20_000, batch=1000)
         fs = [p.enqueue_many([enqueue_request(queue, body)] * 1000) for _ in range(count // 1000)]
         if count % 1000:
@@ -286,9 +314,7 @@ def doq_prefill(target: str, queue: str, count: int, payload: int) -> None:
 
 
 def doq_consume(target: str, queue: str, count: int) -> dict[str, Any]:
-    from doq_client import DoqClient
-
-    with DoqClient(target) as c:
+    with _doq(target) as c:
         n = 0
         t0 = time.perf_counter()
         cons = c.consumer(queue, prefetch=PREFETCH)
@@ -306,11 +332,9 @@ def doq_consume(target: str, queue: str, count: int) -> dict[str, Any]:
 
 
 def doq_e2e_consumer(target: str, queue: str, count: int, ready: Callable[[], None]) -> list[float]:
-    from doq_client import DoqClient
-
     _doq_queue(target, queue)
     lat: list[float] = []
-    with DoqClient(target) as c:
+    with _doq(target) as c:
         cons = c.consumer(queue, prefetch=PREFETCH)
         with cons:
             ready()
@@ -323,10 +347,8 @@ def doq_e2e_consumer(target: str, queue: str, count: int, ready: Callable[[], No
 
 
 def doq_e2e_producer(target: str, queue: str, count: int, payload: int, rate: float) -> None:
-    from doq_client import DoqClient
-
     pad = b"x" * max(0, payload - 8)
-    with DoqClient(target) as c:
+    with _doq(target) as c:
         c.get_queue(queue)  # connected before the clock starts, as pika is (connection, channel, declare)
         p = c.producer(window=WINDOW)
         futures = []
@@ -464,6 +486,8 @@ def rabbit_e2e_consumer(port: int, queue: str, count: int, ready: Callable[[], N
 def _child(ns: argparse.Namespace) -> int:
     system, workload = ns.child
     addr = ns.addr
+    if ns.ca_file:
+        DOQ_CA[addr] = ns.ca_file
     port = int(addr) if system == "rabbitmq" else 0
     out: dict[str, Any]
     if workload == "producer":
@@ -515,7 +539,8 @@ def _pct(sorted_ms: list[float], q: float) -> float | None:
 def _child_cmd(system: str, workload: str, addr: str, queue: str, count: int, args: Args) -> list[str]:
     return [sys.executable, "-m", "doq.bench.side_by_side", "--child", system, workload,
             "--addr", addr, "--queue", queue, "--count", str(count),
-            "--payload-bytes", str(args.payload_bytes), "--rate", str(args.rate)]
+            "--payload-bytes", str(args.payload_bytes), "--rate", str(args.rate),
+            *(["--ca-file", DOQ_CA[addr]] if addr in DOQ_CA else [])]
 
 
 def _run_child(cmd: list[str], timeout_s: float = 600) -> dict[str, Any]:
@@ -548,9 +573,7 @@ def _delete_queue(system: str, addr: str, queue: str) -> None:
             conn.channel().queue_delete(queue)
             conn.close()
         else:
-            from doq_client import DoqClient
-
-            with DoqClient(addr) as c:
+            with _doq(addr) as c:
                 c.delete_queue(queue)
 
 
@@ -622,6 +645,8 @@ def side_by_side(args: Args, systems: list[str], log: Callable[[str], None] = pr
         servers: dict[str, Server] = {}
         if "doq" in systems:
             servers["doq"] = stack.enter_context(doq_server(tmp / "doq", args.nodes))
+        if "doq-tls" in systems:
+            servers["doq-tls"] = stack.enter_context(doq_server(tmp / "doq-tls", args.nodes, secure=True))
         if "rabbitmq" in systems:
             servers["rabbitmq"] = stack.enter_context(rabbit_server(tmp / "rabbitmq", args.nodes))
         for workload in args.workloads:
@@ -648,12 +673,15 @@ def summarize(runs: dict[str, list[dict[str, Any]]], systems: list[str],
                 row[s] = _median(runs.get(f"{s}/{w}", []), key)
             if row.get("doq") and row.get("rabbitmq"):
                 row["doq/rabbitmq"] = round(row["doq"] / row["rabbitmq"], 2)
+            if row.get("doq") and row.get("doq-tls"):
+                row["doq-tls/doq"] = round(row["doq-tls"] / row["doq"], 3)
             rows.append(row)
     return rows
 
 
 def format_summary(record: dict[str, Any], systems: list[str]) -> str:
-    head = ["workload", "figure", *systems] + (["doq/rabbitmq"] if len(systems) == 2 else [])
+    head = ["workload", "figure", *systems] + [r for r in ("doq/rabbitmq", "doq-tls/doq")
+                                               if all(x in systems for x in r.split("/"))]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for row in record["summary"]:
         lines.append("| " + " | ".join(str(row.get(h, "")) for h in head) + " |")
@@ -667,7 +695,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="side_by_side", description=__doc__.split("\n\n")[0],
                                 epilog=INSTALL_HINT.split(":", 1)[1].split(";")[0].strip()
                                 + ": RabbitMQ, without which doq is measured alone")
-    p.add_argument("--systems", default="doq,rabbitmq", help="comma separated: doq, rabbitmq")
+    p.add_argument("--systems", default="doq,rabbitmq",
+                   help="comma separated: doq, doq-tls (doq serve --secure: TLS, clients with the CA), rabbitmq")
     p.add_argument("--workloads", default="producer,consumer,e2e")
     p.add_argument("--count", type=int, default=Args.count, help="messages per producer run")
     p.add_argument("--consume-count", type=int, default=Args.consume_count, help="messages per consumer run")
@@ -682,6 +711,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     p.add_argument("--addr", help=argparse.SUPPRESS)
     p.add_argument("--queue", help=argparse.SUPPRESS)
+    p.add_argument("--ca-file", help=argparse.SUPPRESS)
     ns = p.parse_args(argv)
     if ns.child:
         return _child(ns)

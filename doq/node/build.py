@@ -63,6 +63,7 @@ async def open_raft_node(
     Raises what `join_cluster` raises when the cluster refuses or cannot be reached, and
     `ClusterMismatch`."""
     peers: dict[str, MemberAddrs] | None = None
+    join_cluster_id = ""
     join = bool(join_addrs)
     empty = not has_raft_data(state.env)
     ident = store_identity.ensure(state.env, empty_join=join and empty)
@@ -77,5 +78,6 @@ async def open_raft_node(
                                          empty=True, cluster_id=mine or cluster_id)
         store_identity.record_cluster(state.env, status.cluster_id)
         peers = {m.node_id: m.addrs for m in status.members if m.node_id != node_id}
-    return RaftNode(state, node_id=node_id, addrs=addrs, transport=transport,
-                    config=config, join=join, peers=peers, on_commit=on_commit)
+        join_cluster_id = status.cluster_id  # until caught up, the peer door takes only its frames
+    return RaftNode(state, node_id=node_id, addrs=addrs, transport=transport, config=config,
+                    join=join, peers=peers, join_cluster_id=join_cluster_id, on_commit=on_commit)

@@ -10,6 +10,9 @@ Databases (reserved in `doq.storage.env.DB_NAMES`):
              b"first"     -> u64 BE index + u64 BE term of the entry before the first one
                              (the compaction point; its term answers `term(first_index()-1)`)
              b"members"   -> the member addresses (JSON, see `encode_members`)
+             b"peer_ids"  -> cluster ids this node also answers to at its peer door
+                             besides its state's (JSON list: the cluster it was told to
+                             join; ids its state had before an online restore replaced them)
              (b"snap_data": a snapshot's data, written by older versions; never read, and
              deleted with the next snapshot meta)
 
@@ -63,6 +66,8 @@ SNAP_KEY = b"snap"
 SNAP_DATA_KEY = b"snap_data"
 FIRST_KEY = b"first"
 MEMBERS_KEY = b"members"
+PEER_IDS_KEY = b"peer_ids"
+MAX_PEER_IDS = 8  # the oldest are forgotten (each online restore adds one)
 DEFAULT_CACHE_ENTRIES = 4096
 
 
@@ -131,6 +136,7 @@ class LmdbLogStorage:
         self._dummy = (0, 0)  # (index, term) of first_index() - 1
         self._last = 0
         self.members: dict[str, MemberAddrs] = {}
+        self.peer_cluster_ids: tuple[str, ...] = ()
         self._cache: list[Entry] = []
         self._cache_first = 1
         self._load()
@@ -148,6 +154,9 @@ class LmdbLogStorage:
             raw = txn.get(MEMBERS_KEY, db=self._meta)
             if raw is not None:
                 self.members = decode_members(bytes(raw))
+            raw = txn.get(PEER_IDS_KEY, db=self._meta)
+            if raw is not None:
+                self.peer_cluster_ids = tuple(str(i) for i in json.loads(bytes(raw)))
             cur = txn.cursor(db=self._log)
             self._last = _U64.unpack(cur.key())[0] if cur.last() else self._dummy[0]
             lo = max(self._dummy[0] + 1, self._last - self.cache_entries + 1)
@@ -258,6 +267,15 @@ class LmdbLogStorage:
     def set_members(self, txn: lmdb.Transaction, members: dict[str, MemberAddrs]) -> None:
         txn.put(MEMBERS_KEY, encode_members(members), db=self._meta)
         self.members = dict(members)
+
+    def add_peer_cluster_id(self, txn: lmdb.Transaction, cluster_id: str) -> None:
+        """Answer to `cluster_id` at the peer door too (kept across restarts; the newest
+        `MAX_PEER_IDS`). Not `is_empty()`-visible: a joiner records it before any Raft state."""
+        if not cluster_id or cluster_id in self.peer_cluster_ids:
+            return
+        ids = (*self.peer_cluster_ids, cluster_id)[-MAX_PEER_IDS:]
+        txn.put(PEER_IDS_KEY, json.dumps(list(ids)).encode(), db=self._meta)
+        self.peer_cluster_ids = ids
 
     def append(self, txn: lmdb.Transaction, entries: list[Entry]) -> None:
         """Append, truncating any conflicting suffix; entries already compacted are skipped."""

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import lmdb
+from prometheus_client import Counter
 
 from doq.errors import (
     DoqError,
@@ -47,7 +48,7 @@ from doq.errors import (
     Overloaded,
     Unavailable,
 )
-from doq.node import store_identity
+from doq.node import member_input, peer_door, store_identity
 from doq.node.base import ProposalFuture, resolve_results
 from doq.node.cluster import ClusterStatus, Member, MemberAddrs, NodeIdentity
 from doq.node.local import MAX_PENDING_COMMANDS, _take_count, wall_clock_ms
@@ -57,7 +58,8 @@ from doq.node.raft_snapshot import (
     install_snapshot_data,
     write_state_snapshot,
 )
-from doq.node.transport_base import OnMessages, RaftTransport
+from doq.node.rate_log import RateLimitedLog
+from doq.node.transport_base import OnMessages, PeerFrame, RaftTransport
 from doq.node.writer import WriterThread
 from doq.queues.codec import encode_batch
 from doq.queues.commands import (
@@ -89,6 +91,9 @@ from doq.storage.chunks import DEFAULT_CHUNK_BYTES
 from doq.storage.state import StateStore
 
 log = logging.getLogger(__name__)
+REFUSED = Counter("doq_raft_messages_refused_total",
+                  "Raft messages dropped at the peer door before the core (doq/node/peer_door.py)", ["reason"])
+_REFUSED = {r: REFUSED.labels(r.value) for r in peer_door.Refusal}
 Fut = asyncio.Future[object]
 TransportFactory = Callable[[OnMessages], RaftTransport]
 
@@ -132,6 +137,7 @@ class _Job:
     members: dict[str, MemberAddrs] | None = None
     compacted: int = 0  # log entries this write discarded
     admitted: bool = False  # this write holds this store's admission: it may vote from now on
+    cluster_id_changed: bool = False  # a snapshot or an online restore replaced the state's
 
 
 class RaftNode:
@@ -143,6 +149,8 @@ class RaftNode:
     store takes no part in elections until its admission is in its log
     (`doq.node.store_identity`, "voting_gated").
     With data, the node restarts from it either way.
+    `join_cluster_id`: the cluster id the join answer named; until the node has caught up,
+    its peer door takes only that cluster's frames (it is remembered across restarts).
     """
 
     def __init__(
@@ -155,6 +163,7 @@ class RaftNode:
         config: RaftNodeConfig | None = None,
         join: bool = False,
         peers: dict[str, MemberAddrs] | None = None,
+        join_cluster_id: str = "",
         clock_ms: Callable[[], int] = wall_clock_ms,
         seed: int | None = None,
         on_commit: Callable[[int, float, float], None] | None = None,
@@ -165,6 +174,7 @@ class RaftNode:
         self.addrs = addrs
         self.cfg = config or RaftNodeConfig()
         self._join = join
+        self._join_cluster_id = join_cluster_id
         self._peers = dict(peers or {})
         self._clock_ms = clock_ms
         self._rng = random.Random(seed)
@@ -205,6 +215,10 @@ class RaftNode:
         self._ready_lock = asyncio.Lock()
         self._store_db = store_identity.meta_db(self.env)
         self.identity = store_identity.StoreIdentity("")  # `start` loads (or creates) it
+        # the peer door (doq/node/peer_door.py): refreshed when the configuration or ids change
+        self._own_cluster_ids: tuple[str, ...] = ()
+        self._door_members: frozenset[str] = frozenset()
+        self._refused_log = RateLimitedLog(log)
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -214,6 +228,8 @@ class RaftNode:
         if self.storage.is_empty():
             if not self._join:
                 await loop.run_in_executor(self._writer, self._bootstrap)
+            elif self._join_cluster_id:
+                await loop.run_in_executor(self._writer, self._remember_join_cluster_id)
         elif self.state.applied_index > self.storage.last_index():
             # the state is ahead of the log (an offline restore into a member, or an online
             # restore of an older doq, which rebased the log of a one-member cluster, cut
@@ -227,6 +243,7 @@ class RaftNode:
                      "this store", self.node_id, self.identity.store_id)
         self._last_stamp_ms = self.state.machine.now_ms
         self._sync_peers()
+        self._refresh_door()
         await self.transport.start()
         self._task = asyncio.create_task(self._run(), name=f"doq-raft-{self.node_id}")
         self._tick_handle = loop.call_later(self.cfg.tick_ms / 1000, self._on_tick)
@@ -262,6 +279,12 @@ class RaftNode:
             self.storage.apply_snapshot(txn, snap)
             self.storage.set_hard_state(txn, HardState(1, NONE, index))
             self.storage.set_members(txn, members)
+
+    def _remember_join_cluster_id(self) -> None:
+        """Writer thread: a joiner answers to the cluster it was told to join (persisted, so
+        a restart before its first snapshot keeps its door shut to other clusters)."""
+        with self.env.begin(write=True) as txn:
+            self.storage.add_peer_cluster_id(txn, self._join_cluster_id)
 
     async def stop(self, *, transfer_leadership: bool = True) -> None:
         """Leave well: a leader with other voters first hands leadership to the most
@@ -511,6 +534,8 @@ class RaftNode:
             raise FailedPrecondition(
                 f"this is cluster {self.state.cluster_id or '(no id)'}, not {cluster_id}: refused",
                 reason="CLUSTER_MISMATCH")
+        member_input.check_node_id(node_id)  # 400 for a malformed id or address
+        member_input.check_member_addrs(addrs)
         if node_id in core.voters or node_id in core.learners:
             known = self.storage.members.get(node_id)
             new_store = bool(addrs.store_id) and (known is None or known.store_id != addrs.store_id)
@@ -522,6 +547,9 @@ class RaftNode:
             raise FailedPrecondition(
                 f"{node_id} is already a member with other addresses; remove it first",
                 reason="MEMBER_EXISTS")
+        members = {nid: self.storage.members.get(nid) or MemberAddrs("", "", "")
+                   for nid in (*core.voters, *core.learners)}
+        member_input.check_new_member(node_id, addrs, members)  # 409 for an address in use
         cc = ConfChange(ConfChangeType.ADD_LEARNER, node_id, encode_addrs(addrs))
         await self._conf_change(cc)
         return self.cluster_status()
@@ -622,15 +650,45 @@ class RaftNode:
                               reason="CONF_CHANGE_TIMEOUT") from None
 
     # -- inputs (event loop) -----------------------------------------------------------------
-    def _on_messages(self, msgs: list[Message]) -> None:
-        """Transport callback: queue for the core (stepped between two Readies). While the
-        writer works, a follower answers its leader's heartbeats at once (`_ack_heartbeats`)."""
+    def _on_messages(self, frame: PeerFrame) -> None:
+        """Transport callback: the peer door (`peer_door.admit`: cluster id, receiver,
+        sender, membership) drops what may not reach the core, counted and logged at most
+        once a minute per reason; the rest is queued for the core (stepped between two
+        Readies). While the writer works, a follower answers its leader's heartbeats at
+        once (`_ack_heartbeats`)."""
         if self._stopping:
             return
+        msgs, refused = peer_door.admit(self.node_id, self._own_cluster_ids, self._door_members,
+                                        frame.sender, frame.cluster_ids, frame.messages)
+        if refused:
+            self._count_refused(frame, refused)
+            if not msgs:
+                return
         if self._ack_term:
             self._ack_heartbeats(msgs)
         self._inbox.extend(msgs)
         self._wake.set()
+
+    def _count_refused(self, frame: PeerFrame, refused: list[tuple[Message, peer_door.Refusal]]) -> None:
+        for m, reason in refused:
+            _REFUSED[reason].inc()
+            self._refused_log.warn(
+                reason.value, "node %s dropped a %s message from %r (term %d, cluster ids %r): %s",
+                self.node_id, m.type.name, m.frm[:64], m.term, [i[:64] for i in frame.cluster_ids[:4]],
+                reason.value)
+
+    def _refresh_door(self) -> None:
+        """Recompute what the peer door admits (after a configuration or cluster id change)
+        and the ids this node's frames carry."""
+        core = self.core
+        members = set(self.storage.members)
+        if core is not None:
+            members.update(core.voters, core.learners)
+        self._door_members = frozenset(members)
+        own = tuple(dict.fromkeys(i for i in (self.state.cluster_id, *self.storage.peer_cluster_ids) if i))
+        if own != self._own_cluster_ids:
+            self._own_cluster_ids = own
+            self.transport.set_cluster_ids(own)
 
     def _heartbeat_while_writing(self) -> None:
         """A leader whose writer is busy (see `_ack_heartbeats`) still sends a heartbeat
@@ -788,9 +846,10 @@ class RaftNode:
                      self.node_id, self.identity.store_id)
         if rd.messages:
             self.transport.send(rd.messages)
-        removed = False
+        removed = conf_changed = False
         for e in rd.committed_entries:
             if e.type == EntryType.CONF_CHANGE:
+                conf_changed = True
                 cc = codec.decode_conf_change(e.data)
                 core.apply_conf_change(cc)
                 if cc.node_id == self.node_id:
@@ -802,6 +861,8 @@ class RaftNode:
                         log.info("node %s is a member again", self.node_id)
         if job.members is not None or rd.snapshot is not None:
             self._sync_peers()
+        if conf_changed or rd.snapshot is not None or job.cluster_id_changed:
+            self._refresh_door()
         if rd.soft_state is not None:
             self._lead = rd.soft_state.lead  # the hint of the errors below
         if rd.snapshot is not None:
@@ -841,6 +902,7 @@ class RaftNode:
         t0 = time.perf_counter()
         st = self.storage
         installed: dict[str, MemberAddrs] | None = None
+        cluster_id = self.state.cluster_id
         with self.state.write() as txn:  # commits with fsync, then publishes the readers' view
             if job.snapshot is not None:
                 installed = install_snapshot_data(self.state, txn, job.snapshot.data,
@@ -861,6 +923,10 @@ class RaftNode:
             compact_to = st.snapshot_meta().index - self.cfg.keep_entries
             if compact_to >= st.first_index():  # a few entries per write: never one large txn
                 job.compacted = st.compact(txn, compact_to, self.cfg.compact_entries_per_write)
+            if self.state.cluster_id != cluster_id:
+                # peers that have not applied this yet still send the old id: keep answering to it
+                st.add_peer_cluster_id(txn, cluster_id)
+                job.cluster_id_changed = True
             t1 = time.perf_counter()
         if self._on_commit:  # every durable write, also one that only appends or votes
             t2 = time.perf_counter()

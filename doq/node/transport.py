@@ -17,8 +17,15 @@ Implements `doq.node.transport_base.RaftTransport`. Contract:
   (its node id); anything else is a failed attempt. A failed or
   broken stream is reopened on a fresh channel after an exponential, jittered, bounded
   backoff (`backoff_delay_s`), which restarts after each successful handshake.
-- Inbound frames are decoded and handed to `on_messages`, one call per frame, on the
-  event loop thread. Call every method from the event loop thread.
+- Every frame carries this node's cluster ids (`set_cluster_ids`). Inbound frames are
+  decoded and handed to `on_messages` as a `PeerFrame` (the stream's sender, the frame's
+  cluster ids, its messages), one call per frame, on the event loop thread; the node's
+  peer door decides what reaches the core. Call every method from the event loop thread.
+- With `tls` (a secure node): mutual TLS with the cluster CA (doq/tls/creds.py). A
+  sender checks that the receiver's certificate names the node it means; the receiver
+  refuses a stream without a certificate of the cluster CA (in the TLS handshake) or
+  whose certificate's common name is not the stream's sender (PERMISSION_DENIED, counted
+  as `doq_raft_streams_refused_total{reason="certificate"}`).
 - `stop()` gives connected peers up to `flush_timeout_s` to receive what is queued
   (half-close, so a last TIMEOUT_NOW of a leadership transfer goes out), then cancels
   everything; no task of the transport survives it.
@@ -38,11 +45,20 @@ import grpc
 from doq_proto.raft.v1 import raft_pb2, raft_pb2_grpc
 from prometheus_client import Counter
 
-from doq.node.transport_base import OnMessages, RaftTransport
+from doq.node.rate_log import RateLimitedLog
+from doq.node.transport_base import OnMessages, PeerFrame, RaftTransport
 from doq.raft.codec import DecodeError, decode_message, encode_message
 from doq.raft.types import Message
+from doq.tls.certs import NodeTls
+from doq.tls.creds import (
+    peer_channel_credentials,
+    peer_channel_options,
+    peer_common_name,
+    peer_server_credentials,
+)
 
 log = logging.getLogger(__name__)
+_remote_log = RateLimitedLog(log)  # what a remote party can cause at will
 
 FROM_KEY = "doq-raft-from"
 TO_KEY = "doq-raft-to"
@@ -76,7 +92,10 @@ SENT = Counter("doq_raft_messages_sent_total", "Raft messages written to a peer'
 FRAMES = Counter("doq_raft_frames_sent_total", "Frames (batches of Raft messages) written to a peer's stream", ["peer"])
 DROPPED = Counter("doq_raft_messages_dropped_total", "Raft messages dropped before sending", ["peer", "reason"])
 STREAM_FAILURES = Counter("doq_raft_stream_failures_total", "Peer streams that failed to open or broke", ["peer"])
-RECEIVED = Counter("doq_raft_messages_received_total", "Raft messages received from a peer", ["peer"])
+STREAMS_REFUSED = Counter("doq_raft_streams_refused_total",
+                          "Inbound peer streams refused before any message was read", ["reason"])
+RECEIVED = Counter("doq_raft_messages_received_total",
+                   "Raft messages received (peer: a peer this node sends to, else \"unknown\")", ["peer"])
 
 
 def backoff_delay_s(attempt: int, rng: random.Random, initial_s: float = 0.05, max_s: float = 2.0) -> float:
@@ -153,8 +172,10 @@ class GrpcRaftTransport:
         backoff_max_s: float = 2.0,
         flush_timeout_s: float = 0.5,
         rng: random.Random | None = None,
+        tls: NodeTls | None = None,
     ) -> None:
         self.node_id = node_id
+        self.tls = tls
         self.listen_addr = listen_addr
         self.port = 0
         self._on_messages = on_messages
@@ -171,6 +192,7 @@ class GrpcRaftTransport:
         self._server: grpc.aio.Server | None = None
         self._started = False
         self._closing = asyncio.Event()
+        self._cluster_ids: tuple[str, ...] = ()
 
     # -- the RaftTransport protocol ------------------------------------------------------
 
@@ -215,6 +237,10 @@ class GrpcRaftTransport:
         if self._started:
             self._spawn(peer)
 
+    def set_cluster_ids(self, cluster_ids: Sequence[str]) -> None:
+        """The cluster ids every frame carries from now on."""
+        self._cluster_ids = tuple(cluster_ids)
+
     def remove_peer(self, node_id: str) -> None:
         """Forget `node_id`: its stream is closed and its queued messages dropped."""
         peer = self._peers.pop(node_id, None)
@@ -228,7 +254,10 @@ class GrpcRaftTransport:
         server = grpc.aio.server(options=_SERVER_OPTIONS)
         raft_pb2_grpc.add_RaftTransportServicer_to_server(_Servicer(self), server)
         try:
-            self.port = server.add_insecure_port(self.listen_addr)
+            if self.tls is not None:
+                self.port = server.add_secure_port(self.listen_addr, peer_server_credentials(self.tls))
+            else:
+                self.port = server.add_insecure_port(self.listen_addr)
         except RuntimeError as e:
             raise OSError(f"cannot listen for Raft peers on {self.listen_addr}: {e}") from e
         await server.start()
@@ -284,7 +313,7 @@ class GrpcRaftTransport:
         attempt = 0
         metadata = ((FROM_KEY, self.node_id), (TO_KEY, peer.node_id))
         while not self._closing.is_set():
-            channel = grpc.aio.insecure_channel(peer.addr, options=_CHANNEL_OPTIONS)
+            channel = self._channel(peer)
             try:
                 call = raft_pb2_grpc.RaftTransportStub(channel).Send(metadata=metadata)
                 call.add_done_callback(lambda _c: peer.wake.set())
@@ -315,6 +344,12 @@ class GrpcRaftTransport:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._closing.wait(), delay_s)
 
+    def _channel(self, peer: _Peer) -> grpc.aio.Channel:
+        if self.tls is None:
+            return grpc.aio.insecure_channel(peer.addr, options=_CHANNEL_OPTIONS)
+        return grpc.aio.secure_channel(peer.addr, peer_channel_credentials(self.tls),
+                                       options=[*_CHANNEL_OPTIONS, *peer_channel_options(peer.node_id)])
+
     async def _pump(self, peer: _Peer, call: grpc.aio.StreamUnaryCall) -> None:
         """Write frames while the stream lives; on stop, flush, half-close and return."""
         while True:
@@ -324,7 +359,7 @@ class GrpcRaftTransport:
                 raise _StreamClosed()
             if peer.queue:
                 batch = peer.take(self._max_frame_bytes)
-                await call.write(raft_pb2.Frame(messages=batch))
+                await call.write(raft_pb2.Frame(messages=batch, cluster_ids=self._cluster_ids))
                 peer.stats.sent_frames += 1
                 peer.stats.sent_messages += len(batch)
                 peer.frames.inc()
@@ -338,10 +373,10 @@ class GrpcRaftTransport:
 
     # -- receiving -----------------------------------------------------------------------
 
-    def _deliver(self, frm: str, messages: list[Message]) -> None:
-        RECEIVED.labels(frm).inc(len(messages))
+    def _deliver(self, frm: str, cluster_ids: tuple[str, ...], messages: list[Message]) -> None:
+        RECEIVED.labels(frm if frm in self._peers else "unknown").inc(len(messages))  # bounded labels
         try:
-            self._on_messages(messages)
+            self._on_messages(PeerFrame(frm, cluster_ids, messages))
         except Exception:
             log.exception("on_messages failed on %d messages from %s", len(messages), frm)
 
@@ -367,9 +402,15 @@ class _Servicer(raft_pb2_grpc.RaftTransportServicer):
     ) -> raft_pb2.SendSummary:
         md = {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
         frm, to = md.get(FROM_KEY, ""), md.get(TO_KEY, "")
+        if self._t.tls is not None and peer_common_name(context.auth_context()) != frm:
+            STREAMS_REFUSED.labels("certificate").inc()
+            _remote_log.warn("certificate", "refused a raft stream from %r: its certificate names %r",
+                             frm[:64], peer_common_name(context.auth_context())[:64])
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                                "the client certificate does not name the stream's sender")
         if to != self._t.node_id:
             await context.abort(
-                grpc.StatusCode.FAILED_PRECONDITION, f"this is node {self._t.node_id!r}, not {to!r}"
+                grpc.StatusCode.FAILED_PRECONDITION, f"this is node {self._t.node_id!r}, not {to[:64]!r}"
             )
         await context.send_initial_metadata(((ACCEPTED_KEY, self._t.node_id),))
         frames = messages = 0
@@ -377,10 +418,10 @@ class _Servicer(raft_pb2_grpc.RaftTransportServicer):
             try:
                 batch = [decode_message(b) for b in frame.messages]
             except DecodeError as e:
-                log.error("undecodable raft message from %s: %s", frm, e)
+                _remote_log.warn("undecodable", "undecodable raft message from %r: %s", frm[:64], e)
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"undecodable raft message: {e}")
             frames += 1
             messages += len(batch)
             if batch:
-                self._t._deliver(frm, batch)
+                self._t._deliver(frm, tuple(frame.cluster_ids), batch)
         return raft_pb2.SendSummary(frames=frames, messages=messages)

@@ -5,19 +5,33 @@ transport delivers them best effort, in order per peer, batching what is queued.
 queue is bounded: when it is full, messages are dropped (Raft retries: heartbeats, probes,
 snapshot retries). Unknown peers (no `set_peer` yet) are dropped too.
 
-Inbound: the transport is constructed with a callback `on_messages(list[Message]) -> None`
-that it calls on the event loop thread with the messages it received (already decoded,
-addressed to this node). The callback never blocks.
+Every frame sent carries this node's cluster ids (`set_cluster_ids`; the peer door,
+doq/node/peer_door.py, checks them on the receiving side).
+
+Inbound: the transport is constructed with a callback `on_messages(PeerFrame) -> None`
+that it calls on the event loop thread with each frame it received (messages already
+decoded, with the sender the stream named and the frame's cluster ids). The callback
+never blocks; it decides what reaches the core.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from doq.raft.types import Message
 
-OnMessages = Callable[[list[Message]], None]
+
+class PeerFrame(NamedTuple):
+    """One inbound frame: who sent it (the stream's sender id), the cluster ids it
+    carries (the sender's state's first) and its messages, in order."""
+
+    sender: str
+    cluster_ids: tuple[str, ...]
+    messages: list[Message]
+
+
+OnMessages = Callable[[PeerFrame], None]
 """Inbound callback given to a transport at construction (called on the event loop)."""
 
 
@@ -29,6 +43,10 @@ class RaftTransport(Protocol):
 
     def set_peer(self, node_id: str, raft_addr: str) -> None:
         """Add or re-address a peer (HOST:PORT of its raft listener)."""
+        ...
+
+    def set_cluster_ids(self, cluster_ids: Sequence[str]) -> None:
+        """The cluster ids every frame sent from now on carries (this node's state's first)."""
         ...
 
     def remove_peer(self, node_id: str) -> None:

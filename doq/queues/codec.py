@@ -14,6 +14,9 @@ Restore commands (applied by the state store, see `doq.queues.commands`): `Resto
 (tag 15): restore id (u32-length-prefixed bytes), seq (u32), payload (u32-length-prefixed
 bytes); `RestoreCommit` (tag 16): restore id, chunk count (u32), record count (u64),
 to_version (u64), cluster id (string); `RestoreAbort` (tag 17): restore id.
+Tags 18-19 are reserved (keys). Join tokens: `CreateJoinToken` (tag 20): token id
+(bytes), secret hash (bytes), expires_ms (u64); `UseJoinToken` (tag 21): token id,
+secret hash (bytes), node id (string).
 Raises ValueError on malformed input (or struct.error / OverflowError for out-of-range
 values on encode: the service validates ranges first).
 """
@@ -42,6 +45,7 @@ _COMMIT = struct.Struct("<IQQ")
 
 (T_CREATE, T_UPDATE, T_DELETE, T_PURGE, T_ENQ, T_DEQ, T_ACK, T_NACK, T_TOUCH, T_PRIO, T_DEL, T_TICK,
  T_RELEASE, T_ENQ_COLS, T_RESTORE_CHUNK, T_RESTORE_COMMIT, T_RESTORE_ABORT) = range(1, 18)
+T_CREATE_JOIN_TOKEN, T_USE_JOIN_TOKEN = 20, 21
 _COL_GROUPS, _COL_PRIOS, _COL_MD, _COL_DEDUP, _COL_DELAYS = 1, 2, 4, 8, 16
 
 
@@ -212,6 +216,18 @@ def encode_batch(batch: c.CommandBatch) -> bytes:
             assert isinstance(cmd, c.RestoreAbort)
             ap(b"\x11")
             _b(out, cmd.restore_id)
+        elif t is c.CreateJoinToken:
+            assert isinstance(cmd, c.CreateJoinToken)
+            ap(bytes((T_CREATE_JOIN_TOKEN,)))
+            _b(out, cmd.token_id)
+            _b(out, cmd.secret_hash)
+            ap(_U64.pack(cmd.expires_ms))
+        elif t is c.UseJoinToken:
+            assert isinstance(cmd, c.UseJoinToken)
+            ap(bytes((T_USE_JOIN_TOKEN,)))
+            _b(out, cmd.token_id)
+            _b(out, cmd.secret_hash)
+            _s(out, cmd.node_id)
         else:
             raise ValueError(f"not a command: {cmd!r}")
     return b"".join(out)
@@ -370,6 +386,14 @@ def decode_batch(data: bytes) -> c.CommandBatch:
             ap(c.RestoreCommit(rid, chunks, records, to_version, r.s()))
         elif tag == T_RESTORE_ABORT:
             ap(c.RestoreAbort(r.b()))
+        elif tag == T_CREATE_JOIN_TOKEN:
+            tid = r.b()
+            digest = r.b()
+            ap(c.CreateJoinToken(tid, digest, r.unpack(_U64)[0]))
+        elif tag == T_USE_JOIN_TOKEN:
+            tid = r.b()
+            digest = r.b()
+            ap(c.UseJoinToken(tid, digest, r.s()))
         else:
             raise ValueError(f"unknown command tag {tag}")
     if r.pos != len(r.buf):

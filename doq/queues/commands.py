@@ -194,9 +194,30 @@ class RestoreAbort:
 
 RestoreCommand = RestoreChunk | RestoreCommit | RestoreAbort
 
+
+@dataclass(frozen=True, slots=True)
+class CreateJoinToken:
+    """A join token (doq/queues/join_tokens.py): `token_id` (16 bytes), the SHA-256 of its
+    secret, usable until `expires_ms` of replicated time. Result: None."""
+
+    token_id: bytes
+    secret_hash: bytes
+    expires_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class UseJoinToken:
+    """Spend a join token for `node_id`. Result: None, or FailedPrecondition
+    (INVALID_JOIN_TOKEN) if it is unknown, used, expired or the hash differs."""
+
+    token_id: bytes
+    secret_hash: bytes
+    node_id: str
+
 Command = (
     CreateQueue | UpdateQueue | DeleteQueue | PurgeQueue | Enqueue | EnqueueColumns | Dequeue | Ack | Nack
     | Touch | UpdatePriority | DeleteMessage | Tick | RestoreChunk | RestoreCommit | RestoreAbort
+    | CreateJoinToken | UseJoinToken
 )
 
 

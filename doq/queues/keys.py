@@ -12,6 +12,8 @@ messages sort by id.
     b"Q" + u16 len + name                   queue record
     b"M" + u16 len + name + u64 id          message record
     b"D" + u16 len + name + dedup_id utf-8  dedup record (a run of canonical ids: its first id)
+    b"J" + 16-byte token id                 join token (doq.queues.join_tokens; kept beside the
+                                            queue records by the state store)
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ META = b"G"
 QUEUE = ord("Q")
 MESSAGE = ord("M")
 DEDUP = ord("D")
+JOIN_TOKEN = ord("J")
 META_KEY = META
 
 MAX_NAME_BYTES = 0xFFFF
@@ -48,6 +51,10 @@ def message_key(name: str, id_: int) -> bytes:
 def message_key_from_prefix(prefix: bytes, id_: int) -> bytes:
     """Message key from a cached `name_prefix(MESSAGE, name)`."""
     return prefix + _U64.pack(id_)
+
+
+def join_token_key(token_id: bytes) -> bytes:
+    return bytes((JOIN_TOKEN,)) + token_id
 
 
 def dedup_key(name: str, dedup_id: str) -> bytes:

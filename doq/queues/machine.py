@@ -67,6 +67,7 @@ from doq.queues import records as R
 from doq.queues.dedupruns import CANONICAL_LEN, PRODUCER_LEN, Run, Runs, one_run, parse, run_id
 from doq.queues.delayed import MASK64, PriorityIndex, ready_key
 from doq.queues.fair import FairIndex
+from doq.queues.join_tokens import JoinTokens
 from doq.queues.model import (
     EnqueueColumnsResult,
     EnqueueResult,
@@ -239,6 +240,7 @@ class QueueMachine:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.queues: dict[str, Queue] = {}
+        self.join_tokens = JoinTokens(store)
         self._by_num: dict[int, Queue] = {}
         self._qnums = 0  # in-memory handles; never influence ordering (ids are unique)
         self.delayed: SortedList = SortedList()  # deliver_at << 96 | id << 32 | qnum
@@ -258,6 +260,8 @@ class QueueMachine:
             c.DeleteMessage: self._delete_message, c.Tick: lambda cmd: None,
             c.CreateQueue: self._create_queue, c.UpdateQueue: self._update_queue,
             c.DeleteQueue: self._delete_queue, c.PurgeQueue: self._purge_queue,
+            c.CreateJoinToken: lambda cmd: self.join_tokens.create(cmd, self.now_ms),
+            c.UseJoinToken: lambda cmd: self.join_tokens.use(cmd, self.now_ms),
         }
 
     # -- public API ----------------------------------------------------------------------
@@ -371,6 +375,8 @@ class QueueMachine:
                 msgs.append((key, rec))
             elif kind == K.DEDUP:
                 dedups.append((key, rec))
+            elif kind == K.JOIN_TOKEN:
+                self.join_tokens.load_record(key, rec)
             else:
                 raise ValueError(f"unknown record key {key!r}")
         self._load_messages(msgs)

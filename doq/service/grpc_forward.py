@@ -65,8 +65,10 @@ class LeaderForwarder(grpc.aio.ServerInterceptor):
     """See the module docstring. `max_message_bytes` bounds the proxied messages as the
     server bounds its own."""
 
-    def __init__(self, node: Node, *, max_message_bytes: int = 64 * 1024 * 1024) -> None:
+    def __init__(self, node: Node, *, max_message_bytes: int = 64 * 1024 * 1024,
+                 credentials: grpc.ChannelCredentials | None = None) -> None:
         self.node = node
+        self._credentials = credentials  # a secure node: TLS to the leader, verified by the cluster CA
         self._options = [
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
@@ -102,7 +104,9 @@ class LeaderForwarder(grpc.aio.ServerInterceptor):
         """The cached channel to `target` (created on first use)."""
         ch = self._channels.get(target)
         if ch is None:
-            ch = self._channels[target] = grpc.aio.insecure_channel(target, options=self._options)
+            ch = self._channels[target] = (
+                grpc.aio.secure_channel(target, self._credentials, options=self._options) if self._credentials
+                else grpc.aio.insecure_channel(target, options=self._options))
         return ch
 
     async def close(self) -> None:

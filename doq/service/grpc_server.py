@@ -313,8 +313,10 @@ def grpc_frame_limit(max_message_bytes: int) -> int:
 def build_server(
     api: QueueService, addr: str, *, max_message_bytes: int,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    credentials: grpc.ServerCredentials | None = None,
 ) -> tuple[grpc.aio.Server, int]:
-    """Create (not start) the gRPC server with reflection and health; returns it and the bound port."""
+    """Create (not start) the gRPC server with reflection and health; returns it and the
+    bound port. With `credentials`, the port serves TLS only."""
     frame_limit = grpc_frame_limit(max_message_bytes)
     server = grpc.aio.server(
         interceptors=interceptors,
@@ -333,7 +335,7 @@ def build_server(
         reflection.SERVICE_NAME,
     )
     reflection.enable_server_reflection(names, server)
-    port = server.add_insecure_port(addr)
+    port = server.add_secure_port(addr, credentials) if credentials else server.add_insecure_port(addr)
     if port == 0:
         raise OSError(f"cannot bind gRPC address {addr}")
     server.health_servicer = health_servicer  # type: ignore[attr-defined]

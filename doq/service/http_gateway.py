@@ -9,6 +9,7 @@ See docs/http.md.
 from __future__ import annotations
 
 import inspect
+import ssl
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
@@ -23,6 +24,7 @@ from doq.service.http.routes import build_router
 
 if TYPE_CHECKING:
     from doq.service.api import QueueService
+    from doq.tls.enrollment import Enrollment
 
 BODY_SLACK = 64 * 1024
 BATCH_BODY_MIN = 16 * 1024 * 1024
@@ -62,8 +64,10 @@ _NO_TELEMETRY: dict[str, Any] = (
 )
 
 
-def create_app(api: QueueService) -> FastAPI:
-    """The gateway application for one service facade."""
+def create_app(api: QueueService, *, forward_ssl: ssl.SSLContext | None = None,
+               enrollment: Enrollment | None = None) -> FastAPI:
+    """The gateway application for one service facade (`forward_ssl`: how a follower
+    reaches its leader over HTTPS, and `enrollment`: the join-token routes, on a secure node)."""
     app = FastAPI(
         **_NO_TELEMETRY,
         title="doq",
@@ -83,12 +87,16 @@ def create_app(api: QueueService) -> FastAPI:
     # Routes are added flat (not as included sub-routers): one route match per request.
     for router in (build_router(api), build_ops_router(api), build_cluster_router(api)):
         app.router.routes.extend(router.routes)
+    if enrollment is not None:
+        from doq.service.http.enroll import build_enroll_router
+
+        app.router.routes.extend(build_enroll_router(enrollment).routes)
     install_docs(app)
     # The document lists paths in declaration order; requests try the hot routes first.
     app.state.openapi_routes = list(app.router.routes)
     hot = {name: i for i, name in enumerate(HOT_ROUTES)}
     app.router.routes.sort(key=lambda r: hot.get(getattr(r, "name", ""), len(hot)))
-    install_leader_forwarding(app, api.node)  # inside the body limit: added before it
+    install_leader_forwarding(app, api.node, forward_ssl)  # inside the body limit: added before it
     single, batch = body_limits(api.limits.max_message_bytes)
     app.add_middleware(
         BodyLimitMiddleware,

@@ -18,6 +18,8 @@ import os
 import shutil
 from pathlib import Path
 
+from doq.storage.files import DIR_MODE, open_private, tighten
+
 LOCK_FILE = "doq.lock"
 
 
@@ -45,7 +47,7 @@ def _make_dirs(path: Path) -> list[Path]:
     created: list[Path] = []
     for d in reversed(missing):
         try:
-            d.mkdir()
+            d.mkdir(mode=DIR_MODE)  # private whatever the umask (doq/storage/files.py)
         except FileExistsError:
             continue
         created.append(d)
@@ -80,7 +82,8 @@ class NodeDirLock:
         created: list[Path] = []
         while True:
             created += _make_dirs(path)
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            tighten(path, DIR_MODE)
+            fd = open_private(lock_path, os.O_RDWR | os.O_CREAT)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

@@ -14,6 +14,7 @@ from pathlib import Path
 import lmdb
 
 from doq.errors import InvalidArgument
+from doq.storage.files import FILE_MODE, private_dir, tighten
 
 DEFAULT_MAP_SIZE = 64 * 1024**3  # sparse on Linux; grows lazily
 MAX_DBS = 32
@@ -44,9 +45,8 @@ def open_env(path: str | os.PathLike[str], *, map_size: int = DEFAULT_MAP_SIZE) 
     Durable: every write-transaction commit fsyncs (sync=True, metasync=True).
     Raises OSError/lmdb.Error if the directory is unusable.
     """
-    p = Path(path)
-    p.mkdir(parents=True, exist_ok=True)
-    return lmdb.open(
+    p = private_dir(path)
+    env = lmdb.open(
         str(p),
         map_size=map_size,
         max_dbs=MAX_DBS,
@@ -56,7 +56,11 @@ def open_env(path: str | os.PathLike[str], *, map_size: int = DEFAULT_MAP_SIZE) 
         readahead=False,
         max_readers=256,
         lock=True,
+        mode=FILE_MODE,  # the data and lock files: 0600 (the umask can only remove bits)
     )
+    for name in ("data.mdb", "lock.mdb"):  # files of an older doq: tightened
+        tighten(p / name, FILE_MODE)
+    return env
 
 
 def open_db(env: lmdb.Environment, name: bytes) -> lmdb._Database:

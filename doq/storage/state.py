@@ -304,6 +304,7 @@ class StateStore:
         self._kind_db = {
             K.META[0]: self._meta, K.QUEUE: self._db[b"state_queues"],
             K.MESSAGE: self._db[b"state_messages"], K.DEDUP: self._db[b"state_dedup"],
+            K.JOIN_TOKEN: self._db[b"state_queues"],  # a few records: beside the queues' (other first byte)
         }
         self._sink = _TxnSink(self._kind_db, self._versions, self._tombs)
         self.machine = QueueMachine(self._sink)

@@ -23,7 +23,7 @@ from doq.errors import Unavailable
 from doq.node.cluster import MemberAddrs
 from doq.node.raft_log import FIRST_KEY, HS_KEY
 from doq.node.raft_node import RaftNode, RaftNodeConfig
-from doq.node.transport_base import OnMessages
+from doq.node.transport_base import OnMessages, PeerFrame
 from doq.raft import codec
 from doq.raft.types import HardState, Message, MessageType
 from doq.storage.env import open_env
@@ -124,6 +124,7 @@ class FakeTransport:
         self.on_messages = on_messages
         self.peers: dict[str, str] = {}
         self.started = False
+        self.cluster_ids: tuple[str, ...] = ()
 
     def send(self, messages: Sequence[Message]) -> None:
         self.net.check(self.nid, messages)
@@ -142,15 +143,18 @@ class FakeTransport:
             for _ in range(copies):
                 wire = codec.decode_message(codec.encode_message(m))
                 if net.max_delay_s:
-                    loop.call_later(net.rng.uniform(0, net.max_delay_s), dst.deliver, wire)
+                    loop.call_later(net.rng.uniform(0, net.max_delay_s), dst.deliver, wire, self.cluster_ids)
                 else:
-                    loop.call_soon(dst.deliver, wire)
+                    loop.call_soon(dst.deliver, wire, self.cluster_ids)
 
-    def deliver(self, m: Message) -> None:
+    def deliver(self, m: Message, cluster_ids: tuple[str, ...] = ()) -> None:
         if self.started and (m.frm, self.nid) not in self.net.blocked:
             loop = asyncio.get_running_loop()
             self.net.trace.append((loop.time(), m.frm, self.nid, int(m.type), m.term, m.index))
-            self.on_messages([m])
+            self.on_messages(PeerFrame(m.frm, cluster_ids, [m]))
+
+    def set_cluster_ids(self, cluster_ids: Sequence[str]) -> None:
+        self.cluster_ids = tuple(cluster_ids)
 
     def set_peer(self, node_id: str, raft_addr: str) -> None:
         self.peers[node_id] = raft_addr
@@ -184,7 +188,9 @@ class Cluster:
         env = open_env(self.root / nid, map_size=1 << 30)
         self.net.envs[nid] = env
         peers = {m: addrs(m) for m in self.nodes} if join else None
-        extra = {"clock_ms": self.clock_ms} if self.clock_ms else {}
+        extra: dict[str, object] = {"clock_ms": self.clock_ms} if self.clock_ms else {}
+        if join:  # as the join answer names it (doq/node/build.py)
+            extra["join_cluster_id"] = next((n.state.cluster_id for n in self.nodes.values() if n.state.cluster_id), "")
         node = self.node_cls(
             StateStore(env), node_id=nid, addrs=addrs(nid), transport=self.net.factory(nid),
             config=self.config, join=join, peers=peers, seed=zlib.crc32(nid.encode()), **extra,  # type: ignore[arg-type]

@@ -13,6 +13,7 @@ import pytest
 from doq_proto.raft.v1 import raft_pb2, raft_pb2_grpc
 
 from doq.node.transport import GrpcRaftTransport, backoff_delay_s
+from doq.node.transport_base import PeerFrame
 from doq.raft.types import Message, MessageType, SnapshotMeta
 from tests.support.proc import free_port
 
@@ -24,11 +25,13 @@ class Inbox:
 
     def __init__(self) -> None:
         self.messages: list[Message] = []
+        self.frames: list[PeerFrame] = []
         self.calls = 0
 
-    def __call__(self, batch: list[Message]) -> None:
+    def __call__(self, frame: PeerFrame) -> None:
         self.calls += 1
-        self.messages.extend(batch)
+        self.frames.append(frame)
+        self.messages.extend(frame.messages)
 
     def seqs(self, frm: str) -> list[int]:
         return [m.index for m in self.messages if m.frm == frm]
@@ -91,6 +94,16 @@ async def test_two_transports_exchange_messages_in_order() -> None:
         assert stats.sent_messages == 2000 and stats.dropped == 0
         assert stats.sent_frames < 2000  # batched: several messages per frame
         assert inbox["b"].calls == stats.sent_frames  # one on_messages call per frame
+
+
+async def test_every_frame_carries_the_senders_cluster_ids_and_stream_sender() -> None:
+    async with transports("a", "b") as (ts, inbox):
+        ts["a"].set_cluster_ids(["cid-now", "cid-before-restore"])
+        ts["a"].send([msg("a", "b", s) for s in range(10)])
+        await until(count_is(inbox["b"], 10), "10 messages")
+        assert inbox["b"].frames
+        assert all(f.sender == "a" and f.cluster_ids == ("cid-now", "cid-before-restore")
+                   for f in inbox["b"].frames)
 
 
 async def test_three_transports_keep_order_per_peer() -> None:

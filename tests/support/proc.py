@@ -28,6 +28,7 @@ class NodeProc:
     extra_args: list[str] = field(default_factory=list)
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
+    umask: int | None = None  # the child's umask (None: this process's)
 
     @property
     def grpc_addr(self) -> str:
@@ -46,7 +47,8 @@ class NodeProc:
     def launch(self) -> NodeProc:
         """Start the process without waiting (a restarted cluster member is ready only once
         a quorum of its cluster runs: launch them all, then `wait_ready` each)."""
-        self.log_path = self.data_dir / f"{self.node_id}.log"
+        if self.log_path is None:
+            self.log_path = self.data_dir / f"{self.node_id}.log"
         self.data_dir.mkdir(parents=True, exist_ok=True)
         cmd = [
             sys.executable, "-m", "doq", "serve",
@@ -58,7 +60,8 @@ class NodeProc:
             *self.extra_args,
         ]
         logf = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
-        self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env={**os.environ})
+        self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env={**os.environ},
+                                     umask=-1 if self.umask is None else self.umask)
         logf.close()
         return self
 

@@ -46,6 +46,9 @@ def test_serve_help_shows_every_default(capsys: pytest.CaptureFixture[str]) -> N
     text = _flat(capsys.readouterr().out)
     for f in fields(ServeConfig):
         default = getattr(ServeConfig(), f.name)
+        if isinstance(default, bool):  # a switch: no value, off unless given (or DOQ_X=1)
+            assert re.search(rf"--{f.name.replace('_', '-')} .*?\(env DOQ_{f.name.upper()}=1\)", text), f.name
+            continue
         shown = (",".join(default) if isinstance(default, tuple) else str(default)) or "none"
         flag = "--" + f.name.replace("_", "-")
         assert re.search(rf"{flag} \S+ .*?\(env DOQ_{f.name.upper()}\) \(default: {re.escape(shown)}\)", text), flag

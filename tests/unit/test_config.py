@@ -112,3 +112,22 @@ def test_stream_bounds_reach_the_node_limits_with_their_defaults() -> None:
 def test_bad_snapshot_settings_are_refused(argv: list[str]) -> None:
     with pytest.raises(InvalidArgument, match=argv[0]):
         parse(argv)
+
+
+def test_secure_and_insecure_are_switches_also_set_by_the_environment() -> None:
+    import argparse
+
+    from doq.config import add_serve_arguments, load_config
+
+    p = argparse.ArgumentParser()
+    add_serve_arguments(p)
+    assert load_config(p.parse_args([]), {}).secure is False
+    assert load_config(p.parse_args(["--secure"]), {}).secure is True
+    assert load_config(p.parse_args([]), {"DOQ_INSECURE": "1"}).insecure is True
+    assert load_config(p.parse_args([]), {"DOQ_SECURE": "0"}).secure is False
+
+
+def test_the_join_token_never_shows_in_the_configs_repr() -> None:
+    from doq.config import ServeConfig
+
+    assert "s3cret" not in repr(ServeConfig(join_token="doqjt1.s3cret"))

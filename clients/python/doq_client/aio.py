@@ -20,6 +20,7 @@ from doq_client.client import (
     CHANNEL_OPTIONS,
     DEFAULT_TARGET,
     LIST_SERVERS_TIMEOUT_S,
+    _tls_credentials,
     initial_metadata,
 )
 from doq_client.consumer import AsyncConsumer
@@ -51,10 +52,13 @@ class AsyncDoqClient:
         timeout_s: float | None = 30.0,
         retry: RetryPolicy | None = None,
         failover: FailoverPolicy | None = None,
+        ca_file: str | None = None,
     ) -> None:
         self._own_channels = channel is None
         if channel is None:
-            self.router: Router[grpc.aio.Channel] = Router(parse_targets(targets), _open_channel)
+            tls = _tls_credentials(ca_file)
+            self.router: Router[grpc.aio.Channel] = Router(
+                parse_targets(targets), lambda addr: _open_channel(addr, tls))
         else:
             given = channel
             self.router = Router(["(channel)"], lambda _: given, fixed=True)
@@ -258,7 +262,9 @@ class AsyncDoqClient:
         return AsyncConsumer(self, queue, **kw)
 
 
-def _open_channel(addr: str) -> grpc.aio.Channel:
+def _open_channel(addr: str, tls: grpc.ChannelCredentials | None = None) -> grpc.aio.Channel:
+    if tls is not None:
+        return grpc.aio.secure_channel(addr, tls, options=CHANNEL_OPTIONS)
     return grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS)
 
 

@@ -57,7 +57,8 @@ class DoqClient:
     closed by `close()`). `timeout_s` is the deadline of each unary call attempt (None =
     no deadline; long polls add their `wait_ms`). `failover` bounds the search for a
     leader (default `FailoverPolicy()`: 15 s); `retry` enables retries of other retryable
-    errors (see `doq_client.retry`).
+    errors (see `doq_client.retry`). `ca_file`: connect with TLS and verify the nodes'
+    certificates with this CA (PEM; a secure cluster's `ca.crt`); None: plain gRPC.
     """
 
     def __init__(
@@ -68,10 +69,13 @@ class DoqClient:
         timeout_s: float | None = 30.0,
         retry: RetryPolicy | None = None,
         failover: FailoverPolicy | None = None,
+        ca_file: str | None = None,
     ) -> None:
         self._own_channels = channel is None
         if channel is None:
-            self.router: Router[grpc.Channel] = Router(parse_targets(targets), _open_channel)
+            tls = _tls_credentials(ca_file)
+            self.router: Router[grpc.Channel] = Router(
+                parse_targets(targets), lambda addr: _open_channel(addr, tls))
         else:
             given = channel
             self.router = Router(["(channel)"], lambda _: given, fixed=True)
@@ -275,8 +279,18 @@ class DoqClient:
         return Consumer(self, queue, **kw)
 
 
-def _open_channel(addr: str) -> grpc.Channel:
+def _open_channel(addr: str, tls: grpc.ChannelCredentials | None = None) -> grpc.Channel:
+    if tls is not None:
+        return grpc.secure_channel(addr, tls, options=CHANNEL_OPTIONS)
     return grpc.insecure_channel(addr, options=CHANNEL_OPTIONS)
+
+
+def _tls_credentials(ca_file: str | None) -> grpc.ChannelCredentials | None:
+    """TLS credentials verifying servers with the CA in `ca_file` (None: no TLS)."""
+    if ca_file is None:
+        return None
+    with open(ca_file, "rb") as f:
+        return grpc.ssl_channel_credentials(root_certificates=f.read())
 
 
 def initial_metadata(e: grpc.RpcError) -> Any:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
 from doq.errors import NotLeader
+from doq.node import member_input
 from doq.node.cluster import ClusterAdmin, MemberAddrs
 from doq.node.cluster_wire import LEADER_HEADER, identity_to_json, status_to_json
 from doq.service.http import models as m
@@ -28,10 +29,10 @@ if TYPE_CHECKING:
     from doq.node.base import Node
     from doq.service.api import QueueService
 
-NODE_ID_PATTERN = r"^[^/\s]{1,128}$"
+NODE_ID_PATTERN = member_input.NODE_ID_PATTERN
+ADDR_PATTERN = member_input.ADDR_PATTERN
 STORE_ID_PATTERN = r"^[0-9a-f]{0,64}$"
 CLUSTER_ID_PATTERN = r"^[0-9A-Za-z-]{0,64}$"
-ADDR_PATTERN = r"^[^/\s]+:[0-9]{1,5}$"
 
 
 class MemberModel(BaseModel):
@@ -71,9 +72,9 @@ class JoinBody(BaseModel):
         "node_id": "node-2", "raft_addr": "localhost:9002", "grpc_addr": "localhost:10002",
         "http_addr": "localhost:8002"}]})
     node_id: str = Field(pattern=NODE_ID_PATTERN, description="The new member's node id.")
-    raft_addr: str = Field(pattern=ADDR_PATTERN, max_length=255, description="Its peer transport address HOST:PORT.")
-    grpc_addr: str = Field(pattern=ADDR_PATTERN, max_length=255, description="Its gRPC address HOST:PORT.")
-    http_addr: str = Field(pattern=ADDR_PATTERN, max_length=255, description="Its HTTP address HOST:PORT.")
+    raft_addr: str = Field(pattern=ADDR_PATTERN, max_length=member_input.ADDR_MAX, description="Its peer transport address HOST:PORT.")
+    grpc_addr: str = Field(pattern=ADDR_PATTERN, max_length=member_input.ADDR_MAX, description="Its gRPC address HOST:PORT.")
+    http_addr: str = Field(pattern=ADDR_PATTERN, max_length=member_input.ADDR_MAX, description="Its HTTP address HOST:PORT.")
     store_id: str = Field("", pattern=STORE_ID_PATTERN, description=(
         "Its store's id (`GET /cluster/identity`). A known member joining with another store "
         "(its disk was lost) is replaced: removed, then added again as a learner."))
@@ -164,10 +165,11 @@ def build_cluster_router(api: QueueService) -> APIRouter:
         with another store (or a voter with an empty one) is replaced: removed, then added
         again as a learner. `doq serve --join` calls this."""
         b = await read_json(request, JoinBody)
+        addrs = MemberAddrs(b.raft_addr, b.grpc_addr, b.http_addr, b.store_id)
+        member_input.check_node_id(b.node_id)  # the whole rule (the schema shows its syntax)
+        member_input.check_member_addrs(addrs)
         try:
-            status = await admin.add_member(
-                b.node_id, MemberAddrs(b.raft_addr, b.grpc_addr, b.http_addr, b.store_id),
-                empty=b.empty, cluster_id=b.cluster_id)
+            status = await admin.add_member(b.node_id, addrs, empty=b.empty, cluster_id=b.cluster_id)
         except NotLeader as e:
             return not_leader(e, request.url.path)
         return _json(status_to_json(status))

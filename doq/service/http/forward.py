@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import ssl
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -38,7 +39,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 FORWARDED_HEADER = "X-Doq-Forwarded-By"
 """Request header set on a forwarded request: the id of the node that forwarded it."""
 _DEQUEUE_PATH = re.compile(r"^/API/v1/queues/[^/]+/messages$")
-_LOCAL_WRITES = frozenset({"/db/backup"})
+_LOCAL_WRITES = frozenset({"/db/backup", "/cluster/join-tokens"})  # the latter: loopback only (enroll.py)
 _HOP_BY_HOP = frozenset({
     b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"te", b"trailer", b"upgrade",
     b"expect", b"host",
@@ -58,9 +59,11 @@ def must_lead(method: str, path: str) -> bool:
 class LeaderForwardMiddleware:
     """See the module docstring. `node` offers `is_leader`, `node_id` and `cluster_status()`."""
 
-    def __init__(self, app: ASGIApp, node: Any, connect_timeout_s: float = 5.0, read_timeout_s: float = 300.0) -> None:
+    def __init__(self, app: ASGIApp, node: Any, connect_timeout_s: float = 5.0, read_timeout_s: float = 300.0,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.app = app
         self.node = node
+        self.ssl_context = ssl_context  # a secure node: HTTPS to the leader, verified by the cluster CA
         self.connect_timeout_s = connect_timeout_s
         self.read_timeout_s = read_timeout_s
 
@@ -87,7 +90,9 @@ class _Forward:
         host, _, port = self.target.rpartition(":")
         try:
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host.strip("[]"), int(port)), self.mw.connect_timeout_s)
+                asyncio.open_connection(host.strip("[]"), int(port), ssl=self.mw.ssl_context,
+                                        server_hostname=host.strip("[]") if self.mw.ssl_context else None),
+                self.mw.connect_timeout_s)
         except (OSError, ValueError, TimeoutError) as e:
             return await self._unreachable(e)
         conn = h11.Connection(h11.CLIENT)
@@ -184,9 +189,9 @@ class _ClientGone(Exception):
     """The client disconnected while its request was being sent on."""
 
 
-def install_leader_forwarding(app: Any, node: Any) -> None:
+def install_leader_forwarding(app: Any, node: Any, ssl_context: ssl.SSLContext | None = None) -> None:
     """Add `LeaderForwardMiddleware` to a Starlette/FastAPI `app` when `node` has a
     `ClusterAdmin` (`cluster_admin()`); call it before adding the body limit so the limit
     runs first."""
     if admin_of(node) is not None:
-        app.add_middleware(LeaderForwardMiddleware, node=node)
+        app.add_middleware(LeaderForwardMiddleware, node=node, ssl_context=ssl_context)

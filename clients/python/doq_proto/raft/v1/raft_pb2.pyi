@@ -7,10 +7,12 @@ from typing import ClassVar as _ClassVar, Optional as _Optional
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Frame(_message.Message):
-    __slots__ = ("messages",)
+    __slots__ = ("messages", "cluster_ids")
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_IDS_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedScalarFieldContainer[bytes]
-    def __init__(self, messages: _Optional[_Iterable[bytes]] = ...) -> None: ...
+    cluster_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, messages: _Optional[_Iterable[bytes]] = ..., cluster_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SendSummary(_message.Message):
     __slots__ = ("frames", "messages")

@@ -1,0 +1,207 @@
+"""The cluster CA and node certificates, made with the `cryptography` library.
+
+Layout (in the node directory, `tls/`, 0700; every file 0600, doq/storage/files.py):
+- `ca.crt` the cluster CA's certificate (PEM): every member trusts it, clients verify
+  the node's certificate with it (`--ca-file`);
+- `ca.key` the CA's private key: a node that holds it can issue node certificates (the
+  node that bootstrapped the cluster, and a member that joined with a join token);
+- `node.crt`, `node.key` this node's certificate (CN = node id; SANs: the node id,
+  localhost, 127.0.0.1, ::1, the host names and IPs it listens on and announces) and key.
+  It serves the client ports and both ends of the mutual TLS between peers.
+
+Keys are ECDSA P-256 (fast handshakes). The CA lives `CA_DAYS`, a node certificate
+`NODE_DAYS`; a node certificate is issued again at start when it is missing, expires
+within `RENEW_DAYS`, or does not cover the node's current addresses, if the CA key is
+present (docs/security.md, "Rotating certificates").
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import ipaddress
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from doq.storage.files import private_dir, tighten, write_private
+
+CA_DAYS = 3650
+NODE_DAYS = 825
+RENEW_DAYS = 30
+TLS_DIR = "tls"
+CA_CERT, CA_KEY, NODE_CERT, NODE_KEY = "ca.crt", "ca.key", "node.crt", "node.key"
+
+
+class TlsSetupError(Exception):
+    """The node cannot set up TLS (no CA, unreadable files): a message for the operator."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeTls:
+    """A node's TLS material (PEM bytes) and where it lives."""
+
+    directory: Path
+    ca_cert: bytes
+    node_cert: bytes
+    node_key: bytes
+    ca_key: bytes | None  # None: this node cannot issue certificates
+
+    @property
+    def ca_file(self) -> Path:
+        return self.directory / CA_CERT
+
+    @property
+    def cert_file(self) -> Path:
+        return self.directory / NODE_CERT
+
+    @property
+    def key_file(self) -> Path:
+        return self.directory / NODE_KEY
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def generate_ca(name: str = "doq cluster CA") -> tuple[bytes, bytes]:
+    """A new self-signed CA: (certificate PEM, private key PEM)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = _now()
+    cert = (
+        x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
+        .public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=CA_DAYS))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                     content_commitment=False, key_encipherment=False,
+                                     data_encipherment=False, key_agreement=False,
+                                     encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
+
+
+def _san(hosts: Iterable[str]) -> list[x509.GeneralName]:
+    out: list[x509.GeneralName] = []
+    seen: set[str] = set()
+    for h in hosts:
+        h = h.strip("[]")
+        if not h or h in seen or h in ("0.0.0.0", "::"):
+            continue
+        seen.add(h)
+        try:
+            out.append(x509.IPAddress(ipaddress.ip_address(h)))
+        except ValueError:
+            out.append(x509.DNSName(h))
+    return out
+
+
+def issue_node_cert(ca_cert_pem: bytes, ca_key_pem: bytes, node_id: str,
+                    hosts: Iterable[str]) -> tuple[bytes, bytes]:
+    """A certificate for `node_id` signed by the CA, valid for server and client use, with
+    the node id and `hosts` (names or IPs) as SANs: (certificate PEM, private key PEM)."""
+    ca_cert = x509.load_pem_x509_certificate(ca_cert_pem)
+    ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey), "doq's CA keys are ECDSA"
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = _now()
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, node_id)]))
+        .issuer_name(ca_cert.subject).public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(min(now + datetime.timedelta(days=NODE_DAYS), ca_cert.not_valid_after_utc))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
+                                              ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .add_extension(x509.SubjectAlternativeName(_san([node_id, "localhost", "127.0.0.1", "::1", *hosts])),
+                       critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
+
+
+def fingerprint(cert_pem: bytes) -> str:
+    """SHA-256 of the certificate's DER form, hex (what a join token pins)."""
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    return hashlib.sha256(cert.public_bytes(serialization.Encoding.DER)).hexdigest()
+
+
+def _covers(cert_pem: bytes, ca_cert_pem: bytes, node_id: str, hosts: Iterable[str]) -> bool:
+    """Is `cert_pem` a certificate of this CA for `node_id`, valid beyond `RENEW_DAYS`,
+    naming every host?"""
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+        ca = x509.load_pem_x509_certificate(ca_cert_pem)
+        cert.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    if cert.not_valid_after_utc - _now() < datetime.timedelta(days=RENEW_DAYS):
+        return False
+    names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    if not names or names[0].value != node_id:
+        return False
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return False
+    have = {str(n.value) for n in san}
+    return all(str(g.value) in have for g in _san([node_id, *hosts]))
+
+
+def install_ca(directory: Path, ca_cert: bytes, ca_key: bytes | None) -> None:
+    """Write the cluster CA into `directory` (0700; files 0600)."""
+    private_dir(directory)
+    write_private(directory / CA_CERT, ca_cert)
+    if ca_key is not None:
+        write_private(directory / CA_KEY, ca_key)
+
+
+def ensure_node_tls(directory: Path, node_id: str, hosts: Iterable[str], *, may_create_ca: bool) -> NodeTls:
+    """Load, and create what is missing of, the node's TLS material in `directory`.
+
+    No CA there: a new one is generated if `may_create_ca` (a node bootstrapping a
+    cluster), else TlsSetupError. The node certificate is (re)issued when missing, about
+    to expire, or not naming every host, if the CA key is present; otherwise the existing
+    one is used as it is (TlsSetupError if there is none)."""
+    hosts = list(hosts)
+    private_dir(directory)
+    for p in directory.iterdir():
+        tighten(p)
+    ca_path, ca_key_path = directory / CA_CERT, directory / CA_KEY
+    if not ca_path.exists():
+        if not may_create_ca:
+            raise TlsSetupError(f"no cluster CA in {directory}")
+        cert, key = generate_ca()
+        install_ca(directory, cert, key)
+    ca_cert = ca_path.read_bytes()
+    ca_key = ca_key_path.read_bytes() if ca_key_path.exists() else None
+    cert_path, key_path = directory / NODE_CERT, directory / NODE_KEY
+    have = cert_path.read_bytes() if cert_path.exists() and key_path.exists() else None
+    if have is None or not _covers(have, ca_cert, node_id, hosts):
+        if ca_key is None:
+            if have is None:
+                raise TlsSetupError(f"no certificate for node {node_id} in {directory} and no CA key "
+                                    "to issue one")
+        else:
+            cert, key = issue_node_cert(ca_cert, ca_key, node_id, hosts)
+            write_private(key_path, key)
+            write_private(cert_path, cert)
+    return NodeTls(directory, ca_cert, cert_path.read_bytes(), key_path.read_bytes(), ca_key)

@@ -1,0 +1,87 @@
+"""A node's TLS at start: whether it runs secure (`mode.decide_secure`) and its material
+(`certs.ensure_node_tls` in NODE_DIR/tls), with errors that tell the operator what to do."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from doq.config import ServeConfig
+from doq.errors import DoqError
+from doq.node.cluster import ClusterStatus
+from doq.tls.certs import CA_CERT, TLS_DIR, NodeTls, TlsSetupError, ensure_node_tls, install_ca
+from doq.tls.enrollment import EnrollError, enroll
+from doq.tls.mode import decide_secure, host_of, non_loopback
+
+
+@dataclass(frozen=True, slots=True)
+class ServingTls:
+    """What a secure node serves with: its cluster material and the client ports' files."""
+
+    node: NodeTls
+    cert_file: Path  # client ports (gRPC and HTTP): --tls-cert, else the node's certificate
+    key_file: Path
+
+    @property
+    def client_cert(self) -> bytes:
+        return self.cert_file.read_bytes()
+
+    @property
+    def client_key(self) -> bytes:
+        return self.key_file.read_bytes()
+
+
+def config_hosts(config: ServeConfig) -> list[str]:
+    """The hosts the node listens on and announces (SANs of its certificate)."""
+    hosts = [host_of(a) for a in (config.grpc_addr, config.http_addr, config.raft_addr)]
+    return [*hosts, config.advertise_host] if config.advertise_host else hosts
+
+
+def why_secure(config: ServeConfig) -> str:
+    if config.secure:
+        return "--secure"
+    return f"it binds or announces the non-loopback address {non_loopback(config_hosts(config))[0]!r}"
+
+
+def needs_enrollment(config: ServeConfig, node_path: Path) -> bool:
+    """A node started with --join-token that has no cluster CA yet enrolls first."""
+    return bool(config.join_token) and not (node_path / TLS_DIR / CA_CERT).exists()
+
+
+def enroll_node(config: ServeConfig, node_path: Path) -> ClusterStatus:
+    """Enroll with the join token (blocking): the cluster CA goes into NODE_DIR/tls; returns
+    the cluster's status after the add. Raises TlsSetupError."""
+    if not config.join:
+        raise TlsSetupError("--join-token needs --join ADDR (any member's HTTP address)")
+    try:
+        status, ca_cert, ca_key = enroll(config.join_token, list(config.join), config.node_id,
+                                         config.member_addrs())
+    except (EnrollError, DoqError) as e:
+        raise TlsSetupError(f"cannot enroll with the join token: {e}") from None
+    install_ca(node_path / TLS_DIR, ca_cert, ca_key)
+    return status
+
+
+def node_tls(config: ServeConfig, node_path: Path) -> ServingTls | None:
+    """None if the node does not run secure; else its TLS, created as needed (a node that
+    bootstraps makes the cluster CA). Raises TlsSetupError with the operator's message."""
+    if not decide_secure(secure=config.secure or bool(config.join_token), insecure=config.insecure,
+                         listen_addrs=(config.grpc_addr, config.http_addr, config.raft_addr),
+                         advertise_host=config.advertise_host):
+        return None
+    if bool(config.tls_cert) != bool(config.tls_key):
+        raise TlsSetupError("give --tls-cert and --tls-key together")
+    directory = node_path / TLS_DIR
+    try:
+        tls = ensure_node_tls(directory, config.node_id, config_hosts(config), may_create_ca=not config.join)
+    except TlsSetupError as e:
+        raise TlsSetupError(
+            f"this node runs secure ({why_secure(config)}) but cannot set up TLS: {e}. A new member "
+            f"gets the cluster CA with --join-token TOKEN (`doq join-token create` on a member), or "
+            f"copy the cluster's ca.crt and ca.key into {directory}; or start every node with "
+            "--insecure (anyone who reaches a port can then do anything)") from None
+    except OSError as e:
+        raise TlsSetupError(f"cannot read or write the TLS files in {directory}: {e}") from None
+    if config.tls_cert:
+        return ServingTls(tls, Path(config.tls_cert), Path(config.tls_key))
+    return ServingTls(tls, tls.cert_file, tls.key_file)
