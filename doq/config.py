@@ -12,6 +12,8 @@ from typing import Any
 
 from doq.errors import InvalidArgument
 from doq.node.cluster import MemberAddrs
+from doq.storage.env import DEFAULT_MAP_SIZE, MIN_MAP_SIZE
+from doq.units import format_size, parse_size
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +31,8 @@ class ServeConfig:
     snapshot_every: int = 10_000  # as RaftNodeConfig (a unit test keeps them equal)
     keep_entries: int = 5_000
     restore_chunk_bytes: int = 1 << 20  # as RaftNodeConfig
+    max_data_size: int = DEFAULT_MAP_SIZE  # the LMDB map: the most the store may hold
+    disk_free_limit: int = 64 << 20  # free disk under which writes that grow the state stop
 
     def member_addrs(self) -> MemberAddrs:
         """The addresses this node announces to the cluster (and clients are sent to): the
@@ -57,6 +61,11 @@ _HELP = {
     "log_level": "debug | info | warning | error",
     "snapshot_every": "applied log entries between two snapshots of the state (0: never)",
     "keep_entries": "log entries kept behind a snapshot for followers that lag",
+    "max_data_size": "the most this node's store (state and Raft log) may hold, e.g. 16MiB or "
+                     "64GiB; near it, writes that grow the state are refused (retryable) until "
+                     "space is freed",
+    "disk_free_limit": "free disk space under which this node refuses writes that grow the "
+                       "state, e.g. 64MiB (0: only a full disk stops them)",
     "restore_chunk_bytes": "record bytes (uncompressed) per log entry of an online restore "
                            "(1024..16777216)",
 }
@@ -67,6 +76,12 @@ _INT_RANGES: dict[str, tuple[int, int | None]] = {
     "snapshot_every": (0, None),
     "keep_entries": (0, None),
     "restore_chunk_bytes": (1024, 16 * 1024 * 1024),
+}
+
+#: byte-size settings (`doq.units.parse_size`): (lowest, highest) accepted
+_SIZE_RANGES: dict[str, tuple[int, int]] = {
+    "max_data_size": (MIN_MAP_SIZE, 1 << 50),
+    "disk_free_limit": (0, 1 << 50),
 }
 
 
@@ -141,6 +156,13 @@ def _coerce(name: str, value: Any) -> Any:
             raise InvalidArgument(f"{flag} must be at least {lo}, got {n}")
         if hi is not None and not lo <= n <= hi:
             raise InvalidArgument(f"{flag} must be within {lo}..{hi}")
+        return n
+    if name in _SIZE_RANGES:
+        flag = "--" + name.replace("_", "-")
+        n = parse_size(value, what=flag)
+        lo, hi = _SIZE_RANGES[name]
+        if not lo <= n <= hi:
+            raise InvalidArgument(f"{flag} must be within {format_size(lo)}..{format_size(hi)}, got {value!r}")
         return n
     if name == "election_timeout_ms":
         try:

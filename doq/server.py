@@ -15,7 +15,7 @@ import grpc
 import lmdb
 
 from doq.config import ServeConfig
-from doq.node import k8s_leader
+from doq.node import alarms, k8s_leader
 from doq.node.base import Node
 from doq.service.api import QueueService
 from doq.service.grpc_forward import LeaderForwarder
@@ -68,7 +68,9 @@ async def open_runtime(config: ServeConfig) -> Runtime:
     lock = lock_node_dir(config)
     path = lock.path / "doq.lmdb"
     try:
-        env = open_env(path)
+        env = open_env(path, map_size=alarms.map_size(config.max_data_size))
+        gauge = alarms.StorageGauge(env, path, node_id=config.node_id, max_data_bytes=config.max_data_size,
+                                    disk_free_limit_bytes=config.disk_free_limit)
     except (OSError, lmdb.Error) as e:
         lock.release(discard=True)
         raise StartupError(f"cannot open data dir {path}: {e}") from e
@@ -86,7 +88,7 @@ async def open_runtime(config: ServeConfig) -> Runtime:
         try:
             node = await open_raft_node(
                 state, node_id=config.node_id, addrs=config.member_addrs(), join_addrs=config.join,
-                join_cluster=join_cluster, on_commit=metrics.observe_commit, config=raft_config,
+                join_cluster=join_cluster, on_commit=metrics.observe_commit, config=raft_config, gauge=gauge,
                 transport=lambda on_messages: GrpcRaftTransport(config.node_id, config.raft_addr, on_messages),
             )
         except ClusterError as e:

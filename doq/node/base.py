@@ -17,6 +17,7 @@ from doq.queues.commands import Command, Dequeue
 from doq.storage.state import StateStore
 
 if TYPE_CHECKING:
+    from doq.node.alarms import Alarm
     from doq.backup.ops import RestoreChain, RestoreResult
 
 
@@ -119,6 +120,11 @@ class Node(Protocol):
 
     def is_ready(self) -> bool:
         """Knows a leader and has applied up to the leader's commit index (`/readyz`)."""
+        ...
+
+    def alarms(self) -> list[Alarm]:
+        """The storage alarms on now (`doq.node.alarms`): this node's and, on a leader, its
+        members' (while any is on, writes that grow the state are refused)."""
         ...
 
     @property

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 import lmdb
 
+from doq.node.alarms import StorageGauge
 from doq.node.cluster import ClusterStatus, MemberAddrs
 from doq.node.raft_log import LmdbLogStorage
 from doq.node.raft_node import RaftNode, RaftNodeConfig, TransportFactory
@@ -39,6 +40,7 @@ async def open_raft_node(
     join_cluster: JoinCluster | None = None,
     config: RaftNodeConfig | None = None,
     on_commit: Callable[[int, float, float], None] | None = None,
+    gauge: StorageGauge | None = None,
 ) -> RaftNode:
     """Build (not start) the node; joins first when needed (see the module docstring).
     Raises what `join_cluster` raises when the cluster refuses or cannot be reached."""
@@ -50,4 +52,5 @@ async def open_raft_node(
         status = await asyncio.to_thread(join_cluster, list(join_addrs), node_id, addrs)
         peers = {m.node_id: m.addrs for m in status.members if m.node_id != node_id}
     return RaftNode(state, node_id=node_id, addrs=addrs, transport=transport,
-                    config=config, join=join, peers=peers, on_commit=on_commit)
+                    config=config, join=join, peers=peers, on_commit=on_commit,
+                    gauge=gauge)

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from doq.errors import Overloaded, Unavailable
+from doq.node.alarms import Alarm
 from doq.node.base import ProposalFuture, resolve_results
 from doq.node.cluster import ClusterAdmin, ClusterStatus, Member, MemberAddrs
 from doq.queues.commands import Command, CommandBatch, Tick
@@ -82,6 +83,10 @@ class LocalNode:
     @property
     def leader_hint(self) -> str:
         return self.node_id
+
+    def alarms(self) -> list[Alarm]:
+        """A `LocalNode` measures no storage: never an alarm."""
+        return []
 
     def is_ready(self) -> bool:
         return not self._stopping

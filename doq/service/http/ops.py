@@ -33,6 +33,11 @@ class Readiness(BaseModel):
     ready: bool = Field(description="This node knows a leader and has applied up to it.")
     leader: bool = Field(description="This node is the leader.")
     leader_hint: str = Field(description="The leader this node knows of (\"\" if none).")
+    alarms: list[dict[str, str]] = Field(default_factory=list, description=(
+        "Storage alarms on now (node_id, reason: DATA_SIZE_LIMIT | DISK_FREE_LIMIT | NOSPACE, "
+        "message): this node's, and on the leader its members'. While any is on, writes that "
+        "grow the state are refused with 507 / RESOURCE_EXHAUSTED; reads, dequeues, acks and "
+        "deletes are served, so an alarm alone does not make the node unready."))
 
 
 class BackupBody(BaseModel):
@@ -94,7 +99,8 @@ def build_ops_router(api: QueueService) -> APIRouter:
     async def readyz() -> Response:
         """200 when this node knows a leader and has applied up to it, else 503."""
         ok = node.is_ready()
-        body = {"ready": ok, "leader": bool(node.is_leader), "leader_hint": node.leader_hint or ""}
+        body = {"ready": ok, "leader": bool(node.is_leader), "leader_hint": node.leader_hint or "",
+                "alarms": [a.as_dict() for a in node.alarms()]}
         return Response(m.dumps(body), status_code=200 if ok else 503, media_type="application/json")
 
     @r.get(

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x64oq/raft/v1/raft.proto\x12\x0b\x64oq.raft.v1\"\x19\n\x05\x46rame\x12\x10\n\x08messages\x18\x01 \x03(\x0c\"/\n\x0bSendSummary\x12\x0e\n\x06\x66rames\x18\x01 \x01(\x04\x12\x10\n\x08messages\x18\x02 \x01(\x04\x32G\n\rRaftTransport\x12\x36\n\x04Send\x12\x12.doq.raft.v1.Frame\x1a\x18.doq.raft.v1.SendSummary(\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x64oq/raft/v1/raft.proto\x12\x0b\x64oq.raft.v1\"D\n\x05\x46rame\x12\x10\n\x08messages\x18\x01 \x03(\x0c\x12)\n\x06\x61larms\x18\x02 \x03(\x0b\x32\x19.doq.raft.v1.StorageAlarm\"/\n\x0cStorageAlarm\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\"/\n\x0bSendSummary\x12\x0e\n\x06\x66rames\x18\x01 \x01(\x04\x12\x10\n\x08messages\x18\x02 \x01(\x04\x32G\n\rRaftTransport\x12\x36\n\x04Send\x12\x12.doq.raft.v1.Frame\x1a\x18.doq.raft.v1.SendSummary(\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,9 +32,11 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'doq.raft.v1.raft_pb2', _glo
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_FRAME']._serialized_start=39
-  _globals['_FRAME']._serialized_end=64
-  _globals['_SENDSUMMARY']._serialized_start=66
-  _globals['_SENDSUMMARY']._serialized_end=113
-  _globals['_RAFTTRANSPORT']._serialized_start=115
-  _globals['_RAFTTRANSPORT']._serialized_end=186
+  _globals['_FRAME']._serialized_end=107
+  _globals['_STORAGEALARM']._serialized_start=109
+  _globals['_STORAGEALARM']._serialized_end=156
+  _globals['_SENDSUMMARY']._serialized_start=158
+  _globals['_SENDSUMMARY']._serialized_end=205
+  _globals['_RAFTTRANSPORT']._serialized_start=207
+  _globals['_RAFTTRANSPORT']._serialized_end=278
 # @@protoc_insertion_point(module_scope)
