@@ -17,8 +17,8 @@ from doq.queues.commands import Command, Dequeue
 from doq.storage.state import StateStore
 
 if TYPE_CHECKING:
-    from doq.node.alarms import Alarm
     from doq.backup.ops import RestoreChain, RestoreResult
+    from doq.node.alarms import Alarm
 
 
 class ProposalFuture(asyncio.Future[object]):

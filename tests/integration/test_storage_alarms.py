@@ -157,7 +157,7 @@ def test_a_node_under_its_disk_free_limit_refuses_growth_until_a_ballast_file_is
     if limit < (256 << 20):
         limit = free // 2
     with running_node(data, extra_args=["--disk-free-limit", str(limit)]) as node:
-        canary = _canary(node)
+        _canary(node)
         ballast = data / "ballast"
         with open(ballast, "wb") as f:
             f.truncate(0)
