@@ -168,7 +168,7 @@ def _add_backup_routes(r: APIRouter, api: QueueService) -> None:
 
     @r.post(
         "/db/restore", tags=["backup"], summary="Restore (online)", response_model=RestoreResultModel,
-        responses=errors(400, 409, notes={
+        responses=errors(400, 409, 507, notes={
             400: "Not a doq backup, a corrupt file, files out of order (a gap in the chain), files of "
                  "different clusters (BACKUP_CLUSTER_MISMATCH), or files whose records do not form a valid "
                  "state (BACKUP_INCONSISTENT). Nothing was restored.",
