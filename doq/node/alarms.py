@@ -12,7 +12,7 @@ Three alarms, each with a stable reason:
   the alarm is on may use: LMDB copies pages even to delete, so a full map could not
   even shrink.
 - `DISK_FREE_LIMIT`: the file system of the data dir has less than `--disk-free-limit`
-  free (checked after writes and on a timer, at most every `disk_check_s`).
+  free (checked after every write, and on a timer at most every `disk_check_s`).
 - `NOSPACE`: a write failed for want of space (ENOSPC, EDQUOT, or the map full even with
   its reserve). Nothing of it was applied (the Raft log entries and the state change are
   one LMDB transaction); the node retries it until it succeeds, which lifts this alarm.
@@ -171,13 +171,21 @@ class StorageGauge:
             self._data_full = True
         elif self.used_bytes < self.max_data_bytes - self.clear_margin_bytes:
             self._data_full = False
-        self.check_disk(force=False)
+        self.check_disk()  # a statvfs (about a microsecond) after every write: a fast writer
+        # could otherwise fill what is left of the disk between two timed checks
         self._publish()
 
     def refused_near_limit(self) -> None:
-        """A write was refused because it would take the store past its limit: the data
-        size alarm is on (until the store is a margin below the limit)."""
-        self._data_full = True
+        """A write was refused because it would take the store past its data size limit, or
+        the disk under its free limit (whichever is nearer): that alarm goes on (the data
+        size alarm until the store is a margin below the limit; the disk alarm until the
+        next check finds enough free)."""
+        data_room = self.max_data_bytes - self.used_bytes
+        if (self.disk_free_bytes is not None and self.disk_free_limit_bytes > 0
+                and self.disk_free_bytes - self.disk_free_limit_bytes < data_room):
+            self._disk_low = True
+        else:
+            self._data_full = True
         self._publish()
 
     def write_failed(self, err: BaseException) -> bool:
@@ -213,8 +221,12 @@ class StorageGauge:
 
     @property
     def headroom_bytes(self) -> int:
-        """What the store may still grow by before its data size alarm."""
-        return max(0, self.max_data_bytes - self.used_bytes)
+        """What the store may still grow by before an alarm: to its data size limit, or to
+        the disk's free limit, whichever is nearer."""
+        room = self.max_data_bytes - self.used_bytes
+        if self.disk_free_bytes is not None and self.disk_free_limit_bytes > 0:  # 0: no disk limit
+            room = min(room, self.disk_free_bytes - self.disk_free_limit_bytes)
+        return max(0, room)
 
     def _publish(self) -> None:
         out: list[Alarm] = []

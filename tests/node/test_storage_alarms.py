@@ -84,6 +84,10 @@ def test_the_disk_alarm_follows_the_free_space(tmp_path: Path) -> None:
     disk = _Disk(100 << 20)
     gauge = _gauge(env, tmp_path, max_data_bytes=1 << 30, disk=disk, limit=64 << 20)
     assert gauge.check_disk() is False and gauge.alarms == ()
+    assert gauge.headroom_bytes == 36 << 20  # the disk's limit is nearer than the data size's
+    gauge.refused_near_limit()  # a write that would pass it: the disk alarm
+    assert [a.reason for a in gauge.alarms] == ["DISK_FREE_LIMIT"]
+    assert gauge.check_disk() is True and gauge.alarms == ()  # enough free at the next check
     disk.free_bytes = 10 << 20
     assert gauge.check_disk() is True
     assert [a.reason for a in gauge.alarms] == ["DISK_FREE_LIMIT"]
