@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import doq_client
 import grpc
 import pytest
 from doq_proto.v1 import doq_pb2 as pb
@@ -132,6 +133,9 @@ def test_a_node_past_its_max_data_size_refuses_growth_serves_drains_and_resumes_
         _assert_refusal(refusal, "DATA_SIZE_LIMIT")
         assert [a["reason"] for a in _readyz(node)["alarms"]] == ["DATA_SIZE_LIMIT"]
         assert _grpc_enqueue_code(node) == grpc.StatusCode.RESOURCE_EXHAUSTED
+        with doq_client.DoqClient(node.grpc_addr) as client, pytest.raises(doq_client.StorageFull) as refused:
+            client.enqueue("bulk", b"z")
+        assert refused.value.reason == "DATA_SIZE_LIMIT" and refused.value.retryable
         status, body = call(node, "POST", "/API/v1/queues", {"name": "more", "type": "delayed"})
         assert status == 507, body
         assert _stats(node, "bulk")["total"] == taken  # every acknowledged enqueue is there
