@@ -14,16 +14,17 @@ import shutil
 import subprocess
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import doq_client
 import grpc
 import pytest
 from doq_proto.v1 import doq_pb2 as pb
 from doq_proto.v1 import doq_pb2_grpc as pb_grpc
 
+import doq_client
 from tests.support.cluster import call, http_call, leader, node_procs, running_cluster, until
 from tests.support.proc import NodeProc, running_node
 
@@ -90,6 +91,11 @@ def _alarm_reasons(node: NodeProc) -> list[str]:
     return [a["reason"] for a in _readyz(node, ready=False)["alarms"]]
 
 
+def _metrics(node: NodeProc) -> str:
+    with urllib.request.urlopen(node.http_url + "/metrics", timeout=30) as r:
+        return str(r.read().decode())
+
+
 def _grpc_enqueue_code(node: NodeProc) -> grpc.StatusCode:
     with grpc.insecure_channel(node.grpc_addr) as ch:
         try:
@@ -132,6 +138,7 @@ def test_a_node_past_its_max_data_size_refuses_growth_serves_drains_and_resumes_
         assert 100 < taken < 4 * 2**20 // len(CONTENT), taken  # the limit, not the disk, stopped it
         _assert_refusal(refusal, "DATA_SIZE_LIMIT")
         assert [a["reason"] for a in _readyz(node)["alarms"]] == ["DATA_SIZE_LIMIT"]
+        assert 'doq_storage_alarm{node="node-1",reason="DATA_SIZE_LIMIT"} 1.0' in _metrics(node)
         assert _grpc_enqueue_code(node) == grpc.StatusCode.RESOURCE_EXHAUSTED
         with doq_client.DoqClient(node.grpc_addr) as client, pytest.raises(doq_client.StorageFull) as refused:
             client.enqueue("bulk", b"z")
@@ -147,6 +154,7 @@ def test_a_node_past_its_max_data_size_refuses_growth_serves_drains_and_resumes_
         assert status == 200 and body["purged"] == taken - 3, body
         _resumes(node, "bulk")
         assert _readyz(node)["alarms"] == []
+        assert "doq_storage_alarm{" not in _metrics(node)
         _canary_intact(node, canary)
         assert node.proc.pid == pid and node.proc.poll() is None  # no restart
 

@@ -86,6 +86,7 @@ def build_ops_router(api: QueueService) -> APIRouter:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(metrics.QueueDepthCollector(
         node.state.list_queues, lambda: bool(node.is_leader), api.long_polls.waiting))
+    registry.register(metrics.AlarmCollector(node.alarms))
 
     @r.get("/livez", tags=["health"], response_model=Health, summary="Liveness")
     async def livez() -> Response:
