@@ -33,6 +33,12 @@ class ServeConfig:
     restore_chunk_bytes: int = 1 << 20  # as RaftNodeConfig
     max_data_size: int = DEFAULT_MAP_SIZE  # the LMDB map: the most the store may hold
     disk_free_limit: int = 64 << 20  # free disk under which writes that grow the state stop
+    max_connections: int = 1000  # as doq.service.limits.Limits (the HTTP connection limits)
+    max_header_bytes: int = 64 * 1024
+    max_headers: int = 100
+    read_timeout_ms: int = 30_000
+    keep_alive_ms: int = 5_000
+    max_restore_size: int = 4 << 30
 
     def member_addrs(self) -> MemberAddrs:
         """The addresses this node announces to the cluster (and clients are sent to): the
@@ -66,6 +72,13 @@ _HELP = {
                      "space is freed",
     "disk_free_limit": "free disk space under which this node refuses writes that grow the "
                        "state, e.g. 64MiB (0: only a full disk stops them)",
+    "max_connections": "HTTP connections served at once; past it requests are answered 503",
+    "max_header_bytes": "largest HTTP request line and headers together; past it 431",
+    "max_headers": "most HTTP request header fields; past it 431",
+    "read_timeout_ms": "an HTTP request whose headers or body send nothing for this long is "
+                       "closed (408), as is a connection that sends no request",
+    "keep_alive_ms": "an idle HTTP keep-alive connection is closed after this",
+    "max_restore_size": "largest POST /db/restore upload (spooled to disk; past it 413), e.g. 4GiB",
     "restore_chunk_bytes": "record bytes (uncompressed) per log entry of an online restore "
                            "(1024..16777216)",
 }
@@ -76,12 +89,18 @@ _INT_RANGES: dict[str, tuple[int, int | None]] = {
     "snapshot_every": (0, None),
     "keep_entries": (0, None),
     "restore_chunk_bytes": (1024, 16 * 1024 * 1024),
+    "max_connections": (1, 1_000_000),
+    "max_header_bytes": (1024, 16 * 1024 * 1024),
+    "max_headers": (8, 100_000),
+    "read_timeout_ms": (100, 3_600_000),
+    "keep_alive_ms": (100, 3_600_000),
 }
 
 #: byte-size settings (`doq.units.parse_size`): (lowest, highest) accepted
 _SIZE_RANGES: dict[str, tuple[int, int]] = {
     "max_data_size": (MIN_MAP_SIZE, 1 << 50),
     "disk_free_limit": (0, 1 << 50),
+    "max_restore_size": (1 << 20, 1 << 50),
 }
 
 

@@ -93,7 +93,7 @@ async def open_runtime(config: ServeConfig) -> Runtime:
             )
         except ClusterError as e:
             raise StartupError(f"cannot join the cluster at {', '.join(config.join)}: {e}") from e
-        api = QueueService(node, Limits(max_message_bytes=config.max_message_bytes))
+        api = QueueService(node, limits_of(config))
     except BaseException:
         env.close()
         lock.release()
@@ -101,12 +101,25 @@ async def open_runtime(config: ServeConfig) -> Runtime:
     return Runtime(config, lock, env, state, node, api)
 
 
+def limits_of(config: ServeConfig) -> Limits:
+    """The node's one limits object (`doq.service.limits.Limits`) from its configuration."""
+    return Limits(
+        max_message_bytes=config.max_message_bytes, max_connections=config.max_connections,
+        max_header_bytes=config.max_header_bytes, max_headers=config.max_headers,
+        read_timeout_ms=config.read_timeout_ms, keep_alive_ms=config.keep_alive_ms,
+        max_restore_bytes=config.max_restore_size)
+
+
 class _QuietUvicornServer:
-    """uvicorn.Server without its own signal handling (the node handles SIGTERM)."""
+    """uvicorn.Server without its own signal handling (the node handles SIGTERM), bounded by
+    the node's `Limits`: uvicorn's own connection count and keep-alive settings, and the
+    header and read bounds of `doq.service.http.protocol`."""
 
     @staticmethod
-    def make(app: object, host: str, port: int, log_level: str):  # type: ignore[no-untyped-def]
+    def make(app: object, host: str, port: int, log_level: str, limits: Limits):  # type: ignore[no-untyped-def]
         import uvicorn
+
+        from doq.service.http.protocol import bounded_protocol
 
         class Server(uvicorn.Server):
             @contextlib.contextmanager
@@ -121,6 +134,10 @@ class _QuietUvicornServer:
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=5,
+            http=bounded_protocol(max_header_bytes=limits.max_header_bytes, max_headers=limits.max_headers,
+                                  read_timeout_s=limits.read_timeout_ms / 1000),
+            limit_concurrency=limits.max_connections,
+            timeout_keep_alive=limits.keep_alive_ms / 1000,  # type: ignore[arg-type]  # a float works
         )
         return Server(cfg)
 
@@ -144,10 +161,9 @@ async def _listen(rt: Runtime) -> _Listeners:
     config = rt.config
     forwarder = None
     if rt.node.cluster_admin() is not None:
-        forwarder = LeaderForwarder(rt.node, max_message_bytes=grpc_frame_limit(config.max_message_bytes))
+        forwarder = LeaderForwarder(rt.node, max_message_bytes=grpc_frame_limit(rt.api.limits))
     try:
-        grpc_server, grpc_port = build_server(rt.api, config.grpc_addr, max_message_bytes=config.max_message_bytes,
-                                              interceptors=[forwarder] if forwarder else [])
+        grpc_server, grpc_port = build_server(rt.api, config.grpc_addr, interceptors=[forwarder] if forwarder else [])
     except (OSError, RuntimeError) as e:
         raise StartupError(f"cannot listen on gRPC address {config.grpc_addr}: {e}") from e
     await grpc_server.start()
@@ -156,7 +172,7 @@ async def _listen(rt: Runtime) -> _Listeners:
     from doq.service.http_gateway import create_app
 
     host, port = _split(config.http_addr)
-    http = _QuietUvicornServer.make(create_app(rt.api), host, port, config.log_level)
+    http = _QuietUvicornServer.make(create_app(rt.api), host, port, config.log_level, rt.api.limits)
 
     async def serve_http() -> None:
         try:

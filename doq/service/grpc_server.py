@@ -39,6 +39,8 @@ from doq.service import convert as cv
 from doq.service import limits as v
 from doq.service import metrics
 from doq.service.api import QueueService, StandingPoll
+from doq.service.grpc_decode import UndecodableRequests
+from doq.service.limits import Limits
 
 log = logging.getLogger(__name__)
 M = metrics.GRPC
@@ -648,22 +650,29 @@ class DOQServicer(pb_grpc.DOQServicer):
         )
 
 
-def grpc_frame_limit(max_message_bytes: int) -> int:
-    """The largest gRPC message (bytes) a node sends or receives for `max_message_bytes`."""
-    return max(max_message_bytes * 2 + 64 * 1024, 64 * 1024 * 1024)
+def grpc_frame_limit(limits: Limits) -> int:
+    """The largest gRPC message (bytes) a node sends (an answer may carry a batch of the
+    largest messages), and a proxy to its leader carries either way."""
+    return max(limits.max_message_bytes * 2 + 64 * 1024, 64 * 1024 * 1024, limits.body_limits()[1])
+
+
+def grpc_receive_limit(limits: Limits) -> int:
+    """The largest gRPC request a node takes: the HTTP gateway's batch body limit (beyond it
+    the call fails RESOURCE_EXHAUSTED before it is read whole)."""
+    return limits.body_limits()[1]
 
 
 def build_server(
-    api: QueueService, addr: str, *, max_message_bytes: int,
-    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    api: QueueService, addr: str, *, interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
 ) -> tuple[grpc.aio.Server, int]:
-    """Create (not start) the gRPC server with reflection and health; returns it and the bound port."""
-    frame_limit = grpc_frame_limit(max_message_bytes)
+    """Create (not start) the gRPC server with reflection and health; returns it and the
+    bound port. Its message limits follow `api.limits`; undecodable requests are answered
+    INVALID_ARGUMENT (`doq.service.grpc_decode`)."""
     server = grpc.aio.server(
-        interceptors=interceptors,
+        interceptors=[UndecodableRequests(), *interceptors],
         options=[
-            ("grpc.max_receive_message_length", frame_limit),
-            ("grpc.max_send_message_length", frame_limit),
+            ("grpc.max_receive_message_length", grpc_receive_limit(api.limits)),
+            ("grpc.max_send_message_length", grpc_frame_limit(api.limits)),
             ("grpc.so_reuseport", 0),
         ]
     )

@@ -12,11 +12,16 @@ from doq.queues import limits as L
 from doq.queues.commands import EnqueueItem
 from doq.queues.model import QueueSettings, QueueType
 
+BODY_SLACK = 64 * 1024
+BATCH_BODY_MIN = 16 * 1024 * 1024
+
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """A node's request limits (`max_batch_messages` and `max_wait_ms` must not exceed
-    the bounds of doq.queues.limits, which the state machine enforces)."""
+    """A node's request limits, the one settings object the doors apply (`max_batch_messages`
+    and `max_wait_ms` must not exceed the bounds of doq.queues.limits, which the state
+    machine enforces). The connection limits are the HTTP server's (uvicorn's own
+    settings, and the header and read bounds of `doq.service.http.protocol`)."""
 
     max_message_bytes: int = 1024 * 1024
     max_metadata_bytes: int = 16 * 1024
@@ -25,6 +30,20 @@ class Limits:
     max_dedup_id_bytes: int = 256
     max_batch_messages: int = L.MAX_BATCH_MESSAGES
     max_wait_ms: int = L.MAX_WAIT_MS
+    # -- connections (HTTP) and whole requests (HTTP and gRPC) --
+    max_connections: int = 1000  # HTTP connections; past it requests are answered 503
+    max_header_bytes: int = 64 * 1024  # request line and headers; past it 431, connection closed
+    max_headers: int = 100
+    read_timeout_ms: int = 30_000  # a request's headers or body idle this long: connection closed
+    keep_alive_ms: int = 5_000  # an idle keep-alive connection is closed after this
+    max_restore_bytes: int = 4 << 30  # POST /db/restore upload (spooled to disk), at most
+
+    def body_limits(self) -> tuple[int, int]:
+        """(single-message body limit, batch body limit) in bytes. A single message may
+        arrive base64-encoded (4/3 of its size) plus its JSON envelope; a batch gets at
+        least 16 MiB. The batch limit is also the largest gRPC request a node receives."""
+        single = self.max_message_bytes * 4 // 3 + BODY_SLACK
+        return single, max(BATCH_BODY_MIN, 4 * self.max_message_bytes)
 
 
 def check_queue_name(name: str, what: str = "queue name") -> str:
