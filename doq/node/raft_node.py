@@ -47,6 +47,7 @@ from doq.errors import (
     DoqError,
     FailedPrecondition,
     InvalidArgument,
+    NotFound,
     NotLeader,
     Overloaded,
     Unavailable,
@@ -619,7 +620,10 @@ class RaftNode:
         core = self.core
         assert core is not None
         if node_id not in core.voters and node_id not in core.learners:
-            return
+            raise NotFound(f"{node_id!r} is not a member of the cluster", reason="NOT_FOUND")
+        if core.voters == (node_id,):
+            raise FailedPrecondition(f"{node_id!r} is the last voter: a cluster needs one (add another "
+                                     "member first)", reason="LAST_VOTER")
         await self._conf_change(ConfChange(ConfChangeType.REMOVE_NODE, node_id))
 
     async def transfer_leader(self, target_id: str | None = None) -> str:
