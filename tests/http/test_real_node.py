@@ -79,7 +79,7 @@ def metrics(node: NodeProc) -> dict[str, float]:
 
 def test_health(node: NodeProc) -> None:
     assert ok(node, "GET", "/livez") == {"status": "ok"}
-    assert ok(node, "GET", "/readyz") == {"ready": True, "leader": True, "leader_hint": "node-1"}
+    assert ok(node, "GET", "/readyz") == {"ready": True, "leader": True, "leader_hint": "node-1", "alarms": []}
 
 
 def test_metrics_count_real_traffic(node: NodeProc) -> None:
