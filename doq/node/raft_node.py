@@ -585,9 +585,26 @@ class RaftNode:
         voters = core.voters if core else ()
         learners = core.learners if core else ()
         addrs = self.storage.members
+        heard = self.transport.last_heard()
+        fresh_s = self.cfg.election_tick * self.cfg.tick_ms / 1000
+        committed = core.log.committed if core else 0
+        leading = core is not None and self._role == Role.LEADER
         for nid in sorted(set(voters) | set(learners)):
             a = addrs.get(nid) or self._peers.get(nid) or MemberAddrs("", "", "")
-            members.append(Member(nid, a, "voter" if nid in voters else "learner"))
+            role_name = "voter" if nid in voters else "learner"
+            if nid == self.node_id:
+                match = self.storage.last_index()
+                members.append(Member(nid, a, role_name, True, 0, match, max(0, committed - match)))
+            elif leading or nid == self._lead:  # a follower hears from its leader only
+                ago = heard.get(nid)
+                pr = core.prs.get(nid) if leading and core is not None else None
+                match_i = pr.match if pr is not None else None
+                members.append(Member(
+                    nid, a, role_name, ago is not None and ago <= fresh_s,
+                    None if ago is None else int(ago * 1000), match_i,
+                    None if match_i is None else max(0, committed - match_i)))
+            else:
+                members.append(Member(nid, a, role_name))
         if self._role == Role.LEADER:
             role = "leader"
         elif self._role in (Role.CANDIDATE, Role.PRE_CANDIDATE):

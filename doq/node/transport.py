@@ -272,6 +272,11 @@ class GrpcRaftTransport:
         return {nid: alarms for nid, (alarms, at) in self._peer_alarms.items()
                 if alarms and now - at <= max_age_s}
 
+    def last_heard(self) -> dict[str, float]:
+        """Seconds since the last frame from each peer that ever sent one."""
+        now = asyncio.get_running_loop().time()
+        return {nid: now - at for nid, (_, at) in self._peer_alarms.items()}
+
     # -- introspection -----------------------------------------------------------------
 
     def peer_stats(self, node_id: str) -> PeerStats:

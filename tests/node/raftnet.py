@@ -162,6 +162,11 @@ class FakeTransport:
     def set_local_alarms(self, alarms: Sequence[tuple[str, str]]) -> None:
         self.local_alarms = tuple(alarms)
 
+    def last_heard(self) -> dict[str, float]:
+        """Each reachable started peer: heard just now (no delay on this net)."""
+        return {nid: 0.0 for nid in self.peers if (t := self.net.transports.get(nid)) is not None
+                and t.started and (nid, self.nid) not in self.net.blocked}
+
     def peer_alarms(self, max_age_s: float) -> dict[str, tuple[tuple[str, str], ...]]:
         """Each reachable started peer's alarms as they are now (no delay on this net)."""
         out = {}

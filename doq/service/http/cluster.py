@@ -39,6 +39,13 @@ class MemberModel(BaseModel):
     raft_addr: str = Field(description="Peer transport address HOST:PORT.")
     grpc_addr: str = Field(description="gRPC (doq.v1.DOQ) address HOST:PORT.")
     http_addr: str = Field(description="HTTP gateway address HOST:PORT.")
+    reachable: bool | None = Field(None, description="Heard from within an election timeout (null: the "
+                                   "answering node cannot know: a follower knows itself and its leader).")
+    last_contact_ms: int | None = Field(None, description="Milliseconds since the answering node last heard "
+                                        "from it (0 for itself; null: never, or cannot know).")
+    match_index: int | None = Field(None, description="The last log index known to be in its log (null: "
+                                    "unknown to a follower).")
+    lag: int | None = Field(None, description="Entries it is behind: the commit index less its match index.")
 
 
 class ClusterStatusModel(BaseModel):
