@@ -54,6 +54,7 @@ NOSPACE = "NOSPACE"
 MIN_RESERVE_BYTES = 1 << 20
 MAX_RESERVE_BYTES = 1 << 30
 _NOSPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+RETRY_FREE_BYTES = 1 << 20  # free disk after which a write that failed for want of space is tried again
 
 SHRINKING_COMMANDS: tuple[type, ...] = (
     DeleteQueue, PurgeQueue, Dequeue, Ack, Nack, Touch, UpdatePriority, DeleteMessage, Tick,
@@ -147,6 +148,7 @@ class StorageGauge:
         self._data_full = False
         self._disk_low = False
         self._nospace: str | None = None
+        self._free_at_failure: int | None = None
         self.alarms: tuple[Alarm, ...] = ()
 
     # -- writer thread ---------------------------------------------------------------------
@@ -166,7 +168,7 @@ class StorageGauge:
         """A write committed: no longer short of space for it; re-judge the limits. The
         data size alarm goes on at the limit and off only once the store is a margin
         (`clear_margin_bytes`) below it, so it does not flap with every write."""
-        self._nospace = None
+        self._nospace = self._free_at_failure = None
         if self.used_bytes >= self.max_data_bytes:
             self._data_full = True
         elif self.used_bytes < self.max_data_bytes - self.clear_margin_bytes:
@@ -198,8 +200,21 @@ class StorageGauge:
             if not (eio and self.disk_free_bytes is not None and self.disk_free_bytes < self.reserve_bytes):
                 return False
         self._nospace = f"a write failed: {err}"
+        self._free_at_failure = self.disk_free_bytes
         self._publish()
         return True
+
+    def worth_retrying(self) -> bool:
+        """After a write failed for want of space: may the same write go through now? A
+        failed write costs a rebuild of the store's memory, so it is tried again only once
+        the disk has `RETRY_FREE_BYTES` free (or a quarter of that more than at the
+        failure), or, when the map was full rather than the disk (pages held by old
+        readers come free by themselves), every time."""
+        if self._free_at_failure is None:
+            return True
+        self.check_disk(force=True)
+        free = self.disk_free_bytes or 0
+        return free >= RETRY_FREE_BYTES or free - self._free_at_failure >= RETRY_FREE_BYTES // 4
 
     # -- any thread ------------------------------------------------------------------------
     def check_disk(self, *, force: bool = True) -> bool:

@@ -943,6 +943,8 @@ class RaftNode:
                                 "space is freed", self.node_id, self.gauge.alarms[-1].message)
                 await asyncio.sleep(delay_s)
                 delay_s = min(delay_s * 2, max_delay_s)
+                while not self.gauge.worth_retrying() and not self._stopping:
+                    await asyncio.sleep(delay_s)  # the disk is still full: no rebuild for nothing
         finally:
             self._ack_term = 0
             if self.gauge is not None:

@@ -206,3 +206,17 @@ async def test_a_members_alarm_reaches_the_leader_which_refuses_growth_until_it_
         await leader.propose(c.Enqueue("q", [c.EnqueueItem(b"m")]))
     finally:
         await cluster.close()
+
+
+def test_a_write_that_failed_on_a_full_disk_is_tried_again_only_once_space_came_back(tmp_path: Path) -> None:
+    """Each failed try costs a rebuild of the store's memory: none while the disk stays full."""
+    env = open_env(tmp_path / "db")
+    disk = _Disk(4096)
+    gauge = _gauge(env, tmp_path, max_data_bytes=1 << 30, disk=disk)
+    assert gauge.write_failed(OSError(errno.ENOSPC, "No space left on device")) is True
+    assert gauge.worth_retrying() is False
+    disk.free_bytes = 8192  # a few pages freed: not yet
+    assert gauge.worth_retrying() is False
+    disk.free_bytes = alarms.RETRY_FREE_BYTES
+    assert gauge.worth_retrying() is True
+    env.close()
