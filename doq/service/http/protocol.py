@@ -35,6 +35,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
     read_timeout_s = 30.0
 
     _read_timer: asyncio.TimerHandle | None = None
+    _last_read = 0.0
     _header_bytes = 0
     _header_count = 0
     _refusal = 0
@@ -48,8 +49,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if self._read_timer is not None:
-            self._arm()  # a byte came: the gap starts again
+        self._last_read = self.loop.time()  # the timer, when it fires, measures the gap from here
         super().data_received(data)
 
     def on_message_begin(self) -> None:
@@ -85,8 +85,11 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             raise _Refused()  # httptools stops parsing; uvicorn calls send_400_response
 
     def _arm(self) -> None:
-        self._disarm()
-        self._read_timer = self.loop.call_later(self.read_timeout_s, self._read_timed_out)
+        """Start timing a read (from now). One timer per read, not one per chunk: when it
+        fires it measures the gap since the last byte and sleeps again if it was shorter."""
+        self._last_read = self.loop.time()
+        if self._read_timer is None:
+            self._read_timer = self.loop.call_later(self.read_timeout_s, self._read_timed_out)
 
     def _disarm(self) -> None:
         if self._read_timer is not None:
@@ -96,6 +99,10 @@ class BoundedHttpProtocol(HttpToolsProtocol):
     def _read_timed_out(self) -> None:
         self._read_timer = None
         if self.transport.is_closing():
+            return
+        left = self._last_read + self.read_timeout_s - self.loop.time()
+        if left > 0:  # a byte came meanwhile: wait for the rest of the gap
+            self._read_timer = self.loop.call_later(left, self._read_timed_out)
             return
         cycle = self.cycle
         if cycle is None or not cycle.response_started:
