@@ -99,4 +99,5 @@ def format_status(s: ClusterStatus) -> str:
                      m.addrs.raft_addr or "-", m.addrs.grpc_addr or "-", m.addrs.http_addr or "-"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines += [f"ALARM {node} {reason}: {message}" for node, reason, message in s.alarms]
     return "\n".join(lines)

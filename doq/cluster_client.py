@@ -42,6 +42,7 @@ def status_to_json(s: ClusterStatus) -> dict[str, Any]:
         "term": s.term,
         "commit_index": s.commit_index,
         "applied_index": s.applied_index,
+        "alarms": [{"node_id": n, "reason": r, "message": m} for n, r, m in s.alarms],
         "members": [
             {"node_id": m.node_id, "role": m.role, "leader": bool(s.leader_id) and m.node_id == s.leader_id,
              "raft_addr": m.addrs.raft_addr, "grpc_addr": m.addrs.grpc_addr, "http_addr": m.addrs.http_addr,
@@ -65,6 +66,7 @@ def status_from_json(d: dict[str, Any]) -> ClusterStatus:
             node_id=str(d["node_id"]), leader_id=str(d["leader_id"]), term=int(d["term"]),
             commit_index=int(d["commit_index"]), applied_index=int(d["applied_index"]), role=str(d["role"]),
             members=members, cluster_id=str(d.get("cluster_id", "")),  # absent from older nodes
+            alarms=tuple((str(a["node_id"]), str(a["reason"]), str(a["message"])) for a in d.get("alarms", ())),
         )
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"not a cluster status: {e!r}") from None

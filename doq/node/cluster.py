@@ -52,6 +52,7 @@ class ClusterStatus:
     role: str  # this node: "leader" | "follower" | "candidate" | "learner"
     members: list[Member] = field(default_factory=list)
     cluster_id: str = ""  # the replicated state's (StateStore.cluster_id); "" if it has none
+    alarms: tuple[tuple[str, str, str], ...] = ()  # storage alarms on: (node id, reason, message)
 
 
 class ClusterAdmin(Protocol):

@@ -616,6 +616,7 @@ class RaftNode:
             commit_index=core.log.committed if core else 0,
             applied_index=self.applied_index, role=role, members=members,
             cluster_id=self.state.cluster_id,
+            alarms=tuple((a.node_id, a.reason, a.message) for a in self._alarms),
         )
 
     async def add_member(self, node_id: str, addrs: MemberAddrs) -> ClusterStatus:

@@ -266,6 +266,8 @@ def test_one_full_member_stops_the_clusters_growth_until_its_space_is_freed(tmp_
         alarms = _readyz(lead)["alarms"]
         assert [(a["node_id"], a["reason"]) for a in alarms] == [("node-3", "DATA_SIZE_LIMIT")], alarms
         assert _alarm_reasons(n3) == ["DATA_SIZE_LIMIT"]
+        status, view = call(lead, "GET", "/cluster")  # the leader's view names it too
+        assert [(a["node_id"], a["reason"]) for a in view["alarms"]] == [("node-3", "DATA_SIZE_LIMIT")], view
         for n in cluster:
             status, body = _enqueue(n, "bulk")
             assert status == 507, body

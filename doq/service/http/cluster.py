@@ -69,6 +69,9 @@ class ClusterStatusModel(BaseModel):
     commit_index: int = Field(description="The highest log index it knows to be committed.")
     applied_index: int = Field(description="The highest log index it has applied.")
     members: list[MemberModel] = Field(description="Every member with its role and addresses.")
+    alarms: list[dict[str, str]] = Field(default_factory=list, description=(
+        "Storage alarms on (node_id, reason, message): this node's, and on the leader its members' "
+        "(while any is on, writes that grow the state are refused with 507)."))
 
 
 class JoinBody(BaseModel):
