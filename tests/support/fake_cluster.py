@@ -106,6 +106,9 @@ class Follower:
     def is_ready(self) -> bool:
         return True
 
+    def alarms(self) -> list[Any]:
+        return []
+
     @property
     def applied_index(self) -> int:
         return self.leader.applied_index
