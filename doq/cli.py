@@ -144,7 +144,21 @@ def main(argv: list[str] | None = None) -> int:
         except DoqError as e:
             print(f"doq: {e.message}", file=sys.stderr)
             return 2
-    return int(ns.func(ns) or 0)
+    if getattr(ns, "connect_timeout", None) is not None:  # a client command (`--server`)
+        from doq.client_cli import use_connect_timeout
+
+        try:
+            use_connect_timeout(ns.connect_timeout)
+        except DoqError as e:
+            print(f"doq {ns.command}: {e.message}", file=sys.stderr)
+            return 2
+    try:
+        return int(ns.func(ns) or 0)
+    except BrokenPipeError:  # `doq cluster status | head -1`: the reader left; not an error of ours
+        # stdout is gone: point it at /dev/null so the interpreter's final flush is quiet
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell reports a command a closed pipe stopped
 
 
 if __name__ == "__main__":

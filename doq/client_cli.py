@@ -11,6 +11,7 @@ gRPC goes over TLS when it is given or the URL is https.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import socket
@@ -25,6 +26,8 @@ from doq.flags import FlagDefault
 DEFAULT_SERVER = "http://127.0.0.1:8000"
 SERVER_ENV = "DOQ_SERVER"
 CA_FILE_ENV = "DOQ_CA_FILE"
+CONNECT_TIMEOUT_ENV = "DOQ_CONNECT_TIMEOUT"
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
 
 
 def default_server(environ: dict[str, str] | None = None) -> str:
@@ -40,6 +43,7 @@ def add_server_argument(p: argparse.ArgumentParser, what: str = "node") -> None:
                    help=f"HTTP URL of the {what} (env {SERVER_ENV})")
     p.add_argument("--ca-file", metavar="FILE", default=os.environ.get(CA_FILE_ENV) or None,
                    help=f"CA certificate (PEM) that verifies a secure node, e.g. its tls/ca.crt (env {CA_FILE_ENV})")
+    _add_connect_timeout_argument(p)
 
 
 def use_ca_file(ca_file: str | None) -> None:
@@ -50,15 +54,77 @@ def use_ca_file(ca_file: str | None) -> None:
     import ssl
 
     try:
-        ctx = ssl.create_default_context(cafile=ca_file)
+        _Opener.ssl_context = ssl.create_default_context(cafile=ca_file)
     except (OSError, ssl.SSLError) as e:
         raise InvalidArgument(f"--ca-file {ca_file}: {e}") from None
-    urllib.request.install_opener(urllib.request.build_opener(urllib.request.HTTPSHandler(context=ctx)))
+    _Opener.install()
 
 
 def grpc_uses_tls(server: str, ca_file: str | None) -> bool:
     """gRPC over TLS for this `--server`: with a CA file, or an https URL."""
     return bool(ca_file) or server.strip().lower().startswith("https://")
+
+
+def _add_connect_timeout_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--connect-timeout", metavar="SECONDS", type=float,
+                   default=float(os.environ.get(CONNECT_TIMEOUT_ENV) or DEFAULT_CONNECT_TIMEOUT_S),
+                   help=f"give up connecting to the server after this long (env {CONNECT_TIMEOUT_ENV}); "
+                        "the answer itself may take longer")
+
+
+class _ConnectTimeout:
+    """Connections whose connect is bounded by `connect_timeout_s`, then `timeout` (the
+    request's own) for the answer."""
+
+    connect_timeout_s = DEFAULT_CONNECT_TIMEOUT_S
+
+    def connect(self) -> None:
+        conn: Any = self
+        conn.sock = socket.create_connection((conn.host, conn.port), min(conn.timeout or 1e9, self.connect_timeout_s),
+                                             conn.source_address)
+        conn.sock.settimeout(conn.timeout)
+        if isinstance(conn, http.client.HTTPSConnection):
+            conn.sock = getattr(conn, "_context").wrap_socket(conn.sock, server_hostname=conn.host)  # noqa: B009
+
+
+class _HTTPConnection(_ConnectTimeout, http.client.HTTPConnection):
+    pass
+
+
+class _HTTPSConnection(_ConnectTimeout, http.client.HTTPSConnection):
+    pass
+
+
+class _HTTPHandler(urllib.request.HTTPHandler):
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_HTTPConnection, req)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_HTTPSConnection, req, context=self._context)  # type: ignore[attr-defined]
+
+
+def use_connect_timeout(seconds: float) -> None:
+    """Bound every connect of this process's `urllib` requests by `seconds` (the client
+    commands call it with `--connect-timeout`): a dead address fails with a message that
+    says so instead of waiting for the whole request timeout."""
+    if seconds <= 0:
+        raise InvalidArgument(f"--connect-timeout must be positive, got {seconds:g}")
+    _ConnectTimeout.connect_timeout_s = seconds
+    _Opener.install()
+
+
+class _Opener:
+    """The one `urllib` opener of a CLI process: connects bounded by `--connect-timeout`,
+    HTTPS verified with `--ca-file` when given (else the system's CAs)."""
+
+    ssl_context: Any = None
+
+    @classmethod
+    def install(cls) -> None:
+        https = _HTTPSHandler(context=cls.ssl_context) if cls.ssl_context is not None else _HTTPSHandler()
+        urllib.request.install_opener(urllib.request.build_opener(_HTTPHandler, https))
 
 
 def add_json_argument(p: argparse.ArgumentParser, what: str = "the result") -> None:
@@ -82,9 +148,24 @@ def server_url(value: str) -> str:
     return url.rstrip("/")
 
 
+def wrong_protocol(url: str, e: BaseException) -> str | None:
+    """If `e` shows that `url` answered something other than HTTP/1.1 (a gRPC port answers
+    HTTP/2 frames), one line that says so and which port to use instead; else None."""
+    if not isinstance(e, http.client.BadStatusLine):
+        return None
+    line = str(e.line if hasattr(e, "line") else e)
+    if line.startswith("\x00\x00"):  # an HTTP/2 frame (a SETTINGS frame opens every answer)
+        return (f"{url} answered in HTTP/2: that is a gRPC port (a node's --grpc-addr, default port "
+                f"10000, or its --raft-addr, default 9000), not its HTTP gateway (--http-addr, default "
+                f"port 8000)")
+    return f"{url} did not answer in HTTP/1.1 (is this a doq node's --http-addr?)"
+
+
 def describe_error(url: str, e: BaseException) -> str:
-    """One line for a failed request to `url`: the server's problem (status, detail, reason)
-    or why it could not be reached; always names the URL."""
+    """One line for a failed request to `url`: the server's problem (status, detail, reason),
+    why it could not be reached, or that it speaks another protocol; always names the URL."""
+    if (other := wrong_protocol(url, e)) is not None:
+        return other
     if isinstance(e, urllib.error.HTTPError):
         body = e.read().decode(errors="replace")
         try:
@@ -98,6 +179,9 @@ def describe_error(url: str, e: BaseException) -> str:
     if isinstance(e, urllib.error.URLError):
         cause: Any = e.reason
         why = cause.strerror if isinstance(cause, OSError) and cause.strerror else str(cause)
+        if isinstance(cause, (TimeoutError, socket.timeout)):
+            return (f"cannot reach {url}: no connection within {_ConnectTimeout.connect_timeout_s:g} s "
+                    "(--connect-timeout): is the node up, and the address right?")
         return f"cannot reach {url}: {why}"
     if isinstance(e, (TimeoutError, socket.timeout)):
         return f"no answer from {url} in time"

@@ -1,6 +1,10 @@
 """`doq cluster status | remove ID | transfer [ID]`: membership and leadership of a running cluster.
 
-    doq cluster status [--server URL] [--json]     members, roles, addresses, leader, indexes
+    doq cluster status [--server URL] [--json]     members, roles, reachability, last contact,
+                                                   match index and lag, addresses, leader, indexes
+                                                   ("?": the answering node cannot know: a
+                                                   follower knows itself and its leader; ask the
+                                                   leader for everyone)
     doq cluster remove ID [--server URL] [--json]  remove a member
     doq cluster transfer [ID] [--server URL] [--json]
                                                    hand leadership to ID (default: the most
@@ -69,6 +73,16 @@ def run(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _num(n: int | None) -> str:
+    return "?" if n is None else str(n)
+
+
+def _ago(ms: int) -> str:
+    if ms == 0:
+        return "-"
+    return f"{ms} ms ago" if ms < 10_000 else f"{ms // 1000} s ago"
+
+
 def format_status(s: ClusterStatus) -> str:
     """The human form of a status: a summary line, then one row per member."""
     leader = s.leader_id or "(none known)"
@@ -76,10 +90,14 @@ def format_status(s: ClusterStatus) -> str:
         f"leader {leader}, term {s.term}; seen by {s.node_id} ({s.role}): "
         f"commit {s.commit_index}, applied {s.applied_index}",
     ]
-    rows = [("NODE", "ROLE", "RAFT", "GRPC", "HTTP")]
+    rows = [("NODE", "ROLE", "REACHABLE", "LAST CONTACT", "MATCH", "LAG", "RAFT", "GRPC", "HTTP")]
     for m in s.members:
         role = f"{m.role}, leader" if m.node_id == s.leader_id else m.role
-        rows.append((m.node_id, role, m.addrs.raft_addr or "-", m.addrs.grpc_addr or "-", m.addrs.http_addr or "-"))
+        reachable = "?" if m.reachable is None else ("yes" if m.reachable else "NO")
+        contact = "?" if m.last_contact_ms is None else _ago(m.last_contact_ms)
+        rows.append((m.node_id, role, reachable, contact, _num(m.match_index), _num(m.lag),
+                     m.addrs.raft_addr or "-", m.addrs.grpc_addr or "-", m.addrs.http_addr or "-"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines += [f"ALARM {node} {reason}: {message}" for node, reason, message in s.alarms]
     return "\n".join(lines)

@@ -12,6 +12,7 @@ A 503 answer of a node that is not the leader carries the leader's HTTP address
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import random
@@ -98,8 +99,15 @@ def request_json(server: str, method: str, path: str, body: Any = None, timeout_
             raise ClusterError(e.code, "HTTP_ERROR", raw.decode(errors="replace")[:200] or str(e.reason),
                                leader) from None
         return _raise_problem(e.code, doc, leader)
+    except http.client.HTTPException as e:  # not HTTP/1.1: e.g. a gRPC port
+        from doq.client_cli import describe_error
+
+        raise ClusterError(0, "NOT_HTTP", describe_error(base_url(server), e)) from None
     except (OSError, ValueError) as e:  # URLError, refused, timeout, bad JSON in a 2xx
-        raise ClusterError(0, "UNREACHABLE", f"{base_url(server)}: {getattr(e, 'reason', e)}") from None
+        from doq.client_cli import describe_error
+
+        detail = describe_error(base_url(server), e) if isinstance(e, OSError) else f"{base_url(server)}: {e}"
+        raise ClusterError(0, "UNREACHABLE", detail) from None
 
 
 def _raise_problem(status: int, doc: dict[str, Any], leader: str) -> Any:

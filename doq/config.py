@@ -13,6 +13,8 @@ from typing import Any
 from doq.errors import InvalidArgument
 from doq.flags import FlagDefault, given, shown_default
 from doq.node.cluster import MemberAddrs
+from doq.storage.env import DEFAULT_MAP_SIZE, MIN_MAP_SIZE
+from doq.units import format_size, parse_size
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +40,14 @@ class ServeConfig:
     tls_cert: str = ""  # client ports' certificate file (none: the node's, from the cluster CA)
     tls_key: str = ""
     join_token: str = field(default="", repr=False)  # a secret: enrolls in a secure cluster (doq/tls/enrollment.py)
+    max_data_size: int = DEFAULT_MAP_SIZE  # the LMDB map: the most the store may hold
+    disk_free_limit: int = 64 << 20  # free disk under which writes that grow the state stop
+    max_connections: int = 1000  # as doq.service.limits.Limits (the HTTP connection limits)
+    max_header_bytes: int = 64 * 1024
+    max_headers: int = 100
+    read_timeout_ms: int = 30_000
+    keep_alive_ms: int = 5_000
+    max_restore_size: int = 4 << 30
 
     def member_addrs(self) -> MemberAddrs:
         """The addresses this node announces to the cluster (and clients are sent to): the
@@ -76,6 +86,18 @@ _HELP = {
     "tls_key": "private key (PEM) of --tls-cert",
     "join_token": "with --join: a token from `doq join-token create` that enrolls this node in a "
                   "secure cluster (it gets the cluster CA); prefer the environment variable",
+    "max_data_size": "the most this node's store (state and Raft log) may hold, e.g. 16MiB or "
+                     "64GiB; near it, writes that grow the state are refused (retryable) until "
+                     "space is freed",
+    "disk_free_limit": "free disk space under which this node refuses writes that grow the "
+                       "state, e.g. 64MiB (0: only a full disk stops them)",
+    "max_connections": "HTTP connections served at once; past it requests are answered 503",
+    "max_header_bytes": "largest HTTP request line and headers together; past it 431",
+    "max_headers": "most HTTP request header fields; past it 431",
+    "read_timeout_ms": "an HTTP request whose headers or body send nothing for this long is "
+                       "closed (408), as is a connection that sends no request",
+    "keep_alive_ms": "an idle HTTP keep-alive connection is closed after this",
+    "max_restore_size": "largest POST /db/restore upload (spooled to disk; past it 413), e.g. 4GiB",
     "restore_chunk_bytes": "record bytes (uncompressed) per log entry of an online restore "
                            "(1024..16777216)",
     "max_stream_prefetch": "largest prefetch (and free credits) of one dequeue stream; more is "
@@ -92,6 +114,18 @@ _INT_RANGES: dict[str, tuple[int, int | None]] = {
     "restore_chunk_bytes": (1024, 16 * 1024 * 1024),
     "max_stream_prefetch": (1, 10_000_000),
     "max_stream_pending_acks": (1, 1_000_000),
+    "max_connections": (1, 1_000_000),
+    "max_header_bytes": (1024, 16 * 1024 * 1024),
+    "max_headers": (8, 100_000),
+    "read_timeout_ms": (100, 3_600_000),
+    "keep_alive_ms": (100, 3_600_000),
+}
+
+#: byte-size settings (`doq.units.parse_size`): (lowest, highest) accepted
+_SIZE_RANGES: dict[str, tuple[int, int]] = {
+    "max_data_size": (MIN_MAP_SIZE, 1 << 50),
+    "disk_free_limit": (0, 1 << 50),
+    "max_restore_size": (1 << 20, 1 << 50),
 }
 
 
@@ -165,6 +199,13 @@ def _coerce(name: str, value: Any) -> Any:
             raise InvalidArgument(f"{flag} must be at least {lo}, got {n}")
         if hi is not None and not lo <= n <= hi:
             raise InvalidArgument(f"{flag} must be within {lo}..{hi}")
+        return n
+    if name in _SIZE_RANGES:
+        flag = "--" + name.replace("_", "-")
+        n = parse_size(value, what=flag)
+        lo, hi = _SIZE_RANGES[name]
+        if not lo <= n <= hi:
+            raise InvalidArgument(f"{flag} must be within {format_size(lo)}..{format_size(hi)}, got {value!r}")
         return n
     if name == "election_timeout_ms":
         try:

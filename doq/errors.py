@@ -76,6 +76,16 @@ class Overloaded(DoqError):
     retryable = True
 
 
+class StorageFull(DoqError):
+    """A storage alarm is on (the store reached --max-data-size, the disk is under
+    --disk-free-limit, or a write failed for want of space): writes that grow the state
+    are refused until space is freed; reads, dequeues, acks and deletes still work."""
+
+    kind = "insufficient_storage"
+    default_reason = "NOSPACE"
+    retryable = True
+
+
 class TooLarge(DoqError):
     kind = "too_large"
     default_reason = "TOO_LARGE"
@@ -113,6 +123,7 @@ STATUS_TABLE: dict[str, StatusRow] = {
     "failed_precondition": StatusRow("FAILED_PRECONDITION", 409, "Failed precondition"),
     "aborted": StatusRow("ABORTED", 409, "Stale lease"),
     "resource_exhausted": StatusRow("RESOURCE_EXHAUSTED", 429, "Overloaded"),
+    "insufficient_storage": StatusRow("RESOURCE_EXHAUSTED", 507, "Insufficient storage"),
     "too_large": StatusRow("RESOURCE_EXHAUSTED", 413, "Too large"),
     "unavailable": StatusRow("UNAVAILABLE", 503, "Unavailable"),
     "deadline_exceeded": StatusRow("DEADLINE_EXCEEDED", 504, "Commit timeout"),

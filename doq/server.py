@@ -17,7 +17,7 @@ import lmdb
 
 from doq.config import ServeConfig
 from doq.errors import InvalidArgument
-from doq.node import k8s_leader
+from doq.node import alarms, k8s_leader
 from doq.node.base import Node
 from doq.service.api import QueueService
 from doq.service.grpc_forward import LeaderForwarder
@@ -61,8 +61,12 @@ class Runtime:
 def node_limits(config: ServeConfig) -> Limits:
     """The node's one settings object of request and stream bounds (the facade's door
     applies it), from `doq serve`'s settings."""
-    return Limits(max_message_bytes=config.max_message_bytes, max_stream_prefetch=config.max_stream_prefetch,
-                  max_stream_pending_acks=config.max_stream_pending_acks)
+    return Limits(
+        max_message_bytes=config.max_message_bytes, max_stream_prefetch=config.max_stream_prefetch,
+        max_stream_pending_acks=config.max_stream_pending_acks, max_connections=config.max_connections,
+        max_header_bytes=config.max_header_bytes, max_headers=config.max_headers,
+        read_timeout_ms=config.read_timeout_ms, keep_alive_ms=config.keep_alive_ms,
+        max_restore_bytes=config.max_restore_size)
 
 
 def lock_node_dir(config: ServeConfig) -> NodeDirLock:
@@ -94,7 +98,9 @@ async def open_runtime(config: ServeConfig) -> Runtime:
         raise StartupError(str(e)) from None
     path = lock.path / "doq.lmdb"
     try:
-        env = open_env(path)
+        env = open_env(path, map_size=alarms.map_size(config.max_data_size))
+        gauge = alarms.StorageGauge(env, path, node_id=config.node_id, max_data_bytes=config.max_data_size,
+                                    disk_free_limit_bytes=config.disk_free_limit)
     except (OSError, lmdb.Error) as e:
         lock.release(discard=True)
         raise StartupError(f"cannot open data dir {path}: {e}") from e
@@ -118,7 +124,7 @@ async def open_runtime(config: ServeConfig) -> Runtime:
         try:
             node = await open_raft_node(
                 state, node_id=config.node_id, addrs=config.member_addrs(), join_addrs=config.join,
-                join_cluster=join, cluster_id=config.cluster_id, on_commit=metrics.observe_commit, config=raft_config,
+                join_cluster=join, cluster_id=config.cluster_id, on_commit=metrics.observe_commit, config=raft_config, gauge=gauge,
                 transport=lambda on_messages: GrpcRaftTransport(config.node_id, config.raft_addr, on_messages,
                                                                 tls=tls.node if tls else None),
             )
@@ -159,12 +165,16 @@ async def _hold_http_while_joining(config: ServeConfig, state: StateStore) -> St
 
 
 class _QuietUvicornServer:
-    """uvicorn.Server without its own signal handling (the node handles SIGTERM)."""
+    """uvicorn.Server without its own signal handling (the node handles SIGTERM), bounded by
+    the node's `Limits`: uvicorn's own connection count and keep-alive settings, and the
+    header and read bounds of `doq.service.http.protocol`."""
 
     @staticmethod
-    def make(app: object, host: str, port: int, log_level: str,  # type: ignore[no-untyped-def]
+    def make(app: object, host: str, port: int, log_level: str, limits: Limits,  # type: ignore[no-untyped-def]
              tls: ServingTls | None = None):
         import uvicorn
+
+        from doq.service.http.protocol import bounded_protocol
 
         class Server(uvicorn.Server):
             @contextlib.contextmanager
@@ -181,6 +191,10 @@ class _QuietUvicornServer:
             timeout_graceful_shutdown=5,
             ssl_certfile=str(tls.cert_file) if tls else None,
             ssl_keyfile=str(tls.key_file) if tls else None,
+            http=bounded_protocol(max_header_bytes=limits.max_header_bytes, max_headers=limits.max_headers,
+                                  read_timeout_s=limits.read_timeout_ms / 1000),
+            limit_concurrency=limits.max_connections,
+            timeout_keep_alive=limits.keep_alive_ms / 1000,  # type: ignore[arg-type]  # a float works
         )
         return Server(cfg)
 
@@ -204,12 +218,11 @@ async def _listen(rt: Runtime) -> _Listeners:
     config, tls = rt.config, rt.tls
     forwarder = None
     if rt.node.cluster_admin() is not None:
-        forwarder = LeaderForwarder(rt.node, max_message_bytes=grpc_frame_limit(config.max_message_bytes),
+        forwarder = LeaderForwarder(rt.node, max_message_bytes=grpc_frame_limit(rt.api.limits),
                                     credentials=ca_channel_credentials(tls.node.ca_cert) if tls else None)
     try:
         grpc_server, grpc_port = build_server(
-            rt.api, config.grpc_addr, max_message_bytes=config.max_message_bytes,
-            interceptors=[forwarder] if forwarder else [],
+            rt.api, config.grpc_addr, interceptors=[forwarder] if forwarder else [],
             credentials=client_port_credentials(tls.client_cert, tls.client_key) if tls else None)
     except (OSError, RuntimeError) as e:
         raise StartupError(f"cannot listen on gRPC address {config.grpc_addr}: {e}") from e
@@ -226,7 +239,7 @@ async def _listen(rt: Runtime) -> _Listeners:
 
         enrollment = Enrollment(rt.node, tls.node)
     app = create_app(rt.api, forward_ssl=forward_ssl, enrollment=enrollment)
-    http = _QuietUvicornServer.make(app, host, port, config.log_level, tls)
+    http = _QuietUvicornServer.make(app, host, port, config.log_level, rt.api.limits, tls)
 
     async def serve_http() -> None:
         try:

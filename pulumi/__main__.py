@@ -134,11 +134,32 @@ def _check(s: Settings) -> None:
         raise pulumi.RunError(f"doq:spread must be 'required' or 'preferred', got {s.spread!r}")
     if s.image_pull_policy not in ("Always", "IfNotPresent", "Never"):
         raise pulumi.RunError(f"doq:imagePullPolicy must be Always, IfNotPresent or Never, got {s.image_pull_policy!r}")
+    if max_data_size(s.storage_size) < 16 << 20:
+        raise pulumi.RunError(f"doq:storageSize must be at least 100Mi, got {s.storage_size!r}")
     if s.log_level not in ("debug", "info", "warning", "error"):
         raise pulumi.RunError(f"doq:logLevel must be debug, info, warning or error, got {s.log_level!r}")
 
 
 # -- names and numbers derived from the settings ----------------------------------------
+
+
+_QUANTITY = re.compile(r"(\d+)(Ki|Mi|Gi|Ti|k|M|G|T)?")
+_QUANTITY_UNITS = {None: 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40,
+                   "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+
+
+def max_data_size(storage_size: str) -> int:
+    """doq's `--max-data-size` for a volume of `storage_size` (a Kubernetes quantity): four
+    fifths of the volume less 80 MiB (doq's default `--disk-free-limit` of 64 MiB, and room
+    for the lock file). The store's map is the limit plus a reserve of at most a quarter of
+    it, which only writes taken under a storage alarm use, so the store never fills the
+    volume: past the limit doq refuses writes that grow the state (HTTP 507) and keeps
+    draining."""
+    m = _QUANTITY.fullmatch(storage_size)
+    if m is None:
+        raise pulumi.RunError(f"doq:storageSize must be a quantity such as 10Gi or 500Mi, got {storage_size!r}")
+    volume = int(m.group(1)) * _QUANTITY_UNITS[m.group(2)]
+    return max(0, volume - (80 << 20)) * 4 // 5
 
 
 def selector_labels() -> dict[str, str]:
@@ -193,6 +214,7 @@ def container_env(s: Settings) -> list[k8s.core.v1.EnvVarArgs]:
         env(name="DOQ_INSECURE", value="1"),
         env(name="DOQ_ELECTION_TIMEOUT_MS", value=str(s.election_timeout_ms)),
         env(name="DOQ_LOG_LEVEL", value=s.log_level),
+        env(name="DOQ_MAX_DATA_SIZE", value=str(max_data_size(s.storage_size))),
         env(name="DOQ_K8S_LEADER_LABEL", value=LEADER_LABEL),
         env(name="DOQ_K8S_POD_NAME", value_from=field("metadata.name")),
         env(name="DOQ_K8S_NAMESPACE", value_from=field("metadata.namespace")),
@@ -221,10 +243,12 @@ def container(s: Settings) -> k8s.core.v1.ContainerArgs:
         startup_probe=_http_probe(LIVENESS_PATH, period_s=STARTUP_PROBE_PERIOD_S, timeout_s=3,
                                   failures=STARTUP_PROBE_FAILURES),
         # /livez fails once the node cannot make progress by itself (its Raft loop failed,
-        # its store broke): the kubelet restarts it
+        # its store broke): the kubelet restarts it. Not for a storage alarm (a restart would
+        # not free space; the node lifts it by itself once space is freed)
         liveness_probe=_http_probe(LIVENESS_PATH, period_s=10, timeout_s=5, failures=6),
         # a member in contact with the leader, applied up to its commit index (the reasons
-        # are in the body otherwise): counts for the PDB and the rollout
+        # are in the body otherwise): counts for the PDB and the rollout; a node under a
+        # storage alarm stays ready, so consumers keep draining it
         readiness_probe=_http_probe(READINESS_PATH, period_s=5, timeout_s=3, failures=2),
         resources=k8s.core.v1.ResourceRequirementsArgs(
             requests={"cpu": s.cpu_request, "memory": s.memory_request},

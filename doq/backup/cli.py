@@ -15,8 +15,10 @@ import argparse
 import http.client
 import json
 import os
+import shutil
 import stat
 import sys
+import tempfile
 import urllib.error
 import urllib.request
 import uuid
@@ -108,7 +110,10 @@ def cmd_backup(ns: argparse.Namespace) -> int:
             since, out = chain_dir.next_file(Path(ns.dir))
         else:
             since, out = ns.since or 0, Path(ns.output)
+        written_in_place = _output_kind(out) == "in_place"
         summary = fetch_backup(server, since, out, ns.timeout)
+    except BackupOutputError as e:
+        return _fail("backup", str(e), 2)
     except RequestFailed as e:
         return _fail("backup", str(e))
     except DoqError as e:
@@ -116,26 +121,60 @@ def cmd_backup(ns: argparse.Namespace) -> int:
     except OSError as e:
         return _fail("backup", f"{e.filename or ''}: {e.strerror or e}")
     kind = "full backup" if since == 0 else f"incremental backup since {since}"
-    print_result(
-        ns,
-        f"wrote {out}: {kind}, last version {summary.last_version} "
-        f"({summary.record_count} records, {summary.tombstone_count} tombstones, {summary.file_bytes} bytes)",
-        {"file": str(out), "since": since, "last_version": summary.last_version,
-         "records": summary.record_count, "tombstones": summary.tombstone_count,
-         "bytes": summary.file_bytes},
-    )
+    human = (f"wrote {out}: {kind}, last version {summary.last_version} "
+             f"({summary.record_count} records, {summary.tombstone_count} tombstones, {summary.file_bytes} bytes)")
+    record = {"file": str(out), "since": since, "last_version": summary.last_version,
+              "records": summary.record_count, "tombstones": summary.tombstone_count,
+              "bytes": summary.file_bytes}
+    if written_in_place:  # e.g. -o /dev/stdout: the result must not mix into the backup
+        print(json.dumps(record) if ns.json else human, file=sys.stderr, flush=True)
+    else:
+        print_result(ns, human, record)
     return 0
 
 
+def _output_kind(out: Path) -> str:
+    """How a backup is written to `out`:
+    - "replace": a new path, or a regular file named directly: written beside it as
+      OUT.part and renamed over it once verified (atomic);
+    - "in_place": a FIFO or a character device (`-o /dev/stdout` to a pipe or a terminal,
+      `/dev/null`), or a symlink to a regular file (`/dev/stdout` redirected to a file):
+      the verified backup is copied into it, which is never replaced (so a device node
+      stays a device node);
+    raises BackupOutputError for anything else (a directory, a socket, a block device)."""
+    try:
+        st = os.stat(out)  # follows symlinks
+    except FileNotFoundError:
+        return "replace"
+    if stat.S_ISREG(st.st_mode):
+        return "in_place" if out.is_symlink() or str(out).startswith(("/dev/", "/proc/")) else "replace"
+    if stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode):
+        return "in_place"
+    raise BackupOutputError(f"{out} is not a regular file, a pipe or a character device: a backup "
+                            "is not written there")
+
+
+class BackupOutputError(OSError):
+    """`-o` names something a backup must not be written to."""
+
+
 def fetch_backup(server: str, since: int, out: Path, timeout_s: float) -> BackupSummary:
-    """`POST {server}/db/backup {"since"}` into `out`, atomically: the body goes to
-    OUT.part, every checksum is verified and its last version checked against the
-    X-Last-Version header, and only then is it renamed to `out`. Raises RequestFailed
-    (naming the URL), BackupFormatError, or OSError; leaves no file behind on failure."""
+    """`POST {server}/db/backup {"since"}` into `out`: the body goes to a temporary file,
+    every checksum is verified and its last version checked against the X-Last-Version
+    header, and only then does it reach `out`, renamed over it (OUT.part beside it: atomic)
+    or copied into it (a pipe or a device: see `_output_kind`). Raises RequestFailed
+    (naming the URL), BackupFormatError, or OSError (BackupOutputError for an output it
+    refuses, before anything is downloaded); leaves no file behind on failure."""
     from doq.backup.format import BackupReader
 
     url = server + "/db/backup"
-    tmp = out.with_name(out.name + ".part")
+    in_place = _output_kind(out) == "in_place"
+    if in_place:
+        fd, name = tempfile.mkstemp(prefix="doq-backup-", suffix=".part")  # mode 0600
+        os.close(fd)
+        tmp = Path(name)
+    else:
+        tmp = out.with_name(out.name + ".part")
     try:
         header_last = _download(url, {"since": since}, tmp, timeout_s)
         with open(tmp, "rb") as f:
@@ -143,10 +182,17 @@ def fetch_backup(server: str, since: int, out: Path, timeout_s: float) -> Backup
         if header_last is not None and header_last.strip() != str(summary.last_version):
             raise RequestFailed(f"{url}: X-Last-Version {header_last} disagrees with the file "
                                 f"({summary.last_version})")
-        os.replace(tmp, out)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+        if in_place:
+            try:
+                with open(tmp, "rb") as src, open(out, "wb") as dst:
+                    shutil.copyfileobj(src, dst, CHUNK)
+            except OSError as e:  # e.g. /dev/full: ENOSPC
+                raise OSError(e.errno, f"cannot write the backup into it: {e.strerror}", str(out)) from None
+        else:
+            os.replace(tmp, out)
+    finally:
+        if in_place or tmp.exists():
+            tmp.unlink(missing_ok=True)
     return summary
 
 

@@ -348,6 +348,24 @@ def read_header(f: BinaryIO) -> BackupHeader:
     return _read_header(f, f.tell())[0]
 
 
+def _bytes_after_end(f: BinaryIO, size: int, frames_start: int, window: int = 1 << 20) -> int:
+    """How many bytes follow the last whole trailer in the last `window` bytes of the file
+    (0 if there is none: the file was cut, not appended to)."""
+    lo = max(frames_start, size - window)
+    f.seek(lo)
+    tail = f.read(size - lo)
+    at = tail.rfind(END_MAGIC)
+    while at != -1:
+        end = lo + at + len(END_MAGIC)
+        start = end - TRAILER.size
+        if start >= frames_start:
+            foff, flen, _, _, _, _ = TRAILER.unpack(tail[start - lo:end - lo])
+            if foff >= frames_start and foff + flen + TRAILER.size == end:
+                return size - end
+        at = tail.rfind(END_MAGIC, 0, at)
+    return 0
+
+
 def _read_header(f: BinaryIO, size: int) -> tuple[BackupHeader, int, int]:
     """(header, header CRC-32, offset of the first frame) of a file of `size` bytes."""
     f.seek(0)
@@ -399,9 +417,20 @@ class BackupReader:
         tr = _read_exact(f, at, TRAILER.size, "trailer")
         foff, flen, fcrc, tversion, reserved, end = TRAILER.unpack(tr)
         if end != END_MAGIC:
+            extra = _bytes_after_end(f, size, frames_start)
+            if extra:
+                raise BackupFormatError("CORRUPT", f"{extra} bytes of other data after the end of the backup "
+                                                   "(appended to the file?)", offset=size - extra)
             raise BackupFormatError("TRUNCATED", "truncated backup file: no trailer (end magic missing)", offset=at)
-        if tversion != version or reserved != 0 or foff < frames_start or foff + flen + TRAILER.size != size:
-            raise BackupFormatError("CORRUPT", "backup trailer points outside the file", offset=at)
+        # each condition its own message: the one real cause
+        if tversion != version:
+            raise BackupFormatError("CORRUPT", f"backup trailer's format version {tversion} differs from the "
+                                               f"header's {version}", offset=at + 20)
+        if reserved != 0:
+            raise BackupFormatError("CORRUPT", f"backup trailer's reserved field is {reserved}, not 0", offset=at + 22)
+        if foff < frames_start or foff + flen + TRAILER.size != size:
+            raise BackupFormatError("CORRUPT", f"backup trailer points outside the file: footer at {foff}, "
+                                               f"{flen} bytes, in a file of {size} bytes", offset=at)
         fbytes = _read_exact(f, foff, flen, "footer")
         if zlib.crc32(fbytes) != fcrc:
             raise BackupFormatError("CHECKSUM_MISMATCH", "backup footer CRC-32 mismatch", offset=foff)

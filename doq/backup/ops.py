@@ -174,6 +174,8 @@ def chain_problems(
     if not headers:
         return [(0, InvalidArgument("no backup file to restore", reason="BACKUP_CHAIN"))]
     label = list(names) if names else [f"file #{i + 1}" for i in range(len(headers))]
+    if len(set(label)) < len(label):  # e.g. two uploads of the same base name: say which is which
+        label = [f"{n} (file #{i + 1})" if label.count(n) > 1 else n for i, n in enumerate(label)]
     out: list[tuple[int, InvalidArgument]] = []
     first = headers[0]
     if first.from_version != 0:

@@ -119,6 +119,7 @@ class VerifyReport:
     tasks: int = 0
     shuffle_partitions: int = 0
     seconds: float = 0.0
+    stopped: str = ""  # why nothing past the files' own checks was verified ("" if it ran)
     against: dict[str, Any] | None = None
     master: str = ""
     failures_dropped: int = 0
@@ -150,7 +151,8 @@ class VerifyReport:
             "records": self.records,
             "tombstones": sum(f.tombstones for f in self.files),
             "bytes": self.file_bytes,
-            "state": {
+            "stopped": self.stopped or None,
+            "state": None if self.stopped else {
                 "to_version": self.to_version,
                 "digest": None if self.digest is None else D.hex_digest(self.digest),
                 "now_ms": self.now_ms,
@@ -172,8 +174,10 @@ class VerifyReport:
 
     def summary_line(self) -> str:
         d = self.to_dict()
-        t = d["state"]["totals"]
         head = "verified" if self.ok else f"NOT verified ({len(self.failures) + self.failures_dropped} failures)"
+        if self.stopped:
+            return f"doq verify: {head}: {self.stopped}"
+        t = d["state"]["totals"]
         return (f"doq verify: {head}: {len(self.files)} files, {d['frames']} frames, {d['records']} records "
                 f"({d['tombstones']} tombstones) in {self.seconds:.1f} s ({d['records_per_s']} records/s, "
                 f"{d['mb_per_s']} MB/s); state at version {self.to_version}: {t['queues']} queues, "
@@ -302,6 +306,15 @@ def verify(
     say = _Progress(progress)
     files, failures = open_files(strs, list(names) if names else strs)
     say(f"{len(files)} file(s) opened, {sum(len(f.summary.frames) for f in files if f.summary)} frames")
+    if files and files[0].summary is None:
+        # the full backup is unreadable: every later check (the chain, the state, the
+        # digest) would only add failures that follow from this one
+        report = VerifyReport(files, failures, master="")
+        report.stopped = (f"the full backup {files[0].name} cannot be read ({failures[0].message}); "
+                          "nothing after it was checked")
+        report.seconds = time.monotonic() - t0
+        say(report.summary_line())
+        return report
     with contextlib.ExitStack() as stack:
         against_doc = None
         if against is not None:

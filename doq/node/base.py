@@ -12,11 +12,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from doq.node.cluster import ClusterAdmin, ClusterStatus
 from doq.queues.commands import Command, Dequeue
 from doq.storage.state import StateStore
+
+if TYPE_CHECKING:
+    from doq.node.alarms import Alarm
 
 
 class ProposalFuture(asyncio.Future[object]):
@@ -128,6 +131,11 @@ class Node(Protocol):
     def liveness_problems(self) -> list[str]:
         """Why this node can no longer make progress by itself ([] while it can): a failed
         Raft loop, a broken store. `/livez` then fails, so a supervisor restarts it."""
+        ...
+
+    def alarms(self) -> list[Alarm]:
+        """The storage alarms on now (`doq.node.alarms`): this node's and, on a leader, its
+        members' (while any is on, writes that grow the state are refused)."""
         ...
 
     @property

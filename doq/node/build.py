@@ -24,6 +24,7 @@ from typing import Protocol
 import lmdb
 
 from doq.node import store_identity
+from doq.node.alarms import StorageGauge
 from doq.node.cluster import ClusterStatus, MemberAddrs
 from doq.node.raft_log import LmdbLogStorage
 from doq.node.raft_node import RaftNode, RaftNodeConfig, TransportFactory
@@ -58,6 +59,7 @@ async def open_raft_node(
     cluster_id: str = "",
     config: RaftNodeConfig | None = None,
     on_commit: Callable[[int, float, float], None] | None = None,
+    gauge: StorageGauge | None = None,
 ) -> RaftNode:
     """Build (not start) the node; joins first when needed (see the module docstring).
     Raises what `join_cluster` raises when the cluster refuses or cannot be reached, and
@@ -80,4 +82,5 @@ async def open_raft_node(
         peers = {m.node_id: m.addrs for m in status.members if m.node_id != node_id}
         join_cluster_id = status.cluster_id  # until caught up, the peer door takes only its frames
     return RaftNode(state, node_id=node_id, addrs=addrs, transport=transport, config=config,
-                    join=join, peers=peers, join_cluster_id=join_cluster_id, on_commit=on_commit)
+                    join=join, peers=peers, join_cluster_id=join_cluster_id, on_commit=on_commit,
+                    gauge=gauge)

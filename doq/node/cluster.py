@@ -35,9 +35,16 @@ class MemberAddrs:
 
 @dataclass(frozen=True, slots=True)
 class Member:
+    """A member as the answering node sees it. The health fields are None where it cannot
+    know: a follower knows its own and its leader's, a leader everyone's."""
+
     node_id: str
     addrs: MemberAddrs
     role: str  # "voter" | "learner"
+    reachable: bool | None = None  # heard from within an election timeout
+    last_contact_ms: int | None = None  # since the last message from it (0: the answering node)
+    match_index: int | None = None  # the last log index known to be in its log
+    lag: int | None = None  # commit index minus match index (entries it is behind)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +59,7 @@ class ClusterStatus:
     role: str  # this node: "leader" | "follower" | "candidate" | "learner"
     members: list[Member] = field(default_factory=list)
     cluster_id: str = ""  # the replicated state's (StateStore.cluster_id); "" if it has none
+    alarms: tuple[tuple[str, str, str], ...] = ()  # storage alarms on: (node id, reason, message)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,9 +30,12 @@ def status_to_json(s: ClusterStatus) -> dict[str, Any]:
         "term": s.term,
         "commit_index": s.commit_index,
         "applied_index": s.applied_index,
+        "alarms": [{"node_id": n, "reason": r, "message": m} for n, r, m in s.alarms],
         "members": [
             {"node_id": m.node_id, "role": m.role, "leader": bool(s.leader_id) and m.node_id == s.leader_id,
-             "raft_addr": m.addrs.raft_addr, "grpc_addr": m.addrs.grpc_addr, "http_addr": m.addrs.http_addr}
+             "raft_addr": m.addrs.raft_addr, "grpc_addr": m.addrs.grpc_addr, "http_addr": m.addrs.http_addr,
+             "reachable": m.reachable, "last_contact_ms": m.last_contact_ms, "match_index": m.match_index,
+             "lag": m.lag}
             for m in s.members
         ],
     }
@@ -43,16 +46,22 @@ def status_from_json(d: dict[str, Any]) -> ClusterStatus:
     try:
         members = [
             Member(str(m["node_id"]), MemberAddrs(str(m["raft_addr"]), str(m["grpc_addr"]), str(m["http_addr"])),
-                   str(m["role"]))
+                   str(m["role"]), _opt(m.get("reachable"), bool), _opt(m.get("last_contact_ms"), int),
+                   _opt(m.get("match_index"), int), _opt(m.get("lag"), int))  # absent from older nodes
             for m in d["members"]
         ]
         return ClusterStatus(
             node_id=str(d["node_id"]), leader_id=str(d["leader_id"]), term=int(d["term"]),
             commit_index=int(d["commit_index"]), applied_index=int(d["applied_index"]), role=str(d["role"]),
             members=members, cluster_id=str(d.get("cluster_id", "")),  # absent from older nodes
+            alarms=tuple((str(a["node_id"]), str(a["reason"]), str(a["message"])) for a in d.get("alarms", ())),
         )
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"not a cluster status: {e!r}") from None
+
+
+def _opt(value: Any, kind: type) -> Any:
+    return None if value is None else kind(value)
 
 
 def identity_to_json(i: NodeIdentity) -> dict[str, Any]:

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from doq.errors import Overloaded, Unavailable
+from doq.node.alarms import Alarm
 from doq.node.base import ProposalFuture, resolve_results
 from doq.node.cluster import ClusterAdmin, ClusterStatus, Member, MemberAddrs
 from doq.queues.commands import Command, CommandBatch, Tick
@@ -79,6 +80,10 @@ class LocalNode:
     @property
     def leader_hint(self) -> str:
         return self.node_id
+
+    def alarms(self) -> list[Alarm]:
+        """A `LocalNode` measures no storage: never an alarm."""
+        return []
 
     def is_ready(self) -> bool:
         return not self.readiness_problems()

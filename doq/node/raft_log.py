@@ -28,7 +28,7 @@ Write methods take the caller's write transaction (the driver persists a whole R
 applies its committed entries, in ONE txn committed with fsync) and update the in-memory
 view at once. Contract: the core must not read this storage while a write method or the
 txn runs (the driver touches the core only between Readies), and if the txn is aborted
-or fails to commit the storage must be reopened (the driver stops the node).
+or fails to commit the in-memory view must be reloaded (`reload`) before the next use.
 
 An in-memory cache holds the most recent entries (contiguous up to `last_index()`), so the
 core's `term()`/`entries()` for replication rarely touch LMDB.
@@ -139,6 +139,10 @@ class LmdbLogStorage:
         self.peer_cluster_ids: tuple[str, ...] = ()
         self._cache: list[Entry] = []
         self._cache_first = 1
+        self._load()
+
+    def reload(self) -> None:
+        """Reload the in-memory view from LMDB (after an aborted or failed write txn)."""
         self._load()
 
     def _load(self) -> None:

@@ -44,11 +44,13 @@ from prometheus_client import Counter
 from doq.errors import (
     DoqError,
     FailedPrecondition,
+    NotFound,
     NotLeader,
     Overloaded,
     Unavailable,
 )
 from doq.node import member_input, peer_door, store_identity
+from doq.node.alarms import Alarm, StorageGauge, grows_state, refusal
 from doq.node.base import ProposalFuture, resolve_results
 from doq.node.cluster import ClusterStatus, Member, MemberAddrs, NodeIdentity
 from doq.node.local import MAX_PENDING_COMMANDS, _take_count, wall_clock_ms
@@ -65,6 +67,9 @@ from doq.queues.codec import encode_batch
 from doq.queues.commands import (
     Command,
     CommandBatch,
+    Enqueue,
+    EnqueueColumns,
+    RestoreChunk,
     Tick,
 )
 from doq.raft import codec
@@ -114,6 +119,8 @@ class RaftNodeConfig:
     max_msg_bytes: int = 4 << 20
     snapshot_chunk_bytes: int = 1 << 20
     restore_chunk_bytes: int = DEFAULT_CHUNK_BYTES  # records per RestoreChunk entry (uncompressed)
+    compact_entries_under_alarm: int = 4096  # log entries discarded per write under a storage alarm
+    nospace_retry_max_ms: int = 2_000  # a write that failed for want of space: longest wait between tries
 
 
 @dataclass(slots=True)
@@ -138,6 +145,7 @@ class _Job:
     compacted: int = 0  # log entries this write discarded
     admitted: bool = False  # this write holds this store's admission: it may vote from now on
     cluster_id_changed: bool = False  # a snapshot or an online restore replaced the state's
+    compact_floor: int | None = None  # under log pressure: compact up to here (else keep_entries)
 
 
 class RaftNode:
@@ -167,6 +175,7 @@ class RaftNode:
         clock_ms: Callable[[], int] = wall_clock_ms,
         seed: int | None = None,
         on_commit: Callable[[int, float, float], None] | None = None,
+        gauge: StorageGauge | None = None,
     ) -> None:
         self.env = state.env  # the node's one environment: the Raft log lives beside the state
         self.state = state
@@ -219,6 +228,12 @@ class RaftNode:
         self._own_cluster_ids: tuple[str, ...] = ()
         self._door_members: frozenset[str] = frozenset()
         self._refused_log = RateLimitedLog(log)
+        # storage alarms (doq.node.alarms): this node's gauge, the alarms the leader refuses
+        # growth for (its own and its members' reports), the growth admitted since the last
+        # measure (counted only near the limit)
+        self.gauge = gauge
+        self._alarms: tuple[Alarm, ...] = ()
+        self._admitted_bytes = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -345,6 +360,8 @@ class RaftNode:
         hint), while stopping (`Unavailable`) or when too many wait (`Overloaded`)."""
         if self._role != Role.LEADER or self._stopping or self._removed or self._failed is not None:
             self._check_serving()  # raises the right error
+        if self.gauge is not None:
+            self._admit(command)
         pending = self._pending
         if len(pending) >= MAX_PENDING_COMMANDS:
             raise Overloaded("too many commands waiting for commit; retry later")
@@ -437,11 +454,81 @@ class RaftNode:
     def restore_chunk_bytes(self) -> int:
         return self.cfg.restore_chunk_bytes
 
+    # -- storage alarms ----------------------------------------------------------------------
+    def alarms(self) -> list[Alarm]:
+        """The storage alarms on now: this node's, and on a leader its members' too (any
+        of them makes the leader refuse writes that grow the state)."""
+        return list(self._alarms)
+
+    def _admit(self, command: Command) -> None:
+        """Raise `StorageFull` for a command that grows the state while an alarm is on,
+        or that would take the store past its limit (near it, the growth admitted since
+        the last measure is counted: twice its content, for the log entry and the record)."""
+        if not grows_state(command):
+            return
+        if self._alarms:
+            raise refusal(self._alarms)
+        gauge = self.gauge
+        assert gauge is not None
+        headroom = gauge.headroom_bytes
+        if headroom < 2 * gauge.reserve_bytes:  # near the limit only: no cost otherwise
+            self._admitted_bytes += 2 * _content_bytes(command)
+            if self._admitted_bytes >= headroom:  # it would pass the limit: the alarm goes on
+                gauge.refused_near_limit()
+                self._refresh_alarms()
+                raise refusal(self._alarms)
+
+    def _refresh_alarms(self) -> None:
+        """Recompute the alarms: this node's gauge and, on a leader, the alarms members
+        reported in their recent frames (within an election timeout; a member silent for
+        longer takes no entries meanwhile); tell the peers ours."""
+        gauge = self.gauge
+        if gauge is None:
+            return
+        own = gauge.alarms
+        self.transport.set_local_alarms([(a.reason, a.message) for a in own])
+        alarms = list(own)
+        core = self.core
+        if core is not None and self._role == Role.LEADER:
+            fresh_s = self.cfg.election_tick * self.cfg.tick_ms / 1000
+            members = set(core.voters) | set(core.learners)
+            for nid, reported in sorted(self.transport.peer_alarms(fresh_s).items()):
+                if nid in members:
+                    alarms.extend(Alarm(nid, reason, msg) for reason, msg in reported)
+        alarms_t = tuple(alarms)
+        if [(a.node_id, a.reason) for a in alarms_t] != [(a.node_id, a.reason) for a in self._alarms]:
+            if alarms_t:
+                log.warning("storage alarms on: %s", "; ".join(f"{a.node_id}: {a.reason}: {a.message}"
+                                                                for a in alarms_t))
+            else:
+                log.info("storage alarms cleared: writes that grow the state are taken again")
+        self._alarms = alarms_t
+
+    def _log_pressure(self) -> bool:
+        """Compact the log at once (not every `snapshot_every` entries): a storage alarm
+        is on here, or the log holds more than an eighth of the store's limit."""
+        gauge = self.gauge
+        return gauge is not None and (bool(gauge.alarms) or gauge.log_bytes > gauge.max_data_bytes // 8)
+
+    def _compact_floor(self, core: RaftCore) -> int:
+        """Under log pressure, the log may be discarded up to here: a follower keeps no
+        entries for others; a leader keeps those its recently active followers still need
+        (the others will get a snapshot)."""
+        if core.role != Role.LEADER:
+            return core.log.applied
+        floor = core.log.applied
+        for nid, pr in core.prs.items():
+            if nid != self.node_id and pr.recent_active:
+                floor = min(floor, pr.match)
+        return floor
+
     def propose_alone(self, command: Command) -> Fut:
         """Propose `command` as the only command of its own entry (restore commands: the
         store applies such an entry itself; see `Node.propose_alone`). Resolves as
         `propose_nowait`'s future; raises at once as it does when this node cannot take it."""
         self._check_serving()
+        if self.gauge is not None:
+            self._admit(command)
         fut: Fut = asyncio.get_running_loop().create_future()
 
         def request(core: RaftCore) -> None:
@@ -499,9 +586,26 @@ class RaftNode:
         voters = core.voters if core else ()
         learners = core.learners if core else ()
         addrs = self.storage.members
+        heard = self.transport.last_heard()
+        fresh_s = self.cfg.election_tick * self.cfg.tick_ms / 1000
+        committed = core.log.committed if core else 0
+        leading = core is not None and self._role == Role.LEADER
         for nid in sorted(set(voters) | set(learners)):
             a = addrs.get(nid) or self._peers.get(nid) or MemberAddrs("", "", "")
-            members.append(Member(nid, a, "voter" if nid in voters else "learner"))
+            role_name = "voter" if nid in voters else "learner"
+            if nid == self.node_id:
+                match = self.storage.last_index()
+                members.append(Member(nid, a, role_name, True, 0, match, max(0, committed - match)))
+            elif leading or nid == self._lead:  # a follower hears from its leader only
+                ago = heard.get(nid)
+                pr = core.prs.get(nid) if leading and core is not None else None
+                match_i = pr.match if pr is not None else None
+                members.append(Member(
+                    nid, a, role_name, ago is not None and ago <= fresh_s,
+                    None if ago is None else int(ago * 1000), match_i,
+                    None if match_i is None else max(0, committed - match_i)))
+            else:
+                members.append(Member(nid, a, role_name))
         if self._role == Role.LEADER:
             role = "leader"
         elif self._role in (Role.CANDIDATE, Role.PRE_CANDIDATE):
@@ -513,6 +617,7 @@ class RaftNode:
             commit_index=core.log.committed if core else 0,
             applied_index=self.applied_index, role=role, members=members,
             cluster_id=self.state.cluster_id,
+            alarms=tuple((a.node_id, a.reason, a.message) for a in self._alarms),
         )
 
     def identity_of_store(self) -> NodeIdentity:
@@ -570,7 +675,10 @@ class RaftNode:
         core = self.core
         assert core is not None
         if node_id not in core.voters and node_id not in core.learners:
-            return
+            raise NotFound(f"{node_id!r} is not a member of the cluster", reason="NOT_FOUND")
+        if core.voters == (node_id,):
+            raise FailedPrecondition(f"{node_id!r} is the last voter: a cluster needs one (add another "
+                                     "member first)", reason="LAST_VOTER")
         await self._conf_change(ConfChange(ConfChangeType.REMOVE_NODE, node_id))
 
     async def transfer_leader(self, target_id: str | None = None) -> str:
@@ -726,6 +834,9 @@ class RaftNode:
         self._inbox.append(None)
         if self._ack_term:
             self._heartbeat_while_writing()
+        if self.gauge is not None:
+            self.gauge.check_disk(force=False)  # a disk freed while no write runs lifts its alarm
+            self._refresh_alarms()
         self._wake.set()
         self._tick_handle = asyncio.get_running_loop().call_later(self.cfg.tick_ms / 1000, self._on_tick)
 
@@ -836,6 +947,8 @@ class RaftNode:
         """One Ready: persist + apply (one txn, fsync) → send → conf changes → resolve →
         reads → advance."""
         job = _Job(rd.snapshot, rd.entries, rd.hard_state, rd.committed_entries, None)
+        if self._log_pressure():
+            job.compact_floor = self._compact_floor(core)
         if job.snapshot or job.entries or job.hard_state or job.committed:
             job.own_snapshot, self._own_snapshot = self._own_snapshot, None
             await self._write_off_loop(job)
@@ -893,9 +1006,31 @@ class RaftNode:
         """`_write` on the writer thread; meanwhile heartbeats are answered at once."""
         self._ack_term = self.storage.hard_state.term  # durable: no other write is running
         try:
-            await self._writer.call(self._write, job)
+            delay_s, max_delay_s = 0.05, self.cfg.nospace_retry_max_ms / 1000
+            while True:
+                try:
+                    await self._writer.call(self._write, job)
+                    break
+                except Exception as e:
+                    if self.gauge is None or self._stopping or not self.gauge.write_failed(e):
+                        raise
+                # for want of space: nothing of the write was kept (one aborted txn; the
+                # store rebuilt its memory), so reload the log's view and try the same
+                # Ready again until space is freed (meanwhile heartbeats are answered)
+                await self._writer.call(_reload_log, self.storage)
+                self._refresh_alarms()
+                if delay_s < max_delay_s:  # the first tries only: no log line every 2 s
+                    log.warning("node %s: write failed for want of space (%s); retrying until "
+                                "space is freed", self.node_id, self.gauge.alarms[-1].message)
+                await asyncio.sleep(delay_s)
+                delay_s = min(delay_s * 2, max_delay_s)
+                while not self.gauge.worth_retrying() and not self._stopping:
+                    await asyncio.sleep(delay_s)  # the disk is still full: no rebuild for nothing
         finally:
             self._ack_term = 0
+            if self.gauge is not None:
+                self._admitted_bytes = 0
+                self._refresh_alarms()
 
     def _write(self, job: _Job) -> None:
         """Writer thread: the Ready's durable part and the apply, in ONE txn (fsync)."""
@@ -920,14 +1055,24 @@ class RaftNode:
                 job.results = self._apply(txn, job)
             if job.own_snapshot is not None:
                 st.create_snapshot(txn, Snapshot(job.own_snapshot))
-            compact_to = st.snapshot_meta().index - self.cfg.keep_entries
+            snap_index = st.snapshot_meta().index
+            per_write = self.cfg.compact_entries_per_write
+            if job.compact_floor is None:
+                compact_to = snap_index - self.cfg.keep_entries
+            else:  # a storage alarm or a large log: keep only what followers need
+                compact_to = min(snap_index, job.compact_floor)
+                per_write = self.cfg.compact_entries_under_alarm
             if compact_to >= st.first_index():  # a few entries per write: never one large txn
-                job.compacted = st.compact(txn, compact_to, self.cfg.compact_entries_per_write)
+                job.compacted = st.compact(txn, compact_to, per_write)
             if self.state.cluster_id != cluster_id:
                 # peers that have not applied this yet still send the old id: keep answering to it
                 st.add_peer_cluster_id(txn, cluster_id)
                 job.cluster_id_changed = True
+            if self.gauge is not None:
+                self.gauge.measure(txn)
             t1 = time.perf_counter()
+        if self.gauge is not None:
+            self.gauge.committed()
         if self._on_commit:  # every durable write, also one that only appends or votes
             t2 = time.perf_counter()
             self._on_commit(sum(len(r) for r in job.results) if job.committed else 0, t2 - t0, t2 - t1)
@@ -1124,6 +1269,8 @@ class RaftNode:
         every = self.cfg.snapshot_every
         applied = core.log.applied
         last = self._own_snapshot or self.storage.snapshot_meta()
+        if self._log_pressure():
+            every = 1  # a storage alarm or a large log: compact at once
         if not every or applied - last.index < every:
             return
         if self.state.applied_index != applied:
@@ -1186,6 +1333,21 @@ class RaftNode:
         if self._snap_unneeded_ticks >= self.cfg.election_tick:
             self._snap_unneeded_ticks = 0
             self.storage.release_snapshot()
+
+
+def _reload_log(storage: LmdbLogStorage) -> None:
+    storage.reload()
+
+
+def _content_bytes(command: Command) -> int:
+    """About what a command adds to the store (its messages' contents, 64 B per record)."""
+    if isinstance(command, Enqueue):
+        return sum(len(i.content) + 64 for i in command.items)
+    if isinstance(command, EnqueueColumns):
+        return sum(len(c) + 64 for c in command.contents)
+    if isinstance(command, RestoreChunk):
+        return len(command.payload)
+    return 64
 
 
 def _raise_if_error(result: object) -> None:

@@ -26,6 +26,8 @@ Implements `doq.node.transport_base.RaftTransport`. Contract:
   refuses a stream without a certificate of the cluster CA (in the TLS handshake) or
   whose certificate's common name is not the stream's sender (PERMISSION_DENIED, counted
   as `doq_raft_streams_refused_total{reason="certificate"}`).
+- Every frame carries the sender's storage alarms (`set_local_alarms`); the receiver keeps
+  each peer's last report with its time (`peer_alarms`).
 - `stop()` gives connected peers up to `flush_timeout_s` to receive what is queued
   (half-close, so a last TIMEOUT_NOW of a leadership transfer goes out), then cancels
   everything; no task of the transport survives it.
@@ -193,6 +195,8 @@ class GrpcRaftTransport:
         self._started = False
         self._closing = asyncio.Event()
         self._cluster_ids: tuple[str, ...] = ()
+        self._local_alarms: list[raft_pb2.StorageAlarm] = []
+        self._peer_alarms: dict[str, tuple[tuple[tuple[str, str], ...], float]] = {}
 
     # -- the RaftTransport protocol ------------------------------------------------------
 
@@ -285,6 +289,23 @@ class GrpcRaftTransport:
             self._server = None
         self._started = False
 
+    def set_local_alarms(self, alarms: Sequence[tuple[str, str]]) -> None:
+        """This node's storage alarms, (reason, message) each, sent with every frame."""
+        if len(alarms) != len(self._local_alarms) or any(
+                (a.reason, a.message) != b for a, b in zip(self._local_alarms, alarms, strict=True)):
+            self._local_alarms = [raft_pb2.StorageAlarm(reason=r, message=m) for r, m in alarms]
+
+    def peer_alarms(self, max_age_s: float) -> dict[str, tuple[tuple[str, str], ...]]:
+        """The alarms each peer reported in a frame received within `max_age_s`."""
+        now = asyncio.get_running_loop().time()
+        return {nid: alarms for nid, (alarms, at) in self._peer_alarms.items()
+                if alarms and now - at <= max_age_s}
+
+    def last_heard(self) -> dict[str, float]:
+        """Seconds since the last frame from each peer that ever sent one."""
+        now = asyncio.get_running_loop().time()
+        return {nid: now - at for nid, (_, at) in self._peer_alarms.items()}
+
     # -- introspection -----------------------------------------------------------------
 
     def peer_stats(self, node_id: str) -> PeerStats:
@@ -359,7 +380,8 @@ class GrpcRaftTransport:
                 raise _StreamClosed()
             if peer.queue:
                 batch = peer.take(self._max_frame_bytes)
-                await call.write(raft_pb2.Frame(messages=batch, cluster_ids=self._cluster_ids))
+                await call.write(raft_pb2.Frame(messages=batch, cluster_ids=self._cluster_ids,
+                                                alarms=self._local_alarms))
                 peer.stats.sent_frames += 1
                 peer.stats.sent_messages += len(batch)
                 peer.frames.inc()
@@ -422,6 +444,12 @@ class _Servicer(raft_pb2_grpc.RaftTransportServicer):
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"undecodable raft message: {e}")
             frames += 1
             messages += len(batch)
+            if frm in self._t._peers and (not self._t._cluster_ids
+                                          or set(frame.cluster_ids) & set(self._t._cluster_ids)):
+                # a member's report of its own cluster only (the peer door's rule for messages;
+                # a stranger can neither fill this map nor raise an alarm)
+                self._t._peer_alarms[frm] = (tuple((a.reason, a.message) for a in frame.alarms),
+                                             asyncio.get_running_loop().time())
             if batch:
                 self._t._deliver(frm, tuple(frame.cluster_ids), batch)
         return raft_pb2.SendSummary(frames=frames, messages=messages)

@@ -53,6 +53,19 @@ class RaftTransport(Protocol):
         """Forget a peer: drop its queue and close its stream."""
         ...
 
+    def set_local_alarms(self, alarms: Sequence[tuple[str, str]]) -> None:
+        """This node's storage alarms, (reason, message) each, carried to every peer."""
+        ...
+
+    def peer_alarms(self, max_age_s: float) -> dict[str, tuple[tuple[str, str], ...]]:
+        """The storage alarms each peer reported within the last `max_age_s` (peers
+        without alarms, or not heard from since, are left out)."""
+        ...
+
+    def last_heard(self) -> dict[str, float]:
+        """Seconds since the last message from each peer heard from at all."""
+        ...
+
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...

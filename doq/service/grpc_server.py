@@ -40,6 +40,8 @@ from doq.queues.model import EnqueueColumnsResult, MessageView
 from doq.service import convert as cv
 from doq.service.api import FrameOutcome, QueueService
 from doq.service.door import Caller, current_principal
+from doq.service.grpc_decode import UndecodableRequests
+from doq.service.limits import Limits
 from doq.service.sessions import Settlement
 
 log = logging.getLogger(__name__)
@@ -305,24 +307,30 @@ class DOQServicer(pb_grpc.DOQServicer):
         )
 
 
-def grpc_frame_limit(max_message_bytes: int) -> int:
-    """The largest gRPC message (bytes) a node sends or receives for `max_message_bytes`."""
-    return max(max_message_bytes * 2 + 64 * 1024, 64 * 1024 * 1024)
+def grpc_frame_limit(limits: Limits) -> int:
+    """The largest gRPC message (bytes) a node sends (an answer may carry a batch of the
+    largest messages), and a proxy to its leader carries either way."""
+    return max(limits.max_message_bytes * 2 + 64 * 1024, 64 * 1024 * 1024, limits.body_limits()[1])
+
+
+def grpc_receive_limit(limits: Limits) -> int:
+    """The largest gRPC request a node takes: the HTTP gateway's batch body limit (beyond it
+    the call fails RESOURCE_EXHAUSTED before it is read whole)."""
+    return limits.body_limits()[1]
 
 
 def build_server(
-    api: QueueService, addr: str, *, max_message_bytes: int,
-    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    api: QueueService, addr: str, *, interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     credentials: grpc.ServerCredentials | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """Create (not start) the gRPC server with reflection and health; returns it and the
-    bound port. With `credentials`, the port serves TLS only."""
-    frame_limit = grpc_frame_limit(max_message_bytes)
+    bound port. Its message limits follow `api.limits`; undecodable requests are answered
+    INVALID_ARGUMENT (`doq.service.grpc_decode`). With `credentials`, the port serves TLS only."""
     server = grpc.aio.server(
-        interceptors=interceptors,
+        interceptors=[UndecodableRequests(), *interceptors],
         options=[
-            ("grpc.max_receive_message_length", frame_limit),
-            ("grpc.max_send_message_length", frame_limit),
+            ("grpc.max_receive_message_length", grpc_receive_limit(api.limits)),
+            ("grpc.max_send_message_length", grpc_frame_limit(api.limits)),
             ("grpc.so_reuseport", 0),
         ]
     )

@@ -21,13 +21,12 @@ from doq.service.http.forward import install_leader_forwarding
 from doq.service.http.ops import build_ops_router
 from doq.service.http.problems import install_handlers
 from doq.service.http.routes import build_router
+from doq.service.limits import Limits
 
 if TYPE_CHECKING:
     from doq.service.api import QueueService
     from doq.tls.enrollment import Enrollment
 
-BODY_SLACK = 64 * 1024
-BATCH_BODY_MIN = 16 * 1024 * 1024
 RESTORE_PATH = "/db/restore"
 
 DESCRIPTION = """\
@@ -44,13 +43,8 @@ replicated to a majority).
 
 
 def body_limits(max_message_bytes: int) -> tuple[int, int]:
-    """(single-message body limit, batch body limit) for a max message size.
-
-    A single message may arrive base64-encoded (4/3 of its size) plus its JSON envelope;
-    a batch gets at least 16 MiB.
-    """
-    single = max_message_bytes * 4 // 3 + BODY_SLACK
-    return single, max(BATCH_BODY_MIN, 4 * max_message_bytes)
+    """(single-message body limit, batch body limit) for a max message size (`Limits.body_limits`)."""
+    return Limits(max_message_bytes=max_message_bytes).body_limits()
 
 
 # Tried first when matching a request (routes are tried in order; no two paths overlap,
@@ -97,10 +91,10 @@ def create_app(api: QueueService, *, forward_ssl: ssl.SSLContext | None = None,
     hot = {name: i for i, name in enumerate(HOT_ROUTES)}
     app.router.routes.sort(key=lambda r: hot.get(getattr(r, "name", ""), len(hot)))
     install_leader_forwarding(app, api.node, forward_ssl)  # inside the body limit: added before it
-    single, batch = body_limits(api.limits.max_message_bytes)
+    single, batch = api.limits.body_limits()
     app.add_middleware(
         BodyLimitMiddleware,
         limit_for=lambda path: batch if path.endswith((":batch", ":ack")) else single,
-        unbounded=(RESTORE_PATH,),
+        streamed={RESTORE_PATH: api.limits.max_restore_bytes},
     )
     return app

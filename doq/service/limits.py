@@ -14,6 +14,8 @@ from doq.queues.model import QueueSettings, QueueType
 
 DEFAULT_MAX_STREAM_PREFETCH = 100_000
 DEFAULT_MAX_STREAM_PENDING_ACKS = 10_000
+BODY_SLACK = 64 * 1024
+BATCH_BODY_MIN = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +36,10 @@ class Limits:
     - `stream_window_messages` / `stream_window_frames`: requests of an EnqueueStream /
       EnqueueBatchStream proposed and not yet answered; at the bound the node stops
       reading the stream.
+
+    Per connection and request: the HTTP server's own settings (uvicorn's connection count
+    and keep-alive, the header and read bounds of `doq.service.http.protocol`) and the
+    largest request body / gRPC message (`body_limits`).
     """
 
     max_message_bytes: int = 1024 * 1024
@@ -47,6 +53,20 @@ class Limits:
     max_stream_pending_acks: int = DEFAULT_MAX_STREAM_PENDING_ACKS
     stream_window_messages: int = 8192
     stream_window_frames: int = 64
+    # -- connections (HTTP) and whole requests (HTTP and gRPC) --
+    max_connections: int = 1000  # HTTP connections; past it requests are answered 503
+    max_header_bytes: int = 64 * 1024  # request line and headers; past it 431, connection closed
+    max_headers: int = 100
+    read_timeout_ms: int = 30_000  # a request's headers or body idle this long: connection closed
+    keep_alive_ms: int = 5_000  # an idle keep-alive connection is closed after this
+    max_restore_bytes: int = 4 << 30  # POST /db/restore upload (spooled to disk), at most
+
+    def body_limits(self) -> tuple[int, int]:
+        """(single-message body limit, batch body limit) in bytes. A single message may
+        arrive base64-encoded (4/3 of its size) plus its JSON envelope; a batch gets at
+        least 16 MiB. The batch limit is also the largest gRPC request a node receives."""
+        single = self.max_message_bytes * 4 // 3 + BODY_SLACK
+        return single, max(BATCH_BODY_MIN, 4 * self.max_message_bytes)
 
 
 def check_queue_name(name: str, what: str = "queue name") -> str:

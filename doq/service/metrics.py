@@ -21,6 +21,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from doq.node.alarms import Alarm
 from doq.queues.model import QueueInfo
 
 COMMIT_SECONDS = Histogram(
@@ -117,6 +118,25 @@ class QueueDepthCollector(Collector):
 
     def describe(self) -> Iterator[Metric]:
         return iter(())  # collected at scrape time only
+
+
+class AlarmCollector(Collector):
+    """`doq_storage_alarm{node, reason}`: 1 for each storage alarm on (this node's, and on
+    the leader its members'), read at scrape time; no series while none is on."""
+
+    def __init__(self, alarms: Callable[[], Iterable[Alarm]]) -> None:
+        self._alarms = alarms
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "doq_storage_alarm", "1 while a storage alarm is on (writes that grow the state are refused)",
+            labels=["node", "reason"])
+        for a in self._alarms():
+            family.add_metric([a.node_id, a.reason], 1.0)
+        yield family
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
 
 
 def render(*registries: CollectorRegistry) -> bytes:

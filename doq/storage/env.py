@@ -16,7 +16,8 @@ import lmdb
 from doq.errors import InvalidArgument
 from doq.storage.files import FILE_MODE, private_dir, tighten
 
-DEFAULT_MAP_SIZE = 64 * 1024**3  # sparse on Linux; grows lazily
+DEFAULT_MAP_SIZE = 64 * 1024**3  # sparse on Linux; grows lazily (`--max-data-size`)
+MIN_MAP_SIZE = 2 << 20  # the smallest `--max-data-size`: room for the reserve of `doq.node.alarms`
 MAX_DBS = 32
 
 # Owners: raft_* -> doq.node (log seam / raft storage); everything else -> doq.storage.state.

@@ -182,3 +182,31 @@ def test_bad_frame_index_is_detected_before_reading_frames():
     with pytest.raises(BackupFormatError) as e:
         BackupReader(io.BytesIO(bad))
     assert e.value.reason == "BACKUP_CORRUPT"
+
+
+def _trailer_at(data: bytes) -> int:
+    return len(data) - TRAILER.size
+
+
+@pytest.mark.parametrize(("offset_in_trailer", "says"), [
+    (20, "trailer's format version"),  # the version field
+    (22, "trailer's reserved field"),  # the reserved field
+    (0, "points outside the file"),  # the footer offset
+    (8, "points outside the file"),  # the footer length
+])
+def test_each_damaged_trailer_field_is_named_for_what_it_is(offset_in_trailer: int, says: str) -> None:
+    data = _file(SAMPLE).getvalue()
+    with pytest.raises(BackupFormatError) as e:
+        BackupReader(_corrupt(data, _trailer_at(data) + offset_in_trailer))
+    assert e.value.reason == "BACKUP_CORRUPT" and says in e.value.message, e.value.message
+    others = {"trailer's format version", "trailer's reserved field", "points outside the file"} - {says}
+    assert not any(o in e.value.message for o in others)
+
+
+def test_data_appended_after_the_end_is_named_as_such_not_as_truncation() -> None:
+    data = _file(SAMPLE).getvalue()
+    with pytest.raises(BackupFormatError) as e:
+        BackupReader(io.BytesIO(data + b"\x17" * 100))
+    assert e.value.reason == "BACKUP_CORRUPT"
+    assert "100 bytes of other data after the end of the backup" in e.value.message
+    assert "truncated" not in e.value.message

@@ -257,3 +257,30 @@ def test_dedup_runs_back_up_restore_and_verify_with_ids_counted(tmp_path: Path) 
     res = apply(ost, 4, t0 + 1000, cols(dids[150:160] + [f"{p}{301:012x}"]))
     assert isinstance(res[0], EnqueueColumnsResult)
     assert res[0].duplicates == list(range(10)) and list(res[0].ids)[:10] == list(range(152, 162))
+
+
+def test_an_unreadable_full_backup_stops_verify_with_its_one_cause(chain: list[Path], tmp_path: Path) -> None:
+    """No chain, state or digest failures that only follow from it, and no state summary
+    of a chain that was not read (Spark is not even started: `spark` is never used)."""
+    from doq.backup.verify import verify
+
+    files = _copy(chain, tmp_path)
+    files[0].write_bytes(b"PK\x03\x04 not a backup at all")
+    r = verify(files, spark=object())
+    assert [(f.reason, f.file) for f in r.failures] == [("BACKUP_BAD_MAGIC", str(files[0]))]
+    assert not r.ok and "cannot be read" in r.stopped and str(files[0]) in r.stopped
+    line = r.summary_line()
+    assert "queues" not in line and "messages" not in line and "nothing after it was checked" in line
+    doc = r.to_dict()
+    assert doc["state"] is None and doc["stopped"] == r.stopped
+
+
+def test_two_files_of_one_base_name_are_told_apart_in_a_chain_problem() -> None:
+    from doq.backup.format import BackupHeader
+    from doq.backup.ops import chain_problems
+
+    a = BackupHeader("cluster-a", "n1", 0, 10, 0, 1)
+    b = BackupHeader("cluster-b", "n1", 11, 20, 0, 1)
+    [(i, err)] = chain_problems([a, b], names=["x.bak", "x.bak"])
+    assert i == 1 and err.reason == "BACKUP_CLUSTER_MISMATCH"
+    assert "x.bak (file #2) is a backup of cluster 'cluster-b', but x.bak (file #1)" in err.message

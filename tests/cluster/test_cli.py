@@ -25,9 +25,10 @@ async def test_status_human_and_json(capsys: pytest.CaptureFixture[str]) -> None
         assert await doq("status", "--server", f"http://{addr}") == 0
         out = capsys.readouterr().out
         assert out.splitlines()[0] == "leader node-1, term 3; seen by node-2 (follower): commit 120, applied 118"
-        assert out.splitlines()[1].split() == ["NODE", "ROLE", "RAFT", "GRPC", "HTTP"]
-        assert out.splitlines()[2].split() == ["node-1", "voter,", "leader", "127.0.0.1:9001", "127.0.0.1:10001",
-                                               "127.0.0.1:8001"]
+        assert out.splitlines()[1].split() == ["NODE", "ROLE", "REACHABLE", "LAST", "CONTACT", "MATCH", "LAG",
+                                               "RAFT", "GRPC", "HTTP"]
+        assert out.splitlines()[2].split() == ["node-1", "voter,", "leader", "?", "?", "?", "?", "127.0.0.1:9001",
+                                               "127.0.0.1:10001", "127.0.0.1:8001"]  # "?": the fake tells none
         assert out.splitlines()[4].split()[:2] == ["node-3", "voter"]
         with env(DOQ_SERVER=addr):  # HOST:PORT is accepted too
             assert await doq("status", "--json") == 0

@@ -63,7 +63,8 @@ async def test_status_lists_members_leader_and_indexes(fc: httpx.AsyncClient) ->
         "node_id": "node-2", "role": "follower", "leader_id": "node-1", "term": 3,
         "commit_index": 120, "applied_index": 118}
     assert doc["members"][0] == {"node_id": "node-1", "role": "voter", "leader": True, "raft_addr": "127.0.0.1:9001",
-                                 "grpc_addr": "127.0.0.1:10001", "http_addr": "127.0.0.1:8001"}
+                                 "grpc_addr": "127.0.0.1:10001", "http_addr": "127.0.0.1:8001",
+                                 "reachable": None, "last_contact_ms": None, "match_index": None, "lag": None}
     assert [m["leader"] for m in doc["members"]] == [True, False, False]
     assert status_from_json(doc).members == three_members()
 

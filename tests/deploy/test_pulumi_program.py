@@ -170,6 +170,17 @@ def test_the_data_volume_is_one_claim_per_pod_mounted_where_doq_keeps_its_data(d
     assert (spec["resources"]["requests"]["storage"], spec["storageClassName"]) == ("50Gi", "fast-ssd")
 
 
+@pytest.mark.parametrize(("storage", "volume_bytes"), [("10Gi", 10 << 30), ("50Gi", 50 << 30), ("500Mi", 500 << 20)])
+def test_the_store_is_limited_so_that_it_and_its_reserve_fit_the_volume(storage: str, volume_bytes: int) -> None:
+    """doq refuses growth (507) at --max-data-size, and its map adds a reserve past it for
+    the writes that drain: both together stay within the pod's volume."""
+    from doq.node.alarms import map_size
+
+    c = _serve_config(deploy({"storageSize": storage}), "doq-0")
+    assert c.max_data_size == (volume_bytes - (80 << 20)) * 4 // 5
+    assert map_size(c.max_data_size) <= volume_bytes - c.disk_free_limit
+
+
 @pytest.mark.parametrize("replicas", [1, 3, 5, 7])
 def test_the_disruption_budget_keeps_a_quorum(replicas: int) -> None:
     d = deploy({"replicas": replicas})
@@ -191,6 +202,7 @@ def test_replicas_must_be_odd(replicas: int) -> None:
     ({"grpcPort": 8000}, "must differ"), ({"httpPort": 70000}, "httpPort"),
     ({"electionTimeoutMs": 50}, "electionTimeoutMs"), ({"spread": "maybe"}, "spread"),
     ({"namespace": "Doq_NS"}, "namespace"), ({"logLevel": "loud"}, "logLevel"),
+    ({"storageSize": "ten"}, "storageSize"), ({"storageSize": "8Mi"}, "storageSize"),
 ])
 def test_bad_stack_config_is_refused_with_a_clear_message(config: dict[str, object], says: str) -> None:
     with pytest.raises(pulumi.RunError, match=says):

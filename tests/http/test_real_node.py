@@ -79,7 +79,8 @@ def metrics(node: NodeProc) -> dict[str, float]:
 
 def test_health(node: NodeProc) -> None:
     assert ok(node, "GET", "/livez") == {"status": "ok", "reasons": []}
-    assert ok(node, "GET", "/readyz") == {"ready": True, "leader": True, "leader_hint": "node-1", "reasons": []}
+    assert ok(node, "GET", "/readyz") == {"ready": True, "leader": True, "leader_hint": "node-1", "reasons": [],
+                                          "alarms": []}
 
 
 def test_metrics_count_real_traffic(node: NodeProc) -> None:

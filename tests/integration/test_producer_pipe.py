@@ -39,7 +39,7 @@ Served = tuple[QueueService, lmdb.Environment, grpc.aio.Channel]
 async def served(tmp_path: Path) -> AsyncIterator[Served]:
     async with inproc.local_service(tmp_path) as api:
         await api.create_queue("q")
-        server, port = build_server(api, "127.0.0.1:0", max_message_bytes=api.limits.max_message_bytes)
+        server, port = build_server(api, "127.0.0.1:0")
         await server.start()
         try:
             async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:

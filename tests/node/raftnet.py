@@ -162,6 +162,25 @@ class FakeTransport:
     def remove_peer(self, node_id: str) -> None:
         self.peers.pop(node_id, None)
 
+    local_alarms: tuple[tuple[str, str], ...] = ()
+
+    def set_local_alarms(self, alarms: Sequence[tuple[str, str]]) -> None:
+        self.local_alarms = tuple(alarms)
+
+    def last_heard(self) -> dict[str, float]:
+        """Each reachable started peer: heard just now (no delay on this net)."""
+        return {nid: 0.0 for nid in self.peers if (t := self.net.transports.get(nid)) is not None
+                and t.started and (nid, self.nid) not in self.net.blocked}
+
+    def peer_alarms(self, max_age_s: float) -> dict[str, tuple[tuple[str, str], ...]]:
+        """Each reachable started peer's alarms as they are now (no delay on this net)."""
+        out = {}
+        for nid in self.peers:
+            t = self.net.transports.get(nid)
+            if t is not None and t.started and t.local_alarms and (nid, self.nid) not in self.net.blocked:
+                out[nid] = t.local_alarms
+        return out
+
     async def start(self) -> None:
         self.started = True
 

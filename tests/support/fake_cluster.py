@@ -111,6 +111,9 @@ class Follower:
     def liveness_problems(self) -> list[str]:
         return []
 
+    def alarms(self) -> list[Any]:
+        return []
+
     @property
     def applied_index(self) -> int:
         return self.leader.applied_index
@@ -192,7 +195,7 @@ def serving(path: Path, *, deposed: dict[type[Command], int] | None = None) -> I
         follower = Follower(leader, "node-2", MemberAddrs("", follower_addr, ""))
         apis = [QueueService(leader), QueueService(follower)]
         for api, addr in zip(apis, (leader_addr, follower_addr), strict=True):
-            server, _ = build_server(api, addr, max_message_bytes=api.limits.max_message_bytes)
+            server, _ = build_server(api, addr)
             await server.start()
             servers.append(server)
         return leader, apis[0]

@@ -91,7 +91,7 @@ async def http_client(service: QueueService, *, raise_app_exceptions: bool = Tru
 @contextlib.asynccontextmanager
 async def grpc_stub(service: QueueService) -> AsyncIterator[pb_grpc.DOQStub]:
     """An asyncio stub on the gRPC server of `service`, listening on 127.0.0.1 (free port)."""
-    server, port = build_server(service, "127.0.0.1:0", max_message_bytes=service.limits.max_message_bytes)
+    server, port = build_server(service, "127.0.0.1:0")
     await server.start()
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:

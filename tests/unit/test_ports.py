@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import socket
 
 from doq import ports
@@ -21,15 +22,23 @@ def test_free_ports_lie_below_the_ephemeral_range_and_can_be_listened_on() -> No
 
 
 def test_a_port_in_use_is_never_returned(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The held port is offered twice, then the real random choice takes over: no
+    assumption that any particular other port is free (a busy machine may hold it)."""
+    real = random.SystemRandom()
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
         held.listen()
         busy = held.getsockname()[1]
-        picks = iter([busy, busy, busy + 1 if busy + 1 < 65536 else busy - 1])
+        offered: list[int] = []
 
-        class FixedRandom:
-            def randrange(self, _a: int, _b: int) -> int:
-                return next(picks)
+        class BusyFirst:
+            def randrange(self, a: int, b: int) -> int:
+                port = busy if len(offered) < 2 else real.randrange(a, b)
+                offered.append(port)
+                return port
 
-        monkeypatch.setattr(ports.random, "SystemRandom", FixedRandom)
-        assert ports.free_port() != busy
+        monkeypatch.setattr(ports.random, "SystemRandom", BusyFirst)
+        port = ports.free_port()
+        assert port != busy
+        assert offered[:2] == [busy, busy]  # the busy port was tried, refused, and skipped
+        assert port == offered[-1]

@@ -27,6 +27,7 @@ from doq_client.errors import (
     QueueNotFound,
     ResourceExhausted,
     StaleLease,
+    StorageFull,
     TooLarge,
     Unavailable,
 )
@@ -73,6 +74,7 @@ __all__ = [
     "ResourceExhausted",
     "RetryPolicy",
     "StaleLease",
+    "StorageFull",
     "TooLarge",
     "Unavailable",
     "enqueue_request",

@@ -95,6 +95,12 @@ class TooLarge(ResourceExhausted):
     """A message or batch exceeds a size limit (not retryable)."""
 
 
+class StorageFull(ResourceExhausted):
+    """A storage alarm (reason ``DATA_SIZE_LIMIT``, ``DISK_FREE_LIMIT`` or ``NOSPACE``; HTTP
+    507): a node is short of space and refuses writes that grow the state until space is
+    freed (retryable); dequeues, acks and deletes still work."""
+
+
 class Unavailable(DoqClientError):
     """No leader, not the leader (see `leader_hint`), shutting down, or no connection."""
 
@@ -137,6 +143,9 @@ _BY_REASON: dict[str, type[DoqClientError]] = {
     "MESSAGE_NOT_FOUND": MessageNotFound,
     "OVERLOADED": Overloaded,
     "NOT_LEADER": NotLeader,
+    "DATA_SIZE_LIMIT": StorageFull,
+    "DISK_FREE_LIMIT": StorageFull,
+    "NOSPACE": StorageFull,
 }
 
 _CODE_BY_VALUE: dict[int, grpc.StatusCode] = {c.value[0]: c for c in grpc.StatusCode}

@@ -25,6 +25,7 @@ by another delivery's).
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ from dataclasses import dataclass
 import grpc
 
 from doq_client.errors import DoqClientError
+
+log = logging.getLogger("doq_client")
 
 #: reasons that prove the command was refused before it was proposed
 NOT_APPLIED_REASONS = frozenset({"OVERLOADED", "COMMIT_FAILED"})
@@ -118,6 +121,10 @@ class Attempts:
             now = time.monotonic()
             if self.deadline is None:
                 self.deadline = now + self.failover.timeout_s
+                if self.failover.timeout_s > 0:  # say what the client waits for, once per failover
+                    log.warning("doq_client: %s (%s); looking for a leader for up to %g s "
+                                "(FailoverPolicy.timeout_s)", err.message, err.reason or err.code.name,
+                                self.failover.timeout_s)
             if now >= self.deadline:
                 return None
             if hinted and self.hops == 0:

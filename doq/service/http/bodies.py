@@ -63,6 +63,9 @@ _DESCRIPTIONS = {
     413: "The request body or the message is too large.",
     415: "The body is not JSON.",
     429: "Overloaded: too many commands waiting for commit; retry later.",
+    507: "A storage alarm (DATA_SIZE_LIMIT, DISK_FREE_LIMIT or NOSPACE): a node is short of space and "
+         "refuses writes that grow the state until space is freed; reads, dequeues, acks and deletes "
+         "still work; retryable.",
     503: "Not the leader, no leader, or shutting down (see leader_hint); retryable.",
     504: "The command was not committed in time; retryable (use dedup_id for enqueue).",
 }

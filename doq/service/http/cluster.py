@@ -42,6 +42,13 @@ class MemberModel(BaseModel):
     raft_addr: str = Field(description="Peer transport address HOST:PORT.")
     grpc_addr: str = Field(description="gRPC (doq.v1.DOQ) address HOST:PORT.")
     http_addr: str = Field(description="HTTP gateway address HOST:PORT.")
+    reachable: bool | None = Field(None, description="Heard from within an election timeout (null: the "
+                                   "answering node cannot know: a follower knows itself and its leader).")
+    last_contact_ms: int | None = Field(None, description="Milliseconds since the answering node last heard "
+                                        "from it (0 for itself; null: never, or cannot know).")
+    match_index: int | None = Field(None, description="The last log index known to be in its log (null: "
+                                    "unknown to a follower).")
+    lag: int | None = Field(None, description="Entries it is behind: the commit index less its match index.")
 
 
 class ClusterStatusModel(BaseModel):
@@ -65,6 +72,9 @@ class ClusterStatusModel(BaseModel):
     commit_index: int = Field(description="The highest log index it knows to be committed.")
     applied_index: int = Field(description="The highest log index it has applied.")
     members: list[MemberModel] = Field(description="Every member with its role and addresses.")
+    alarms: list[dict[str, str]] = Field(default_factory=list, description=(
+        "Storage alarms on (node_id, reason, message): this node's, and on the leader its members' "
+        "(while any is on, writes that grow the state are refused with 507)."))
 
 
 class JoinBody(BaseModel):

@@ -44,6 +44,11 @@ class Readiness(BaseModel):
         "not admitted yet), `no_leader`, `leader_unreachable` (no word from it for an election "
         "timeout), `applying` (behind its commit index), `shutting_down`, `starting`, `joining`, "
         "and the liveness reasons (`raft_failed`, `store_broken`)."))
+    alarms: list[dict[str, str]] = Field(default_factory=list, description=(
+        "Storage alarms on now (node_id, reason: DATA_SIZE_LIMIT | DISK_FREE_LIMIT | NOSPACE, "
+        "message): this node's, and on the leader its members'. While any is on, writes that "
+        "grow the state are refused with 507 / RESOURCE_EXHAUSTED; reads, dequeues, acks and "
+        "deletes are served, so an alarm alone does not make the node unready."))
 
 
 class BackupBody(BaseModel):
@@ -92,6 +97,7 @@ def build_ops_router(api: QueueService) -> APIRouter:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(metrics.QueueDepthCollector(
         node.state.list_queues, lambda: bool(node.is_leader), api.long_polls.waiting))
+    registry.register(metrics.AlarmCollector(node.alarms))
 
     @r.get(
         "/livez", tags=["health"], response_model=Health, summary="Liveness",
@@ -114,10 +120,10 @@ def build_ops_router(api: QueueService) -> APIRouter:
     async def readyz() -> Response:
         """200 when this node can serve: a member of the configuration, in contact with the
         leader (or the leader), applied up to the commit index it knows; else 503 with the
-        reasons."""
+        reasons. Storage alarms are listed but do not make the node unready."""
         problems = node.readiness_problems()
         body = {"ready": not problems, "leader": bool(node.is_leader), "leader_hint": node.leader_hint or "",
-                "reasons": problems}
+                "reasons": problems, "alarms": [a.as_dict() for a in node.alarms()]}
         return Response(m.dumps(body), status_code=503 if problems else 200, media_type="application/json")
 
     @r.get(
@@ -186,7 +192,7 @@ def _add_backup_routes(r: APIRouter, api: QueueService) -> None:
 
     @r.post(
         "/db/restore", tags=["backup"], summary="Restore (online)", response_model=RestoreResultModel,
-        responses=errors(400, 409, notes={
+        responses=errors(400, 409, 507, notes={
             400: "Not a doq backup, a corrupt file, files out of order (a gap in the chain), files of "
                  "different clusters (BACKUP_CLUSTER_MISMATCH), or files whose records do not form a valid "
                  "state (BACKUP_INCONSISTENT). Nothing was restored.",

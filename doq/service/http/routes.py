@@ -132,7 +132,7 @@ class QueueRoutes:
     # -- queues ---------------------------------------------------------------------------
     @route(
         "POST", "/queues", answer="Created: the new queue.", tags=["queues"], status_code=201,
-        response_model=m.QueueResult, summary="Create a queue", responses=errors(400, 409, 413, 415),
+        response_model=m.QueueResult, summary="Create a queue", responses=errors(400, 409, 413, 415, 507),
         openapi_extra=body_doc(m.CreateQueueBody),
     )
     async def create_queue(self, request: Request) -> Response:
@@ -161,7 +161,7 @@ class QueueRoutes:
     @route(
         "PUT", "/queues/{name}", answer="Updated: the queue with its new settings.", tags=["queues"],
         response_model=m.QueueResult, summary="Update a queue's settings",
-        responses=errors(400, 404, 413, 415), openapi_extra=body_doc(m.UpdateQueueBody),
+        responses=errors(400, 404, 413, 415, 507), openapi_extra=body_doc(m.UpdateQueueBody),
     )
     async def update_queue(self, name: QueueName, request: Request) -> Response:
         """Replace the queue's settings (the type cannot change)."""
@@ -194,7 +194,7 @@ class QueueRoutes:
         responses={
             200: {"description": "A duplicate (dedup_id seen): the original message's id.",
                   "model": m.EnqueueResultModel},
-            **errors(400, 404, 413, 415),
+            **errors(400, 404, 413, 415, 507),
         },
         openapi_extra=body_doc(m.EnqueueBody),
     )
@@ -207,7 +207,7 @@ class QueueRoutes:
     @route(
         "POST", "/queues/{name}/messages:batch", answer="Every message enqueued (durable), one result per message.",
         tags=["messages"], response_model=m.BatchEnqueueResult, summary="Enqueue many messages",
-        responses=errors(400, 404, 413, 415), openapi_extra=body_doc(m.EnqueueBatchBody),
+        responses=errors(400, 404, 413, 415, 507), openapi_extra=body_doc(m.EnqueueBatchBody),
     )
     async def enqueue_batch(self, name: QueueName, request: Request) -> Response:
         """Enqueue up to 10000 messages in one commit; one result per message, in order.

@@ -1,0 +1,222 @@
+"""Storage alarms in the Raft node driver, with real LMDB environments (tiny maps, so LMDB
+itself raises MapFullError) on the in-memory peer network of tests/node/raftnet.py; the
+gauge's thresholds and the classification of failures with real LMDB errors."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+from pathlib import Path
+
+import lmdb
+import pytest
+
+from doq.errors import StorageFull
+from doq.node import alarms
+from doq.node.alarms import StorageGauge, grows_state
+from doq.node.raft_node import RaftNode
+from doq.queues import commands as c
+from doq.queues.model import QueueSettings
+from doq.storage.env import open_env
+from doq.storage.state import StateStore
+from tests.node.raftnet import FAST, Cluster, Net, addrs, eventually
+
+CONTENT = b"x" * 16_000
+
+
+class _Disk:
+    """A statvfs answer with a settable free space (the real disk path is exercised by
+    tests/integration/test_storage_alarms.py)."""
+
+    def __init__(self, free_bytes: int) -> None:
+        self.free_bytes = free_bytes
+
+    def __call__(self, path: str) -> os.statvfs_result:
+        st = os.statvfs(path)
+        return os.statvfs_result((st.f_bsize, 1, st.f_blocks, self.free_bytes, self.free_bytes,
+                                  st.f_files, st.f_ffree, st.f_favail, st.f_flag, st.f_namemax))
+
+
+def _gauge(env: lmdb.Environment, path: Path, *, max_data_bytes: int, disk: _Disk | None = None,
+           limit: int = 0) -> StorageGauge:
+    return StorageGauge(env, path, node_id="n1", max_data_bytes=max_data_bytes, disk_free_limit_bytes=limit,
+                        disk_check_s=0.0, statvfs=disk or _Disk(1 << 40))
+
+
+def test_commands_that_shrink_the_state_are_taken_under_an_alarm_and_the_others_refused() -> None:
+    taken = [c.Ack("q", [1]), c.Nack("q", 1), c.DeleteMessage("q", 1), c.DeleteQueue("q"), c.PurgeQueue("q"),
+             c.Dequeue("q"), c.Touch("q", 1), c.UpdatePriority("q", 1, 2), c.Tick()]
+    refused = [c.CreateQueue("q", "delayed", QueueSettings()), c.UpdateQueue("q", QueueSettings()),
+               c.Enqueue("q", [c.EnqueueItem(b"m")]), c.EnqueueColumns("q", [b"m"]),
+               c.RestoreChunk(b"r" * 16, 0, b"")]
+    assert [grows_state(x) for x in taken] == [False] * len(taken)
+    assert [grows_state(x) for x in refused] == [True] * len(refused)
+
+
+def test_the_data_size_alarm_goes_on_at_the_limit_and_off_a_margin_below_it(tmp_path: Path) -> None:
+    env = open_env(tmp_path / "db", map_size=alarms.map_size(4 << 20))
+    gauge = _gauge(env, tmp_path, max_data_bytes=4 << 20)
+    db = env.open_db(b"state_messages")
+
+    def write(first: int, end: int, delete: bool = False) -> None:
+        with env.begin(write=True) as txn:
+            for i in range(first, end):
+                key = i.to_bytes(8, "big")
+                txn.delete(key, db=db) if delete else txn.put(key, CONTENT, db=db)
+            gauge.measure(txn)
+        gauge.committed()
+
+    write(0, 100)
+    assert gauge.alarms == () and 1 << 20 < gauge.used_bytes < 4 << 20
+    write(100, 270)  # 270 x 16 kB: past 4 MiB
+    assert [a.reason for a in gauge.alarms] == ["DATA_SIZE_LIMIT"]
+    assert "--max-data-size" in gauge.alarms[0].message
+    write(0, 2, delete=True)  # within the margin: still on (no flapping)
+    assert [a.reason for a in gauge.alarms] == ["DATA_SIZE_LIMIT"]
+    write(0, 270, delete=True)
+    assert gauge.alarms == ()
+    env.close()
+
+
+def test_the_disk_alarm_follows_the_free_space(tmp_path: Path) -> None:
+    env = open_env(tmp_path / "db")
+    disk = _Disk(100 << 20)
+    gauge = _gauge(env, tmp_path, max_data_bytes=1 << 30, disk=disk, limit=64 << 20)
+    assert gauge.check_disk() is False and gauge.alarms == ()
+    assert gauge.headroom_bytes == 36 << 20  # the disk's limit is nearer than the data size's
+    gauge.refused_near_limit()  # a write that would pass it: the disk alarm
+    assert [a.reason for a in gauge.alarms] == ["DISK_FREE_LIMIT"]
+    assert gauge.check_disk() is True and gauge.alarms == ()  # enough free at the next check
+    disk.free_bytes = 10 << 20
+    assert gauge.check_disk() is True
+    assert [a.reason for a in gauge.alarms] == ["DISK_FREE_LIMIT"]
+    assert "--disk-free-limit" in gauge.alarms[0].message
+    disk.free_bytes = 65 << 20
+    assert gauge.check_disk() is True and gauge.alarms == ()
+    env.close()
+
+
+def test_only_failures_for_want_of_space_raise_the_nospace_alarm(tmp_path: Path) -> None:
+    env = open_env(tmp_path / "db")
+    disk = _Disk(1 << 40)
+    gauge = _gauge(env, tmp_path, max_data_bytes=1 << 30, disk=disk)
+    assert gauge.write_failed(lmdb.Error("mdb_txn_commit: Invalid argument")) is False
+    assert gauge.write_failed(lmdb.Error(f"mdb_txn_commit: {os.strerror(errno.EIO)}")) is False  # disk not full
+    assert gauge.alarms == ()
+    disk.free_bytes = 0  # a short write on a full disk: LMDB says EIO
+    assert gauge.write_failed(lmdb.Error(f"mdb_txn_commit: {os.strerror(errno.EIO)}")) is True
+    assert [a.reason for a in gauge.alarms] == ["NOSPACE"]
+    disk.free_bytes = 1 << 40
+    gauge.committed()
+    assert gauge.alarms == ()
+    assert gauge.write_failed(OSError(errno.ENOSPC, "No space left on device")) is True
+    gauge.committed()
+    tiny = open_env(tmp_path / "tiny", map_size=64 << 10)
+    try:
+        with tiny.begin(write=True) as txn:
+            for i in range(1000):
+                txn.put(i.to_bytes(4, "big"), b"y" * 1000)
+    except lmdb.MapFullError as e:
+        assert gauge.write_failed(e) is True
+    else:
+        raise AssertionError("the tiny map did not fill")
+    finally:
+        tiny.close()
+    env.close()
+
+
+async def test_a_write_that_fails_for_want_of_space_is_retried_whole_and_nothing_is_half_applied(tmp_path: Path) -> None:
+    """No limit (the gauge's is far above the map): LMDB's own MapFullError fails a write
+    whose entry holds an enqueue. The node neither fails nor applies part of it: it raises
+    NOSPACE, refuses further growth, keeps the proposal waiting, and once the map has room
+    (grown here between two tries, on the writer thread) the same write goes through."""
+    path = tmp_path / "n1"
+    env = open_env(path, map_size=2 << 20)
+    gauge = StorageGauge(env, path, node_id="n1", max_data_bytes=1 << 40, disk_free_limit_bytes=0)
+    node = RaftNode(StateStore(env), node_id="n1", addrs=addrs("n1"), transport=Net().factory("n1"),
+                    config=FAST, gauge=gauge)
+    await node.start()
+    try:
+        await node.propose(c.CreateQueue("q", "delayed", QueueSettings()))
+        acked = 0
+        while True:
+            fut = node.propose_nowait(c.Enqueue("q", [c.EnqueueItem(CONTENT)]))
+
+            async def settled(f: asyncio.Future[object] = fut) -> bool | None:
+                return True if f.done() or gauge.alarms else None
+
+            await eventually(settled, 30, "the enqueue settles or the write fails")
+            if not fut.done():
+                break
+            fut.result()
+            acked += 1
+        assert [a.reason for a in node.alarms()] == ["NOSPACE"]
+        before = node.state.get_queue("q").stats.total
+        assert before == acked  # nothing of the failed write is visible
+        with pytest.raises(StorageFull) as refused:
+            node.propose_nowait(c.Enqueue("q", [c.EnqueueItem(b"more")]))
+        assert refused.value.reason == "NOSPACE" and refused.value.retryable
+        await node._writer.call(lambda _: env.set_mapsize(16 << 20), None)  # no txn runs between tries
+        await asyncio.wait_for(fut, 30)
+        assert node.state.get_queue("q").stats.total == acked + 1
+        assert node.alarms() == []
+        await node.propose(c.Enqueue("q", [c.EnqueueItem(b"after")]))
+    finally:
+        await node.stop()
+    # what is on disk is whole: the log and the state agree, every acknowledged message there
+    state = StateStore(env)
+    assert state.get_queue("q").stats.total == acked + 2
+    env.close()
+
+
+async def test_a_members_alarm_reaches_the_leader_which_refuses_growth_until_it_clears(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path)
+    try:
+        leader = await cluster.start("n1")
+        await cluster.grow("n2", "n3")
+        await leader.propose(c.CreateQueue("q", "delayed", QueueSettings()))
+        follower = cluster.nodes["n3"]
+        disk = _Disk(1 << 20)
+        follower.gauge = StorageGauge(follower.env, tmp_path, node_id="n3", max_data_bytes=1 << 40,
+                                      disk_free_limit_bytes=64 << 20, statvfs=disk)
+        follower.gauge.check_disk()
+        follower._refresh_alarms()
+
+        async def refused() -> bool | None:
+            leader._refresh_alarms()
+            return True if leader.alarms() else None
+
+        leader.gauge = StorageGauge(leader.env, tmp_path, node_id="n1", max_data_bytes=1 << 40,
+                                    disk_free_limit_bytes=0)
+        await eventually(refused, 10, "the leader hears of n3's alarm")
+        assert [(a.node_id, a.reason) for a in leader.alarms()] == [("n3", "DISK_FREE_LIMIT")]
+        with pytest.raises(StorageFull, match="node n3"):
+            leader.propose_nowait(c.Enqueue("q", [c.EnqueueItem(b"m")]))
+        await leader.propose(c.PurgeQueue("q"))  # shrinking: taken
+        disk.free_bytes = 1 << 40
+        follower.gauge.check_disk()
+        follower._refresh_alarms()
+
+        async def cleared() -> bool | None:
+            leader._refresh_alarms()
+            return True if not leader.alarms() else None
+
+        await eventually(cleared, 10, "the alarm clears on the leader")
+        await leader.propose(c.Enqueue("q", [c.EnqueueItem(b"m")]))
+    finally:
+        await cluster.close()
+
+
+def test_a_write_that_failed_on_a_full_disk_is_tried_again_only_once_space_came_back(tmp_path: Path) -> None:
+    """Each failed try costs a rebuild of the store's memory: none while the disk stays full."""
+    env = open_env(tmp_path / "db")
+    disk = _Disk(4096)
+    gauge = _gauge(env, tmp_path, max_data_bytes=1 << 30, disk=disk)
+    assert gauge.write_failed(OSError(errno.ENOSPC, "No space left on device")) is True
+    assert gauge.worth_retrying() is False
+    disk.free_bytes = 8192  # a few pages freed: not yet
+    assert gauge.worth_retrying() is False
+    disk.free_bytes = alarms.RETRY_FREE_BYTES
+    assert gauge.worth_retrying() is True
+    env.close()
