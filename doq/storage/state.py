@@ -36,7 +36,9 @@ one `RestoreChunk` / `RestoreCommit` / `RestoreAbort` itself, never the machine)
 Client keys (`CreateKey`/`RevokeKey`, applied by the machine's `KeyTable`) are store keys,
 not records: replicated through the log and Raft snapshots, kept across restarts, but
 never in a backup, the digest or a restore (a restore leaves the target's keys as they
-are). `keys()` is the table as committed, for any thread.
+are). A batch of key commands only is applied by the store to the table (replicated time
+stays; no record changes); key commands batched with others go through the machine.
+`keys()` is the table as committed, for any thread.
 
 The cluster id (b"\\x00cluster", `cluster_id`) names the history this state belongs to: set
 once when a node bootstraps a cluster (`ensure_cluster_id`), adopted from the backup by a
@@ -82,10 +84,12 @@ from doq.queues.apikeys import KeyRecord, decode_record, encode_record
 from doq.queues.codec import decode_batch
 from doq.queues.commands import (
     CommandBatch,
+    CreateKey,
     RestoreAbort,
     RestoreChunk,
     RestoreCommand,
     RestoreCommit,
+    RevokeKey,
 )
 from doq.queues.machine import QueueMachine
 from doq.queues.model import MessageView, QueueInfo
@@ -100,6 +104,7 @@ STAGE_CHUNK = b"\x00rchunk"  # + u32 BE seq -> a staged chunk's payload
 _STAGE = struct.Struct(">IB")  # chunks staged (the next seq), broken flag
 _SEQ = struct.Struct(">I")
 _RESTORE_TYPES = frozenset((RestoreChunk, RestoreCommit, RestoreAbort))
+_KEY_TYPES = frozenset((CreateKey, RevokeKey))
 MAX_RESTORE_VERSION = 2**63  # a restore's to_version is below it: later versions stay < 2**64
 # the longest record key: LMDB's key limit (511 B, a constant of the library) less the u64
 # version prefix of the versions and tombstones indexes (the machine's keys stay far below)
@@ -461,6 +466,8 @@ class StateStore:
                 batch = data if type(data) is CommandBatch else decode_batch(data) if data else None  # type: ignore[arg-type]
                 if batch is None:
                     out.append([])
+                elif batch.commands and type(batch.commands[0]) in _KEY_TYPES and all(type(x) in _KEY_TYPES for x in batch.commands):
+                    out.append(self._apply_keys(batch))
                 elif len(batch.commands) == 1 and type(batch.commands[0]) in _RESTORE_TYPES:
                     out.append([self._apply_restore(txn, index, batch.commands[0])])  # type: ignore[arg-type]
                 else:
@@ -476,6 +483,24 @@ class StateStore:
         finally:
             sink.txn = None
         self._broken = False
+        return out
+
+    def _apply_keys(self, batch: CommandBatch) -> list[object]:
+        """A batch of key commands only: applied to the key table without advancing the
+        machine's replicated time (no record changes, so a fresh state stays empty for a
+        restore after its admin key was created); created at max(replicated time, now_ms)."""
+        keys = self.machine.keys
+        now = max(self.machine.now_ms, batch.now_ms if type(batch.now_ms) is int else 0)
+        out: list[object] = []
+        for cmd in batch.commands:
+            try:
+                if type(cmd) is CreateKey:
+                    out.append(keys.create(cmd.id, cmd.secret_hash, cmd.scopes, now))
+                else:
+                    assert type(cmd) is RevokeKey
+                    out.append(keys.revoke(cmd.id))
+            except DoqError as e:
+                out.append(e)
         return out
 
     # -- restore through the log (module docstring) ----------------------------------------
