@@ -29,6 +29,8 @@ class ServeConfig:
     snapshot_every: int = 10_000  # as RaftNodeConfig (a unit test keeps them equal)
     keep_entries: int = 5_000
     restore_chunk_bytes: int = 1 << 20  # as RaftNodeConfig
+    secure: bool = False
+    insecure: bool = False
 
     def member_addrs(self) -> MemberAddrs:
         """The addresses this node announces to the cluster (and clients are sent to): the
@@ -59,6 +61,8 @@ _HELP = {
     "keep_entries": "log entries kept behind a snapshot for followers that lag",
     "restore_chunk_bytes": "record bytes (uncompressed) per log entry of an online restore "
                            "(1024..16777216)",
+    "secure": "require client keys (and, with TLS, certificates) whatever the addresses",
+    "insecure": "allow a node that binds a non-loopback address to run without security",
 }
 
 #: integer settings: (lowest, highest or None) accepted
@@ -102,6 +106,10 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
         if f.name in SEED_FLAGS:
             flags.append(SEED_FLAGS[f.name])
         default = f.default if f.default_factory is MISSING else f.default_factory()  # type: ignore[misc]
+        if isinstance(default, bool):
+            p.add_argument(*flags, dest=f.name, action="store_const", const="true", default=FlagDefault("false"),
+                           help=f"{_HELP[f.name]} (env DOQ_{f.name.upper()}=true)")
+            continue
         p.add_argument(*flags, dest=f.name, default=_shown_default(default),
                        help=f"{_HELP[f.name]} (env DOQ_{f.name.upper()})")
     p.add_argument("--http.port", dest="http_port", metavar="PORT",
@@ -123,7 +131,16 @@ def _parse_addr(name: str, value: str) -> str:
     return value
 
 
+_BOOLS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
+
+
 def _coerce(name: str, value: Any) -> Any:
+    if name in ("secure", "insecure"):
+        if isinstance(value, bool):
+            return value
+        if str(value).lower() not in _BOOLS:
+            raise InvalidArgument(f"--{name} takes true or false, got {value!r}")
+        return _BOOLS[str(value).lower()]
     if name == "join":
         if isinstance(value, (list, tuple)):
             items = [str(x) for x in value]

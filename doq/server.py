@@ -14,6 +14,10 @@ from typing import Any
 import grpc
 import lmdb
 
+from doq.auth.authorizer import Authorizer
+from doq.auth.bootstrap import ensure_admin_key
+from doq.auth.grpc_door import AuditInterceptor, AuthInterceptor
+from doq.auth.mode import keys_required
 from doq.config import ServeConfig
 from doq.node import k8s_leader
 from doq.node.base import Node
@@ -137,15 +141,17 @@ class _Listeners:
     http_task: asyncio.Task[None]
 
 
-async def _listen(rt: Runtime) -> _Listeners:
+async def _listen(rt: Runtime, authz: Authorizer) -> _Listeners:
     """Start the gRPC server and the HTTP gateway; raises StartupError with neither running."""
     config = rt.config
     forwarder = None
     if rt.node.cluster_admin() is not None:
         forwarder = LeaderForwarder(rt.node, max_message_bytes=grpc_frame_limit(config.max_message_bytes))
+    # the client door: keys checked first; admin actions audited where they are served
+    interceptors = [AuthInterceptor(authz), *([forwarder] if forwarder else []), AuditInterceptor(authz, config.node_id)]
     try:
         grpc_server, grpc_port = build_server(rt.api, config.grpc_addr, max_message_bytes=config.max_message_bytes,
-                                              interceptors=[forwarder] if forwarder else [])
+                                              interceptors=interceptors)
     except (OSError, RuntimeError) as e:
         raise StartupError(f"cannot listen on gRPC address {config.grpc_addr}: {e}") from e
     await grpc_server.start()
@@ -154,7 +160,7 @@ async def _listen(rt: Runtime) -> _Listeners:
     from doq.service.http_gateway import create_app
 
     host, port = _split(config.http_addr)
-    http = _QuietUvicornServer.make(create_app(rt.api), host, port, config.log_level)
+    http = _QuietUvicornServer.make(create_app(rt.api, authz), host, port, config.log_level)
 
     async def serve_http() -> None:
         try:
@@ -197,12 +203,14 @@ async def serve(config: ServeConfig, *, ready: asyncio.Event | None = None) -> N
             await rt.node.stop()
         rt.close(discard=True)
         raise StartupError(f"cannot start the node (Raft address {config.raft_addr}): {e}") from e
+    authz = Authorizer(rt.state.keys, required=keys_required(config))
     try:
-        listeners = await _listen(rt)
+        listeners = await _listen(rt, authz)
     except StartupError:
         await rt.node.stop()
         rt.close(discard=True)
         raise
+    admin_key = asyncio.create_task(ensure_admin_key(rt.node, config.data_dir)) if authz.required else None
     log.info(
         "doq node %s serving gRPC on %s (port %d), HTTP on %s; data in %s",
         config.node_id, config.grpc_addr, listeners.grpc_port, config.http_addr, config.data_dir,
@@ -219,6 +227,10 @@ async def serve(config: ServeConfig, *, ready: asyncio.Event | None = None) -> N
         ready.set()
     await stop.wait()
     log.info("shutting down")
+    if admin_key is not None:
+        admin_key.cancel()
+        with contextlib.suppress(BaseException):
+            await admin_key
     # Stop taking new work, let in-flight calls finish, commit what was taken, then close
     # (a leader first hands leadership to the most up-to-date follower).
     await set_serving(listeners.grpc_server, False)

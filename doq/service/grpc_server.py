@@ -31,6 +31,7 @@ from doq_proto.v1 import doq_pb2_grpc as pb_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from doq.auth.grpc_keys import KeyRpcs
 from doq.errors import DoqError, InvalidArgument
 from doq.node.base import Node, wait_for_result
 from doq.queues.commands import Ack, Dequeue, Nack
@@ -373,8 +374,9 @@ class DequeueSession:
             await _finish(self._reader)
 
 
-class DOQServicer(pb_grpc.DOQServicer):
+class DOQServicer(KeyRpcs, pb_grpc.DOQServicer):
     def __init__(self, api: QueueService) -> None:
+        self.node = api.node
         self.api = api
 
     # -- queues ---------------------------------------------------------------------------
