@@ -1,4 +1,4 @@
-"""The `doq` command: serve | bench | backup | restore | verify | cluster."""
+"""The `doq` command: serve | bench | backup | restore | verify | cluster | keys."""
 
 from __future__ import annotations
 
@@ -86,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     from doq import cluster_cli  # doq cluster status | remove | transfer
 
     cluster_cli.add_parser(sub)
+    from doq.auth import keys_cli  # doq keys create | list | revoke
+
+    keys_cli.add_parser(sub)
     return parser
 
 
@@ -96,6 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     if args and args[0].startswith("--") and args[0] != "--help":
         args = ["serve", *args]
     ns = parser.parse_args(args)
+    if ns.command != "serve":
+        from doq.client_cli import use_key
+
+        use_key(getattr(ns, "key", None))  # commands without --key still honour $DOQ_KEY
     return int(ns.func(ns) or 0)
 
 

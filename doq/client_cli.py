@@ -1,5 +1,6 @@
 """What every client command (`doq backup`, `restore`, `bench`, ...) shares: the `--server`
-URL with one default, `--json` output, and errors that name the URL they tried.
+URL with one default, the `--key` (default `$DOQ_KEY`), `--json` output, and errors that
+name the URL they tried.
 
 `--server URL` defaults to `$DOQ_SERVER`, else the default node `http://127.0.0.1:8000`
 (what `doq serve` listens on with no flags). A URL without a scheme means `http://`.
@@ -21,6 +22,7 @@ from doq.errors import InvalidArgument
 
 DEFAULT_SERVER = "http://127.0.0.1:8000"
 SERVER_ENV = "DOQ_SERVER"
+KEY_ENV = "DOQ_KEY"
 
 
 def default_server(environ: dict[str, str] | None = None) -> str:
@@ -34,6 +36,40 @@ def add_server_argument(p: argparse.ArgumentParser, what: str = "node") -> None:
     `doq.config.given` tells whether it was given)."""
     p.add_argument("--server", metavar="URL", default=FlagDefault(default_server()),
                    help=f"HTTP URL of the {what} (env {SERVER_ENV})")
+    add_key_argument(p)
+
+
+def add_key_argument(p: argparse.ArgumentParser) -> None:
+    """`--key KEY` (default `$DOQ_KEY`): the client key every request of the command sends."""
+    p.add_argument("--key", metavar="KEY", default=None,
+                   help=f"client key sent as 'Authorization: Bearer KEY' (env {KEY_ENV}; "
+                        "not needed on a loopback node started without --secure)")
+
+
+class _KeyHandler(urllib.request.BaseHandler):
+    """Adds `Authorization: Bearer KEY` to every urllib request of this process."""
+
+    handler_order = 100
+
+    def __init__(self, key: str) -> None:
+        self.value = f"Bearer {key}"
+
+    def http_request(self, req: urllib.request.Request) -> urllib.request.Request:
+        if not req.has_header("Authorization"):
+            req.add_unredirected_header("Authorization", self.value)
+        return req
+
+    https_request = http_request
+
+
+def use_key(key: str | None) -> None:
+    """Make `key` (else `$DOQ_KEY`) this process's client key: every urllib request sends
+    it, and `$DOQ_KEY` holds it for the gRPC clients and child processes."""
+    key = (key or os.environ.get(KEY_ENV) or "").strip()
+    if not key:
+        return
+    os.environ[KEY_ENV] = key
+    urllib.request.install_opener(urllib.request.build_opener(_KeyHandler(key)))
 
 
 def add_json_argument(p: argparse.ArgumentParser, what: str = "the result") -> None:

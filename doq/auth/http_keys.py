@@ -45,6 +45,7 @@ def build_keys_router(node: Node) -> APIRouter:
     r = APIRouter(generate_unique_id_function=operation_id, route_class=LeanRoute)
 
     @r.post("/API/v1/keys", tags=["keys"], status_code=201, response_model=CreatedKeyModel, summary="Create a key",
+            response_description="The new key (its `key` shown this once).",
             responses=errors(400, 401, 403, 415), openapi_extra=body_doc(CreateKeyBody))
     async def create_api_key(request: Request) -> Response:
         """A new random key with these scopes; the answer holds the key, shown this once."""
@@ -53,12 +54,13 @@ def build_keys_router(node: Node) -> APIRouter:
         return Response(m.dumps({**key_json(created.record), "key": created.token}), status_code=201, media_type=JSON)
 
     @r.get("/API/v1/keys", tags=["keys"], response_model=KeyList, summary="List keys",
+           response_description="Every key, by id.",
            responses=errors(401, 403))
     async def list_api_keys() -> Response:
         """Every key's id, scopes and creation time (never the key)."""
         return Response(m.dumps({"keys": [key_json(k) for k in await list_keys(node)]}), media_type=JSON)
 
-    @r.delete("/API/v1/keys/{key_id}", tags=["keys"], summary="Revoke a key",
+    @r.delete("/API/v1/keys/{key_id}", tags=["keys"], summary="Revoke a key", response_description="Revoked.",
               responses=errors(401, 403, 404))
     async def revoke_api_key(key_id: KeyId) -> Response:
         """Remove the key: every member refuses it once it applies the revocation."""

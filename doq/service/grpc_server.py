@@ -32,6 +32,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from doq.auth.grpc_keys import KeyRpcs
+from doq.auth.held import Held, require_lease, require_leases
 from doq.errors import DoqError, InvalidArgument
 from doq.node.base import Node, wait_for_result
 from doq.queues.commands import Ack, Dequeue, Nack
@@ -154,6 +155,7 @@ class DequeueSession:
         self.error: DoqError | None = None
         self.settles: set[asyncio.Future[object]] = set()
         self._reader: asyncio.Task[None] | None = None
+        self.held = Held()  # what this stream delivered: it settles only those
 
     @classmethod
     async def open(
@@ -189,12 +191,13 @@ class DequeueSession:
         if req.ack_ids or req.ack_lease_ids:
             ids, lease_ids = list(req.ack_ids), list(req.ack_lease_ids)
             v.check_lease_ids(ids, lease_ids)
+            lease_ids = self.held.acks(ids, lease_ids)
             self._track(self.api.node.propose_nowait(Ack(self.queue, ids, lease_ids)))
             returned += len(ids)
         for n in req.nacks:
             prio = n.priority if n.HasField("priority") else None
             self._track(self.api.node.propose_nowait(
-                Nack(self.queue, n.id, n.lease_id, n.delay_ms, prio, n.release)))
+                Nack(self.queue, n.id, self.held.take(n.id, n.lease_id), n.delay_ms, prio, n.release)))
             returned += 1
         self.add_credits((returned if self.auto_credit else 0) + req.credits)
 
@@ -310,6 +313,7 @@ class DequeueSession:
                     M.dequeued.inc(len(taken))
                     if self.credit_mode:
                         self.credits -= len(taken)
+                    self.held.record(taken)
                     ready = taken
                     continue
                 if self.half_closed.is_set():
@@ -598,12 +602,14 @@ class DOQServicer(KeyRpcs, pb_grpc.DOQServicer):
 
     @_unary
     async def Ack(self, request: pb.AckRequest, context: Any) -> pb.AckResponse:
+        require_lease(request.lease_id)
         await self.api.ack(request.queue_name, request.id, request.lease_id)
         M.acked.inc()
         return pb.AckResponse(success=True)
 
     @_unary
     async def AckBatch(self, request: pb.AckBatchRequest, context: Any) -> pb.AckBatchResponse:
+        require_leases(request.ids, request.lease_ids)
         results = await self.api.ack_many(request.queue_name, list(request.ids), list(request.lease_ids))
         M.acked.inc(sum(1 for r in results if r is None))
         return pb.AckBatchResponse(
@@ -615,6 +621,7 @@ class DOQServicer(KeyRpcs, pb_grpc.DOQServicer):
 
     @_unary
     async def Nack(self, request: pb.NackRequest, context: Any) -> pb.NackResponse:
+        require_lease(request.lease_id)
         await self.api.nack(
             request.queue_name,
             request.id,
@@ -627,6 +634,7 @@ class DOQServicer(KeyRpcs, pb_grpc.DOQServicer):
 
     @_unary
     async def Touch(self, request: pb.TouchRequest, context: Any) -> pb.TouchResponse:
+        require_lease(request.lease_id)
         until = await self.api.touch(
             request.queue_name, request.id, lease_id=request.lease_id, visibility_timeout_ms=request.visibility_timeout_ms
         )

@@ -8,7 +8,14 @@ import pytest
 
 from doq.errors import AlreadyExists, InvalidArgument
 from doq.queues import commands as c
-from doq.queues.apikeys import KeyNotFound, KeyTable, Scope, decode_record, encode_record, parse_scope
+from doq.queues.apikeys import (
+    KeyNotFound,
+    KeyTable,
+    Scope,
+    decode_record,
+    encode_record,
+    parse_scope,
+)
 from doq.queues.codec import decode_batch, encode_batch
 from doq.queues.machine import QueueMachine
 from doq.queues.store import MemoryStore

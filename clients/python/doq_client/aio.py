@@ -15,6 +15,7 @@ from typing import Any, TypeVar, cast
 import grpc
 
 from doq_client import _ops
+from doq_client._auth import aio_interceptors, resolve_key
 from doq_client._routing import Router, parse_targets
 from doq_client.client import (
     CHANNEL_OPTIONS,
@@ -41,7 +42,9 @@ log = logging.getLogger(__name__)
 
 
 class AsyncDoqClient:
-    """asyncio doq client; see `DoqClient` for the parameters and each method's contract."""
+    """asyncio doq client; see `DoqClient` for the parameters and each method's contract
+    (with `channel=`, the key is not added: give the channel `interceptors=
+    doq_client.key_interceptors(key)`)."""
 
     def __init__(
         self,
@@ -51,10 +54,12 @@ class AsyncDoqClient:
         timeout_s: float | None = 30.0,
         retry: RetryPolicy | None = None,
         failover: FailoverPolicy | None = None,
+        key: str | None = None,
     ) -> None:
         self._own_channels = channel is None
+        self.key = resolve_key(key)
         if channel is None:
-            self.router: Router[grpc.aio.Channel] = Router(parse_targets(targets), _open_channel)
+            self.router: Router[grpc.aio.Channel] = Router(parse_targets(targets), lambda addr: _open_channel(addr, self.key))
         else:
             given = channel
             self.router = Router(["(channel)"], lambda _: given, fixed=True)
@@ -132,6 +137,18 @@ class AsyncDoqClient:
     async def update_queue(self, name: str, settings: QueueSettings) -> Queue:
         """Replace a queue's settings."""
         return await self._call(_ops.update_queue(name, settings))
+
+    async def create_key(self, scopes: Sequence[str]) -> dict[str, Any]:
+        """A new client key (admin): {"id", "key", "scopes", "created_ms"}; "key" is shown only here."""
+        return await self._call(_ops.create_key(scopes))
+
+    async def list_keys(self) -> list[dict[str, Any]]:
+        """Every key's {"id", "scopes", "created_ms"} (admin; never the key itself)."""
+        return await self._call(_ops.list_keys())
+
+    async def revoke_key(self, key_id: str) -> None:
+        """Revoke a key (admin): every node refuses it from then on."""
+        await self._call(_ops.revoke_key(key_id))
 
     async def delete_queue(self, name: str) -> None:
         """Delete a queue and its messages; raises NotFound if it does not exist."""
@@ -258,5 +275,5 @@ class AsyncDoqClient:
         return AsyncConsumer(self, queue, **kw)
 
 
-def _open_channel(addr: str) -> grpc.aio.Channel:
-    return grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS)
+def _open_channel(addr: str, key: str | None = None) -> grpc.aio.Channel:
+    return grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS, interceptors=aio_interceptors(key))

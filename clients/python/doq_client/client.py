@@ -19,6 +19,7 @@ from typing import Any, TypeVar, cast
 import grpc
 
 from doq_client import _ops
+from doq_client._auth import resolve_key, sync_channel
 from doq_client._routing import Router, parse_targets
 from doq_client.consumer import Consumer
 from doq_client.errors import DoqClientError, from_rpc_error
@@ -57,7 +58,8 @@ class DoqClient:
     closed by `close()`). `timeout_s` is the deadline of each unary call attempt (None =
     no deadline; long polls add their `wait_ms`). `failover` bounds the search for a
     leader (default `FailoverPolicy()`: 15 s); `retry` enables retries of other retryable
-    errors (see `doq_client.retry`).
+    errors (see `doq_client.retry`). `key`: the client key sent with every call and stream
+    (default `$DOQ_KEY`; none: for a node that requires no key).
     """
 
     def __init__(
@@ -68,12 +70,14 @@ class DoqClient:
         timeout_s: float | None = 30.0,
         retry: RetryPolicy | None = None,
         failover: FailoverPolicy | None = None,
+        key: str | None = None,
     ) -> None:
         self._own_channels = channel is None
+        self.key = resolve_key(key)
         if channel is None:
-            self.router: Router[grpc.Channel] = Router(parse_targets(targets), _open_channel)
+            self.router: Router[grpc.Channel] = Router(parse_targets(targets), lambda addr: _open_channel(addr, self.key))
         else:
-            given = channel
+            given = sync_channel(channel, self.key)
             self.router = Router(["(channel)"], lambda _: given, fixed=True)
         self.timeout_s = timeout_s
         self.retry = retry or NO_RETRY
@@ -150,6 +154,18 @@ class DoqClient:
     def update_queue(self, name: str, settings: QueueSettings) -> Queue:
         """Replace a queue's settings."""
         return self._call(_ops.update_queue(name, settings))
+
+    def create_key(self, scopes: Sequence[str]) -> dict[str, Any]:
+        """A new client key (admin): {"id", "key", "scopes", "created_ms"}; "key" is shown only here."""
+        return self._call(_ops.create_key(scopes))
+
+    def list_keys(self) -> list[dict[str, Any]]:
+        """Every key's {"id", "scopes", "created_ms"} (admin; never the key itself)."""
+        return self._call(_ops.list_keys())
+
+    def revoke_key(self, key_id: str) -> None:
+        """Revoke a key (admin): every node refuses it from then on."""
+        self._call(_ops.revoke_key(key_id))
 
     def delete_queue(self, name: str) -> None:
         """Delete a queue and its messages; raises NotFound if it does not exist."""
@@ -275,8 +291,8 @@ class DoqClient:
         return Consumer(self, queue, **kw)
 
 
-def _open_channel(addr: str) -> grpc.Channel:
-    return grpc.insecure_channel(addr, options=CHANNEL_OPTIONS)
+def _open_channel(addr: str, key: str | None = None) -> grpc.Channel:
+    return sync_channel(grpc.insecure_channel(addr, options=CHANNEL_OPTIONS), key)
 
 
 def initial_metadata(e: grpc.RpcError) -> Any:
