@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import time
 import urllib.error
@@ -106,8 +107,10 @@ def request_json(server: str, method: str, path: str, body: Any = None, timeout_
     """One HTTP request; a 2xx answer is returned (JSON-decoded body, None if empty),
     anything else raises `ClusterError` (status 0 when the server cannot be reached)."""
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(base_url(server) + path, data=data, method=method,
-                                 headers={"Content-Type": "application/json", "Accept": "application/json"})
+    headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    if key := os.environ.get("DOQ_KEY", "").strip():  # the client key (a joining node's too)
+        headers["Authorization"] = f"Bearer {key}"
+    req = urllib.request.Request(base_url(server) + path, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
             raw = resp.read()

@@ -18,7 +18,7 @@ key lets a call without `authorization` through untouched (no wrapper, no cost).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 import grpc
@@ -26,7 +26,7 @@ from doq_proto.v1 import doq_pb2 as pb
 
 from doq.auth import audit
 from doq.auth.authorizer import Authorizer, Principal
-from doq.auth.table import DOQ_SERVICE, GRPC_RULES, UNLISTED, Rule
+from doq.auth.table import BATCH_QUEUES, DOQ_SERVICE, GRPC_RULES, UNLISTED, Rule
 from doq.errors import DoqError, status_of
 
 Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]]
@@ -89,6 +89,18 @@ def _original(handler: grpc.RpcMethodHandler) -> Any:
     return handler.stream_stream or handler.stream_unary or handler.unary_stream or handler.unary_unary
 
 
+def queues_of(request: Any, field: str) -> Iterable[str]:
+    """The queue names a request names through the rule's `field` (empty ones skipped)."""
+    if field == BATCH_QUEUES:
+        names = {m.queue_name for m in request.messages}
+        if request.HasField("columns"):
+            names.add(request.columns.queue_name)
+        names.discard("")
+        return names
+    queue = getattr(request, field)
+    return (queue,) if queue else ()
+
+
 def _queue_checked(handler: grpc.RpcMethodHandler, authz: Authorizer, who: Principal, rule: Rule) -> grpc.RpcMethodHandler:
     """`handler` checking the queue each request names against `who`'s prefixes."""
     field = rule.queue
@@ -96,9 +108,9 @@ def _queue_checked(handler: grpc.RpcMethodHandler, authz: Authorizer, who: Princ
 
     async def checked(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         async for r in requests:
-            queue = getattr(r, field)
-            if queue and not who.may(rule, queue):
-                await abort(context, authz.deny(who, rule, queue))
+            for queue in queues_of(r, field):
+                if not who.may(rule, queue):
+                    await abort(context, authz.deny(who, rule, queue))
             yield r
 
     if handler.request_streaming:
@@ -112,9 +124,9 @@ def _queue_checked(handler: grpc.RpcMethodHandler, authz: Authorizer, who: Princ
         return _rebuilt(handler, stream_behavior)
 
     async def check_one(request: Any, context: grpc.aio.ServicerContext) -> None:
-        queue = getattr(request, field)
-        if not who.may(rule, queue or None):
-            await abort(context, authz.deny(who, rule, queue))
+        for queue in queues_of(request, field) or (None,):
+            if not who.may(rule, queue):
+                await abort(context, authz.deny(who, rule, queue))
 
     if handler.response_streaming:
         async def unary_stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
@@ -178,7 +190,7 @@ class AuditInterceptor(grpc.aio.ServerInterceptor):
         action, field, node_id = rule.audit, rule.queue, self.node_id
 
         async def audited(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            target = str(getattr(request, field or "id", "") or "")
+            target = ",".join(sorted(queues_of(request, field))) if field else str(getattr(request, "id", ""))
             try:
                 response = await inner(request, context)
             except BaseException:

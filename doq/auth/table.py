@@ -38,6 +38,8 @@ def _admin(audit: str = "", queue: str = "") -> Rule:
 
 
 DOQ_SERVICE = "/doq.v1.DOQ/"
+BATCH_QUEUES = "messages[].queue_name,columns.queue_name"
+"""The queues of an EnqueueBatchRequest: each message's, and the columns'."""
 
 GRPC_RULES: dict[str, Rule] = {DOQ_SERVICE + name: rule for name, rule in {
     "CreateQueue": _admin("queue.create", "name"),
@@ -47,9 +49,9 @@ GRPC_RULES: dict[str, Rule] = {DOQ_SERVICE + name: rule for name, rule in {
     "GetQueue": Rule(READ, "name"),
     "ListQueues": Rule(READ),
     "Enqueue": Rule(("produce",), "queue_name"),
-    "EnqueueBatch": Rule(("produce",), "queue_name"),
+    "EnqueueBatch": Rule(("produce",), BATCH_QUEUES),
     "EnqueueStream": Rule(("produce",), "queue_name"),
-    "EnqueueBatchStream": Rule(("produce",), "queue_name"),
+    "EnqueueBatchStream": Rule(("produce",), BATCH_QUEUES),
     "Dequeue": Rule(("consume",), "queue_name"),
     "DequeueStream": Rule(("consume",), "queue_name"),
     "DequeueBatchStream": Rule(("consume",), "queue_name"),
