@@ -34,7 +34,10 @@ def require_lease(lease_id: int) -> None:
 
 
 def require_leases(ids: Sequence[int], lease_ids: Sequence[int]) -> None:
-    if len(lease_ids) != len(ids) or not all(lease_ids):
+    """(`lease_ids` of another length than `ids` is left to the service: INVALID_LEASE_IDS.)"""
+    if lease_ids and len(lease_ids) != len(ids):
+        return
+    if not lease_ids or not all(lease_ids):
         raise InvalidArgument("settling messages by id needs one lease_id (from the delivery) per id",
                               reason="LEASE_REQUIRED")
 
