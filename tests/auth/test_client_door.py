@@ -335,3 +335,28 @@ def test_no_secret_in_logs_metrics_cluster_errors_or_backups(cluster: Cluster, t
         for where, text in texts.items():
             assert secret not in text and digest.hex() not in text, (name, where)
         assert secret.encode() not in body and digest not in body, (name, "backup file")
+
+
+def test_the_admin_key_is_made_once_and_kept_over_restarts(tmp_path: Path) -> None:
+    node = NodeProc(tmp_path, extra_args=["--secure"]).start()
+    try:
+        key_file = tmp_path / "admin.key"
+        until("the admin key file", key_file.exists)
+        admin = key_file.read_text().strip()
+        until("the admin key works", lambda: http(node, "GET", "/API/v1/keys", admin)[0] == 200)
+        node.terminate()
+        node.start()
+        assert key_file.read_text().strip() == admin
+        assert [k["scopes"] for k in ok(node, "GET", "/API/v1/keys", admin)["keys"]] == [["admin"]]
+        assert node.log().count("admin key") == 1  # printed on the first start only
+    finally:
+        node.kill9()
+
+
+def test_a_loopback_node_runs_the_seeds_curl_without_a_key(tmp_path: Path) -> None:
+    node = NodeProc(tmp_path).start()
+    try:
+        assert http(node, "POST", "/API/v1/queues", body={"name": "user_indexing_queue", "type": "delayed"})[0] == 201
+        assert not (tmp_path / "admin.key").exists()
+    finally:
+        node.kill9()

@@ -1,0 +1,107 @@
+"""What checking client keys costs the data path: the per-message producer and consumer of
+`doq.bench.side_by_side` (one enqueue and one confirmation per message; one ack per
+message), against two single nodes in one run: one requiring no key (a loopback node), one
+started with `--secure` whose clients send a key, alternating run by run.
+
+    python -m doq.bench.keys_cost [--runs 3] [--count 100000] [--consume-count 50000]
+
+The secure node's clients use a key with the scopes `produce:sbs-` and `consume:sbs-`
+(prefix-limited: the costliest check, a prefix test per request frame) after the admin
+key (from the node's `admin.key`) created their queues. Prints the medians and the
+difference; `--json FILE` writes every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from doq.bench import side_by_side as sbs
+
+
+@contextlib.contextmanager
+def _key_env(key: str) -> Iterator[None]:
+    saved = os.environ.get("DOQ_KEY")
+    if key:
+        os.environ["DOQ_KEY"] = key
+    else:
+        os.environ.pop("DOQ_KEY", None)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("DOQ_KEY", None)
+        else:
+            os.environ["DOQ_KEY"] = saved
+
+
+def _create_key(http_url: str, admin: str, scopes: list[str]) -> str:
+    req = urllib.request.Request(f"{http_url}/API/v1/keys", data=json.dumps({"scopes": scopes}).encode(),
+                                 method="POST", headers={"Authorization": f"Bearer {admin}",
+                                                         "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return str(json.loads(r.read())["key"])
+
+
+def _queue_for(server: sbs.Server, workload: str, run: int, admin: str) -> None:
+    """Create the queue `run_once` will use (its children create queues only as admin)."""
+    from doq_client import AlreadyExists, DoqClient
+
+    with DoqClient(server.addr, key=admin or None) as c, contextlib.suppress(AlreadyExists):
+        c.create_queue(f"sbs-{workload}-{run}-{os.getpid()}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--count", type=int, default=100_000)
+    p.add_argument("--consume-count", type=int, default=50_000)
+    p.add_argument("--json", metavar="FILE")
+    ns = p.parse_args(argv)
+    args = sbs.Args(count=ns.count, consume_count=ns.consume_count, runs=ns.runs, workloads=("producer", "consumer"))
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {"keys off": {}, "keys on": {}}
+    with tempfile.TemporaryDirectory(prefix="doq-keys-cost-") as tmp, \
+            sbs.doq_server(Path(tmp) / "open") as open_node, \
+            sbs.doq_server(Path(tmp) / "secure", extra_args=["--secure"]) as secure_node:
+        admin = (Path(tmp) / "secure" / "data" / "admin.key").read_text().strip()
+        client_key = _create_key(_http_of(Path(tmp) / "secure"), admin, ["produce:sbs-", "consume:sbs-"])
+        systems = [("keys off", open_node, ""), ("keys on", secure_node, client_key)]
+        for run in range(ns.runs):
+            for workload in args.workloads:
+                for name, server, key in systems if run % 2 == 0 else systems[::-1]:
+                    _queue_for(server, workload, run, admin if key else "")
+                    with _key_env(key):
+                        r = sbs.run_once("doq", server, workload, run, args)
+                    runs[name].setdefault(workload, []).append(r)
+                    print(f"{name:8} {workload:8} run {run}: {r['msg_per_s']:,.0f} msg/s", file=sys.stderr)
+    summary = {}
+    for workload in args.workloads:
+        off = statistics.median(r["msg_per_s"] for r in runs["keys off"][workload])
+        on = statistics.median(r["msg_per_s"] for r in runs["keys on"][workload])
+        summary[workload] = {"keys_off_msg_per_s": off, "keys_on_msg_per_s": on,
+                             "change_percent": round((on - off) / off * 100, 1)}
+        print(f"{workload}: keys off {off:,.0f} msg/s, keys on {on:,.0f} msg/s ({(on - off) / off * 100:+.1f} %)")
+    if ns.json:
+        Path(ns.json).write_text(json.dumps({"runs": runs, "summary": summary}, indent=2))
+    return 0
+
+
+def _http_of(root: Path) -> str:
+    """The HTTP URL of the node `doq_server` started under `root` (from its log line)."""
+    for line in (root / "doq-1.log").read_text().splitlines():
+        if "ready: grpc=" in line:
+            return "http://" + line.rsplit("http=", 1)[1].strip()
+    raise RuntimeError(f"no ready line in {root / 'doq-1.log'}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
