@@ -17,14 +17,17 @@ the lease ids keep one consumer from settling another's delivery by mistake.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from itertools import repeat
+from operator import attrgetter
 
 from doq.errors import InvalidArgument
 from doq.queues.model import MessageView
 
 NO_LEASE = 2**64 - 1
 """A lease id no delivery has (lease ids count up from 1)."""
+_ID = attrgetter("id")
+_LEASE = attrgetter("lease_id")
 
 
 def require_lease(lease_id: int) -> None:
@@ -50,13 +53,13 @@ class Held:
     def __init__(self) -> None:
         self.leases: dict[int, int] = {}
 
-    def record(self, msgs: Iterable[MessageView]) -> None:
-        self.leases.update({m.id: m.lease_id for m in msgs})
+    def record(self, msgs: Sequence[MessageView]) -> None:
+        self.leases.update(zip(map(_ID, msgs), map(_LEASE, msgs), strict=True))  # C loops, no Python per message
 
     def acks(self, ids: Sequence[int], lease_ids: Sequence[int]) -> list[int]:
         """The lease ids to settle `ids` with (`lease_ids`: the client's, empty or one per id)."""
         held = list(map(self.leases.pop, ids, repeat(NO_LEASE)))
-        if lease_ids:
+        if lease_ids and held != lease_ids:  # (the usual case compares equal, in one C call)
             held = [h if given == h else NO_LEASE for h, given in zip(held, lease_ids, strict=True)]
         return held
 

@@ -40,7 +40,9 @@ from doq_client import (
     AsyncProducer,
     DoqClientError,
     enqueue_request,
+    key_interceptors,
 )
+from doq_client._auth import resolve_key
 from doq_client.client import CHANNEL_OPTIONS
 
 _TS = struct.Struct("<q")
@@ -164,7 +166,8 @@ async def pace(start: float, sent_frames: int, frames_per_s: float) -> None:
 def _channel(target: str) -> grpc.aio.Channel:
     # one TCP connection per worker
     return grpc.aio.insecure_channel(
-        target, options=[*CHANNEL_OPTIONS, ("grpc.use_local_subchannel_pool", 1)]
+        target, options=[*CHANNEL_OPTIONS, ("grpc.use_local_subchannel_pool", 1)],
+        interceptors=key_interceptors(resolve_key(None)),  # `--key` / $DOQ_KEY
     )
 
 
