@@ -85,3 +85,19 @@ def test_keys_are_required_when_secure_or_bound_beyond_loopback(
         addrs: tuple[str, str, str], secure: bool, insecure: bool, required: bool) -> None:
     config = ServeConfig(grpc_addr=addrs[0], http_addr=addrs[1], raft_addr=addrs[2], secure=secure, insecure=insecure)
     assert keys_required(config) is required
+
+
+def test_every_admin_action_of_the_table_is_audited() -> None:
+    from doq.auth.table import GRPC_RULES, HTTP_RULES
+
+    for (method, path), rule in HTTP_RULES.items():
+        changes = method in ("POST", "PUT", "DELETE")
+        if changes and (rule.scopes == ("admin",) or path.startswith("/db/")):
+            assert rule.audit, (method, path)
+    audited = {rule.audit for rule in GRPC_RULES.values() if rule.audit} | {
+        rule.audit for rule in HTTP_RULES.values() if rule.audit}
+    assert audited == {"queue.create", "queue.update", "queue.delete", "queue.purge", "key.create", "key.revoke",
+                       "member.add", "member.remove", "leader.transfer", "backup", "restore"}
+    for name, rule in GRPC_RULES.items():
+        if rule.scopes == ("admin",) and not name.endswith("/ListKeys"):
+            assert rule.audit, name
