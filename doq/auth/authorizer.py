@@ -30,10 +30,7 @@ class Principal:
     key_id: str
     scopes: tuple[Scope, ...]
     anonymous: bool = False
-
-    @property
-    def is_admin(self) -> bool:
-        return self.anonymous or any(s.name == "admin" for s in self.scopes)
+    is_admin: bool = False  # anonymous, or a key with the admin scope (`principal_of`)
 
     def may_call(self, rule: Rule) -> bool:
         """May this caller make the call on some queue (the queue not yet known)?"""
@@ -47,6 +44,11 @@ class Principal:
             return self.may_call(rule)
         return any(s.name in rule.scopes and not s.prefix for s in self.scopes)
 
+    def prefixes(self, rule: Rule) -> tuple[str, ...]:
+        """The queue-name prefixes its scopes grant for `rule` ("" = every queue): a queue
+        is allowed iff `queue.startswith(prefixes)` (one C call per request frame)."""
+        return tuple(s.prefix for s in self.scopes if s.name in rule.scopes)
+
     def may(self, rule: Rule, queue: str | None) -> bool:
         """May it make the call on `queue` (None: the call names none)?"""
         if rule.open or rule.any_key or self.is_admin:
@@ -54,7 +56,11 @@ class Principal:
         return any(s.allows(name, queue) for s in self.scopes for name in rule.scopes)
 
 
-ANONYMOUS = Principal("", (), anonymous=True)
+ANONYMOUS = Principal("", (), anonymous=True, is_admin=True)
+
+
+def principal_of(rec: KeyRecord) -> Principal:
+    return Principal(rec.id, rec.scopes, is_admin=any(s.name == "admin" for s in rec.scopes))
 
 
 class Authorizer:
@@ -79,7 +85,7 @@ class Authorizer:
         rec = self.keys().get(key_id) if key_id is not None else None
         if rec is None or not tokens.matches(token, rec.secret_hash):
             raise Unauthenticated("the key is not valid (unknown, malformed or revoked)", reason="INVALID_KEY")
-        return Principal(rec.id, rec.scopes)
+        return principal_of(rec)
 
     @staticmethod
     def deny(principal: Principal, rule: Rule, queue: str | None = None) -> PermissionDenied:

@@ -4,8 +4,9 @@
 metadata once per call or stream against `doq.auth.table.GRPC_RULES`; refuses with
 UNAUTHENTICATED (no valid key) or PERMISSION_DENIED (no scope). A key whose scope is
 limited to a queue prefix is checked against the queue each request names (the rule's
-field): once for a unary call, per request frame of a stream (a string prefix test; a
-frame naming no queue, like a dequeue stream's acks, is not checked). On a follower that
+field; `str.startswith` over the key's prefixes): once for a unary call, per request
+frame of an enqueue stream, the first request of a dequeue stream (which names the queue
+for the whole call; the later requests pass through untouched). On a follower that
 relays the call to the leader (raw bytes), the queue check is the leader's: it checks the
 same key against the same replicated table.
 
@@ -92,6 +93,9 @@ def _original(handler: grpc.RpcMethodHandler) -> Any:
 def queues_of(request: Any, field: str) -> Iterable[str]:
     """The queue names a request names through the rule's `field` (empty ones skipped)."""
     if field == BATCH_QUEUES:
+        if not request.messages:  # a columns frame (the producers'): one queue
+            queue = request.columns.queue_name
+            return (queue,) if queue else ()
         names = {m.queue_name for m in request.messages}
         if request.HasField("columns"):
             names.add(request.columns.queue_name)
@@ -101,19 +105,64 @@ def queues_of(request: Any, field: str) -> Iterable[str]:
     return (queue,) if queue else ()
 
 
+class _FirstChecked:
+    """A request stream whose first request is checked (a dequeue stream: its first
+    request names the queue for the whole call); the later ones pass untouched (a plain
+    method call each, no coroutine)."""
+
+    __slots__ = ("_check", "_first", "_it")
+
+    def __init__(self, requests: AsyncIterator[Any], check: Callable[[Any], Awaitable[None]]) -> None:
+        self._it = requests.__aiter__()
+        self._check = check
+        self._first = True
+
+    def __aiter__(self) -> _FirstChecked:
+        return self
+
+    def __anext__(self) -> Awaitable[Any]:
+        if self._first:
+            self._first = False
+            return self._checked_first()
+        return self._it.__anext__()
+
+    async def _checked_first(self) -> Any:
+        r = await self._it.__anext__()
+        await self._check(r)
+        return r
+
+
 def _queue_checked(handler: grpc.RpcMethodHandler, authz: Authorizer, who: Principal, rule: Rule) -> grpc.RpcMethodHandler:
-    """`handler` checking the queue each request names against `who`'s prefixes."""
+    """`handler` checking the queue each request names against `who`'s prefixes: each
+    request of a unary call or enqueue stream, the first of a dequeue stream."""
     field = rule.queue
     inner = _original(handler)
+    prefixes = who.prefixes(rule)
 
-    async def checked(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        async for r in requests:
-            for queue in queues_of(r, field):
-                if not who.may(rule, queue):
-                    await abort(context, authz.deny(who, rule, queue))
-            yield r
+    def refused(request: Any) -> str | None:
+        """The first queue of `request` outside the key's prefixes (None: all allowed)."""
+        for queue in queues_of(request, field):
+            if not queue.startswith(prefixes):
+                return queue
+        return None
+
+    async def check(request: Any, context: grpc.aio.ServicerContext) -> None:
+        if (queue := refused(request)) is not None:
+            await abort(context, authz.deny(who, rule, queue))
 
     if handler.request_streaming:
+
+        async def each_checked(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            async for r in requests:
+                if (queue := refused(r)) is not None:  # no coroutine per frame unless refused
+                    await abort(context, authz.deny(who, rule, queue))
+                yield r
+
+        def checked(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            if rule.first_request_only:
+                return _FirstChecked(requests, lambda r: check(r, context))
+            return each_checked(requests, context)
+
         if handler.response_streaming:
             async def stream_behavior(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
                 async for resp in inner(checked(requests, context), context):
@@ -123,20 +172,15 @@ def _queue_checked(handler: grpc.RpcMethodHandler, authz: Authorizer, who: Princ
                 return await inner(checked(requests, context), context)
         return _rebuilt(handler, stream_behavior)
 
-    async def check_one(request: Any, context: grpc.aio.ServicerContext) -> None:
-        for queue in queues_of(request, field) or (None,):
-            if not who.may(rule, queue):
-                await abort(context, authz.deny(who, rule, queue))
-
     if handler.response_streaming:
         async def unary_stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            await check_one(request, context)
+            await check(request, context)
             async for resp in inner(request, context):
                 yield resp
         return _rebuilt(handler, unary_stream)
 
     async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await check_one(request, context)
+        await check(request, context)
         return await inner(request, context)
     return _rebuilt(handler, unary)
 

@@ -22,6 +22,7 @@ class Rule:
     queue: str = ""  # gRPC: the request field; HTTP: the path parameter ("" = none)
     audit: str = ""  # the admin action logged and counted (`doq.auth.audit`), "" = none
     open: bool = False
+    first_request_only: bool = False  # a stream whose first request names the queue for the call
 
     @property
     def any_key(self) -> bool:
@@ -53,8 +54,8 @@ GRPC_RULES: dict[str, Rule] = {DOQ_SERVICE + name: rule for name, rule in {
     "EnqueueStream": Rule(("produce",), "queue_name"),
     "EnqueueBatchStream": Rule(("produce",), BATCH_QUEUES),
     "Dequeue": Rule(("consume",), "queue_name"),
-    "DequeueStream": Rule(("consume",), "queue_name"),
-    "DequeueBatchStream": Rule(("consume",), "queue_name"),
+    "DequeueStream": Rule(("consume",), "queue_name", first_request_only=True),
+    "DequeueBatchStream": Rule(("consume",), "queue_name", first_request_only=True),
     "Get": Rule(("consume",), "queue_name"),
     "Delete": Rule(("consume",), "queue_name"),
     "Ack": Rule(("consume",), "queue_name"),
