@@ -5,10 +5,12 @@ started with `--secure` whose clients send a key, alternating run by run.
 
     python -m doq.bench.keys_cost [--runs 3] [--count 100000] [--consume-count 50000]
 
-The secure node's clients use a key with the scopes `produce:sbs-` and `consume:sbs-`
-(prefix-limited: the costliest check, a prefix test per request frame) after the admin
-key (from the node's `admin.key`) created their queues. Prints the medians and the
-difference; `--json FILE` writes every run.
+Three clients alternate: "keys off" (the open node, no key), "keys on" (the secure node,
+a `produce`+`consume` key) and "prefix key" (the secure node, `produce:sbs-` and
+`consume:sbs-`: the costliest check, a prefix test per request frame); the admin key
+(the node's `admin.key`) creates their queues. Prints the medians of the rate and of the
+server's CPU time per message, with the differences to "keys off"; `--json FILE` writes
+every run.
 """
 
 from __future__ import annotations
@@ -68,13 +70,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", metavar="FILE")
     ns = p.parse_args(argv)
     args = sbs.Args(count=ns.count, consume_count=ns.consume_count, runs=ns.runs, workloads=("producer", "consumer"))
-    runs: dict[str, dict[str, list[dict[str, Any]]]] = {"keys off": {}, "keys on": {}}
+    names = ("keys off", "keys on", "prefix key")
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {name: {} for name in names}
     with tempfile.TemporaryDirectory(prefix="doq-keys-cost-") as tmp, \
             sbs.doq_server(Path(tmp) / "open") as open_node, \
             sbs.doq_server(Path(tmp) / "secure", extra_args=["--secure"]) as secure_node:
         admin = (Path(tmp) / "secure" / "data" / "admin.key").read_text().strip()
         client_key = _create_key(_http_of(Path(tmp) / "secure"), admin, ["produce:sbs-", "consume:sbs-"])
-        systems = [("keys off", open_node, ""), ("keys on", secure_node, client_key)]
+        produce_consume = _create_key(_http_of(Path(tmp) / "secure"), admin, ["produce", "consume"])
+        systems = [("keys off", open_node, ""), ("keys on", secure_node, produce_consume),
+                   ("prefix key", secure_node, client_key)]
         for run in range(ns.runs):
             for workload in args.workloads:
                 for name, server, key in systems if run % 2 == 0 else systems[::-1]:
@@ -82,14 +87,20 @@ def main(argv: list[str] | None = None) -> int:
                     with _key_env(key):
                         r = sbs.run_once("doq", server, workload, run, args)
                     runs[name].setdefault(workload, []).append(r)
-                    print(f"{name:8} {workload:8} run {run}: {r['msg_per_s']:,.0f} msg/s", file=sys.stderr)
-    summary = {}
+                    print(f"{name:10} {workload:8} run {run}: {r['msg_per_s']:,.0f} msg/s, server "
+                          f"{r['server_cpu_us_per_msg']} us/msg", file=sys.stderr)
+    summary: dict[str, dict[str, Any]] = {}
     for workload in args.workloads:
-        off = statistics.median(r["msg_per_s"] for r in runs["keys off"][workload])
-        on = statistics.median(r["msg_per_s"] for r in runs["keys on"][workload])
-        summary[workload] = {"keys_off_msg_per_s": off, "keys_on_msg_per_s": on,
-                             "change_percent": round((on - off) / off * 100, 1)}
-        print(f"{workload}: keys off {off:,.0f} msg/s, keys on {on:,.0f} msg/s ({(on - off) / off * 100:+.1f} %)")
+        base = statistics.median(r["msg_per_s"] for r in runs["keys off"][workload])
+        base_cpu = statistics.median(r["server_cpu_us_per_msg"] or 0 for r in runs["keys off"][workload])
+        line = []
+        for name in names:
+            rate = statistics.median(r["msg_per_s"] for r in runs[name][workload])
+            cpu = statistics.median(r["server_cpu_us_per_msg"] or 0 for r in runs[name][workload])
+            summary.setdefault(workload, {})[name] = {"msg_per_s": rate, "server_cpu_us_per_msg": cpu}
+            line.append(f"{name} {rate:,.0f} msg/s ({(rate - base) / base * 100:+.1f} %), "
+                        f"server {cpu} us/msg ({(cpu - base_cpu) / base_cpu * 100:+.1f} %)" if base_cpu else "")
+        print(f"{workload}: " + "; ".join(line))
     if ns.json:
         Path(ns.json).write_text(json.dumps({"runs": runs, "summary": summary}, indent=2))
     return 0
