@@ -54,12 +54,25 @@ def _create_key(http_url: str, admin: str, scopes: list[str]) -> str:
         return str(json.loads(r.read())["key"])
 
 
-def _queue_for(server: sbs.Server, workload: str, run: int, admin: str) -> None:
-    """Create the queue `run_once` will use (its children create queues only as admin)."""
+def _queue(workload: str, run: int) -> str:
+    return f"sbs-{workload}-{run}-{os.getpid()}"  # the name `side_by_side.run_once` uses
+
+
+def _create_queue(server: sbs.Server, queue: str, admin: str) -> None:
+    """Create the queue `run_once` will use (its clients' keys may not create queues)."""
     from doq_client import AlreadyExists, DoqClient
 
     with DoqClient(server.addr, key=admin or None) as c, contextlib.suppress(AlreadyExists):
-        c.create_queue(f"sbs-{workload}-{run}-{os.getpid()}")
+        c.create_queue(queue)
+
+
+def _delete_queue(server: sbs.Server, queue: str, admin: str) -> None:
+    """Delete it after the run (as `run_once` does with its clients' key), so no node
+    keeps more messages than the other."""
+    from doq_client import DoqClient, NotFound
+
+    with DoqClient(server.addr, key=admin or None) as c, contextlib.suppress(NotFound):
+        c.delete_queue(queue)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,10 +95,12 @@ def main(argv: list[str] | None = None) -> int:
                    ("prefix key", secure_node, client_key)]
         for run in range(ns.runs):
             for workload in args.workloads:
-                for name, server, key in systems if run % 2 == 0 else systems[::-1]:
-                    _queue_for(server, workload, run, admin if key else "")
+                for i, (name, server, key) in enumerate(systems if run % 2 == 0 else systems[::-1]):
+                    run_id = run * 10 + i  # a queue of its own for each run of each client
+                    _create_queue(server, _queue(workload, run_id), admin if key else "")
                     with _key_env(key):
-                        r = sbs.run_once("doq", server, workload, run, args)
+                        r = sbs.run_once("doq", server, workload, run_id, args)
+                    _delete_queue(server, _queue(workload, run_id), admin if key else "")
                     runs[name].setdefault(workload, []).append(r)
                     print(f"{name:10} {workload:8} run {run}: {r['msg_per_s']:,.0f} msg/s, server "
                           f"{r['server_cpu_us_per_msg']} us/msg", file=sys.stderr)
