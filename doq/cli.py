@@ -1,4 +1,5 @@
-"""The `doq` command: serve | k8s-start | bench | backup | restore | verify | cluster."""
+"""The `doq` command: serve | k8s-start | bench | backup | restore | verify | cluster | keys |
+join-token."""
 
 from __future__ import annotations
 
@@ -126,6 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
     from doq import join_token_cli  # doq join-token create
 
     join_token_cli.add_parser(sub)
+    from doq.auth import keys_cli  # doq keys create | list | revoke
+
+    keys_cli.add_parser(sub)
     return parser
 
 
@@ -136,6 +140,10 @@ def main(argv: list[str] | None = None) -> int:
     if args and args[0].startswith("--") and args[0] != "--help":
         args = ["serve", *args]
     ns = parser.parse_args(args)
+    if ns.command != "serve":
+        from doq.client_cli import use_key
+
+        use_key(getattr(ns, "key", None))  # commands without --key still honour $DOQ_KEY
     if getattr(ns, "ca_file", None):  # a client command: HTTPS verified with the cluster CA
         from doq.client_cli import use_ca_file
 

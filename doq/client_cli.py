@@ -1,5 +1,6 @@
 """What every client command (`doq backup`, `restore`, `bench`, ...) shares: the `--server`
-URL with one default, `--json` output, and errors that name the URL they tried.
+URL with one default, the `--key` (default `$DOQ_KEY`), `--json` output, and errors that
+name the URL they tried.
 
 `--server URL` defaults to `$DOQ_SERVER`, else the default node `http://127.0.0.1:8000`
 (what `doq serve` listens on with no flags). A URL without a scheme means `http://`.
@@ -28,6 +29,7 @@ SERVER_ENV = "DOQ_SERVER"
 CA_FILE_ENV = "DOQ_CA_FILE"
 CONNECT_TIMEOUT_ENV = "DOQ_CONNECT_TIMEOUT"
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
+KEY_ENV = "DOQ_KEY"
 
 
 def default_server(environ: dict[str, str] | None = None) -> str:
@@ -44,6 +46,7 @@ def add_server_argument(p: argparse.ArgumentParser, what: str = "node") -> None:
     p.add_argument("--ca-file", metavar="FILE", default=os.environ.get(CA_FILE_ENV) or None,
                    help=f"CA certificate (PEM) that verifies a secure node, e.g. its tls/ca.crt (env {CA_FILE_ENV})")
     _add_connect_timeout_argument(p)
+    add_key_argument(p)
 
 
 def use_ca_file(ca_file: str | None) -> None:
@@ -120,11 +123,49 @@ class _Opener:
     HTTPS verified with `--ca-file` when given (else the system's CAs)."""
 
     ssl_context: Any = None
+    key = ""
 
     @classmethod
     def install(cls) -> None:
         https = _HTTPSHandler(context=cls.ssl_context) if cls.ssl_context is not None else _HTTPSHandler()
-        urllib.request.install_opener(urllib.request.build_opener(_HTTPHandler, https))
+        handlers: list[Any] = [_HTTPHandler, https]
+        if cls.key:
+            handlers.append(_KeyHandler(cls.key))
+        urllib.request.install_opener(urllib.request.build_opener(*handlers))
+
+
+def add_key_argument(p: argparse.ArgumentParser) -> None:
+    """`--key KEY` (default `$DOQ_KEY`): the client key every request of the command sends."""
+    p.add_argument("--key", metavar="KEY", default=None,
+                   help=f"client key sent as 'Authorization: Bearer KEY' (env {KEY_ENV}; "
+                        "not needed on a loopback node started without --secure)")
+
+
+class _KeyHandler(urllib.request.BaseHandler):
+    """Adds `Authorization: Bearer KEY` to every urllib request of this process."""
+
+    handler_order = 100
+
+    def __init__(self, key: str) -> None:
+        self.value = f"Bearer {key}"
+
+    def http_request(self, req: urllib.request.Request) -> urllib.request.Request:
+        if not req.has_header("Authorization"):
+            req.add_unredirected_header("Authorization", self.value)
+        return req
+
+    https_request = http_request
+
+
+def use_key(key: str | None) -> None:
+    """Make `key` (else `$DOQ_KEY`) this process's client key: every urllib request sends
+    it, and `$DOQ_KEY` holds it for the gRPC clients and child processes."""
+    key = (key or os.environ.get(KEY_ENV) or "").strip()
+    if not key:
+        return
+    os.environ[KEY_ENV] = key
+    _Opener.key = key
+    _Opener.install()
 
 
 def add_json_argument(p: argparse.ArgumentParser, what: str = "the result") -> None:

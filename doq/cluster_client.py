@@ -15,6 +15,7 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import os
 import random
 import ssl
 import time
@@ -80,9 +81,11 @@ def request_json(server: str, method: str, path: str, body: Any = None, timeout_
     anything else raises `ClusterError` (status 0 when the server cannot be reached).
     With `ssl_context`, a bare HOST:PORT means https and the server is verified with it."""
     data = None if body is None else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    if key := os.environ.get("DOQ_KEY", "").strip():  # the client key (a joining node's too)
+        headers["Authorization"] = f"Bearer {key}"
     req = urllib.request.Request(base_url(server, "https" if ssl_context else "http") + path,
-                                 data=data, method=method,
-                                 headers={"Content-Type": "application/json", "Accept": "application/json"})
+                                 data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout_s, context=ssl_context) as resp:
             raw = resp.read()

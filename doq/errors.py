@@ -91,6 +91,20 @@ class TooLarge(DoqError):
     default_reason = "TOO_LARGE"
 
 
+class Unauthenticated(DoqError):
+    """No valid client key (missing, malformed, unknown or revoked)."""
+
+    kind = "unauthenticated"
+    default_reason = "UNAUTHENTICATED"
+
+
+class PermissionDenied(DoqError):
+    """A valid key without the scope (or queue prefix) the call needs."""
+
+    kind = "permission_denied"
+    default_reason = "PERMISSION_DENIED"
+
+
 class NotLeader(DoqError):
     kind = "unavailable"
     default_reason = "NOT_LEADER"
@@ -119,6 +133,8 @@ class StatusRow:
 STATUS_TABLE: dict[str, StatusRow] = {
     "invalid_argument": StatusRow("INVALID_ARGUMENT", 400, "Invalid argument"),
     "not_found": StatusRow("NOT_FOUND", 404, "Not found"),
+    "unauthenticated": StatusRow("UNAUTHENTICATED", 401, "Unauthenticated"),
+    "permission_denied": StatusRow("PERMISSION_DENIED", 403, "Permission denied"),
     "already_exists": StatusRow("ALREADY_EXISTS", 409, "Already exists"),
     "failed_precondition": StatusRow("FAILED_PRECONDITION", 409, "Failed precondition"),
     "aborted": StatusRow("ABORTED", 409, "Stale lease"),

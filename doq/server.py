@@ -15,6 +15,10 @@ from typing import Any
 import grpc
 import lmdb
 
+from doq.auth.authorizer import Authorizer
+from doq.auth.bootstrap import ensure_admin_key
+from doq.auth.grpc_door import AuditInterceptor, AuthInterceptor
+from doq.auth.mode import keys_required
 from doq.config import ServeConfig
 from doq.errors import InvalidArgument
 from doq.node import alarms, k8s_leader
@@ -213,16 +217,18 @@ class _Listeners:
     http_task: asyncio.Task[None]
 
 
-async def _listen(rt: Runtime) -> _Listeners:
+async def _listen(rt: Runtime, authz: Authorizer) -> _Listeners:
     """Start the gRPC server and the HTTP gateway; raises StartupError with neither running."""
     config, tls = rt.config, rt.tls
     forwarder = None
     if rt.node.cluster_admin() is not None:
         forwarder = LeaderForwarder(rt.node, max_message_bytes=grpc_frame_limit(rt.api.limits),
                                     credentials=ca_channel_credentials(tls.node.ca_cert) if tls else None)
+    # the client door: keys checked first; admin actions audited where they are served
+    interceptors = [AuthInterceptor(authz), *([forwarder] if forwarder else []), AuditInterceptor(authz, config.node_id)]
     try:
         grpc_server, grpc_port = build_server(
-            rt.api, config.grpc_addr, interceptors=[forwarder] if forwarder else [],
+            rt.api, config.grpc_addr, interceptors=interceptors,
             credentials=client_port_credentials(tls.client_cert, tls.client_key) if tls else None)
     except (OSError, RuntimeError) as e:
         raise StartupError(f"cannot listen on gRPC address {config.grpc_addr}: {e}") from e
@@ -238,7 +244,7 @@ async def _listen(rt: Runtime) -> _Listeners:
         from doq.tls.enrollment import Enrollment
 
         enrollment = Enrollment(rt.node, tls.node)
-    app = create_app(rt.api, forward_ssl=forward_ssl, enrollment=enrollment)
+    app = create_app(rt.api, authz, forward_ssl=forward_ssl, enrollment=enrollment)
     http = _QuietUvicornServer.make(app, host, port, config.log_level, rt.api.limits, tls)
 
     async def serve_http() -> None:
@@ -282,12 +288,14 @@ async def serve(config: ServeConfig, *, ready: asyncio.Event | None = None) -> N
             await rt.node.stop()
         rt.close(discard=True)
         raise StartupError(f"cannot start the node (Raft address {config.raft_addr}): {e}") from e
+    authz = Authorizer(rt.state.keys, required=keys_required(config))
     try:
-        listeners = await _listen(rt)
+        listeners = await _listen(rt, authz)
     except StartupError:
         await rt.node.stop()
         rt.close(discard=True)
         raise
+    admin_key = asyncio.create_task(ensure_admin_key(rt.node, config.data_dir)) if authz.required else None
     log.info(
         "doq node %s serving gRPC on %s (port %d), HTTP on %s; data in %s",
         config.node_id, config.grpc_addr, listeners.grpc_port, config.http_addr, config.data_dir,
@@ -307,6 +315,10 @@ async def serve(config: ServeConfig, *, ready: asyncio.Event | None = None) -> N
         ready.set()
     await stop.wait()
     log.info("shutting down")
+    if admin_key is not None:
+        admin_key.cancel()
+        with contextlib.suppress(BaseException):
+            await admin_key
     # Stop taking new work, let in-flight calls finish, commit what was taken, then close
     # (a leader first hands leadership to the most up-to-date follower).
     await set_serving(listeners.grpc_server, False)

@@ -17,7 +17,7 @@ import os
 import sys
 from pathlib import Path
 
-from doq.client_cli import SERVER_ENV
+from doq.client_cli import SERVER_ENV, add_key_argument
 
 MAX_FAILURE_LINES = 20
 
@@ -49,6 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="frames per Spark task (default: ~64 MB of frames, at least 3 tasks per core)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--timeout", type=float, default=3600.0, help="HTTP timeout for --against, seconds")
+    add_key_argument(p)
 
 
 def _fail(message: str, code: int = 2) -> int:

@@ -40,7 +40,9 @@ from doq_client import (
     AsyncProducer,
     DoqClientError,
     enqueue_request,
+    key_interceptors,
 )
+from doq_client._auth import resolve_key
 from doq_client.client import CHANNEL_OPTIONS
 
 _TS = struct.Struct("<q")
@@ -166,10 +168,12 @@ async def pace(start: float, sent_frames: int, frames_per_s: float) -> None:
 def _channel(target: str, args: BenchArgs | None = None) -> grpc.aio.Channel:
     # one TCP connection per worker
     options = [*CHANNEL_OPTIONS, ("grpc.use_local_subchannel_pool", 1)]
+    interceptors = key_interceptors(resolve_key(None))  # `--key` / $DOQ_KEY
     if args is not None and (args.tls or args.ca_file):
         ca = open(args.ca_file, "rb").read() if args.ca_file else None  # noqa: SIM115 - small file
-        return grpc.aio.secure_channel(target, grpc.ssl_channel_credentials(ca), options=options)
-    return grpc.aio.insecure_channel(target, options=options)
+        return grpc.aio.secure_channel(target, grpc.ssl_channel_credentials(ca), options=options,
+                                       interceptors=interceptors)
+    return grpc.aio.insecure_channel(target, options=options, interceptors=interceptors)
 
 
 def _payload(size: int) -> bytes:

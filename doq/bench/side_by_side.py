@@ -111,8 +111,9 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _http_json(url: str, context: ssl.SSLContext | None = None) -> Any:
-    with urllib.request.urlopen(url, timeout=2, context=context) as r:
+def _http_json(url: str, context: ssl.SSLContext | None = None, key: str = "") -> Any:
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
+    with urllib.request.urlopen(req, timeout=2, context=context) as r:
         return json.loads(r.read())
 
 
@@ -134,7 +135,8 @@ def _doq(addr: str) -> Any:
 
 
 @contextlib.contextmanager
-def doq_server(root: Path, nodes: int = 1, launcher: Sequence[str] = (), secure: bool = False) -> Iterator[Server]:
+def doq_server(root: Path, nodes: int = 1, launcher: Sequence[str] = (), secure: bool = False,
+               extra_args: Sequence[str] = ()) -> Iterator[Server]:
     """A fresh `doq serve` (a one-node Raft cluster, as users run it), or `nodes` of them
     forming one cluster by `--join` (the address is the leader's: node-1, which bootstraps).
     `launcher` replaces `python -m doq` (e.g. to start it with probes: `doq.bench.e2e_stages`).
@@ -151,7 +153,7 @@ def doq_server(root: Path, nodes: int = 1, launcher: Sequence[str] = (), secure:
             cmd = [*(launcher or (sys.executable, "-m", "doq")), "serve", "--node-id", f"node-{i}",
                    "--data-dir", str(root / "data"),
                    "--grpc-addr", f"127.0.0.1:{grpc_port}", "--http-addr", f"127.0.0.1:{http_port}",
-                   "--raft-addr", f"127.0.0.1:{raft_port}", "--log-level", "warning"]
+                   "--raft-addr", f"127.0.0.1:{raft_port}", "--log-level", "warning", *extra_args]
             if secure:
                 cmd.append("--secure")
                 if i > 1:  # a member of a secure cluster needs its CA (docs/security.md)
@@ -176,8 +178,10 @@ def doq_server(root: Path, nodes: int = 1, launcher: Sequence[str] = (), secure:
             _wait(f"doq serve node-{i}", ready, procs[-1], 60, log)
 
         def formed() -> bool:
+            key_file = root / "data" / "admin.key"  # a secure node's (`extra_args` --secure)
             try:
-                view = _http_json(f"{http_urls[0]}/cluster", _ssl(secure, ca_file))
+                view = _http_json(f"{http_urls[0]}/cluster", _ssl(secure, ca_file),
+                                  key_file.read_text().strip() if key_file.exists() else "")
             except OSError:
                 return False
             voters = [m for m in view["members"] if m["role"] == "voter"]
@@ -278,9 +282,10 @@ def rabbit_server(root: Path, nodes: int = 1) -> Iterator[Server]:
 
 # -- doq clients (as users write them) -----------------------------------------------------
 def _doq_queue(target: str, queue: str) -> None:
-    from doq_client import AlreadyExists
+    from doq_client import AlreadyExists, PermissionDenied
 
-    with _doq(target) as c, contextlib.suppress(AlreadyExists):
+    # a key that may not create queues (`doq.bench.keys_cost`) uses the queue created for it
+    with _doq(target) as c, contextlib.suppress(AlreadyExists, PermissionDenied):
         c.create_queue(queue)
 
 

@@ -14,7 +14,9 @@ Restore commands (applied by the state store, see `doq.queues.commands`): `Resto
 (tag 15): restore id (u32-length-prefixed bytes), seq (u32), payload (u32-length-prefixed
 bytes); `RestoreCommit` (tag 16): restore id, chunk count (u32), record count (u64),
 to_version (u64), cluster id (string); `RestoreAbort` (tag 17): restore id.
-Tags 18-19 are reserved (keys). Join tokens: `CreateJoinToken` (tag 20): token id
+Key commands: `CreateKey` (tag 18): id (string), secret hash (u32-length-prefixed bytes),
+scope count (u32) and each scope (string); `RevokeKey` (tag 19): id (string).
+Join tokens: `CreateJoinToken` (tag 20): token id
 (bytes), secret hash (bytes), expires_ms (u64); `UseJoinToken` (tag 21): token id,
 secret hash (bytes), node id (string).
 Raises ValueError on malformed input (or struct.error / OverflowError for out-of-range
@@ -44,7 +46,8 @@ _COLS_HDR = struct.Struct("<IB")
 _COMMIT = struct.Struct("<IQQ")
 
 (T_CREATE, T_UPDATE, T_DELETE, T_PURGE, T_ENQ, T_DEQ, T_ACK, T_NACK, T_TOUCH, T_PRIO, T_DEL, T_TICK,
- T_RELEASE, T_ENQ_COLS, T_RESTORE_CHUNK, T_RESTORE_COMMIT, T_RESTORE_ABORT) = range(1, 18)
+ T_RELEASE, T_ENQ_COLS, T_RESTORE_CHUNK, T_RESTORE_COMMIT, T_RESTORE_ABORT, T_CREATE_KEY, T_REVOKE_KEY,
+ ) = range(1, 20)
 T_CREATE_JOIN_TOKEN, T_USE_JOIN_TOKEN = 20, 21
 _COL_GROUPS, _COL_PRIOS, _COL_MD, _COL_DEDUP, _COL_DELAYS = 1, 2, 4, 8, 16
 
@@ -216,6 +219,18 @@ def encode_batch(batch: c.CommandBatch) -> bytes:
             assert isinstance(cmd, c.RestoreAbort)
             ap(b"\x11")
             _b(out, cmd.restore_id)
+        elif t is c.CreateKey:
+            assert isinstance(cmd, c.CreateKey)
+            ap(b"\x12")
+            _s(out, cmd.id)
+            _b(out, cmd.secret_hash)
+            ap(_U32.pack(len(cmd.scopes)))
+            for scope in cmd.scopes:
+                _s(out, scope)
+        elif t is c.RevokeKey:
+            assert isinstance(cmd, c.RevokeKey)
+            ap(b"\x13")
+            _s(out, cmd.id)
         elif t is c.CreateJoinToken:
             assert isinstance(cmd, c.CreateJoinToken)
             ap(bytes((T_CREATE_JOIN_TOKEN,)))
@@ -386,6 +401,12 @@ def decode_batch(data: bytes) -> c.CommandBatch:
             ap(c.RestoreCommit(rid, chunks, records, to_version, r.s()))
         elif tag == T_RESTORE_ABORT:
             ap(c.RestoreAbort(r.b()))
+        elif tag == T_CREATE_KEY:
+            kid = r.s()
+            h = r.b()
+            ap(c.CreateKey(kid, h, tuple(r.s() for _ in range(r.unpack(_U32)[0]))))
+        elif tag == T_REVOKE_KEY:
+            ap(c.RevokeKey(r.s()))
         elif tag == T_CREATE_JOIN_TOKEN:
             tid = r.b()
             digest = r.b()

@@ -192,6 +192,24 @@ class RestoreAbort:
     restore_id: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class CreateKey:
+    """Add a client key (`doq.queues.apikeys`): its id, the SHA-256 of its secret (the
+    secret itself is never in the log) and its scopes; created at the batch's `now_ms`.
+    Result: the `KeyRecord`, or a `DoqError` (bad id, hash or scope; the id exists)."""
+
+    id: str
+    secret_hash: bytes
+    scopes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RevokeKey:
+    """Remove a client key. Result: the removed `KeyRecord`, or `KeyNotFound`."""
+
+    id: str
+
+
 RestoreCommand = RestoreChunk | RestoreCommit | RestoreAbort
 
 
@@ -217,7 +235,7 @@ class UseJoinToken:
 Command = (
     CreateQueue | UpdateQueue | DeleteQueue | PurgeQueue | Enqueue | EnqueueColumns | Dequeue | Ack | Nack
     | Touch | UpdatePriority | DeleteMessage | Tick | RestoreChunk | RestoreCommit | RestoreAbort
-    | CreateJoinToken | UseJoinToken
+    | CreateKey | RevokeKey | CreateJoinToken | UseJoinToken
 )
 
 

@@ -64,6 +64,7 @@ from doq.queues import commands as c
 from doq.queues import keys as K
 from doq.queues import limits as L
 from doq.queues import records as R
+from doq.queues.apikeys import KeyRecord, KeyTable
 from doq.queues.dedupruns import CANONICAL_LEN, PRODUCER_LEN, Run, Runs, one_run, parse, run_id
 from doq.queues.delayed import MASK64, PriorityIndex, ready_key
 from doq.queues.fair import FairIndex
@@ -253,6 +254,9 @@ class QueueMachine:
         self.now_ms = 0
         self._meta_written: tuple[int, int, int] = (1, 0, 1)
         self._changed: set[str] = set()  # queue names whose info may differ (take_changed)
+        # client keys: replicated, but kept by the state store apart from the records
+        # (`doq.queues.apikeys`); `load` leaves them to the store
+        self.keys = KeyTable()
         self._handlers: dict[type, Callable[[Any], object]] = {
             c.Enqueue: self._enqueue, c.EnqueueColumns: self._enqueue_columns,
             c.Dequeue: self._dequeue, c.Ack: self._ack,
@@ -260,9 +264,16 @@ class QueueMachine:
             c.DeleteMessage: self._delete_message, c.Tick: lambda cmd: None,
             c.CreateQueue: self._create_queue, c.UpdateQueue: self._update_queue,
             c.DeleteQueue: self._delete_queue, c.PurgeQueue: self._purge_queue,
+            c.CreateKey: self._create_key, c.RevokeKey: self._revoke_key,
             c.CreateJoinToken: lambda cmd: self.join_tokens.create(cmd, self.now_ms),
             c.UseJoinToken: lambda cmd: self.join_tokens.use(cmd, self.now_ms),
         }
+
+    def _create_key(self, cmd: c.CreateKey) -> KeyRecord:
+        return self.keys.create(cmd.id, cmd.secret_hash, cmd.scopes, self.now_ms)
+
+    def _revoke_key(self, cmd: c.RevokeKey) -> KeyRecord:
+        return self.keys.revoke(cmd.id)
 
     # -- public API ----------------------------------------------------------------------
     def apply(self, index: int, batch: c.CommandBatch) -> list[object]:
@@ -359,7 +370,9 @@ class QueueMachine:
     def load(self, records: Iterable[tuple[bytes, bytes]]) -> None:
         """Rebuild all in-memory state from the records (any order of kinds is fine,
         but keys of one kind in key order is fastest). Replaces the current state."""
+        keys = self.keys
         self.__init__(self.store)  # type: ignore[misc]
+        self.keys = keys
         msgs: list[tuple[bytes, bytes]] = []
         dedups: list[tuple[bytes, bytes]] = []
         for key, rec in records:

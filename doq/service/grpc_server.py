@@ -34,6 +34,7 @@ from doq_proto.v1 import doq_pb2_grpc as pb_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from doq.auth.grpc_keys import KeyRpcs
 from doq.errors import DoqError
 from doq.node.base import Node
 from doq.queues.model import EnqueueColumnsResult, MessageView
@@ -41,6 +42,7 @@ from doq.service import convert as cv
 from doq.service.api import FrameOutcome, QueueService
 from doq.service.door import Caller, current_principal
 from doq.service.grpc_decode import UndecodableRequests
+from doq.service.held import require_lease, require_leases
 from doq.service.limits import Limits
 from doq.service.sessions import Settlement
 
@@ -115,8 +117,9 @@ async def _settlements(requests: AsyncIterator[pb.DequeueStreamRequest]) -> Asyn
         yield cv.settlement_from_pb(r)
 
 
-class DOQServicer(pb_grpc.DOQServicer):
+class DOQServicer(KeyRpcs, pb_grpc.DOQServicer):
     def __init__(self, api: QueueService) -> None:
+        self.node = api.node
         self.api = api
 
     # -- queues ---------------------------------------------------------------------------
@@ -253,11 +256,13 @@ class DOQServicer(pb_grpc.DOQServicer):
 
     @_unary
     async def Ack(self, request: pb.AckRequest, context: Any) -> pb.AckResponse:
+        require_lease(request.lease_id)
         await self.api.ack(request.queue_name, request.id, request.lease_id, caller=grpc_caller(context))
         return pb.AckResponse(success=True)
 
     @_unary
     async def AckBatch(self, request: pb.AckBatchRequest, context: Any) -> pb.AckBatchResponse:
+        require_leases(request.ids, request.lease_ids)
         results = await self.api.ack_many(request.queue_name, list(request.ids), list(request.lease_ids),
                                           caller=grpc_caller(context))
         return pb.AckBatchResponse(
@@ -269,6 +274,7 @@ class DOQServicer(pb_grpc.DOQServicer):
 
     @_unary
     async def Nack(self, request: pb.NackRequest, context: Any) -> pb.NackResponse:
+        require_lease(request.lease_id)
         await self.api.nack(
             request.queue_name,
             request.id,
@@ -282,6 +288,7 @@ class DOQServicer(pb_grpc.DOQServicer):
 
     @_unary
     async def Touch(self, request: pb.TouchRequest, context: Any) -> pb.TouchResponse:
+        require_lease(request.lease_id)
         until = await self.api.touch(
             request.queue_name, request.id, lease_id=request.lease_id,
             visibility_timeout_ms=request.visibility_timeout_ms, caller=grpc_caller(context),

@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 
+from doq.auth.authorizer import Authorizer
+from doq.auth.http_door import install_audit, install_auth
+from doq.auth.http_keys import build_keys_router
 from doq.service.http.bodylimit import BodyLimitMiddleware
 from doq.service.http.cluster import build_cluster_router
 from doq.service.http.docs import install_docs
@@ -58,10 +61,14 @@ _NO_TELEMETRY: dict[str, Any] = (
 )
 
 
-def create_app(api: QueueService, *, forward_ssl: ssl.SSLContext | None = None,
-               enrollment: Enrollment | None = None) -> FastAPI:
-    """The gateway application for one service facade (`forward_ssl`: how a follower
-    reaches its leader over HTTPS, and `enrollment`: the join-token routes, on a secure node)."""
+def create_app(api: QueueService, authorizer: Authorizer | None = None, *,
+               forward_ssl: ssl.SSLContext | None = None, enrollment: Enrollment | None = None) -> FastAPI:
+    """The gateway application for one service facade: `authorizer` checks client keys
+    (default: keys not required, a presented key checked; see doq.auth), `forward_ssl` is
+    how a follower reaches its leader over HTTPS, and `enrollment` serves the join-token
+    routes on a secure node."""
+    if authorizer is None:
+        authorizer = Authorizer(api.node.state.keys, required=False)
     app = FastAPI(
         **_NO_TELEMETRY,
         title="doq",
@@ -75,11 +82,13 @@ def create_app(api: QueueService, *, forward_ssl: ssl.SSLContext | None = None,
             {"name": "backup", "description": "Full and incremental backups, online restore."},
             {"name": "health", "description": "Liveness, readiness and Prometheus metrics."},
             {"name": "cluster", "description": "Members, leadership, joining and removing nodes."},
+            {"name": "keys", "description": "Client keys and their scopes (admin)."},
         ],
     )
     install_handlers(app)
     # Routes are added flat (not as included sub-routers): one route match per request.
-    for router in (build_router(api), build_ops_router(api), build_cluster_router(api)):
+    for router in (build_router(api), build_ops_router(api), build_cluster_router(api),
+                   build_keys_router(api.node)):
         app.router.routes.extend(router.routes)
     if enrollment is not None:
         from doq.service.http.enroll import build_enroll_router
@@ -90,7 +99,9 @@ def create_app(api: QueueService, *, forward_ssl: ssl.SSLContext | None = None,
     app.state.openapi_routes = list(app.router.routes)
     hot = {name: i for i, name in enumerate(HOT_ROUTES)}
     app.router.routes.sort(key=lambda r: hot.get(getattr(r, "name", ""), len(hot)))
+    install_audit(app, authorizer, api.node.node_id)  # inside the forwarding: this node's own actions
     install_leader_forwarding(app, api.node, forward_ssl)  # inside the body limit: added before it
+    install_auth(app, authorizer)  # outside the forwarding: a follower checks, the leader again
     single, batch = api.limits.body_limits()
     app.add_middleware(
         BodyLimitMiddleware,

@@ -26,6 +26,7 @@ from doq.queues.model import MessageView
 from doq.service import limits as v
 from doq.service import outcomes
 from doq.service.door import INTERNAL, Action, Caller, Door
+from doq.service.held import NO_LEASE, Held
 from doq.service.leases import Leases
 from doq.service.longpoll import LongPolls, StandingPoll
 from doq.service.pipeline import finish
@@ -138,6 +139,7 @@ class DequeueSession:
         self._below_bound = asyncio.Event()
         self._reader: asyncio.Task[None] | None = None
         self.dropped = 0  # settlements of messages known to be gone, answered without an entry
+        self.held = Held()  # what this stream delivered: it settles only those (doq.service.held)
 
     @staticmethod
     def check_open(first: StreamOpen, limits: v.Limits) -> None:
@@ -199,7 +201,11 @@ class DequeueSession:
                 f"{self.limits.max_stream_prefetch}", reason="INVALID_CREDITS")
         unborn: list[int] = []
         if ids:
-            unborn = self._propose_acks(ids, lease_ids)
+            held = self.held.acks(ids, lease_ids)  # NO_LEASE: not delivered by this stream
+            keep = [p for p, lease in enumerate(held) if lease != NO_LEASE]
+            self.dropped += len(ids) - len(keep)
+            if keep:
+                unborn = self._propose_acks([ids[p] for p in keep], [held[p] for p in keep])
         for n in nacks:
             self._propose_nack(n)
         if self.auto_credit and returned:
@@ -222,12 +228,13 @@ class DequeueSession:
         return [ids[p] for p in unborn]
 
     def _propose_nack(self, n: NackItem) -> None:
+        lease_id = self.held.take(n.id, n.lease_id)
         present, _, _ = self.api.leases.split(self.queue, [n.id])
-        if not present:  # gone, or not assigned yet: the client cannot hold its lease
+        if not present or lease_id == NO_LEASE:  # gone, or not this stream's delivery
             self.dropped += 1
             return
         self._track(self.api.node.propose_nowait(
-            Nack(self.queue, n.id, n.lease_id, n.delay_ms, n.priority, n.release)), 1)
+            Nack(self.queue, n.id, lease_id, n.delay_ms, n.priority, n.release)), 1)
 
     async def settle_unborn(self, ids: list[int]) -> None:
         """Acks of ids the state had not assigned when they arrived: proposed if the state
@@ -356,6 +363,7 @@ class DequeueSession:
                     self.counters.dequeued.inc(len(taken))
                     if self.credit_mode:
                         self.credits -= len(taken)
+                    self.held.record(taken)
                     ready = taken
                     continue
                 if self.half_closed.is_set():

@@ -2,8 +2,9 @@
 
 Databases (reserved in `doq.storage.env.DB_NAMES`):
 - state_meta: the machine meta record (b"G") and store keys (b"\\x00applied",
-  b"\\x00horizon", b"\\x00cluster", b"\\x00voffset", and the staging of an online restore:
-  b"\\x00rstage", b"\\x00rchunk" + u32 BE seq)
+  b"\\x00horizon", b"\\x00cluster", b"\\x00voffset", the staging of an online restore:
+  b"\\x00rstage", b"\\x00rchunk" + u32 BE seq, and the client keys:
+  `doq.queues.apikeys.STORE_PREFIX` + key id)
 - state_queues / state_messages / state_dedup: the records of `doq.queues.keys`
 - state_versions: (u64 BE version + key) -> b"" for every live record
 - state_tombstones: (u64 BE version + key) -> b"" for every deletion
@@ -31,6 +32,13 @@ one `RestoreChunk` / `RestoreCommit` / `RestoreAbort` itself, never the machine)
   if the records do not form a valid state) it changes nothing. Either way it discards
   the staging and returns the outcome (a `RestoreOutcome` or the `DoqError`) as its
   result: identical on every replica.
+
+Client keys (`CreateKey`/`RevokeKey`, applied by the machine's `KeyTable`) are store keys,
+not records: replicated through the log and Raft snapshots, kept across restarts, but
+never in a backup, the digest or a restore (a restore leaves the target's keys as they
+are). A batch of key commands only is applied by the store to the table (replicated time
+stays; no record changes); key commands batched with others go through the machine.
+`keys()` is the table as committed, for any thread.
 
 The cluster id (b"\\x00cluster", `cluster_id`) names the history this state belongs to: set
 once when a node bootstraps a cluster (`ensure_cluster_id`), adopted from the backup by a
@@ -69,13 +77,17 @@ import lmdb
 from doq.errors import DoqError, FailedPrecondition, InvalidArgument, MessageNotFound, QueueNotFound
 from doq.queues import keys as K
 from doq.queues import records as R
+from doq.queues.apikeys import STORE_PREFIX as KEY_PREFIX
+from doq.queues.apikeys import KeyRecord, decode_record, encode_record
 from doq.queues.codec import decode_batch
 from doq.queues.commands import (
     CommandBatch,
+    CreateKey,
     RestoreAbort,
     RestoreChunk,
     RestoreCommand,
     RestoreCommit,
+    RevokeKey,
 )
 from doq.queues.machine import QueueMachine
 from doq.queues.model import MessageView, QueueInfo
@@ -92,6 +104,7 @@ STAGE_CHUNK = b"\x00rchunk"  # + u32 BE seq -> a staged chunk's payload
 _STAGE = struct.Struct(">IB")  # chunks staged (the next seq), broken flag
 _SEQ = struct.Struct(">I")
 _RESTORE_TYPES = frozenset((RestoreChunk, RestoreCommit, RestoreAbort))
+_KEY_TYPES = frozenset((CreateKey, RevokeKey))
 MAX_RESTORE_VERSION = 2**63  # a restore's to_version is below it: later versions stay < 2**64
 # the longest record key: LMDB's key limit (511 B, a constant of the library) less the u64
 # version prefix of the versions and tombstones indexes (the machine's keys stay far below)
@@ -313,6 +326,7 @@ class StateStore:
         self.cluster_id = ""  # "" in a state from before cluster ids (or a joiner not yet caught up)
         self._broken = False
         self._reload_view = True  # the next publish rebuilds the view of every queue
+        self._keys_changed = True  # the next publish publishes the key table
         self.view = StateView()
         self.rebuild()
 
@@ -366,6 +380,13 @@ class StateStore:
         else:
             queues = self.view.queues
         self.view = StateView(self.applied_index, queues, m.next_due_ms())
+        if self._keys_changed:
+            m.keys.publish()
+            self._keys_changed = False
+
+    def keys(self) -> dict[str, KeyRecord]:
+        """The client keys by id as last committed (an immutable snapshot; any thread)."""
+        return self.machine.keys.snapshot()
 
     def _queue_view(self, name: str) -> QueueView:
         return QueueView(self.machine.queue_info(name), self.machine.deliverable(name))
@@ -385,6 +406,7 @@ class StateStore:
     def _load(self, txn: lmdb.Transaction) -> None:
         self._broken = True
         self._reload_view = True
+        self._keys_changed = True
         raw = txn.get(APPLIED_KEY, db=self._meta)
         self.applied_index = _V.unpack(raw)[0] if raw else 0
         raw = txn.get(VOFFSET_KEY, db=self._meta)
@@ -392,6 +414,25 @@ class StateStore:
         raw = txn.get(CLUSTER_KEY, db=self._meta)
         self.cluster_id = bytes(raw).decode() if raw else ""
         self.machine.load(self._records(txn))
+        self.machine.keys.load(list(self._key_records(txn)))
+
+    def _key_records(self, txn: Any) -> Iterator[KeyRecord]:
+        cur = txn.cursor(db=self._meta)
+        if cur.set_range(KEY_PREFIX):
+            for k, v in cur.iternext():
+                if not k.startswith(KEY_PREFIX):
+                    break
+                yield decode_record(bytes(k[len(KEY_PREFIX):]).decode(), bytes(v))
+
+    def _flush_keys(self, txn: Any) -> None:
+        """Write the key table's changes into the meta database (inside the apply txn)."""
+        for key_id, rec in self.machine.keys.take_dirty().items():
+            k = KEY_PREFIX + key_id.encode()
+            if rec is None:
+                txn.delete(k, db=self._meta)
+            else:
+                txn.put(k, encode_record(rec), db=self._meta)
+        self._keys_changed = True
 
     def _records(self, txn: Any) -> Iterator[tuple[bytes, bytes]]:
         for name in (b"state_meta", b"state_queues", b"state_messages", b"state_dedup"):
@@ -432,6 +473,8 @@ class StateStore:
                 batch = data if type(data) is CommandBatch else decode_batch(data) if data else None  # type: ignore[arg-type]
                 if batch is None:
                     out.append([])
+                elif batch.commands and type(batch.commands[0]) in _KEY_TYPES and all(type(x) in _KEY_TYPES for x in batch.commands):
+                    out.append(self._apply_keys(batch))
                 elif len(batch.commands) == 1 and type(batch.commands[0]) in _RESTORE_TYPES:
                     out.append([self._apply_restore(txn, index, batch.commands[0])])  # type: ignore[arg-type]
                 else:
@@ -439,12 +482,32 @@ class StateStore:
                 if version % PRUNE_EVERY == 0:
                     self._prune(txn, version)
                 applied = index
+            if self.machine.keys.has_dirty():
+                self._flush_keys(txn)
             if applied != self.applied_index:
                 txn.put(APPLIED_KEY, _V.pack(applied), db=self._meta)
                 self.applied_index = applied
         finally:
             sink.txn = None
         self._broken = False
+        return out
+
+    def _apply_keys(self, batch: CommandBatch) -> list[object]:
+        """A batch of key commands only: applied to the key table without advancing the
+        machine's replicated time (no record changes, so a fresh state stays empty for a
+        restore after its admin key was created); created at max(replicated time, now_ms)."""
+        keys = self.machine.keys
+        now = max(self.machine.now_ms, batch.now_ms if type(batch.now_ms) is int else 0)
+        out: list[object] = []
+        for cmd in batch.commands:
+            try:
+                if type(cmd) is CreateKey:
+                    out.append(keys.create(cmd.id, cmd.secret_hash, cmd.scopes, now))
+                else:
+                    assert type(cmd) is RevokeKey
+                    out.append(keys.revoke(cmd.id))
+            except DoqError as e:
+                out.append(e)
         return out
 
     # -- restore through the log (module docstring) ----------------------------------------

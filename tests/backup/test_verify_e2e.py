@@ -70,10 +70,11 @@ def workload_until_second_backup(node: NodeProc) -> None:
     got = call(node, "POST", f"{Q}/jobs/messages:dequeue", {"max_messages": 60})["messages"]
     assert len(got) == 60
     acked = [m["id"] for m in got[:25]]
-    res = call(node, "POST", f"{Q}/jobs/messages:ack", {"ids": acked})["results"]
+    leases = [m["lease_id"] for m in got[:25]]
+    res = call(node, "POST", f"{Q}/jobs/messages:ack", {"ids": acked, "lease_ids": leases})["results"]
     assert all(r["success"] for r in res)
     for m in got[25:35]:  # max_attempts 1: a nack dead-letters into dlq
-        call(node, "POST", f"{Q}/jobs/messages/{m['id']}/nack", {})
+        call(node, "POST", f"{Q}/jobs/messages/{m['id']}/nack", {"lease_id": m["lease_id"]})
     ready = call(node, "POST", f"{Q}/jobs/messages:dequeue", {"max_messages": 10, "ack": True})["messages"]
     assert len(ready) == 10  # dequeued with ack: removed
     ids = enqueue(node, "jobs", 40)
@@ -87,7 +88,8 @@ def workload_until_second_backup(node: NodeProc) -> None:
 def workload_until_third_backup(node: NodeProc) -> None:
     call(node, "DELETE", f"{Q}/tmp")
     fair = call(node, "POST", f"{Q}/fair/messages:dequeue", {"max_messages": 30})["messages"]
-    call(node, "POST", f"{Q}/fair/messages:ack", {"ids": [m["id"] for m in fair[:20]]})
+    call(node, "POST", f"{Q}/fair/messages:ack", {"ids": [m["id"] for m in fair[:20]],
+                                                  "lease_ids": [m["lease_id"] for m in fair[:20]]})
     for i in range(5):
         call(node, "POST", f"{Q}/fair/messages", {"content": f"d{i}", "dedup_id": f"dedup-{i}"})
 

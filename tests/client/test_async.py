@@ -39,7 +39,7 @@ async def test_async_unary_methods(node: NodeProc, queue_name: str) -> None:
         ms = await c.dequeue(queue_name, max_messages=2)
         assert [x.id for x in ms] == [r.id, batch[0].id]  # type: ignore[union-attr]
         await c.ack(queue_name, ms[0].id, lease_id=ms[0].lease_id)
-        results = await c.ack_batch(queue_name, [ms[1].id])
+        results = await c.ack_batch(queue_name, [ms[1].id], [ms[1].lease_id])
         assert results[0].ok
         r3 = await c.enqueue(queue_name, b"c")
         await c.delete(queue_name, r3.id)

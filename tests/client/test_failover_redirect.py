@@ -22,6 +22,7 @@ from doq_client import (
     DoqClient,
     EnqueueResult,
     FailoverPolicy,
+    InvalidArgument,
     MessageNotFound,
     NotLeader,
     enqueue_request,
@@ -244,9 +245,10 @@ def test_unary_repeats_after_an_unknown_outcome(servers: Servers) -> None:
         c.nack("q", m2.id, lease_id=m2.lease_id, delay_ms=0)  # repeat answers STALE_LEASE
         assert c.get_queue("q").stats.total == 1 and c.get_queue("q").stats.ready == 1
         [m2] = c.dequeue("q")
-        _deposed(servers, Ack, 1)
-        with pytest.raises(NotLeader):
-            c.ack("q", m2.id)  # lease id 0 (any lease): not sent again
+        with pytest.raises(InvalidArgument) as ei:
+            c.ack("q", m2.id)  # no lease id: refused before anything is proposed
+        assert ei.value.reason == "LEASE_REQUIRED"
+        c.ack("q", m2.id, lease_id=m2.lease_id)
         with pytest.raises(MessageNotFound):
             c.ack("q", m2.id, lease_id=m2.lease_id)  # a first answer is never reinterpreted
         for content in ("c", "d"):

@@ -114,7 +114,7 @@ def test_dequeue_ack_nack_touch_priority(client: DoqClient, queue: str) -> None:
     # nack m1 with a new priority: it goes behind m3
     client.nack(queue, got[0].id, lease_id=got[0].lease_id, priority=100)
     assert client.get(queue, got[0].id).priority == 100
-    res = client.ack_batch(queue, [got[1].id, 999_999_999])
+    res = client.ack_batch(queue, [got[1].id, 999_999_999], [got[1].lease_id, 1])
     assert res[0].ok and res[0].id == got[1].id
     assert not res[1].ok and isinstance(res[1].error, NotFound)
 

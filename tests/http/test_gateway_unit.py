@@ -107,8 +107,10 @@ async def test_empty_queue_dequeue_is_204(client: httpx.AsyncClient) -> None:
 async def test_nack_priority_get_delete(client: httpx.AsyncClient) -> None:
     await make_queue(client)
     await client.post(f"{Q}/q1/messages", json={"content": "x", "metadata": {"k": "v"}})
-    await client.get(f"{Q}/q1/messages")
-    assert (await client.post(f"{Q}/q1/messages/1/nack", json={"priority": 7})).json() == {"success": True}
+    lease = (await client.get(f"{Q}/q1/messages")).json()["lease_id"]
+    assert_problem(await client.post(f"{Q}/q1/messages/1/nack", json={"priority": 7}), 400, "LEASE_REQUIRED")
+    r = await client.post(f"{Q}/q1/messages/1/nack", json={"priority": 7, "lease_id": lease})
+    assert r.json() == {"success": True}
     assert (await client.get(f"{Q}/q1/messages/1")).json()["priority"] == 7
     r = await client.put(f"{Q}/q1/messages/1/priority", json={"priority": 12})
     assert r.json()["success"] is True and r.json()["message"]["priority"] == 12
@@ -140,10 +142,12 @@ async def test_batch_enqueue_and_ack(client: httpx.AsyncClient) -> None:
     assert [x["id"] for x in res] == ["1", "2", "3", "4", "4"] and res[4]["duplicate"] is True
     got = (await client.post(f"{Q}/q1/messages:dequeue", json={"max_messages": 2})).json()["messages"]
     assert [m["id"] for m in got] == ["1", "2"]
-    r = await client.post(f"{Q}/q1/messages:ack", json={"ids": ["1", 2, "3"]})
+    assert_problem(await client.post(f"{Q}/q1/messages:ack", json={"ids": ["1", 2]}), 400, "LEASE_REQUIRED")
+    leases = [m["lease_id"] for m in got]
+    r = await client.post(f"{Q}/q1/messages:ack", json={"ids": ["1", 2, "3"], "lease_ids": [*leases, "1"]})
     res = r.json()["results"]
     assert [(x["id"], x["success"]) for x in res] == [("1", True), ("2", True), ("3", False)]
-    assert res[2]["error"]["reason"] == "NOT_IN_FLIGHT" and res[2]["error"]["status"] == 409
+    assert res[2]["error"]["reason"] == "STALE_LEASE" and res[2]["error"]["status"] == 409  # never delivered
     assert_problem(await client.post(f"{Q}/nope/messages:batch", json={"messages": msgs}), 404, "QUEUE_NOT_FOUND")
 
 

@@ -151,9 +151,10 @@ def test_batch_enqueue_all_or_nothing_and_batch_ack(node: NodeProc) -> None:
     assert all(isinstance(i, str) for i in ids) and len(set(ids)) == 3
     got = ok(node, "POST", f"{Q}/batch_q/messages:dequeue", {"max_messages": 2})["messages"]
     assert [m["id"] for m in got] == ids[:2]
-    res = ok(node, "POST", f"{Q}/batch_q/messages:ack", {"ids": [*ids[:2], ids[2]]})["results"]
+    leases = [m["lease_id"] for m in got]
+    res = ok(node, "POST", f"{Q}/batch_q/messages:ack", {"ids": [*ids[:2], ids[2]], "lease_ids": [*leases, "1"]})["results"]
     assert [(r["id"], r["success"]) for r in res] == [(ids[0], True), (ids[1], True), (ids[2], False)]
-    assert res[2]["error"]["reason"] == "NOT_IN_FLIGHT" and res[2]["error"]["status"] == 409
+    assert res[2]["error"]["reason"] == "STALE_LEASE" and res[2]["error"]["status"] == 409  # never delivered
     assert stats(node, "batch_q") == {"ready": 1, "delayed": 0, "in_flight": 0, "dead": 0, "total": 1}
     problem(call(node, "POST", f"{Q}/nope/messages:batch", {"messages": good}), 404, "QUEUE_NOT_FOUND")
 

@@ -69,6 +69,7 @@ async def test_settle_proposes_acks_and_nacks_and_returns_credits(served: Served
     ids = await _enqueue(served, 3)
     msgs = await served.api.dequeue("q", max_messages=3)
     s = _session(served, prefetch=3, auto_credit=True)
+    s.held.record(msgs)  # as if this stream had delivered them (it settles only those)
     s.credits = 0
     s.settle(_req(
         ack_ids=[msgs[0].id], ack_lease_ids=[msgs[0].lease_id],
@@ -93,6 +94,7 @@ async def test_acks_received_are_applied_when_the_call_is_cancelled_while_they_w
     await _enqueue(served, 2)
     msgs = await served.api.dequeue("q", max_messages=2)
     s = _session(served, prefetch=2, auto_credit=True)
+    s.held.record(msgs)  # as if this stream had delivered them (it settles only those)
     with stalled_commits(served.env):
         blocker = served.api.enqueue_nowait("q", EnqueueItem(b"x"))  # a commit in progress, stuck
         await _until(lambda: not served.api.node._pending, "the blocking enqueue to be taken")  # type: ignore[attr-defined]
@@ -359,7 +361,10 @@ async def test_ack_batch_lease_ids(served: Served) -> None:
     assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert dict(ei.value.trailing_metadata() or ())["doq-reason"] == "INVALID_LEASE_IDS"
     assert (await served.api.get_queue("q")).stats.in_flight == 3
-    lease_ids = [msgs[0].lease_id, msgs[1].lease_id + 1000, 0]  # current, stale, any
+    with pytest.raises(grpc.aio.AioRpcError) as ei:  # 0 ("any lease"): refused, nothing acked
+        await served.stub.AckBatch(pb.AckBatchRequest(queue_name="q", ids=ids, lease_ids=[msgs[0].lease_id, 1, 0]))
+    assert dict(ei.value.trailing_metadata() or ())["doq-reason"] == "LEASE_REQUIRED"
+    lease_ids = [msgs[0].lease_id, msgs[1].lease_id + 1000, msgs[2].lease_id]  # current, stale, current
     res = (await served.stub.AckBatch(pb.AckBatchRequest(queue_name="q", ids=ids, lease_ids=lease_ids))).results
     assert [r.success for r in res] == [True, False, True]
     assert res[1].error.reason == "STALE_LEASE"

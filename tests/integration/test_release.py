@@ -74,7 +74,7 @@ def test_release_with_delay_or_priority_is_refused(node: NodeProc, stub: pb_grpc
         stub.Nack(pb.NackRequest(queue_name=queue, id=id_, lease_id=m.lease_id, delay_ms=10, release=True))
     assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert dict(ei.value.trailing_metadata())["doq-reason"] == "INVALID_RELEASE"
-    status, doc = _http_nack(node, queue, id_, {"priority": 3, "release": True})
+    status, doc = _http_nack(node, queue, id_, {"lease_id": str(m.lease_id), "priority": 3, "release": True})
     assert (status, doc["reason"]) == (400, "INVALID_RELEASE")
     got = stub.Get(pb.GetRequest(queue_name=queue, id=id_))
     assert (got.state, got.attempts, got.lease_id) == ("in_flight", 1, m.lease_id)  # unchanged

@@ -134,7 +134,8 @@ def test_bad_inputs_get_the_right_status_and_change_nothing(doq_node: NodeProc) 
     assert _status(stub.Enqueue, pb.EnqueueRequest(queue_name="q1", content=b"x" * (1024 * 1024 + 1))) == S.RESOURCE_EXHAUSTED
     assert _status(stub.Enqueue, pb.EnqueueRequest(
         queue_name="q1", content=b"x", metadata={"k": "v" * 20000})) == S.INVALID_ARGUMENT
-    assert _status(stub.Ack, pb.AckRequest(queue_name="q1", id=999_999)) == S.NOT_FOUND
+    assert _status(stub.Ack, pb.AckRequest(queue_name="q1", id=999_999)) == S.INVALID_ARGUMENT  # LEASE_REQUIRED
+    assert _status(stub.Ack, pb.AckRequest(queue_name="q1", id=999_999, lease_id=1)) == S.NOT_FOUND
     assert _status(stub.Ack, pb.AckRequest(queue_name="q1", id=0)) == S.INVALID_ARGUMENT
     assert _status(stub.Get, pb.GetRequest(queue_name="q1", id=424242)) == S.NOT_FOUND
     assert _status(stub.GetQueue, pb.GetQueueRequest(name="missing")) == S.NOT_FOUND

@@ -7,8 +7,10 @@ Depends only on grpcio and protobuf. Entry points:
 - errors: `DoqClientError` and subclasses (`doq_client.errors`);
 - `FailoverPolicy`: how long calls and streams look for the leader (on by default);
 - `RetryPolicy`: optional bounded retry of other retryable unary failures.
+Every client takes `key=` (default `$DOQ_KEY`), sent as `authorization: Bearer KEY`.
 """
 
+from doq_client._auth import aio_interceptors as key_interceptors
 from doq_client.aio import AsyncDoqClient
 from doq_client.client import DoqClient
 from doq_client.consumer import AsyncConsumer, Consumer
@@ -24,11 +26,13 @@ from doq_client.errors import (
     NotFound,
     NotLeader,
     Overloaded,
+    PermissionDenied,
     QueueNotFound,
     ResourceExhausted,
     StaleLease,
     StorageFull,
     TooLarge,
+    Unauthenticated,
     Unavailable,
 )
 from doq_client.producer import AsyncProducer, Producer
@@ -66,6 +70,7 @@ __all__ = [
     "NotFound",
     "NotLeader",
     "Overloaded",
+    "PermissionDenied",
     "Producer",
     "Queue",
     "QueueNotFound",
@@ -76,6 +81,8 @@ __all__ = [
     "StaleLease",
     "StorageFull",
     "TooLarge",
+    "Unauthenticated",
     "Unavailable",
     "enqueue_request",
+    "key_interceptors",
 ]

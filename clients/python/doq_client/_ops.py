@@ -208,3 +208,21 @@ def touch(queue: str, id_: int, lease_id: int, visibility_timeout_ms: int) -> Op
 def update_priority(queue: str, id_: int, priority: int) -> Op[Message]:
     req = build(pb.UpdatePriorityRequest, queue_name=queue, id=id_, priority=priority)
     return Op("UpdatePriority", req, lambda r: Message(r.message), True)
+
+
+def _key(k: Any) -> dict[str, Any]:
+    return {"id": k.id, "scopes": list(k.scopes), "created_ms": int(k.created_ms)}
+
+
+def create_key(scopes: Sequence[str]) -> Op[dict[str, Any]]:
+    """Not repeatable: a repeat would create a second key."""
+    return Op("CreateKey", pb.CreateKeyRequest(scopes=list(scopes)),
+              lambda r: {**_key(r.key_info), "key": r.key})
+
+
+def list_keys() -> Op[list[dict[str, Any]]]:
+    return Op("ListKeys", pb.ListKeysRequest(), lambda r: [_key(k) for k in r.keys], True)
+
+
+def revoke_key(key_id: str) -> Op[None]:
+    return Op("RevokeKey", pb.RevokeKeyRequest(id=key_id), _true, True, frozenset({"KEY_NOT_FOUND"}))

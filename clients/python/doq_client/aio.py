@@ -15,6 +15,7 @@ from typing import Any, TypeVar, cast
 import grpc
 
 from doq_client import _handle, _ops
+from doq_client._auth import aio_interceptors, resolve_key
 from doq_client._routing import Router, parse_targets
 from doq_client.client import (
     CHANNEL_OPTIONS,
@@ -42,7 +43,9 @@ log = logging.getLogger(__name__)
 
 
 class AsyncDoqClient:
-    """asyncio doq client; see `DoqClient` for the parameters and each method's contract."""
+    """asyncio doq client; see `DoqClient` for the parameters and each method's contract
+    (with `channel=`, the key is not added: give the channel `interceptors=
+    doq_client.key_interceptors(key)`)."""
 
     def __init__(
         self,
@@ -53,12 +56,14 @@ class AsyncDoqClient:
         retry: RetryPolicy | None = None,
         failover: FailoverPolicy | None = None,
         ca_file: str | None = None,
+        key: str | None = None,
     ) -> None:
         self._own_channels = channel is None
+        self.key = resolve_key(key)
         if channel is None:
             tls = _tls_credentials(ca_file)
             self.router: Router[grpc.aio.Channel] = Router(
-                parse_targets(targets), lambda addr: _open_channel(addr, tls))
+                parse_targets(targets), lambda addr: _open_channel(addr, tls, self.key))
         else:
             given = channel
             self.router = Router(["(channel)"], lambda _: given, fixed=True)
@@ -136,6 +141,18 @@ class AsyncDoqClient:
     async def update_queue(self, name: str, settings: QueueSettings) -> Queue:
         """Replace a queue's settings."""
         return await self._call(_ops.update_queue(name, settings))
+
+    async def create_key(self, scopes: Sequence[str]) -> dict[str, Any]:
+        """A new client key (admin): {"id", "key", "scopes", "created_ms"}; "key" is shown only here."""
+        return await self._call(_ops.create_key(scopes))
+
+    async def list_keys(self) -> list[dict[str, Any]]:
+        """Every key's {"id", "scopes", "created_ms"} (admin; never the key itself)."""
+        return await self._call(_ops.list_keys())
+
+    async def revoke_key(self, key_id: str) -> None:
+        """Revoke a key (admin): every node refuses it from then on."""
+        await self._call(_ops.revoke_key(key_id))
 
     async def delete_queue(self, name: str) -> None:
         """Delete a queue and its messages; raises NotFound if it does not exist."""
@@ -262,10 +279,10 @@ class AsyncDoqClient:
         return AsyncConsumer(self, queue, **kw)
 
 
-def _open_channel(addr: str, tls: grpc.ChannelCredentials | None = None) -> grpc.aio.Channel:
+def _open_channel(addr: str, tls: grpc.ChannelCredentials | None = None, key: str | None = None) -> grpc.aio.Channel:
     if tls is not None:
-        return grpc.aio.secure_channel(addr, tls, options=CHANNEL_OPTIONS)
-    return grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS)
+        return grpc.aio.secure_channel(addr, tls, options=CHANNEL_OPTIONS, interceptors=aio_interceptors(key))
+    return grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS, interceptors=aio_interceptors(key))
 
 
 _handle.provide("async", AsyncDoqClient)

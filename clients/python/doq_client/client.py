@@ -19,6 +19,7 @@ from typing import Any, TypeVar, cast
 import grpc
 
 from doq_client import _handle, _ops
+from doq_client._auth import resolve_key, sync_channel
 from doq_client._routing import Router, parse_targets
 from doq_client.consumer import Consumer
 from doq_client.errors import DoqClientError, from_rpc_error
@@ -59,6 +60,8 @@ class DoqClient:
     leader (default `FailoverPolicy()`: 15 s); `retry` enables retries of other retryable
     errors (see `doq_client.retry`). `ca_file`: connect with TLS and verify the nodes'
     certificates with this CA (PEM; a secure cluster's `ca.crt`); None: plain gRPC.
+    errors (see `doq_client.retry`). `key`: the client key sent with every call and stream
+    (default `$DOQ_KEY`; none: for a node that requires no key).
     """
 
     def __init__(
@@ -70,14 +73,16 @@ class DoqClient:
         retry: RetryPolicy | None = None,
         failover: FailoverPolicy | None = None,
         ca_file: str | None = None,
+        key: str | None = None,
     ) -> None:
         self._own_channels = channel is None
+        self.key = resolve_key(key)
         if channel is None:
             tls = _tls_credentials(ca_file)
             self.router: Router[grpc.Channel] = Router(
-                parse_targets(targets), lambda addr: _open_channel(addr, tls))
+                parse_targets(targets), lambda addr: _open_channel(addr, tls, self.key))
         else:
-            given = channel
+            given = sync_channel(channel, self.key)
             self.router = Router(["(channel)"], lambda _: given, fixed=True)
         self.timeout_s = timeout_s
         self.retry = retry or NO_RETRY
@@ -154,6 +159,18 @@ class DoqClient:
     def update_queue(self, name: str, settings: QueueSettings) -> Queue:
         """Replace a queue's settings."""
         return self._call(_ops.update_queue(name, settings))
+
+    def create_key(self, scopes: Sequence[str]) -> dict[str, Any]:
+        """A new client key (admin): {"id", "key", "scopes", "created_ms"}; "key" is shown only here."""
+        return self._call(_ops.create_key(scopes))
+
+    def list_keys(self) -> list[dict[str, Any]]:
+        """Every key's {"id", "scopes", "created_ms"} (admin; never the key itself)."""
+        return self._call(_ops.list_keys())
+
+    def revoke_key(self, key_id: str) -> None:
+        """Revoke a key (admin): every node refuses it from then on."""
+        self._call(_ops.revoke_key(key_id))
 
     def delete_queue(self, name: str) -> None:
         """Delete a queue and its messages; raises NotFound if it does not exist."""
@@ -279,10 +296,10 @@ class DoqClient:
         return Consumer(self, queue, **kw)
 
 
-def _open_channel(addr: str, tls: grpc.ChannelCredentials | None = None) -> grpc.Channel:
+def _open_channel(addr: str, tls: grpc.ChannelCredentials | None = None, key: str | None = None) -> grpc.Channel:
     if tls is not None:
-        return grpc.secure_channel(addr, tls, options=CHANNEL_OPTIONS)
-    return grpc.insecure_channel(addr, options=CHANNEL_OPTIONS)
+        return sync_channel(grpc.secure_channel(addr, tls, options=CHANNEL_OPTIONS), key)
+    return sync_channel(grpc.insecure_channel(addr, options=CHANNEL_OPTIONS), key)
 
 
 def _tls_credentials(ca_file: str | None) -> grpc.ChannelCredentials | None:

@@ -109,6 +109,14 @@ class NotLeader(Unavailable):
     """reason ``NOT_LEADER``: send the request to `leader_hint`."""
 
 
+class Unauthenticated(DoqClientError):
+    """No valid key: give one (`key=` or `$DOQ_KEY`), or it was revoked."""
+
+
+class PermissionDenied(DoqClientError):
+    """The key lacks the scope (or queue prefix) the call needs."""
+
+
 class DeadlineExceeded(DoqClientError):
     """The call's deadline passed, or the server could not commit in time.
 
@@ -134,6 +142,8 @@ _BY_CODE: dict[grpc.StatusCode, type[DoqClientError]] = {
     grpc.StatusCode.UNAVAILABLE: Unavailable,
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceeded,
     grpc.StatusCode.CANCELLED: Cancelled,
+    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
     grpc.StatusCode.INTERNAL: Internal,
     grpc.StatusCode.UNKNOWN: Internal,
 }

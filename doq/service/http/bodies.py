@@ -58,6 +58,8 @@ def body_doc(model: type[BaseModel], *, required: bool = True, description: str 
 
 _DESCRIPTIONS = {
     400: "Invalid request: malformed JSON, wrong types, unknown fields or invalid values.",
+    401: "No valid key: send `Authorization: Bearer KEY` (reason KEY_REQUIRED / INVALID_KEY).",
+    403: "The key lacks the scope this call needs, or its queue prefix excludes the queue.",
     404: "No such queue or message (reason QUEUE_NOT_FOUND / MESSAGE_NOT_FOUND).",
     409: "Conflict: the queue exists, the message is not in flight, or the lease is stale.",
     413: "The request body or the message is too large.",
@@ -72,10 +74,10 @@ _DESCRIPTIONS = {
 
 
 def errors(*statuses: int, notes: dict[int, str] | None = None) -> dict[int | str, dict[str, Any]]:
-    """`responses=` entries for problem+json answers (429, 503, 504 are always added);
+    """`responses=` entries for problem+json answers (401, 403, 429, 503, 504 are always added);
     `notes` replaces the generic description of a status for this operation."""
     out: dict[int | str, dict[str, Any]] = {}
-    for status in sorted({*statuses, 429, 503, 504}):
+    for status in sorted({*statuses, 401, 403, 429, 503, 504}):
         out[status] = {
             "description": (notes or {}).get(status) or _DESCRIPTIONS.get(status, "Error"),
             "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}},

@@ -26,6 +26,7 @@ from doq.errors import DoqError, InvalidArgument, status_of
 from doq.queues import limits as L
 from doq.service.api import batch_item_refused
 from doq.service.door import Caller, current_principal
+from doq.service.held import require_lease, require_leases
 from doq.service.http import models as m
 from doq.service.http.bodies import body_doc, errors, operation_id, read_json
 from doq.service.http.lean import LeanRoute
@@ -300,7 +301,8 @@ class QueueRoutes:
         openapi_extra=body_doc(m.LeaseBody, required=False),
     )
     async def ack(self, name: QueueName, id: MessageId, request: Request) -> Response:
-        """Acknowledge an in-flight message (removes it). The body is optional."""
+        """Acknowledge an in-flight message (removes it). The body is optional: without a
+        `lease_id` (the seed's curl) it settles the message's current delivery, whoever holds it."""
         b = await read_json(request, m.LeaseBody, required=False)
         await self.api.ack(name, _id(id), b.lease_id or 0, caller=http_caller(request))
         return _ok()
@@ -314,6 +316,7 @@ class QueueRoutes:
         """Return an in-flight message to the queue, optionally after `delay_ms` or with a new priority;
         with `release`, as if it had not been delivered (the attempt is not counted)."""
         b = await read_json(request, m.NackBody, required=False)
+        require_lease(b.lease_id or 0)
         await self.api.nack(
             name, _id(id), lease_id=b.lease_id or 0, delay_ms=b.delay_ms, priority=b.priority, release=b.release,
             caller=http_caller(request),
@@ -328,6 +331,7 @@ class QueueRoutes:
     async def touch(self, name: QueueName, id: MessageId, request: Request) -> Response:
         """Renew the lease of an in-flight message (by `visibility_timeout_ms` or the queue's setting)."""
         b = await read_json(request, m.TouchBody, required=False)
+        require_lease(b.lease_id or 0)
         until = await self.api.touch(
             name, _id(id), lease_id=b.lease_id or 0, visibility_timeout_ms=b.visibility_timeout_ms,
             caller=http_caller(request),
@@ -353,6 +357,7 @@ class QueueRoutes:
     async def ack_batch(self, name: QueueName, request: Request) -> Response:
         """Ack up to 10000 messages in one commit; one result per id, in order."""
         b = await read_json(request, m.AckBatchBody)
+        require_leases(b.ids, b.lease_ids)
         res = await self.api.ack_many(name, b.ids, b.lease_ids, caller=http_caller(request))
         out = []
         for id_, err in zip(b.ids, res, strict=True):

@@ -510,3 +510,49 @@ class ListServersResponse(_message.Message):
     servers: _containers.RepeatedCompositeFieldContainer[Server]
     leader_id: str
     def __init__(self, servers: _Optional[_Iterable[_Union[Server, _Mapping]]] = ..., leader_id: _Optional[str] = ...) -> None: ...
+
+class ApiKey(_message.Message):
+    __slots__ = ("id", "scopes", "created_ms")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    SCOPES_FIELD_NUMBER: _ClassVar[int]
+    CREATED_MS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    scopes: _containers.RepeatedScalarFieldContainer[str]
+    created_ms: int
+    def __init__(self, id: _Optional[str] = ..., scopes: _Optional[_Iterable[str]] = ..., created_ms: _Optional[int] = ...) -> None: ...
+
+class CreateKeyRequest(_message.Message):
+    __slots__ = ("scopes",)
+    SCOPES_FIELD_NUMBER: _ClassVar[int]
+    scopes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, scopes: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class CreateKeyResponse(_message.Message):
+    __slots__ = ("key_info", "key")
+    KEY_INFO_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    key_info: ApiKey
+    key: str
+    def __init__(self, key_info: _Optional[_Union[ApiKey, _Mapping]] = ..., key: _Optional[str] = ...) -> None: ...
+
+class ListKeysRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListKeysResponse(_message.Message):
+    __slots__ = ("keys",)
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    keys: _containers.RepeatedCompositeFieldContainer[ApiKey]
+    def __init__(self, keys: _Optional[_Iterable[_Union[ApiKey, _Mapping]]] = ...) -> None: ...
+
+class RevokeKeyRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class RevokeKeyResponse(_message.Message):
+    __slots__ = ("success",)
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    def __init__(self, success: _Optional[bool] = ...) -> None: ...

@@ -139,6 +139,21 @@ class DOQStub:
                 request_serializer=doq_dot_v1_dot_doq__pb2.ListServersRequest.SerializeToString,
                 response_deserializer=doq_dot_v1_dot_doq__pb2.ListServersResponse.FromString,
                 _registered_method=True)
+        self.CreateKey = channel.unary_unary(
+                '/doq.v1.DOQ/CreateKey',
+                request_serializer=doq_dot_v1_dot_doq__pb2.CreateKeyRequest.SerializeToString,
+                response_deserializer=doq_dot_v1_dot_doq__pb2.CreateKeyResponse.FromString,
+                _registered_method=True)
+        self.ListKeys = channel.unary_unary(
+                '/doq.v1.DOQ/ListKeys',
+                request_serializer=doq_dot_v1_dot_doq__pb2.ListKeysRequest.SerializeToString,
+                response_deserializer=doq_dot_v1_dot_doq__pb2.ListKeysResponse.FromString,
+                _registered_method=True)
+        self.RevokeKey = channel.unary_unary(
+                '/doq.v1.DOQ/RevokeKey',
+                request_serializer=doq_dot_v1_dot_doq__pb2.RevokeKeyRequest.SerializeToString,
+                response_deserializer=doq_dot_v1_dot_doq__pb2.RevokeKeyResponse.FromString,
+                _registered_method=True)
 
 
 class DOQServicer:
@@ -274,6 +289,24 @@ class DOQServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateKey(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListKeys(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevokeKey(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DOQServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -381,6 +414,21 @@ def add_DOQServicer_to_server(servicer, server):
                     servicer.ListServers,
                     request_deserializer=doq_dot_v1_dot_doq__pb2.ListServersRequest.FromString,
                     response_serializer=doq_dot_v1_dot_doq__pb2.ListServersResponse.SerializeToString,
+            ),
+            'CreateKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateKey,
+                    request_deserializer=doq_dot_v1_dot_doq__pb2.CreateKeyRequest.FromString,
+                    response_serializer=doq_dot_v1_dot_doq__pb2.CreateKeyResponse.SerializeToString,
+            ),
+            'ListKeys': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListKeys,
+                    request_deserializer=doq_dot_v1_dot_doq__pb2.ListKeysRequest.FromString,
+                    response_serializer=doq_dot_v1_dot_doq__pb2.ListKeysResponse.SerializeToString,
+            ),
+            'RevokeKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeKey,
+                    request_deserializer=doq_dot_v1_dot_doq__pb2.RevokeKeyRequest.FromString,
+                    response_serializer=doq_dot_v1_dot_doq__pb2.RevokeKeyResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -950,6 +998,87 @@ class DOQ:
             '/doq.v1.DOQ/ListServers',
             doq_dot_v1_dot_doq__pb2.ListServersRequest.SerializeToString,
             doq_dot_v1_dot_doq__pb2.ListServersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/doq.v1.DOQ/CreateKey',
+            doq_dot_v1_dot_doq__pb2.CreateKeyRequest.SerializeToString,
+            doq_dot_v1_dot_doq__pb2.CreateKeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListKeys(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/doq.v1.DOQ/ListKeys',
+            doq_dot_v1_dot_doq__pb2.ListKeysRequest.SerializeToString,
+            doq_dot_v1_dot_doq__pb2.ListKeysResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokeKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/doq.v1.DOQ/RevokeKey',
+            doq_dot_v1_dot_doq__pb2.RevokeKeyRequest.SerializeToString,
+            doq_dot_v1_dot_doq__pb2.RevokeKeyResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,75 @@
+"""The first admin key of a secure cluster: `<data_dir>/admin.key`, printed once.
+
+On a node that requires keys, `ensure_admin_key` waits until the node either sees a key
+in the replicated table (nothing to do: the cluster has keys) or leads a state without
+any. As the leader of a keyless state, if `<data_dir>/admin.key` does not exist, it
+generates an admin key, writes the file (mode 0600, the key on one line, created
+exclusively) and only then proposes the key; it prints the key once on stdout (never to
+the log). A failed proposal removes the file again. If the file exists while the table
+is empty (a crash between the write and the commit, or a file left from another
+cluster), it logs a warning and creates nothing: remove the file to get a new key.
+
+So a bootstrapping node writes the file on its first secure start, and so does the
+leader of a cluster that ran without keys and is restarted with them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from pathlib import Path
+
+from doq.auth.admin import create_key
+from doq.auth.tokens import new_key
+from doq.errors import DoqError
+from doq.node.base import Node
+
+log = logging.getLogger("doq.auth")
+ADMIN_KEY_FILE = "admin.key"
+
+
+def write_key_file(path: Path, token: str) -> None:
+    """Create `path` (0600, whatever the umask; fails if it exists) holding `token` + newline."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, (token + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+async def ensure_admin_key(node: Node, data_dir: str | Path, *, poll_s: float = 0.1) -> str | None:
+    """See the module docstring. Returns the key's id if this call created one; retries
+    while the proposal meets a retryable error (e.g. leadership moved)."""
+    path = Path(data_dir) / ADMIN_KEY_FILE
+    while True:
+        if node.state.keys():
+            return None
+        if not (node.is_leader and node.is_ready()):
+            await asyncio.sleep(poll_s)
+            continue
+        if path.exists():
+            log.warning("no client key exists but %s does: not creating one (remove the file to have a "
+                        "new admin key generated)", path)
+            return None
+        new = new_key()
+        write_key_file(path, new.token)
+        try:
+            created = await create_key(node, ("admin",), key=new)
+        except DoqError as e:
+            with contextlib.suppress(OSError):
+                path.unlink()
+            if not e.retryable:
+                raise
+            log.info("creating the admin key: %s; trying again", e.reason)
+            await asyncio.sleep(poll_s)
+            continue
+        except BaseException:
+            with contextlib.suppress(OSError):
+                path.unlink()
+            raise
+        print(f"doq: admin key {created.record.id} written to {path} (shown once): {new.token}", flush=True)
+        return created.record.id

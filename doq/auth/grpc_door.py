@@ -1,0 +1,249 @@
+"""The gRPC side of the client door: two server interceptors over the one table.
+
+`AuthInterceptor` (first in the chain): checks the caller's `authorization: Bearer KEY`
+metadata once per call or stream against `doq.auth.table.GRPC_RULES`; refuses with
+UNAUTHENTICATED (no valid key) or PERMISSION_DENIED (no scope). A key whose scope is
+limited to a queue prefix is checked against the queue each request names (the rule's
+field; `str.startswith` over the key's prefixes): once for a unary call, per request
+frame of an enqueue stream, the first request of a dequeue stream (which names the queue
+for the whole call; the later requests pass through untouched). On a follower that
+relays the call to the leader (raw bytes), the queue check is the leader's: it checks the
+same key against the same replicated table.
+
+`AuditInterceptor` (after the follower forwarder, so it sees only calls this node serves
+itself): logs and counts the admin actions (`doq.auth.audit`).
+
+Calls of other services (grpc.health.v1, reflection) are open. A node that requires no
+key lets a call without `authorization` through untouched (no wrapper, no cost).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from typing import Any
+
+import grpc
+from doq_proto.v1 import doq_pb2 as pb
+
+from doq.auth import audit
+from doq.auth.authorizer import Authorizer, Principal
+from doq.auth.table import BATCH_QUEUES, DOQ_SERVICE, GRPC_RULES, UNLISTED, Rule
+from doq.errors import DoqError, status_of
+
+Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]]
+
+
+def _authorization(details: grpc.HandlerCallDetails) -> str | bytes | None:
+    md: Sequence[Any] = details.invocation_metadata or ()  # type: ignore[attr-defined]
+    for k, v in md:
+        if k == "authorization":
+            return v  # type: ignore[no-any-return]
+    return None
+
+
+def rule_of(method: str) -> Rule | None:
+    """The rule of a full method name (None: not the doq service: open)."""
+    rule = GRPC_RULES.get(method)
+    if rule is None and method.startswith(DOQ_SERVICE):
+        return UNLISTED
+    return rule
+
+
+async def abort(context: grpc.aio.ServicerContext, err: DoqError) -> None:
+    context.set_trailing_metadata((("doq-reason", err.reason), ("doq-retryable", "false"), ("doq-leader", "")))
+    await context.abort(grpc.StatusCode[status_of(err).grpc_code], err.message)
+
+
+def _refusing(handler: grpc.RpcMethodHandler, err: DoqError) -> grpc.RpcMethodHandler:
+    """A handler of `handler`'s kind that ends the call with `err`, reading nothing."""
+    if handler.response_streaming:
+        async def refuse_stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+            await abort(context, err)
+            yield b""  # unreachable: makes this an async generator
+
+        factory = grpc.stream_stream_rpc_method_handler if handler.request_streaming else grpc.unary_stream_rpc_method_handler
+        return factory(refuse_stream)
+
+    async def refuse(request: Any, context: grpc.aio.ServicerContext) -> bytes:
+        await abort(context, err)
+        raise AssertionError("unreachable")
+
+    factory = grpc.stream_unary_rpc_method_handler if handler.request_streaming else grpc.unary_unary_rpc_method_handler
+    return factory(refuse)
+
+
+def _rebuilt(handler: grpc.RpcMethodHandler, behavior: Any) -> grpc.RpcMethodHandler:
+    """`handler` with another behavior of the same kind (same (de)serializers)."""
+    if handler.request_streaming and handler.response_streaming:
+        factory = grpc.stream_stream_rpc_method_handler
+    elif handler.request_streaming:
+        factory = grpc.stream_unary_rpc_method_handler
+    elif handler.response_streaming:
+        factory = grpc.unary_stream_rpc_method_handler
+    else:
+        factory = grpc.unary_unary_rpc_method_handler
+    return factory(behavior, request_deserializer=handler.request_deserializer,
+                   response_serializer=handler.response_serializer)
+
+
+def _original(handler: grpc.RpcMethodHandler) -> Any:
+    return handler.stream_stream or handler.stream_unary or handler.unary_stream or handler.unary_unary
+
+
+def queues_of(request: Any, field: str) -> Iterable[str]:
+    """The queue names a request names through the rule's `field` (empty ones skipped)."""
+    if field == BATCH_QUEUES:
+        if not request.messages:  # a columns frame (the producers'): one queue
+            queue = request.columns.queue_name
+            return (queue,) if queue else ()
+        names = {m.queue_name for m in request.messages}
+        if request.HasField("columns"):
+            names.add(request.columns.queue_name)
+        names.discard("")
+        return names
+    queue = getattr(request, field)
+    return (queue,) if queue else ()
+
+
+class _FirstChecked:
+    """A request stream whose first request is checked (a dequeue stream: its first
+    request names the queue for the whole call); the later ones pass untouched (a plain
+    method call each, no coroutine)."""
+
+    __slots__ = ("_check", "_first", "_it")
+
+    def __init__(self, requests: AsyncIterator[Any], check: Callable[[Any], Awaitable[None]]) -> None:
+        self._it = requests.__aiter__()
+        self._check = check
+        self._first = True
+
+    def __aiter__(self) -> _FirstChecked:
+        return self
+
+    def __anext__(self) -> Awaitable[Any]:
+        if self._first:
+            self._first = False
+            return self._checked_first()
+        return self._it.__anext__()
+
+    async def _checked_first(self) -> Any:
+        r = await self._it.__anext__()
+        await self._check(r)
+        return r
+
+
+def _queue_checked(handler: grpc.RpcMethodHandler, authz: Authorizer, who: Principal, rule: Rule) -> grpc.RpcMethodHandler:
+    """`handler` checking the queue each request names against `who`'s prefixes: each
+    request of a unary call or enqueue stream, the first of a dequeue stream."""
+    field = rule.queue
+    inner = _original(handler)
+    prefixes = who.prefixes(rule)
+
+    def refused(request: Any) -> str | None:
+        """The first queue of `request` outside the key's prefixes (None: all allowed)."""
+        for queue in queues_of(request, field):
+            if not queue.startswith(prefixes):
+                return queue
+        return None
+
+    async def check(request: Any, context: grpc.aio.ServicerContext) -> None:
+        if (queue := refused(request)) is not None:
+            await abort(context, authz.deny(who, rule, queue))
+
+    if handler.request_streaming:
+
+        async def each_checked(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            async for r in requests:
+                if (queue := refused(r)) is not None:  # no coroutine per frame unless refused
+                    await abort(context, authz.deny(who, rule, queue))
+                yield r
+
+        def checked(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            if rule.first_request_only:
+                return _FirstChecked(requests, lambda r: check(r, context))
+            return each_checked(requests, context)
+
+        if handler.response_streaming:
+            async def stream_behavior(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+                async for resp in inner(checked(requests, context), context):
+                    yield resp
+        else:
+            async def stream_behavior(requests: Any, context: grpc.aio.ServicerContext) -> Any:  # type: ignore[misc]
+                return await inner(checked(requests, context), context)
+        return _rebuilt(handler, stream_behavior)
+
+    if handler.response_streaming:
+        async def unary_stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            await check(request, context)
+            async for resp in inner(request, context):
+                yield resp
+        return _rebuilt(handler, unary_stream)
+
+    async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await check(request, context)
+        return await inner(request, context)
+    return _rebuilt(handler, unary)
+
+
+class AuthInterceptor(grpc.aio.ServerInterceptor):
+    """See the module docstring."""
+
+    def __init__(self, authorizer: Authorizer) -> None:
+        self.authz = authorizer
+
+    async def intercept_service(self, continuation: Continuation,
+                                handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        rule = rule_of(handler_call_details.method)  # type: ignore[attr-defined]
+        if rule is None or rule.open:
+            return await continuation(handler_call_details)
+        authorization = _authorization(handler_call_details)
+        authz = self.authz
+        if authorization is None and not authz.required:
+            return await continuation(handler_call_details)
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return None
+        try:
+            who = authz.authenticate(authorization)
+            authz.check_call(who, rule)
+        except DoqError as e:
+            return _refusing(handler, e)
+        if who.unrestricted(rule) or handler.request_deserializer is None:  # None: relayed as bytes
+            return handler
+        return _queue_checked(handler, authz, who, rule)
+
+
+class AuditInterceptor(grpc.aio.ServerInterceptor):
+    """See the module docstring. `node_id` names this node in the audit lines."""
+
+    def __init__(self, authorizer: Authorizer, node_id: str) -> None:
+        self.authz = authorizer
+        self.node_id = node_id
+
+    async def intercept_service(self, continuation: Continuation,
+                                handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        handler = await continuation(handler_call_details)
+        rule = rule_of(handler_call_details.method)  # type: ignore[attr-defined]
+        if handler is None or rule is None or not rule.audit or handler.request_streaming or handler.response_streaming:
+            return handler
+        try:
+            key_id = self.authz.authenticate(_authorization(handler_call_details)).key_id
+        except DoqError:
+            return handler  # refused by AuthInterceptor already
+        inner = _original(handler)
+        action, field, node_id = rule.audit, rule.queue, self.node_id
+
+        async def audited(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            target = ",".join(sorted(queues_of(request, field))) if field else str(getattr(request, "id", ""))
+            try:
+                response = await inner(request, context)
+            except BaseException:
+                code = context.code()
+                audit.record(action, key_id, target, code.name if isinstance(code, grpc.StatusCode) else "error",
+                             node_id)
+                raise
+            if isinstance(response, pb.CreateKeyResponse):
+                target = response.key_info.id  # the new key's id (never the key)
+            audit.record(action, key_id, target, "ok", node_id)
+            return response
+        return _rebuilt(handler, audited)

@@ -1,0 +1,133 @@
+"""What checking client keys costs the data path: the per-message producer and consumer of
+`doq.bench.side_by_side` (one enqueue and one confirmation per message; one ack per
+message), against two single nodes in one run: one requiring no key (a loopback node), one
+started with `--secure` whose clients send a key, alternating run by run.
+
+    python -m doq.bench.keys_cost [--runs 3] [--count 100000] [--consume-count 50000]
+
+Three clients alternate: "keys off" (the open node, no key), "keys on" (the secure node,
+a `produce`+`consume` key) and "prefix key" (the secure node, `produce:sbs-` and
+`consume:sbs-`: the costliest check, a prefix test per request frame); the admin key
+(the node's `admin.key`) creates their queues. Prints the medians of the rate and of the
+server's CPU time per message, with the differences to "keys off"; `--json FILE` writes
+every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from doq.bench import side_by_side as sbs
+
+
+@contextlib.contextmanager
+def _key_env(key: str) -> Iterator[None]:
+    saved = os.environ.get("DOQ_KEY")
+    if key:
+        os.environ["DOQ_KEY"] = key
+    else:
+        os.environ.pop("DOQ_KEY", None)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("DOQ_KEY", None)
+        else:
+            os.environ["DOQ_KEY"] = saved
+
+
+def _create_key(http_url: str, admin: str, scopes: list[str]) -> str:
+    req = urllib.request.Request(f"{http_url}/API/v1/keys", data=json.dumps({"scopes": scopes}).encode(),
+                                 method="POST", headers={"Authorization": f"Bearer {admin}",
+                                                         "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return str(json.loads(r.read())["key"])
+
+
+def _queue(workload: str, run: int) -> str:
+    return f"sbs-{workload}-{run}-{os.getpid()}"  # the name `side_by_side.run_once` uses
+
+
+def _create_queue(server: sbs.Server, queue: str, admin: str) -> None:
+    """Create the queue `run_once` will use (its clients' keys may not create queues)."""
+    from doq_client import AlreadyExists, DoqClient
+
+    with DoqClient(server.addr, key=admin or None) as c, contextlib.suppress(AlreadyExists):
+        c.create_queue(queue)
+
+
+def _delete_queue(server: sbs.Server, queue: str, admin: str) -> None:
+    """Delete it after the run (as `run_once` does with its clients' key), so no node
+    keeps more messages than the other."""
+    from doq_client import DoqClient, NotFound
+
+    with DoqClient(server.addr, key=admin or None) as c, contextlib.suppress(NotFound):
+        c.delete_queue(queue)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--count", type=int, default=100_000)
+    p.add_argument("--consume-count", type=int, default=50_000)
+    p.add_argument("--json", metavar="FILE")
+    ns = p.parse_args(argv)
+    args = sbs.Args(count=ns.count, consume_count=ns.consume_count, runs=ns.runs, workloads=("producer", "consumer"))
+    names = ("keys off", "keys on", "prefix key")
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {name: {} for name in names}
+    with tempfile.TemporaryDirectory(prefix="doq-keys-cost-") as tmp, \
+            sbs.doq_server(Path(tmp) / "open") as open_node, \
+            sbs.doq_server(Path(tmp) / "secure", extra_args=["--secure"]) as secure_node:
+        admin = (Path(tmp) / "secure" / "data" / "admin.key").read_text().strip()
+        client_key = _create_key(_http_of(Path(tmp) / "secure"), admin, ["produce:sbs-", "consume:sbs-"])
+        produce_consume = _create_key(_http_of(Path(tmp) / "secure"), admin, ["produce", "consume"])
+        systems = [("keys off", open_node, ""), ("keys on", secure_node, produce_consume),
+                   ("prefix key", secure_node, client_key)]
+        for run in range(ns.runs):
+            for workload in args.workloads:
+                for i, (name, server, key) in enumerate(systems if run % 2 == 0 else systems[::-1]):
+                    run_id = run * 10 + i  # a queue of its own for each run of each client
+                    _create_queue(server, _queue(workload, run_id), admin if key else "")
+                    with _key_env(key):
+                        r = sbs.run_once("doq", server, workload, run_id, args)
+                    _delete_queue(server, _queue(workload, run_id), admin if key else "")
+                    runs[name].setdefault(workload, []).append(r)
+                    print(f"{name:10} {workload:8} run {run}: {r['msg_per_s']:,.0f} msg/s, server "
+                          f"{r['server_cpu_us_per_msg']} us/msg", file=sys.stderr)
+    summary: dict[str, dict[str, Any]] = {}
+    for workload in args.workloads:
+        base = statistics.median(r["msg_per_s"] for r in runs["keys off"][workload])
+        base_cpu = statistics.median(r["server_cpu_us_per_msg"] or 0 for r in runs["keys off"][workload])
+        line = []
+        for name in names:
+            rate = statistics.median(r["msg_per_s"] for r in runs[name][workload])
+            cpu = statistics.median(r["server_cpu_us_per_msg"] or 0 for r in runs[name][workload])
+            summary.setdefault(workload, {})[name] = {"msg_per_s": rate, "server_cpu_us_per_msg": cpu}
+            line.append(f"{name} {rate:,.0f} msg/s ({(rate - base) / base * 100:+.1f} %), "
+                        f"server {cpu} us/msg ({(cpu - base_cpu) / base_cpu * 100:+.1f} %)" if base_cpu else "")
+        print(f"{workload}: " + "; ".join(line))
+    if ns.json:
+        Path(ns.json).write_text(json.dumps({"runs": runs, "summary": summary}, indent=2))
+    return 0
+
+
+def _http_of(root: Path) -> str:
+    """The HTTP URL of the node `doq_server` started under `root` (from its log line)."""
+    for line in (root / "doq-1.log").read_text().splitlines():
+        if "ready: grpc=" in line:
+            return "http://" + line.rsplit("http=", 1)[1].strip()
+    raise RuntimeError(f"no ready line in {root / 'doq-1.log'}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

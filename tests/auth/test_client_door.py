@@ -1,0 +1,362 @@
+"""The client door on a real secure three-node cluster (`doq serve --secure` processes on
+127.0.0.1, real LMDB, real gRPC and HTTP; nothing faked).
+
+Generated from the node's own OpenAPI document and the proto's service descriptors, so a
+route or RPC added later cannot be forgotten: every one must be in the authorization
+table (`doq.auth.table`), and every one that needs a key refuses a call without one
+(401 / UNAUTHENTICATED), with a key of the wrong scope or queue prefix (403 /
+PERMISSION_DENIED), and with a key revoked through another member than the one asked.
+Health endpoints answer without a key. Also: keys created and revoked with `doq keys`,
+the admin key file, audit lines, and no secret in logs, metrics, `/cluster`, errors or a
+backup.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from doq_proto.v1 import doq_pb2 as pb
+from google.protobuf import message_factory
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from doq.auth.table import BATCH_QUEUES, GRPC_RULES, HTTP_RULES, OPEN_PATH_PREFIXES, Rule
+from tests.support.cluster import until
+from tests.support.proc import NodeProc
+
+NON_ADMIN = ("produce", "consume", "backup", "restore", "metrics")
+PARAMS = {"name": "q", "id": "1", "node_id": "node-9", "key_id": "abc123"}
+SERVICE = pb.DESCRIPTOR.services_by_name["DOQ"]
+
+
+def http(node: NodeProc, method: str, path: str, key: str | None = None, body: Any = None,
+         raw: bool = False) -> tuple[int, Any, dict[str, str]]:
+    data = None if body is None else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json"}
+    if key is not None:
+        headers["Authorization"] = f"Bearer {key}"
+    req = urllib.request.Request(node.http_url + path, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            content = r.read()
+            return r.status, content if raw else (json.loads(content) if content else None), dict(r.headers)
+    except urllib.error.HTTPError as e:
+        content = e.read()
+        try:
+            doc = json.loads(content)
+        except ValueError:
+            doc = content
+        return e.code, doc, dict(e.headers)
+
+
+def ok(node: NodeProc, method: str, path: str, key: str, body: Any = None) -> Any:
+    status, doc, _ = http(node, method, path, key, body)
+    assert 200 <= status < 300, (method, path, status, doc)
+    return doc
+
+
+class Cluster:
+    def __init__(self, nodes: list[NodeProc], admin: str) -> None:
+        self.nodes = nodes
+        self.admin = admin
+        self.keys: dict[str, str] = {}  # name -> token
+
+    def key(self, name: str, *scopes: str) -> str:
+        doc = ok(self.nodes[0], "POST", "/API/v1/keys", self.admin, {"scopes": list(scopes)})
+        self.keys[name] = doc["key"]
+        return str(doc["key"])
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    data = tmp_path_factory.mktemp("secure")
+    nodes = [NodeProc(data, node_id=f"node-{i}", extra_args=["--secure"]) for i in (1, 2, 3)]
+    saved = os.environ.get("DOQ_KEY")
+    try:
+        nodes[0].start()
+        key_file = data / "admin.key"
+        until("the admin key file", key_file.exists)
+        admin = key_file.read_text().strip()
+        os.environ["DOQ_KEY"] = admin  # the joining nodes' key (POST /cluster/join is admin)
+        for n in nodes[1:]:
+            n.extra_args += ["--join", f"127.0.0.1:{nodes[0].http_port}"]
+            n.start(timeout_s=90)
+        os.environ.pop("DOQ_KEY")
+
+        def voters() -> bool:
+            status, doc, _ = http(nodes[0], "GET", "/cluster", admin)
+            return status == 200 and sorted(m["node_id"] for m in doc["members"] if m["role"] == "voter") == [
+                "node-1", "node-2", "node-3"]
+
+        until("three voters", voters, 90)
+        c = Cluster(nodes, admin)
+        ok(nodes[0], "POST", "/API/v1/queues", admin, {"name": "q", "type": "delayed"})
+        c.key("backup_restore", "backup", "restore")
+        c.key("data", "produce", "consume", "metrics")
+        c.key("prefix", "produce:zz", "consume:zz")
+        c.key("revoked", "admin")
+        yield c
+    finally:
+        if saved is None:
+            os.environ.pop("DOQ_KEY", None)
+        else:
+            os.environ["DOQ_KEY"] = saved
+        for n in nodes:
+            n.kill9()
+
+
+# -- the table covers everything ------------------------------------------------------------
+def _operations(node: NodeProc) -> list[tuple[str, str]]:
+    status, doc, _ = http(node, "GET", "/openapi.json")
+    assert status == 200
+    return [(m.upper(), p) for p, item in doc["paths"].items() for m in item]
+
+
+def _path(template: str) -> str:
+    return re.sub(r"\{(\w+)\}", lambda m: PARAMS[m.group(1)], template)
+
+
+def test_every_route_and_rpc_is_in_the_authorization_table(cluster: Cluster) -> None:
+    ops = _operations(cluster.nodes[1])
+    assert len(ops) > 20 and ("POST", "/cluster/join") in ops and ("POST", "/API/v1/keys") in ops
+    missing = [op for op in ops if op not in HTTP_RULES]
+    assert not missing, f"routes missing from doq.auth.table.HTTP_RULES: {missing}"
+    rpcs = [f"/doq.v1.DOQ/{m.name}" for m in SERVICE.methods]
+    assert not [r for r in rpcs if r not in GRPC_RULES], "RPCs missing from doq.auth.table.GRPC_RULES"
+    assert not set(GRPC_RULES) - set(rpcs), "rules for RPCs that do not exist"
+
+
+def _wrong_key(c: Cluster, rule: Rule) -> str:
+    return c.keys["data"] if set(rule.scopes) & {"backup", "restore"} else c.keys["backup_restore"]
+
+
+def test_every_http_route_refuses_no_key_a_wrong_key_and_a_wrong_prefix(cluster: Cluster) -> None:
+    asked = cluster.nodes[2]  # a follower or the leader: the check is the same on every member
+    checked = 0
+    for method, template in _operations(asked):
+        rule, path = HTTP_RULES[(method, template)], _path(template)
+        if rule.open:
+            status, _, _ = http(asked, method, path)
+            assert status not in (401, 403), (method, template)
+            continue
+        status, doc, headers = http(asked, method, path, body={})
+        assert (status, doc["reason"]) == (401, "KEY_REQUIRED"), (method, template, status, doc)
+        assert headers.get("www-authenticate", headers.get("WWW-Authenticate")) == "Bearer"
+        status, doc, _ = http(asked, method, path, "doq_000000000000_not-a-key", body={})
+        assert (status, doc["reason"]) == (401, "INVALID_KEY"), (method, template)
+        if not rule.any_key:
+            status, doc, _ = http(asked, method, path, _wrong_key(cluster, rule), body={})
+            assert (status, doc["reason"]) == (403, "SCOPE_REQUIRED"), (method, template, status, doc)
+        if rule.queue and set(rule.scopes) <= {"produce", "consume", "metrics"}:
+            status, doc, _ = http(asked, method, path, cluster.keys["prefix"], body={})
+            assert status == 403, (method, template, status, doc)
+        checked += 1
+    assert checked > 20
+    for path in ("/livez", "/readyz", "/openapi.json", "/docs", "/redoc"):
+        assert http(asked, "GET", path, raw=True)[0] == 200, path
+    assert OPEN_PATH_PREFIXES == ("/static/",)
+
+
+def _request(method: Any, queue: str = "q") -> Any:
+    cls = message_factory.GetMessageClass(method.input_type)
+    req = cls()
+    rule = GRPC_RULES[f"/doq.v1.DOQ/{method.name}"]
+    if rule.queue == BATCH_QUEUES:
+        req.columns.queue_name = queue
+        req.columns.contents.append(b"x")
+    elif rule.queue:
+        setattr(req, rule.queue, queue)
+    return req
+
+
+def _grpc_code(channel: grpc.Channel, method: Any, key: str | None) -> grpc.StatusCode:
+    full = f"/doq.v1.DOQ/{method.name}"
+    md = [("authorization", f"Bearer {key}")] if key else []
+    req = _request(method)
+    ser = type(req).SerializeToString
+    de = message_factory.GetMessageClass(method.output_type).FromString
+    try:
+        if method.client_streaming:
+            call = channel.stream_stream(full, request_serializer=ser, response_deserializer=de)
+            for _ in call(iter([req]), metadata=md, timeout=30):
+                pass
+        elif method.server_streaming:
+            for _ in channel.unary_stream(full, request_serializer=ser, response_deserializer=de)(
+                    req, metadata=md, timeout=30):
+                pass
+        else:
+            channel.unary_unary(full, request_serializer=ser, response_deserializer=de)(req, metadata=md, timeout=30)
+    except grpc.RpcError as e:
+        return e.code()  # type: ignore[no-any-return]
+    return grpc.StatusCode.OK
+
+
+def test_every_rpc_refuses_no_key_a_wrong_key_and_a_wrong_prefix(cluster: Cluster) -> None:
+    with grpc.insecure_channel(cluster.nodes[1].grpc_addr) as ch:
+        for method in SERVICE.methods:
+            rule = GRPC_RULES[f"/doq.v1.DOQ/{method.name}"]
+            assert _grpc_code(ch, method, None) == grpc.StatusCode.UNAUTHENTICATED, method.name
+            assert _grpc_code(ch, method, "doq_000000000000_x") == grpc.StatusCode.UNAUTHENTICATED, method.name
+            if not rule.any_key:
+                assert _grpc_code(ch, method, _wrong_key(cluster, rule)) == grpc.StatusCode.PERMISSION_DENIED, \
+                    method.name
+            if rule.queue and set(rule.scopes) <= {"produce", "consume", "metrics"}:
+                assert _grpc_code(ch, method, cluster.keys["prefix"]) == grpc.StatusCode.PERMISSION_DENIED, \
+                    method.name
+        health = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service="doq.v1.DOQ"))
+        assert health.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_a_key_revoked_through_one_member_is_refused_by_another(cluster: Cluster) -> None:
+    revoked = cluster.keys["revoked"]
+    asked, revoker = cluster.nodes[2], cluster.nodes[1]
+    assert http(asked, "GET", "/API/v1/queues", revoked)[0] == 200
+    key_id = revoked.split("_")[1]
+    ok(revoker, "DELETE", f"/API/v1/keys/{key_id}", cluster.admin)
+    until("the revocation applied on node-3", lambda: http(asked, "GET", "/API/v1/queues", revoked)[0] == 401)
+    for method, template in _operations(asked):
+        if not HTTP_RULES[(method, template)].open:
+            status, doc, _ = http(asked, method, _path(template), revoked, body={})
+            assert (status, doc["reason"]) == (401, "INVALID_KEY"), (method, template)
+    with grpc.insecure_channel(asked.grpc_addr) as ch:
+        for method in SERVICE.methods:
+            assert _grpc_code(ch, method, revoked) == grpc.StatusCode.UNAUTHENTICATED, method.name
+
+
+def test_scoped_keys_do_their_work_and_the_prefix_limits_the_queue(cluster: Cluster) -> None:
+    from doq_client import DoqClient, PermissionDenied
+
+    n = cluster.nodes[2]
+    ok(n, "POST", "/API/v1/queues", cluster.admin, {"name": "orders.eu", "type": "delayed"})
+    prod = cluster.key("prod_orders", "produce:orders.")
+    cons = cluster.key("cons_orders", "consume:orders.")
+    targets = ",".join(x.grpc_addr for x in cluster.nodes)
+    with DoqClient(targets, key=prod) as c:
+        p = c.producer()
+        ids = [p.enqueue("orders.eu", b"m%d" % i).result().id for i in range(10)]
+        p.close()
+        with pytest.raises(PermissionDenied):
+            c.enqueue("q", b"x")
+        with pytest.raises(PermissionDenied):
+            c.dequeue("orders.eu")
+    with DoqClient(targets, key=cons) as c:
+        got = []
+        with c.consumer("orders.eu", prefetch=4) as consumer:
+            for m in consumer:
+                consumer.ack(m)
+                got.append(m.id)
+                if len(got) == 10:
+                    break
+        assert sorted(got) == sorted(ids)
+        until("the acks applied", lambda: c.get_queue("orders.eu").stats.total == 0)
+        with pytest.raises(PermissionDenied):
+            c.create_queue("orders.us")
+    # the seed's HTTP ack (no lease) under a key that may consume the queue
+    ok(n, "POST", "/API/v1/queues/orders.eu/messages", prod, {"content": "seed"})
+    m = ok(n, "GET", "/API/v1/queues/orders.eu/messages", cons)
+    ok(n, "POST", f"/API/v1/queues/orders.eu/messages/{m['id']}/ack", cons)
+
+
+def test_doq_keys_commands_create_list_and_revoke(cluster: Cluster) -> None:
+    env = {**os.environ, "DOQ_KEY": cluster.admin, "DOQ_SERVER": cluster.nodes[1].http_url}
+
+    def doq(*args: str) -> str:
+        out = subprocess.run([sys.executable, "-m", "doq", "keys", *args], capture_output=True, text=True,
+                             env=env, timeout=60, check=True)
+        return out.stdout
+
+    created = json.loads(doq("create", "--scope", "produce:a.", "--scope", "metrics", "--json"))
+    assert set(created) == {"id", "key", "scopes"} and created["scopes"] == ["produce:a.", "metrics"]
+    listed = json.loads(doq("list", "--json"))["keys"]
+    assert created["id"] in [k["id"] for k in listed]
+    assert created["key"] not in json.dumps(listed)
+    assert created["id"] in doq("list")
+    doq("revoke", created["id"])
+    assert created["id"] not in [k["id"] for k in json.loads(doq("list", "--json"))["keys"]]
+    refused = subprocess.run([sys.executable, "-m", "doq", "keys", "list", "--key", created["key"]],
+                             capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert refused.returncode == 1 and "401" in refused.stderr
+
+
+def test_admin_key_file_is_0600_and_audit_lines_name_the_key_id_only(cluster: Cluster) -> None:
+    n = cluster.nodes[0]
+    key_file = n.data_dir / "admin.key"
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert key_file.read_text() == cluster.admin + "\n"
+    status, _, _ = http(cluster.nodes[1], "POST", "/API/v1/queues/q/purge", cluster.admin)
+    assert status == 200
+    admin_id = cluster.admin.split("_")[1]
+
+    def audit_line() -> dict[str, Any] | None:
+        for node in cluster.nodes:
+            for line in node.log().splitlines():
+                if '"audit":"queue.purge"' in line:
+                    return dict(json.loads(line[line.index("{"):]))
+        return None
+
+    line = until("the purge's audit line", audit_line)
+    assert line["key"] == admin_id and line["target"] == "q" and line["result"] == "ok"
+    status, doc, _ = http(n, "GET", "/metrics", cluster.keys["data"], raw=True)
+    assert re.search(rb'doq_audit_events_total\{action="key.create",result="ok"\} [1-9]', doc)
+
+
+def test_no_secret_in_logs_metrics_cluster_errors_or_backups(cluster: Cluster, tmp_path: Path) -> None:
+    n = cluster.nodes[0]
+    backup_key = cluster.keys["backup_restore"]
+    status, body, headers = http(n, "POST", "/db/backup", backup_key, {"since": 0}, raw=True)
+    assert status == 200 and body
+    texts = {
+        "metrics": http(n, "GET", "/metrics", cluster.keys["data"], raw=True)[1].decode(),
+        "cluster": json.dumps(http(n, "GET", "/cluster", cluster.keys["data"])[1]),
+        "error": json.dumps(http(n, "GET", "/API/v1/keys", cluster.keys["data"])[1]),
+        "backup headers": json.dumps(headers),
+        "keys list": json.dumps(http(n, "GET", "/API/v1/keys", cluster.admin)[1]),
+    }
+    for node in cluster.nodes:
+        texts[f"{node.node_id} log"] = node.log()
+    printed_once = f"(shown once): {cluster.admin}"
+    assert cluster.nodes[0].log().count(cluster.admin) == 1 and printed_once in cluster.nodes[0].log()
+    texts["node-1 log"] = texts["node-1 log"].replace(printed_once, "")
+    for name, token in [("admin", cluster.admin), *cluster.keys.items()]:
+        secret = token.split("_", 2)[2]
+        digest = hashlib.sha256(token.encode()).digest()
+        for where, text in texts.items():
+            assert secret not in text and digest.hex() not in text, (name, where)
+        assert secret.encode() not in body and digest not in body, (name, "backup file")
+
+
+def test_the_admin_key_is_made_once_and_kept_over_restarts(tmp_path: Path) -> None:
+    node = NodeProc(tmp_path, extra_args=["--secure"]).start()
+    try:
+        key_file = tmp_path / "admin.key"
+        until("the admin key file", key_file.exists)
+        admin = key_file.read_text().strip()
+        until("the admin key works", lambda: http(node, "GET", "/API/v1/keys", admin)[0] == 200)
+        node.terminate()
+        node.start()
+        assert key_file.read_text().strip() == admin
+        assert [k["scopes"] for k in ok(node, "GET", "/API/v1/keys", admin)["keys"]] == [["admin"]]
+        assert node.log().count("admin key") == 1  # printed on the first start only
+    finally:
+        node.kill9()
+
+
+def test_a_loopback_node_runs_the_seeds_curl_without_a_key(tmp_path: Path) -> None:
+    node = NodeProc(tmp_path).start()
+    try:
+        assert http(node, "POST", "/API/v1/queues", body={"name": "user_indexing_queue", "type": "delayed"})[0] == 201
+        assert not (tmp_path / "admin.key").exists()
+    finally:
+        node.kill9()

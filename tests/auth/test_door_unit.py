@@ -1,0 +1,103 @@
+"""The client door in process: the gateway app over the real service (a `LocalNode` over
+LMDB; httpx over ASGI, no socket), keys created through the log like any command; and
+when a node requires keys (`doq.auth.mode`)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from doq.auth.admin import create_key
+from doq.auth.authorizer import Authorizer
+from doq.auth.mode import keys_required
+from doq.config import ServeConfig
+from doq.service.api import QueueService
+from doq.service.http_gateway import create_app
+from tests.support.inproc import local_service
+
+Q = "/API/v1/queues"
+
+
+@pytest.fixture
+async def service(tmp_path: Path) -> AsyncIterator[QueueService]:
+    async with local_service(tmp_path) as s:
+        yield s
+
+
+def _client(service: QueueService, required: bool) -> httpx.AsyncClient:
+    app = create_app(service, Authorizer(service.node.state.keys, required=required))
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://doq")
+
+
+def _auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+async def test_an_open_node_needs_no_key_but_holds_a_presented_key_to_its_scopes(service: QueueService) -> None:
+    metrics = (await create_key(service.node, ["metrics"])).token
+    async with _client(service, required=False) as c:
+        assert (await c.post(Q, json={"name": "a", "type": "delayed"})).status_code == 201  # the seed's curl
+        r = await c.post(Q, json={"name": "b"}, headers=_auth("doq_0000_nope"))
+        assert (r.status_code, r.json()["reason"]) == (401, "INVALID_KEY")
+        r = await c.post(Q, json={"name": "b"}, headers=_auth(metrics))
+        assert (r.status_code, r.json()["reason"]) == (403, "SCOPE_REQUIRED")
+        assert (await c.get("/metrics", headers=_auth(metrics))).status_code == 200
+        assert [q.name for q in service.node.state.list_queues()] == ["a"]  # the refusals changed nothing
+
+
+async def test_a_node_that_requires_keys_refuses_a_call_without_one(service: QueueService) -> None:
+    admin = (await create_key(service.node, ["admin"])).token
+    async with _client(service, required=True) as c:
+        r = await c.get(Q)
+        assert (r.status_code, r.json()["reason"], r.headers["www-authenticate"]) == (401, "KEY_REQUIRED", "Bearer")
+        assert r.headers["content-type"] == "application/problem+json"
+        r = await c.get(Q, headers={"Authorization": f"Basic {admin}"})
+        assert r.status_code == 401
+        assert (await c.get(Q, headers=_auth(admin))).status_code == 200
+        assert (await c.get("/livez")).status_code == 200
+        assert (await c.get("/readyz")).status_code == 200
+        assert (await c.get("/openapi.json")).status_code == 200
+
+
+async def test_bad_key_requests_change_nothing(service: QueueService) -> None:
+    admin = (await create_key(service.node, ["admin"])).token
+    async with _client(service, required=True) as c:
+        for bad in ([], ["root"], ["produce:"], ["metrics:x"], "admin"):
+            r = await c.post("/API/v1/keys", json={"scopes": bad}, headers=_auth(admin))
+            assert r.status_code == 400, bad
+        r = await c.delete("/API/v1/keys/nokey", headers=_auth(admin))
+        assert (r.status_code, r.json()["reason"]) == (404, "KEY_NOT_FOUND")
+        assert list(service.node.state.keys()) == [admin.split("_")[1]]
+
+
+@pytest.mark.parametrize("addrs, secure, insecure, required", [
+    (("127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"), False, False, False),
+    (("localhost:1", "[::1]:2", "127.0.0.5:3"), False, False, False),
+    (("127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"), True, False, True),
+    (("0.0.0.0:1", "127.0.0.1:2", "127.0.0.1:3"), False, False, True),
+    (("127.0.0.1:1", "127.0.0.1:2", "doq-0.doq-internal:3"), False, False, True),
+    (("0.0.0.0:1", "0.0.0.0:2", "0.0.0.0:3"), False, True, False),
+])
+def test_keys_are_required_when_secure_or_bound_beyond_loopback(
+        addrs: tuple[str, str, str], secure: bool, insecure: bool, required: bool) -> None:
+    config = ServeConfig(grpc_addr=addrs[0], http_addr=addrs[1], raft_addr=addrs[2], secure=secure, insecure=insecure)
+    assert keys_required(config) is required
+
+
+def test_every_admin_action_of_the_table_is_audited() -> None:
+    from doq.auth.table import GRPC_RULES, HTTP_RULES
+
+    for (method, path), rule in HTTP_RULES.items():
+        changes = method in ("POST", "PUT", "DELETE")
+        if changes and (rule.scopes == ("admin",) or path.startswith("/db/")):
+            assert rule.audit, (method, path)
+    audited = {rule.audit for rule in GRPC_RULES.values() if rule.audit} | {
+        rule.audit for rule in HTTP_RULES.values() if rule.audit}
+    assert audited == {"queue.create", "queue.update", "queue.delete", "queue.purge", "key.create", "key.revoke",
+                       "member.add", "member.remove", "leader.transfer", "backup", "restore"}
+    for name, rule in GRPC_RULES.items():
+        if rule.scopes == ("admin",) and not name.endswith("/ListKeys"):
+            assert rule.audit, name
