@@ -1,4 +1,5 @@
-"""The `doq` command: serve | bench | backup | restore | verify | cluster."""
+"""The `doq` command: serve | bench | backup | restore | verify | cluster | queues | enqueue |
+dequeue | top."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import sys
 from typing import Any
 
+from doq import __version__
 from doq.config import add_serve_arguments, load_config
 from doq.errors import DoqError
 
@@ -66,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
                      epilog="Flags without a command run `doq serve` with them, so the seed's "
                             "`doq --storage.data_dir data --cluster.node_id node-1 --http.port 8001 ...` "
                             "runs a node.")
+    parser.add_argument("--version", action="version", version=f"doq {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     serve = sub.add_parser(
         "serve", help="run a node (single-node cluster by default)",
@@ -86,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     from doq import cluster_cli  # doq cluster status | remove | transfer
 
     cluster_cli.add_parser(sub)
+    from doq import queue_cli  # doq queues ... | enqueue | dequeue | top
+
+    queue_cli.add_parsers(sub)
     return parser
 
 
@@ -93,10 +99,17 @@ def main(argv: list[str] | None = None) -> int:
     """Run `doq`; flags without a command (the seed's `doq --cluster.node_id ...`) mean `serve`."""
     parser = build_parser()
     args = sys.argv[1:] if argv is None else argv
-    if args and args[0].startswith("--") and args[0] != "--help":
+    if args and args[0].startswith("--") and args[0] not in ("--help", "--version"):
         args = ["serve", *args]
     ns = parser.parse_args(args)
-    return int(ns.func(ns) or 0)
+    try:
+        return int(ns.func(ns) or 0)
+    except BrokenPipeError:
+        # The reader went away (`doq queues list | head -1`): not an error of ours. Point stdout
+        # at /dev/null so the interpreter's final flush does not raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":
