@@ -23,7 +23,7 @@ import concurrent.futures
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from doq.errors import Overloaded, Unavailable
 from doq.node.base import ProposalFuture, resolve_results
@@ -44,6 +44,9 @@ NO_ADDRS = MemberAddrs("", "", "")  # a node built without listen addresses (tes
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+T = TypeVar("T")
 
 
 class LocalNode:
@@ -136,6 +139,10 @@ class LocalNode:
 
     async def read_barrier(self) -> None:
         return None
+
+    async def inspect(self, fn: Callable[[StateStore], T]) -> T:
+        """Run `fn(state)` on the writer thread between writes (see `Node.inspect`)."""
+        return await asyncio.get_running_loop().run_in_executor(self._writer, fn, self.state)
 
     def add_apply_listener(self, callback: Callable[[], None]) -> None:
         self._listeners.append(callback)

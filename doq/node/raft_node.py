@@ -37,7 +37,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import lmdb
 
@@ -96,6 +96,9 @@ from doq.storage.state import MAX_RESTORE_VERSION, RestoreOutcome, StateStore
 log = logging.getLogger(__name__)
 Fut = asyncio.Future[object]
 TransportFactory = Callable[[OnMessages], RaftTransport]
+
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,6 +356,10 @@ class RaftNode:
         except TimeoutError:
             self._reads.pop(ctx, None)
             raise Unavailable("read not confirmed by a quorum in time", reason="READ_TIMEOUT") from None
+
+    async def inspect(self, fn: Callable[[StateStore], T]) -> T:
+        """Run `fn(state)` on the writer thread between writes (see `Node.inspect`)."""
+        return await self._writer.call(fn, self.state)
 
     def add_apply_listener(self, callback: Callable[[], None]) -> None:
         self._listeners.append(callback)

@@ -1,7 +1,8 @@
 """HTTP/JSON gateway over the `QueueService` facade (FastAPI, served by uvicorn in the node's loop).
 
 Paths follow the seed (`/API/v1/queues/...`, `/db/backup`, `/db/restore`); the OpenAPI
-document is at `/openapi.json`, Swagger UI at `/docs` and ReDoc at `/redoc`, all offline.
+document is at `/openapi.json`, Swagger UI at `/docs` and ReDoc at `/redoc`, the dashboard
+at `/ui` with its live stream `/events`, all offline.
 Errors are `application/problem+json` with the status from `doq.errors.STATUS_TABLE`.
 See docs/http.md.
 """
@@ -20,6 +21,7 @@ from doq.service.http.forward import install_leader_forwarding
 from doq.service.http.ops import build_ops_router
 from doq.service.http.problems import install_handlers
 from doq.service.http.routes import build_router
+from doq.service.http.ui import build_ui_router
 
 if TYPE_CHECKING:
     from doq.service.api import QueueService
@@ -81,7 +83,7 @@ def create_app(api: QueueService) -> FastAPI:
     )
     install_handlers(app)
     # Routes are added flat (not as included sub-routers): one route match per request.
-    for router in (build_router(api), build_ops_router(api), build_cluster_router(api)):
+    for router in (build_router(api), build_ops_router(api), build_cluster_router(api), build_ui_router(api)):
         app.router.routes.extend(router.routes)
     install_docs(app)
     # The document lists paths in declaration order; requests try the hot routes first.
