@@ -7,6 +7,7 @@
     doq queues stats NAME                             one queue's settings and counts
     doq enqueue QUEUE CONTENT [--group G] [--priority P] [--delay-ms N] [--dedup-id ID]
     doq dequeue QUEUE [-n N] [--ack] [--wait-ms MS]   lease (or with --ack take) messages
+    doq peek QUEUE [-n N] [--state S] [--offset K]    look at messages without taking them
     doq top [--interval S]                            live view of the queues table
 
 Every command takes `--server URL` (any member; default `$DOQ_SERVER`, else
@@ -127,6 +128,15 @@ def cmd_dequeue(gw: Gateway, ns: argparse.Namespace) -> tuple[str, Any]:
     return messages_table(messages, leased=not ns.ack), {"messages": messages}
 
 
+def cmd_peek(gw: Gateway, ns: argparse.Namespace) -> tuple[str, Any]:
+    query = urllib.parse.urlencode({"state": ns.state, "offset": ns.offset, "limit": ns.n})
+    doc = gw.call("GET", queue_path(ns.queue, "messages:peek") + "?" + query)
+    messages = doc.get("messages", [])
+    if not messages:
+        return f"no {ns.state.replace('_', ' ')} message in {ns.queue}", doc
+    return messages_table(messages, leased=ns.state == "in_flight"), doc
+
+
 def queues_table(queues: Sequence[dict[str, Any]]) -> str:
     rows = []
     for q in queues:
@@ -214,7 +224,7 @@ def _common() -> argparse.ArgumentParser:
 
 
 def add_parsers(sub: Any) -> None:
-    """Register `doq queues`, `doq enqueue`, `doq dequeue` and `doq top`."""
+    """Register `doq queues`, `doq enqueue`, `doq dequeue`, `doq peek` and `doq top`."""
     common = _common()
     q = sub.add_parser("queues", help="list, create, delete, purge queues; a queue's stats",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -254,6 +264,15 @@ def add_parsers(sub: Any) -> None:
     deq.add_argument("--ack", action="store_true", help="remove them at once (no lease)")
     deq.add_argument("--wait-ms", type=int, default=0, help="wait up to this long for a message")
     deq.set_defaults(func=run, run=cmd_dequeue)
+
+    peek = sub.add_parser("peek", parents=[common],
+                          help="look at messages in the order they would be delivered, without taking them")
+    peek.add_argument("queue", metavar="QUEUE")
+    peek.add_argument("-n", type=int, default=10, help="at most this many messages (1-100)")
+    peek.add_argument("--state", choices=("ready", "delayed", "in_flight"), default="ready",
+                      help="ready: in delivery order; delayed: by due time; in_flight: by lease expiry")
+    peek.add_argument("--offset", type=int, default=0, help="skip this many first (pages)")
+    peek.set_defaults(func=run, run=cmd_peek)
 
     top = sub.add_parser("top", parents=[common], help="live view of the queues table")
     top.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes")

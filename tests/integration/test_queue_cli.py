@@ -96,6 +96,21 @@ def test_enqueue_dequeue_ack_and_purge(node: NodeProc) -> None:
     assert json.loads(doq(node, "queues", "stats", "cli-work", "--json").stdout)["stats"]["total"] == 0
 
 
+def test_peek_looks_without_taking(node: NodeProc) -> None:
+    doq(node, "queues", "create", "cli-peek")
+    for prio in (3, 1, 2):
+        doq(node, "enqueue", "cli-peek", f"p{prio}", "--priority", str(prio))
+    table = rows(doq(node, "peek", "cli-peek").stdout)
+    assert table[0] == ["ID", "GROUP", "PRIORITY", "ATTEMPTS", "CONTENT"]
+    assert [r[-1] for r in table[1:]] == ["p1", "p2", "p3"]  # delivery order
+    page = json.loads(doq(node, "peek", "cli-peek", "-n", "1", "--offset", "1", "--json").stdout)
+    assert [m["content"] for m in page["messages"]] == ["p2"] and page["next_offset"] == 2
+    assert json.loads(doq(node, "queues", "stats", "cli-peek", "--json").stdout)["stats"]["in_flight"] == 0
+    assert doq(node, "peek", "cli-peek", "--state", "delayed").stdout.strip() == "no delayed message in cli-peek"
+    bad = doq(node, "peek", "cli-peek", "-n", "0", ok=False)
+    assert bad.returncode == 1 and "HTTP 400" in bad.stderr
+
+
 def test_top_draws_the_queues_table(node: NodeProc) -> None:
     doq(node, "queues", "create", "cli-top")
     doq(node, "enqueue", "cli-top", "x")

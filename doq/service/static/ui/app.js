@@ -12,8 +12,8 @@ const state = {
   rates: new Map(), // queue name -> {enq, deq, ack} per second
   sort: { key: "name", asc: true },
   browse: { queue: "", state: "ready", offset: 0 },
-  timers: [],
 };
+window.doqDashboard = state; // for people in the console, and for the browser test
 
 // -- small helpers -------------------------------------------------------------------------
 function el(tag, attrs, ...children) {
@@ -28,6 +28,10 @@ function el(tag, attrs, ...children) {
     node.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
   return node;
+}
+// Replace `node`'s children (nulls, for "nothing here", are left out).
+function put(node, ...kids) {
+  node.replaceChildren(...kids.flat().filter((k) => k !== null && k !== undefined));
 }
 const fmt = (n) => (n === undefined || n === null ? "–" : Number(n).toLocaleString("en-US"));
 const fmtRate = (r) => (r === undefined ? "–" : r < 10 ? r.toFixed(1) : Math.round(r).toLocaleString("en-US"));
@@ -167,7 +171,7 @@ function renderQueues() {
     k === "enq" || k === "deq" || k === "ack" ? fmtRate(q[k]) : num ? fmt(q[k]) : q[k]))));
   const more = snap && snap.queues_total > snap.queues.length
     ? el("p", { class: "muted" }, `showing ${snap.queues.length} of ${snap.queues_total} queues`) : null;
-  view.replaceChildren(
+  put(view, 
     el("h1", {}, "Queues"),
     snap && !rows.length ? el("p", { class: "muted", id: "no-queues" }, "No queues yet.") : null,
     el("table", { id: "queues" }, el("thead", {}, head), el("tbody", {}, body)),
@@ -185,7 +189,7 @@ function renderQueue(name, navigated) {
   if (navigated || view.dataset.queue !== name) {
     view.dataset.queue = name;
     state.browse = { queue: name, state: "ready", offset: 0 };
-    view.replaceChildren(
+    put(view, 
       el("h1", {}, el("a", { href: "#/" }, "Queues"), " / ", el("span", { id: "queue-name" }, name),
         " ", el("span", { class: "badge", id: "queue-type" }, q ? q.type : "")),
       el("div", { class: "cards", id: "cards" }),
@@ -210,7 +214,7 @@ function renderQueue(name, navigated) {
     const type = document.getElementById("queue-type");
     type.textContent = q.type;
     const r = state.rates.get(name) || {};
-    document.getElementById("cards").replaceChildren(...[
+    put(document.getElementById("cards"), ...[
       ["ready", q.ready], ["delayed", q.delayed], ["in flight", q.in_flight], ["dead-lettered", q.dead],
       ["total", q.total], ["enqueued/s", fmtRate(r.enq)], ["delivered/s", fmtRate(r.deq)], ["acked/s", fmtRate(r.ack)],
     ].map(([k, v]) => el("div", { class: "card", "data-card": k }, el("div", { class: "v" }, typeof v === "number" ? fmt(v) : v),
@@ -218,7 +222,7 @@ function renderQueue(name, navigated) {
     drawChart(name);
     if (q.type === "fair") loadGroups(name);
   } else if (state.snapshot) {
-    document.getElementById("cards").replaceChildren(el("p", { class: "muted" }, "This queue does not exist (any more)."));
+    put(document.getElementById("cards"), el("p", { class: "muted" }, "This queue does not exist (any more)."));
   }
 }
 
@@ -256,7 +260,7 @@ function drawChart(name) {
     line.dataset.series = k;
     svg.append(line);
   }
-  box.replaceChildren(svg);
+  put(box, svg);
 }
 
 let groupsLoading = false;
@@ -269,7 +273,7 @@ async function loadGroups(name) {
     if (!box || route().name !== name) return;
     const rows = doc.groups.map((g) => el("tr", { "data-group": g.group }, el("td", {}, g.group || "(none)"),
       el("td", { class: "num" }, fmt(g.ready)), el("td", { class: "num" }, fmt(g.in_flight))));
-    box.replaceChildren(
+    put(box, 
       el("h2", {}, `Groups (${fmt(doc.total)})`, el("span", { class: "muted" }, " — each group with a message gets a turn")),
       el("table", { id: "groups" }, el("thead", {}, el("tr", {}, el("th", {}, "Group"), el("th", { class: "num" }, "Backlog"),
         el("th", { class: "num" }, "In flight"))), el("tbody", {}, rows)),
@@ -288,7 +292,7 @@ async function browse(name, st, offset) {
   try {
     doc = await api("GET", `/API/v1/queues/${encodeURIComponent(name)}/messages:peek?state=${st}&offset=${offset}&limit=${PAGE}`);
   } catch (e) {
-    document.getElementById("messages").replaceChildren(el("p", { class: "muted" }, e.message));
+    put(document.getElementById("messages"), el("p", { class: "muted" }, e.message));
     return;
   }
   const box = document.getElementById("messages");
@@ -296,10 +300,11 @@ async function browse(name, st, offset) {
   const rows = doc.messages.map((m, i) => el("tr", { class: "clickable", "data-id": m.id, onclick: () => details(name, m.id) },
     el("td", { class: "num" }, offset + i + 1), el("td", {}, m.id), el("td", {}, m.group), el("td", { class: "num" }, m.priority),
     el("td", { class: "num" }, m.attempts), el("td", {}, m.state), el("td", { class: "content" }, m.content)));
-  box.replaceChildren(doc.messages.length ? el("table", { id: "message-table" },
-    el("thead", {}, el("tr", {}, ["#", "Id", "Group", "Priority", "Attempts", "State", "Content"].map((h) => el("th", {}, h)))),
+  put(box, doc.messages.length ? el("table", { id: "message-table" },
+    el("thead", {}, el("tr", {}, ["#", "Id", "Group", "Priority", "Attempts", "State", "Content"].map((h) =>
+      el("th", { class: ["#", "Priority", "Attempts"].includes(h) ? "num" : "" }, h)))),
     el("tbody", {}, rows)) : el("p", { class: "muted", id: "no-messages" }, `No ${st.replace("_", " ")} messages.`));
-  document.getElementById("pager").replaceChildren(
+  put(document.getElementById("pager"), 
     el("button", { type: "button", id: "prev", disabled: offset === 0 ? "" : null,
       onclick: () => browse(name, st, Math.max(0, offset - PAGE)) }, "← Previous"),
     el("span", { class: "muted" }, doc.messages.length ? ` ${offset + 1}–${offset + doc.messages.length} ` : " "),
@@ -314,10 +319,10 @@ async function details(name, id) {
   try {
     m = await api("GET", `/API/v1/queues/${encodeURIComponent(name)}/messages/${id}`);
   } catch (e) {
-    box.replaceChildren(el("p", { class: "muted" }, e.message));
+    put(box, el("p", { class: "muted" }, e.message));
     return;
   }
-  box.replaceChildren(
+  put(box, 
     el("h2", {}, `Message ${m.id}`),
     el("pre", { id: "message-json" }, JSON.stringify(m, null, 2)),
     el("div", { class: "actions" },
@@ -342,7 +347,7 @@ async function removeMessage(name, id) {
   try {
     await api("DELETE", `/API/v1/queues/${encodeURIComponent(name)}/messages/${id}`);
     banner(`message ${id} deleted`);
-    document.getElementById("details").replaceChildren();
+    put(document.getElementById("details"), );
     await browse(name, state.browse.state, state.browse.offset);
   } catch (e) { banner(`delete: ${e.message}`, true); }
 }
@@ -362,7 +367,7 @@ async function renderCluster() {
   try {
     doc = await api("GET", "/cluster");
   } catch (e) {
-    view.replaceChildren(el("h1", {}, "Cluster"), el("p", { class: "muted" }, e.message));
+    put(view, el("h1", {}, "Cluster"), el("p", { class: "muted" }, e.message));
     return;
   }
   try {
@@ -379,7 +384,7 @@ async function renderCluster() {
     extra.map((k) => el("td", {}, typeof m[k] === "object" ? JSON.stringify(m[k]) : m[k]))));
   const summary = [["leader", doc.leader_id || "none"], ["term", doc.term], ["commit", fmt(doc.commit_index)],
     ["applied", fmt(doc.applied_index)], ["cluster id", doc.cluster_id || "–"], ["this node", `${doc.node_id} (${doc.role})`]];
-  view.replaceChildren(
+  put(view, 
     el("h1", {}, "Cluster"),
     el("div", { class: "cards", id: "cluster-cards" }, summary.map(([k, v]) => el("div", { class: "card" },
       el("div", { class: "v" }, v), el("div", { class: "k" }, k)))),
