@@ -1,5 +1,5 @@
 """The `doq` command: serve | k8s-start | bench | backup | restore | verify | cluster | keys |
-join-token."""
+join-token | queues | enqueue | dequeue | peek | top."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import os
 import sys
 from typing import Any
 
+from doq import __version__
 from doq.config import ServeConfig, add_serve_arguments, load_config
 from doq.errors import DoqError
 
@@ -93,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
                      epilog="Flags without a command run `doq serve` with them, so the seed's "
                             "`doq --storage.data_dir data --cluster.node_id node-1 --http.port 8001 ...` "
                             "runs a node.")
+    parser.add_argument("--version", action="version", version=f"doq {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     serve = sub.add_parser(
         "serve", help="run a node (single-node cluster by default)",
@@ -130,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     from doq.auth import keys_cli  # doq keys create | list | revoke
 
     keys_cli.add_parser(sub)
+    from doq import queue_cli  # doq queues ... | enqueue | dequeue | top
+
+    queue_cli.add_parsers(sub)
     return parser
 
 
@@ -137,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run `doq`; flags without a command (the seed's `doq --cluster.node_id ...`) mean `serve`."""
     parser = build_parser()
     args = sys.argv[1:] if argv is None else argv
-    if args and args[0].startswith("--") and args[0] != "--help":
+    if args and args[0].startswith("--") and args[0] not in ("--help", "--version"):
         args = ["serve", *args]
     ns = parser.parse_args(args)
     if ns.command != "serve":

@@ -82,7 +82,7 @@ def cmd_verify(ns: argparse.Namespace) -> int:
     try:
         import pyspark  # noqa: F401
     except ImportError:
-        return _fail("PySpark is not installed: pip install 'doq[spark]' (and a Java runtime)")
+        return _fail("PySpark is not installed: pip install 'doq-server[spark]' (and a Java runtime)")
     from pyspark.sql import SparkSession
 
     from doq.backup.spark import spark_session

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from doq.node.cluster import ClusterAdmin, ClusterStatus
 from doq.queues.commands import Command, Dequeue
@@ -20,6 +20,8 @@ from doq.storage.state import StateStore
 
 if TYPE_CHECKING:
     from doq.node.alarms import Alarm
+
+T = TypeVar("T")
 
 
 class ProposalFuture(asyncio.Future[object]):
@@ -104,6 +106,12 @@ class Node(Protocol):
 
     async def read_barrier(self) -> None:
         """Wait until reads of `state` are linearizable (ReadIndex on Raft; no-op locally)."""
+        ...
+
+    async def inspect(self, fn: Callable[[StateStore], T]) -> T:
+        """Run `fn(state)` on the node's writer thread, between two writes: it sees exactly
+        the applied state, in memory and on disk (for reads of the in-memory indexes, which
+        only the writer may touch). Keep `fn` short: writes wait for it."""
         ...
 
     def add_apply_listener(self, callback: Callable[[], None]) -> None:

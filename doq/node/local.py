@@ -23,6 +23,7 @@ import concurrent.futures
 import logging
 import time
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from doq.errors import Overloaded, Unavailable
 from doq.node.alarms import Alarm
@@ -42,6 +43,9 @@ NO_ADDRS = MemberAddrs("", "", "")  # a node built without listen addresses (tes
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+T = TypeVar("T")
 
 
 class LocalNode:
@@ -144,6 +148,10 @@ class LocalNode:
 
     async def read_barrier(self) -> None:
         return None
+
+    async def inspect(self, fn: Callable[[StateStore], T]) -> T:
+        """Run `fn(state)` on the writer thread between writes (see `Node.inspect`)."""
+        return await asyncio.get_running_loop().run_in_executor(self._writer, fn, self.state)
 
     def add_apply_listener(self, callback: Callable[[], None]) -> None:
         self._listeners.append(callback)

@@ -36,7 +36,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import lmdb
 from prometheus_client import Counter
@@ -101,6 +101,9 @@ REFUSED = Counter("doq_raft_messages_refused_total",
 _REFUSED = {r: REFUSED.labels(r.value) for r in peer_door.Refusal}
 Fut = asyncio.Future[object]
 TransportFactory = Callable[[OnMessages], RaftTransport]
+
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -397,6 +400,10 @@ class RaftNode:
         except TimeoutError:
             self._reads.pop(ctx, None)
             raise Unavailable("read not confirmed by a quorum in time", reason="READ_TIMEOUT") from None
+
+    async def inspect(self, fn: Callable[[StateStore], T]) -> T:
+        """Run `fn(state)` on the writer thread between writes (see `Node.inspect`)."""
+        return await self._writer.call(fn, self.state)
 
     def add_apply_listener(self, callback: Callable[[], None]) -> None:
         self._listeners.append(callback)

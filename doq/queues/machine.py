@@ -72,8 +72,10 @@ from doq.queues.join_tokens import JoinTokens
 from doq.queues.model import (
     EnqueueColumnsResult,
     EnqueueResult,
+    GroupStats,
     MessageState,
     MessageView,
+    QueueCounters,
     QueueInfo,
     QueueSettings,
     QueueStats,
@@ -112,7 +114,7 @@ class Entry:
 
 class Queue:
     __slots__ = ("name", "qtype", "settings", "qnum", "prefix", "msgs", "index", "n_delayed",
-                 "n_inflight", "dead", "dedup", "runs")
+                 "n_inflight", "dead", "dedup", "runs", "enqueued", "delivered", "acked")
 
     def __init__(self, name: str, qtype: QueueType, settings: QueueSettings, qnum: int,
                  dead: int = 0, cursor: str = "") -> None:
@@ -131,6 +133,8 @@ class Queue:
         self.dead = dead
         self.dedup: dict[str, tuple[int, int]] = {}  # dedup_id -> (id, expires_at_ms), not canonical
         self.runs: dict[str, Runs] = {}  # producer -> its runs of canonical dedup ids
+        # QueueCounters: in memory only, never part of the replicated state or its digest
+        self.enqueued = self.delivered = self.acked = 0
 
     @property
     def cursor(self) -> str:
@@ -141,7 +145,8 @@ class Queue:
 
     def info(self) -> QueueInfo:
         return QueueInfo(self.name, self.qtype, self.settings,
-                         QueueStats(self.index.n_ready, self.n_delayed, self.n_inflight, self.dead))
+                         QueueStats(self.index.n_ready, self.n_delayed, self.n_inflight, self.dead),
+                         QueueCounters(self.enqueued, self.delivered, self.acked))
 
 
 def _int(v: object, lo: int, hi: int, what: str) -> int:
@@ -233,6 +238,33 @@ def _metadata(md: object) -> bytes:
         return R.encode_metadata(md)
     except UnicodeError:
         raise InvalidArgument("metadata is not valid unicode", reason="INVALID_METADATA") from None
+
+
+def _round_robin(index: FairIndex, n: int) -> list[int]:
+    """The ids the next `n` deliveries of a fair queue would take (as `FairIndex.pop` with
+    leases, which the per-group limit counts), computed without changing the index."""
+    limit = index.limit
+    turns: list[tuple[str, int]] = []  # (group, deliveries it may still make), in rotation order
+    names = list(index.active)
+    start = index.active.bisect_right(index.cursor) if names else 0
+    for name in names[start:] + names[:start]:
+        g = index.groups[name]
+        room = len(g.ready) if limit == 0 else min(len(g.ready), limit - g.inflight)
+        turns.append((name, room))
+    taken: dict[str, int] = {}
+    out: list[int] = []
+    while turns and len(out) < n:
+        still: list[tuple[str, int]] = []
+        for name, room in turns:
+            i = taken.get(name, 0)
+            out.append(index.groups[name].ready[i] & MASK64)
+            taken[name] = i + 1
+            if i + 1 < room:
+                still.append((name, room))
+            if len(out) == n:
+                break
+        turns = still
+    return out
 
 
 class QueueMachine:
@@ -355,6 +387,47 @@ class QueueMachine:
     def queue_infos(self) -> list[QueueInfo]:
         qs = list(self.queues.values())
         return [q.info() for q in sorted(qs, key=lambda q: q.name)]
+
+    def peek_ids(self, queue: str, state: MessageState, offset: int, limit: int) -> list[int]:
+        """Ids of `queue`'s messages in `state`, in the order they leave it, without changing
+        anything: ready ones in delivery order (what the next dequeues would take: priority
+        then id; for a fair queue the round-robin from the cursor, with the per-group limit),
+        delayed ones by due time, in-flight ones by lease expiry. Positions `offset` to
+        `offset + limit`; the cost grows with `offset + limit` (callers bound it), and for
+        delayed and in-flight messages with the other queues' entries before them."""
+        q = self.queues.get(queue)
+        if q is None:
+            raise QueueNotFound(f"queue {queue!r} not found")
+        end = offset + limit
+        if state is MessageState.READY:
+            if isinstance(q.index, FairIndex):
+                return _round_robin(q.index, end)[offset:]
+            return [k & MASK64 for k in q.index.ready.islice(offset, end)]
+        ordered = self.delayed if state is MessageState.DELAYED else self.leases
+        out: list[int] = []
+        if (q.n_delayed if state is MessageState.DELAYED else q.n_inflight) <= offset:
+            return out
+        qn = q.qnum
+        seen = 0
+        for k in ordered:
+            if k & MASK32 == qn:
+                if seen >= offset:
+                    out.append((k >> 32) & MASK64)
+                    if len(out) == limit:
+                        break
+                seen += 1
+        return out
+
+    def group_stats(self, queue: str) -> list[GroupStats]:
+        """Every group of a fair queue with a message ready or in flight, by name ([] for a
+        delayed queue)."""
+        q = self.queues.get(queue)
+        if q is None:
+            raise QueueNotFound(f"queue {queue!r} not found")
+        if not isinstance(q.index, FairIndex):
+            return []
+        groups = q.index.groups
+        return [GroupStats(n, len(groups[n].ready), groups[n].inflight) for n in sorted(groups)]
 
     def get_message(self, queue: str, id_: int) -> MessageView:
         """Read a message through the store (the caller's current view)."""
@@ -743,6 +816,7 @@ class QueueMachine:
         g = q.index.group_name("") if q.qtype is QueueType.FAIR else ""
         q.msgs.update(zip(ids, [Entry(READY, k, 0, g) for k in keys], strict=True))
         q.index.add_many(keys, g)
+        q.enqueued += n
         return EnqueueColumnsResult(ids)
 
     def _enqueue_items(self, q: Queue, items: list[c.EnqueueItem]) -> list[EnqueueResult | DoqError]:
@@ -808,6 +882,7 @@ class QueueMachine:
                 self._remember_run(q, pr[0], pr[1], 1, id_)
             elif did:
                 self._remember_dedup(q, did, id_)
+            q.enqueued += 1
             ap(EnqueueResult(id_, False, it.group, prio, deliver_at))
         return out
 
@@ -889,11 +964,13 @@ class QueueMachine:
             self.store.put(K.queue_key(q.name), q.record())
         if not ids:
             return []
+        q.delivered += len(ids)
         prefix = q.prefix
         pack = _U64.pack
         mkeys = [prefix + pack(i) for i in ids]
         msgs = q.msgs
         if ack:
+            q.acked += len(ids)
             recs = self.store.pop_many(mkeys)
             for id_ in ids:
                 del msgs[id_]
@@ -995,6 +1072,7 @@ class QueueMachine:
             acked.append(id_)
             out.append(None)
         if acked:  # the lease index and the records, in bulk
+            q.acked += len(acked)
             q.n_inflight -= len(acked)
             lease_keys.sort()
             remove_many(self.leases, lease_keys)

@@ -58,11 +58,34 @@ class QueueStats:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueCounters:
+    """Messages that went through a queue since this node loaded it (cumulative; not
+    replicated state: in memory only, they start from 0 when the node starts). Rates are
+    their differences over time; every node counts the same commands, so any node's rates
+    are the cluster's."""
+
+    enqueued: int = 0  # new messages (duplicates of a dedup id not counted)
+    delivered: int = 0  # deliveries: leased, or removed at once by a dequeue with ack
+    acked: int = 0  # settled: acked, or removed at once by a dequeue with ack
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStats:
+    """One group of a fair queue: its backlog (ready to deliver) and its messages in flight."""
+
+    group: str
+    ready: int
+    in_flight: int
+
+
+@dataclass(frozen=True, slots=True)
 class QueueInfo:
     name: str
     type: QueueType
     settings: QueueSettings
     stats: QueueStats
+    # not replicated state: a rebuilt replica starts from 0, so it never takes part in equality
+    counters: QueueCounters = field(default=QueueCounters(), compare=False)
 
 
 @dataclass(slots=True)

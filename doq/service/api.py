@@ -30,6 +30,8 @@ from doq.queues import commands as c
 from doq.queues.model import (
     EnqueueColumnsResult,
     EnqueueResult,
+    GroupStats,
+    MessageState,
     MessageView,
     QueueInfo,
     QueueSettings,
@@ -45,6 +47,9 @@ from doq.service.sessions import DequeueSession, Settlement, StreamOpen
 R = TypeVar("R")
 EnqueueFrame = list[tuple[str, c.EnqueueItem]] | c.EnqueueColumns
 """A frame of a batch producer stream: messages (possibly to several queues) or columns."""
+
+MAX_PEEK_LIMIT = 100  # messages per peek
+MAX_PEEK_WINDOW = 10_000  # offset + limit: how deep a peek may look (its cost grows with it)
 
 
 class FrameOutcome(NamedTuple):
@@ -548,6 +553,27 @@ class QueueService:
         v.check_id(id_)
         await self.node.read_barrier()
         return self.node.state.get_message(queue, id_)
+
+    async def peek(self, queue: str, state: MessageState = MessageState.READY, offset: int = 0,
+                   limit: int = 20, *, caller: Caller = INTERNAL) -> list[MessageView]:
+        """`queue`'s messages in `state` from position `offset` on, in the order they would
+        leave that state (ready: delivery order), without leasing them or counting an
+        attempt. `offset + limit` ≤ MAX_PEEK_WINDOW (the cost grows with it)."""
+        self.door.admit(caller, Action.PEEK, queue)
+        v.check_queue_name(queue)
+        if not 1 <= limit <= MAX_PEEK_LIMIT:
+            raise InvalidArgument(f"limit must be within 1..{MAX_PEEK_LIMIT}", reason="INVALID_ARGUMENT")
+        if not 0 <= offset <= MAX_PEEK_WINDOW - limit:
+            raise InvalidArgument(f"offset + limit must be at most {MAX_PEEK_WINDOW}", reason="INVALID_ARGUMENT")
+        await self.node.read_barrier()
+        return await self.node.inspect(lambda state_: state_.peek(queue, state, offset, limit))
+
+    async def group_stats(self, queue: str, *, caller: Caller = INTERNAL) -> list[GroupStats]:
+        """A fair queue's groups (backlog and in flight), by name; [] for a delayed queue."""
+        self.door.admit(caller, Action.GET_QUEUE, queue)
+        v.check_queue_name(queue)
+        await self.node.read_barrier()
+        return await self.node.inspect(lambda state_: state_.group_stats(queue))
 
     async def delete_message(self, queue: str, id_: int, *, caller: Caller = INTERNAL) -> None:
         self.door.admit(caller, Action.DELETE_MESSAGE, queue)

@@ -47,6 +47,7 @@ class Action(enum.Enum):
     TOUCH = "touch"
     UPDATE_PRIORITY = "update_priority"
     GET_MESSAGE = "get_message"
+    PEEK = "peek"  # browse messages without taking them
     DELETE_MESSAGE = "delete_message"
 
 

@@ -1,7 +1,8 @@
 """HTTP/JSON gateway over the `QueueService` facade (FastAPI, served by uvicorn in the node's loop).
 
 Paths follow the seed (`/API/v1/queues/...`, `/db/backup`, `/db/restore`); the OpenAPI
-document is at `/openapi.json`, Swagger UI at `/docs` and ReDoc at `/redoc`, all offline.
+document is at `/openapi.json`, Swagger UI at `/docs` and ReDoc at `/redoc`, the dashboard
+at `/ui` with its live stream `/events`, all offline.
 Errors are `application/problem+json` with the status from `doq.errors.STATUS_TABLE`.
 See docs/http.md.
 """
@@ -25,6 +26,7 @@ from doq.service.http.ops import build_ops_router
 from doq.service.http.problems import install_handlers
 from doq.service.http.routes import build_router
 from doq.service.limits import Limits
+from doq.service.http.ui import build_ui_router
 
 if TYPE_CHECKING:
     from doq.service.api import QueueService
@@ -88,7 +90,7 @@ def create_app(api: QueueService, authorizer: Authorizer | None = None, *,
     install_handlers(app)
     # Routes are added flat (not as included sub-routers): one route match per request.
     for router in (build_router(api), build_ops_router(api), build_cluster_router(api),
-                   build_keys_router(api.node)):
+                   build_keys_router(api.node), build_ui_router(api)):
         app.router.routes.extend(router.routes)
     if enrollment is not None:
         from doq.service.http.enroll import build_enroll_router

@@ -90,7 +90,7 @@ from doq.queues.commands import (
     RevokeKey,
 )
 from doq.queues.machine import QueueMachine
-from doq.queues.model import MessageView, QueueInfo
+from doq.queues.model import GroupStats, MessageState, MessageView, QueueInfo
 from doq.storage.chunks import decode_chunk
 from doq.storage.digest import digest_of_stored
 from doq.storage.env import open_db
@@ -691,6 +691,28 @@ class StateStore:
             meta = txn.get(K.META_KEY, db=self._meta)
         now_ms = R.META_REC.unpack_from(meta, 8)[1] if meta is not None else 0
         return R.message_view(queue, id_, v[8:], now_ms)
+
+    def peek(self, queue: str, state: MessageState, offset: int, limit: int) -> list[MessageView]:
+        """`queue`'s messages in `state` from position `offset`, in the order they leave it
+        (`QueueMachine.peek_ids`), as committed; nothing changes (no lease, no attempt).
+        Writer thread only (between writes: the in-memory index must not move meanwhile).
+        Raises QueueNotFound."""
+        ids = self.machine.peek_ids(queue, state, offset, limit)
+        out: list[MessageView] = []
+        with self.env.begin() as txn:
+            meta = txn.get(K.META_KEY, db=self._meta)
+            now_ms = R.META_REC.unpack_from(meta, 8)[1] if meta is not None else 0
+            db = self._kind_db[K.MESSAGE]
+            for id_ in ids:
+                v = txn.get(K.message_key(queue, id_), db=db)
+                if v is not None:
+                    out.append(R.message_view(queue, id_, v[8:], now_ms))
+        return out
+
+    def group_stats(self, queue: str) -> list[GroupStats]:
+        """A fair queue's groups with their backlog and messages in flight (writer thread
+        only, as `peek`). Raises QueueNotFound."""
+        return self.machine.group_stats(queue)
 
     def get_queue(self, name: str) -> QueueInfo:
         """Raises QueueNotFound."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -35,7 +36,11 @@ def shell_lines(block: str) -> list[str]:
     return [x.strip() for x in joined.splitlines() if x.strip() and not x.lstrip().startswith("#")]
 
 
-def on_node(code: str, node: NodeProc) -> str:
+DEMO_DIR = "/tmp/doq-demo"  # where the README's examples write their files (not the checkout)
+
+
+def on_node(code: str, node: NodeProc, demo: Path) -> str:
+    code = code.replace(DEMO_DIR, str(demo))
     for host in ("localhost", "127.0.0.1"):
         code = code.replace(f"{host}:8000", f"127.0.0.1:{node.http_port}")
         code = code.replace(f"{host}:10000", node.grpc_addr)
@@ -61,7 +66,7 @@ def test_readme_examples_run_in_order_as_written(tmp_path: Path) -> None:
     with running_node(tmp_path / "data") as node:
         env["DOQ_SERVER"] = node.http_url
         for lang, code in examples:
-            code = on_node(code, node)
+            code = on_node(code, node, tmp_path / "demo")
             if lang == "python":
                 r = subprocess.run([sys.executable, "-c", code], cwd=work, env=env,
                                    capture_output=True, text=True, timeout=120)
@@ -79,4 +84,8 @@ def test_readme_examples_run_in_order_as_written(tmp_path: Path) -> None:
     text = "\n".join(outputs)
     assert '"content":"hello"' in text.replace(" ", "")  # the curl dequeue got the message
     assert "Received message: ID=" in text and "acked True" in text
-    assert (work / "backup-0.bak").is_file() and (work / "restored" / "node-1" / "doq.lmdb").is_dir()
+    assert (tmp_path / "demo" / "backup-0.bak").is_file() and (tmp_path / "demo" / "backups").is_dir()
+    restored = re.search(r"restored \d+ records .* into (/\S+?); version", text)
+    assert restored is not None and (Path(restored.group(1)) / "doq.lmdb").is_dir()
+    shutil.rmtree(Path(restored.group(1)).parent)  # the example's `mktemp -d`
+    assert sorted(p.name for p in work.iterdir()) == [".curlrc"]  # nothing written where the user stands

@@ -296,6 +296,27 @@ class MessageList(_Out):
     messages: list[MessageModel] = Field(description="The delivered messages (empty when none is deliverable).")
 
 
+class PeekPage(_Out):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"messages": [_MESSAGE_EXAMPLE], "next_offset": 20}]})
+    messages: list[MessageModel] = Field(description="The messages of this page, in the order they leave their state.")
+    next_offset: int | None = Field(description="The offset of the next page; null on the last one.")
+
+
+class GroupModel(_Out):
+    group: str = Field(description="The group name.")
+    ready: int = Field(description="Messages of the group ready to deliver (its backlog).")
+    in_flight: int = Field(description="Messages of the group leased and not yet acked.")
+
+
+class GroupList(_Out):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"groups": [{"group": "tenant-a", "ready": 12, "in_flight": 2}], "total": 1, "next_offset": None}]})
+    groups: list[GroupModel] = Field(description="Groups with a message ready or in flight, by name.")
+    total: int = Field(description="How many groups the queue has.")
+    next_offset: int | None = Field(description="The offset of the next page; null on the last one.")
+
+
 class DequeueBody(_In):
     model_config = ConfigDict(json_schema_extra={"examples": [{"max_messages": 10, "wait_ms": 1000}]})
     max_messages: int = Field(1, ge=1, le=MAX_BATCH, description=f"Deliver at most this many (1-{MAX_BATCH}).")

@@ -24,7 +24,8 @@ from starlette.responses import Response
 
 from doq.errors import DoqError, InvalidArgument, status_of
 from doq.queues import limits as L
-from doq.service.api import batch_item_refused
+from doq.queues.model import MessageState
+from doq.service.api import MAX_PEEK_LIMIT, MAX_PEEK_WINDOW, batch_item_refused
 from doq.service.door import Caller, current_principal
 from doq.service.held import require_lease, require_leases
 from doq.service.http import models as m
@@ -276,6 +277,49 @@ class QueueRoutes:
                 visibility_timeout_ms=b.visibility_timeout_ms, stop_waiting=gone, caller=http_caller(request),
             )
         return _json({"messages": [m.message_dict(x) for x in got]})
+
+    # -- looking without taking ----------------------------------------------------------
+    @route(
+        "GET", "/queues/{name}/messages:peek", answer="A page of messages, in the order they leave their state.",
+        tags=["messages"], response_model=m.PeekPage, summary="Browse messages without leasing them",
+        responses=errors(400, 404),
+    )
+    async def peek(
+        self,
+        request: Request,
+        name: QueueName,
+        state: Annotated[MessageState, Query(description="ready (in delivery order), delayed (by due time) or "
+                                                         "in_flight (by lease expiry).")] = MessageState.READY,
+        offset: Annotated[int, Query(ge=0, le=MAX_PEEK_WINDOW - 1, description="Position of the first message.")] = 0,
+        limit: Annotated[int, Query(ge=1, le=MAX_PEEK_LIMIT, description="At most this many messages.")] = 20,
+    ) -> Response:
+        """The messages a dequeue would take next (state=ready), or those waiting for their
+        time or in flight, **without leasing them or counting an attempt**. Pages go as deep as
+        offset + limit = 10000. `next_offset` is null on the last page."""
+        got = await self.api.peek(name, state, offset, limit, caller=http_caller(request))
+        more = len(got) == limit and offset + limit < MAX_PEEK_WINDOW
+        return _json({"messages": [m.message_dict(x) for x in got], "next_offset": offset + limit if more else None})
+
+    @route(
+        "GET", "/queues/{name}/groups", answer="The groups of a fair queue, by name.", tags=["queues"],
+        response_model=m.GroupList, summary="A fair queue's groups", responses=errors(400, 404),
+    )
+    async def groups(
+        self,
+        request: Request,
+        name: QueueName,
+        offset: Annotated[int, Query(ge=0, description="Position of the first group (by name).")] = 0,
+        limit: Annotated[int, Query(ge=1, le=1000, description="At most this many groups.")] = 100,
+    ) -> Response:
+        """Each group with a message ready or in flight: its backlog and its messages in flight
+        (is the round-robin fair?). A delayed queue has no groups: `[]`."""
+        stats = await self.api.group_stats(name, caller=http_caller(request))
+        page = stats[offset:offset + limit]
+        return _json({
+            "groups": [{"group": g.group, "ready": g.ready, "in_flight": g.in_flight} for g in page],
+            "total": len(stats),
+            "next_offset": offset + limit if offset + limit < len(stats) else None,
+        })
 
     # -- one message ----------------------------------------------------------------------
     @route(

@@ -1,0 +1,153 @@
+"""The dashboard: `/ui` (one page, its assets under `/static/ui/`, nothing from outside)
+and `GET /events`, the Server-Sent Events stream it reads.
+
+`/events` sends one `snapshot` event per `interval_ms` (default 1000): this node's view
+(role, leader, term, commit and applied indexes) and every queue's counts and cumulative
+counters (`QueueCounters`: rates are their differences between two events). It reads the
+node's published view (no Raft round trip, nothing proposed): a page left open costs one
+JSON document per interval for all its viewers together (`EventFeed` builds each document
+once and hands it to every subscriber). A subscriber that does not keep up loses old
+events, never grows the node's memory: each holds at most `SUBSCRIBER_BACKLOG` events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fastapi import APIRouter
+from starlette.responses import HTMLResponse, Response, StreamingResponse
+
+from doq.errors import Unavailable
+from doq.queues.model import QueueInfo
+from doq.service.http.bodies import errors, operation_id
+
+if TYPE_CHECKING:
+    from doq.service.api import QueueService
+
+UI_DIR = Path(__file__).resolve().parent.parent / "static" / "ui"
+MAX_SUBSCRIBERS = 64  # open `/events` streams per node
+SUBSCRIBER_BACKLOG = 4  # events a slow subscriber may have pending; older ones are dropped
+MAX_EVENT_QUEUES = 1000  # queues per event (by name); `queues_total` tells how many there are
+KEEPALIVE_S = 15.0
+
+
+def queue_row(q: QueueInfo) -> dict[str, Any]:
+    s, n = q.stats, q.counters
+    return {
+        "name": q.name, "type": q.type.value, "ready": s.ready, "delayed": s.delayed,
+        "in_flight": s.in_flight, "dead": s.dead, "total": s.total,
+        "enqueued": n.enqueued, "delivered": n.delivered, "acked": n.acked,
+    }
+
+
+class EventFeed:
+    """One producer per interval for every `/events` subscriber of a node.
+
+    The producer task runs while someone listens: every `interval_s` it builds one snapshot
+    (`build`) and puts it in each subscriber's bounded queue (dropping that subscriber's
+    oldest event when full)."""
+
+    def __init__(self, build: Callable[[], dict[str, Any]], interval_s: float = 1.0) -> None:
+        self._build = build
+        self._interval_s = interval_s
+        self._subscribers: set[asyncio.Queue[bytes]] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def subscribers(self) -> int:
+        return len(self._subscribers)
+
+    def encode(self) -> bytes:
+        """The next snapshot as one SSE event."""
+        return b"event: snapshot\ndata: " + json.dumps(self._build(), separators=(",", ":")).encode() + b"\n\n"
+
+    async def stream(self) -> AsyncIterator[bytes]:
+        """The SSE bytes of one subscriber: a snapshot at once, then one per interval."""
+        if len(self._subscribers) >= MAX_SUBSCRIBERS:
+            raise Unavailable(f"too many open event streams on this node (at most {MAX_SUBSCRIBERS})",
+                              reason="TOO_MANY_STREAMS")
+        q: asyncio.Queue[bytes] = asyncio.Queue(SUBSCRIBER_BACKLOG)
+        self._subscribers.add(q)
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._produce(), name="doq-events")
+        try:
+            yield b"retry: 2000\n\n" + self.encode()
+            while True:
+                try:
+                    yield await asyncio.wait_for(q.get(), KEEPALIVE_S)
+                except TimeoutError:
+                    yield b": keep-alive\n\n"
+        finally:
+            self._subscribers.discard(q)
+
+    async def _produce(self) -> None:
+        while self._subscribers:
+            await asyncio.sleep(self._interval_s)
+            if not self._subscribers:
+                break
+            event = self.encode()
+            for q in list(self._subscribers):
+                if q.full():
+                    with contextlib.suppress(asyncio.QueueEmpty):
+                        q.get_nowait()
+                q.put_nowait(event)
+
+
+def build_ui_router(api: QueueService, interval_s: float = 1.0) -> APIRouter:
+    """`GET /ui` (the dashboard page) and `GET /events` (its live stream)."""
+    r = APIRouter(generate_unique_id_function=operation_id)
+    node = api.node
+
+    def snapshot() -> dict[str, Any]:
+        status = node.cluster_status()
+        queues = node.state.list_queues()
+        return {
+            "time_ms": time.time_ns() // 1_000_000,
+            "node": {"node_id": status.node_id, "role": status.role, "leader_id": status.leader_id,
+                     "term": status.term, "commit_index": status.commit_index,
+                     "applied_index": status.applied_index, "ready": node.is_ready()},
+            "queues_total": len(queues),
+            "queues": [queue_row(q) for q in queues[:MAX_EVENT_QUEUES]],
+        }
+
+    feed = EventFeed(snapshot, interval_s)
+    r.event_feed = feed  # type: ignore[attr-defined]  # tests and metrics look at it
+
+    @r.get("/ui", include_in_schema=False)
+    async def dashboard() -> HTMLResponse:
+        return HTMLResponse((UI_DIR / "index.html").read_text(), headers={"Cache-Control": "no-cache"})
+
+    @r.get(
+        "/events", tags=["health"], summary="Live snapshots (Server-Sent Events)",
+        response_class=Response,
+        responses={
+            200: {"description": "A `text/event-stream`: one `snapshot` event at once and one per second.",
+                  "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+            **errors(400, 503),
+        },
+    )
+    async def events() -> StreamingResponse:
+        """Server-Sent Events: each `snapshot` event's data is one JSON object, `{"time_ms",
+        "node": {node_id, role, leader_id, term, commit_index, applied_index, ready},
+        "queues_total", "queues": [{name, type, ready, delayed, in_flight, dead, total,
+        enqueued, delivered, acked}]}` (at most 1000 queues, by name). `enqueued`,
+        `delivered` and `acked` count since the node started: a rate is the difference of
+        two events divided by the time between them. The dashboard at `/ui` reads it."""
+        stream = feed.stream()
+        first = await stream.__anext__()  # refused here (503) rather than mid-stream
+
+        async def body() -> AsyncIterator[bytes]:
+            yield first
+            async for chunk in stream:
+                yield chunk
+
+        return StreamingResponse(body(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    return r
