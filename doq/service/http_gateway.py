@@ -25,8 +25,8 @@ from doq.service.http.forward import install_leader_forwarding
 from doq.service.http.ops import build_ops_router
 from doq.service.http.problems import install_handlers
 from doq.service.http.routes import build_router
-from doq.service.limits import Limits
 from doq.service.http.ui import build_ui_router
+from doq.service.limits import Limits
 
 if TYPE_CHECKING:
     from doq.service.api import QueueService
