@@ -1,7 +1,7 @@
 """The one authorization table: every RPC and every HTTP route, the scope it needs, where
 its queue name comes from, and the admin action it audits.
 
-Both doors read only this table (`doq.auth.grpc_door`, `doq.auth.http_door`); a test walks
+Both doors read only this table (`doq.auth.grpc_door`, `doq.service.http.auth_door`); a test walks
 the proto's service descriptors and the OpenAPI document and fails on any RPC or route
 that is missing here. Something not in the table is refused to every key but `admin`
 (fail closed) on the doq service and the HTTP gateway.

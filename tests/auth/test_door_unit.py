@@ -14,6 +14,7 @@ from doq.auth.admin import create_key
 from doq.auth.authorizer import Authorizer
 from doq.auth.mode import keys_required
 from doq.config import ServeConfig
+from doq.errors import InvalidArgument
 from doq.service.api import QueueService
 from doq.service.http_gateway import create_app
 from tests.support.inproc import local_service
@@ -85,6 +86,16 @@ def test_keys_are_required_when_secure_or_bound_beyond_loopback(
         addrs: tuple[str, str, str], secure: bool, insecure: bool, required: bool) -> None:
     config = ServeConfig(grpc_addr=addrs[0], http_addr=addrs[1], raft_addr=addrs[2], secure=secure, insecure=insecure)
     assert keys_required(config) is required
+
+
+def test_keys_are_required_exactly_where_tls_is_on() -> None:
+    """One decision for both (`doq.auth.mode.runs_secure`): a node enrolling with a join
+    token, or announcing a non-loopback host, serves TLS and requires keys."""
+    loop = {"grpc_addr": "127.0.0.1:1", "http_addr": "127.0.0.1:2", "raft_addr": "127.0.0.1:3"}
+    assert keys_required(ServeConfig(**loop, join=("127.0.0.1:9",), join_token="doqjt1.x")) is True
+    assert keys_required(ServeConfig(**loop, advertise_host="doq-1.example")) is True
+    with pytest.raises(InvalidArgument):  # --join-token means secure: not with --insecure
+        keys_required(ServeConfig(**loop, join=("127.0.0.1:9",), join_token="doqjt1.x", insecure=True))
 
 
 def test_every_admin_action_of_the_table_is_audited() -> None:

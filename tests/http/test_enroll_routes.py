@@ -28,10 +28,10 @@ class FakeEnrollment:
         raise AssertionError("not called")
 
 
-def app_with(enrollment: FakeEnrollment) -> FastAPI:
+def app_with(enrollment: FakeEnrollment, loopback_only: bool = True) -> FastAPI:
     app = FastAPI()
     install_handlers(app)
-    app.router.routes.extend(build_enroll_router(enrollment).routes)  # type: ignore[arg-type]
+    app.router.routes.extend(build_enroll_router(enrollment, loopback_only=loopback_only).routes)  # type: ignore[arg-type]
     return app
 
 
@@ -60,3 +60,14 @@ async def test_a_loopback_client_gets_a_token_and_the_ca_is_public() -> None:
     async with httpx.AsyncClient(transport=transport, base_url="https://doq") as c:
         r = await c.get("/cluster/ca")
     assert r.status_code == 200 and r.content == FakeEnrollment.ca_cert
+
+
+async def test_where_keys_are_required_the_door_decides_not_the_loopback_rule() -> None:
+    """A node that requires keys builds the routes with loopback_only=False: the client
+    door (tests/auth) asks an admin key for POST /cluster/join-tokens, from any address."""
+    e = FakeEnrollment()
+    transport = httpx.ASGITransport(app=app_with(e, loopback_only=False), client=("192.0.2.7", 40000))
+    async with httpx.AsyncClient(transport=transport, base_url="https://doq") as c:
+        r = await c.post("/cluster/join-tokens", json={"ttl_s": 60})
+    assert r.status_code == 200 and r.json() == {"token": "doqjt1.fake"}
+    assert e.created == [60]
