@@ -8,6 +8,7 @@ import functools
 import gc
 import logging
 import signal
+import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,7 +128,7 @@ async def open_runtime(config: ServeConfig) -> Runtime:
             join = lambda *_, **__: enrolled  # noqa: E731
         elif tls is not None:  # join over HTTPS, verified with the cluster CA
             join = functools.partial(join_cluster, ssl_context=ssl_client_context(ca_pem=tls.node.ca_cert))
-        responder = await _hold_http_while_joining(config, state)
+        responder = await _hold_http_while_joining(config, state, tls)
         try:
             node = await open_raft_node(
                 state, node_id=config.node_id, addrs=config.member_addrs(), join_addrs=config.join,
@@ -164,7 +165,8 @@ async def _enroll(config: ServeConfig, env: lmdb.Environment, node_path: Path) -
                                    cluster_id=cluster_id)
 
 
-async def _hold_http_while_joining(config: ServeConfig, state: StateStore) -> StartupResponder | None:
+async def _hold_http_while_joining(config: ServeConfig, state: StateStore,
+                                   tls: ServingTls | None) -> StartupResponder | None:
     """A node whose empty store joins a cluster answers its identity, /livez and /readyz
     (not ready) on its HTTP address while it waits (`doq.service.startup_http`); None for
     any other start (its gateway follows at once)."""
@@ -179,8 +181,12 @@ async def _hold_http_while_joining(config: ServeConfig, state: StateStore) -> St
     responder = StartupResponder(NodeIdentity(config.node_id, ident.store_id, cluster_id, empty=not cluster_id),
                                  "joining")
     host, port = _split(config.http_addr)
+    ssl_context = None
+    if tls is not None:  # HTTPS only, as the gateway that follows
+        ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ssl_context.load_cert_chain(tls.cert_file, tls.key_file)
     try:
-        return await responder.start(host, port)
+        return await responder.start(host, port, ssl_context)
     except OSError as e:
         raise StartupError(f"cannot listen on HTTP address {config.http_addr}: {e}") from e
 

@@ -226,3 +226,23 @@ def test_a_non_loopback_node_runs_secure_unless_insecure(tmp_path: Path) -> None
     assert joiner.proc is not None and joiner.proc.wait(60) != 0
     text = joiner.log()
     assert "runs secure" in text and "doq-1.example" in text and "--insecure" in text
+
+
+def test_a_secure_node_waiting_to_join_answers_over_https_only(tmp_path: Path) -> None:
+    """While an empty store waits for its cluster (`doq.service.startup_http`: identity,
+    /livez, /readyz not ready), a secure node already speaks HTTPS only."""
+    from doq.ports import free_port
+
+    cert, key = generate_ca()
+    n = NodeProc(tmp_path / "data", node_id="node-2")
+    install_ca(tmp_path / "data" / "node-2" / "tls", cert, key)
+    n.extra_args = ["--secure", "--join", f"127.0.0.1:{free_port()}"]  # nobody answers there: it waits
+    n.launch()
+    try:
+        status, body = until("the identity over HTTPS", lambda: https(n, "GET", "/cluster/identity"), 60)
+        assert status == 200 and body["node_id"] == "node-2" and body["empty"] is True
+        assert https(n, "GET", "/readyz")[0] == 503
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"http://127.0.0.1:{n.http_port}/cluster/identity", timeout=10)
+    finally:
+        n.kill9()
