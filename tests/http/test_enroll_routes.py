@@ -1,6 +1,8 @@
-"""The join-token routes (doq/service/http/enroll.py) in process, over ASGI: until the
-client door checks admin keys, a token (worth the cluster CA) is created only for a
-loopback client; anyone else gets 403 problem+json and no token is proposed. The
+"""The join-token routes (doq/service/http/enroll.py) in process, over ASGI: on a node
+that requires no keys, a token (worth the cluster CA) is created only for a loopback
+client; anyone else gets 403 problem+json and no token is proposed. Where keys are
+required the client door asks an admin key instead (tests/auth) and the routes let any
+address through. The
 enrollment itself is faked here (its real path: tests/integration/test_join_token.py)."""
 
 from __future__ import annotations
