@@ -20,6 +20,7 @@ from doq_proto.v1 import doq_pb2 as pb
 
 from doq.errors import MessageNotFound
 from doq.queues.commands import Ack, Command, EnqueueItem, Nack, Touch
+from doq.queues.model import MessageView
 from doq.service import convert as cv
 from doq.service.sessions import DequeueSession, Settlement
 from tests.support import inproc
@@ -54,12 +55,17 @@ def _spy(srv: Served, monkeypatch: pytest.MonkeyPatch) -> list[Command]:
     return seen
 
 
-async def _gone_ids(srv: Served, n: int) -> list[int]:
-    """Ids of `n` messages that existed and were acked."""
+async def _gone(srv: Served, n: int) -> list[MessageView]:
+    """The deliveries of `n` messages that existed and were acked."""
     await srv.api.enqueue_many([("q", EnqueueItem(b"x"))] * n)
     msgs = await srv.api.dequeue("q", max_messages=n)
     assert await srv.api.ack_many("q", [m.id for m in msgs]) == [None] * n
-    return [m.id for m in msgs]
+    return list(msgs)
+
+
+async def _gone_ids(srv: Served, n: int) -> list[int]:
+    """Ids of `n` messages that existed and were acked."""
+    return [m.id for m in await _gone(srv, n)]
 
 
 async def _stream_status(srv: Served, *requests: pb.DequeueStreamRequest) -> tuple[grpc.StatusCode, str]:
@@ -113,16 +119,18 @@ async def test_auto_credits_never_exceed_the_prefetch(served: Served) -> None:
 # -- settlements of messages known to be gone -----------------------------------------------
 async def test_stream_acks_and_nacks_of_gone_messages_write_nothing(served: Served,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    gone = await _gone_ids(served, 3)
+    delivered = await _gone(served, 3)
+    gone = [m.id for m in delivered]
     live = await served.api.enqueue("q", EnqueueItem(b"live"))
     leased = await served.api.dequeue("q")
     assert [m.id for m in leased] == [live.id]
     seen = _spy(served, monkeypatch)
     s = DequeueSession(served.api, cv.stream_open_from_pb(pb.DequeueStreamRequest(queue_name="q", prefetch=10)), 64)
+    s.held.record([*delivered, *leased])  # as if this stream had delivered them (it settles only those)
     s.settle(Settlement(ack_ids=[*gone, live.id], nacks=[cv.settlement_from_pb(pb.DequeueStreamRequest(
         nacks=[pb.NackRequest(id=gone[0])])).nacks[0]]))
     await s.drain()
-    assert seen == [Ack("q", [live.id], [])]  # only the live message's ack was proposed
+    assert seen == [Ack("q", [live.id], [leased[0].lease_id])]  # only the live message's ack was proposed
     assert s.dropped == 4
     assert (await served.api.get_queue("q")).stats.total == 0
 
@@ -140,6 +148,7 @@ async def test_stream_acks_of_ids_never_assigned_are_dropped_after_a_read_barrie
 
     monkeypatch.setattr(served.api.node, "read_barrier", counted)
     s = DequeueSession(served.api, cv.stream_open_from_pb(pb.DequeueStreamRequest(queue_name="q", prefetch=10)), 64)
+    s.held.leases.update({10**12: 1, 10**12 + 1: 2})  # deliveries it holds (it settles only those)
     unborn = s.settle(Settlement(ack_ids=[10**12, 10**12 + 1]))
     assert unborn == [10**12, 10**12 + 1]
     await s.settle_unborn(unborn)
@@ -191,6 +200,7 @@ async def test_a_stream_stops_reading_at_its_pending_acks_bound(served: Served,
             yield Settlement(ack_ids=[m.id for m in msgs[i:i + 4]])
 
     s = DequeueSession(served.api, cv.stream_open_from_pb(pb.DequeueStreamRequest(queue_name="q", prefetch=10)), 64)
+    s.held.record(msgs)  # as if this stream had delivered them (it settles only those)
     with stalled_commits(served.env):
         s.start(requests())
         await _until(lambda: s.pending >= bound, "the bound to be reached")
