@@ -13,6 +13,7 @@ import kubernetes_validate
 import pulumi
 import pytest
 
+import doq
 from doq.config import ServeConfig, add_serve_arguments, load_config
 from doq.node import k8s_leader
 from tests.deploy.pods import kubelet_env
@@ -250,8 +251,9 @@ def test_pods_spread_across_nodes() -> None:
 
 
 def test_the_image_is_the_dockerfile_of_this_repository(default: Deployment) -> None:
-    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-    assert default.container["image"] == f"doq:{version}"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "doq.__version__"}
+    assert default.container["image"] == f"doq:{doq.__version__}"
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert re.search(r"^USER 10001:10001$", dockerfile, re.M)
     assert re.search(r'^ENTRYPOINT \["doq"\]$', dockerfile, re.M)
@@ -277,7 +279,7 @@ def test_installs_take_pinned_versions_with_the_grpc_family_at_one_version() -> 
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     names = [re.split(r"[<>=\[;! ]", d, maxsplit=1)[0].lower() for d in
              deps["dependencies"] + [d for ds in deps["optional-dependencies"].values() for d in ds]]
-    assert [n for n in names if n != "doq" and n not in pins] == []  # every dependency pinned
+    assert [n for n in names if n != deps["name"] and n not in pins] == []  # every dependency pinned
     assert "!constraints.txt" in (ROOT / ".dockerignore").read_text().splitlines()
     makefile = (ROOT / "Makefile").read_text()
     assert makefile.count("pip install -q -c constraints.txt -e") == 2
