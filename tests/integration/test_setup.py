@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import tomllib
 import urllib.request
 from pathlib import Path
 
@@ -53,10 +54,13 @@ def test_make_serve_installs_the_base_package_and_make_test_the_extras(tmp_path:
 
 
 def _base_closure() -> set[str]:
-    """Distributions `pip install -e .` brings: doq's requirements without extras, transitively
-    (with the extras those requirements ask for, e.g. uvicorn[standard])."""
+    """Distributions `pip install -e .` brings: doq's requirements without extras (read from
+    this repository's pyproject.toml, not from whatever doq the environment has installed),
+    transitively (with the extras those requirements ask for, e.g. uvicorn[standard])."""
     seen: set[str] = set()
-    todo: list[tuple[str, frozenset[str]]] = [("doq", frozenset())]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    todo: list[tuple[str, frozenset[str]]] = [
+        (r.name, frozenset(r.extras)) for r in map(Requirement, project["dependencies"])]
     while todo:
         name, extras = todo.pop()
         key = canonicalize_name(name)
@@ -101,8 +105,9 @@ def _imported_distributions(importtime_stderr: str) -> set[str]:
 
 
 # A virtualenv comes with pip and setuptools (the site start-up may import from them);
-# `grpc/__init__.py` imports grpc_tools only if it is installed (try/except ImportError).
-NOT_NEEDED = {"pip", "setuptools", "grpcio-tools"}
+# `grpc/__init__.py` imports grpc_tools only if it is installed (try/except ImportError), and
+# anyio (starlette's) sniffio likewise (anyio/_core/_eventloop.py).
+NOT_NEEDED = {"pip", "setuptools", "grpcio-tools", "sniffio"}
 
 
 def test_the_server_imports_only_what_the_base_package_installs(tmp_path: Path) -> None:
@@ -136,5 +141,5 @@ def test_the_server_imports_only_what_the_base_package_installs(tmp_path: Path) 
         node.kill9()
     imported = _imported_distributions(log.read_text())
     assert imported, "no import recorded"
-    extra = imported - _base_closure() - NOT_NEEDED - {"doq"}
+    extra = imported - _base_closure() - NOT_NEEDED - {"doq", "doq-server"}
     assert not extra, f"the server imports distributions outside the base install: {sorted(extra)}"
