@@ -9,8 +9,9 @@
   may consume the queue (the authorization table).
 - On a dequeue stream (`Held`): the stream settles only what it delivered. It records
   each frame's (id, lease id) and settles an ack or nack with the lease it holds for that
-  id; an id it did not deliver, or a lease id other than the one it holds, is settled
-  with `NO_LEASE`, which matches no delivery (the machine answers StaleLease for it).
+  id; an id it did not deliver, or a lease id other than the one it holds, gets
+  `NO_LEASE`, which matches no delivery: the session drops it (`DequeueSession.dropped`),
+  nothing is proposed.
 Lease ids are sequence numbers, not secrets: the scopes decide who may consume a queue,
 the lease ids keep one consumer from settling another's delivery by mistake.
 """
