@@ -12,6 +12,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -268,6 +269,9 @@ def test_one_full_member_stops_the_clusters_growth_until_its_space_is_freed(tmp_
         assert _alarm_reasons(n3) == ["DATA_SIZE_LIMIT"]
         status, view = call(lead, "GET", "/cluster")  # the leader's view names it too
         assert [(a["node_id"], a["reason"]) for a in view["alarms"]] == [("node-3", "DATA_SIZE_LIMIT")], view
+        human = subprocess.run([sys.executable, "-m", "doq", "cluster", "status", "--server", lead.http_url],
+                               capture_output=True, text=True, timeout=60, env={**os.environ}).stdout
+        assert "ALARM node-3 DATA_SIZE_LIMIT: the store holds" in human, human
         for n in cluster:
             status, body = _enqueue(n, "bulk")
             assert status == 507, body
