@@ -129,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     from doq import join_token_cli  # doq join-token create
 
     join_token_cli.add_parser(sub)
-    from doq.auth import keys_cli  # doq keys create | list | revoke
+    from doq import keys_cli  # doq keys create | list | revoke
 
     keys_cli.add_parser(sub)
     from doq import queue_cli  # doq queues ... | enqueue | dequeue | top

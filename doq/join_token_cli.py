@@ -27,7 +27,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="join_token_command", required=True)
     c = sub.add_parser("create", help="a one-time token for `doq serve --join ADDR --join-token TOKEN`")
-    add_server_argument(c, "leader, from its own machine (loopback) until admin keys guard the route")
+    add_server_argument(c, "leader (with an admin key)")
     add_json_argument(c)
     c.add_argument("--ttl-s", type=int, default=DEFAULT_TTL_S, help="seconds the token stays usable")
     c.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer")
@@ -46,8 +46,9 @@ def run(ns: argparse.Namespace) -> int:
         token = str(answer.body["token"])
     except cc.ClusterError as e:
         hint = {404: " (join tokens need a secure cluster: --server https://... --ca-file ca.crt)",
-                403: " (run it on the leader's machine, --server https://127.0.0.1:PORT)",
-                503: f" (ask the leader{': ' + e.leader if e.leader else ''}, from its machine)"}.get(e.status, "")
+                401: " (an admin key is needed: --key KEY or $DOQ_KEY)",
+                403: " (an admin key is needed; a node without keys answers only its own machine)",
+                503: f" (ask the leader{': ' + e.leader if e.leader else ''})"}.get(e.status, "")
         print(f"doq join-token create: {e}{hint}", file=sys.stderr)
         return 1
     except (KeyError, TypeError) as e:

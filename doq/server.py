@@ -8,8 +8,10 @@ import functools
 import gc
 import logging
 import signal
+import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -23,6 +25,8 @@ from doq.config import ServeConfig
 from doq.errors import InvalidArgument
 from doq.node import alarms, k8s_leader
 from doq.node.base import Node
+from doq.node.cluster import ClusterStatus
+from doq.server_tls import ServingTls, enroll_node, needs_enrollment, node_tls
 from doq.service.api import QueueService
 from doq.service.grpc_forward import LeaderForwarder
 from doq.service.grpc_server import build_server, grpc_frame_limit, set_serving
@@ -34,7 +38,6 @@ from doq.storage.files import DIR_MODE, tighten
 from doq.storage.state import StateStore
 from doq.tls.certs import TlsSetupError
 from doq.tls.creds import ca_channel_credentials, client_port_credentials, ssl_client_context
-from doq.tls.node_setup import ServingTls, enroll_node, needs_enrollment, node_tls
 
 log = logging.getLogger("doq.server")
 
@@ -92,14 +95,6 @@ async def open_runtime(config: ServeConfig) -> Runtime:
     joining the cluster, for a new node with `--join`) and the facade (not started).
     Raises StartupError, having left the disk as it was."""
     lock = lock_node_dir(config)
-    enrolled = None  # the cluster's status, when this start enrolled with a join token
-    try:
-        if needs_enrollment(config, lock.path):
-            enrolled = await asyncio.to_thread(enroll_node, config, lock.path)
-        tls = node_tls(config, lock.path)
-    except (TlsSetupError, InvalidArgument) as e:
-        lock.release()
-        raise StartupError(str(e)) from None
     path = lock.path / "doq.lmdb"
     try:
         env = open_env(path, map_size=alarms.map_size(config.max_data_size))
@@ -108,6 +103,15 @@ async def open_runtime(config: ServeConfig) -> Runtime:
     except (OSError, lmdb.Error) as e:
         lock.release(discard=True)
         raise StartupError(f"cannot open data dir {path}: {e}") from e
+    enrolled = None  # the cluster's status, when this start enrolled with a join token
+    try:
+        if needs_enrollment(config, lock.path):
+            enrolled = await _enroll(config, env, lock.path)
+        tls = node_tls(config, lock.path)
+    except (TlsSetupError, InvalidArgument) as e:
+        env.close()
+        lock.release(discard=True)
+        raise StartupError(str(e)) from None
     try:
         state = StateStore(env)
         from doq.cluster_client import ClusterError, join_cluster
@@ -124,7 +128,7 @@ async def open_runtime(config: ServeConfig) -> Runtime:
             join = lambda *_, **__: enrolled  # noqa: E731
         elif tls is not None:  # join over HTTPS, verified with the cluster CA
             join = functools.partial(join_cluster, ssl_context=ssl_client_context(ca_pem=tls.node.ca_cert))
-        responder = await _hold_http_while_joining(config, state)
+        responder = await _hold_http_while_joining(config, state, tls)
         try:
             node = await open_raft_node(
                 state, node_id=config.node_id, addrs=config.member_addrs(), join_addrs=config.join,
@@ -147,7 +151,22 @@ async def open_runtime(config: ServeConfig) -> Runtime:
     return Runtime(config, lock, env, state, node, api, tls)
 
 
-async def _hold_http_while_joining(config: ServeConfig, state: StateStore) -> StartupResponder | None:
+async def _enroll(config: ServeConfig, env: lmdb.Environment, node_path: Path) -> ClusterStatus:
+    """Enroll with the join token under this store's identity (as `open_raft_node` joins:
+    the store id, whether it is empty, the cluster it means), so the leader's conf change
+    admits this store and the node may vote once it holds it (`doq.node.store_identity`)."""
+    from doq.node import store_identity
+    from doq.node.build import has_raft_data
+
+    empty = not has_raft_data(env)
+    ident = store_identity.ensure(env, empty_join=empty)
+    cluster_id = config.cluster_id or ident.cluster_id
+    return await asyncio.to_thread(enroll_node, config, node_path, store_id=ident.store_id, empty=empty,
+                                   cluster_id=cluster_id)
+
+
+async def _hold_http_while_joining(config: ServeConfig, state: StateStore,
+                                   tls: ServingTls | None) -> StartupResponder | None:
     """A node whose empty store joins a cluster answers its identity, /livez and /readyz
     (not ready) on its HTTP address while it waits (`doq.service.startup_http`); None for
     any other start (its gateway follows at once)."""
@@ -162,8 +181,12 @@ async def _hold_http_while_joining(config: ServeConfig, state: StateStore) -> St
     responder = StartupResponder(NodeIdentity(config.node_id, ident.store_id, cluster_id, empty=not cluster_id),
                                  "joining")
     host, port = _split(config.http_addr)
+    ssl_context = None
+    if tls is not None:  # HTTPS only, as the gateway that follows
+        ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ssl_context.load_cert_chain(tls.cert_file, tls.key_file)
     try:
-        return await responder.start(host, port)
+        return await responder.start(host, port, ssl_context)
     except OSError as e:
         raise StartupError(f"cannot listen on HTTP address {config.http_addr}: {e}") from e
 
@@ -241,7 +264,7 @@ async def _listen(rt: Runtime, authz: Authorizer) -> _Listeners:
     forward_ssl = ssl_client_context(ca_pem=tls.node.ca_cert) if tls else None
     enrollment = None
     if tls is not None and rt.node.cluster_admin() is not None:
-        from doq.tls.enrollment import Enrollment
+        from doq.service.enrollment import Enrollment
 
         enrollment = Enrollment(rt.node, tls.node)
     app = create_app(rt.api, authz, forward_ssl=forward_ssl, enrollment=enrollment)

@@ -1,7 +1,7 @@
 """The one authorization table: every RPC and every HTTP route, the scope it needs, where
 its queue name comes from, and the admin action it audits.
 
-Both doors read only this table (`doq.auth.grpc_door`, `doq.auth.http_door`); a test walks
+Both doors read only this table (`doq.auth.grpc_door`, `doq.service.http.auth_door`); a test walks
 the proto's service descriptors and the OpenAPI document and fails on any RPC or route
 that is missing here. Something not in the table is refused to every key but `admin`
 (fail closed) on the doq service and the HTTP gateway.
@@ -82,6 +82,8 @@ HTTP_RULES: dict[tuple[str, str], Rule] = {
     ("POST", _Q + "/messages"): Rule(("produce",), "name"),
     ("POST", _Q + "/messages:batch"): Rule(("produce",), "name"),
     ("GET", _Q + "/messages"): Rule(("consume",), "name"),
+    ("GET", _Q + "/messages:peek"): Rule(("consume",), "name"),  # reads message contents
+    ("GET", _Q + "/groups"): Rule(READ, "name"),  # counts only, like GET queue
     ("POST", _Q + "/messages:dequeue"): Rule(("consume",), "name"),
     ("POST", _Q + "/messages:ack"): Rule(("consume",), "name"),
     ("GET", _M): Rule(("consume",), "name"),
@@ -97,9 +99,17 @@ HTTP_RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/db/digest"): Rule(("backup",)),
     ("POST", "/db/restore"): Rule(("restore",), audit="restore"),
     ("GET", "/cluster"): ANY_KEY,
+    # the store's identity (node, store and cluster ids; no secret): a Kubernetes start
+    # probe reads it before any key exists (doq.k8s_start)
+    ("GET", "/cluster/identity"): OPEN,
     ("POST", "/cluster/join"): _admin("member.add"),
     ("DELETE", "/cluster/members/{node_id}"): _admin("member.remove"),
     ("POST", "/cluster/transfer-leader"): _admin("leader.transfer"),
+    # join tokens (a secure node's): a token is worth the cluster CA; the CA certificate is
+    # public; an enrollment is authenticated by the join token it spends (doq.tls.enrollment)
+    ("POST", "/cluster/join-tokens"): _admin("join_token.create"),
+    ("GET", "/cluster/ca"): OPEN,
+    ("POST", "/cluster/enroll"): OPEN,
     ("POST", "/API/v1/keys"): _admin("key.create"),
     ("GET", "/API/v1/keys"): _admin(),
     ("DELETE", "/API/v1/keys/{key_id}"): _admin("key.revoke"),
@@ -107,6 +117,10 @@ HTTP_RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/openapi.json"): OPEN,
     ("GET", "/docs"): OPEN,
     ("GET", "/redoc"): OPEN,
+    # the dashboard: the page is static (no data, nothing of the node); its data comes from
+    # /events, which needs a key that may read the node's state (docs/security.md)
+    ("GET", "/ui"): OPEN,
+    ("GET", "/events"): Rule(READ),
 }
 """(method, path template) of the HTTP gateway. HEAD is checked as GET."""
 

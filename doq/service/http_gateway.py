@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI
 
 from doq.auth.authorizer import Authorizer
-from doq.auth.http_door import install_audit, install_auth
-from doq.auth.http_keys import build_keys_router
+from doq.service.http.auth_door import install_audit, install_auth
 from doq.service.http.bodylimit import BodyLimitMiddleware
 from doq.service.http.cluster import build_cluster_router
 from doq.service.http.docs import install_docs
 from doq.service.http.forward import install_leader_forwarding
+from doq.service.http.keys import build_keys_router
 from doq.service.http.ops import build_ops_router
 from doq.service.http.problems import install_handlers
 from doq.service.http.routes import build_router
@@ -30,7 +30,7 @@ from doq.service.limits import Limits
 
 if TYPE_CHECKING:
     from doq.service.api import QueueService
-    from doq.tls.enrollment import Enrollment
+    from doq.service.enrollment import Enrollment
 
 RESTORE_PATH = "/db/restore"
 
@@ -95,7 +95,7 @@ def create_app(api: QueueService, authorizer: Authorizer | None = None, *,
     if enrollment is not None:
         from doq.service.http.enroll import build_enroll_router
 
-        app.router.routes.extend(build_enroll_router(enrollment).routes)
+        app.router.routes.extend(build_enroll_router(enrollment, loopback_only=not authorizer.required).routes)
     install_docs(app)
     # The document lists paths in declaration order; requests try the hot routes first.
     app.state.openapi_routes = list(app.router.routes)

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import ssl
 from typing import Any
 
 from doq.node.cluster import NodeIdentity
@@ -40,9 +41,11 @@ class StartupResponder:
         self.reason = reason
         self._server: asyncio.Server | None = None
 
-    async def start(self, host: str, port: int) -> StartupResponder:
-        """Listen on host:port; raises OSError if the address is taken."""
-        self._server = await asyncio.start_server(self._handle, host or None, port, reuse_address=True)
+    async def start(self, host: str, port: int, ssl_context: ssl.SSLContext | None = None) -> StartupResponder:
+        """Listen on host:port (over TLS with `ssl_context`: a secure node speaks HTTPS only);
+        raises OSError if the address is taken."""
+        self._server = await asyncio.start_server(self._handle, host or None, port, reuse_address=True,
+                                                  ssl=ssl_context)
         return self
 
     async def stop(self) -> None:

@@ -1,5 +1,6 @@
 """The client door on a real secure three-node cluster (`doq serve --secure` processes on
-127.0.0.1, real LMDB, real gRPC and HTTP; nothing faked).
+127.0.0.1, real LMDB, real gRPC and HTTP over TLS verified with the cluster CA; the
+members join with join tokens; nothing faked).
 
 Generated from the node's own OpenAPI document and the proto's service descriptors, so a
 route or RPC added later cannot be forgotten: every one must be in the authorization
@@ -49,7 +50,7 @@ def http(node: NodeProc, method: str, path: str, key: str | None = None, body: A
         headers["Authorization"] = f"Bearer {key}"
     req = urllib.request.Request(node.http_url + path, data=data, method=method, headers=headers)
     try:
-        with urllib.request.urlopen(req, timeout=60) as r:
+        with node.urlopen(req, timeout=60) as r:
             content = r.read()
             return r.status, content if raw else (json.loads(content) if content else None), dict(r.headers)
     except urllib.error.HTTPError as e:
@@ -83,17 +84,16 @@ class Cluster:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     data = tmp_path_factory.mktemp("secure")
     nodes = [NodeProc(data, node_id=f"node-{i}", extra_args=["--secure"]) for i in (1, 2, 3)]
-    saved = os.environ.get("DOQ_KEY")
     try:
         nodes[0].start()
         key_file = data / "admin.key"
         until("the admin key file", key_file.exists)
         admin = key_file.read_text().strip()
-        os.environ["DOQ_KEY"] = admin  # the joining nodes' key (POST /cluster/join is admin)
-        for n in nodes[1:]:
+        for n in nodes[1:]:  # each enrolls with a join token (created with the admin key)
+            token = ok(nodes[0], "POST", "/cluster/join-tokens", admin, {"ttl_s": 600})["token"]
             n.extra_args += ["--join", f"127.0.0.1:{nodes[0].http_port}"]
+            n.env["DOQ_JOIN_TOKEN"] = token
             n.start(timeout_s=90)
-        os.environ.pop("DOQ_KEY")
 
         def voters() -> bool:
             status, doc, _ = http(nodes[0], "GET", "/cluster", admin)
@@ -109,10 +109,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         c.key("revoked", "admin")
         yield c
     finally:
-        if saved is None:
-            os.environ.pop("DOQ_KEY", None)
-        else:
-            os.environ["DOQ_KEY"] = saved
         for n in nodes:
             n.kill9()
 
@@ -148,7 +144,7 @@ def test_every_http_route_refuses_no_key_a_wrong_key_and_a_wrong_prefix(cluster:
     for method, template in _operations(asked):
         rule, path = HTTP_RULES[(method, template)], _path(template)
         if rule.open:
-            status, _, _ = http(asked, method, path)
+            status, _, _ = http(asked, method, path, raw=True)
             assert status not in (401, 403), (method, template)
             continue
         status, doc, headers = http(asked, method, path, body={})
@@ -164,7 +160,7 @@ def test_every_http_route_refuses_no_key_a_wrong_key_and_a_wrong_prefix(cluster:
             assert status == 403, (method, template, status, doc)
         checked += 1
     assert checked > 20
-    for path in ("/livez", "/readyz", "/openapi.json", "/docs", "/redoc"):
+    for path in ("/livez", "/readyz", "/openapi.json", "/docs", "/redoc", "/ui", "/cluster/identity", "/cluster/ca"):
         assert http(asked, "GET", path, raw=True)[0] == 200, path
     assert OPEN_PATH_PREFIXES == ("/static/",)
 
@@ -204,7 +200,7 @@ def _grpc_code(channel: grpc.Channel, method: Any, key: str | None) -> grpc.Stat
 
 
 def test_every_rpc_refuses_no_key_a_wrong_key_and_a_wrong_prefix(cluster: Cluster) -> None:
-    with grpc.insecure_channel(cluster.nodes[1].grpc_addr) as ch:
+    with cluster.nodes[1].grpc_channel() as ch:
         for method in SERVICE.methods:
             rule = GRPC_RULES[f"/doq.v1.DOQ/{method.name}"]
             assert _grpc_code(ch, method, None) == grpc.StatusCode.UNAUTHENTICATED, method.name
@@ -230,7 +226,7 @@ def test_a_key_revoked_through_one_member_is_refused_by_another(cluster: Cluster
         if not HTTP_RULES[(method, template)].open:
             status, doc, _ = http(asked, method, _path(template), revoked, body={})
             assert (status, doc["reason"]) == (401, "INVALID_KEY"), (method, template)
-    with grpc.insecure_channel(asked.grpc_addr) as ch:
+    with asked.grpc_channel() as ch:
         for method in SERVICE.methods:
             assert _grpc_code(ch, method, revoked) == grpc.StatusCode.UNAUTHENTICATED, method.name
 
@@ -243,7 +239,8 @@ def test_scoped_keys_do_their_work_and_the_prefix_limits_the_queue(cluster: Clus
     prod = cluster.key("prod_orders", "produce:orders.")
     cons = cluster.key("cons_orders", "consume:orders.")
     targets = ",".join(x.grpc_addr for x in cluster.nodes)
-    with DoqClient(targets, key=prod) as c:
+    ca = str(cluster.nodes[0].ca_file)
+    with DoqClient(targets, key=prod, ca_file=ca) as c:
         p = c.producer()
         ids = [p.enqueue("orders.eu", b"m%d" % i).result().id for i in range(10)]
         p.close()
@@ -251,7 +248,7 @@ def test_scoped_keys_do_their_work_and_the_prefix_limits_the_queue(cluster: Clus
             c.enqueue("q", b"x")
         with pytest.raises(PermissionDenied):
             c.dequeue("orders.eu")
-    with DoqClient(targets, key=cons) as c:
+    with DoqClient(targets, key=cons, ca_file=ca) as c:
         got = []
         with c.consumer("orders.eu", prefetch=4) as consumer:
             for m in consumer:
@@ -270,7 +267,8 @@ def test_scoped_keys_do_their_work_and_the_prefix_limits_the_queue(cluster: Clus
 
 
 def test_doq_keys_commands_create_list_and_revoke(cluster: Cluster) -> None:
-    env = {**os.environ, "DOQ_KEY": cluster.admin, "DOQ_SERVER": cluster.nodes[1].http_url}
+    env = {**os.environ, "DOQ_KEY": cluster.admin, "DOQ_SERVER": cluster.nodes[1].http_url,
+           "DOQ_CA_FILE": str(cluster.nodes[1].ca_file)}
 
     def doq(*args: str) -> str:
         out = subprocess.run([sys.executable, "-m", "doq", "keys", *args], capture_output=True, text=True,

@@ -14,6 +14,7 @@ from doq.auth.admin import create_key
 from doq.auth.authorizer import Authorizer
 from doq.auth.mode import keys_required
 from doq.config import ServeConfig
+from doq.errors import InvalidArgument
 from doq.service.api import QueueService
 from doq.service.http_gateway import create_app
 from tests.support.inproc import local_service
@@ -87,6 +88,16 @@ def test_keys_are_required_when_secure_or_bound_beyond_loopback(
     assert keys_required(config) is required
 
 
+def test_keys_are_required_exactly_where_tls_is_on() -> None:
+    """One decision for both (`doq.auth.mode.runs_secure`): a node enrolling with a join
+    token, or announcing a non-loopback host, serves TLS and requires keys."""
+    loop = {"grpc_addr": "127.0.0.1:1", "http_addr": "127.0.0.1:2", "raft_addr": "127.0.0.1:3"}
+    assert keys_required(ServeConfig(**loop, join=("127.0.0.1:9",), join_token="doqjt1.x")) is True
+    assert keys_required(ServeConfig(**loop, advertise_host="doq-1.example")) is True
+    with pytest.raises(InvalidArgument):  # --join-token means secure: not with --insecure
+        keys_required(ServeConfig(**loop, join=("127.0.0.1:9",), join_token="doqjt1.x", insecure=True))
+
+
 def test_every_admin_action_of_the_table_is_audited() -> None:
     from doq.auth.table import GRPC_RULES, HTTP_RULES
 
@@ -97,7 +108,7 @@ def test_every_admin_action_of_the_table_is_audited() -> None:
     audited = {rule.audit for rule in GRPC_RULES.values() if rule.audit} | {
         rule.audit for rule in HTTP_RULES.values() if rule.audit}
     assert audited == {"queue.create", "queue.update", "queue.delete", "queue.purge", "key.create", "key.revoke",
-                       "member.add", "member.remove", "leader.transfer", "backup", "restore"}
+                       "member.add", "member.remove", "leader.transfer", "backup", "restore", "join_token.create"}
     for name, rule in GRPC_RULES.items():
         if rule.scopes == ("admin",) and not name.endswith("/ListKeys"):
             assert rule.audit, name
@@ -121,3 +132,55 @@ async def test_admin_actions_are_logged_once_with_key_id_target_and_result(
         ("key.create", admin.record.id, r.json()["id"], "ok"),
     ]
     assert admin.token not in caplog.text and r.json()["key"] not in caplog.text
+class _Enrollment:  # the join-token routes exist only on a secure node; their handlers are not called here
+    ca_cert = b"-----BEGIN CERTIFICATE-----\n"
+
+
+def _every_route(service: QueueService) -> tuple[set[tuple[str, str]], list[str]]:
+    """(method, path) of every route the gateway can serve, in or out of the OpenAPI
+    document (the dashboard, the docs pages), the `/cluster` routes of a clustered node
+    and the join-token routes of a secure one; and the paths of mounted file trees."""
+    from types import SimpleNamespace
+
+    from starlette.routing import Mount
+
+    from doq.service.http.cluster import build_cluster_router
+
+    app = create_app(service, enrollment=_Enrollment())  # type: ignore[arg-type]
+    clustered = SimpleNamespace(node=SimpleNamespace(cluster_admin=lambda: object()))
+    ops: set[tuple[str, str]] = set()
+    mounts: list[str] = []
+    for route in [*app.router.routes, *build_cluster_router(clustered).routes]:  # type: ignore[arg-type]
+        if isinstance(route, Mount):
+            mounts.append(route.path)
+            continue
+        ops |= {(m, route.path) for m in getattr(route, "methods", None) or () if m != "HEAD"}
+    return ops, mounts
+
+
+async def test_every_route_of_the_gateway_is_in_the_table_and_no_rule_is_stale(service: QueueService) -> None:
+    """Walks the app's own routes (not only the OpenAPI document: `/ui`, `/docs` are not in
+    it), so a route added anywhere without a rule fails here."""
+    from doq.auth.table import HTTP_RULES, OPEN_PATH_PREFIXES
+
+    ops, mounts = _every_route(service)
+    assert {("GET", "/ui"), ("GET", "/events"), ("POST", "/cluster/enroll"), ("GET", "/cluster/identity"),
+            ("GET", "/API/v1/queues/{name}/messages:peek")} <= ops
+    assert not sorted(ops - HTTP_RULES.keys()), "routes missing from doq.auth.table.HTTP_RULES"
+    assert not sorted(HTTP_RULES.keys() - ops), "rules for routes that do not exist"
+    assert [m for m in mounts if m + "/" not in OPEN_PATH_PREFIXES] == []
+
+
+async def test_the_dashboard_page_is_open_its_data_needs_a_key(service: QueueService) -> None:
+    metrics = (await create_key(service.node, ["metrics"])).token
+    async with _client(service, required=True) as c:
+        r = await c.get("/ui")
+        assert r.status_code == 200 and "<html" in r.text.lower()
+        assert (await c.get("/static/ui/app.js")).status_code == 200
+        r = await c.get("/events")
+        assert (r.status_code, r.json()["reason"]) == (401, "KEY_REQUIRED")
+        backup = (await create_key(service.node, ["backup"])).token
+        r = await c.get("/events", headers=_auth(backup))
+        assert (r.status_code, r.json()["reason"]) == (403, "SCOPE_REQUIRED")
+        r = await c.get("/API/v1/queues/q/messages:peek", headers=_auth(metrics))
+        assert (r.status_code, r.json()["reason"]) == (403, "SCOPE_REQUIRED")

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from doq.tls.enrollment import decode_token, encode_token
-from tests.integration.test_tls import ca_file, https, start_secure, wait_https_ready
+from tests.integration.test_tls import admin_key, ca_file, https, start_secure, wait_https_ready
 from tests.support.cluster import until
 from tests.support.proc import NodeProc
 
@@ -37,7 +37,8 @@ def seed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProc]:
 def create_token(node: NodeProc) -> str:
     res = subprocess.run([sys.executable, "-m", "doq", "join-token", "create", "--json", "--server",
                           f"https://127.0.0.1:{node.http_port}", "--ca-file", str(ca_file(node))],
-                         capture_output=True, text=True, timeout=60, env={**os.environ})
+                         capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "DOQ_KEY": str(admin_key(node))})
     assert res.returncode == 0, res.stderr
     return str(json.loads(res.stdout)["token"])
 
@@ -111,3 +112,53 @@ def test_a_guessed_secret_or_another_clusters_token_gets_nobody_in(seed: NodePro
     finally:
         n4.kill9()
     assert "node-4" in members(seed)
+
+
+def _leader(nodes: list[NodeProc]) -> NodeProc | None:
+    """The member every live node names as leader (None while they disagree or have none)."""
+    views = {https(n, "GET", "/cluster")[1]["leader_id"] for n in nodes}
+    leader = views.pop() if len(views) == 1 else ""
+    return next((n for n in nodes if n.node_id == leader), None)
+
+
+def test_members_enrolled_with_join_tokens_are_admitted_and_vote(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """An enrolled node is added under its store id, so the conf change admits its store
+    and it takes part in elections. Two rounds: the leader is killed and the two others
+    must elect one (in a cluster of three, both survivors are needed) and commit a write;
+    the killed node comes back and the next leader is killed, until every member has been
+    a survivor of some round."""
+    data = tmp_path_factory.mktemp("jtvote") / "data"
+    first = NodeProc(data, node_id="node-1")
+    nodes = [start_secure(first)]
+    try:
+        for node_id in ("node-2", "node-3"):
+            n = joiner(first, node_id, create_token(first))
+            n.launch()
+            wait_https_ready(n, 90)
+            nodes.append(n)
+        for n in nodes[1:]:
+            assert "takes no part in elections until the cluster has admitted" in n.log()
+            until(f"{n.node_id} admitted", lambda n=n: "the cluster admitted store" in n.log(), 90)  # type: ignore[misc]
+        until("three voters", lambda: sorted(m["node_id"] for m in https(first, "GET", "/cluster")[1]["members"]
+                                             if m["role"] == "voter") == ["node-1", "node-2", "node-3"], 90)
+        survivors_of_some_round: set[str] = set()
+        round_no = 0
+        while len(survivors_of_some_round) < 3 and round_no < 4:  # two rounds unless a leader is re-elected
+            round_no += 1
+            name = f"after-{round_no}"
+            old = until("a leader", lambda: _leader(nodes), 90)
+            old.kill9()
+            rest = [n for n in nodes if n is not old]
+            new = until("a new leader of the two others", lambda rest=rest: _leader(rest), 120)  # type: ignore[misc]
+            assert new is not old
+            status, body = https(rest[0], "POST", "/API/v1/queues", {"name": name})
+            assert status in (200, 201), body  # committed by the two survivors
+            survivors_of_some_round |= {n.node_id for n in rest}
+            old.launch()  # back with its data (no new enrollment: it holds the CA)
+            wait_https_ready(old, 90)
+            until(f"{old.node_id} caught up", lambda old=old, name=name: any(  # type: ignore[misc]
+                q["name"] == name for q in https(old, "GET", "/API/v1/queues")[1]["queues"]), 90)
+        assert survivors_of_some_round == {"node-1", "node-2", "node-3"}
+    finally:
+        for n in nodes:
+            n.kill9()

@@ -3,7 +3,9 @@ only, verified with the cluster CA it made on its first start; a secure cluster 
 mutual TLS between members; a process without a certificate of the cluster CA can neither
 join nor reach the raft port (forged messages change nothing); a node that binds a
 non-loopback address runs secure unless `--insecure`, and a joiner there without the
-cluster CA refuses to start. Real: `doq serve` processes on 127.0.0.1, real TLS."""
+cluster CA refuses to start. Real: `doq serve` processes on 127.0.0.1, real TLS. A secure
+node requires client keys too: requests here carry the admin key its cluster's bootstrap
+wrote (`admin_key`), the keys themselves are tests/auth's subject."""
 
 from __future__ import annotations
 
@@ -35,11 +37,23 @@ def ca_file(node: NodeProc) -> Path:
     return node.data_dir / node.node_id / "tls" / "ca.crt"
 
 
-def https(node: NodeProc, method: str, path: str, body: Any = None, ca: Path | None = None) -> tuple[int, Any]:
+def admin_key(node: NodeProc) -> str | None:
+    """The admin key the cluster's bootstrap wrote in the data dir these tests share (None
+    before it exists)."""
+    path = node.data_dir / "admin.key"
+    return path.read_text().strip() if path.exists() else None
+
+
+def https(node: NodeProc, method: str, path: str, body: Any = None, ca: Path | None = None,
+          key: str | None = None) -> tuple[int, Any]:
+    """One request over HTTPS verified with `ca` (default: the node's CA), with `key`
+    (default: the admin key)."""
     ctx = ssl.create_default_context(cafile=str(ca or ca_file(node)))
+    headers = {"Content-Type": "application/json"}
+    if key := key or admin_key(node):
+        headers["Authorization"] = f"Bearer {key}"
     req = urllib.request.Request(f"https://127.0.0.1:{node.http_port}{path}", method=method,
-                                 data=None if body is None else json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+                                 data=None if body is None else json.dumps(body).encode(), headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=30, context=ctx) as r:
             raw = r.read()
@@ -72,7 +86,8 @@ def digests(nodes: list[NodeProc]) -> set[str]:
 @pytest.fixture(scope="module")
 def secure_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[NodeProc]]:
     """node-1 bootstraps a secure cluster; node-2 and node-3 join with its CA copied into
-    their tls/ directories (the manual path; join tokens automate it)."""
+    their tls/ directories and the admin key (`POST /cluster/join` is an admin action): the
+    manual path; join tokens automate it."""
     data = tmp_path_factory.mktemp("tls") / "data"
     nodes = [NodeProc(data, node_id=f"node-{i}") for i in (1, 2, 3)]
     try:
@@ -83,6 +98,7 @@ def secure_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[No
             for name in ("ca.crt", "ca.key"):
                 shutil.copy(ca_file(nodes[0]).with_name(name), tls / name)
             n.extra_args = ["--join", f"127.0.0.1:{nodes[0].http_port}"]
+            n.env["DOQ_KEY"] = str(admin_key(nodes[0]))
             start_secure(n)
         want = ["node-1", "node-2", "node-3"]
         until("three voters", lambda: sorted(
@@ -97,16 +113,16 @@ def test_a_secure_cluster_serves_https_and_grpc_tls_only(secure_cluster: list[No
     n1, n2, n3 = secure_cluster
     status, body = https(n2, "POST", "/API/v1/queues", {"name": "jobs"})  # a follower forwards over HTTPS
     assert status in (200, 201), body
-    with DoqClient(n3.grpc_addr, ca_file=str(ca_file(n1))) as c:  # forwarded to the leader over TLS
+    with DoqClient(n3.grpc_addr, ca_file=str(ca_file(n1)), key=admin_key(n1)) as c:  # forwarded over TLS
         c.enqueue("jobs", b"over tls")
     status, body = https(n1, "GET", "/API/v1/queues/jobs/messages?ack=true")
     assert status == 200 and body["content"] == "over tls", body
 
     with pytest.raises(OSError):  # plain HTTP is not spoken
-        urllib.request.urlopen(n1.http_url + "/readyz", timeout=10)
+        urllib.request.urlopen(f"http://127.0.0.1:{n1.http_port}/readyz", timeout=10)
     with pytest.raises(urllib.error.URLError):  # and HTTPS with another CA does not verify
         https(n1, "GET", "/readyz", ca=Path(_other_ca(n1.data_dir.parent)))
-    with DoqClient(n1.grpc_addr, timeout_s=5) as plain, pytest.raises(Exception):  # noqa: B017 - any failure
+    with DoqClient(n1.grpc_addr, timeout_s=5, key=admin_key(n1)) as plain, pytest.raises(Exception):  # noqa: B017
         plain.enqueue("jobs", b"plain")
 
 
@@ -121,12 +137,12 @@ def test_the_cli_speaks_https_with_ca_file(secure_cluster: list[NodeProc]) -> No
     n1 = secure_cluster[0]
     res = subprocess.run([sys.executable, "-m", "doq", "cluster", "status", "--json", "--server",
                           f"https://127.0.0.1:{n1.http_port}", "--ca-file", str(ca_file(n1))],
-                         capture_output=True, text=True, timeout=60, env={**os.environ})
+                         capture_output=True, text=True, timeout=60, env={**os.environ, "DOQ_KEY": str(admin_key(n1))})
     assert res.returncode == 0, res.stderr
     assert len(json.loads(res.stdout)["members"]) == 3
     res = subprocess.run([sys.executable, "-m", "doq", "cluster", "status", "--server",
                           f"https://127.0.0.1:{n1.http_port}"],
-                         capture_output=True, text=True, timeout=60, env={**os.environ})
+                         capture_output=True, text=True, timeout=60, env={**os.environ, "DOQ_KEY": str(admin_key(n1))})
     assert res.returncode != 0 and "CERTIFICATE_VERIFY_FAILED" in res.stderr + res.stdout
 
 
@@ -210,3 +226,23 @@ def test_a_non_loopback_node_runs_secure_unless_insecure(tmp_path: Path) -> None
     assert joiner.proc is not None and joiner.proc.wait(60) != 0
     text = joiner.log()
     assert "runs secure" in text and "doq-1.example" in text and "--insecure" in text
+
+
+def test_a_secure_node_waiting_to_join_answers_over_https_only(tmp_path: Path) -> None:
+    """While an empty store waits for its cluster (`doq.service.startup_http`: identity,
+    /livez, /readyz not ready), a secure node already speaks HTTPS only."""
+    from doq.ports import free_port
+
+    cert, key = generate_ca()
+    n = NodeProc(tmp_path / "data", node_id="node-2")
+    install_ca(tmp_path / "data" / "node-2" / "tls", cert, key)
+    n.extra_args = ["--secure", "--join", f"127.0.0.1:{free_port()}"]  # nobody answers there: it waits
+    n.launch()
+    try:
+        status, body = until("the identity over HTTPS", lambda: https(n, "GET", "/cluster/identity"), 60)
+        assert status == 200 and body["node_id"] == "node-2" and body["empty"] is True
+        assert https(n, "GET", "/readyz")[0] == 503
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"http://127.0.0.1:{n.http_port}/cluster/identity", timeout=10)
+    finally:
+        n.kill9()

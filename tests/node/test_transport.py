@@ -250,3 +250,28 @@ async def test_receiver_checks_handshake_with_raw_client(bad_to: str) -> None:
                 await call2
             assert e2.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert inbox["b"].messages == []
+
+
+async def test_only_a_member_of_the_same_cluster_can_report_a_storage_alarm() -> None:
+    """The leader refuses growth on its members' storage alarms (`peer_alarms`): a frame
+    from a node that is not a configured peer, or from a peer's id with another cluster's
+    id, records nothing, so a stranger who reaches the raft port cannot stop the cluster's
+    writes. The same report from the member of this cluster is recorded (the control)."""
+    from tests.support.forge import send_frame
+
+    inbox = Inbox()
+    t = GrpcRaftTransport("leader", "127.0.0.1:0", inbox)
+    await t.start()
+    try:
+        t.set_peer("member", f"127.0.0.1:{free_port()}")  # a configured peer (not running)
+        t.set_cluster_ids(["cluster-a"])
+        addr, full = f"127.0.0.1:{t.port}", [("NOSPACE", "disk full")]
+        for frm, cluster_ids in [("mallory", ["cluster-a"]), ("member", ["cluster-b"]), ("mallory", [])]:
+            await asyncio.to_thread(send_frame, addr, stream_from=frm, to="leader", messages=[],
+                                    cluster_ids=cluster_ids, alarms=full)
+            assert t.peer_alarms(max_age_s=3600) == {}, (frm, cluster_ids)
+        await asyncio.to_thread(send_frame, addr, stream_from="member", to="leader", messages=[],
+                                cluster_ids=["cluster-a"], alarms=full)
+        assert t.peer_alarms(max_age_s=3600) == {"member": (("NOSPACE", "disk full"),)}
+    finally:
+        await t.stop()

@@ -27,9 +27,10 @@ def delete_queue_append(*, frm: str, to: str, term: int, index: int, queue: str)
 
 def send_frame(raft_addr: str, *, stream_from: str, to: str, messages: Sequence[Message],
                cluster_ids: Sequence[str] = (), credentials: grpc.ChannelCredentials | None = None,
-               timeout_s: float = 10.0) -> raft_pb2.SendSummary:
+               timeout_s: float = 10.0, alarms: Sequence[tuple[str, str]] = ()) -> raft_pb2.SendSummary:
     """Open a stream to `raft_addr` (metadata as a member would send), write one frame,
-    half-close; returns the receiver's summary (raises grpc.aio.AioRpcError if refused)."""
+    half-close; returns the receiver's summary (raises grpc.aio.AioRpcError if refused).
+    `alarms`: the storage alarms (reason, message) the frame reports for its sender."""
 
     async def run() -> raft_pb2.SendSummary:
         channel = (grpc.aio.secure_channel(raft_addr, credentials) if credentials
@@ -37,8 +38,9 @@ def send_frame(raft_addr: str, *, stream_from: str, to: str, messages: Sequence[
         async with channel:
             call = raft_pb2_grpc.RaftTransportStub(channel).Send(
                 metadata=((FROM_KEY, stream_from), (TO_KEY, to)), timeout=timeout_s)
-            await call.write(raft_pb2.Frame(messages=[codec.encode_message(m) for m in messages],
-                                            cluster_ids=list(cluster_ids)))
+            await call.write(raft_pb2.Frame(
+                messages=[codec.encode_message(m) for m in messages], cluster_ids=list(cluster_ids),
+                alarms=[raft_pb2.StorageAlarm(reason=r, message=m) for r, m in alarms]))
             await call.done_writing()
             return await call
 

@@ -1,10 +1,15 @@
-"""Start and stop real `doq serve` processes on 127.0.0.1 for integration tests."""
+"""Start and stop real `doq serve` processes on 127.0.0.1 for integration tests.
+
+A secure node (`--secure`, or `--join-token`: TLS on every port and keys required) is
+spoken to over HTTPS and gRPC over TLS, verified with the cluster CA it holds in
+`<data_dir>/<node_id>/tls/ca.crt` (`NodeProc.ca_file`, `ssl_context`, `grpc_channel`)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -12,6 +17,9 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import grpc
 
 from doq.ports import free_port
 
@@ -29,14 +37,47 @@ class NodeProc:
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
     umask: int | None = None  # the child's umask (None: this process's)
+    env: dict[str, str] = field(default_factory=dict)  # on top of this process's environment
 
     @property
     def grpc_addr(self) -> str:
         return f"127.0.0.1:{self.grpc_port}"
 
     @property
+    def secure(self) -> bool:
+        """Started secure: TLS on every port, keys required (the node's own rule for these
+        flags on 127.0.0.1, `doq.auth.mode.runs_secure`)."""
+        return "--insecure" not in self.extra_args and any(
+            a in ("--secure", "--join-token") for a in self.extra_args)
+
+    @property
+    def ca_file(self) -> Path:
+        """The cluster CA certificate this node holds (made on a bootstrap, received when
+        it enrolled with a join token)."""
+        return self.data_dir / self.node_id / "tls" / "ca.crt"
+
+    @property
     def http_url(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
+        return f"{'https' if self.secure else 'http'}://127.0.0.1:{self.http_port}"
+
+    def ssl_context(self, ca_file: Path | None = None) -> ssl.SSLContext | None:
+        """What verifies this node over HTTPS (None for a plain node): `ca_file`, else the CA
+        it holds."""
+        if not self.secure:
+            return None
+        return ssl.create_default_context(cafile=str(ca_file or self.ca_file))
+
+    def urlopen(self, req: urllib.request.Request | str, timeout: float = 60) -> Any:
+        """urllib.request.urlopen of this node, over HTTPS verified with its CA when secure."""
+        return urllib.request.urlopen(req, timeout=timeout, context=self.ssl_context())
+
+    def grpc_channel(self, ca_file: Path | None = None) -> grpc.Channel:
+        """A channel to this node's gRPC port: TLS verified with `ca_file` (default: the CA it
+        holds) when it is secure, plain otherwise."""
+        if not self.secure:
+            return grpc.insecure_channel(self.grpc_addr)
+        creds = grpc.ssl_channel_credentials(root_certificates=(ca_file or self.ca_file).read_bytes())
+        return grpc.secure_channel(self.grpc_addr, creds)
 
     def start(self, timeout_s: float = 30.0) -> NodeProc:
         """Launch the process and wait until it is ready."""
@@ -60,7 +101,7 @@ class NodeProc:
             *self.extra_args,
         ]
         logf = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
-        self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env={**os.environ},
+        self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env={**os.environ, **self.env},
                                      umask=-1 if self.umask is None else self.umask)
         logf.close()
         return self
@@ -71,11 +112,12 @@ class NodeProc:
             assert self.proc is not None
             if self.proc.poll() is not None:
                 raise RuntimeError(f"doq serve exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                with urllib.request.urlopen(self.http_url + "/readyz", timeout=1) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
+            try:  # a secure joiner holds the CA only once it has enrolled
+                if not self.secure or self.ca_file.exists():
+                    with self.urlopen(self.http_url + "/readyz", timeout=1) as r:
+                        if r.status == 200:
+                            return
+            except (OSError, ssl.SSLError):
                 pass
             time.sleep(0.05)
         raise TimeoutError(f"doq serve not ready in {timeout_s}s:\n{self.log()}")

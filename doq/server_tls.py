@@ -1,17 +1,19 @@
-"""A node's TLS at start: whether it runs secure (`mode.decide_secure`) and its material
+"""A node's TLS at start (for `doq.server`): whether it runs secure (`mode.decide_secure`),
+its enrollment with a join token (`doq.enrollment_client`), and its material
 (`certs.ensure_node_tls` in NODE_DIR/tls), with errors that tell the operator what to do."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from doq.auth.mode import runs_secure
 from doq.config import ServeConfig
+from doq.enrollment_client import EnrollError, enroll
 from doq.errors import DoqError
 from doq.node.cluster import ClusterStatus
 from doq.tls.certs import CA_CERT, TLS_DIR, NodeTls, TlsSetupError, ensure_node_tls, install_ca
-from doq.tls.enrollment import EnrollError, enroll
-from doq.tls.mode import decide_secure, host_of, non_loopback
+from doq.tls.mode import host_of, non_loopback
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,14 +50,17 @@ def needs_enrollment(config: ServeConfig, node_path: Path) -> bool:
     return bool(config.join_token) and not (node_path / TLS_DIR / CA_CERT).exists()
 
 
-def enroll_node(config: ServeConfig, node_path: Path) -> ClusterStatus:
-    """Enroll with the join token (blocking): the cluster CA goes into NODE_DIR/tls; returns
-    the cluster's status after the add. Raises TlsSetupError."""
+def enroll_node(config: ServeConfig, node_path: Path, *, store_id: str, empty: bool,
+                cluster_id: str) -> ClusterStatus:
+    """Enroll with the join token (blocking) under this node's store (`store_id`, `empty`,
+    the `cluster_id` it means: as `doq.cluster_client.join_cluster`); the cluster CA goes
+    into NODE_DIR/tls; returns the cluster's status after the add. Raises TlsSetupError."""
     if not config.join:
         raise TlsSetupError("--join-token needs --join ADDR (any member's HTTP address)")
     try:
         status, ca_cert, ca_key = enroll(config.join_token, list(config.join), config.node_id,
-                                         config.member_addrs())
+                                         replace(config.member_addrs(), store_id=store_id), empty=empty,
+                                         cluster_id=cluster_id)
     except (EnrollError, DoqError) as e:
         raise TlsSetupError(f"cannot enroll with the join token: {e}") from None
     install_ca(node_path / TLS_DIR, ca_cert, ca_key)
@@ -65,9 +70,7 @@ def enroll_node(config: ServeConfig, node_path: Path) -> ClusterStatus:
 def node_tls(config: ServeConfig, node_path: Path) -> ServingTls | None:
     """None if the node does not run secure; else its TLS, created as needed (a node that
     bootstraps makes the cluster CA). Raises TlsSetupError with the operator's message."""
-    if not decide_secure(secure=config.secure or bool(config.join_token), insecure=config.insecure,
-                         listen_addrs=(config.grpc_addr, config.http_addr, config.raft_addr),
-                         advertise_host=config.advertise_host):
+    if not runs_secure(config):
         return None
     if bool(config.tls_cert) != bool(config.tls_key):
         raise TlsSetupError("give --tls-cert and --tls-key together")

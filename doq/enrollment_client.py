@@ -1,0 +1,91 @@
+"""The joining node's side of join tokens (`doq.tls.enrollment` has the token's format and
+the whole flow): fetch the cluster CA pinned by the token, then `POST /cluster/enroll`.
+Blocking (urllib): a starting node runs it in a thread. A client of the cluster's HTTP
+API, beside `doq.cluster_client`; the node's own code never imports it."""
+
+from __future__ import annotations
+
+import ssl
+import time
+import urllib.request
+from typing import Any
+
+from doq.cluster_client import ClusterError, request_json, status_from_json
+from doq.node.cluster import ClusterStatus, MemberAddrs
+from doq.tls.certs import fingerprint
+from doq.tls.enrollment import decode_token
+
+
+class EnrollError(Exception):
+    """Enrollment failed: a message for the operator."""
+
+
+def fetch_ca(addr: str, want_fingerprint: str, timeout_s: float = 10.0) -> bytes:
+    """The cluster CA certificate from `addr` (HOST:PORT or https URL), accepted only if
+    its fingerprint is `want_fingerprint`."""
+    url = _url(addr) + "/cluster/ca"
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE  # not trusted yet: the fingerprint decides
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s, context=ctx) as r:
+            pem = r.read()
+    except (OSError, ValueError) as e:
+        raise EnrollError(f"cannot fetch the cluster CA from {url}: {getattr(e, 'reason', e)}") from None
+    try:
+        got = fingerprint(pem)
+    except ValueError:
+        raise EnrollError(f"{url} did not answer a certificate") from None
+    if got != want_fingerprint:
+        raise EnrollError(f"the CA certificate of {url} is not the join token's (fingerprint {got[:16]}..., "
+                          f"the token pins {want_fingerprint[:16]}...): refusing to join")
+    return pem
+
+
+def enroll(token: str, join_addrs: list[str], node_id: str, addrs: MemberAddrs, *, empty: bool = False,
+           cluster_id: str = "", timeout_s: float = 60.0) -> tuple[ClusterStatus, bytes, bytes]:
+    """Enroll this node with `token` through the first reachable address (`join_addrs`,
+    then the token's): (cluster status, CA certificate, CA key). The request names this
+    node's store (`addrs.store_id`), whether it is `empty`, and the `cluster_id` it means
+    to join ("" : any), as `doq.cluster_client.join_cluster` does. Raises EnrollError."""
+    t = decode_token(token)
+    last = "no address to join through"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for addr in [*join_addrs, *t.addrs]:
+            try:
+                ca = fetch_ca(addr, t.ca_fingerprint)
+                ctx = ssl.create_default_context(cadata=ca.decode())
+                body: dict[str, Any] = {"token": token, "node_id": node_id, "raft_addr": addrs.raft_addr,
+                                        "grpc_addr": addrs.grpc_addr, "http_addr": addrs.http_addr}
+                if addrs.store_id:
+                    body["store_id"] = addrs.store_id
+                if empty:
+                    body["empty"] = True
+                if cluster_id:
+                    body["cluster_id"] = cluster_id
+                answer = request_json(_url(addr), "POST", "/cluster/enroll", body, timeout_s=30, ssl_context=ctx)
+                doc = answer.body
+                status = status_from_json(doc["status"])
+                if cluster_id and status.cluster_id != cluster_id:
+                    raise EnrollError(f"{addr} answered for cluster {status.cluster_id}, not {cluster_id}: "
+                                      "refusing to join")
+                return status, doc["ca_cert"].encode(), doc["ca_key"].encode()
+            except ClusterError as e:
+                if not e.retryable:
+                    raise EnrollError(f"enrollment through {addr} refused: {e}") from None
+                last = str(e)
+            except EnrollError as e:
+                if "refusing" in str(e):
+                    raise
+                last = str(e)
+            except (KeyError, TypeError, ValueError) as e:
+                raise EnrollError(f"{addr}: not an enrollment answer ({e!r})") from None
+        if time.monotonic() > deadline:
+            raise EnrollError(f"could not enroll in {timeout_s:g}s: {last}")
+        time.sleep(0.5)
+
+
+def _url(addr: str) -> str:
+    addr = addr.strip().rstrip("/")
+    return addr if "://" in addr else f"https://{addr}"
