@@ -94,8 +94,9 @@ _HELP = {
     "max_connections": "HTTP connections served at once; past it requests are answered 503",
     "max_header_bytes": "largest HTTP request line and headers together; past it 431",
     "max_headers": "most HTTP request header fields; past it 431",
-    "read_timeout_ms": "an HTTP request whose headers or body send nothing for this long is "
-                       "closed (408), as is a connection that sends no request",
+    "read_timeout_ms": "an HTTP request whose headers are not all in this long after its first "
+                       "byte, or whose body pauses this long, is closed (408), as is a connection "
+                       "that sends no request",
     "keep_alive_ms": "an idle HTTP keep-alive connection is closed after this",
     "max_restore_size": "largest POST /db/restore upload (spooled to disk; past it 413), e.g. 4GiB",
     "restore_chunk_bytes": "record bytes (uncompressed) per log entry of an online restore "

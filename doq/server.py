@@ -38,6 +38,7 @@ from doq.storage.files import DIR_MODE, tighten
 from doq.storage.state import StateStore
 from doq.tls.certs import TlsSetupError
 from doq.tls.creds import ca_channel_credentials, client_port_credentials, ssl_client_context
+from doq.tls.mode import host_of, is_loopback
 
 log = logging.getLogger("doq.server")
 
@@ -267,7 +268,8 @@ async def _listen(rt: Runtime, authz: Authorizer) -> _Listeners:
         from doq.service.enrollment import Enrollment
 
         enrollment = Enrollment(rt.node, tls.node)
-    app = create_app(rt.api, authz, forward_ssl=forward_ssl, enrollment=enrollment)
+    app = create_app(rt.api, authz, forward_ssl=forward_ssl, enrollment=enrollment,
+                     loopback_http=is_loopback(host_of(config.http_addr)))
     http = _QuietUvicornServer.make(app, host, port, config.log_level, rt.api.limits, tls)
 
     async def serve_http() -> None:

@@ -2,8 +2,9 @@
 
 Every admin action the authorization table marks (`Rule.audit`: queue.create/update/
 delete/purge, key.create/revoke, member.add/remove, join_token.create, leader.transfer,
-backup, restore) is logged by the node that serves it (a follower that relays a call to the leader leaves it
-to the leader) on the logger `doq.audit` at INFO, as one JSON object:
+backup, restore) is logged by the node that serves it (a follower that relays a call to the
+leader leaves it to the leader) on the logger `doq.audit` at INFO, also when `--log-level`
+is higher, as one JSON object:
 
     {"audit": "queue.delete", "key": "3f2a9c1b7d4e", "target": "orders", "result": "ok",
      "ts_ms": 1764150000123, "node": "node-1"}
@@ -22,6 +23,7 @@ import time
 from prometheus_client import Counter
 
 log = logging.getLogger("doq.audit")
+log.setLevel(logging.INFO)  # logged whatever --log-level says (it sets the root logger's level)
 AUDIT_EVENTS = Counter("doq_audit_events_total", "Admin actions served by this node", ["action", "result"])
 ANONYMOUS = "anonymous"
 

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from doq import progress
 from doq.client_cli import (
     add_json_argument,
     add_server_argument,
@@ -111,7 +112,7 @@ def cmd_backup(ns: argparse.Namespace) -> int:
         else:
             since, out = ns.since or 0, Path(ns.output)
         written_in_place = _output_kind(out) == "in_place"
-        summary = fetch_backup(server, since, out, ns.timeout)
+        summary = fetch_backup(server, since, out, ns.timeout, show_progress=progress.wanted(ns.json))
     except BackupOutputError as e:
         return _fail("backup", str(e), 2)
     except RequestFailed as e:
@@ -158,13 +159,15 @@ class BackupOutputError(OSError):
     """`-o` names something a backup must not be written to."""
 
 
-def fetch_backup(server: str, since: int, out: Path, timeout_s: float) -> BackupSummary:
+def fetch_backup(server: str, since: int, out: Path, timeout_s: float, *,
+                 show_progress: bool = False) -> BackupSummary:
     """`POST {server}/db/backup {"since"}` into `out`: the body goes to a temporary file,
     every checksum is verified and its last version checked against the X-Last-Version
     header, and only then does it reach `out`, renamed over it (OUT.part beside it: atomic)
     or copied into it (a pipe or a device: see `_output_kind`). Raises RequestFailed
     (naming the URL), BackupFormatError, or OSError (BackupOutputError for an output it
-    refuses, before anything is downloaded); leaves no file behind on failure."""
+    refuses, before anything is downloaded); leaves no file behind on failure. With
+    `show_progress`, the download's progress is drawn on stderr (`doq.progress`)."""
     from doq.backup.format import BackupReader
 
     url = server + "/db/backup"
@@ -176,7 +179,7 @@ def fetch_backup(server: str, since: int, out: Path, timeout_s: float) -> Backup
     else:
         tmp = out.with_name(out.name + ".part")
     try:
-        header_last = _download(url, {"since": since}, tmp, timeout_s)
+        header_last = _download(url, {"since": since}, tmp, timeout_s, show_progress)
         with open(tmp, "rb") as f:
             summary = BackupReader(f).verify()
         if header_last is not None and header_last.strip() != str(summary.last_version):
@@ -211,7 +214,7 @@ def cmd_restore(ns: argparse.Namespace) -> int:
         if ns.data_dir is not None:
             res, where = _restore_offline(ns.data_dir, ns.node_id, ns.full, ns.incremental)
         else:
-            res = _restore_online(where, paths, ns.timeout)
+            res = _restore_online(where, paths, ns.timeout, show_progress=progress.wanted(ns.json))
     except DoqError as e:
         return _fail("restore", e.message)
     except RequestFailed as e:
@@ -229,7 +232,8 @@ class RequestFailed(Exception):
     """An HTTP request failed; the message names the URL."""
 
 
-def _download(url: str, body: dict[str, Any], path: Path, timeout_s: float) -> str | None:
+def _download(url: str, body: dict[str, Any], path: Path, timeout_s: float,
+              show_progress: bool = False) -> str | None:
     """POST `body` as JSON to `url` and stream the answer into `path`; returns the
     X-Last-Version header. Raises RequestFailed (naming the URL) for any network or HTTP
     failure, OSError for a local file problem."""
@@ -241,7 +245,9 @@ def _download(url: str, body: dict[str, Any], path: Path, timeout_s: float) -> s
         raise RequestFailed(describe_error(url, e)) from e
     expected = resp.headers.get("Content-Length")
     received = 0
-    with resp, open_private_binary(path) as f:  # 0600: a backup holds every message
+    total = int(expected) if expected is not None and expected.isdigit() else None
+    with resp, open_private_binary(path) as f, \
+            progress.bytes_progress("backup", total, enabled=show_progress) as advance:  # 0600: every message
         while True:
             try:
                 chunk = resp.read(CHUNK)
@@ -251,6 +257,7 @@ def _download(url: str, body: dict[str, Any], path: Path, timeout_s: float) -> s
                 break
             received += len(chunk)
             f.write(chunk)
+            advance(len(chunk))
     if expected is not None and expected.isdigit() and received != int(expected):
         raise RequestFailed(f"{url}: the answer ended after {received} of {expected} bytes")
     return resp.headers.get("X-Last-Version")
@@ -281,9 +288,10 @@ def _restore_offline(data_dir: str, node_id: str, full: str, incrementals: list[
     return asdict(res), str(path)
 
 
-def _restore_online(server: str, paths: list[str], timeout: float) -> dict[str, Any]:
+def _restore_online(server: str, paths: list[str], timeout: float, *, show_progress: bool = False) -> dict[str, Any]:
     """POST the files as multipart form fields `file` (in order), streamed from disk; returns
-    the server's result (files, records, tombstones, to_version, last_version)."""
+    the server's result (files, records, tombstones, to_version, last_version). With
+    `show_progress`, the upload's progress is drawn on stderr (`doq.progress`)."""
     boundary = uuid.uuid4().hex
     heads = [
         (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; "
@@ -293,23 +301,26 @@ def _restore_online(server: str, paths: list[str], timeout: float) -> dict[str, 
     tail = f"--{boundary}--\r\n".encode()
     length = sum(len(h) + os.path.getsize(p) + 2 for h, p in zip(heads, paths, strict=True)) + len(tail)
 
-    def body() -> Iterator[bytes]:
+    def body(advance: progress.Advance) -> Iterator[bytes]:
         for h, p in zip(heads, paths, strict=True):
             yield h
             with open(p, "rb") as f:
                 while chunk := f.read(CHUNK):
+                    advance(len(chunk))
                     yield chunk
             yield b"\r\n"
         yield tail
 
     url = server + "/db/restore"
-    req = urllib.request.Request(
-        url, data=body(), method="POST",
-        headers={"Content-Type": f"multipart/form-data; boundary={boundary}", "Content-Length": str(length)},
-    )
+    files_bytes = sum(os.path.getsize(p) for p in paths)
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            doc = json.loads(resp.read() or b"{}")
+        with progress.bytes_progress("restore", files_bytes, enabled=show_progress) as advance:
+            req = urllib.request.Request(
+                url, data=body(advance), method="POST",
+                headers={"Content-Type": f"multipart/form-data; boundary={boundary}", "Content-Length": str(length)},
+            )
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                doc = json.loads(resp.read() or b"{}")
     except (OSError, http.client.HTTPException) as e:
         raise RequestFailed(describe_error(url, e)) from e
     except ValueError as e:

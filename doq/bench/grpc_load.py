@@ -39,6 +39,7 @@ from doq_client import (
     AsyncDoqClient,
     AsyncProducer,
     DoqClientError,
+    PermissionDenied,
     enqueue_request,
     key_interceptors,
 )
@@ -280,7 +281,7 @@ async def _frames_until(consumer: AsyncConsumer, stop: asyncio.Event) -> Any:
 
 
 async def _ensure_queue(client: AsyncDoqClient, args: BenchArgs) -> None:
-    with contextlib.suppress(AlreadyExists):
+    with contextlib.suppress(AlreadyExists, PermissionDenied):  # a key without admin: the queue as it is
         await client.create_queue(args.queue)
     if args.purge:
         await client.purge_queue(args.queue)

@@ -193,11 +193,12 @@ class StorageGauge:
     def write_failed(self, err: BaseException) -> bool:
         """A write failed: True (and the NOSPACE alarm on) if for want of space. LMDB
         reports a short write (the disk filled mid-way) as EIO: that counts as want of space
-        when the disk has less than a reserve free now."""
+        when the disk has less than 4 x `RETRY_FREE_BYTES` free now (else it is an I/O
+        error, and the node fails as before)."""
         self.check_disk(force=True)
         if not is_out_of_space(err):
             eio = isinstance(err, lmdb.Error) and os.strerror(errno.EIO) in str(err)
-            if not (eio and self.disk_free_bytes is not None and self.disk_free_bytes < self.reserve_bytes):
+            if not (eio and self.disk_free_bytes is not None and self.disk_free_bytes < 4 * RETRY_FREE_BYTES):
                 return False
         self._nospace = f"a write failed: {err}"
         self._free_at_failure = self.disk_free_bytes

@@ -18,6 +18,7 @@ from fastapi import FastAPI
 from doq.auth.authorizer import Authorizer
 from doq.service.http.auth_door import install_audit, install_auth
 from doq.service.http.bodylimit import BodyLimitMiddleware
+from doq.service.http.browser_guard import BrowserGuard
 from doq.service.http.cluster import build_cluster_router
 from doq.service.http.docs import install_docs
 from doq.service.http.forward import install_leader_forwarding
@@ -63,12 +64,14 @@ _NO_TELEMETRY: dict[str, Any] = (
 )
 
 
-def create_app(api: QueueService, authorizer: Authorizer | None = None, *,
+def create_app(api: QueueService, authorizer: Authorizer | None = None, *, loopback_http: bool = False,
                forward_ssl: ssl.SSLContext | None = None, enrollment: Enrollment | None = None) -> FastAPI:
     """The gateway application for one service facade: `authorizer` checks client keys
     (default: keys not required, a presented key checked; see doq.auth), `forward_ssl` is
     how a follower reaches its leader over HTTPS, and `enrollment` serves the join-token
-    routes on a secure node."""
+    routes on a secure node. A node that requires no keys refuses browsers of other sites
+    (`doq.service.http.browser_guard`; `loopback_http`: its HTTP address is loopback, so
+    only loopback Host names are answered)."""
     if authorizer is None:
         authorizer = Authorizer(api.node.state.keys, required=False)
     app = FastAPI(
@@ -104,6 +107,8 @@ def create_app(api: QueueService, authorizer: Authorizer | None = None, *,
     install_audit(app, authorizer, api.node.node_id)  # inside the forwarding: this node's own actions
     install_leader_forwarding(app, api.node, forward_ssl)  # inside the body limit: added before it
     install_auth(app, authorizer)  # outside the forwarding: a follower checks, the leader again
+    if not authorizer.required:  # no keys: keep browsers of other sites out (doq.service.http.browser_guard)
+        app.add_middleware(BrowserGuard, loopback_http=loopback_http)
     single, batch = api.limits.body_limits()
     app.add_middleware(
         BodyLimitMiddleware,

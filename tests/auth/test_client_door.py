@@ -358,3 +358,30 @@ def test_a_loopback_node_runs_the_seeds_curl_without_a_key(tmp_path: Path) -> No
         assert not (tmp_path / "admin.key").exists()
     finally:
         node.kill9()
+
+
+async def test_the_async_client_takes_its_key_from_the_argument_or_doq_key(cluster: Cluster,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from doq_client import AsyncDoqClient, PermissionDenied, Unauthenticated
+
+    targets = ",".join(x.grpc_addr for x in cluster.nodes)
+    ok(cluster.nodes[0], "POST", "/API/v1/queues", cluster.admin, {"name": "jobs.a", "type": "delayed"})
+    key = cluster.key("jobs", "produce:jobs.", "consume:jobs.")
+    async with AsyncDoqClient(targets) as c:
+        with pytest.raises(Unauthenticated):
+            await c.list_queues()
+    monkeypatch.setenv("DOQ_KEY", key)
+    async with AsyncDoqClient(targets) as c:
+        r = await c.enqueue("jobs.a", b"x")
+        [m] = await c.dequeue("jobs.a")
+        assert m.id == r.id
+        await c.ack("jobs.a", m.id, lease_id=m.lease_id)
+        with pytest.raises(PermissionDenied):
+            await c.enqueue("q", b"x")
+        with pytest.raises(PermissionDenied):
+            await c.create_key(["admin"])
+    async with AsyncDoqClient(targets, key=cluster.admin) as c:
+        created = await c.create_key(["metrics"])
+        assert created["key"].startswith("doq_") and created["scopes"] == ["metrics"]
+        assert created["id"] in [k["id"] for k in await c.list_keys()]
+        await c.revoke_key(created["id"])

@@ -114,6 +114,24 @@ def test_every_admin_action_of_the_table_is_audited() -> None:
             assert rule.audit, name
 
 
+async def test_admin_actions_are_logged_once_with_key_id_target_and_result(
+        service: QueueService, caplog: pytest.LogCaptureFixture) -> None:
+    import json
+
+    admin = await create_key(service.node, ["admin"])
+    async with _client(service, required=True) as c:
+        with caplog.at_level("INFO", logger="doq.audit"):
+            assert (await c.post(Q, json={"name": "a"}, headers=_auth(admin.token))).status_code == 201
+            assert (await c.delete(f"{Q}/zz", headers=_auth(admin.token))).status_code == 404
+            r = await c.post("/API/v1/keys", json={"scopes": ["metrics"]}, headers=_auth(admin.token))
+            assert (await c.post(Q, json={"name": "b"})).status_code == 401  # refused: not an action
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "doq.audit"]
+    assert [(x["audit"], x["key"], x["target"], x["result"]) for x in lines] == [
+        ("queue.create", admin.record.id, "a", "ok"),
+        ("queue.delete", admin.record.id, "zz", "http 404"),
+        ("key.create", admin.record.id, r.json()["id"], "ok"),
+    ]
+    assert admin.token not in caplog.text and r.json()["key"] not in caplog.text
 class _Enrollment:  # the join-token routes exist only on a secure node; their handlers are not called here
     ca_cert = b"-----BEGIN CERTIFICATE-----\n"
 

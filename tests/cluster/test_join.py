@@ -77,3 +77,16 @@ async def test_join_gives_up_after_its_deadline() -> None:
 def test_join_needs_an_address() -> None:
     with pytest.raises(ValueError):
         join_cluster([], "node-4", ME)
+
+
+async def test_a_joiner_that_means_one_cluster_refuses_an_answer_from_another() -> None:
+    port1 = free_port()
+    members = with_http(three_members(), {"node-1": f"127.0.0.1:{port1}", "node-2": "x:1", "node-3": "y:1"})
+    node = FakeCluster("node-1", "node-1", members)
+    node.status = replace(node.status, cluster_id="the-other-cluster")
+    async with serving(cluster_app(node), port1):
+        with pytest.raises(ClusterError) as e:
+            await asyncio.to_thread(join_cluster, [f"127.0.0.1:{port1}"], "node-4", ME, timeout_s=5,
+                                    cluster_id="my-cluster")
+    assert (e.value.status, e.value.reason) == (409, "CLUSTER_MISMATCH")
+    assert not e.value.retryable

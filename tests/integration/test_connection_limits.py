@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import time
 from collections.abc import Iterator
 
 import grpc
@@ -70,6 +71,32 @@ def test_a_trickled_body_is_answered_408_and_closed(node: NodeProc) -> None:
     with _conn(node) as s:  # headers that never end: the same
         s.sendall(b"GET /livez HTTP/1.1\r\nHost: x\r\nX-Slow: ")
         assert _status(_read_all(s)) == 408
+
+
+def test_headers_trickled_byte_by_byte_do_not_hold_the_connection(node: NodeProc) -> None:
+    """A byte every 0.2 s never leaves a 1 s gap, but the head as a whole must come within
+    the read timeout: the connection is answered 408 and closed long before 50 bytes."""
+    answer = b""
+    sent = 0
+    with _conn(node) as s:
+        s.sendall(b"GET /livez HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        for _ in range(50):
+            time.sleep(0.2)
+            try:
+                s.sendall(b"a")
+            except OSError:  # closed by the server
+                break
+            sent += 1
+            s.settimeout(0)
+            with contextlib.suppress(BlockingIOError):
+                answer += s.recv(1024)
+            s.settimeout(WAIT_S)
+            if answer:
+                break
+        with contextlib.suppress(OSError):
+            answer += _read_all(s)
+    assert _status(answer) == 408, answer
+    assert sent < 50, sent  # closed while the bytes still came
 
 
 def test_an_idle_keep_alive_connection_is_closed(node: NodeProc) -> None:

@@ -1,5 +1,6 @@
-"""Storage alarms on real `doq serve` processes (real LMDB, real HTTP and gRPC, a real
-tmpfs where one can be mounted): a node past `--max-data-size`, or under
+"""Storage alarms on real `doq serve` processes (real LMDB, real HTTP and gRPC; the disk
+tests on a small tmpfs of their own, mounted as root, so no other process moves its free
+space): a node past `--max-data-size`, or under
 `--disk-free-limit`, or whose write failed with ENOSPC, refuses writes that grow the state
 with 507 / RESOURCE_EXHAUSTED and the reason, keeps serving reads, dequeues, acks and
 deletes, and takes writes again by itself once space is freed: no restart (the same pid
@@ -12,6 +13,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -159,30 +161,6 @@ def test_a_node_past_its_max_data_size_refuses_growth_serves_drains_and_resumes_
         assert node.proc.pid == pid and node.proc.poll() is None  # no restart
 
 
-def test_a_node_under_its_disk_free_limit_refuses_growth_until_a_ballast_file_is_removed(tmp_path: Path) -> None:
-    """The disk alarm on any file system: a ballast file sized so that the free space of the
-    data dir's disk falls under a limit set just below what is free at the start."""
-    data = tmp_path / "data"
-    data.mkdir()
-    free = shutil.disk_usage(data).free
-    limit = free - (64 << 20)  # 64 MiB of room, then a 128 MiB ballast puts it under the limit
-    if limit < (256 << 20):
-        limit = free // 2
-    with running_node(data, extra_args=["--disk-free-limit", str(limit)]) as node:
-        _canary(node)
-        ballast = data / "ballast"
-        with open(ballast, "wb") as f:
-            f.truncate(0)
-            os.posix_fallocate(f.fileno(), 0, 128 << 20)
-        until("the disk alarm", lambda: [a["reason"] for a in _readyz(node)["alarms"]] == ["DISK_FREE_LIMIT"])
-        status, body = call(node, "POST", "/API/v1/queues", {"name": "bulk", "type": "delayed"})
-        _assert_refusal(body, "DISK_FREE_LIMIT")
-        _drain_works(node, "canary")
-        ballast.unlink()
-        _resumes(node, "canary")
-        assert _stats(node, "canary")["total"] == len(CANARY) - 3 + 1
-
-
 @contextlib.contextmanager
 def _tmpfs(path: Path, size: str) -> Iterator[Path]:
     path.mkdir(parents=True, exist_ok=True)
@@ -195,6 +173,27 @@ def _tmpfs(path: Path, size: str) -> Iterator[Path]:
 
 def _can_mount() -> bool:
     return os.geteuid() == 0 and shutil.which("mount") is not None
+
+
+@pytest.mark.skipif(not _can_mount(), reason="mounting a tmpfs needs root")
+def test_a_node_under_its_disk_free_limit_refuses_growth_until_a_ballast_file_is_removed(tmp_path: Path) -> None:
+    """On a 64 MiB tmpfs of its own (no other process changes its free space): a ballast
+    file takes the free space under the 16 MiB limit; removing it lifts the alarm."""
+    with _tmpfs(tmp_path / "fs", "64m") as fs:
+        data = fs / "data"
+        with running_node(data, extra_args=["--disk-free-limit", "16MiB"]) as node:
+            _canary(node)
+            ballast = fs / "ballast"
+            with open(ballast, "wb") as f:
+                os.posix_fallocate(f.fileno(), 0, shutil.disk_usage(fs).free - (8 << 20))
+            until("the disk alarm", lambda: _alarm_reasons(node) == ["DISK_FREE_LIMIT"])
+            status, body = call(node, "POST", "/API/v1/queues", {"name": "bulk", "type": "delayed"})
+            _assert_refusal(body, "DISK_FREE_LIMIT")
+            assert "--disk-free-limit" in body["detail"]
+            _drain_works(node, "canary")
+            ballast.unlink()
+            _resumes(node, "canary")
+            assert _stats(node, "canary")["total"] == len(CANARY) - 3 + 1
 
 
 @pytest.mark.skipif(not _can_mount(), reason="mounting a tmpfs needs root")
@@ -268,6 +267,9 @@ def test_one_full_member_stops_the_clusters_growth_until_its_space_is_freed(tmp_
         assert _alarm_reasons(n3) == ["DATA_SIZE_LIMIT"]
         status, view = call(lead, "GET", "/cluster")  # the leader's view names it too
         assert [(a["node_id"], a["reason"]) for a in view["alarms"]] == [("node-3", "DATA_SIZE_LIMIT")], view
+        human = subprocess.run([sys.executable, "-m", "doq", "cluster", "status", "--server", lead.http_url],
+                               capture_output=True, text=True, timeout=60, env={**os.environ}).stdout
+        assert "ALARM node-3 DATA_SIZE_LIMIT: the store holds" in human, human
         for n in cluster:
             status, body = _enqueue(n, "bulk")
             assert status == 507, body

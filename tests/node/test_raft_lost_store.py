@@ -134,3 +134,24 @@ async def test_the_replacement_waits_for_a_quorum_without_the_wiped_voter(tmp_pa
     await cl.converged()
     assert len(set(cl.digests().values())) == 1
     assert node.state.get_queue("q").stats.total == 2
+
+
+async def test_a_store_of_one_cluster_refuses_to_start_as_a_member_of_another(tmp_path: Path) -> None:
+    from doq.node.build import ClusterMismatch, open_raft_node
+    from doq.storage.env import open_env
+    from doq.storage.state import StateStore
+
+    cl = await three(tmp_path)
+    node = cl.nodes["n2"]
+    cluster_id = node.state.cluster_id
+    await cl.stop("n2")
+    env = open_env(tmp_path / "n2", map_size=1 << 30)
+    try:
+        with pytest.raises(ClusterMismatch):
+            await open_raft_node(StateStore(env), node_id="n2", addrs=addrs("n2"), transport=cl.net.factory("n2"),
+                                 join_addrs=("http-n1:3",), cluster_id="another-cluster")
+        same = await open_raft_node(StateStore(env), node_id="n2", addrs=addrs("n2"), transport=cl.net.factory("n2"),
+                                    join_addrs=("http-n1:3",), cluster_id=cluster_id)
+        assert same.node_id == "n2"  # its own cluster: it restarts from its data (no join)
+    finally:
+        env.close()

@@ -51,6 +51,9 @@ def test_serve_help_shows_every_default(capsys: pytest.CaptureFixture[str]) -> N
             continue
         shown = (",".join(default) if isinstance(default, tuple) else str(default)) or "none"
         flag = "--" + f.name.replace("_", "-")
+        if isinstance(default, bool):  # an on/off flag: off unless given
+            assert re.search(rf"{flag} .*?\(env DOQ_{f.name.upper()}=true\)", text), flag
+            continue
         assert re.search(rf"{flag} \S+ .*?\(env DOQ_{f.name.upper()}\) \(default: {re.escape(shown)}\)", text), flag
 
 

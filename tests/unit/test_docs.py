@@ -43,7 +43,7 @@ def test_reference_names_every_serve_flag_with_its_environment_and_default() -> 
     rows = _rows(REFERENCE.read_text())
     for f in fields(ServeConfig):
         default = getattr(ServeConfig(), f.name)
-        shown = "none" if default in ((), "") else f"`{default}`"
+        shown = "off" if isinstance(default, bool) else "none" if default in ((), "") else f"`{default}`"
         flag = f"`--{f.name.replace('_', '-')}`"
         assert any(r.startswith(f"| {flag} | `DOQ_{f.name.upper()}` | {shown} |") for r in rows), flag
 

@@ -5,7 +5,6 @@ per message)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import grpc
@@ -33,11 +32,11 @@ class _SyncDetails(_Details, grpc.ClientCallDetails):
     pass
 
 
-def _with_key(details: Any, header: tuple[str, str], make: Callable[..., Any]) -> Any:
+def _with_key(details: Any, header: tuple[str, str]) -> Any:
     md = list(details.metadata or ())
     md.append(header)
-    return make(details.method, details.timeout, md, details.credentials, details.wait_for_ready,
-                details.compression)
+    return _SyncDetails(details.method, details.timeout, md, details.credentials, details.wait_for_ready,
+                        details.compression)
 
 
 class KeyInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,
@@ -48,7 +47,7 @@ class KeyInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInt
         self.header = ("authorization", f"Bearer {key}")
 
     def _d(self, details: Any) -> Any:
-        return _with_key(details, self.header, _SyncDetails)
+        return _with_key(details, self.header)
 
     def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
         return continuation(self._d(details), request)
@@ -63,17 +62,17 @@ class KeyInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInt
         return continuation(self._d(details), request_iterator)
 
 
-def _aio_details(method: Any, timeout: Any, metadata: Any, credentials: Any, wait_for_ready: Any,
-                 compression: Any) -> grpc.aio.ClientCallDetails:
-    return grpc.aio.ClientCallDetails(method, timeout, grpc.aio.Metadata(*metadata), credentials, wait_for_ready)
 
 
 class _AioKey:
     def __init__(self, key: str) -> None:
         self.header = ("authorization", f"Bearer {key}")
 
-    def _d(self, details: Any) -> Any:
-        return _with_key(details, self.header, _aio_details)
+    def _d(self, details: Any) -> grpc.aio.ClientCallDetails:
+        md = grpc.aio.Metadata(*(details.metadata or ()))
+        md.add(*self.header)
+        return grpc.aio.ClientCallDetails(details.method, details.timeout, md, details.credentials,
+                                          details.wait_for_ready)
 
 
 class AioUnaryUnary(_AioKey, grpc.aio.UnaryUnaryClientInterceptor):

@@ -128,7 +128,7 @@ class AuditMiddleware:
         rule, params = found
         status = [500]
         body: list[bytes] = []
-        created = rule.audit == "key.create"
+        created = rule.audit in _TARGET_IN_ANSWER  # the target is named in the (small) answer
 
         async def send_and_see(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -143,15 +143,22 @@ class AuditMiddleware:
             await self.app(scope, receive, send_and_see)
         finally:
             if created and status[0] < 400:
-                target = _created_id(b"".join(body))
+                target = _target_in_answer(rule.audit, b"".join(body))
             audit.record(rule.audit, key_id, target, "ok" if status[0] < 400 else f"http {status[0]}", self.node_id)
 
 
-def _created_id(body: bytes) -> str:
-    """The id in a key creation's answer (the target of its audit line; never the key)."""
+_TARGET_IN_ANSWER: dict[str, Callable[[Any], Any]] = {
+    "key.create": lambda doc: doc["id"],  # the new key's id, never the key
+    "queue.create": lambda doc: doc["queue"]["name"],
+    "leader.transfer": lambda doc: doc["leader_id"],
+}
+
+
+def _target_in_answer(action: str, body: bytes) -> str:
+    """The target of an action whose path does not name it, from its JSON answer."""
     try:
-        return str(json.loads(body).get("id", ""))
-    except (ValueError, AttributeError):
+        return str(_TARGET_IN_ANSWER[action](json.loads(body)))
+    except (ValueError, KeyError, TypeError):
         return ""
 
 

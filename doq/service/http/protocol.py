@@ -8,10 +8,12 @@ exactly those, with the limits of `doq.service.limits.Limits`:
 
 - request line and headers together at most `max_header_bytes`, at most `max_headers`
   headers: past either, 431 and the connection is closed (nothing reaches the app);
-- while a request is being received (from the connection's start or the request's first
-  byte until its body is complete) a gap of `read_timeout_s` without a byte closes the
-  connection (408 if no answer was started). While the app works on a complete request
-  no timer runs; between requests uvicorn's keep-alive timeout does.
+- a connection must send its first request, a request its whole head (request line and
+  headers: a total, so headers trickled in byte by byte do not hold a connection), and
+  then each piece of its body within `read_timeout_s` of the previous (the request's
+  first byte starts the count); else the connection is closed (408 if no answer was
+  started). While the app works on a complete request no timer runs; between requests
+  uvicorn's keep-alive timeout does.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     _read_timer: asyncio.TimerHandle | None = None
     _last_read = 0.0
+    _reading = False  # a request (or the first one) is being received
     _header_bytes = 0
     _header_count = 0
     _refusal = 0
@@ -48,25 +51,36 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._disarm()
         super().connection_lost(exc)
 
-    def data_received(self, data: bytes) -> None:
+    def on_body(self, body: bytes) -> None:
         self._last_read = self.loop.time()  # the timer, when it fires, measures the gap from here
-        super().data_received(data)
+        super().on_body(body)
 
     def on_message_begin(self) -> None:
         self._header_bytes = self._header_count = 0
         self._arm()
         super().on_message_begin()
 
+    # on_url and on_header do what uvicorn's do (kept in step with uvicorn 0.54's, which the
+    # tests exercise through a real server) plus the counting, without a super() call per
+    # header: they run for every header of every request
     def on_url(self, url: bytes) -> None:
-        self._count(len(url), 0)
-        super().on_url(url)
+        self._header_bytes += len(url)
+        if self._header_bytes > self.max_header_bytes:
+            self._refuse()
+        self.url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._count(len(name) + len(value) + 4, 1)
-        super().on_header(name, value)
+        self._header_bytes += len(name) + len(value) + 4
+        self._header_count += 1
+        if self._header_bytes > self.max_header_bytes or self._header_count > self.max_headers:
+            self._refuse()
+        name = name.lower()
+        if name == b"expect" and value.lower() == b"100-continue":
+            self.expect_100_continue = True
+        self.headers.append((name, value))
 
     def on_message_complete(self) -> None:
-        self._disarm()  # the app works now: no read timer
+        self._reading = False  # the app works now: the timer, if it fires, does nothing
         super().on_message_complete()
 
     def send_400_response(self, msg: str) -> None:
@@ -77,17 +91,17 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         super().send_400_response(msg)
 
     # -- helpers --------------------------------------------------------------------------
-    def _count(self, size: int, fields: int) -> None:
-        self._header_bytes += size
-        self._header_count += fields
-        if self._header_bytes > self.max_header_bytes or self._header_count > self.max_headers:
-            self._refusal = 431
-            raise _Refused()  # httptools stops parsing; uvicorn calls send_400_response
+    def _refuse(self) -> None:
+        self._refusal = 431
+        raise _Refused()  # httptools stops parsing; uvicorn calls send_400_response
 
     def _arm(self) -> None:
-        """Start timing a read (from now). One timer per read, not one per chunk: when it
-        fires it measures the gap since the last byte and sleeps again if it was shorter."""
+        """Start timing a read (from now). The timer is not made per request nor per chunk:
+        when it fires it does nothing unless a read is under way, and sleeps again for
+        the rest of the gap if a byte came since (measured: ~1 us per request instead of
+        ~5 us with a timer per request)."""
         self._last_read = self.loop.time()
+        self._reading = True
         if self._read_timer is None:
             self._read_timer = self.loop.call_later(self.read_timeout_s, self._read_timed_out)
 
@@ -98,8 +112,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     def _read_timed_out(self) -> None:
         self._read_timer = None
-        if self.transport.is_closing():
-            return
+        if not self._reading or self.transport.is_closing():
+            return  # between requests (uvicorn's keep-alive timeout rules) or closing
         left = self._last_read + self.read_timeout_s - self.loop.time()
         if left > 0:  # a byte came meanwhile: wait for the rest of the gap
             self._read_timer = self.loop.call_later(left, self._read_timed_out)
