@@ -336,8 +336,9 @@ def test_no_secret_in_logs_metrics_cluster_errors_or_backups(cluster: Cluster, t
 
 
 def test_the_admin_key_is_made_once_and_kept_over_restarts(tmp_path: Path) -> None:
-    node = NodeProc(tmp_path, extra_args=["--secure"]).start()
+    node = NodeProc(tmp_path, extra_args=["--secure"])
     try:
+        node.start()
         key_file = tmp_path / "admin.key"
         until("the admin key file", key_file.exists)
         admin = key_file.read_text().strip()
@@ -352,8 +353,9 @@ def test_the_admin_key_is_made_once_and_kept_over_restarts(tmp_path: Path) -> No
 
 
 def test_a_loopback_node_runs_the_seeds_curl_without_a_key(tmp_path: Path) -> None:
-    node = NodeProc(tmp_path).start()
+    node = NodeProc(tmp_path)
     try:
+        node.start()
         assert http(node, "POST", "/API/v1/queues", body={"name": "user_indexing_queue", "type": "delayed"})[0] == 201
         assert not (tmp_path / "admin.key").exists()
     finally:

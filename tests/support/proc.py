@@ -80,9 +80,14 @@ class NodeProc:
         return grpc.secure_channel(self.grpc_addr, creds)
 
     def start(self, timeout_s: float = 30.0) -> NodeProc:
-        """Launch the process and wait until it is ready."""
+        """Launch the process and wait until it is ready (killed if it does not get ready:
+        a failed start leaves no process behind)."""
         self.launch()
-        self.wait_ready(timeout_s)
+        try:
+            self.wait_ready(timeout_s)
+        except BaseException:
+            self.kill9()
+            raise
         return self
 
     def launch(self) -> NodeProc:
