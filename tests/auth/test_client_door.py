@@ -367,13 +367,14 @@ async def test_the_async_client_takes_its_key_from_the_argument_or_doq_key(clust
     from doq_client import AsyncDoqClient, PermissionDenied, Unauthenticated
 
     targets = ",".join(x.grpc_addr for x in cluster.nodes)
+    ca = str(cluster.nodes[0].ca_file)
     ok(cluster.nodes[0], "POST", "/API/v1/queues", cluster.admin, {"name": "jobs.a", "type": "delayed"})
     key = cluster.key("jobs", "produce:jobs.", "consume:jobs.")
-    async with AsyncDoqClient(targets) as c:
+    async with AsyncDoqClient(targets, ca_file=ca) as c:
         with pytest.raises(Unauthenticated):
             await c.list_queues()
     monkeypatch.setenv("DOQ_KEY", key)
-    async with AsyncDoqClient(targets) as c:
+    async with AsyncDoqClient(targets, ca_file=ca) as c:
         r = await c.enqueue("jobs.a", b"x")
         [m] = await c.dequeue("jobs.a")
         assert m.id == r.id
@@ -382,7 +383,7 @@ async def test_the_async_client_takes_its_key_from_the_argument_or_doq_key(clust
             await c.enqueue("q", b"x")
         with pytest.raises(PermissionDenied):
             await c.create_key(["admin"])
-    async with AsyncDoqClient(targets, key=cluster.admin) as c:
+    async with AsyncDoqClient(targets, key=cluster.admin, ca_file=ca) as c:
         created = await c.create_key(["metrics"])
         assert created["key"].startswith("doq_") and created["scopes"] == ["metrics"]
         assert created["id"] in [k["id"] for k in await c.list_keys()]

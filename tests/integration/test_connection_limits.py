@@ -64,12 +64,12 @@ def test_a_connection_that_sends_nothing_is_answered_408_and_closed(node: NodePr
 
 def test_a_trickled_body_is_answered_408_and_closed(node: NodeProc) -> None:
     with _conn(node) as s:
-        s.sendall(b"POST /API/v1/queues HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        s.sendall(b"POST /API/v1/queues HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                   b"Content-Length: 100\r\n\r\n{\"name\"")
         answer = _read_all(s)
     assert _status(answer) == 408
     with _conn(node) as s:  # headers that never end: the same
-        s.sendall(b"GET /livez HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        s.sendall(b"GET /livez HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
         assert _status(_read_all(s)) == 408
 
 
@@ -79,7 +79,7 @@ def test_headers_trickled_byte_by_byte_do_not_hold_the_connection(node: NodeProc
     answer = b""
     sent = 0
     with _conn(node) as s:
-        s.sendall(b"GET /livez HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        s.sendall(b"GET /livez HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
         for _ in range(50):
             time.sleep(0.2)
             try:
@@ -101,7 +101,7 @@ def test_headers_trickled_byte_by_byte_do_not_hold_the_connection(node: NodeProc
 
 def test_an_idle_keep_alive_connection_is_closed(node: NodeProc) -> None:
     with _conn(node) as s:
-        s.sendall(b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.sendall(b"GET /livez HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         answer = _read_all(s)  # the answer, then the close (keep-alive timeout)
     assert _status(answer) == 200 and answer.endswith(b'{"status":"ok","reasons":[]}')
 
@@ -112,10 +112,10 @@ def test_an_idle_keep_alive_connection_is_closed(node: NodeProc) -> None:
 ], ids=["too-large", "too-many"])
 def test_headers_past_the_limits_are_answered_431(node: NodeProc, headers: bytes) -> None:
     with _conn(node) as s:
-        s.sendall(b"GET /livez HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n")
+        s.sendall(b"GET /livez HTTP/1.1\r\nHost: 127.0.0.1\r\n" + headers + b"\r\n")
         assert _status(_read_all(s)) == 431
     with _conn(node) as s:  # a request within them is served
-        s.sendall(b"GET /livez HTTP/1.1\r\nHost: x\r\n" + b"X-Ok: " + b"a" * 4000 + b"\r\n\r\n")
+        s.sendall(b"GET /livez HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"X-Ok: " + b"a" * 4000 + b"\r\n\r\n")
         assert _status(_read_all(s)) == 200
 
 
@@ -125,7 +125,7 @@ def test_connections_past_the_limit_are_answered_503(node: NodeProc) -> None:
         for s in held:  # each sends the start of a request, so each stays open (< read timeout)
             s.sendall(b"GET /livez HTTP/1.1\r\n")
         with _conn(node) as s:
-            s.sendall(b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n")
+            s.sendall(b"GET /livez HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             assert _status(s.recv(1024)) == 503
     finally:
         for s in held:
@@ -134,7 +134,7 @@ def test_connections_past_the_limit_are_answered_503(node: NodeProc) -> None:
 
 def test_a_restore_upload_declared_too_large_is_refused_before_its_body_is_read(node: NodeProc) -> None:
     with _conn(node) as s:
-        s.sendall(b"POST /db/restore HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=b\r\n"
+        s.sendall(b"POST /db/restore HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: multipart/form-data; boundary=b\r\n"
                   b"Content-Length: 100000000\r\n\r\n")  # and not a byte of the body
         answer = _read_all(s)
     assert _status(answer) == 413 and b"BODY_TOO_LARGE" in answer
@@ -147,7 +147,7 @@ def test_a_streamed_restore_upload_is_cut_at_the_limit(node: NodeProc) -> None:
     sent = 0
     answer = b""
     with _conn(node) as s:
-        s.sendall(b"POST /db/restore HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=b\r\n"
+        s.sendall(b"POST /db/restore HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: multipart/form-data; boundary=b\r\n"
                   b"Transfer-Encoding: chunked\r\n\r\n")
         part = (b'--b\r\nContent-Disposition: form-data; name="file"; filename="x.bak"\r\n'
                 b"Content-Type: application/octet-stream\r\n\r\n")
