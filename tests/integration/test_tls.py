@@ -73,9 +73,16 @@ def wait_https_ready(node: NodeProc, timeout_s: float = 60) -> None:
 
 
 def start_secure(node: NodeProc, timeout_s: float = 60) -> NodeProc:
+    """Start `node` with --secure and wait until it is ready over HTTPS and the cluster's
+    admin key works (a bootstrapping node writes admin.key before the key commits)."""
     node.extra_args = ["--secure", *node.extra_args]
     node.launch()
     wait_https_ready(node, timeout_s)
+
+    def admin_key_works() -> bool:
+        key = admin_key(node)
+        return key is not None and https(node, "GET", "/API/v1/keys", key=key)[0] == 200
+    until(f"{node.node_id}'s admin key accepted", admin_key_works, timeout_s)
     return node
 
 

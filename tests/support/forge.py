@@ -38,10 +38,13 @@ def send_frame(raft_addr: str, *, stream_from: str, to: str, messages: Sequence[
         async with channel:
             call = raft_pb2_grpc.RaftTransportStub(channel).Send(
                 metadata=((FROM_KEY, stream_from), (TO_KEY, to)), timeout=timeout_s)
-            await call.write(raft_pb2.Frame(
-                messages=[codec.encode_message(m) for m in messages], cluster_ids=list(cluster_ids),
-                alarms=[raft_pb2.StorageAlarm(reason=r, message=m) for r, m in alarms]))
-            await call.done_writing()
+            try:
+                await call.write(raft_pb2.Frame(
+                    messages=[codec.encode_message(m) for m in messages], cluster_ids=list(cluster_ids),
+                    alarms=[raft_pb2.StorageAlarm(reason=r, message=m) for r, m in alarms]))
+                await call.done_writing()
+            except grpc.aio.AioRpcError:
+                pass  # the receiver ended the call while this wrote (a busy machine): its status says why
             return await call
 
     return asyncio.run(run())
