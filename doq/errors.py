@@ -117,10 +117,20 @@ class Unavailable(DoqError):
     retryable = True
 
 
+class OutcomeUnknown(DoqError):
+    """The command is in the log of a node that lost its leadership (or stopped) before the
+    entry's fate was known: a later leader may still commit it, or not. Not retryable as
+    such: a repeat is safe only when it cannot apply twice (a dedup id, a lease id)."""
+
+    kind = "unavailable"
+    default_reason = "OUTCOME_UNKNOWN"
+
+
 class CommitTimeout(DoqError):
+    """The entry was not committed in time; it may still be (outcome unknown)."""
+
     kind = "deadline_exceeded"
     default_reason = "COMMIT_TIMEOUT"
-    retryable = True
 
 
 @dataclass(frozen=True, slots=True)

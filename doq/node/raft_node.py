@@ -46,6 +46,7 @@ from doq.errors import (
     FailedPrecondition,
     NotFound,
     NotLeader,
+    OutcomeUnknown,
     Overloaded,
     Unavailable,
 )
@@ -216,6 +217,7 @@ class RaftNode:
         self._task: asyncio.Task[None] | None = None
         self._tick_handle: asyncio.TimerHandle | None = None
         self._lease_handle: asyncio.TimerHandle | None = None
+        self._orphan_handle: asyncio.TimerHandle | None = None  # `_give_up_orphans`
         self._stopping = False
         self._failed: BaseException | None = None
         self._removed = False
@@ -322,7 +324,7 @@ class RaftNode:
             except (DoqError, TimeoutError) as e:
                 log.warning("leadership transfer before stopping failed: %r", e)
         self._stopping = True
-        for h in (self._tick_handle, self._lease_handle):
+        for h in (self._tick_handle, self._lease_handle, self._orphan_handle):
             if h:
                 h.cancel()
         self._wake.set()
@@ -549,7 +551,7 @@ class RaftNode:
                 hint = (e.leader_hint or "") if isinstance(e, CoreNotLeader) else core.lead_transferee
                 _fail(fut, NotLeader(f"proposal refused: {e}", leader_hint=hint))
                 return
-            self._proposals[index] = _Proposal(core.term, [fut], batch=batch)
+            self._add_proposal(index, _Proposal(core.term, [fut], batch=batch))
 
         self._admin.append(request)
         self._wake.set()
@@ -749,7 +751,7 @@ class RaftNode:
         def request(core: RaftCore) -> None:
             try:
                 index = core.propose_conf_change(cc)
-                self._proposals[index] = _Proposal(core.term, [fut], conf=True)
+                self._add_proposal(index, _Proposal(core.term, [fut], conf=True))
             except CoreNotLeader as e:
                 _fail(fut, NotLeader("not the leader", leader_hint=e.leader_hint or ""))
             except ProposalDropped as e:
@@ -948,7 +950,7 @@ class RaftNode:
             return
         term = core.term
         for index, futs, batch in zip(indexes, groups, batches, strict=True):
-            self._proposals[index] = _Proposal(term, futs, batch=batch)
+            self._add_proposal(index, _Proposal(term, futs, batch=batch))
 
     async def _handle_ready(self, core: RaftCore, rd: Ready) -> None:
         """One Ready: persist + apply (one txn, fsync) → send → conf changes → resolve →
@@ -986,7 +988,8 @@ class RaftNode:
         if rd.soft_state is not None:
             self._lead = rd.soft_state.lead  # the hint of the errors below
         if rd.snapshot is not None:
-            self._fail_proposals_upto(rd.snapshot.meta.index, core.lead)
+            self._fail_proposals_upto(rd.snapshot.meta.index, "a snapshot from the leader replaced "
+                                      "this node's log before the proposal's fate was known here")
         self._resolve_committed(rd.committed_entries, job.results)
         if rd.soft_state is not None:  # after resolving what this Ready applied
             self._on_soft_state(rd.soft_state.lead, rd.soft_state.role)
@@ -1006,8 +1009,6 @@ class RaftNode:
             log.info("node %s was removed from the cluster", self.node_id)
             self._removed = True
             self._on_soft_state(core.lead, core.role)
-        if core.role != Role.LEADER and self._proposals:
-            self._fail_proposals_upto(None, core.lead)
 
     async def _write_off_loop(self, job: _Job) -> None:
         """`_write` on the writer thread; meanwhile heartbeats are answered at once."""
@@ -1145,7 +1146,7 @@ class RaftNode:
             if p is None:
                 continue
             if e.term != p.term:
-                err = NotLeader("leadership changed before the proposal committed",
+                err = NotLeader("leadership changed before the proposal committed; it was not applied",
                                 leader_hint=self._lead)
                 for fut in p.futs:
                     _fail(fut, err)
@@ -1157,21 +1158,41 @@ class RaftNode:
                 done.extend(zip(p.batch.commands, p.futs, res, strict=True))
         resolve_results(done)
 
-    def _fail_proposals_upto(self, index: int | None, hint: str) -> None:
-        """Fail the proposals at indexes <= index (all if None) with NotLeader(hint)."""
-        err = NotLeader("leadership changed before the proposal committed", leader_hint=hint)
+    def _add_proposal(self, index: int, prop: _Proposal) -> None:
+        """Wait for the entry at `index` (this node just appended it as leader). A proposal
+        of an earlier term still waiting there lost its entry (this leader's log, which
+        holds every committed entry, has another one at that index): never applied."""
+        old = self._proposals.get(index)
+        if old is not None:
+            err = NotLeader("leadership changed before the proposal committed; it was not applied",
+                            leader_hint=self._lead)
+            for fut in old.futs:
+                _fail(fut, err)
+        self._proposals[index] = prop
+
+    def _fail_proposals_upto(self, index: int | None, why: str) -> None:
+        """Fail the proposals at indexes <= index (all if None): their entries' fate is
+        not known here (`OutcomeUnknown`; e.g. a snapshot replaced the log around them)."""
+        err = OutcomeUnknown(why, leader_hint=self._lead)
         for i in [i for i in self._proposals if index is None or i <= index]:
             for fut in self._proposals.pop(i).futs:
                 _fail(fut, err)
 
+    def _give_up_orphans(self) -> None:
+        """`admin_timeout_ms` after a step-down: proposals whose entries this node (still
+        not the leader) has not seen committed or replaced fail with `OutcomeUnknown`."""
+        self._orphan_handle = None
+        if self._role != Role.LEADER and self._proposals:
+            self._fail_proposals_upto(None, "leadership changed before the proposal committed; "
+                                            "it may still be applied")
+
     def _fail_all(self, err: DoqError) -> None:
+        """Stopping or failed: commands not yet in the log fail with `err` (never applied);
+        those in the log with `OutcomeUnknown` (another member may still commit them)."""
         pending, self._pending = self._pending, []
         for _, fut in pending:
             _fail(fut, err)
-        props, self._proposals = self._proposals, {}
-        for p in props.values():
-            for f in p.futs:
-                _fail(f, err)
+        self._fail_proposals_upto(None, f"{err.message}; the proposal may still be applied")
         self._fail_reads(err)
 
     def _fail_reads(self, err: DoqError) -> None:
@@ -1204,7 +1225,12 @@ class RaftNode:
             if self._lease_handle:
                 self._lease_handle.cancel()
                 self._lease_handle = None
-            self._fail_proposals_upto(None, lead)
+            # the proposals in the log wait: as a follower this node learns whether their
+            # entries commit (their results) or are replaced (NotLeader: not applied); after
+            # admin_timeout_ms without knowing, they fail OutcomeUnknown
+            if self._proposals and self._orphan_handle is None:
+                self._orphan_handle = asyncio.get_running_loop().call_later(
+                    self.cfg.admin_timeout_ms / 1000, self._give_up_orphans)
             err = NotLeader("leadership lost", leader_hint=lead)
             pending, self._pending = self._pending, []
             for _, fut in pending:
@@ -1369,8 +1395,11 @@ def _resolve(fut: Fut, value: object) -> None:
 
 
 def _fail(fut: Fut, err: BaseException) -> None:
+    """Fail `fut`; its waiter (if any) sees `err`; a proposal nobody awaits any more (its
+    stream ended) logs nothing (the exception counts as retrieved)."""
     if not fut.done():
         fut.set_exception(err)
+        fut.exception()
 
 
 def _ignore_result(fut: asyncio.Future[Any]) -> None:

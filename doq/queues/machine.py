@@ -855,13 +855,13 @@ class QueueMachine:
                 if pr is None:
                     seen = q.dedup.get(did)
                     if seen is not None and seen[1] > now:
-                        ap(EnqueueResult(seen[0], True, it.group, prio, deliver_at))
+                        ap(self._duplicate(q, seen[0], it.group, prio, deliver_at))
                         continue
                 else:
                     runs = q.runs.get(pr[0])
                     r = runs.find(pr[1]) if runs is not None else None
                     if r is not None:  # (after _advance, every run is within its window)
-                        ap(EnqueueResult(r.id0 + pr[1] - r.first, True, it.group, prio, deliver_at))
+                        ap(self._duplicate(q, r.id0 + pr[1] - r.first, it.group, prio, deliver_at))
                         continue
             id_ = self.next_id
             self.next_id = id_ + 1
@@ -885,6 +885,16 @@ class QueueMachine:
             q.enqueued += 1
             ap(EnqueueResult(id_, False, it.group, prio, deliver_at))
         return out
+
+    def _duplicate(self, q: Queue, id_: int, group: str, prio: int, deliver_at: int) -> EnqueueResult:
+        """The answer to a duplicate of message `id_`: the stored message's group, priority
+        and delivery time while it is stored (a later priority update shows); the
+        request's (`group`, `prio`, `deliver_at`) once it was consumed."""
+        rec = self.store.get(q.prefix + _U64.pack(id_))
+        if rec is not None:
+            v = R.message_view(q.name, id_, rec, self.now_ms, with_content=False)
+            return EnqueueResult(id_, True, v.group, v.priority, v.deliver_at_ms)
+        return EnqueueResult(id_, True, group, prio, deliver_at)
 
     def _remember_dedups(self, q: Queue, dids: list[str], ids: range) -> None:
         """`_remember_dedup` of new dedup ids (none known to `q`), in bulk."""

@@ -20,7 +20,9 @@ ReadIndex) and `ListServers` (this node's view of the cluster); when no leader i
 (the node then answers NOT_LEADER or UNAVAILABLE itself). A forwarded call that reaches a
 node that is not the leader is answered NOT_LEADER (with the leader hint), never forwarded
 again, so two nodes with stale views never bounce a call. The leader unreachable (the
-connection fails, no `doq-reason`): UNAVAILABLE, reason LEADER_UNREACHABLE, retryable.
+connection fails, no `doq-reason`): UNAVAILABLE, reason LEADER_UNREACHABLE: retryable when
+the channel never connected (gRPC's "failed to connect to all addresses": nothing was
+sent), not retryable otherwise (the call may have reached the leader: outcome unknown).
 
 One channel per leader address, kept until `close()`. Metrics: each relayed call counts
 once in `doq_grpc_forwarded_calls_total{method}` and is in
@@ -35,7 +37,7 @@ from typing import Any
 
 import grpc
 
-from doq.errors import DoqError, NotLeader, Unavailable
+from doq.errors import DoqError, NotLeader, OutcomeUnknown, Unavailable
 from doq.node.base import Node
 from doq.node.cluster import ClusterStatus
 from doq.service import metrics
@@ -46,6 +48,7 @@ SERVICE_PREFIX = "/doq.v1.DOQ/"
 LOCAL_METHODS = frozenset(SERVICE_PREFIX + m for m in ("GetQueue", "ListQueues", "Get", "ListServers"))
 """Methods a follower serves itself (reads and its own view of the cluster)."""
 FORWARDED_BY = "doq-forwarded-by"
+_CONNECT_FAILED = "failed to connect to all addresses"  # grpc-core: the call was never sent
 """Request metadata on a forwarded call: the id of the node that forwarded it."""
 LEADER_GRPC = "doq-leader-grpc"
 """Initial metadata on a forwarded call's answer: the leader's gRPC HOST:PORT."""
@@ -190,8 +193,14 @@ class _Proxy:
         UNAVAILABLE / LEADER_UNREACHABLE."""
         trailing = e.trailing_metadata() or ()
         if e.code() == grpc.StatusCode.UNAVAILABLE and not any(k == "doq-reason" for k, _ in trailing):
-            err = Unavailable(f"this node is not the leader and the leader at {self.target} did not "
-                              f"answer: {e.details()}", reason="LEADER_UNREACHABLE", leader_hint=self.leader_id)
+            err: DoqError
+            if _CONNECT_FAILED in (e.details() or ""):  # never connected: nothing was sent
+                err = Unavailable(f"this node is not the leader and the leader at {self.target} did not "
+                                  f"answer: {e.details()}", reason="LEADER_UNREACHABLE", leader_hint=self.leader_id)
+            else:  # the request may have reached the leader: outcome unknown
+                err = OutcomeUnknown(f"this node is not the leader and the leader at {self.target} did not "
+                                     f"answer (the call may have been applied): {e.details()}",
+                                     reason="LEADER_UNREACHABLE", leader_hint=self.leader_id)
             await _send_initial_quietly(context, ((LEADER_GRPC, self.target),))
             await abort_with_error(context, err, self.node)
         await _send_initial_quietly(context, (*_relayed_initial(e.initial_metadata() or ()),

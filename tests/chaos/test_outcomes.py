@@ -13,9 +13,11 @@ S = grpc.StatusCode
 
 
 @pytest.mark.parametrize(("code", "reason", "outcome"), [
-    # a Raft leader deposed before it learned of a commit fails the proposal with NOT_LEADER
-    # (stopping: SHUTTING_DOWN), yet the next leader may commit it: unknown
-    (S.UNAVAILABLE, "NOT_LEADER", "info"),
+    # NOT_LEADER: refused before it entered the log, or its entry was replaced; a leader
+    # deposed before it learned the fate of its entry answers OUTCOME_UNKNOWN
+    (S.UNAVAILABLE, "NOT_LEADER", "fail"),
+    (S.UNAVAILABLE, "OUTCOME_UNKNOWN", "info"),
+    (S.UNAVAILABLE, "LEADER_UNREACHABLE", "info"),
     (S.UNAVAILABLE, "NO_LEADER", "info"),
     (S.UNAVAILABLE, "SHUTTING_DOWN", "info"),
     (S.RESOURCE_EXHAUSTED, "OVERLOADED", "fail"),

@@ -45,12 +45,17 @@ def _delays(tries: Attempts, err: e.DoqClientError, n: int) -> list[float | None
 def test_retry_only_when_safe() -> None:
     policy = RetryPolicy(max_attempts=3, initial_backoff_s=0.001, max_backoff_s=0.002)
     quick = FailoverPolicy(timeout_s=60, initial_backoff_s=0.001, max_backoff_s=0.002)
-    not_leader = e.make_error(grpc.StatusCode.UNAVAILABLE, "x", "NOT_LEADER", True)
-    # NOT_LEADER does not prove the command was not applied (a deposed Raft leader fails
-    # its pending proposals with it): only a repeatable call is sent again
-    assert _delays(Attempts(policy, quick, False), not_leader, 1) == [None]
+    unknown = e.make_error(grpc.StatusCode.UNAVAILABLE, "x", "OUTCOME_UNKNOWN", False)
+    assert type(unknown) is e.OutcomeUnknown
+    # OUTCOME_UNKNOWN (a deposed Raft leader that did not learn the fate of its entry) does
+    # not prove the command was not applied: only a repeatable call is sent again
+    assert _delays(Attempts(policy, quick, False), unknown, 1) == [None]
     tries = Attempts(policy, quick, True)
-    assert None not in _delays(tries, not_leader, 10) and tries.unknown  # failover: by time, not count
+    assert None not in _delays(tries, unknown, 10) and tries.unknown  # failover: by time, not count
+    # NOT_LEADER proves it was not applied (refused before the log, or its entry replaced)
+    not_leader = e.make_error(grpc.StatusCode.UNAVAILABLE, "x", "NOT_LEADER", True)
+    tries = Attempts(policy, quick, False)
+    assert None not in _delays(tries, not_leader, 3) and not tries.unknown
     # a reason that proves nothing was applied: retried even if not repeatable
     overloaded = e.make_error(grpc.StatusCode.RESOURCE_EXHAUSTED, "x", "OVERLOADED", True)
     tries = Attempts(policy, quick, False)

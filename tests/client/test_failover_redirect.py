@@ -24,7 +24,7 @@ from doq_client import (
     FailoverPolicy,
     InvalidArgument,
     MessageNotFound,
-    NotLeader,
+    OutcomeUnknown,
     enqueue_request,
 )
 from tests.support.fake_cluster import Servers, serving
@@ -98,18 +98,16 @@ def test_unary_calls_follow_the_leader(servers: Servers) -> None:
         assert not r.duplicate and c.router.current == servers.leader_addr
         assert c.get_queue("q").stats.total == 1
     with DoqClient([servers.follower_addr], timeout_s=10) as c:
-        # not repeatable (no dedup id): NOT_LEADER does not prove it was not stored, so it is
-        # not sent again; the client moved to the leader for the next call
-        with pytest.raises(NotLeader) as ei:
-            c.enqueue("q", "b")
-        assert ei.value.leader_addr == servers.leader_addr and ei.value.leader_hint == "node-1"
+        # not repeatable (no dedup id), but NOT_LEADER proves the follower did not store it:
+        # sent again, to the leader the refusal names
+        c.enqueue("q", "b")
         assert c.router.current == servers.leader_addr
         c.enqueue("q", "c")
         [m] = c.dequeue("q", max_messages=1)
         assert m.content == b"a"
     with DoqClient(servers.follower_addr, timeout_s=10) as c:
         c.ack("q", m.id, lease_id=m.lease_id)
-    assert _contents(servers) == [b"c"]  # "b" was refused by the follower, "a" acked
+    assert _contents(servers) == [b"b", b"c"]  # "b" refused by the follower, sent to the leader
     assert _stats(servers) == (0, 0)
 
 
@@ -220,8 +218,8 @@ def test_without_dedup_ids_a_maybe_stored_message_fails_instead_of_being_resent(
         futs = [p.enqueue("q", f"m{i}") for i in range(12)]
         p.flush()
     failed = [f for f in futs if f.exception() is not None]
-    assert failed and all(isinstance(f.exception(), NotLeader) for f in failed)
-    assert isinstance(futs[0].exception(), NotLeader)
+    assert failed and all(isinstance(f.exception(), OutcomeUnknown) for f in failed)
+    assert isinstance(futs[0].exception(), OutcomeUnknown)
     contents = _contents(servers)
     stored_ok = {f"m{i}".encode() for i, f in enumerate(futs) if f.exception() is None}
     assert len(contents) == len(set(contents)) and stored_ok <= set(contents)
@@ -234,7 +232,7 @@ def test_unary_repeats_after_an_unknown_outcome(servers: Servers) -> None:
         r = c.enqueue("q", "a", dedup_id="d-1")  # stored, refused, sent again: found by dedup id
         assert r.duplicate
         _deposed(servers, Enqueue, 1)
-        with pytest.raises(NotLeader):
+        with pytest.raises(OutcomeUnknown):
             c.enqueue("q", "b")  # no dedup id: not sent again (and it was stored)
         assert c.get_queue("q").stats.total == 2
         m1, m2 = c.dequeue("q", max_messages=2)

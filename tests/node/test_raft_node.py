@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from doq.errors import NotLeader
+from doq.errors import NotLeader, OutcomeUnknown
 from doq.node import raft_node as raft_node_module
 from doq.node.raft_node import RaftNode, RaftNodeConfig
 from doq.queues import commands as c
@@ -130,28 +130,71 @@ async def test_follower_refuses_at_once_with_the_leader_hint(tmp_path: Path) -> 
     await follower.read_barrier()  # ReadIndex through the leader works on a follower
 
 
-async def test_partitioned_leader_fails_pending_proposals_and_a_new_leader_takes_over(tmp_path: Path) -> None:
-    cl = await three(tmp_path)
+async def test_a_partitioned_leaders_proposals_fail_not_leader_once_replaced(tmp_path: Path) -> None:
+    """The isolated leader's entries never reach a majority: when the partition heals, the
+    new leader's entries replace them and their proposals fail NOT_LEADER (not applied)."""
+    cl = await three(tmp_path, dataclasses.replace(FAST, admin_timeout_ms=600_000))
     old = await cl.wait_leader()
     await cl.converged()
     cl.net.isolate(old.node_id)
     futs = [old.propose_nowait(enq(i)) for i in range(10)]
-    done, _ = await asyncio.wait(futs, timeout=30)  # never hangs: check-quorum steps it down
-    assert len(done) == 10
-    for f in futs:
-        assert isinstance(f.exception(), NotLeader)
     new = await cl.wait_leader(exclude=old.node_id)
     assert new is not old
     res = await retry(lambda: new.propose(enq(99)))
     assert res[0].id  # type: ignore[index]
+    await eventually(lambda: _async(not old.is_leader), 30, "the old leader steps down")
     with pytest.raises(NotLeader):
         old.propose_nowait(enq(100))
+    assert not any(f.done() for f in futs)  # their fate is not known on the old leader yet
     cl.net.heal()
+    done, _ = await asyncio.wait(futs, timeout=60)
+    assert len(done) == 10
+    for f in futs:
+        assert type(f.exception()) is NotLeader
     await cl.converged()
     assert len(set(cl.digests().values())) == 1
     # the isolated leader's entries were never committed: nobody has them
     assert all(n.state.get_queue("q").stats.total == 1 for n in cl.nodes.values())
     assert not cl.net.violations, cl.net.violations[:5]
+
+
+async def test_a_deposed_leader_answers_its_proposals_that_the_next_leader_commits(tmp_path: Path) -> None:
+    """A leader that hears nothing back (its appends reach the followers, their answers
+    do not reach it) steps down with its proposals in the others' logs; the next leader
+    commits them. The old leader, as a follower, answers them with their results — never
+    NOT_LEADER for a command that was applied."""
+    cl = await three(tmp_path, dataclasses.replace(FAST, admin_timeout_ms=600_000))
+    old = await cl.wait_leader()
+    await cl.converged()
+    others = [n for n in cl.nodes if n != old.node_id]
+    cl.net.blocked |= {(o, old.node_id) for o in others}  # the old leader is deaf
+    futs = [old.propose_nowait(enq(i)) for i in range(10)]
+    new = await cl.wait_leader(exclude=old.node_id)
+    await retry(lambda: new.propose(enq(99)))  # commits the old term's entries before it
+    total = new.state.get_queue("q").stats.total
+    assert not any(f.done() for f in futs)
+    cl.net.heal()
+    results = await asyncio.wait_for(asyncio.gather(*futs), 60)
+    ids = [r[0].id for r in results]  # type: ignore[index]
+    assert len(set(ids)) == 10 and all(ids)
+    await cl.converged()
+    assert len(set(cl.digests().values())) == 1
+    assert total == 11 == old.state.get_queue("q").stats.total
+    assert not cl.net.violations, cl.net.violations[:5]
+
+
+async def test_proposals_whose_fate_a_deposed_leader_does_not_learn_fail_outcome_unknown(tmp_path: Path) -> None:
+    cl = await three(tmp_path, dataclasses.replace(FAST, admin_timeout_ms=300))
+    old = await cl.wait_leader()
+    await cl.converged()
+    cl.net.isolate(old.node_id)
+    futs = [old.propose_nowait(enq(i)) for i in range(3)]
+    done, _ = await asyncio.wait(futs, timeout=60)  # check-quorum, then admin_timeout_ms
+    assert len(done) == 3
+    for f in futs:
+        err = f.exception()
+        assert type(err) is OutcomeUnknown and not err.retryable
+        assert err.reason == "OUTCOME_UNKNOWN"
 
 
 async def test_restarted_node_recovers_its_state_and_catches_up(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from doq.errors import (
     StaleLease,
 )
 from doq.queues import commands as c
+from doq.queues.dedupruns import parse, run_id
 from doq.queues.machine import QueueMachine
 from doq.queues.model import EnqueueResult, MessageState, MessageView, QueueSettings
 from doq.queues.store import MemoryStore
@@ -264,6 +265,25 @@ def test_dedup_within_window_and_expiry(h: Harness) -> None:
     assert isinstance(r3, list)
     assert [(r.id, r.duplicate) for r in r3] == [(2, False)]  # type: ignore[union-attr]
     assert len(h.m.dedup_exp) == 1  # the expired entry was forgotten (bounded memory)
+
+
+@pytest.mark.parametrize("did", ["x", run_id("0123456789abcdef-", 7)])
+def test_a_duplicate_answers_the_stored_messages_fields(h: Harness, did: str) -> None:
+    """A retry of an enqueue (plain or canonical dedup id) answers the stored message's
+    delivery time, priority and group — not ones computed from the retry."""
+    assert (parse(did) is None) == (did == "x")
+    h.create("f", "fair", dedup_window_ms=60_000)
+    first = h.one(c.Enqueue("f", [item(dedup_id=did, delay_ms=5_000, group="g1", priority=3)]))
+    assert isinstance(first, list) and first[0].deliver_at_ms == T0 + 5_000
+    (id_,) = [r.id for r in first]
+    again = h.one(c.Enqueue("f", [item(dedup_id=did, delay_ms=5_000, group="g2", priority=9)]),
+                  at=T0 + 1_000)
+    assert isinstance(again, list)
+    assert (again[0].id, again[0].duplicate, again[0].deliver_at_ms, again[0].priority, again[0].group) == (
+        id_, True, T0 + 5_000, 3, "g1")
+    h.one(c.UpdatePriority("f", id_, 1), at=T0 + 6_000)
+    late = h.one(c.Enqueue("f", [item(dedup_id=did, group="g2", priority=9)]), at=T0 + 6_001)
+    assert isinstance(late, list) and (late[0].priority, late[0].group) == (1, "g1")
 
 
 def test_purge_and_delete_queue(h: Harness) -> None:

@@ -5,7 +5,7 @@ the real service and a real LMDB, whose nodes answer as followers and deposed le
   every proposal with `NotLeader` naming the leader, whose gRPC address it lists in its
   `cluster_status()` (as a Raft member knows its peers' addresses).
 - `DeposedAfterCommit`: a `LocalNode` that commits chosen commands and then answers
-  `NotLeader` for them, as a Raft leader deposed before it learned that its entry
+  `OutcomeUnknown` for them, as a Raft leader deposed before it learned that its entry
   committed: the client cannot know the command was applied.
 
 The servers run on an event loop in a background thread (`LoopThread`), so tests drive
@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from doq.errors import NotLeader
+from doq.errors import NotLeader, OutcomeUnknown
 from doq.node.cluster import ClusterAdmin, ClusterStatus, Member, MemberAddrs
 from doq.node.local import LocalNode
 from doq.queues.commands import Command
@@ -139,7 +139,7 @@ class Follower:
 
 
 class DeposedAfterCommit(LocalNode):
-    """Commits every command, but answers `NotLeader` (naming itself) for the next
+    """Commits every command, but answers `OutcomeUnknown` (naming itself) for the next
     `refusals[type]` commands of each type after their commit."""
 
     refusals: dict[type[Command], int]
@@ -156,8 +156,8 @@ class DeposedAfterCommit(LocalNode):
             if f.cancelled():
                 out.cancel()
             elif not out.done():
-                out.set_exception(NotLeader("leadership changed before the proposal committed",
-                                            leader_hint=self.node_id))
+                out.set_exception(OutcomeUnknown("leadership changed before the proposal committed; "
+                                                 "it may still be applied", leader_hint=self.node_id))
 
         fut.add_done_callback(deposed)
         return out

@@ -106,7 +106,13 @@ class Unavailable(DoqClientError):
 
 
 class NotLeader(Unavailable):
-    """reason ``NOT_LEADER``: send the request to `leader_hint`."""
+    """reason ``NOT_LEADER``: send the request to `leader_hint`; it was not applied."""
+
+
+class OutcomeUnknown(Unavailable):
+    """reason ``OUTCOME_UNKNOWN``: the leader lost its leadership (or stopped) with the
+    command in its log; a later leader may still apply it. Repeat it only if a repeat
+    cannot apply twice (a dedup id, a lease id)."""
 
 
 class Unauthenticated(DoqClientError):
@@ -153,6 +159,7 @@ _BY_REASON: dict[str, type[DoqClientError]] = {
     "MESSAGE_NOT_FOUND": MessageNotFound,
     "OVERLOADED": Overloaded,
     "NOT_LEADER": NotLeader,
+    "OUTCOME_UNKNOWN": OutcomeUnknown,
     "DATA_SIZE_LIMIT": StorageFull,
     "DISK_FREE_LIMIT": StorageFull,
     "NOSPACE": StorageFull,

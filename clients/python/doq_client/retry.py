@@ -12,10 +12,11 @@ Two kinds of failure are retried:
   backoff, at most `RetryPolicy.max_attempts` tries. Off by default.
 
 Either way a request is sent again only when that is safe: the failure proves it was not
-applied (`NOT_APPLIED_REASONS`), or the call is *repeatable* (`doq_client._ops.Op`): a
-repeat cannot apply it twice. NOT_LEADER proves nothing: a leader that loses leadership
-fails its pending proposals with NOT_LEADER although the next leader may still commit
-them. A lost connection proves nothing either.
+applied (`NOT_APPLIED_REASONS`: the node refused it before it entered the log, or its log
+entry was replaced), or the call is *repeatable* (`doq_client._ops.Op`): a repeat cannot
+apply it twice. OUTCOME_UNKNOWN (a leader lost its leadership with the command in its
+log), COMMIT_TIMEOUT, LEADER_UNREACHABLE (a relay to the leader broke) and a lost
+connection prove nothing: the command may still be applied.
 
 A repeat after such an outcome-unknown failure may find its own first attempt applied:
 the reasons in `Op.gone` then count as success (an ack with a lease id whose repeat
@@ -36,8 +37,8 @@ from doq_client.errors import DoqClientError
 
 log = logging.getLogger("doq_client")
 
-#: reasons that prove the command was refused before it was proposed
-NOT_APPLIED_REASONS = frozenset({"OVERLOADED", "COMMIT_FAILED"})
+#: reasons that prove the command was not applied (and never will be)
+NOT_APPLIED_REASONS = frozenset({"OVERLOADED", "COMMIT_FAILED", "NOT_LEADER"})
 
 
 def _backoff_s(attempt: int, initial_s: float, multiplier: float, max_s: float) -> float:

@@ -25,7 +25,7 @@ from typing import Any
 
 import h11
 
-from doq.errors import Unavailable
+from doq.errors import DoqError, OutcomeUnknown, Unavailable
 from doq.node.cluster_wire import LEADER_HEADER, leader_http_addr
 from doq.service.http.cluster import admin_of
 from doq.service.http.problems import problem_response
@@ -40,6 +40,7 @@ FORWARDED_HEADER = "X-Doq-Forwarded-By"
 """Request header set on a forwarded request: the id of the node that forwarded it."""
 _DEQUEUE_PATH = re.compile(r"^/API/v1/queues/[^/]+/messages$")
 _LOCAL_WRITES = frozenset({"/db/backup", "/cluster/join-tokens"})  # the latter: loopback only (enroll.py)
+_SAFE = frozenset({"GET", "HEAD", "OPTIONS"})  # methods that change nothing
 _HOP_BY_HOP = frozenset({
     b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"te", b"trailer", b"upgrade",
     b"expect", b"host",
@@ -85,6 +86,7 @@ class _Forward:
         self.scope, self.receive, self.send = scope, receive, send
         self.target, self.node_id, self.mw = target, node_id, mw
         self.started = False
+        self.request_sent = False  # some of the request may have reached the leader
 
     async def run(self) -> None:
         host, _, port = self.target.rpartition(":")
@@ -104,7 +106,7 @@ class _Forward:
         except (OSError, TimeoutError, h11.ProtocolError, _Closed) as e:
             if self.started:
                 raise  # the answer is half sent: the server drops the client connection
-            await self._unreachable(e)
+            await self._unreachable(e, unknown=self.request_sent and self.scope["method"] not in _SAFE)
         finally:
             writer.close()
 
@@ -118,6 +120,7 @@ class _Forward:
         path = s.get("raw_path") or s["path"].encode()
         if s.get("query_string"):
             path += b"?" + s["query_string"]
+        self.request_sent = True
         writer.write(conn.send(h11.Request(method=s["method"], target=path, headers=headers)))
         while True:
             msg = await self.receive()
@@ -173,10 +176,17 @@ class _Forward:
             else:
                 raise _Closed(f"the leader closed the connection ({type(event).__name__})")
 
-    async def _unreachable(self, e: BaseException) -> None:
-        err = Unavailable(f"this node is not the leader and the leader at {self.target} did not answer: "
-                          f"{type(e).__name__}: {e}", reason="LEADER_UNREACHABLE",
-                          leader_hint=self.mw.node.cluster_status().leader_id)
+    async def _unreachable(self, e: BaseException, *, unknown: bool = False) -> None:
+        """Answer 503 LEADER_UNREACHABLE: retryable when the request cannot have reached the
+        leader; not retryable (outcome unknown) when a request that changes state may have
+        reached it and the answer was lost."""
+        hint = self.mw.node.cluster_status().leader_id
+        why = f"{type(e).__name__}: {e}"
+        err: DoqError = (
+            OutcomeUnknown(f"the leader at {self.target} did not answer a request it may have applied: {why}",
+                           reason="LEADER_UNREACHABLE", leader_hint=hint) if unknown else
+            Unavailable(f"this node is not the leader and the leader at {self.target} did not answer: {why}",
+                        reason="LEADER_UNREACHABLE", leader_hint=hint))
         await problem_response(err, self.scope["path"], {LEADER_HEADER: self.target})(
             self.scope, self.receive, self.send)  # type: ignore[arg-type]
 
