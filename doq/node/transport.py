@@ -72,6 +72,7 @@ _GRPC_MAX_BYTES = 2 * MAX_MESSAGE_BYTES  # a frame: messages up to max_frame_byt
 _KEEPALIVE = [
     ("grpc.keepalive_time_ms", 5_000),  # detect a dead or stopped peer within ~10 s
     ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.http2.ping_timeout_ms", 5_000),  # gRPC's default (1 minute) overrides the line above
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
 ]
@@ -86,7 +87,7 @@ _CHANNEL_OPTIONS = [
 _SERVER_OPTIONS = [
     ("grpc.max_receive_message_length", _GRPC_MAX_BYTES),
     ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.min_recv_ping_interval_without_data_ms", 1_000),
+    ("grpc.http2.min_ping_interval_without_data_ms", 1_000),
     ("grpc.http2.max_ping_strikes", 0),
 ]
 

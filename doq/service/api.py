@@ -454,13 +454,13 @@ class QueueService:
             while True:
                 if claim is not None and claim.early is not None:  # proposed with an enqueue
                     early, claim.early = claim.early, None
-                    result = outcomes.messages(await early)
+                    result = self.leases.unexpired(queue, outcomes.messages(await early))
                     if result:
                         return result
                 if stop_waiting is not None and stop_waiting.is_set():
                     return []
                 if state.deliverable(queue):
-                    result = outcomes.messages(await self.node.propose(cmd))
+                    result = self.leases.unexpired(queue, outcomes.messages(await self.node.propose(cmd)))
                     if result or not wait_ms:
                         return result
                 elif not wait_ms:

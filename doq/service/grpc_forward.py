@@ -75,6 +75,12 @@ class LeaderForwarder(grpc.aio.ServerInterceptor):
         self._options = [
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
+            # a leader that stops answering fails the relayed calls within ~3 s (as the
+            # clients' own keepalive does), so the callers can move on to the new leader
+            ("grpc.keepalive_time_ms", 1_000),
+            ("grpc.keepalive_timeout_ms", 2_000),
+            ("grpc.http2.ping_timeout_ms", 2_000),  # gRPC's default: 1 minute
+            ("grpc.http2.max_pings_without_data", 0),
         ]
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._proxies: dict[tuple[str, str], grpc.RpcMethodHandler] = {}

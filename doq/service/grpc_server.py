@@ -320,6 +320,11 @@ def grpc_frame_limit(limits: Limits) -> int:
     return max(limits.max_message_bytes * 2 + 64 * 1024, 64 * 1024 * 1024, limits.body_limits()[1])
 
 
+CLIENT_PING_INTERVAL_MIN_MS = 500
+"""The shortest interval between a client's HTTP/2 pings the server accepts (gRPC's default,
+5 minutes, would answer doq_client's 1 s keepalive with GOAWAY too_many_pings)."""
+
+
 def grpc_receive_limit(limits: Limits) -> int:
     """The largest gRPC request a node takes: the HTTP gateway's batch body limit (beyond it
     the call fails RESOURCE_EXHAUSTED before it is read whole)."""
@@ -339,6 +344,9 @@ def build_server(
             ("grpc.max_receive_message_length", grpc_receive_limit(api.limits)),
             ("grpc.max_send_message_length", grpc_frame_limit(api.limits)),
             ("grpc.so_reuseport", 0),
+            # clients ping every second while they have calls open (doq_client's keepalive:
+            # how they notice a node that stops answering); more often is a strike
+            ("grpc.http2.min_ping_interval_without_data_ms", CLIENT_PING_INTERVAL_MIN_MS),
         ]
     )
     pb_grpc.add_DOQServicer_to_server(DOQServicer(api), server)

@@ -15,9 +15,11 @@ import asyncio
 
 from doq.errors import DoqError, MessageNotFound
 from doq.node.base import Node
+from doq.node.local import wall_clock_ms
 from doq.queues import commands as c
 from doq.queues.model import MessageView
 from doq.service import outcomes
+from doq.service.metrics import LEASES_ENDED_BEFORE_DELIVERY
 
 
 def not_found(queue: str, id_: int) -> MessageNotFound:
@@ -83,6 +85,21 @@ class Leases:
             except DoqError:
                 break
         return futs
+
+    def unexpired(self, queue: str, msgs: list[MessageView]) -> list[MessageView]:
+        """What a dequeue leased, less the messages whose lease has already ended by this
+        node's clock (a dequeue whose commit waited, e.g. through a quorum loss, longer
+        than the visibility timeout): those are released, not handed out — ready again at
+        once, the attempt not counted — instead of reaching a consumer that could not
+        settle them (STALE_LEASE). Messages removed on delivery (no lease) all pass."""
+        now_ms = wall_clock_ms()
+        if not msgs or not 0 < msgs[0].lease_expires_at_ms <= now_ms:
+            return msgs  # one dequeue's messages share one lease end
+        live = [m for m in msgs if not 0 < m.lease_expires_at_ms <= now_ms]
+        ended = [m for m in msgs if 0 < m.lease_expires_at_ms <= now_ms]
+        LEASES_ENDED_BEFORE_DELIVERY.inc(len(ended))
+        self.release_unawaited(queue, ended)
+        return live
 
     def release_unawaited(self, queue: str, msgs: list[MessageView]) -> None:
         """`release`, for a caller that does not wait for the outcomes."""

@@ -35,6 +35,10 @@ FSYNC_SECONDS = Histogram(
     buckets=(0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5),
 )
 COMMANDS = Counter("doq_commands_applied_total", "Commands applied by this node")
+LEASES_ENDED_BEFORE_DELIVERY = Counter(
+    "doq_leases_ended_before_delivery_total",
+    "Messages a dequeue leased whose lease had ended when its commit came back (e.g. after a "
+    "quorum loss): released (ready again, the attempt not counted) instead of handed out")
 BATCHES = Counter("doq_batches_committed_total", "Durable writes of this node that applied commands")
 
 MESSAGES_ENQUEUED = Counter(

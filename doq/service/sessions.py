@@ -354,7 +354,7 @@ class DequeueSession:
                             own_n -= own.pop(fut)
                             starved = not result
                             polls.release_standing(self.queue, sp)
-                        taken += outcomes.messages(result)
+                        taken += self.api.leases.unexpired(self.queue, outcomes.messages(result))
                     if not taken:
                         continue
                     if self.half_closed.is_set():

@@ -39,12 +39,23 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 DEFAULT_TARGET = "127.0.0.1:10000"
+KEEPALIVE_TIME_MS = 1_000
+PING_TIMEOUT_MS = 2_000
 CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
     # a restarted node is dialled again within a second (gRPC's default backoff grows to 2 min)
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
+    # a node that stops answering (a paused process, a frozen VM) fails the calls open on
+    # it within ~3 s, so the client moves to the new leader instead of waiting for its
+    # deadline: HTTP/2 pings every second while calls are open, 2 s for their answer
+    # (gRPC waits for a ping's answer `ping_timeout_ms`, 1 minute by default, whatever
+    # `keepalive_timeout_ms` says)
+    ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+    ("grpc.keepalive_timeout_ms", PING_TIMEOUT_MS),
+    ("grpc.http2.ping_timeout_ms", PING_TIMEOUT_MS),
+    ("grpc.http2.max_pings_without_data", 0),
 ]
 LIST_SERVERS_TIMEOUT_S = 5.0
 
