@@ -45,6 +45,12 @@ def paused(tmp_path: Path) -> Iterator[tuple[list[NodeProc], NodeProc, DoqClient
                 yield nodes, lead, client
             finally:
                 os.kill(lead.proc.pid, signal.SIGCONT)
+        # the deposed leader resumes, learns of the new term and answers what it held: no
+        # "Future exception was never retrieved" in any node's log
+        until("the old leader follows", lambda: cluster_view(lead.http_url)["leader_id"] not in ("", lead.node_id),
+              CALL_TIMEOUT_S)
+        for n in nodes:
+            assert "never retrieved" not in n.log(), n.log()[-3000:]
 
 
 def _live_stats(nodes: list[NodeProc], old: NodeProc) -> dict[str, int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import threading
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -181,6 +182,26 @@ async def test_a_deposed_leader_answers_its_proposals_that_the_next_leader_commi
     assert len(set(cl.digests().values())) == 1
     assert total == 11 == old.state.get_queue("q").stats.total
     assert not cl.net.violations, cl.net.violations[:5]
+
+
+async def test_proposals_nobody_awaits_any_more_fail_without_a_traceback(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A stream that went away leaves its proposals behind; when the deposed leader fails
+    them (their entries replaced), asyncio logs no "exception was never retrieved"."""
+    cl = await three(tmp_path, dataclasses.replace(FAST, admin_timeout_ms=600_000))
+    old = await cl.wait_leader()
+    await cl.converged()
+    cl.net.isolate(old.node_id)
+    for i in range(5):
+        old.propose_nowait(enq(i))  # nobody keeps the futures
+    new = await cl.wait_leader(exclude=old.node_id)
+    await retry(lambda: new.propose(enq(99)))
+    await eventually(lambda: _async(not old.is_leader), 30, "the old leader steps down")
+    cl.net.heal()
+    await cl.converged()
+    gc.collect()
+    await asyncio.sleep(0)
+    assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
 
 
 async def test_proposals_whose_fate_a_deposed_leader_does_not_learn_fail_outcome_unknown(tmp_path: Path) -> None:
