@@ -46,9 +46,9 @@ Messages received but not yet handed out are dropped: they are leased on the old
 and come back when their leases end. Messages the application holds keep their lease
 ids: acking or nacking one of them (and the acks and nacks not yet sent when the stream
 failed) goes by a unary AckBatch / Nack with its lease id to the leader, as the new
-stream's credits do not cover it; a message of the old stream is recognised by its
-lease id, lower than any lease of the new stream (lease ids grow with every delivery). An
-ack lost with the connection means a redelivery, never a loss.
+stream's credits do not cover it; each stream tags the messages it hands out, so a message
+of an old stream is recognised by its tag (lease ids are random: they say nothing of
+order). An ack lost with the connection means a redelivery, never a loss.
 
 Moving to the leader: a stream opened on a follower is relayed by it to the leader, and
 its initial metadata names the leader (`doq-leader-grpc`, read once per stream, with its
@@ -180,9 +180,10 @@ class _ConsumerBase:
         self._gen = 0  # stream generation: the request iterator of an older one stops
         self._addr = ""  # where the current stream goes
         self._tries: Attempts | None = None  # the failover in progress
-        # Lowest lease id of the current stream: a held message with a lower one came from
-        # an earlier stream (_U64: the current stream has delivered nothing yet).
-        self._floor = _U64
+        # The current stream's tag, given to every Message it hands out (None: it has
+        # delivered nothing yet); a held message with another tag came from an earlier stream
+        # (or from elsewhere) and is settled by a unary call. Lease ids say nothing of order.
+        self._tag: object | None = None
 
     def _wakeup(self) -> None:
         raise NotImplementedError
@@ -192,8 +193,8 @@ class _ConsumerBase:
         raise NotImplementedError
 
     def _first_frame(self, msgs: Sequence[_Received]) -> None:
-        """The current stream's first frame is handed out: it sets `_floor`."""
-        self._floor = min(m.lease_id for m in msgs)
+        """The current stream's first frame is handed out: it gets its tag."""
+        self._tag = object()
 
     def _restart(self) -> _Settlements:
         """The stream failed: drop what it sent and was not handed out (their leases end),
@@ -202,7 +203,7 @@ class _ConsumerBase:
         self._buffer.clear()
         self._ack_due = 0
         self._urgent = False
-        self._floor = _U64
+        self._tag = None
         self._gen += 1
         self._settled_n = self._received_n
         return orphans
@@ -262,10 +263,10 @@ class _ConsumerBase:
         ids: list[int] = []
         lease_ids: list[int] = []
         old: _Settlements | None = None
-        floor = self._floor
+        tag = self._tag
         for m in items:
             if isinstance(m, Message):
-                if m.lease_id < floor:
+                if m.stream_tag is not tag or tag is None:
                     old = old or _Settlements()
                     old.acks.append(m.id)
                     old.lease_ids.append(m.lease_id)
@@ -292,7 +293,7 @@ class _ConsumerBase:
         lease_id = 0 if isinstance(msg, int) else msg.lease_id
         mid = msg if isinstance(msg, int) else msg.id
         req = nack_request(self.queue, mid, lease_id=lease_id, delay_ms=delay_ms, priority=priority)
-        if lease_id and lease_id < self._floor:
+        if isinstance(msg, Message) and (msg.stream_tag is not self._tag or self._tag is None):
             old = _Settlements()
             old.nacks.append(req)
             return old
@@ -413,7 +414,7 @@ class AsyncConsumer(_ConsumerBase):
                 if resp is not grpc.aio.EOF:
                     self._tries = None
                     msgs = _frame_messages(resp, self.batched)
-                    if self._floor == _U64 and msgs:  # the stream's first frame
+                    if self._tag is None and msgs:  # the stream's first frame
                         if self._client.router.follow(self._addr, await self._call.initial_metadata()):
                             await self._move(msgs)
                             if self._closing:  # closed while moving (from another task)
@@ -464,7 +465,7 @@ class AsyncConsumer(_ConsumerBase):
         m = self._buffer.popleft()
         if self.auto_ack:
             self._handed_one(m)
-        return Message(m)
+        return Message(m, self._tag)
 
     async def batches(self) -> AsyncIterator[list[Message]]:
         """Yield messages a received frame at a time."""
@@ -475,7 +476,8 @@ class AsyncConsumer(_ConsumerBase):
             self._buffer.clear()
             if self.auto_ack:
                 self._handed(got)
-            yield [Message(m) for m in got]
+            tag = self._tag
+            yield [Message(m, tag) for m in got]
 
     def ack(self, *messages: _MsgOrId) -> None:
         """Acknowledge messages (or ids) through the stream; returns at once."""
@@ -683,7 +685,7 @@ class Consumer(_ConsumerBase):
             else:
                 self._tries = None
                 msgs = _frame_messages(resp, self.batched)
-                if self._floor == _U64 and msgs:  # the stream's first frame
+                if self._tag is None and msgs:  # the stream's first frame
                     if self._client.router.follow(self._addr, self._call.initial_metadata()):
                         self._move(msgs)
                         continue
@@ -740,7 +742,7 @@ class Consumer(_ConsumerBase):
         if self.auto_ack:
             with self._lock:
                 self._handed_one(m)
-        return Message(m)
+        return Message(m, self._tag)
 
     def batches(self) -> Iterator[list[Message]]:
         """Yield messages a received frame at a time."""
@@ -752,7 +754,8 @@ class Consumer(_ConsumerBase):
             if self.auto_ack:
                 with self._lock:
                     self._handed(got)
-            yield [Message(m) for m in got]
+            tag = self._tag
+            yield [Message(m, tag) for m in got]
 
     def ack(self, *messages: _MsgOrId) -> None:
         """Acknowledge messages (or ids) through the stream; returns at once."""

@@ -209,10 +209,11 @@ class Message:
     Pass `id` and `lease_id` to ack/nack/touch; `lease_id` changes with every delivery.
     """
 
-    __slots__ = ("_m",)
+    __slots__ = ("_m", "stream_tag")
 
-    def __init__(self, msg: pb.Message | MessageRow) -> None:
+    def __init__(self, msg: pb.Message | MessageRow, stream_tag: object | None = None) -> None:
         self._m = msg
+        self.stream_tag = stream_tag  # the consumer stream that handed it out (None: none)
 
     @property
     def pb(self) -> pb.Message:
