@@ -87,3 +87,19 @@ def test_failed_start_leaves_no_directory_behind(tmp_path: Path, busy: str) -> N
         # An existing node directory stays as it was (its data included).
         r = _serve(shared, node_id="node-2", **ports)
         assert r.returncode != 0 and _tree(shared) == before
+
+
+def test_a_first_start_whose_port_was_taken_meanwhile_moves_to_fresh_ports(tmp_path: Path) -> None:
+    """Suites run side by side: a port chosen free may be taken before the node binds it.
+    The test harness's first start then picks fresh ports (a restart keeps its own)."""
+    node = NodeProc(tmp_path / "data")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", node.raft_port))
+        taken.listen()
+        port = node.raft_port
+        node.start()
+        try:
+            assert node.raft_port != port
+            assert "Address already in use" in node.log() or "Failed to bind" in node.log()
+        finally:
+            node.kill9()

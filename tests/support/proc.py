@@ -23,6 +23,14 @@ import grpc
 
 from doq.ports import free_port
 
+_BIND_ATTEMPTS = 5
+_PORT_TAKEN = ("Address already in use", "address already in use", "Failed to bind")
+
+
+def _lost_a_port(log: str) -> bool:
+    """The node's log says it could not listen on one of its ports."""
+    return any(s in log for s in _PORT_TAKEN)
+
 
 @dataclass
 class NodeProc:
@@ -38,6 +46,7 @@ class NodeProc:
     log_path: Path | None = None
     umask: int | None = None  # the child's umask (None: this process's)
     env: dict[str, str] = field(default_factory=dict)  # on top of this process's environment
+    _started: bool = field(default=False, repr=False)  # was ready once: its ports are its identity
 
     @property
     def grpc_addr(self) -> str:
@@ -81,14 +90,32 @@ class NodeProc:
 
     def start(self, timeout_s: float = 30.0) -> NodeProc:
         """Launch the process and wait until it is ready (killed if it does not get ready:
-        a failed start leaves no process behind)."""
-        self.launch()
-        try:
-            self.wait_ready(timeout_s)
-        except BaseException:
-            self.kill9()
-            raise
-        return self
+        a failed start leaves no process behind).
+
+        A port chosen free can be taken by another process before the node binds it (suites
+        run side by side): a first start that fails for want of one of its ports is tried
+        again on fresh ports; a restart (its addresses are part of the cluster) is tried
+        again on the same ports, which the other listener may have left meanwhile."""
+        first = not self._started
+        for attempt in range(_BIND_ATTEMPTS):
+            log_mark = self.log_path.stat().st_size if self.log_path and self.log_path.exists() else 0
+            self.launch()
+            try:
+                self.wait_ready(timeout_s)
+            except RuntimeError:
+                self.kill9()
+                if attempt + 1 == _BIND_ATTEMPTS or not _lost_a_port(self.log()[log_mark:]):
+                    raise
+                if first:
+                    self.grpc_port, self.http_port, self.raft_port = free_port(), free_port(), free_port()
+                else:
+                    time.sleep(1)
+                continue
+            except BaseException:
+                self.kill9()
+                raise
+            return self
+        raise AssertionError("unreachable")
 
     def launch(self) -> NodeProc:
         """Start the process without waiting (a restarted cluster member is ready only once
@@ -121,6 +148,7 @@ class NodeProc:
                 if not self.secure or self.ca_file.exists():
                     with self.urlopen(self.http_url + "/readyz", timeout=1) as r:
                         if r.status == 200:
+                            self._started = True
                             return
             except (OSError, ssl.SSLError):
                 pass
