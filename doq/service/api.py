@@ -37,7 +37,7 @@ from doq.queues.model import (
     QueueSettings,
 )
 from doq.service import limits as v
-from doq.service import outcomes
+from doq.service import outcomes, paging
 from doq.service.door import INTERNAL, Action, Caller, Door
 from doq.service.leases import Leases
 from doq.service.longpoll import LongPolls
@@ -120,7 +120,8 @@ class QueueService:
         v.check_queue_name(name)
         qtype = v.check_queue_type(type_)
         settings = v.check_settings(settings or QueueSettings())
-        return outcomes.expect(await self.node.propose(c.CreateQueue(name, qtype.value, settings)), QueueInfo)
+        cmd = c.CreateQueue(name, qtype.value, settings, self.limits.max_queues)  # the limit travels with it
+        return outcomes.expect(await self.node.propose(cmd), QueueInfo)
 
     async def update_queue(self, name: str, settings: QueueSettings, *, caller: Caller = INTERNAL) -> QueueInfo:
         self.door.admit(caller, Action.UPDATE_QUEUE, name)
@@ -148,6 +149,11 @@ class QueueService:
         self.door.admit(caller, Action.LIST_QUEUES, None)
         await self.node.read_barrier()
         return self.node.state.list_queues()
+
+    async def list_queues_page(self, page_token: str = "", max_results: int = 0, *,
+                               caller: Caller = INTERNAL) -> tuple[list[QueueInfo], str]:
+        """A page of `list_queues` (`doq.service.paging`): (queues, next page token or "")."""
+        return paging.page(await self.list_queues(caller=caller), page_token, max_results)
 
     # -- enqueue --------------------------------------------------------------------------
     async def enqueue(self, queue: str, item: c.EnqueueItem, *, caller: Caller = INTERNAL) -> EnqueueResult:

@@ -14,6 +14,7 @@ from doq.queues.model import QueueSettings, QueueType
 
 DEFAULT_MAX_STREAM_PREFETCH = 100_000
 DEFAULT_MAX_STREAM_PENDING_ACKS = 10_000
+DEFAULT_MAX_QUEUES = 10_000
 BODY_SLACK = 64 * 1024
 BATCH_BODY_MIN = 16 * 1024 * 1024
 
@@ -36,6 +37,9 @@ class Limits:
     - `stream_window_messages` / `stream_window_frames`: requests of an EnqueueStream /
       EnqueueBatchStream proposed and not yet answered; at the bound the node stops
       reading the stream.
+
+    Of the state: `max_queues`, the most queues; a `CreateQueue` carries it, so the state
+    machine of every replica refuses the same creations (the leader's setting applies).
 
     Per connection and request: the HTTP server's own settings (uvicorn's connection count
     and keep-alive, the header and read bounds of `doq.service.http.protocol`) and the
@@ -60,6 +64,8 @@ class Limits:
     read_timeout_ms: int = 30_000  # a request's headers or body idle this long: connection closed
     keep_alive_ms: int = 5_000  # an idle keep-alive connection is closed after this
     max_restore_bytes: int = 4 << 30  # POST /db/restore upload (spooled to disk), at most
+    # -- the state --
+    max_queues: int = DEFAULT_MAX_QUEUES  # carried in CreateQueue (0: no limit): the proposer's applies
 
     def body_limits(self) -> tuple[int, int]:
         """(single-message body limit, batch body limit) in bytes. A single message may

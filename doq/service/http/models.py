@@ -195,8 +195,11 @@ class QueueResult(_Out):
 
 
 class QueueList(_Out):
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"queues": [_QUEUE_EXAMPLE]}]})
-    queues: list[QueueModel] = Field(description="Every queue, by name.")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={
+        "examples": [{"queues": [_QUEUE_EXAMPLE], "next_page_token": None}]})
+    queues: list[QueueModel] = Field(description="A page of queues, by name.")
+    next_page_token: str | None = Field(
+        description="Pass as `page_token` for the next page; null on the last page.")
 
 
 class Success(_Out):

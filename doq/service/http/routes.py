@@ -33,6 +33,7 @@ from doq.service.http.bodies import body_doc, errors, operation_id, read_json
 from doq.service.http.lean import LeanRoute
 from doq.service.http.problems import BadRequest
 from doq.service.limits import check_queue_name
+from doq.service.paging import MAX_QUEUES_PAGE
 
 if TYPE_CHECKING:
     from doq.service.api import QueueService
@@ -134,7 +135,8 @@ class QueueRoutes:
     # -- queues ---------------------------------------------------------------------------
     @route(
         "POST", "/queues", answer="Created: the new queue.", tags=["queues"], status_code=201,
-        response_model=m.QueueResult, summary="Create a queue", responses=errors(400, 409, 413, 415, 507),
+        response_model=m.QueueResult, summary="Create a queue", responses=errors(400, 409, 413, 415, 507, notes={
+            429: "QUEUE_LIMIT_REACHED: the cluster holds --max-queues queues (delete one first), or overloaded"}),
         openapi_extra=body_doc(m.CreateQueueBody),
     )
     async def create_queue(self, request: Request) -> Response:
@@ -145,12 +147,21 @@ class QueueRoutes:
         return _json({"success": True, "queue": m.queue_dict(q)}, 201)
 
     @route(
-        "GET", "/queues", answer="Every queue.", tags=["queues"], response_model=m.QueueList,
-        summary="List queues", responses=errors(),
+        "GET", "/queues", answer="A page of queues, by name.", tags=["queues"], response_model=m.QueueList,
+        summary="List queues", responses=errors(400),
     )
-    async def list_queues(self, request: Request) -> Response:
-        """Every queue with its settings and message counts."""
-        return _json({"queues": [m.queue_dict(q) for q in await self.api.list_queues(caller=http_caller(request))]})
+    async def list_queues(
+        self,
+        request: Request,
+        page_token: Annotated[str, Query(max_length=512, description="The `next_page_token` of the previous "
+                                                                     "page (none: the first page).")] = "",
+        max_results: Annotated[int, Query(ge=1, le=MAX_QUEUES_PAGE, description="At most this many queues "
+                                          f"(default {MAX_QUEUES_PAGE}).")] = MAX_QUEUES_PAGE,
+    ) -> Response:
+        """The queues with their settings and message counts, by name, a page at a time:
+        `next_page_token` is null on the last page, else pass it as `page_token`."""
+        queues, token = await self.api.list_queues_page(page_token, max_results, caller=http_caller(request))
+        return _json({"queues": [m.queue_dict(q) for q in queues], "next_page_token": token or None})
 
     @route(
         "GET", "/queues/{name}", answer="The queue with its counts.", tags=["queues"],
