@@ -140,6 +140,25 @@ def check_visibility_timeout_ms(ms: int) -> int:
     return ms
 
 
+def check_label(value: str, what: str, max_bytes: int, reason: str) -> str:
+    """A group or dedup id: at most `max_bytes` of UTF-8, no NUL character (names and ids
+    are compared and shown as text; content and metadata may hold any character)."""
+    try:
+        size = len(value.encode())
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"{what} is not valid Unicode text (a lone surrogate)", reason=reason) from None
+    if size > max_bytes:
+        raise InvalidArgument(f"{what} is longer than {max_bytes} bytes", reason=reason)
+    if "\x00" in value:
+        raise InvalidArgument(f"{what} contains a NUL character (U+0000)", reason=reason)
+    return value
+
+
+def has_nul(texts: Sequence[str]) -> bool:
+    """Whether any of `texts` holds a NUL character (one C-speed scan)."""
+    return "\x00" in "".join(texts)
+
+
 def check_item(item: EnqueueItem, limits: Limits) -> EnqueueItem:
     """Validate one message to enqueue; raises InvalidArgument / TooLarge."""
     if len(item.content) > limits.max_message_bytes:
@@ -147,18 +166,20 @@ def check_item(item: EnqueueItem, limits: Limits) -> EnqueueItem:
             f"message content is {len(item.content)} bytes; the limit is {limits.max_message_bytes}",
             reason="MESSAGE_TOO_LARGE",
         )
-    if len(item.group.encode()) > limits.max_group_bytes:
-        raise InvalidArgument(f"group is longer than {limits.max_group_bytes} bytes", reason="INVALID_GROUP")
-    if len(item.dedup_id.encode()) > limits.max_dedup_id_bytes:
-        raise InvalidArgument(
-            f"dedup_id is longer than {limits.max_dedup_id_bytes} bytes", reason="INVALID_DEDUP_ID"
-        )
+    if item.group:
+        check_label(item.group, "group", limits.max_group_bytes, "INVALID_GROUP")
+    if item.dedup_id:
+        check_label(item.dedup_id, "dedup_id", limits.max_dedup_id_bytes, "INVALID_DEDUP_ID")
     if item.metadata:
         if len(item.metadata) > limits.max_metadata_entries:
             raise InvalidArgument(
                 f"metadata has more than {limits.max_metadata_entries} entries", reason="METADATA_TOO_LARGE"
             )
-        size = sum(len(k.encode()) + len(v.encode()) for k, v in item.metadata.items())
+        try:
+            size = sum(len(k.encode()) + len(v.encode()) for k, v in item.metadata.items())
+        except UnicodeEncodeError:
+            raise InvalidArgument("metadata is not valid Unicode text (a lone surrogate)",
+                                  reason="INVALID_METADATA") from None
         if size > limits.max_metadata_bytes:
             raise InvalidArgument(
                 f"metadata is {size} bytes; the limit is {limits.max_metadata_bytes}", reason="METADATA_TOO_LARGE"

@@ -1,16 +1,15 @@
 """Pages of the queue list (`GET /API/v1/queues`, gRPC `ListQueues`): pure.
 
 A page holds at most `max_results` queues (default and most `MAX_QUEUES_PAGE`) in name
-order, after the queue its `page_token` names. The token is opaque to clients (URL-safe
-base64 of the last name of the previous page, without padding): a queue created or deleted
-between two pages never makes another be returned twice or skipped, since the next page
-starts after a name, not at a position. `next_page_token` is "" on the last page.
+order, after the name its `page_token` gives. The token is the last name of the previous
+page (clients should pass it back as it is; any queue name is a valid place to start
+after, whether or not that queue exists): a queue created or deleted between two pages
+never makes another be returned twice or skipped, since the next page starts after a
+name, not at a position. `next_page_token` is "" on the last page.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 from bisect import bisect_right
 from collections.abc import Sequence
 
@@ -21,24 +20,21 @@ from doq.queues.model import QueueInfo
 MAX_QUEUES_PAGE = 1000  # queues per page: the default and the most
 
 
+PAGE_TOKEN_PATTERN = rf"^$|{L.QUEUE_NAME_PATTERN}"  # "" or a queue name (JSON Schema syntax)
+
+
 def encode_token(last_name: str) -> str:
     """The token of the page after `last_name`."""
-    return base64.urlsafe_b64encode(last_name.encode()).rstrip(b"=").decode()
+    return last_name
 
 
 def decode_token(token: str) -> str:
-    """The queue name a page token names ("" for none). Raises InvalidArgument
-    (INVALID_PAGE_TOKEN) for a token this node did not make."""
-    if not token:
-        return ""
-    try:
-        name = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
-    except (binascii.Error, ValueError):
-        name = ""
-    if not L.is_queue_name(name) or encode_token(name) != token:
-        raise InvalidArgument(f"invalid page_token {token[:64]!r}: pass the next_page_token of a page",
-                              reason="INVALID_PAGE_TOKEN")
-    return name
+    """The queue name a page starts after ("" for the first page). Raises InvalidArgument
+    (INVALID_PAGE_TOKEN) for a token that is not a queue name."""
+    if token and not L.is_queue_name(token):
+        raise InvalidArgument(f"invalid page_token {token[:64]!r}: pass the next_page_token of a page "
+                              "(a queue name)", reason="INVALID_PAGE_TOKEN")
+    return token
 
 
 def check_max_results(max_results: int) -> int:

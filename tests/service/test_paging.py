@@ -8,7 +8,7 @@ import pytest
 
 from doq.errors import InvalidArgument
 from doq.queues.model import QueueInfo, QueueSettings, QueueStats, QueueType
-from doq.service.paging import MAX_QUEUES_PAGE, encode_token, page
+from doq.service.paging import MAX_QUEUES_PAGE, page
 
 
 def _q(name: str) -> QueueInfo:
@@ -44,8 +44,14 @@ def test_a_token_names_a_place_not_a_position() -> None:
     assert [q.name for q in page(changed, token, 2)[0]] == ["c", "d"]
 
 
-@pytest.mark.parametrize("token", ["%%%", "not-a-token!", encode_token("a") + "x", encode_token("-bad name")])
-def test_a_token_this_node_did_not_make_is_refused(token: str) -> None:
+def test_any_queue_name_is_a_place_to_start_after() -> None:
+    queues = [_q(n) for n in ("a", "b", "c")]
+    assert page(queues, "aa", 5) == (queues[1:], "")  # "aa" is no queue: the page starts after it
+    assert page(queues, "zzz", 5) == ([], "")
+
+
+@pytest.mark.parametrize("token", ["%%%", "not a name", "-x", "a" * 201, "q\x00"])
+def test_a_token_that_is_not_a_queue_name_is_refused(token: str) -> None:
     with pytest.raises(InvalidArgument) as e:
         page([_q("a")], token, 0)
     assert e.value.reason == "INVALID_PAGE_TOKEN"
