@@ -13,6 +13,7 @@ import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import pytest
@@ -22,7 +23,7 @@ from doq_proto.v1 import doq_pb2_grpc as pb_grpc
 from doq.service.metrics import MAX_QUEUE_SERIES
 from doq.service.paging import MAX_QUEUES_PAGE
 from doq_client import DoqClient
-from tests.support.cluster import http_call
+from tests.support.cluster import cluster_view, http_call, leader, node_procs, running_cluster
 from tests.support.proc import NodeProc, running_node
 
 pytestmark = pytest.mark.integration
@@ -114,3 +115,24 @@ def test_metrics_have_a_bounded_number_of_queue_series(node: NodeProc) -> None:
     assert re.search(r"^doq_queues (\S+)$", text, re.M).group(1) == f"{float(LIMIT)}"  # type: ignore[union-attr]
     other = re.search(r'^doq_queue_messages\{queue="_other",state="ready"\} (\S+)$', text, re.M)
     assert other is not None and float(other.group(1)) == 0.0
+
+
+def test_on_a_cluster_the_leaders_limit_applies_and_every_member_agrees(tmp_path: Path) -> None:
+    """node-1 (the leader that bootstraps) runs `--max-queues 3`, the others 100: creations
+    sent to node-3 are relayed to the leader and carry its limit in the log, so the fourth
+    is refused and every member holds the same three queues."""
+    nodes = node_procs(tmp_path, ["--election-timeout-ms", "5000"])
+    nodes[0].extra_args += ["--max-queues", "3"]
+    for n in nodes[1:]:
+        n.extra_args += ["--max-queues", "100"]
+    with running_cluster(nodes):
+        term = cluster_view(nodes[0].http_url)["term"]
+        assert leader(nodes).node_id == "node-1"
+        for name in ("a", "b", "c"):
+            assert http_call(nodes[2].http_url, "POST", "/API/v1/queues", {"name": name})[0] == 201
+        status, body = http_call(nodes[2].http_url, "POST", "/API/v1/queues", {"name": "d"})
+        assert (status, body["reason"]) == (429, "QUEUE_LIMIT_REACHED"), body
+        assert cluster_view(nodes[0].http_url)["term"] == term  # one leader throughout
+        for n in nodes:
+            status, doc = http_call(n.http_url, "GET", "/API/v1/queues")
+            assert status == 200 and _names(doc) == ["a", "b", "c"], (n.node_id, doc)
