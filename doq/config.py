@@ -48,6 +48,7 @@ class ServeConfig:
     read_timeout_ms: int = 30_000
     keep_alive_ms: int = 5_000
     max_restore_size: int = 4 << 30
+    max_queues: int = 10_000  # as doq.service.limits.Limits
 
     def member_addrs(self) -> MemberAddrs:
         """The addresses this node announces to the cluster (and clients are sent to): the
@@ -99,6 +100,9 @@ _HELP = {
                        "that sends no request",
     "keep_alive_ms": "an idle HTTP keep-alive connection is closed after this",
     "max_restore_size": "largest POST /db/restore upload (spooled to disk; past it 413), e.g. 4GiB",
+    "max_queues": "most queues the cluster holds: creating one more is refused (429 / "
+                  "RESOURCE_EXHAUSTED QUEUE_LIMIT_REACHED) until one is deleted; the leader's "
+                  "applies (0: no limit)",
     "restore_chunk_bytes": "record bytes (uncompressed) per log entry of an online restore "
                            "(1024..16777216)",
     "max_stream_prefetch": "largest prefetch (and free credits) of one dequeue stream; more is "
@@ -120,6 +124,7 @@ _INT_RANGES: dict[str, tuple[int, int | None]] = {
     "max_headers": (8, 100_000),
     "read_timeout_ms": (100, 3_600_000),
     "keep_alive_ms": (100, 3_600_000),
+    "max_queues": (0, 100_000_000),
 }
 
 #: byte-size settings (`doq.units.parse_size`): (lowest, highest) accepted

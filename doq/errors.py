@@ -86,6 +86,14 @@ class StorageFull(DoqError):
     retryable = True
 
 
+class LimitReached(DoqError):
+    """A count the node bounds is at its limit (e.g. `--max-queues`): the request is
+    refused until something is removed; retrying alone does not help."""
+
+    kind = "limit_reached"
+    default_reason = "LIMIT_REACHED"
+
+
 class TooLarge(DoqError):
     kind = "too_large"
     default_reason = "TOO_LARGE"
@@ -149,6 +157,7 @@ STATUS_TABLE: dict[str, StatusRow] = {
     "failed_precondition": StatusRow("FAILED_PRECONDITION", 409, "Failed precondition"),
     "aborted": StatusRow("ABORTED", 409, "Stale lease"),
     "resource_exhausted": StatusRow("RESOURCE_EXHAUSTED", 429, "Overloaded"),
+    "limit_reached": StatusRow("RESOURCE_EXHAUSTED", 429, "Limit reached"),
     "insufficient_storage": StatusRow("RESOURCE_EXHAUSTED", 507, "Insufficient storage"),
     "too_large": StatusRow("RESOURCE_EXHAUSTED", 413, "Too large"),
     "unavailable": StatusRow("UNAVAILABLE", 503, "Unavailable"),

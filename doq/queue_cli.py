@@ -68,9 +68,20 @@ def queue_path(name: str, *rest: str) -> str:
 
 
 # -- the commands -----------------------------------------------------------------------------
+def all_queues(gw: Gateway) -> list[dict[str, Any]]:
+    """Every queue, by name: the pages of `GET /queues` followed to the last."""
+    queues: list[dict[str, Any]] = []
+    token = None
+    while True:
+        doc = gw.call("GET", "/queues" + (f"?page_token={urllib.parse.quote(token)}" if token else ""))
+        queues += doc.get("queues", [])
+        token = doc.get("next_page_token")
+        if not token:
+            return queues
+
+
 def cmd_list(gw: Gateway, ns: argparse.Namespace) -> tuple[str, Any]:
-    doc = gw.call("GET", "/queues")
-    queues = doc.get("queues", [])
+    queues = all_queues(gw)
     return queues_table(queues), {"queues": queues}
 
 
@@ -188,15 +199,14 @@ def cmd_top(gw: Gateway, ns: argparse.Namespace) -> int:
 
     def frame() -> Text:
         try:
-            queues = gw.call("GET", "/queues").get("queues", [])
-            body = queues_table(queues)
+            body = queues_table(all_queues(gw))
         except CommandFailed as e:
             body = f"(refresh failed) {e}"
         stamp = time.strftime("%H:%M:%S")
         return Text(f"doq top — {gw.base_url} — {stamp} (Ctrl-C to quit)\n\n{body}")
 
     if ns.json:  # one JSON document per refresh, for scripts
-        return _repeat(ns, lambda: print(json.dumps(gw.call("GET", "/queues")), flush=True))
+        return _repeat(ns, lambda: print(json.dumps({"queues": all_queues(gw)}), flush=True))
     with Live(frame(), console=console, auto_refresh=False, transient=False) as live:
         return _repeat(ns, lambda: live.update(frame(), refresh=True))
 

@@ -74,7 +74,7 @@ def node_limits(config: ServeConfig) -> Limits:
         max_stream_pending_acks=config.max_stream_pending_acks, max_connections=config.max_connections,
         max_header_bytes=config.max_header_bytes, max_headers=config.max_headers,
         read_timeout_ms=config.read_timeout_ms, keep_alive_ms=config.keep_alive_ms,
-        max_restore_bytes=config.max_restore_size)
+        max_restore_bytes=config.max_restore_size, max_queues=config.max_queues)
 
 
 def lock_node_dir(config: ServeConfig) -> NodeDirLock:

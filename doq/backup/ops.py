@@ -91,7 +91,7 @@ class RestoreChain:
     def chunks(self, max_bytes: int) -> Generator[tuple[bytes, int], None, None]:
         """(payload, record count) of each `doq.storage.chunks` chunk of every record, in
         restore order (blocking: each step reads and decodes frames)."""
-        return iter_chunks((rec for r in self.readers for rec in r.records()), max_bytes)
+        return iter_chunks((rec for _, rec in chain_records(self.readers)), max_bytes)
 
 
 # -- backup -------------------------------------------------------------------------------
@@ -273,19 +273,38 @@ def _refuse_non_empty(state: BackupState) -> None:
         )
 
 
+def chain_records(readers: Sequence[BackupReader]) -> Iterator[tuple[int, Record]]:
+    """(frame's last version, record) of every record a chain restores, in restore order:
+    each file's records except those an earlier file already holds. The earlier files
+    cover every change up to the greatest `to_version` among them (the chain starts with a
+    full backup and has no gap), and a record or tombstone with a version at or below it is
+    in them as it is (a version names one write of one key), so a file that overlaps the
+    ones before it (the same incremental twice, or one taken since an older version) adds
+    only what is newer: nothing is written or counted twice. Every frame is still read
+    (and its checksum checked)."""
+    covered = -1  # the greatest to_version of the files before
+    for r in readers:
+        for entry, recs in r.iter_frames():
+            if entry.last_version <= covered:
+                continue
+            for rec in recs:
+                if rec[2] > covered:
+                    yield entry.last_version, rec
+        covered = max(covered, r.header.to_version)
+
+
 class _Tally:
-    """Counts what a restore read, frame by frame."""
+    """Counts what a restore writes (`chain_records`: a repeated record once)."""
 
     def __init__(self) -> None:
         self.records = self.tombstones = self.last_version = 0
 
     def records_of(self, readers: Sequence[BackupReader]) -> Iterator[Record]:
-        for r in readers:
-            for entry, recs in r.iter_frames():
-                self.records += len(recs)
-                self.tombstones += sum(1 for x in recs if x[1] is None)
-                self.last_version = max(self.last_version, entry.last_version)
-                yield from recs
+        for last_version, rec in chain_records(readers):
+            self.records += 1
+            self.tombstones += rec[1] is None
+            self.last_version = max(self.last_version, last_version)
+            yield rec
 
 
 def restore_into(

@@ -16,6 +16,8 @@ bytes); `RestoreCommit` (tag 16): restore id, chunk count (u32), record count (u
 to_version (u64), cluster id (string); `RestoreAbort` (tag 17): restore id.
 Key commands: `CreateKey` (tag 18): id (string), secret hash (u32-length-prefixed bytes),
 scope count (u32) and each scope (string); `RevokeKey` (tag 19): id (string).
+`CreateQueue` with a queue limit (`max_queues` > 0; tag 30): as tag 1 (name, type,
+settings) then max_queues (u64); without one it is written with tag 1, as before.
 Join tokens: `CreateJoinToken` (tag 20): token id
 (bytes), secret hash (bytes), expires_ms (u64); `UseJoinToken` (tag 21): token id,
 secret hash (bytes), node id (string).
@@ -49,6 +51,7 @@ _COMMIT = struct.Struct("<IQQ")
  T_RELEASE, T_ENQ_COLS, T_RESTORE_CHUNK, T_RESTORE_COMMIT, T_RESTORE_ABORT, T_CREATE_KEY, T_REVOKE_KEY,
  ) = range(1, 20)
 T_CREATE_JOIN_TOKEN, T_USE_JOIN_TOKEN = 20, 21
+T_CREATE_LIMITED = 30  # a CreateQueue with max_queues > 0 (tag 1 stays the one without)
 _COL_GROUPS, _COL_PRIOS, _COL_MD, _COL_DEDUP, _COL_DELAYS = 1, 2, 4, 8, 16
 
 
@@ -186,10 +189,12 @@ def encode_batch(batch: c.CommandBatch) -> bytes:
             ap(b"\x0c")
         elif t is c.CreateQueue:
             assert isinstance(cmd, c.CreateQueue)
-            ap(b"\x01")
+            ap(bytes((T_CREATE_LIMITED,)) if cmd.max_queues else b"\x01")
             _s(out, cmd.name)
             _s(out, cmd.type)
             _settings(out, cmd.settings)
+            if cmd.max_queues:
+                ap(_U64.pack(cmd.max_queues))
         elif t is c.UpdateQueue:
             assert isinstance(cmd, c.UpdateQueue)
             ap(b"\x02")
@@ -380,10 +385,14 @@ def decode_batch(data: bytes) -> c.CommandBatch:
             ap(c.DeleteMessage(q, r.unpack(_U64)[0]))
         elif tag == T_TICK:
             ap(c.Tick())
-        elif tag == T_CREATE:
+        elif tag in (T_CREATE, T_CREATE_LIMITED):
             name = r.s()
             typ = r.s()
-            ap(c.CreateQueue(name, typ, r.settings()))
+            settings = r.settings()
+            limit = r.unpack(_U64)[0] if tag == T_CREATE_LIMITED else 0
+            if tag == T_CREATE_LIMITED and not limit:
+                raise ValueError("a limited CreateQueue with max_queues 0")
+            ap(c.CreateQueue(name, typ, settings, limit))
         elif tag == T_UPDATE:
             name = r.s()
             ap(c.UpdateQueue(name, r.settings()))

@@ -19,9 +19,14 @@ from doq.queues.model import QueueSettings
 
 @dataclass(frozen=True, slots=True)
 class CreateQueue:
+    """Create a queue. `max_queues` (0: no limit) is the proposer's `--max-queues`, carried
+    in the command so every replica applies the same limit: a new queue is refused with
+    LimitReached(QUEUE_LIMIT_REACHED) while that many queues exist."""
+
     name: str
     type: str  # "delayed" | "fair"
     settings: QueueSettings
+    max_queues: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,8 @@ Semantics (documented rules):
 - Lease ids come from a replicated counter (`next_lease`), message ids from `next_id`,
   both starting at 1 and unique across the node.
 - `CreateQueue` of an existing queue with the same type and settings succeeds (retries are
-  harmless); with different ones it fails with AlreadyExists. `CreateQueue` and
+  harmless); with different ones it fails with AlreadyExists. A new queue is refused
+  (LimitReached) while the command's `max_queues` (> 0) queues exist. `CreateQueue` and
   `UpdateQueue` return the queue's `QueueInfo` as it is right after the command.
 - `take_changed()` names the queues whose `QueueInfo` (settings, counts) may have changed
   since the last call, deleted ones included, so a reader's copy can be refreshed per batch.
@@ -56,6 +57,7 @@ from doq.errors import (
     DoqError,
     FailedPrecondition,
     InvalidArgument,
+    LimitReached,
     MessageNotFound,
     QueueNotFound,
     StaleLease,
@@ -716,6 +718,9 @@ class QueueMachine:
             if old.qtype is qtype and old.settings == settings:
                 return old.info()
             raise AlreadyExists(f"queue {name!r} already exists", reason="QUEUE_EXISTS")
+        if cmd.max_queues and len(self.queues) >= cmd.max_queues:
+            raise LimitReached(f"{len(self.queues)} queues exist, the limit (--max-queues "
+                               f"{cmd.max_queues}); delete one first", reason="QUEUE_LIMIT_REACHED")
         q = self._add_queue(name, qtype, settings)
         self.store.put(K.queue_key(name), q.record())
         return q.info()

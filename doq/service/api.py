@@ -37,7 +37,7 @@ from doq.queues.model import (
     QueueSettings,
 )
 from doq.service import limits as v
-from doq.service import outcomes
+from doq.service import outcomes, paging
 from doq.service.door import INTERNAL, Action, Caller, Door
 from doq.service.leases import Leases
 from doq.service.longpoll import LongPolls
@@ -120,7 +120,8 @@ class QueueService:
         v.check_queue_name(name)
         qtype = v.check_queue_type(type_)
         settings = v.check_settings(settings or QueueSettings())
-        return outcomes.expect(await self.node.propose(c.CreateQueue(name, qtype.value, settings)), QueueInfo)
+        cmd = c.CreateQueue(name, qtype.value, settings, self.limits.max_queues)  # the limit travels with it
+        return outcomes.expect(await self.node.propose(cmd), QueueInfo)
 
     async def update_queue(self, name: str, settings: QueueSettings, *, caller: Caller = INTERNAL) -> QueueInfo:
         self.door.admit(caller, Action.UPDATE_QUEUE, name)
@@ -148,6 +149,11 @@ class QueueService:
         self.door.admit(caller, Action.LIST_QUEUES, None)
         await self.node.read_barrier()
         return self.node.state.list_queues()
+
+    async def list_queues_page(self, page_token: str = "", max_results: int = 0, *,
+                               caller: Caller = INTERNAL) -> tuple[list[QueueInfo], str]:
+        """A page of `list_queues` (`doq.service.paging`): (queues, next page token or "")."""
+        return paging.page(await self.list_queues(caller=caller), page_token, max_results)
 
     # -- enqueue --------------------------------------------------------------------------
     async def enqueue(self, queue: str, item: c.EnqueueItem, *, caller: Caller = INTERNAL) -> EnqueueResult:
@@ -253,9 +259,10 @@ class QueueService:
         if not n or not (
             cmd.groups or cmd.priorities or cmd.metadata or cmd.delays_ms
             or max(map(len, cmd.contents)) > self.limits.max_message_bytes
-            or (cmd.dedup_ids and max(map(len, cmd.dedup_ids)) * 4 > self.limits.max_dedup_id_bytes)
+            or (cmd.dedup_ids and (max(map(len, cmd.dedup_ids)) * 4 > self.limits.max_dedup_id_bytes
+                                   or v.has_nul(cmd.dedup_ids)))
         ):
-            return cmd, {}  # contents and dedup ids within bounds (<= 4 UTF-8 bytes a char)
+            return cmd, {}  # contents and dedup ids within bounds (<= 4 UTF-8 bytes a char), no NUL
         bad: dict[int, DoqError] = {}
         for pos, item in enumerate(cmd.to_items()):
             try:
@@ -558,13 +565,15 @@ class QueueService:
                    limit: int = 20, *, caller: Caller = INTERNAL) -> list[MessageView]:
         """`queue`'s messages in `state` from position `offset` on, in the order they would
         leave that state (ready: delivery order), without leasing them or counting an
-        attempt. `offset + limit` ≤ MAX_PEEK_WINDOW (the cost grows with it)."""
+        attempt. A peek looks no deeper than MAX_PEEK_WINDOW (the cost grows with it): a
+        page that would reach past it is cut there (`offset` < MAX_PEEK_WINDOW)."""
         self.door.admit(caller, Action.PEEK, queue)
         v.check_queue_name(queue)
         if not 1 <= limit <= MAX_PEEK_LIMIT:
             raise InvalidArgument(f"limit must be within 1..{MAX_PEEK_LIMIT}", reason="INVALID_ARGUMENT")
-        if not 0 <= offset <= MAX_PEEK_WINDOW - limit:
-            raise InvalidArgument(f"offset + limit must be at most {MAX_PEEK_WINDOW}", reason="INVALID_ARGUMENT")
+        if not 0 <= offset < MAX_PEEK_WINDOW:
+            raise InvalidArgument(f"offset must be within 0..{MAX_PEEK_WINDOW - 1}", reason="INVALID_ARGUMENT")
+        limit = min(limit, MAX_PEEK_WINDOW - offset)
         await self.node.read_barrier()
         return await self.node.inspect(lambda state_: state_.peek(queue, state, offset, limit))
 

@@ -147,8 +147,9 @@ class DOQServicer(KeyRpcs, pb_grpc.DOQServicer):
 
     @_unary
     async def ListQueues(self, request: pb.ListQueuesRequest, context: Any) -> pb.ListQueuesResponse:
-        queues = await self.api.list_queues(caller=grpc_caller(context))
-        return pb.ListQueuesResponse(queues=[cv.queue_to_pb(q) for q in queues])
+        queues, token = await self.api.list_queues_page(request.page_token, request.max_results,
+                                                        caller=grpc_caller(context))
+        return pb.ListQueuesResponse(queues=[cv.queue_to_pb(q) for q in queues], next_page_token=token)
 
     @_unary
     async def PurgeQueue(self, request: pb.PurgeQueueRequest, context: Any) -> pb.PurgeQueueResponse:

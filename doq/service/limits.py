@@ -14,6 +14,7 @@ from doq.queues.model import QueueSettings, QueueType
 
 DEFAULT_MAX_STREAM_PREFETCH = 100_000
 DEFAULT_MAX_STREAM_PENDING_ACKS = 10_000
+DEFAULT_MAX_QUEUES = 10_000
 BODY_SLACK = 64 * 1024
 BATCH_BODY_MIN = 16 * 1024 * 1024
 
@@ -36,6 +37,9 @@ class Limits:
     - `stream_window_messages` / `stream_window_frames`: requests of an EnqueueStream /
       EnqueueBatchStream proposed and not yet answered; at the bound the node stops
       reading the stream.
+
+    Of the state: `max_queues`, the most queues; a `CreateQueue` carries it, so the state
+    machine of every replica refuses the same creations (the leader's setting applies).
 
     Per connection and request: the HTTP server's own settings (uvicorn's connection count
     and keep-alive, the header and read bounds of `doq.service.http.protocol`) and the
@@ -60,6 +64,8 @@ class Limits:
     read_timeout_ms: int = 30_000  # a request's headers or body idle this long: connection closed
     keep_alive_ms: int = 5_000  # an idle keep-alive connection is closed after this
     max_restore_bytes: int = 4 << 30  # POST /db/restore upload (spooled to disk), at most
+    # -- the state --
+    max_queues: int = DEFAULT_MAX_QUEUES  # carried in CreateQueue (0: no limit): the proposer's applies
 
     def body_limits(self) -> tuple[int, int]:
         """(single-message body limit, batch body limit) in bytes. A single message may
@@ -134,6 +140,25 @@ def check_visibility_timeout_ms(ms: int) -> int:
     return ms
 
 
+def check_label(value: str, what: str, max_bytes: int, reason: str) -> str:
+    """A group or dedup id: at most `max_bytes` of UTF-8, no NUL character (names and ids
+    are compared and shown as text; content and metadata may hold any character)."""
+    try:
+        size = len(value.encode())
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"{what} is not valid Unicode text (a lone surrogate)", reason=reason) from None
+    if size > max_bytes:
+        raise InvalidArgument(f"{what} is longer than {max_bytes} bytes", reason=reason)
+    if "\x00" in value:
+        raise InvalidArgument(f"{what} contains a NUL character (U+0000)", reason=reason)
+    return value
+
+
+def has_nul(texts: Sequence[str]) -> bool:
+    """Whether any of `texts` holds a NUL character (one C-speed scan)."""
+    return "\x00" in "".join(texts)
+
+
 def check_item(item: EnqueueItem, limits: Limits) -> EnqueueItem:
     """Validate one message to enqueue; raises InvalidArgument / TooLarge."""
     if len(item.content) > limits.max_message_bytes:
@@ -141,18 +166,20 @@ def check_item(item: EnqueueItem, limits: Limits) -> EnqueueItem:
             f"message content is {len(item.content)} bytes; the limit is {limits.max_message_bytes}",
             reason="MESSAGE_TOO_LARGE",
         )
-    if len(item.group.encode()) > limits.max_group_bytes:
-        raise InvalidArgument(f"group is longer than {limits.max_group_bytes} bytes", reason="INVALID_GROUP")
-    if len(item.dedup_id.encode()) > limits.max_dedup_id_bytes:
-        raise InvalidArgument(
-            f"dedup_id is longer than {limits.max_dedup_id_bytes} bytes", reason="INVALID_DEDUP_ID"
-        )
+    if item.group:
+        check_label(item.group, "group", limits.max_group_bytes, "INVALID_GROUP")
+    if item.dedup_id:
+        check_label(item.dedup_id, "dedup_id", limits.max_dedup_id_bytes, "INVALID_DEDUP_ID")
     if item.metadata:
         if len(item.metadata) > limits.max_metadata_entries:
             raise InvalidArgument(
                 f"metadata has more than {limits.max_metadata_entries} entries", reason="METADATA_TOO_LARGE"
             )
-        size = sum(len(k.encode()) + len(v.encode()) for k, v in item.metadata.items())
+        try:
+            size = sum(len(k.encode()) + len(v.encode()) for k, v in item.metadata.items())
+        except UnicodeEncodeError:
+            raise InvalidArgument("metadata is not valid Unicode text (a lone surrogate)",
+                                  reason="INVALID_METADATA") from None
         if size > limits.max_metadata_bytes:
             raise InvalidArgument(
                 f"metadata is {size} bytes; the limit is {limits.max_metadata_bytes}", reason="METADATA_TOO_LARGE"

@@ -3,11 +3,14 @@
 Process-wide: commit and fsync latency (observed by the node), message counters by
 transport (counted by the service facade and its sessions, never by the adapters), the gRPC calls a follower relays to the leader (once per call or stream, and
 those in progress). Per app: queue depths and leadership, collected at scrape time from
-the node (`QueueDepthCollector`), so a scrape always shows the current state.
+the node (`QueueDepthCollector`), so a scrape always shows the current state. No label
+takes values from clients without a bound: per-queue series are capped
+(`MAX_QUEUE_SERIES`, the rest summed under `queue="_other"`).
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import (
@@ -86,31 +89,51 @@ def observe_commit(commands: int, commit_seconds: float, fsync_seconds: float) -
         BATCHES.inc()
 
 
+MAX_QUEUE_SERIES = 100  # queues with series of their own in doq_queue_messages; the rest are summed
+OTHER_QUEUES = "_other"  # their label: never a queue name (a name starts with a letter or digit)
+_STATES = ("ready", "delayed", "in_flight", "dead")
+
+
+def _counts(q: QueueInfo) -> tuple[int, int, int, int]:
+    st = q.stats
+    return st.ready, st.delayed, st.in_flight, st.dead
+
+
 class QueueDepthCollector(Collector):
     """Gauges read at scrape time: messages per queue and state, whether this node leads,
-    and how many long polls are parked waiting for a message."""
+    and how many long polls are parked waiting for a message.
+
+    Bounded whatever the number of queues: `doq_queue_messages` has series of their own for
+    the `max_queue_series` queues holding the most messages (ready + delayed + in flight +
+    dead; ties by name), and one `queue="_other"` series per state summing the others (only
+    when there are others); `doq_queues` counts them all."""
 
     def __init__(self, list_queues: Callable[[], Iterable[QueueInfo]], is_leader: Callable[[], bool],
-                 long_polls_waiting: Callable[[], int] = lambda: 0) -> None:
+                 long_polls_waiting: Callable[[], int] = lambda: 0, *,
+                 max_queue_series: int = MAX_QUEUE_SERIES) -> None:
         self._list_queues = list_queues
         self._is_leader = is_leader
         self._long_polls_waiting = long_polls_waiting
+        self._max_series = max_queue_series
 
     def collect(self) -> Iterator[Metric]:
         depth = GaugeMetricFamily(
-            "doq_queue_messages", "Messages in a queue by state (ready, delayed, in_flight, dead)",
+            "doq_queue_messages", "Messages in a queue by state (ready, delayed, in_flight, dead); "
+            f"queue=\"{OTHER_QUEUES}\" sums the queues past the largest {self._max_series}",
             labels=["queue", "state"],
         )
+        all_queues = list(self._list_queues())
+        top = heapq.nsmallest(self._max_series, all_queues, key=lambda q: (-sum(_counts(q)), q.name))
+        for q in sorted(top, key=lambda q: q.name):
+            for state, n in zip(_STATES, _counts(q), strict=True):
+                depth.add_metric([q.name, state], n)
+        if len(all_queues) > len(top):
+            shown = {q.name for q in top}
+            other = [sum(col) for col in zip(*(_counts(q) for q in all_queues if q.name not in shown), strict=True)]
+            for state, n in zip(_STATES, other, strict=True):
+                depth.add_metric([OTHER_QUEUES, state], n)
         queues = GaugeMetricFamily("doq_queues", "Queues on this node")
-        count = 0
-        for q in self._list_queues():
-            count += 1
-            st = q.stats
-            depth.add_metric([q.name, "ready"], st.ready)
-            depth.add_metric([q.name, "delayed"], st.delayed)
-            depth.add_metric([q.name, "in_flight"], st.in_flight)
-            depth.add_metric([q.name, "dead"], st.dead)
-        queues.add_metric([], count)
+        queues.add_metric([], len(all_queues))
         leader = GaugeMetricFamily("doq_node_is_leader", "1 if this node is the leader")
         leader.add_metric([], 1.0 if self._is_leader() else 0.0)
         waiting = GaugeMetricFamily("doq_long_polls_waiting", "Long polls (dequeues with wait_ms) parked for a message")

@@ -95,3 +95,53 @@ def test_backup_and_restore_end_to_end(tmp_path: Path) -> None:
                  "--json")
         assert r.returncode == 0, r.stderr
         assert json.loads(r.stdout)["last_version"] > last1
+
+
+def _restore_json(*args: str) -> dict[str, int]:
+    r = _doq("restore", *args, "--json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)  # type: ignore[no-any-return]
+
+
+def test_a_repeated_or_overlapping_incremental_is_restored_and_counted_once(tmp_path: Path) -> None:
+    """Real files from a real node: the chain full + inc1 + inc1 (the same file twice) and
+    full + inc1 + an incremental since the full (overlapping inc1) restore the same state
+    and report the same records as the chains without the repeat, offline and online."""
+    def backup(name: str, since: int) -> tuple[Path, int]:
+        out = tmp_path / name
+        r = _doq("backup", "--server", src.http_url, "--since", str(since), "-o", str(out), "--json")
+        assert r.returncode == 0, r.stderr
+        return out, json.loads(r.stdout)["last_version"]
+
+    q = "/API/v1/queues/jobs"
+    with running_node(tmp_path / "src") as src:
+        _call(src, "POST", "/API/v1/queues", {"name": "jobs", "type": "delayed"})
+        ids = [_call(src, "POST", f"{q}/messages", {"content": f"m{i}"})["id"] for i in range(10)]  # type: ignore[index]
+        full, last0 = backup("full.bak", 0)
+        for i in range(5):
+            _call(src, "POST", f"{q}/messages", {"content": f"n{i}"})
+        _call(src, "DELETE", f"{q}/messages/{ids[0]}")
+        inc1, last1 = backup("inc1.bak", last0 + 1)
+        for i in range(3):
+            _call(src, "POST", f"{q}/messages", {"content": f"o{i}"})
+        _call(src, "DELETE", f"{q}/messages/{ids[1]}")
+        inc2, _ = backup("inc2.bak", last1 + 1)  # the next one, and one reaching back to the full:
+        overlap, _ = backup("overlap.bak", last0 + 1)  # taken at the same point
+        expected = _live(src)
+
+    plain = _restore_json("-f", str(full), "-i", str(inc1), "--data-dir", str(tmp_path / "a"))
+    repeated = _restore_json("-f", str(full), "-i", str(inc1), "-i", str(inc1), "--data-dir", str(tmp_path / "b"))
+    assert (repeated["records"], repeated["tombstones"]) == (plain["records"], plain["tombstones"])
+    assert repeated["files"] == 3
+    chained = _restore_json("-f", str(full), "-i", str(inc1), "-i", str(inc2), "--data-dir", str(tmp_path / "c"))
+    overlapping = _restore_json("-f", str(full), "-i", str(inc1), "-i", str(overlap), "-i", str(overlap),
+                                "--data-dir", str(tmp_path / "d"))
+    assert (overlapping["records"], overlapping["tombstones"]) == (chained["records"], chained["tombstones"])
+    assert chained["records"] < plain["records"] + len(_records(overlap))  # the overlap is not counted again
+    with running_node(tmp_path / "d") as restored:
+        assert _live(restored) == expected
+    with running_node(tmp_path / "on") as on:
+        online = _restore_json("--server", on.http_url, "-f", str(full), "-i", str(inc1), "-i", str(inc1),
+                               "-i", str(overlap))
+        assert (online["records"], online["tombstones"]) == (chained["records"], chained["tombstones"])
+        assert _live(on) == expected

@@ -116,7 +116,7 @@ def test_peek_lists_in_delivery_order_pages_and_takes_nothing(node: NodeProc) ->
     assert [m["id"] for m in got["messages"]] == order and all(m["attempts"] == 1 for m in got["messages"])
 
 
-@pytest.mark.parametrize("query", ["limit=0", "limit=101", "offset=-1", "offset=9995&limit=10", "state=gone"])
+@pytest.mark.parametrize("query", ["limit=0", "limit=101", "offset=-1", "offset=10000&limit=1", "state=gone"])
 def test_peek_refuses_bad_pages(node: NodeProc, query: str) -> None:
     call(node, "POST", Q, {"name": "dash-bad", "type": "delayed"})
     status, doc = call(node, "GET", f"{Q}/dash-bad/messages:peek?{query}")

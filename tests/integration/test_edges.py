@@ -133,7 +133,7 @@ def test_a_failed_online_restore_changes_nothing_and_a_retry_works(tmp_path: Pat
         assert r.status_code == 400, r.text
         assert r.json()["reason"] == "BACKUP_CLUSTER_MISMATCH"  # another node's cluster
         assert _records(hc, tmp_path) == before == []
-        assert hc.get("/API/v1/queues").json() == {"queues": []}
+        assert hc.get("/API/v1/queues").json() == {"queues": [], "next_page_token": None}
         r = _restore(hc, tmp_path / "full.bak", tmp_path / "inc.bak")  # the retry
         assert r.status_code == 200, r.text
         assert hc.get("/API/v1/queues").json() == expected

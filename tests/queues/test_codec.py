@@ -35,7 +35,7 @@ def columns_st(draw: st.DrawFn) -> c.EnqueueColumns:
 
 command_st = st.one_of(
     columns_st(),
-    st.builds(c.CreateQueue, text, st.sampled_from(["delayed", "fair", "x"]), settings_st),
+    st.builds(c.CreateQueue, text, st.sampled_from(["delayed", "fair", "x"]), settings_st, st.just(0) | u64),
     st.builds(c.UpdateQueue, text, settings_st),
     st.builds(c.DeleteQueue, text),
     st.builds(c.PurgeQueue, text),
@@ -148,3 +148,13 @@ def test_a_producers_dedup_ids_take_the_bulk_path() -> None:
     out = []
     codec._strs(out, with_sep)
     assert len(out) == 1 and codec._Reader(out[0]).strs(3) == with_sep
+
+
+def test_a_create_without_a_queue_limit_keeps_its_old_bytes() -> None:
+    """Entries written before `max_queues` existed decode the same; a limited create has its
+    own tag, so an older reader refuses it rather than dropping the limit."""
+    plain = encode_batch(c.CommandBatch(5, [c.CreateQueue("q", "delayed", QueueSettings())]))
+    assert plain[13] == 1  # the tag after the header
+    limited = encode_batch(c.CommandBatch(5, [c.CreateQueue("q", "delayed", QueueSettings(), 7)]))
+    assert limited[13] == 30 and limited[14:-8] == plain[14:]
+    assert decode_batch(limited).commands == [c.CreateQueue("q", "delayed", QueueSettings(), 7)]

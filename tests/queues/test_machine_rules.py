@@ -8,6 +8,7 @@ from doq.errors import (
     AlreadyExists,
     FailedPrecondition,
     InvalidArgument,
+    LimitReached,
     MessageNotFound,
     QueueNotFound,
     StaleLease,
@@ -15,7 +16,7 @@ from doq.errors import (
 from doq.queues import commands as c
 from doq.queues.dedupruns import parse, run_id
 from doq.queues.machine import QueueMachine
-from doq.queues.model import EnqueueResult, MessageState, MessageView, QueueSettings
+from doq.queues.model import EnqueueResult, MessageState, MessageView, QueueInfo, QueueSettings
 from doq.queues.store import MemoryStore
 
 T0 = 1_700_000_000_000
@@ -313,6 +314,20 @@ def test_create_queue_is_idempotent_only_with_identical_settings(h: Harness) -> 
     assert h.one(c.CreateQueue("q", "delayed", QueueSettings())) == h.m.queue_info("q")  # a harmless retry
     assert isinstance(h.one(c.CreateQueue("q", "fair", QueueSettings())), AlreadyExists)
     assert isinstance(h.one(c.CreateQueue("r", "lifo", QueueSettings())), InvalidArgument)
+
+
+def test_a_new_queue_past_the_commands_max_queues_is_refused_and_changes_nothing(h: Harness) -> None:
+    for name in ("a", "b"):
+        assert isinstance(h.one(c.CreateQueue(name, "delayed", QueueSettings(), 2)), QueueInfo)
+    before = dict(h.store.data)
+    err = h.one(c.CreateQueue("c", "delayed", QueueSettings(), 2))
+    assert isinstance(err, LimitReached) and err.reason == "QUEUE_LIMIT_REACHED"
+    assert h.store.data == before and h.m.queue_info("a") is not None
+    assert h.one(c.CreateQueue("a", "delayed", QueueSettings(), 2)) == h.m.queue_info("a")  # a retry still succeeds
+    assert isinstance(h.one(c.CreateQueue("c", "delayed", QueueSettings(), 3)), QueueInfo)  # the command's limit
+    assert isinstance(h.one(c.CreateQueue("d", "delayed", QueueSettings())), QueueInfo)  # 0: no limit
+    h.one(c.DeleteQueue("a"))
+    assert isinstance(h.one(c.CreateQueue("e", "delayed", QueueSettings(), 4)), QueueInfo)
 
 
 def test_bad_input_fails_alone_and_changes_nothing(h: Harness) -> None:

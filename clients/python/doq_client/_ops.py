@@ -92,9 +92,12 @@ def get_queue(name: str) -> Op[Queue]:
     return Op("GetQueue", pb.GetQueueRequest(name=name), _queue, True)
 
 
-def list_queues() -> Op[list[Queue]]:
+def list_queues_page(page_token: str = "", max_results: int = 0) -> Op[tuple[list[Queue], str]]:
+    """One page of queues by name (the node sends at most 1000): (queues, next page token,
+    "" on the last page)."""
     return Op(
-        "ListQueues", pb.ListQueuesRequest(), lambda r: [Queue.from_pb(q) for q in r.queues], True
+        "ListQueues", pb.ListQueuesRequest(page_token=page_token, max_results=max_results),
+        lambda r: ([Queue.from_pb(q) for q in r.queues], r.next_page_token), True
     )
 
 

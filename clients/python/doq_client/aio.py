@@ -163,7 +163,20 @@ class AsyncDoqClient:
         return await self._call(_ops.get_queue(name))
 
     async def list_queues(self) -> list[Queue]:
-        return await self._call(_ops.list_queues())
+        """Every queue, by name: follows the pages of `list_queues_page` to the last."""
+        out: list[Queue] = []
+        token = ""
+        while True:
+            page, token = await self.list_queues_page(token)
+            out += page
+            if not token:
+                return out
+
+    async def list_queues_page(self, page_token: str = "", max_results: int = 0) -> tuple[list[Queue], str]:
+        """One page of queues by name: at most `max_results` (0: the node's default, 1000;
+        at most 1000) after `page_token`; returns (queues, the next page's token, "" on the
+        last page)."""
+        return await self._call(_ops.list_queues_page(page_token, max_results))
 
     async def purge_queue(self, name: str) -> int:
         """Remove every message of a queue; returns how many were removed."""

@@ -1,21 +1,26 @@
 """Reading JSON request bodies cheaply, and documenting them and the error responses.
 
 Handlers take the raw `Request` and parse with `Model.model_validate_json` (one pass in
-Rust, strict types); `body_doc(Model)` declares the same model as the operation's
+Rust, strict types; a number of integral value written with a fraction, `24129.0`, is an
+integer as JSON Schema says, read exactly on a second pass only for a body the first
+refused); `body_doc(Model)` declares the same model as the operation's
 request body in the OpenAPI document, and `errors(...)` declares problem+json answers.
 """
 
 from __future__ import annotations
 
+import decimal
+import json
 from typing import Any, TypeVar
 
 from fastapi import Request
 from fastapi.routing import APIRoute
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from doq.service.http.problems import PROBLEM_JSON, BadRequest
 
 M = TypeVar("M", bound=BaseModel)
+_HUGE = decimal.Decimal(2) ** 128  # an integral number beyond it stays a float (and is refused)
 
 # Every model used as a request body; `docs.build_openapi` adds them to the components.
 BODY_MODELS: dict[str, type[BaseModel]] = {}
@@ -36,7 +41,37 @@ async def read_json(request: Request, model: type[M], *, required: bool = True) 
         if required:
             raise BadRequest("a JSON body is required", reason="MISSING_BODY")
         return model()
-    return model.model_validate_json(body)
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as e:
+        if not any(isinstance(x := err.get("input"), float) and x.is_integer() for err in e.errors()):
+            raise
+        again = _integral_floats_as_ints(body)  # JSON Schema's integers include 24129.0
+        if again is None:
+            raise
+        return model.model_validate_json(again)
+
+
+def _integral_floats_as_ints(body: bytes) -> bytes | None:
+    """`body` with every number written with a fraction or exponent but of integral value
+    (`24129.0`, `1e3`) written as an integer, read exactly (no float rounding); None if
+    there is none or the body is not JSON. Only called for a body strict validation refused
+    (the fast path never pays for it)."""
+    found = False
+
+    def number(text: str) -> object:
+        nonlocal found
+        d = decimal.Decimal(text)
+        if d.is_finite() and d == d.to_integral_value() and abs(d) < _HUGE:
+            found = True
+            return int(d)
+        return float(text)
+
+    try:
+        doc = json.loads(body, parse_float=number)
+    except ValueError:
+        return None
+    return json.dumps(doc).encode() if found else None
 
 
 def operation_id(route: APIRoute) -> str:

@@ -5,20 +5,26 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from starlette.responses import Response
 
 from doq.auth.admin import create_key, key_json, list_keys, revoke_key
 from doq.node.base import Node
-from doq.queues.apikeys import MAX_SCOPES
+from doq.queues import limits as L
+from doq.queues.apikeys import MAX_SCOPES, PREFIXED, SCOPE_NAMES
 from doq.service.http import models as m
 from doq.service.http.bodies import body_doc, errors, operation_id, read_json
 from doq.service.http.lean import LeanRoute
 
+# what `doq.queues.apikeys.parse_scope` accepts (documented; it refuses the rest, INVALID_SCOPE)
+SCOPE_PATTERN = (f"^({'|'.join(n for n in SCOPE_NAMES if n not in PREFIXED)}|({'|'.join(sorted(PREFIXED))})"
+                 f"(:{L.QUEUE_NAME_PATTERN.strip('^$')})?)$")
+
 
 class CreateKeyBody(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"scopes": ["produce:orders."]}]})
-    scopes: list[str] = Field(min_length=1, max_length=MAX_SCOPES,
+    scopes: list[Annotated[str, WithJsonSchema({"type": "string", "pattern": SCOPE_PATTERN})]] = Field(
+                              min_length=1, max_length=MAX_SCOPES,
                               description="`admin`, `produce[:PREFIX]`, `consume[:PREFIX]`, `backup`, `restore`, "
                                           "`metrics`.")
 

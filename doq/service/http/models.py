@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
@@ -26,6 +27,9 @@ from doq.service.limits import Limits
 
 UINT64_MAX = 2**64 - 1
 ID_PATTERN = r"^[0-9]{1,20}$"
+BASE64_PATTERN = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"  # standard, padded
+NO_NUL = "^[^\\u0000]*$"  # JSON Schema: a string without NUL (groups and dedup ids)
+PATH_ID_PATTERN = r"^0*[1-9][0-9]{0,19}$"  # a message id in a path: not 0 (ids start at 1)
 # Bounds come from doq.queues.limits (enforced by the service and the machine): the models
 # only declare them, so the document and the answers cannot disagree.
 MAX_BATCH = L.MAX_BATCH_MESSAGES
@@ -124,7 +128,7 @@ class QueueSettingsModel(_In):
         description="Deliveries before a message is dead-lettered (0 = unlimited).",
     )
     dead_letter_queue: str = Field(
-        "", max_length=L.MAX_QUEUE_NAME_CHARS,
+        "", max_length=L.MAX_QUEUE_NAME_CHARS, json_schema_extra={"pattern": f"^$|{L.QUEUE_NAME_PATTERN}"},
         description="Queue receiving messages past max_attempts (\"\" = dropped).",
     )
     max_unacked_per_group: int = Field(
@@ -195,8 +199,11 @@ class QueueResult(_Out):
 
 
 class QueueList(_Out):
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"queues": [_QUEUE_EXAMPLE]}]})
-    queues: list[QueueModel] = Field(description="Every queue, by name.")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={
+        "examples": [{"queues": [_QUEUE_EXAMPLE], "next_page_token": None}]})
+    queues: list[QueueModel] = Field(description="A page of queues, by name.")
+    next_page_token: str | None = Field(
+        description="Pass as `page_token` for the next page; null on the last page.")
 
 
 class Success(_Out):
@@ -215,17 +222,21 @@ class EnqueueBody(_In):
     """One message. `content` is UTF-8 text (e.g. a JSON document as a string) unless
     `content_encoding` is "base64"."""
 
-    model_config = ConfigDict(
-        json_schema_extra={"examples": [{"content": "{\"user_id\": 1}", "group": "default", "priority": 60}]}
-    )
+    model_config = ConfigDict(json_schema_extra={
+        "examples": [{"content": "{\"user_id\": 1}", "group": "default", "priority": 60}],
+        # content_encoding base64: the content must be base64 (else 400 INVALID_CONTENT)
+        "if": {"properties": {"content_encoding": {"const": "base64"}}, "required": ["content_encoding"]},
+        "then": {"properties": {"content": {"pattern": BASE64_PATTERN}}},
+    })
     content: str = Field(description="The payload: UTF-8 text, or base64 with content_encoding=base64.")
     content_encoding: ContentEncoding = Field("text", description="How `content` is encoded.")
-    group: str = Field("", max_length=_LIMITS.max_group_bytes, description="Fair queues: the round-robin group.")
+    group: str = Field("", max_length=_LIMITS.max_group_bytes, json_schema_extra={"pattern": NO_NUL},
+                       description="Fair queues: the round-robin group (no NUL character).")
     priority: Priority = 0
     metadata: dict[str, str] = Field(default_factory=dict, description="Small string attributes.")
     dedup_id: str = Field(
-        "", max_length=_LIMITS.max_dedup_id_bytes,
-        description="Idempotency key: a retry within the dedup window returns the original id.",
+        "", max_length=_LIMITS.max_dedup_id_bytes, json_schema_extra={"pattern": NO_NUL},
+        description="Idempotency key: a retry within the dedup window returns the original id (no NUL character).",
     )
     delay_ms: int = Field(0, ge=0, le=L.MAX_DELAY_MS, description="Deliver no sooner than this from now.")
 
@@ -332,17 +343,27 @@ class LeaseBody(_In):
     lease_id: IdIn | None = Field(None, description="Only act if this is still the current delivery.")
 
 
-class TouchBody(LeaseBody):
-    """Optional: the lease to extend and the new visibility timeout from now."""
+def _lease_required(examples: list[dict[str, Any]]) -> Callable[[dict[str, Any]], None]:
+    """`json_schema_extra` of a body whose `lease_id` the server requires (LEASE_REQUIRED
+    without it): the document says so (the model stays lenient so the answer keeps that reason)."""
+    def extra(schema: dict[str, Any]) -> None:
+        schema["examples"] = examples
+        schema["required"] = ["lease_id", *schema.get("required", ())]
+        schema["properties"]["lease_id"] = {**_ID_SCHEMA, "description": "The delivery's lease id (required)."}
+    return extra
 
-    model_config = ConfigDict(json_schema_extra={"examples": [{"lease_id": "7", "visibility_timeout_ms": 60000}]})
+
+class TouchBody(LeaseBody):
+    """The lease to extend (required) and the new visibility timeout from now."""
+
+    model_config = ConfigDict(json_schema_extra=_lease_required([{"lease_id": "7", "visibility_timeout_ms": 60000}]))
     visibility_timeout_ms: int = Field(0, ge=0, le=L.MAX_VISIBILITY_TIMEOUT_MS, description="0 = the queue's setting.")
 
 
 class NackBody(LeaseBody):
-    """Optional: the lease to return, a redelivery delay and a new priority."""
+    """The lease to return (required), optionally a redelivery delay and a new priority."""
 
-    model_config = ConfigDict(json_schema_extra={"examples": [{"lease_id": "7", "delay_ms": 5000}]})
+    model_config = ConfigDict(json_schema_extra=_lease_required([{"lease_id": "7", "delay_ms": 5000}]))
     delay_ms: int = Field(0, ge=0, le=L.MAX_DELAY_MS, description="Redeliver no sooner than this.")
     priority: Priority | None = Field(None, description="A new priority, if given.")
     release: bool = Field(
@@ -374,9 +395,12 @@ class MessageResult(_Out):
 
 
 class AckBatchBody(_In):
-    model_config = ConfigDict(json_schema_extra={"examples": [{"ids": ["123", "124"]}]})
+    model_config = ConfigDict(json_schema_extra={"examples": [{"ids": ["123", "124"], "lease_ids": ["7", "8"]}],
+                                                 "required": ["ids", "lease_ids"]})
     ids: list[IdIn] = Field(min_length=1, max_length=MAX_BATCH, description=f"1-{MAX_BATCH} ids, acked in one commit.")
-    lease_ids: list[IdIn] = Field(default_factory=list, max_length=MAX_BATCH, description="Empty, or one per id.")
+    lease_ids: list[IdIn] = Field(default_factory=list, max_length=MAX_BATCH,
+                                  json_schema_extra={"minItems": 1},
+                                  description="One per id: the lease id of its delivery (LEASE_REQUIRED without).")
 
 
 # -- errors ---------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from pydantic_core import to_json
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
+from starlette.routing import Match
 
 from doq.errors import DoqError, status_of
 
@@ -96,6 +97,19 @@ def from_validation_errors(errors: Sequence[Any], prefix: tuple[str, ...] = ()) 
     return BadRequest("invalid request: " + "; ".join(parts) + more, reason="INVALID_REQUEST", errors=items)
 
 
+def allowed_methods(request: Request) -> str:
+    """The `Allow` header of a 405: the methods of every route of the app whose path matches
+    (Starlette's own lists only the first such route's), HEAD with GET."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches(request.scope)
+        if match is not Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    if "GET" in methods:
+        methods.add("HEAD")
+    return ", ".join(sorted(methods))
+
+
 def install_handlers(app: FastAPI) -> None:
     """Make every error of the app a problem+json response."""
 
@@ -121,6 +135,8 @@ def install_handlers(app: FastAPI) -> None:
         else:
             detail = str(exc.detail)
         headers = dict(exc.headers or {})
+        if status == 405:
+            headers["Allow"] = allowed_methods(request)
         return problem_response(BadRequest(detail, status=status), request.url.path, headers)
 
     async def on_unexpected(request: Request, exc: Exception) -> Response:

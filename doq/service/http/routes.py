@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import Response
 
-from doq.errors import DoqError, InvalidArgument, status_of
+from doq.errors import DoqError, InvalidArgument, MessageNotFound, status_of
 from doq.queues import limits as L
 from doq.queues.model import MessageState
 from doq.service.api import MAX_PEEK_LIMIT, MAX_PEEK_WINDOW, batch_item_refused
@@ -33,6 +33,7 @@ from doq.service.http.bodies import body_doc, errors, operation_id, read_json
 from doq.service.http.lean import LeanRoute
 from doq.service.http.problems import BadRequest
 from doq.service.limits import check_queue_name
+from doq.service.paging import MAX_QUEUES_PAGE, PAGE_TOKEN_PATTERN
 
 if TYPE_CHECKING:
     from doq.service.api import QueueService
@@ -48,9 +49,9 @@ QueueName = Annotated[
 MessageId = Annotated[
     str,
     Path(
-        description="The message id (unsigned 64-bit, as digits).",
+        description="The message id (1..2^64-1, as digits).",
         examples=["123"],
-        json_schema_extra={"pattern": r"^[0-9]{1,20}$"},
+        json_schema_extra={"pattern": m.PATH_ID_PATTERN, "maxLength": 20},
     ),
 ]
 JSON = "application/json"
@@ -76,6 +77,10 @@ def _ok() -> Response:
 
 
 def _id(raw: str) -> int:
+    """A path's message id. Digits beyond 2^64-1 name no message (404, as the pattern
+    allows them); anything else that is not 1..2^64-1 is refused INVALID_ID."""
+    if raw.isascii() and raw.isdigit() and len(raw) <= 20 and int(raw) > m.UINT64_MAX:
+        raise MessageNotFound(f"no message has id {raw} (ids are below 2^64)")
     try:
         return m._coerce_id(raw)
     except ValueError as e:
@@ -134,7 +139,8 @@ class QueueRoutes:
     # -- queues ---------------------------------------------------------------------------
     @route(
         "POST", "/queues", answer="Created: the new queue.", tags=["queues"], status_code=201,
-        response_model=m.QueueResult, summary="Create a queue", responses=errors(400, 409, 413, 415, 507),
+        response_model=m.QueueResult, summary="Create a queue", responses=errors(400, 409, 413, 415, 507, notes={
+            429: "QUEUE_LIMIT_REACHED: the cluster holds --max-queues queues (delete one first), or overloaded"}),
         openapi_extra=body_doc(m.CreateQueueBody),
     )
     async def create_queue(self, request: Request) -> Response:
@@ -145,12 +151,22 @@ class QueueRoutes:
         return _json({"success": True, "queue": m.queue_dict(q)}, 201)
 
     @route(
-        "GET", "/queues", answer="Every queue.", tags=["queues"], response_model=m.QueueList,
-        summary="List queues", responses=errors(),
+        "GET", "/queues", answer="A page of queues, by name.", tags=["queues"], response_model=m.QueueList,
+        summary="List queues", responses=errors(400),
     )
-    async def list_queues(self, request: Request) -> Response:
-        """Every queue with its settings and message counts."""
-        return _json({"queues": [m.queue_dict(q) for q in await self.api.list_queues(caller=http_caller(request))]})
+    async def list_queues(
+        self,
+        request: Request,
+        page_token: Annotated[str, Query(
+            max_length=L.MAX_QUEUE_NAME_CHARS, pattern=PAGE_TOKEN_PATTERN,
+            description="The `next_page_token` of the previous page (none: the first page).")] = "",
+        max_results: Annotated[int, Query(ge=1, le=MAX_QUEUES_PAGE, description="At most this many queues "
+                                          f"(default {MAX_QUEUES_PAGE}).")] = MAX_QUEUES_PAGE,
+    ) -> Response:
+        """The queues with their settings and message counts, by name, a page at a time:
+        `next_page_token` is null on the last page, else pass it as `page_token`."""
+        queues, token = await self.api.list_queues_page(page_token, max_results, caller=http_caller(request))
+        return _json({"queues": [m.queue_dict(q) for q in queues], "next_page_token": token or None})
 
     @route(
         "GET", "/queues/{name}", answer="The queue with its counts.", tags=["queues"],
@@ -294,8 +310,8 @@ class QueueRoutes:
         limit: Annotated[int, Query(ge=1, le=MAX_PEEK_LIMIT, description="At most this many messages.")] = 20,
     ) -> Response:
         """The messages a dequeue would take next (state=ready), or those waiting for their
-        time or in flight, **without leasing them or counting an attempt**. Pages go as deep as
-        offset + limit = 10000. `next_offset` is null on the last page."""
+        time or in flight, **without leasing them or counting an attempt**. Pages go no deeper than
+        position 10000 (a page reaching past it is cut there). `next_offset` is null on the last page."""
         got = await self.api.peek(name, state, offset, limit, caller=http_caller(request))
         more = len(got) == limit and offset + limit < MAX_PEEK_WINDOW
         return _json({"messages": [m.message_dict(x) for x in got], "next_offset": offset + limit if more else None})
@@ -354,7 +370,7 @@ class QueueRoutes:
     @route(
         "POST", "/queues/{name}/messages/{id}/nack", answer="Returned to the queue.", tags=["messages"],
         response_model=m.Success, summary="Nack a message", responses=errors(400, 404, 409, 413, 415),
-        openapi_extra=body_doc(m.NackBody, required=False),
+        openapi_extra=body_doc(m.NackBody),
     )
     async def nack(self, name: QueueName, id: MessageId, request: Request) -> Response:
         """Return an in-flight message to the queue, optionally after `delay_ms` or with a new priority;
@@ -370,7 +386,7 @@ class QueueRoutes:
     @route(
         "POST", "/queues/{name}/messages/{id}/touch", answer="The lease is extended.", tags=["messages"],
         response_model=m.TouchResult, summary="Extend a lease", responses=errors(400, 404, 409, 413, 415),
-        openapi_extra=body_doc(m.TouchBody, required=False),
+        openapi_extra=body_doc(m.TouchBody),
     )
     async def touch(self, name: QueueName, id: MessageId, request: Request) -> Response:
         """Renew the lease of an in-flight message (by `visibility_timeout_ms` or the queue's setting)."""

@@ -156,14 +156,20 @@ class GetQueueResponse(_message.Message):
     def __init__(self, queue: _Optional[_Union[Queue, _Mapping]] = ...) -> None: ...
 
 class ListQueuesRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("page_token", "max_results")
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    MAX_RESULTS_FIELD_NUMBER: _ClassVar[int]
+    page_token: str
+    max_results: int
+    def __init__(self, page_token: _Optional[str] = ..., max_results: _Optional[int] = ...) -> None: ...
 
 class ListQueuesResponse(_message.Message):
-    __slots__ = ("queues",)
+    __slots__ = ("queues", "next_page_token")
     QUEUES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     queues: _containers.RepeatedCompositeFieldContainer[Queue]
-    def __init__(self, queues: _Optional[_Iterable[_Union[Queue, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, queues: _Optional[_Iterable[_Union[Queue, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class PurgeQueueRequest(_message.Message):
     __slots__ = ("name",)
