@@ -85,12 +85,14 @@ from doq.queues.apikeys import KeyRecord, decode_record, encode_record
 from doq.queues.codec import decode_batch
 from doq.queues.commands import (
     CommandBatch,
+    CreateJoinToken,
     CreateKey,
     RestoreAbort,
     RestoreChunk,
     RestoreCommand,
     RestoreCommit,
     RevokeKey,
+    UseJoinToken,
 )
 from doq.queues.machine import QueueMachine
 from doq.queues.model import GroupStats, MessageState, MessageView, QueueInfo
@@ -107,7 +109,7 @@ STAGE_CHUNK = b"\x00rchunk"  # + u32 BE seq -> a staged chunk's payload
 _STAGE = struct.Struct(">IB")  # chunks staged (the next seq), broken flag
 _SEQ = struct.Struct(">I")
 _RESTORE_TYPES = frozenset((RestoreChunk, RestoreCommit, RestoreAbort))
-_KEY_TYPES = frozenset((CreateKey, RevokeKey))
+_KEY_TYPES = frozenset((CreateKey, RevokeKey, CreateJoinToken, UseJoinToken))
 MAX_RESTORE_VERSION = 2**63  # a restore's to_version is below it: later versions stay < 2**64
 # the longest record key: LMDB's key limit (511 B, a constant of the library) less the u64
 # version prefix of the versions and tombstones indexes (the machine's keys stay far below)
@@ -523,7 +525,7 @@ class StateStore:
         return out
 
     def _apply_keys(self, batch: CommandBatch) -> list[object]:
-        """A batch of key commands only: applied to the key table without advancing the
+        """A batch of key (and join token) commands only: applied to their tables without advancing the
         machine's replicated time (no record changes, so a fresh state stays empty for a
         restore after its admin key was created); created at max(replicated time, now_ms)."""
         keys = self.machine.keys
@@ -533,6 +535,10 @@ class StateStore:
             try:
                 if type(cmd) is CreateKey:
                     out.append(keys.create(cmd.id, cmd.secret_hash, cmd.scopes, now))
+                elif type(cmd) is CreateJoinToken:
+                    out.append(self.machine.join_tokens.create(cmd, now))
+                elif type(cmd) is UseJoinToken:
+                    out.append(self.machine.join_tokens.use(cmd, now))
                 else:
                     assert type(cmd) is RevokeKey
                     out.append(keys.revoke(cmd.id))
