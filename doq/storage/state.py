@@ -536,9 +536,11 @@ class StateStore:
                 if type(cmd) is CreateKey:
                     out.append(keys.create(cmd.id, cmd.secret_hash, cmd.scopes, now))
                 elif type(cmd) is CreateJoinToken:
-                    out.append(self.machine.join_tokens.create(cmd, now))
+                    self.machine.join_tokens.create(cmd, now)
+                    out.append(None)
                 elif type(cmd) is UseJoinToken:
-                    out.append(self.machine.join_tokens.use(cmd, now))
+                    self.machine.join_tokens.use(cmd, now)
+                    out.append(None)
                 else:
                     assert type(cmd) is RevokeKey
                     out.append(keys.revoke(cmd.id))
