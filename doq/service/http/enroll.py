@@ -1,7 +1,7 @@
 """Join-token routes of a secure node (doq/tls/enrollment.py; docs/security.md, "Join tokens"):
 
 - `POST /cluster/join-tokens {"ttl_s"}` → `{"token"}`: a one-time token for a new member.
-  A token is worth the cluster CA: the client door requires an admin key for it
+  A token is worth a member certificate: the client door requires an admin key for it
   (`doq.auth.table`). On a node that requires no keys (`loopback_only`), only a client on
   the leader's own machine (a loopback connection, not forwarded) may create one: anyone
   else gets 403 `LOOPBACK_ONLY`. A follower answers 503 `NOT_LEADER` with the leader.
