@@ -1,5 +1,8 @@
 """The joining node's side of join tokens (`doq.tls.enrollment` has the token's format and
-the whole flow): fetch the cluster CA pinned by the token, then `POST /cluster/enroll`.
+the whole flow): fetch the cluster CA pinned by the token, then `POST /cluster/enroll`
+with a certificate signing request for a key made here (the key never leaves the node).
+A join address given as `http://` is refused unless it is loopback: the token would
+travel in clear.
 Blocking (urllib): a starting node runs it in a thread. A client of the cluster's HTTP
 API, beside `doq.cluster_client`; the node's own code never imports it."""
 
@@ -8,12 +11,14 @@ from __future__ import annotations
 import ssl
 import time
 import urllib.request
+from dataclasses import dataclass
 from typing import Any
 
 from doq.cluster_client import ClusterError, request_json, status_from_json
 from doq.node.cluster import ClusterStatus, MemberAddrs
-from doq.tls.certs import fingerprint
+from doq.tls.certs import fingerprint, make_csr
 from doq.tls.enrollment import decode_token
+from doq.tls.mode import is_loopback
 
 
 class EnrollError(Exception):
@@ -42,13 +47,39 @@ def fetch_ca(addr: str, want_fingerprint: str, timeout_s: float = 10.0) -> bytes
     return pem
 
 
+@dataclass(frozen=True, slots=True)
+class Enrolled:
+    """What an enrollment gives a node: the cluster's status after the add, the CA
+    certificate, the node's certificate and the key it made for it (PEM)."""
+
+    status: ClusterStatus
+    ca_cert: bytes
+    node_cert: bytes
+    node_key: bytes
+
+
+def check_join_addrs(join_addrs: list[str]) -> None:
+    """Refuse (EnrollError) an explicit `http://` join address that is not loopback: a join
+    token sent there would cross the network in clear."""
+    for addr in join_addrs:
+        scheme, sep, rest = addr.strip().partition("://")
+        if sep and scheme.lower() == "http":
+            host = rest.split("/", 1)[0].rpartition(":")[0] or rest.split("/", 1)[0]
+            if not is_loopback(host.strip("[]")):
+                raise EnrollError(f"--join {addr}: a join token is never sent over plain http (it would cross "
+                                  "the network in clear); give the member's address as HOST:PORT or https://")
+
+
 def enroll(token: str, join_addrs: list[str], node_id: str, addrs: MemberAddrs, *, empty: bool = False,
-           cluster_id: str = "", timeout_s: float = 60.0) -> tuple[ClusterStatus, bytes, bytes]:
+           cluster_id: str = "", hosts: list[str] | None = None, timeout_s: float = 60.0) -> Enrolled:
     """Enroll this node with `token` through the first reachable address (`join_addrs`,
-    then the token's): (cluster status, CA certificate, CA key). The request names this
-    node's store (`addrs.store_id`), whether it is `empty`, and the `cluster_id` it means
-    to join ("" : any), as `doq.cluster_client.join_cluster` does. Raises EnrollError."""
+    then the token's). The request names this node's store (`addrs.store_id`), whether it
+    is `empty`, and the `cluster_id` it means to join ("" : any), as
+    `doq.cluster_client.join_cluster` does, and carries a CSR for a new key naming
+    `node_id` and `hosts` (the hosts it listens on and announces). Raises EnrollError."""
     t = decode_token(token)
+    check_join_addrs(join_addrs)
+    csr, node_key = make_csr(node_id, hosts or [])
     last = "no address to join through"
     deadline = time.monotonic() + timeout_s
     while True:
@@ -64,13 +95,17 @@ def enroll(token: str, join_addrs: list[str], node_id: str, addrs: MemberAddrs, 
                     body["empty"] = True
                 if cluster_id:
                     body["cluster_id"] = cluster_id
+                body["csr"] = csr.decode()
                 answer = request_json(_url(addr), "POST", "/cluster/enroll", body, timeout_s=30, ssl_context=ctx)
                 doc = answer.body
                 status = status_from_json(doc["status"])
                 if cluster_id and status.cluster_id != cluster_id:
                     raise EnrollError(f"{addr} answered for cluster {status.cluster_id}, not {cluster_id}: "
                                       "refusing to join")
-                return status, doc["ca_cert"].encode(), doc["ca_key"].encode()
+                node_cert = doc["node_cert"].encode()
+                if fingerprint(doc["ca_cert"].encode()) != t.ca_fingerprint:
+                    raise EnrollError(f"{addr} answered another CA than the token's: refusing to join")
+                return Enrolled(status, doc["ca_cert"].encode(), node_cert, node_key)
             except ClusterError as e:
                 if not e.retryable:
                     raise EnrollError(f"enrollment through {addr} refused: {e}") from None

@@ -267,7 +267,7 @@ async def _listen(rt: Runtime, authz: Authorizer) -> _Listeners:
     if tls is not None and rt.node.cluster_admin() is not None:
         from doq.service.enrollment import Enrollment
 
-        enrollment = Enrollment(rt.node, tls.node)
+        enrollment = Enrollment(rt.node, tls.node, rt.state.join_tokens)
     app = create_app(rt.api, authz, forward_ssl=forward_ssl, enrollment=enrollment,
                      loopback_http=is_loopback(host_of(config.http_addr)))
     http = _QuietUvicornServer.make(app, host, port, config.log_level, rt.api.limits, tls)

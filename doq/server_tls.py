@@ -12,7 +12,14 @@ from doq.config import ServeConfig
 from doq.enrollment_client import EnrollError, enroll
 from doq.errors import DoqError
 from doq.node.cluster import ClusterStatus
-from doq.tls.certs import CA_CERT, TLS_DIR, NodeTls, TlsSetupError, ensure_node_tls, install_ca
+from doq.tls.certs import (
+    CA_CERT,
+    TLS_DIR,
+    NodeTls,
+    TlsSetupError,
+    ensure_node_tls,
+    install_enrolled,
+)
 from doq.tls.mode import host_of, non_loopback
 
 
@@ -53,18 +60,20 @@ def needs_enrollment(config: ServeConfig, node_path: Path) -> bool:
 def enroll_node(config: ServeConfig, node_path: Path, *, store_id: str, empty: bool,
                 cluster_id: str) -> ClusterStatus:
     """Enroll with the join token (blocking) under this node's store (`store_id`, `empty`,
-    the `cluster_id` it means: as `doq.cluster_client.join_cluster`); the cluster CA goes
-    into NODE_DIR/tls; returns the cluster's status after the add. Raises TlsSetupError."""
+    the `cluster_id` it means: as `doq.cluster_client.join_cluster`); the CA certificate,
+    the node's certificate (signed by the leader for its CSR) and its own key go into
+    NODE_DIR/tls (no CA key); returns the cluster's status after the add. Raises
+    TlsSetupError."""
     if not config.join:
         raise TlsSetupError("--join-token needs --join ADDR (any member's HTTP address)")
     try:
-        status, ca_cert, ca_key = enroll(config.join_token, list(config.join), config.node_id,
-                                         replace(config.member_addrs(), store_id=store_id), empty=empty,
-                                         cluster_id=cluster_id)
+        got = enroll(config.join_token, list(config.join), config.node_id,
+                     replace(config.member_addrs(), store_id=store_id), empty=empty,
+                     cluster_id=cluster_id, hosts=config_hosts(config))
     except (EnrollError, DoqError) as e:
         raise TlsSetupError(f"cannot enroll with the join token: {e}") from None
-    install_ca(node_path / TLS_DIR, ca_cert, ca_key)
-    return status
+    install_enrolled(node_path / TLS_DIR, got.ca_cert, got.node_cert, got.node_key)
+    return got.status
 
 
 def node_tls(config: ServeConfig, node_path: Path) -> ServingTls | None:

@@ -9,7 +9,8 @@ is higher, as one JSON object:
     {"audit": "queue.delete", "key": "3f2a9c1b7d4e", "target": "orders", "result": "ok",
      "ts_ms": 1764150000123, "node": "node-1"}
 
-`key` is the key's id (never its secret; "anonymous" on an open node without a key),
+`key` is the key's id (never its secret; "anonymous" on an open node without a key;
+"jointoken:<token id>" for an enrollment's member add, `doq.service.enrollment`),
 `result` "ok" or the refusal's reason / status name. Counted in
 `doq_audit_events_total{action,result}` ("ok" or "error", so the label set stays small).
 """

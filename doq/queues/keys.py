@@ -12,8 +12,10 @@ messages sort by id.
     b"Q" + u16 len + name                   queue record
     b"M" + u16 len + name + u64 id          message record
     b"D" + u16 len + name + dedup_id utf-8  dedup record (a run of canonical ids: its first id)
-    b"J" + 16-byte token id                 join token (doq.queues.join_tokens; kept beside the
-                                            queue records by the state store)
+    b"J" + 16-byte token id                 join token of an older version: tokens now live beside
+                                            the client keys (doq.queues.join_tokens); such a record
+                                            (a data dir or backup of before) still loads, and is
+                                            ignored: it enrolls nobody
 """
 
 from __future__ import annotations

@@ -1,19 +1,34 @@
-"""The leader's side of join tokens (`doq.tls.enrollment` has the token's format and the
-whole flow): creating tokens and enrolling nodes, on a secure node."""
+"""The CA's side of join tokens (`doq.tls.enrollment` has the token's format and the
+whole flow): creating tokens and enrolling nodes, on a secure node that holds the
+cluster CA key (docs/security.md, "Join tokens").
+
+Both are the leader's (they propose Raft commands; a follower forwards `POST
+/cluster/enroll` to the leader), and both need the CA key: a leader without `ca.key`
+(after a failover to a member that enrolled) refuses them with 409 `NO_CA_KEY`, naming
+what to do (move leadership to a member that holds it).
+
+An enrollment is checked in this order, and proposes nothing until every check passed:
+the inputs (node id, addresses, CSR and its names), the token's CA, the token against the
+committed table in memory (id known, hash right, not expired), the node id not a member
+already. Then it spends the token (`UseJoinToken`), adds the member, signs the CSR for
+exactly that node id, and audits the member add (`doq.audit`, key `jointoken:<id>`)."""
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
-from doq.errors import DoqError, FailedPrecondition, InvalidArgument
+from doq.auth import audit
+from doq.errors import AlreadyExists, DoqError, FailedPrecondition, InvalidArgument
 from doq.node import member_input
 from doq.node.base import Node
-from doq.node.cluster import MemberAddrs
+from doq.node.cluster import ClusterAdmin, MemberAddrs
 from doq.node.cluster_wire import status_to_json
 from doq.queues.commands import CreateJoinToken, UseJoinToken
-from doq.tls.certs import NodeTls, fingerprint
+from doq.queues.join_tokens import TokenRecord, accepts
+from doq.tls.certs import CsrError, NodeTls, csr_hosts, fingerprint, sign_csr
 from doq.tls.enrollment import (
     DEFAULT_TTL_S,
     MAX_TTL_S,
@@ -22,6 +37,9 @@ from doq.tls.enrollment import (
     encode_token,
     secret_hash,
 )
+from doq.tls.mode import host_of
+
+Tokens = Callable[[], dict[bytes, TokenRecord]]
 
 
 def _raise_result(result: object) -> None:
@@ -29,52 +47,97 @@ def _raise_result(result: object) -> None:
         raise result
 
 
-class Enrollment:
-    """The server side, on a secure node: creating tokens and enrolling nodes."""
+def _invalid_token() -> FailedPrecondition:
+    return FailedPrecondition("the join token is unknown, used, expired or wrong", reason="INVALID_JOIN_TOKEN")
 
-    def __init__(self, node: Node, tls: NodeTls) -> None:
+
+class Enrollment:
+    """The server side, on a secure node: creating tokens and enrolling nodes. `tokens`
+    is the committed join-token table (`StateStore.join_tokens`)."""
+
+    def __init__(self, node: Node, tls: NodeTls, tokens: Tokens) -> None:
         self.node = node
         self.tls = tls
+        self.tokens = tokens
+        self.fingerprint = fingerprint(tls.ca_cert)
 
     @property
     def ca_cert(self) -> bytes:
         return self.tls.ca_cert
+
+    def _ca_key(self) -> bytes:
+        if self.tls.ca_key is None:
+            raise FailedPrecondition(
+                f"this node ({self.node.node_id}) does not hold the cluster CA key (tls/ca.key), so it "
+                "cannot create join tokens or sign certificates: move leadership to the member that "
+                "holds it (POST /cluster/transfer-leader {\"target\": ID}; usually the node that "
+                "bootstrapped the cluster)", reason="NO_CA_KEY")
+        return self.tls.ca_key
 
     async def create_token(self, ttl_s: int = DEFAULT_TTL_S) -> str:
         """A new one-time token valid `ttl_s` seconds (proposed through Raft: the caller
         must be the leader)."""
         if not 1 <= ttl_s <= MAX_TTL_S:
             raise InvalidArgument(f"ttl_s must be 1..{MAX_TTL_S}", reason="INVALID_TTL")
-        if self.tls.ca_key is None:
-            raise FailedPrecondition("this node does not hold the cluster CA key: create the token on "
-                                     "the node that bootstrapped the cluster", reason="NO_CA_KEY")
+        self._ca_key()
         token_id, secret = os.urandom(16), os.urandom(32)
         expires_ms = int(time.time() * 1000) + ttl_s * 1000
-        _raise_result(await self.node.propose(CreateJoinToken(token_id, secret_hash(secret), expires_ms)))
+        _raise_result(await self.node.propose(CreateJoinToken(token_id, secret_hash(self.fingerprint, secret),
+                                                              expires_ms)))
         admin = self.node.cluster_admin()
         addrs = [m.addrs.http_addr for m in admin.cluster_status().members] if admin else []
-        return encode_token(JoinToken([a for a in addrs if a], fingerprint(self.tls.ca_cert), token_id, secret,
-                                      expires_ms))
+        return encode_token(JoinToken([a for a in addrs if a], self.fingerprint, token_id, secret, expires_ms))
 
-    async def enroll(self, token: str, node_id: str, addrs: MemberAddrs, *, empty: bool = False,
+    def _check(self, t: JoinToken, node_id: str, addrs: MemberAddrs, csr: bytes,
+               admin: ClusterAdmin) -> list[str]:
+        """Every check that needs no Raft (module docstring); returns the hosts to sign."""
+        if t.ca_fingerprint != self.fingerprint:
+            raise FailedPrecondition("the join token is of another cluster", reason="INVALID_JOIN_TOKEN")
+        now_ms = int(time.time() * 1000)
+        if not accepts(self.tokens().get(t.token_id), secret_hash(self.fingerprint, t.secret), now_ms):
+            raise _invalid_token()
+        try:
+            _, asked = csr_hosts(csr)
+        except CsrError as e:
+            raise InvalidArgument(str(e), reason="INVALID_CSR") from None
+        members = {m.node_id for m in admin.cluster_status().members}
+        if node_id in members:
+            raise AlreadyExists(f"{node_id} is a member already: remove it first (DELETE /cluster/members/"
+                                f"{node_id}) to enroll a node under its id", reason="MEMBER_EXISTS")
+        hosts = [host_of(a) for a in (addrs.raft_addr, addrs.grpc_addr, addrs.http_addr)]
+        taken = sorted(h for h in (*asked, *hosts) if h in members)  # it could pass for that member
+        if taken:
+            raise InvalidArgument(f"the enrollment names the host {taken[0]!r}, the id of another member: "
+                                  "a certificate naming it would pass for that member", reason="INVALID_CSR")
+        return hosts
+
+    async def enroll(self, token: str, node_id: str, addrs: MemberAddrs, csr: bytes, *, empty: bool = False,
                      cluster_id: str = "") -> dict[str, Any]:
-        """Spend `token` for `node_id` and add it as a member under its store
+        """Spend `token` for `node_id`, add it as a member under its store
         (`addrs.store_id`, `empty`, `cluster_id`: as `ClusterAdmin.add_member`, so the
-        conf change admits this store); returns the JSON answer (`status`, `ca_cert`,
-        `ca_key`). The inputs are checked before the token is spent."""
+        conf change admits this store) and sign its CSR; returns the JSON answer
+        (`status`, `ca_cert`, `node_cert`). Nothing is proposed unless every check passed
+        (module docstring)."""
         member_input.check_node_id(node_id)
         member_input.check_member_addrs(addrs)
         t = decode_token(token)
         admin = self.node.cluster_admin()
-        if admin is None or self.tls.ca_key is None:
+        if admin is None:
             raise FailedPrecondition("this node cannot enroll members", reason="NO_CA_KEY")
-        if t.ca_fingerprint != fingerprint(self.tls.ca_cert):
-            raise FailedPrecondition("the join token is of another cluster", reason="INVALID_JOIN_TOKEN")
+        ca_key = self._ca_key()
+        hosts = self._check(t, node_id, addrs, csr, admin)
         state_cluster = admin.cluster_status().cluster_id
         if cluster_id and cluster_id != state_cluster:  # refused before the token is spent
             raise FailedPrecondition(f"this is cluster {state_cluster or '(no id)'}, not {cluster_id}: refused",
                                      reason="CLUSTER_MISMATCH")
-        _raise_result(await self.node.propose(UseJoinToken(t.token_id, secret_hash(t.secret), node_id)))
-        status = await admin.add_member(node_id, addrs, empty=empty, cluster_id=cluster_id)
-        return {"status": status_to_json(status), "ca_cert": self.tls.ca_cert.decode(),
-                "ca_key": self.tls.ca_key.decode()}
+        cert = sign_csr(self.tls.ca_cert, ca_key, csr, node_id, hosts)
+        who = f"jointoken:{t.token_id.hex()}"
+        try:
+            _raise_result(await self.node.propose(UseJoinToken(t.token_id, secret_hash(self.fingerprint, t.secret),
+                                                               node_id)))
+            status = await admin.add_member(node_id, addrs, empty=empty, cluster_id=cluster_id)
+        except DoqError as e:
+            audit.record("member.add", who, node_id, e.reason, self.node.node_id)
+            raise
+        audit.record("member.add", who, node_id, "ok", self.node.node_id)
+        return {"status": status_to_json(status), "ca_cert": self.tls.ca_cert.decode(), "node_cert": cert.decode()}

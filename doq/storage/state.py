@@ -4,7 +4,8 @@ Databases (reserved in `doq.storage.env.DB_NAMES`):
 - state_meta: the machine meta record (b"G") and store keys (b"\\x00applied",
   b"\\x00horizon", b"\\x00cluster", b"\\x00voffset", the staging of an online restore:
   b"\\x00rstage", b"\\x00rchunk" + u32 BE seq, and the client keys:
-  `doq.queues.apikeys.STORE_PREFIX` + key id)
+  `doq.queues.apikeys.STORE_PREFIX` + key id, and the join tokens:
+  `doq.queues.join_tokens.STORE_PREFIX` + token id)
 - state_queues / state_messages / state_dedup: the records of `doq.queues.keys`
 - state_versions: (u64 BE version + key) -> b"" for every live record
 - state_tombstones: (u64 BE version + key) -> b"" for every deletion
@@ -36,9 +37,10 @@ one `RestoreChunk` / `RestoreCommit` / `RestoreAbort` itself, never the machine)
 Client keys (`CreateKey`/`RevokeKey`, applied by the machine's `KeyTable`) are store keys,
 not records: replicated through the log and Raft snapshots, kept across restarts, but
 never in a backup, the digest or a restore (a restore leaves the target's keys as they
-are). A batch of key commands only is applied by the store to the table (replicated time
+are). Join tokens (`CreateJoinToken`/`UseJoinToken`, the machine's `JoinTokens`) are kept
+the same way. A batch of key commands only is applied by the store to the table (replicated time
 stays; no record changes); key commands batched with others go through the machine.
-`keys()` is the table as committed, for any thread.
+`keys()` and `join_tokens()` are the tables as committed, for any thread.
 
 The cluster id (b"\\x00cluster", `cluster_id`) names the history this state belongs to: set
 once when a node bootstraps a cluster (`ensure_cluster_id`), adopted from the backup by a
@@ -75,6 +77,7 @@ from typing import Any, NamedTuple
 import lmdb
 
 from doq.errors import DoqError, FailedPrecondition, InvalidArgument, MessageNotFound, QueueNotFound
+from doq.queues import join_tokens as JT
 from doq.queues import keys as K
 from doq.queues import records as R
 from doq.queues.apikeys import STORE_PREFIX as KEY_PREFIX
@@ -82,12 +85,14 @@ from doq.queues.apikeys import KeyRecord, decode_record, encode_record
 from doq.queues.codec import decode_batch
 from doq.queues.commands import (
     CommandBatch,
+    CreateJoinToken,
     CreateKey,
     RestoreAbort,
     RestoreChunk,
     RestoreCommand,
     RestoreCommit,
     RevokeKey,
+    UseJoinToken,
 )
 from doq.queues.machine import QueueMachine
 from doq.queues.model import GroupStats, MessageState, MessageView, QueueInfo
@@ -104,7 +109,7 @@ STAGE_CHUNK = b"\x00rchunk"  # + u32 BE seq -> a staged chunk's payload
 _STAGE = struct.Struct(">IB")  # chunks staged (the next seq), broken flag
 _SEQ = struct.Struct(">I")
 _RESTORE_TYPES = frozenset((RestoreChunk, RestoreCommit, RestoreAbort))
-_KEY_TYPES = frozenset((CreateKey, RevokeKey))
+_KEY_TYPES = frozenset((CreateKey, RevokeKey, CreateJoinToken, UseJoinToken))
 MAX_RESTORE_VERSION = 2**63  # a restore's to_version is below it: later versions stay < 2**64
 # the longest record key: LMDB's key limit (511 B, a constant of the library) less the u64
 # version prefix of the versions and tombstones indexes (the machine's keys stay far below)
@@ -317,7 +322,7 @@ class StateStore:
         self._kind_db = {
             K.META[0]: self._meta, K.QUEUE: self._db[b"state_queues"],
             K.MESSAGE: self._db[b"state_messages"], K.DEDUP: self._db[b"state_dedup"],
-            K.JOIN_TOKEN: self._db[b"state_queues"],  # a few records: beside the queues' (other first byte)
+            K.JOIN_TOKEN: self._db[b"state_queues"],  # an older version's (doq.queues.keys): loaded, ignored
         }
         self._sink = _TxnSink(self._kind_db, self._versions, self._tombs)
         self.machine = QueueMachine(self._sink)
@@ -382,11 +387,16 @@ class StateStore:
         self.view = StateView(self.applied_index, queues, m.next_due_ms())
         if self._keys_changed:
             m.keys.publish()
+            m.join_tokens.publish()
             self._keys_changed = False
 
     def keys(self) -> dict[str, KeyRecord]:
         """The client keys by id as last committed (an immutable snapshot; any thread)."""
         return self.machine.keys.snapshot()
+
+    def join_tokens(self) -> dict[bytes, JT.TokenRecord]:
+        """The join tokens by id as last committed (an immutable snapshot; any thread)."""
+        return self.machine.join_tokens.snapshot()
 
     def _queue_view(self, name: str) -> QueueView:
         return QueueView(self.machine.queue_info(name), self.machine.deliverable(name))
@@ -415,6 +425,7 @@ class StateStore:
         self.cluster_id = bytes(raw).decode() if raw else ""
         self.machine.load(self._records(txn))
         self.machine.keys.load(list(self._key_records(txn)))
+        self.machine.join_tokens.load(self._token_records(txn))
 
     def _key_records(self, txn: Any) -> Iterator[KeyRecord]:
         cur = txn.cursor(db=self._meta)
@@ -423,6 +434,25 @@ class StateStore:
                 if not k.startswith(KEY_PREFIX):
                     break
                 yield decode_record(bytes(k[len(KEY_PREFIX):]).decode(), bytes(v))
+
+    def _token_records(self, txn: Any) -> dict[bytes, JT.TokenRecord]:
+        out = {}
+        cur = txn.cursor(db=self._meta)
+        if cur.set_range(JT.STORE_PREFIX):
+            for k, v in cur.iternext():
+                if not k.startswith(JT.STORE_PREFIX):
+                    break
+                out[bytes(k[len(JT.STORE_PREFIX):])] = JT.decode_record(bytes(v))
+        return out
+
+    def _flush_tokens(self, txn: Any) -> None:
+        """Write the join tokens' changes into the meta database (inside the apply txn)."""
+        for token_id, rec in self.machine.join_tokens.take_dirty().items():
+            if rec is None:
+                txn.delete(JT.STORE_PREFIX + token_id, db=self._meta)
+            else:
+                txn.put(JT.STORE_PREFIX + token_id, JT.encode_record(rec), db=self._meta)
+        self._keys_changed = True
 
     def _flush_keys(self, txn: Any) -> None:
         """Write the key table's changes into the meta database (inside the apply txn)."""
@@ -484,6 +514,8 @@ class StateStore:
                 applied = index
             if self.machine.keys.has_dirty():
                 self._flush_keys(txn)
+            if self.machine.join_tokens.has_dirty():
+                self._flush_tokens(txn)
             if applied != self.applied_index:
                 txn.put(APPLIED_KEY, _V.pack(applied), db=self._meta)
                 self.applied_index = applied
@@ -493,7 +525,7 @@ class StateStore:
         return out
 
     def _apply_keys(self, batch: CommandBatch) -> list[object]:
-        """A batch of key commands only: applied to the key table without advancing the
+        """A batch of key (and join token) commands only: applied to their tables without advancing the
         machine's replicated time (no record changes, so a fresh state stays empty for a
         restore after its admin key was created); created at max(replicated time, now_ms)."""
         keys = self.machine.keys
@@ -503,6 +535,12 @@ class StateStore:
             try:
                 if type(cmd) is CreateKey:
                     out.append(keys.create(cmd.id, cmd.secret_hash, cmd.scopes, now))
+                elif type(cmd) is CreateJoinToken:
+                    self.machine.join_tokens.create(cmd, now)
+                    out.append(None)
+                elif type(cmd) is UseJoinToken:
+                    self.machine.join_tokens.use(cmd, now)
+                    out.append(None)
                 else:
                     assert type(cmd) is RevokeKey
                     out.append(keys.revoke(cmd.id))

@@ -4,7 +4,8 @@ Layout (in the node directory, `tls/`, 0700; every file 0600, doq/storage/files.
 - `ca.crt` the cluster CA's certificate (PEM): every member trusts it, clients verify
   the node's certificate with it (`--ca-file`);
 - `ca.key` the CA's private key: a node that holds it can issue node certificates (the
-  node that bootstrapped the cluster, and a member that joined with a join token);
+  node that bootstrapped the cluster, and a node the operator copied it to by hand; a
+  member that enrolled with a join token never receives it: the CA signs its CSR);
 - `node.crt`, `node.key` this node's certificate (CN = node id; SANs: the node id,
   localhost, 127.0.0.1, ::1, the host names and IPs it listens on and announces) and key.
   It serves the client ports and both ends of the mutual TLS between peers.
@@ -37,6 +38,8 @@ NODE_DAYS = 825
 RENEW_DAYS = 30
 TLS_DIR = "tls"
 CA_CERT, CA_KEY, NODE_CERT, NODE_KEY = "ca.crt", "ca.key", "node.crt", "node.key"
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+MAX_CSR_NAMES = 64
 
 
 class TlsSetupError(Exception):
@@ -111,31 +114,88 @@ def _san(hosts: Iterable[str]) -> list[x509.GeneralName]:
     return out
 
 
-def issue_node_cert(ca_cert_pem: bytes, ca_key_pem: bytes, node_id: str,
-                    hosts: Iterable[str]) -> tuple[bytes, bytes]:
-    """A certificate for `node_id` signed by the CA, valid for server and client use, with
-    the node id and `hosts` (names or IPs) as SANs: (certificate PEM, private key PEM)."""
+def _sign_node_cert(ca_cert_pem: bytes, ca_key_pem: bytes, node_id: str, hosts: Iterable[str],
+                    public_key: ec.EllipticCurvePublicKey) -> bytes:
+    """A certificate (PEM) for `public_key` signed by the CA: common name `node_id`, valid
+    for server and client use, SANs the node id, the loopback names and `hosts`."""
     ca_cert = x509.load_pem_x509_certificate(ca_cert_pem)
     ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
     assert isinstance(ca_key, ec.EllipticCurvePrivateKey), "doq's CA keys are ECDSA"
-    key = ec.generate_private_key(ec.SECP256R1())
     now = _now()
     cert = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, node_id)]))
-        .issuer_name(ca_cert.subject).public_key(key.public_key())
+        .issuer_name(ca_cert.subject).public_key(public_key)
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(min(now + datetime.timedelta(days=NODE_DAYS), ca_cert.not_valid_after_utc))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
                                               ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName(_san([node_id, "localhost", "127.0.0.1", "::1", *hosts])),
+        .add_extension(x509.SubjectAlternativeName(_san([node_id, *LOOPBACK_NAMES, *hosts])),
                        critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
-    return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def issue_node_cert(ca_cert_pem: bytes, ca_key_pem: bytes, node_id: str,
+                    hosts: Iterable[str]) -> tuple[bytes, bytes]:
+    """A certificate for `node_id` signed by the CA, valid for server and client use, with
+    the node id and `hosts` (names or IPs) as SANs: (certificate PEM, private key PEM)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    return _sign_node_cert(ca_cert_pem, ca_key_pem, node_id, hosts, key.public_key()), _key_pem(key)
+
+
+def make_csr(node_id: str, hosts: Iterable[str]) -> tuple[bytes, bytes]:
+    """A new ECDSA P-256 key and a certificate signing request for it (common name
+    `node_id`, SANs the node id and `hosts`): (CSR PEM, private key PEM). What a joining
+    node sends; its key never leaves it."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    csr = (
+        x509.CertificateSigningRequestBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, node_id)]))
+        .add_extension(x509.SubjectAlternativeName(_san([node_id, *hosts])), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return csr.public_bytes(serialization.Encoding.PEM), _key_pem(key)
+
+
+class CsrError(ValueError):
+    """A certificate signing request doq does not sign (the message says why)."""
+
+
+def csr_hosts(csr_pem: bytes) -> tuple[ec.EllipticCurvePublicKey, list[str]]:
+    """The public key and the SAN names (DNS names, IPs) a CSR asks for, after checking
+    its self-signature and that its key is ECDSA P-256. Raises CsrError."""
+    try:
+        csr = x509.load_pem_x509_csr(csr_pem)
+    except ValueError:
+        raise CsrError("not a PEM certificate signing request") from None
+    if not csr.is_signature_valid:
+        raise CsrError("the certificate signing request's signature does not verify")
+    key = csr.public_key()
+    if not isinstance(key, ec.EllipticCurvePublicKey) or not isinstance(key.curve, ec.SECP256R1):
+        raise CsrError("the certificate signing request's key must be ECDSA P-256")
+    try:
+        san = csr.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return key, []
+    names = [*san.get_values_for_type(x509.DNSName), *(str(a) for a in san.get_values_for_type(x509.IPAddress))]
+    if len(names) > MAX_CSR_NAMES or any(len(n) > 253 for n in names):
+        raise CsrError(f"the certificate signing request names more than {MAX_CSR_NAMES} hosts or a too long one")
+    return key, names
+
+
+def sign_csr(ca_cert_pem: bytes, ca_key_pem: bytes, csr_pem: bytes, node_id: str,
+             hosts: Iterable[str] = ()) -> bytes:
+    """The CA's certificate (PEM) for the key of `csr_pem`, for `node_id` whatever the
+    request's subject says: common name `node_id`, SANs the node id, the loopback names,
+    `hosts` (the caller's choice) and the names the request asks for (the caller vets
+    those first: `csr_hosts`). Raises CsrError."""
+    key, asked = csr_hosts(csr_pem)
+    return _sign_node_cert(ca_cert_pem, ca_key_pem, node_id, [*hosts, *asked], key)
 
 
 def fingerprint(cert_pem: bytes) -> str:
@@ -172,6 +232,15 @@ def install_ca(directory: Path, ca_cert: bytes, ca_key: bytes | None) -> None:
     write_private(directory / CA_CERT, ca_cert)
     if ca_key is not None:
         write_private(directory / CA_KEY, ca_key)
+
+
+def install_enrolled(directory: Path, ca_cert: bytes, node_cert: bytes, node_key: bytes) -> None:
+    """Write what an enrollment gave a node (the CA certificate, its own certificate, and
+    the key it made itself) into `directory` (0700; files 0600): no CA key."""
+    private_dir(directory)
+    write_private(directory / NODE_KEY, node_key)
+    write_private(directory / NODE_CERT, node_cert)
+    write_private(directory / CA_CERT, ca_cert)
 
 
 def ensure_node_tls(directory: Path, node_id: str, hosts: Iterable[str], *, may_create_ca: bool) -> NodeTls:

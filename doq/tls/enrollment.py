@@ -5,20 +5,25 @@ Like Elasticsearch's enrollment tokens. `doq join-token create` asks a member fo
     doqjt1.<base64url of {"v":1, "addrs":[members' HTTP addresses], "fp": CA fingerprint,
                          "id": token id (hex), "secret": secret (base64url), "exp": expiry ms}>
 
-The leader stores only the secret's SHA-256 in the replicated state (`CreateJoinToken`),
-usable once until it expires. A new node started with `--join ADDR --join-token TOKEN`:
+The leader stores only `secret_hash(fingerprint, secret)` (SHA-256 over the CA fingerprint
+and the secret: a token is bound to its CA) in the replicated state (`CreateJoinToken`,
+beside the client keys, never in a backup), usable once until it expires. A new node
+started with `--join ADDR --join-token TOKEN`:
 
 1. fetches the cluster CA certificate (`GET /cluster/ca`, over TLS not yet verified) and
    accepts it only if its SHA-256 fingerprint is the token's: a man in the middle cannot
    substitute another CA;
-2. over HTTPS verified with that CA, `POST /cluster/enroll {token, node_id, addresses,
-   store_id, empty, cluster_id}`: the leader spends the token (`UseJoinToken`, through
-   Raft: once, cluster-wide), adds the node as a member under its store id exactly as
-   `POST /cluster/join` does (so the conf change admits this store and the node may vote
-   once it holds it: `doq.node.store_identity`) and answers the cluster's status with the CA certificate and
-   key, from which the node issues its own certificate (as Elasticsearch's enrollment
-   hands the CA to a new node);
-3. starts as a joined member with mutual TLS.
+2. makes its own key and a certificate signing request (`doq.tls.certs.make_csr`);
+3. over HTTPS verified with that CA, `POST /cluster/enroll {token, node_id, addresses,
+   store_id, empty, cluster_id, csr}` (any member: a follower forwards it to the leader).
+   The leader, if it holds the CA key, checks the token against the committed table in
+   memory (nothing is proposed for an unknown, wrong, expired or used token) and the CSR,
+   spends the token (`UseJoinToken`, through Raft: once, cluster-wide), adds the node as a
+   member under its store id exactly as `POST /cluster/join` does (so the conf change
+   admits this store and the node may vote once it holds it: `doq.node.store_identity`)
+   and answers the cluster's status, the CA certificate and the node's certificate, signed
+   for exactly `node_id` (common name and SAN). The CA key never leaves its node;
+4. starts as a joined member with mutual TLS.
 
 A node without a valid token (or the CA files copied by hand) cannot join.
 
@@ -50,8 +55,11 @@ class JoinToken:
     expires_ms: int
 
 
-def secret_hash(secret: bytes) -> bytes:
-    return hashlib.sha256(secret).digest()
+def secret_hash(ca_fingerprint: str, secret: bytes) -> bytes:
+    """What the replicated state keeps of a token's secret: SHA-256 over the CA's
+    fingerprint (hex, as in the token) and the secret, so a token of one CA is worth
+    nothing against another (a 256-bit secret needs no salt or slow hash)."""
+    return hashlib.sha256(b"doq-join-token\0" + ca_fingerprint.encode() + b"\0" + secret).digest()
 
 
 def encode_token(t: JoinToken) -> str:

@@ -1,7 +1,8 @@
 """Join tokens against real processes (issue 18): `doq join-token create` on a secure
 cluster gives a one-time token; a new node started with `--join ADDR --join-token TOKEN`
 checks the cluster CA against the token's fingerprint, enrolls (the token is spent
-through Raft), gets the CA, makes its own certificate and joins with mutual TLS. The same
+through Raft) with a CSR for a key it made, gets the CA certificate and its own
+certificate (never the CA key) and joins with mutual TLS. The same
 token a second time, a token with a guessed secret, and a token pinning another CA get
 nobody in. Real: `doq serve` processes on 127.0.0.1, real TLS, the real CLI."""
 
@@ -80,7 +81,7 @@ def test_a_node_with_a_join_token_enrolls_and_joins_with_mutual_tls(seed: NodePr
         tls = n2.data_dir / "node-2" / "tls"
         assert (tls / "ca.crt").read_bytes() == ca_file(seed).read_bytes()
         assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in tls.iterdir()} == {
-            "ca.crt": 0o600, "ca.key": 0o600, "node.crt": 0o600, "node.key": 0o600}
+            "ca.crt": 0o600, "node.crt": 0o600, "node.key": 0o600}  # never the CA key
 
         before = members(seed)
         log = refused(joiner(seed, "node-3", token))  # the same token again

@@ -1,16 +1,17 @@
 """Join-token routes of a secure node (doq/tls/enrollment.py; docs/security.md, "Join tokens"):
 
 - `POST /cluster/join-tokens {"ttl_s"}` → `{"token"}`: a one-time token for a new member.
-  A token is worth the cluster CA: the client door requires an admin key for it
+  A token is worth a member certificate: the client door requires an admin key for it
   (`doq.auth.table`). On a node that requires no keys (`loopback_only`), only a client on
   the leader's own machine (a loopback connection, not forwarded) may create one: anyone
   else gets 403 `LOOPBACK_ONLY`. A follower answers 503 `NOT_LEADER` with the leader.
 - `GET /cluster/ca` → the cluster CA certificate (PEM; public): a joining node checks its
   fingerprint against its token's.
 - `POST /cluster/enroll {"token", "node_id", "raft_addr", "grpc_addr", "http_addr",
-  "store_id", "empty", "cluster_id"}` → `{"status", "ca_cert", "ca_key"}`: spends the
-  token, adds the member under its store (as `POST /cluster/join`). No key: the token
-  authenticates it.
+  "store_id", "empty", "cluster_id", "csr"}` → `{"status", "ca_cert", "node_cert"}`:
+  spends the token, adds the member under its store (as `POST /cluster/join`) and signs
+  its certificate signing request for that node id (`doq.service.enrollment`; the CA key
+  never leaves the leader). No key: the token authenticates it.
 
 Only on a secure node (a node without TLS has no CA to hand out: these paths are 404).
 """
@@ -56,6 +57,9 @@ class EnrollBody(BaseModel):
     empty: bool = Field(False, description="Its store holds no Raft data.")
     cluster_id: str = Field("", pattern=CLUSTER_ID_PATTERN, description=(
         "The cluster it means to join: refused (409 CLUSTER_MISMATCH) if this is another one."))
+    csr: str = Field(max_length=8192, description=(
+        "A PEM certificate signing request for the node's own key (ECDSA P-256): the answer's "
+        "`node_cert` certifies that key for `node_id`."))
 
 
 def _forbidden(path: str, detail: str) -> Response:
@@ -93,13 +97,13 @@ def build_enroll_router(enrollment: Enrollment, *, loopback_only: bool = True) -
     @r.post("/cluster/enroll", tags=["cluster"], summary="Enroll a member with a join token",
             responses=errors(400, 409, 413, 415), openapi_extra=body_doc(EnrollBody))
     async def enroll(request: Request) -> Response:
-        """Spend a join token: add the node as a member; answer the cluster's status and the
-        cluster CA (certificate and key) the node makes its own certificate with."""
+        """Spend a join token: add the node as a member; answer the cluster's status, the
+        cluster CA certificate and the node's certificate (its CSR signed for `node_id`)."""
         b = await read_json(request, EnrollBody)
         try:
             doc = await enrollment.enroll(b.token, b.node_id,
                                           MemberAddrs(b.raft_addr, b.grpc_addr, b.http_addr, b.store_id),
-                                          empty=b.empty, cluster_id=b.cluster_id)
+                                          b.csr.encode(), empty=b.empty, cluster_id=b.cluster_id)
         except NotLeader as e:
             return problem_response(e, request.url.path)
         return Response(m.dumps(doc), media_type="application/json")
