@@ -42,6 +42,7 @@ from doq_client import (
     EnqueueResult,
     FailedPrecondition,
     InvalidArgument,
+    Message,
     NotFound,
     QueueSettings,
     StaleLease,
@@ -376,6 +377,20 @@ def ack_unary(client: DoqClient, history: History, worker: str, queue: str, id_:
     return None
 
 
+def _ack_batch(client: DoqClient, history: History, worker: str, queue: str, msgs: Sequence[Message]) -> None:
+    """Ack deliveries by their leases with one unary call, recording each outcome."""
+    for m in msgs:
+        history.add(INVOKE, ACK, worker, queue, id=m.id, lease_id=m.lease_id)
+    try:
+        results = client.ack_batch(queue, [m.id for m in msgs], [m.lease_id for m in msgs])
+    except DoqClientError as e:
+        for m in msgs:
+            history.add(outcome_of(e), ACK, worker, queue, id=m.id, lease_id=m.lease_id)
+        return
+    for m, r in zip(msgs, results, strict=True):
+        history.add(OK if r.error is None else outcome_of(r.error), ACK, worker, queue, id=m.id, lease_id=m.lease_id)
+
+
 def create_queues(targets: Targets, queues: Sequence[QueueSpec], settings: QueueSettings,
                   timeout_s: float) -> None:
     """Create every queue (idempotent), retrying until `timeout_s`."""
@@ -394,18 +409,20 @@ def create_queues(targets: Targets, queues: Sequence[QueueSpec], settings: Queue
 
 def drain(targets: Targets, queues: Sequence[str], history: History, *, visibility_timeout_ms: int,
           timeout_s: float, batch: int = 100) -> dict[str, int]:
-    """Dequeue and ack (by lease) every queue until it is empty or `timeout_s` passed.
+    """Dequeue and ack (by lease, a batch at a time) every queue until it is empty, or
+    until it gave nothing for `timeout_s` (the clock restarts with every message received:
+    a slow machine drains slowly, it does not stop early).
 
     Messages leased by consumers that died come back when their leases end, so
     `timeout_s` must exceed the visibility timeout. Returns what each queue still held.
     """
-    deadline = time.monotonic() + timeout_s
     left = {q: -1 for q in queues}
     for q in queues:
-        while time.monotonic() < deadline:
+        deadline = [time.monotonic() + timeout_s]  # moved on by `_drain_one` at each message
+        while time.monotonic() < deadline[0]:
             with DoqClient(targets.pick(), timeout_s=10.0) as client:
                 try:
-                    left[q] = _drain_one(client, q, history, visibility_timeout_ms, deadline, batch)
+                    left[q] = _drain_one(client, q, history, visibility_timeout_ms, deadline, batch, timeout_s)
                 except DoqClientError:
                     time.sleep(0.2)
                     continue
@@ -415,17 +432,18 @@ def drain(targets: Targets, queues: Sequence[str], history: History, *, visibili
 
 
 def _drain_one(client: DoqClient, queue: str, history: History, visibility_timeout_ms: int,
-               deadline: float, batch: int) -> int:
-    while time.monotonic() < deadline:
-        wait_ms = int(max(0.0, min(1.0, deadline - time.monotonic())) * 1000)
+               deadline: list[float], batch: int, timeout_s: float) -> int:
+    while time.monotonic() < deadline[0]:
+        wait_ms = int(max(0.0, min(1.0, deadline[0] - time.monotonic())) * 1000)
         msgs = client.dequeue(queue, max_messages=batch, wait_ms=wait_ms,
                               visibility_timeout_ms=visibility_timeout_ms)
         for m in msgs:
             history.add(OK, DELIVER, "drain", queue, payload=m.content.decode(), id=m.id,
                         lease_id=m.lease_id, lease_expires_at_ms=m.lease_expires_at_ms,
                         visibility_timeout_ms=visibility_timeout_ms)
-            ack_unary(client, history, "drain", queue, m.id, m.lease_id)
         if msgs:
+            deadline[0] = time.monotonic() + timeout_s
+            _ack_batch(client, history, "drain", queue, msgs)
             continue
         s = client.get_queue(queue).stats
         if s.ready + s.delayed + s.in_flight == 0:
