@@ -45,7 +45,7 @@ def test_three_pods_form_the_cluster_and_the_leader_label_follows_the_leader(tmp
     make_credentials(tmp_path / "k8s")
     pods_in_api = {(NS, f"doq-{i}"): dict(pod_labels) for i in range(3)}
     with fake_kube_api(tmp_path / "k8s", pods_in_api) as (api, sa):
-        local = LocalStatefulSet(sts, tmp_path / "pods", {
+        local = LocalStatefulSet(sts, tmp_path / "pods", secrets=d.secrets, api_env={
             "KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(api.port),
             "DOQ_K8S_SERVICE_ACCOUNT_DIR": str(sa)})
         pods = local.pods()

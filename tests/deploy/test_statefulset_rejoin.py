@@ -127,7 +127,7 @@ def statefulset(tmp_path: Path) -> Iterator[Pods]:
     pod_labels = d.pod_template["metadata"]["labels"]
     make_credentials(tmp_path / "k8s")
     with fake_kube_api(tmp_path / "k8s", {(NS, n): dict(pod_labels) for n in NAMES}) as (api, sa):
-        local = LocalStatefulSet(sts, tmp_path / "pods", {
+        local = LocalStatefulSet(sts, tmp_path / "pods", secrets=d.secrets, api_env={
             "KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(api.port),
             "DOQ_K8S_SERVICE_ACCOUNT_DIR": str(sa)})
         pods = local.pods()
