@@ -369,7 +369,7 @@ def _tls_new_ca() -> tuple[str, str]:
 
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "doq cluster CA")])
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(minutes=5))
@@ -401,7 +401,7 @@ def _tls_issue(ca_cert_pem: str, ca_key_pem: str, pod: str, hosts: list[str]) ->
             names.append(x509.IPAddress(ipaddress.ip_address(h)))
         except ValueError:
             names.append(x509.DNSName(h))
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     cert = (x509.CertificateBuilder()
             .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, pod)]))
             .issuer_name(ca.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
@@ -420,7 +420,7 @@ def _tls_expires_soon(cert_pem: str) -> bool:
     from cryptography import x509
 
     left = x509.load_pem_x509_certificate(cert_pem.encode()).not_valid_after_utc - datetime.datetime.now(
-        datetime.timezone.utc)
+        datetime.UTC)
     return left < datetime.timedelta(days=RENEW_DAYS)
 
 
@@ -512,14 +512,19 @@ def tls_secret(s: Settings, ns: pulumi.Input[str], tls: ClusterTls) -> k8s.core.
             out[f"{pod}.crt"], out[f"{pod}.key"] = certs[pod], keys[pod]
         return out
 
+    data: pulumi.Output[Any] = pulumi.Output.all(tls.ca_cert, tls.certs, tls.keys).apply(files)
     return k8s.core.v1.Secret("doq-tls-secret", metadata=metadata(ns, TLS_SECRET), type="Opaque",
-                              string_data=pulumi.Output.secret(pulumi.Output.all(tls.ca_cert, tls.certs, tls.keys)
-                                                               .apply(files)))
+                              string_data=pulumi.Output.secret(data))
 
 
 def admin_key_secret(ns: pulumi.Input[str], key: AdminKey) -> k8s.core.v1.Secret:
     return k8s.core.v1.Secret("doq-admin-key-secret", metadata=metadata(ns, ADMIN_KEY_SECRET), type="Opaque",
-                              string_data={ADMIN_KEY_FILE: pulumi.Output.secret(key.token)})
+                              string_data={ADMIN_KEY_FILE: pulumi.Output.secret(_any(key.token))})
+
+
+def _any(value: pulumi.Output[Any]) -> pulumi.Output[Any]:
+    """`value` as it is (mypy infers no type parameter for `Output.secret` of an Output[str])."""
+    return value
 
 
 def network_policy(s: Settings, ns: pulumi.Input[str]) -> k8s.networking.v1.NetworkPolicy:
@@ -676,7 +681,7 @@ def main() -> dict[str, Any]:
     pulumi.export("clusterStatus", f"kubectl -n {s.namespace} exec {pod_name(0)} -- doq cluster status "
                                    f"--server https://{local} --ca-file {TLS_MOUNT}/ca.crt")
     pulumi.export("caCert", tls.ca_cert)  # public: clients verify the nodes with it (--ca-file)
-    pulumi.export("adminKey", pulumi.Output.secret(admin.token))  # `pulumi stack output adminKey --show-secrets`
+    pulumi.export("adminKey", pulumi.Output.secret(_any(admin.token)))  # `pulumi stack output adminKey --show-secrets`
     return {"settings": s, "service_account": sa, "role": r, "role_binding": binding, "internal_service": internal,
             "stateful_set": sts, "leader_service": leader, "pdb": pdb, "cluster_tls": tls, "admin_key": admin,
             "tls_secret": tls_sec, "admin_key_secret": admin_sec, "network_policy": policy}
