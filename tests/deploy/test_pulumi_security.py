@@ -7,6 +7,10 @@ NetworkPolicy of the Raft port, and what a later `pulumi up` keeps or replaces."
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -191,3 +195,68 @@ def test_a_certificate_about_to_expire_is_issued_again_at_the_next_up(default: D
     assert new["doq-1.crt"] != short and new["ca.crt"] == tls["ca_cert"]
     assert _cert(new["doq-1.crt"]).not_valid_after_utc > _cert(short).not_valid_after_utc
     assert new["doq-0.crt"] == default.secrets["doq-tls"]["doq-0.crt"]  # the others kept
+
+
+_RUN_AS_MAIN = '''
+import asyncio, json, sys
+import pulumi
+
+found = {}
+
+class Mocks(pulumi.runtime.Mocks):
+    def new_resource(self, args):
+        inputs = dict(args.inputs)
+        if args.typ == "pulumi-python:dynamic:Resource":
+            p = inputs["__provider"]
+            found[args.name] = p["value"] if isinstance(p, dict) else p
+            return args.name, {"ca_cert": "", "certs": {}, "keys": {}, "token": "", "key_id": ""}
+        return args.name + "-id", inputs
+
+    def call(self, args):
+        return {}, None
+
+asyncio.set_event_loop(asyncio.new_event_loop())
+pulumi.runtime.set_mocks(Mocks(), project="doq", stack="test", preview=False)
+import __main__
+code = compile(open(sys.argv[1]).read(), sys.argv[1], "exec")
+
+@pulumi.runtime.test
+def run():
+    exec(code, __main__.__dict__)  # as `pulumi up` runs the program: the module __main__
+    return pulumi.Output.from_input(None)
+
+run()
+print(json.dumps(found))
+'''
+
+_PROVIDER_HOST = '''
+import base64, json, sys, dill
+found = json.loads(sys.stdin.read())
+tls = dill.loads(base64.b64decode(found["doq-cluster-tls"]))
+news = {"nodes": {"doq-0": ["doq-0", "127.0.0.1"]}, "ca_generation": 1}
+made = tls.create(news)
+grown = tls.update(made.id, made.outs, {"nodes": {**news["nodes"], "doq-1": ["doq-1"]}, "ca_generation": 1}).outs
+admin = dill.loads(base64.b64decode(found["doq-admin-key"])).create({})
+print(json.dumps({"made": made.outs, "changes": tls.diff(made.id, made.outs, news).changes, "grown": grown,
+                  "admin": admin.outs}))
+'''
+
+
+def test_the_providers_run_where_pulumi_runs_them(tmp_path: Path) -> None:
+    """`pulumi up` runs the program as the module __main__ and its dynamic providers in
+    Pulumi's provider host, another process that has not the program: each provider is
+    serialized (dill) with everything it needs and works there."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # not this repository
+    program = subprocess.run([sys.executable, "-c", _RUN_AS_MAIN, str(ROOT / "pulumi" / "__main__.py")],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert program.returncode == 0, program.stderr
+    host = subprocess.run([sys.executable, "-c", _PROVIDER_HOST], input=program.stdout, cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert host.returncode == 0, host.stderr
+    got = json.loads(host.stdout)
+    ca = _cert(got["made"]["ca_cert"])
+    _cert(got["made"]["certs"]["doq-0"]).verify_directly_issued_by(ca)
+    assert got["changes"] is False  # the same inputs: nothing to do
+    assert got["grown"]["ca_cert"] == got["made"]["ca_cert"] and sorted(got["grown"]["certs"]) == ["doq-0", "doq-1"]
+    assert got["grown"]["certs"]["doq-0"] == got["made"]["certs"]["doq-0"]
+    assert key_id_of(got["admin"]["token"]) == got["admin"]["key_id"]
