@@ -8,8 +8,11 @@ certificate (while a pod certificate gets through: the control)."""
 
 from __future__ import annotations
 
+import json
+import shlex
 import socket
 import ssl
+import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -108,6 +111,21 @@ def test_the_pods_form_a_secure_cluster_and_refuse_whoever_has_no_key_or_certifi
                 servers = stub.ListServers(pb.ListServersRequest(), timeout=10,
                                            metadata=[("authorization", f"Bearer {key}")]).servers
                 assert sorted(s.id for s in servers) == NAMES
+
+            # the `clusterStatus` output's command, run as `kubectl exec doq-0 --` runs it: in
+            # the pod's environment ($DOQ_KEY), its ports and the Secret's mount mapped here
+            [tls_mount] = [v["value"] for v in c["env"] if v["name"] == "DOQ_K8S_TLS_DIR"]
+            argv = shlex.split(d.outputs["clusterStatus"].split(" -- ", 1)[1])
+            argv = [a.replace("127.0.0.1:8000", f"127.0.0.1:{http['doq-0']}")
+                    .replace(tls_mount, doq0.env["DOQ_K8S_TLS_DIR"]) for a in argv]
+            assert argv[0] == "doq" and doq0.env["DOQ_K8S_TLS_DIR"] in " ".join(argv)
+            status = subprocess.run(argv + ["--json"], env=doq0.env, capture_output=True, text=True, timeout=60)
+            assert status.returncode == 0, status.stderr
+            voters = sorted(m["node_id"] for m in json.loads(status.stdout)["members"] if m["role"] == "voter")
+            assert voters == NAMES
+            without_key = subprocess.run(argv, env={k: v for k, v in doq0.env.items() if k != "DOQ_KEY"},
+                                         capture_output=True, text=True, timeout=60)
+            assert without_key.returncode != 0 and "401" in without_key.stderr + without_key.stdout
 
             # a client that trusts another CA cannot connect; plain HTTP gets no answer
             other_ca, _ = generate_ca()
