@@ -27,7 +27,7 @@ with a new store; when all disks are lost every replica answers "empty" and a ne
 forms, the only way forward. The decision's inputs are durable: the seed's bootstrap
 writes its store (rule 1 from then on), a join records the cluster (rule 2).
 
-Secure pods (docs/deploy.md, "Keys and certificates"): with `--tls-secret-dir DIR` (the
+Secure pods (docs/deploy.md, "Keys and certificates in Kubernetes"): with `--tls-secret-dir DIR` (the
 Secret the Pulumi program mounts: `ca.crt`, `<node id>.crt`, `<node id>.key`) the pod's
 certificate and the cluster CA certificate are installed as the node's `tls/` before
 anything else (`install_tls`: replaced at every start, so a rotated Secret takes effect on
@@ -193,12 +193,11 @@ def plan(config: ServeConfig, seed: str, *, local: LocalStore | None = None,
     own = base_url(config.member_addrs().http_addr)
     others = [a for a in config.join if base_url(a) != own]
     is_seed = config.node_id == seed
-    if probe is None and is_seed and not local.has_data and not local.cluster_id and others:
-        probe = identity_probe(config)
+    asks = is_seed and not local.has_data and not local.cluster_id and bool(others)
+    ask = probe or (identity_probe(config) if asks else get_identity)
     next_log = 0.0
     while True:
-        answers = probe_all(others, probe) if probe is not None and is_seed and not local.has_data \
-            and not local.cluster_id else {}
+        answers = probe_all(others, ask) if asks else {}
         d = decide(is_seed=is_seed, local=local, answers=answers)
         if d.action != "wait":
             break
