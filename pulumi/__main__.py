@@ -344,7 +344,8 @@ def pod_spec(s: Settings, service_account: pulumi.Input[str]) -> k8s.core.v1.Pod
 #   replaces the CA and every certificate. Its private key is in no pod: pods cannot issue
 #   certificates, so only this stack can admit a member.
 # - AdminKey: the first admin key (`doq_<id>_<secret>`, as doq makes them). The bootstrap
-#   registers it (DOQ_ADMIN_KEY_FILE); it never changes with `pulumi up`.
+#   registers it (DOQ_ADMIN_KEY_FILE); it never changes with `pulumi up`. The pods get it
+#   unless the secret config doq:adminKey gives another (`admin_token`: how it is rotated).
 # The code is self-contained (no import of doq): dynamic providers are serialized with
 # the program and run by Pulumi's Python provider host.
 
@@ -517,9 +518,28 @@ def tls_secret(s: Settings, ns: pulumi.Input[str], tls: ClusterTls) -> k8s.core.
                               string_data=pulumi.Output.secret(data))
 
 
-def admin_key_secret(ns: pulumi.Input[str], key: AdminKey) -> k8s.core.v1.Secret:
+_TOKEN = re.compile(r"doq_[0-9a-f]{1,64}_[A-Za-z0-9_-]{16,}")
+
+
+def admin_token(cfg: pulumi.Config, generated: AdminKey) -> pulumi.Output[Any]:
+    """The admin key the pods get: `doq:adminKey` (secret config: a key made with `doq keys
+    create --scope admin`, to rotate the generated one), else the generated one."""
+    given = cfg.get_secret("adminKey")
+    if given is None:
+        return pulumi.Output.secret(_any(generated.token))
+
+    def check(token: str) -> str:
+        if not _TOKEN.fullmatch(token.strip()):
+            raise pulumi.RunError("doq:adminKey must be a doq key (doq_<id>_<secret>, from `doq keys create "
+                                  "--scope admin`); set it with `pulumi config set --secret doq:adminKey ...`")
+        return token.strip()
+
+    return pulumi.Output.secret(_any(given.apply(check)))
+
+
+def admin_key_secret(ns: pulumi.Input[str], token: pulumi.Output[Any]) -> k8s.core.v1.Secret:
     return k8s.core.v1.Secret("doq-admin-key-secret", metadata=metadata(ns, ADMIN_KEY_SECRET), type="Opaque",
-                              string_data={ADMIN_KEY_FILE: pulumi.Output.secret(_any(key.token))})
+                              string_data={ADMIN_KEY_FILE: token})
 
 
 def _any(value: pulumi.Output[Any]) -> pulumi.Output[Any]:
@@ -652,7 +672,8 @@ def disruption_budget(s: Settings, ns: pulumi.Input[str]) -> k8s.policy.v1.PodDi
 
 def main() -> dict[str, Any]:
     """Declare everything and export what a user needs; returns the resources by role."""
-    s = load_settings(pulumi.Config())
+    cfg = pulumi.Config()
+    s = load_settings(cfg)
     ns = namespace(s)
     sa = service_account(s, ns)
     r = role(s, ns)
@@ -662,7 +683,8 @@ def main() -> dict[str, Any]:
                      s.ca_generation)
     admin = AdminKey("doq-admin-key")
     tls_sec = tls_secret(s, ns, tls)
-    admin_sec = admin_key_secret(ns, admin)
+    token = admin_token(cfg, admin)
+    admin_sec = admin_key_secret(ns, token)
     policy = network_policy(s, ns)
     sts = stateful_set(s, ns, sa, after=[internal, binding, tls_sec, admin_sec])
     leader = leader_service(s, ns, after=[sts])
@@ -681,7 +703,7 @@ def main() -> dict[str, Any]:
     pulumi.export("clusterStatus", f"kubectl -n {s.namespace} exec {pod_name(0)} -- doq cluster status "
                                    f"--server https://{local} --ca-file {TLS_MOUNT}/ca.crt")
     pulumi.export("caCert", tls.ca_cert)  # public: clients verify the nodes with it (--ca-file)
-    pulumi.export("adminKey", pulumi.Output.secret(_any(admin.token)))  # `pulumi stack output adminKey --show-secrets`
+    pulumi.export("adminKey", token)  # `pulumi stack output adminKey --show-secrets`
     return {"settings": s, "service_account": sa, "role": r, "role_binding": binding, "internal_service": internal,
             "stateful_set": sts, "leader_service": leader, "pdb": pdb, "cluster_tls": tls, "admin_key": admin,
             "tls_secret": tls_sec, "admin_key_secret": admin_sec, "network_policy": policy}

@@ -260,3 +260,17 @@ def test_the_providers_run_where_pulumi_runs_them(tmp_path: Path) -> None:
     assert got["grown"]["ca_cert"] == got["made"]["ca_cert"] and sorted(got["grown"]["certs"]) == ["doq-0", "doq-1"]
     assert got["grown"]["certs"]["doq-0"] == got["made"]["certs"]["doq-0"]
     assert key_id_of(got["admin"]["token"]) == got["admin"]["key_id"]
+
+
+def test_the_admin_key_is_rotated_with_the_secret_config_doq_admin_key(default: Deployment) -> None:
+    """`doq keys create --scope admin` on the cluster, `pulumi config set --secret
+    doq:adminKey KEY`: the pods get that key (the generated one stays in the stack)."""
+    new = "doq_0123456789ab_" + "k" * 43
+    rotated = deploy({"adminKey": new}, previous=default)
+    assert rotated.secrets["doq-admin-key"]["admin.key"] == new == rotated.outputs["adminKey"]
+    assert rotated.secrets["doq-tls"] == default.secrets["doq-tls"] and rotated.updated == []
+    env = kubelet_env(rotated.container, "doq-1", NS, rotated.secrets)
+    assert env["DOQ_KEY"] == new
+    with pytest.raises(Exception, match="doq:adminKey must be a doq key") as e:
+        deploy({"adminKey": "not-a-key-s3cr3t"})
+    assert "s3cr3t" not in str(e.value)
