@@ -7,6 +7,7 @@ import argparse
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from doq import __version__
@@ -40,6 +41,8 @@ def _cmd_k8s_start(ns: argparse.Namespace) -> int:
         level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
+        if tls_dir := ns.tls_secret_dir or os.environ.get("DOQ_K8S_TLS_DIR"):
+            k8s_start.install_tls(config, Path(tls_dir))
         config, decision = k8s_start.plan(config, seed)
     except ValueError as e:
         print(f"doq k8s-start: {e}", file=sys.stderr)
@@ -113,6 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_arguments(k8s)
     k8s.add_argument("--seed", default=None, help="node id of the pod that may bootstrap (env DOQ_SEED; "
                                                   "default: ordinal 0 of --node-id, e.g. doq-0)")
+    k8s.add_argument("--tls-secret-dir", default=None,
+                     help="directory of the cluster's TLS Secret (ca.crt, NODE_ID.crt, NODE_ID.key), installed "
+                          "as this node's tls/ at every start (env DOQ_K8S_TLS_DIR; docs/deploy.md)")
     k8s.set_defaults(func=_cmd_k8s_start)
     from doq.bench import cli as bench_cli
 

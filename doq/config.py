@@ -40,6 +40,7 @@ class ServeConfig:
     tls_cert: str = ""  # client ports' certificate file (none: the node's, from the cluster CA)
     tls_key: str = ""
     join_token: str = field(default="", repr=False)  # a secret: enrolls in a secure cluster (doq/tls/enrollment.py)
+    admin_key_file: str = ""  # the first admin key, provided (doq/auth/bootstrap.py)
     max_data_size: int = DEFAULT_MAP_SIZE  # the LMDB map: the most the store may hold
     disk_free_limit: int = 64 << 20  # free disk under which writes that grow the state stop
     max_connections: int = 1000  # as doq.service.limits.Limits (the HTTP connection limits)
@@ -87,6 +88,9 @@ _HELP = {
     "tls_key": "private key (PEM) of --tls-cert",
     "join_token": "with --join: a token from `doq join-token create` that enrolls this node in a "
                   "secure cluster (it gets the cluster CA); prefer the environment variable",
+    "admin_key_file": "a file holding an admin key (`doq_...`, e.g. a mounted Kubernetes Secret): "
+                      "a secure node that leads a cluster without any key registers it as the first "
+                      "admin key, instead of generating DATA_DIR/admin.key",
     "max_data_size": "the most this node's store (state and Raft log) may hold, e.g. 16MiB or "
                      "64GiB; near it, writes that grow the state are refused (retryable) until "
                      "space is freed",

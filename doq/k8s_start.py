@@ -26,6 +26,13 @@ answer with the cluster and the seed joins it — and is replaced as a member th
 with a new store; when all disks are lost every replica answers "empty" and a new cluster
 forms, the only way forward. The decision's inputs are durable: the seed's bootstrap
 writes its store (rule 1 from then on), a join records the cluster (rule 2).
+
+Secure pods (docs/deploy.md, "Keys and certificates in Kubernetes"): with `--tls-secret-dir DIR` (the
+Secret the Pulumi program mounts: `ca.crt`, `<node id>.crt`, `<node id>.key`) the pod's
+certificate and the cluster CA certificate are installed as the node's `tls/` before
+anything else (`install_tls`: replaced at every start, so a rotated Secret takes effect on
+the next restart; no CA key is ever there), and the seed asks the other replicas over
+HTTPS, verifying them with that CA.
 """
 
 from __future__ import annotations
@@ -35,11 +42,18 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Literal
 
-from doq.cluster_client import ClusterError, base_url, get_identity
+from doq.auth.mode import runs_secure
+from doq.cluster_client import ClusterError, base_url, get_identity, request_json
 from doq.config import ServeConfig
 from doq.node.cluster import NodeIdentity
+from doq.node.cluster_wire import identity_from_json
+from doq.storage.env import node_dir
+from doq.storage.files import private_dir, write_private
+from doq.tls.certs import CA_CERT, CA_KEY, NODE_CERT, NODE_KEY, TLS_DIR
+from doq.tls.creds import ssl_client_context
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +110,51 @@ def default_seed(node_id: str) -> str:
     return f"{m[1]}-0"
 
 
+def install_tls(config: ServeConfig, secret_dir: Path) -> Path:
+    """Install the cluster TLS material mounted at `secret_dir` (`ca.crt`, `<node id>.crt`,
+    `<node id>.key`: one Secret for every pod) as this node's NODE_DIR/tls (`ca.crt`,
+    `node.crt`, `node.key`; the directory 0700, the files 0600), replacing what was there,
+    and remove a `ca.key` left there: the CA key stays where the Secret was made. Returns
+    the CA certificate's path. Raises ValueError naming a missing file (never a content)."""
+    sources = {CA_CERT: secret_dir / CA_CERT, NODE_CERT: secret_dir / f"{config.node_id}.crt",
+               NODE_KEY: secret_dir / f"{config.node_id}.key"}
+    data = {}
+    for name, src in sources.items():
+        try:
+            data[name] = src.read_bytes()
+        except OSError as e:
+            raise ValueError(f"--tls-secret-dir: cannot read {src} ({type(e).__name__}): the Secret "
+                             f"needs ca.crt, {config.node_id}.crt and {config.node_id}.key") from None
+    directory = private_dir(node_dir(config.data_dir, config.node_id)) / TLS_DIR
+    private_dir(directory)
+    for name, content in data.items():
+        write_private(directory / name, content)
+    (directory / CA_KEY).unlink(missing_ok=True)
+    return directory / CA_CERT
+
+
+def identity_probe(config: ServeConfig) -> Callable[[str], NodeIdentity]:
+    """How the seed asks another replica `GET /cluster/identity`: plain HTTP when the node
+    does not run secure, else HTTPS verified with the cluster CA in NODE_DIR/tls (ValueError
+    if there is none: the answer of a replica could not be trusted)."""
+    if not runs_secure(config):
+        return get_identity
+    ca_file = node_dir(config.data_dir, config.node_id) / TLS_DIR / CA_CERT
+    if not ca_file.exists():
+        raise ValueError(f"{config.node_id} runs secure but has no cluster CA ({ca_file}) to verify the other "
+                         "replicas with: give the Secret's directory with --tls-secret-dir")
+    ctx = ssl_client_context(ca_file=ca_file)
+
+    def probe(addr: str) -> NodeIdentity:
+        answer = request_json(addr, "GET", "/cluster/identity", timeout_s=3.0, ssl_context=ctx)
+        try:
+            return identity_from_json(answer.body)
+        except ValueError as e:
+            raise ClusterError(0, "BAD_ANSWER", f"{addr}: {e}") from None
+
+    return probe
+
+
 def local_store(config: ServeConfig) -> LocalStore:
     """Read the pod's volume (without creating anything: an absent store is empty)."""
     from doq.node import store_identity
@@ -124,18 +183,21 @@ def probe_all(addrs: list[str], probe: Callable[[str], NodeIdentity]) -> dict[st
 
 
 def plan(config: ServeConfig, seed: str, *, local: LocalStore | None = None,
-         probe: Callable[[str], NodeIdentity] = get_identity,
+         probe: Callable[[str], NodeIdentity] | None = None,
          sleep: Callable[[float], None] = time.sleep,
          monotonic: Callable[[], float] = time.monotonic) -> tuple[ServeConfig, Decision]:
     """Decide (waiting as long as `decide` says "wait") and return the config to serve with:
-    the join list dropped for a bootstrap, the cluster id set for a join."""
+    the join list dropped for a bootstrap, the cluster id set for a join. `probe` (default
+    `identity_probe(config)`) asks one replica its identity."""
     local = local_store(config) if local is None else local
     own = base_url(config.member_addrs().http_addr)
     others = [a for a in config.join if base_url(a) != own]
     is_seed = config.node_id == seed
+    asks = is_seed and not local.has_data and not local.cluster_id and bool(others)
+    ask = probe or (identity_probe(config) if asks else get_identity)
     next_log = 0.0
     while True:
-        answers = probe_all(others, probe) if is_seed and not local.has_data and not local.cluster_id else {}
+        answers = probe_all(others, ask) if asks else {}
         d = decide(is_seed=is_seed, local=local, answers=answers)
         if d.action != "wait":
             break

@@ -18,7 +18,7 @@ import grpc
 import lmdb
 
 from doq.auth.authorizer import Authorizer
-from doq.auth.bootstrap import ensure_admin_key
+from doq.auth.bootstrap import ensure_admin_key, read_admin_key_file
 from doq.auth.grpc_door import AuditInterceptor, AuthInterceptor
 from doq.auth.mode import keys_required
 from doq.config import ServeConfig
@@ -300,6 +300,10 @@ async def serve(config: ServeConfig, *, ready: asyncio.Event | None = None) -> N
         leader_label = k8s_leader.from_env()  # None unless DOQ_K8S_LEADER_LABEL is set
     except k8s_leader.K8sConfigError as e:
         raise StartupError(str(e)) from None
+    try:
+        provided_key = read_admin_key_file(config.admin_key_file)
+    except ValueError as e:
+        raise StartupError(str(e)) from None
     rt = await open_runtime(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -320,7 +324,8 @@ async def serve(config: ServeConfig, *, ready: asyncio.Event | None = None) -> N
         await rt.node.stop()
         rt.close(discard=True)
         raise
-    admin_key = asyncio.create_task(ensure_admin_key(rt.node, config.data_dir)) if authz.required else None
+    admin_key = asyncio.create_task(ensure_admin_key(rt.node, config.data_dir, provided=provided_key)) \
+        if authz.required else None
     log.info(
         "doq node %s serving gRPC on %s (port %d), HTTP on %s; data in %s",
         config.node_id, config.grpc_addr, listeners.grpc_port, config.http_addr, config.data_dir,

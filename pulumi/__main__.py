@@ -13,18 +13,27 @@
   on its own pod (doq/node/k8s_leader.py) through a Role that allows only get/patch on
   these pods.
 - PodDisruptionBudget keeping a quorum; pods spread across nodes; non-root, read-only root
-  filesystem; probes on /livez and /readyz.
+  filesystem; probes on /livez and /readyz over HTTPS.
+- Secure by default: at the first `pulumi up` the program generates (with `cryptography`)
+  the cluster CA, one certificate per pod and the first admin key; they live in the stack's
+  state as Pulumi secrets. The pods get the CA certificate and the pod certificates (Secret
+  `doq-tls`) and the admin key (Secret `doq-admin-key`); the CA's private key never leaves
+  the stack. A NetworkPolicy lets only doq pods reach the Raft port.
 
 Stack config (`pulumi config set doq:KEY VALUE`): see `load_settings` and README.md.
 """
 
 from __future__ import annotations
 
+import datetime
+import ipaddress
 import re
+import secrets
 from dataclasses import dataclass
 from typing import Any
 
 import pulumi
+import pulumi.dynamic
 import pulumi_kubernetes as k8s
 
 APP = "doq"
@@ -33,6 +42,12 @@ LEADER_SERVICE = "doq"
 LEADER_LABEL = "doq.io/leader"  # what the leader sets on its own pod (value "true")
 DEFAULT_IMAGE = "doq:0.1.0"  # the Dockerfile at the repository root, tagged with the package version
 DATA_DIR = "/var/lib/doq"
+TLS_SECRET = "doq-tls"  # ca.crt, and <pod>.crt / <pod>.key for every pod
+ADMIN_KEY_SECRET = "doq-admin-key"  # admin.key: the first admin key
+TLS_MOUNT = "/etc/doq/tls"  # `doq k8s-start --tls-secret-dir` installs the pod's files from here
+ADMIN_KEY_MOUNT = "/etc/doq/admin"
+ADMIN_KEY_FILE = "admin.key"
+SECRET_FILE_MODE = 0o440  # owner root, group the pod's fsGroup (the doq user): read only
 UID = 10001  # the image's non-root user (Dockerfile)
 # Kubelet's health checks: the paths the HTTP gateway serves.
 LIVENESS_PATH = "/livez"
@@ -75,6 +90,7 @@ class Settings:
     election_timeout_ms: int = 1000
     spread: str = "required"  # one pod per node: "required", or "preferred" (small clusters)
     log_level: str = "info"
+    ca_generation: int = 1  # raise it to replace the cluster CA and every pod certificate
 
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -110,6 +126,7 @@ def load_settings(cfg: pulumi.Config) -> Settings:
         election_timeout_ms=number("electionTimeoutMs", d.election_timeout_ms),
         spread=text("spread", d.spread),
         log_level=text("logLevel", d.log_level),
+        ca_generation=number("caGeneration", d.ca_generation),
     )
     _check(s)
     return s
@@ -138,6 +155,8 @@ def _check(s: Settings) -> None:
         raise pulumi.RunError(f"doq:storageSize must be at least 100Mi, got {s.storage_size!r}")
     if s.log_level not in ("debug", "info", "warning", "error"):
         raise pulumi.RunError(f"doq:logLevel must be debug, info, warning or error, got {s.log_level!r}")
+    if s.ca_generation < 1:
+        raise pulumi.RunError(f"doq:caGeneration must be an integer >= 1, got {s.ca_generation}")
 
 
 # -- names and numbers derived from the settings ----------------------------------------
@@ -209,9 +228,17 @@ def container_env(s: Settings) -> list[k8s.core.v1.EnvVarArgs]:
         env(name="DOQ_RAFT_ADDR", value=f"0.0.0.0:{s.raft_port}"),
         env(name="DOQ_ADVERTISE_HOST", value=pod_host(s, "$(DOQ_NODE_ID)")),
         env(name="DOQ_JOIN", value=join_addrs(s)),
-        # pods bind 0.0.0.0, which makes doq secure by default (docs/security.md); until this
-        # program hands the pods the cluster CA (a Secret) and probes over HTTPS, it says so
-        env(name="DOQ_INSECURE", value="1"),
+        # TLS on every port, mutual TLS between the pods, client keys required (pods bind
+        # 0.0.0.0, which is secure anyway: said explicitly)
+        env(name="DOQ_SECURE", value="1"),
+        # the pod's certificate and the CA certificate, installed by `doq k8s-start`
+        env(name="DOQ_K8S_TLS_DIR", value=TLS_MOUNT),
+        # the bootstrap registers this key as the first admin key (none is generated)
+        env(name="DOQ_ADMIN_KEY_FILE", value=f"{ADMIN_KEY_MOUNT}/{ADMIN_KEY_FILE}"),
+        # the key a pod joins with (`POST /cluster/join` is an admin action), and that
+        # `kubectl exec ... doq ...` commands use
+        env(name="DOQ_KEY", value_from=k8s.core.v1.EnvVarSourceArgs(secret_key_ref=k8s.core.v1.SecretKeySelectorArgs(
+            name=ADMIN_KEY_SECRET, key=ADMIN_KEY_FILE))),
         env(name="DOQ_ELECTION_TIMEOUT_MS", value=str(s.election_timeout_ms)),
         env(name="DOQ_LOG_LEVEL", value=s.log_level),
         env(name="DOQ_MAX_DATA_SIZE", value=str(max_data_size(s.storage_size))),
@@ -222,8 +249,9 @@ def container_env(s: Settings) -> list[k8s.core.v1.EnvVarArgs]:
 
 
 def _http_probe(path: str, *, period_s: int, timeout_s: int, failures: int) -> k8s.core.v1.ProbeArgs:
+    """An HTTPS GET of `path` (kubelet does not verify the certificate; no key needed)."""
     return k8s.core.v1.ProbeArgs(
-        http_get=k8s.core.v1.HTTPGetActionArgs(path=path, port="http"),
+        http_get=k8s.core.v1.HTTPGetActionArgs(path=path, port="http", scheme="HTTPS"),
         period_seconds=period_s, timeout_seconds=timeout_s, failure_threshold=failures,
     )
 
@@ -259,7 +287,9 @@ def container(s: Settings) -> k8s.core.v1.ContainerArgs:
             allow_privilege_escalation=False, capabilities=k8s.core.v1.CapabilitiesArgs(drop=["ALL"]),
         ),
         volume_mounts=[k8s.core.v1.VolumeMountArgs(name="data", mount_path=DATA_DIR),
-                       k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp")],
+                       k8s.core.v1.VolumeMountArgs(name="tmp", mount_path="/tmp"),
+                       k8s.core.v1.VolumeMountArgs(name="tls", mount_path=TLS_MOUNT, read_only=True),
+                       k8s.core.v1.VolumeMountArgs(name="admin-key", mount_path=ADMIN_KEY_MOUNT, read_only=True)],
     )
 
 
@@ -294,9 +324,246 @@ def pod_spec(s: Settings, service_account: pulumi.Input[str]) -> k8s.core.v1.Pod
             label_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector_labels()),
         )],
         containers=[container(s)],
-        volumes=[k8s.core.v1.VolumeArgs(
-            name="tmp", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(size_limit="256Mi"))],
+        volumes=[
+            k8s.core.v1.VolumeArgs(name="tmp", empty_dir=k8s.core.v1.EmptyDirVolumeSourceArgs(size_limit="256Mi")),
+            k8s.core.v1.VolumeArgs(name="tls", secret=k8s.core.v1.SecretVolumeSourceArgs(
+                secret_name=TLS_SECRET, default_mode=SECRET_FILE_MODE)),
+            k8s.core.v1.VolumeArgs(name="admin-key", secret=k8s.core.v1.SecretVolumeSourceArgs(
+                secret_name=ADMIN_KEY_SECRET, default_mode=SECRET_FILE_MODE)),
+        ],
     )
+
+
+# -- keys and certificates: generated by `pulumi up`, kept in the stack as secrets -------
+#
+# Two dynamic resources (their code runs in `pulumi up`, with `cryptography`; the results
+# are stored in the stack's state, encrypted as Pulumi secrets):
+# - ClusterTls: the cluster CA and one certificate per pod. Created once; `pulumi up`
+#   issues certificates for new pods (scale up) and again for pods whose names changed or
+#   whose certificate expires within RENEW_DAYS, with the same CA; a new doq:caGeneration
+#   replaces the CA and every certificate. Its private key is in no pod: pods cannot issue
+#   certificates, so only this stack can admit a member.
+# - AdminKey: the first admin key (`doq_<id>_<secret>`, as doq makes them). The bootstrap
+#   registers it (DOQ_ADMIN_KEY_FILE); it never changes with `pulumi up`. The pods get it
+#   unless the secret config doq:adminKey gives another (`admin_token`: how it is rotated).
+# The code is self-contained (no import of doq): dynamic providers are serialized with
+# the program and run by Pulumi's Python provider host.
+
+CA_DAYS = 3650
+NODE_DAYS = 825
+RENEW_DAYS = 30
+
+
+def _tls_key_pem(key: Any) -> str:
+    from cryptography.hazmat.primitives import serialization
+
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption()).decode()
+
+
+def _tls_new_ca() -> tuple[str, str]:
+    """A self-signed ECDSA P-256 CA (as doq's own, doq/tls/certs.py): (cert PEM, key PEM)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "doq cluster CA")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=CA_DAYS))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                         content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                         key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .sign(key, hashes.SHA256()))
+    return cert.public_bytes(serialization.Encoding.PEM).decode(), _tls_key_pem(key)
+
+
+def _tls_issue(ca_cert_pem: str, ca_key_pem: str, pod: str, hosts: list[str]) -> tuple[str, str]:
+    """A certificate for `pod` (common name = the node id, which the peer door checks;
+    `hosts` as names), for server and client use: (cert PEM, key PEM)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    ca = x509.load_pem_x509_certificate(ca_cert_pem.encode())
+    ca_key = serialization.load_pem_private_key(ca_key_pem.encode(), password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    key = ec.generate_private_key(ec.SECP256R1())
+    names: list[x509.GeneralName] = []
+    for h in dict.fromkeys(hosts):
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(h)))
+        except ValueError:
+            names.append(x509.DNSName(h))
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, pod)]))
+            .issuer_name(ca.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(min(now + datetime.timedelta(days=NODE_DAYS), ca.not_valid_after_utc))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
+                           critical=False)
+            .add_extension(x509.SubjectAlternativeName(names), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    return cert.public_bytes(serialization.Encoding.PEM).decode(), _tls_key_pem(key)
+
+
+def _tls_expires_soon(cert_pem: str) -> bool:
+    from cryptography import x509
+
+    left = x509.load_pem_x509_certificate(cert_pem.encode()).not_valid_after_utc - datetime.datetime.now(
+        datetime.UTC)
+    return left < datetime.timedelta(days=RENEW_DAYS)
+
+
+def _tls_outputs(news: dict[str, Any], olds: dict[str, Any] | None) -> dict[str, Any]:
+    """The CA (kept from `olds` unless there are none or the generation changed) and a
+    certificate per pod of `news["nodes"]` (kept when its names are the same and it is not
+    about to expire)."""
+    same_ca = olds is not None and olds.get("ca_generation") == news["ca_generation"] and olds.get("ca_key")
+    if same_ca:
+        assert olds is not None
+        ca_cert, ca_key = olds["ca_cert"], olds["ca_key"]
+    else:
+        ca_cert, ca_key = _tls_new_ca()
+    certs, keys = {}, {}
+    for pod, hosts in news["nodes"].items():
+        if same_ca and olds is not None and olds["nodes"].get(pod) == hosts and pod in olds.get("certs", {}) \
+                and not _tls_expires_soon(olds["certs"][pod]):
+            certs[pod], keys[pod] = olds["certs"][pod], olds["keys"][pod]
+        else:
+            certs[pod], keys[pod] = _tls_issue(ca_cert, ca_key, pod, hosts)
+    return {"nodes": news["nodes"], "ca_generation": news["ca_generation"], "ca_cert": ca_cert, "ca_key": ca_key,
+            "certs": certs, "keys": keys}
+
+
+class _ClusterTlsProvider(pulumi.dynamic.ResourceProvider):
+    def create(self, props: dict[str, Any]) -> pulumi.dynamic.CreateResult:
+        return pulumi.dynamic.CreateResult(id_=f"doq-tls-{secrets.token_hex(8)}", outs=_tls_outputs(props, None))
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.DiffResult:
+        renew = any(_tls_expires_soon(c) for c in olds.get("certs", {}).values())
+        changed = olds.get("nodes") != news["nodes"] or olds.get("ca_generation") != news["ca_generation"]
+        return pulumi.dynamic.DiffResult(changes=changed or renew, replaces=[], delete_before_replace=False)
+
+    def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.UpdateResult:
+        return pulumi.dynamic.UpdateResult(outs=_tls_outputs(news, olds))
+
+
+class ClusterTls(pulumi.dynamic.Resource):
+    """The cluster CA and the pods' certificates (see above)."""
+
+    ca_cert: pulumi.Output[str]
+    ca_key: pulumi.Output[str]
+    certs: pulumi.Output[dict[str, str]]
+    keys: pulumi.Output[dict[str, str]]
+
+    def __init__(self, name: str, nodes: dict[str, list[str]], ca_generation: int,
+                 opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(_ClusterTlsProvider(), name,
+                         {"nodes": nodes, "ca_generation": ca_generation, "ca_cert": None, "ca_key": None,
+                          "certs": None, "keys": None},
+                         pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
+                             additional_secret_outputs=["ca_key", "keys"])))
+
+
+class _AdminKeyProvider(pulumi.dynamic.ResourceProvider):
+    def create(self, props: dict[str, Any]) -> pulumi.dynamic.CreateResult:
+        key_id = secrets.token_hex(6)  # as doq/auth/tokens.py: 12 hex digits, 256-bit secret
+        return pulumi.dynamic.CreateResult(id_=key_id, outs={"key_id": key_id,
+                                                            "token": f"doq_{key_id}_{secrets.token_urlsafe(32)}"})
+
+
+class AdminKey(pulumi.dynamic.Resource):
+    """The first admin key (see above)."""
+
+    key_id: pulumi.Output[str]
+    token: pulumi.Output[str]
+
+    def __init__(self, name: str, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(_AdminKeyProvider(), name, {"key_id": None, "token": None},
+                         pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(additional_secret_outputs=["token"])))
+
+
+def cert_hosts(s: Settings, pod: str) -> list[str]:
+    """The names a pod's certificate carries: its node id (the peer door's check), its
+    doq-internal names, the leader Service's names (clients reach the leader through it),
+    and loopback (`kubectl port-forward`, `kubectl exec`)."""
+    internal = pod_host(s, pod)
+    leader = f"{LEADER_SERVICE}.{s.namespace}.svc"
+    return [pod, internal, f"{internal}.cluster.local", LEADER_SERVICE, f"{LEADER_SERVICE}.{s.namespace}", leader,
+            f"{leader}.cluster.local", "localhost", "127.0.0.1", "::1"]
+
+
+def tls_secret(s: Settings, ns: pulumi.Input[str], tls: ClusterTls) -> k8s.core.v1.Secret:
+    """ca.crt, and <pod>.crt / <pod>.key for every pod: never the CA's key."""
+    def files(args: list[Any]) -> dict[str, str]:
+        ca_cert, certs, keys = args
+        out = {"ca.crt": ca_cert}
+        for pod in sorted(certs):
+            out[f"{pod}.crt"], out[f"{pod}.key"] = certs[pod], keys[pod]
+        return out
+
+    data: pulumi.Output[Any] = pulumi.Output.all(tls.ca_cert, tls.certs, tls.keys).apply(files)
+    return k8s.core.v1.Secret("doq-tls-secret", metadata=metadata(ns, TLS_SECRET), type="Opaque",
+                              string_data=pulumi.Output.secret(data))
+
+
+_TOKEN = re.compile(r"doq_[0-9a-f]{1,64}_[A-Za-z0-9_-]{16,}")
+
+
+def admin_token(cfg: pulumi.Config, generated: AdminKey) -> pulumi.Output[Any]:
+    """The admin key the pods get: `doq:adminKey` (secret config: a key made with `doq keys
+    create --scope admin`, to rotate the generated one), else the generated one."""
+    given = cfg.get_secret("adminKey")
+    if given is None:
+        return pulumi.Output.secret(_any(generated.token))
+
+    def check(token: str) -> str:
+        if not _TOKEN.fullmatch(token.strip()):
+            raise pulumi.RunError("doq:adminKey must be a doq key (doq_<id>_<secret>, from `doq keys create "
+                                  "--scope admin`); set it with `pulumi config set --secret doq:adminKey ...`")
+        return token.strip()
+
+    return pulumi.Output.secret(_any(given.apply(check)))
+
+
+def admin_key_secret(ns: pulumi.Input[str], token: pulumi.Output[Any]) -> k8s.core.v1.Secret:
+    return k8s.core.v1.Secret("doq-admin-key-secret", metadata=metadata(ns, ADMIN_KEY_SECRET), type="Opaque",
+                              string_data={ADMIN_KEY_FILE: token})
+
+
+def _any(value: pulumi.Output[Any]) -> pulumi.Output[Any]:
+    """`value` as it is (mypy infers no type parameter for `Output.secret` of an Output[str])."""
+    return value
+
+
+def network_policy(s: Settings, ns: pulumi.Input[str]) -> k8s.networking.v1.NetworkPolicy:
+    """Ingress of the doq pods: the Raft port only from doq pods; gRPC and HTTP (clients,
+    probes, the pods' own joins and forwarding) from anywhere, where TLS and keys guard them."""
+    def port(n: int) -> k8s.networking.v1.NetworkPolicyPortArgs:
+        return k8s.networking.v1.NetworkPolicyPortArgs(port=n, protocol="TCP")
+
+    doq_pods = k8s.networking.v1.NetworkPolicyPeerArgs(
+        pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector_labels()))
+    return k8s.networking.v1.NetworkPolicy("doq-network-policy", metadata=metadata(ns, APP),
+                                           spec=k8s.networking.v1.NetworkPolicySpecArgs(
+        pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector_labels()),
+        policy_types=["Ingress"],
+        ingress=[
+            k8s.networking.v1.NetworkPolicyIngressRuleArgs(from_=[doq_pods], ports=[port(s.raft_port)]),
+            k8s.networking.v1.NetworkPolicyIngressRuleArgs(ports=[port(s.grpc_port), port(s.http_port)]),
+        ],
+    ))
 
 
 # -- resources ---------------------------------------------------------------------------
@@ -405,13 +672,21 @@ def disruption_budget(s: Settings, ns: pulumi.Input[str]) -> k8s.policy.v1.PodDi
 
 def main() -> dict[str, Any]:
     """Declare everything and export what a user needs; returns the resources by role."""
-    s = load_settings(pulumi.Config())
+    cfg = pulumi.Config()
+    s = load_settings(cfg)
     ns = namespace(s)
     sa = service_account(s, ns)
     r = role(s, ns)
     binding = role_binding(s, ns, r, sa)
     internal = internal_service(s, ns)
-    sts = stateful_set(s, ns, sa, after=[internal, binding])
+    tls = ClusterTls("doq-cluster-tls", {pod_name(i): cert_hosts(s, pod_name(i)) for i in range(s.replicas)},
+                     s.ca_generation)
+    admin = AdminKey("doq-admin-key")
+    tls_sec = tls_secret(s, ns, tls)
+    token = admin_token(cfg, admin)
+    admin_sec = admin_key_secret(ns, token)
+    policy = network_policy(s, ns)
+    sts = stateful_set(s, ns, sa, after=[internal, binding, tls_sec, admin_sec])
     leader = leader_service(s, ns, after=[sts])
     pdb = disruption_budget(s, ns)
 
@@ -420,13 +695,18 @@ def main() -> dict[str, Any]:
     pulumi.export("leaderService", leader.metadata.name)
     pulumi.export("internalService", internal.metadata.name)
     pulumi.export("leaderGrpc", f"{LEADER_SERVICE}.{s.namespace}.svc:{s.grpc_port}")
-    pulumi.export("leaderHttp", f"http://{LEADER_SERVICE}.{s.namespace}.svc:{s.http_port}")
+    pulumi.export("leaderHttp", f"https://{LEADER_SERVICE}.{s.namespace}.svc:{s.http_port}")
     pulumi.export("members", [pod_host(s, pod_name(i)) for i in range(s.replicas)])
     pulumi.export("portForward", f"kubectl -n {s.namespace} port-forward svc/{LEADER_SERVICE} {s.http_port}:{s.http_port}")
-    pulumi.export("docs", f"http://{local}/docs (while portForward runs)")
-    pulumi.export("clusterStatus", f"kubectl -n {s.namespace} exec {pod_name(0)} -- doq cluster status --server {local}")
+    pulumi.export("docs", f"https://{local}/docs (while portForward runs)")
+    # the pods have the admin key in $DOQ_KEY and the CA certificate at TLS_MOUNT
+    pulumi.export("clusterStatus", f"kubectl -n {s.namespace} exec {pod_name(0)} -- doq cluster status "
+                                   f"--server https://{local} --ca-file {TLS_MOUNT}/ca.crt")
+    pulumi.export("caCert", tls.ca_cert)  # public: clients verify the nodes with it (--ca-file)
+    pulumi.export("adminKey", token)  # `pulumi stack output adminKey --show-secrets`
     return {"settings": s, "service_account": sa, "role": r, "role_binding": binding, "internal_service": internal,
-            "stateful_set": sts, "leader_service": leader, "pdb": pdb}
+            "stateful_set": sts, "leader_service": leader, "pdb": pdb, "cluster_tls": tls, "admin_key": admin,
+            "tls_secret": tls_sec, "admin_key_secret": admin_sec, "network_policy": policy}
 
 
 if __name__ == "__main__":

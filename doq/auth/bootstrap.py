@@ -11,6 +11,11 @@ cluster), it logs a warning and creates nothing: remove the file to get a new ke
 
 So a bootstrapping node writes the file on its first secure start, and so does the
 leader of a cluster that ran without keys and is restarted with them.
+
+With `--admin-key-file FILE` (a key the operator made, e.g. a Kubernetes Secret the Pulumi
+program generated) that leader registers the key in FILE instead: no `admin.key` is
+written and nothing is printed (the operator has the key already). Every member may be
+given the same file: only the leader of a state without keys registers it, once.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import os
 from pathlib import Path
 
 from doq.auth.admin import create_key
-from doq.auth.tokens import new_key
+from doq.auth.tokens import NewKey, hash_of, key_id_of, new_key
 from doq.errors import DoqError
 from doq.node.base import Node
 
@@ -41,7 +46,23 @@ def write_key_file(path: Path, token: str) -> None:
         os.close(fd)
 
 
-async def ensure_admin_key(node: Node, data_dir: str | Path, *, poll_s: float = 0.1) -> str | None:
+def read_admin_key_file(path: str) -> NewKey | None:
+    """The key in `path` (`--admin-key-file`; "" : None). ValueError, naming the file but
+    never its content, if it cannot be read or holds no well-formed key."""
+    if not path:
+        return None
+    try:
+        token = Path(path).read_text().strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"--admin-key-file {path}: cannot read it ({type(e).__name__})") from None
+    key_id = key_id_of(token)
+    if key_id is None or any(c.isspace() for c in token):
+        raise ValueError(f"--admin-key-file {path}: not a doq key (one line doq_<id>_<secret>)")
+    return NewKey(key_id, token, hash_of(token))
+
+
+async def ensure_admin_key(node: Node, data_dir: str | Path, *, provided: NewKey | None = None,
+                           poll_s: float = 0.1) -> str | None:
     """See the module docstring. Returns the key's id if this call created one; retries
     while the proposal meets a retryable error (e.g. leadership moved)."""
     path = Path(data_dir) / ADMIN_KEY_FILE
@@ -51,6 +72,17 @@ async def ensure_admin_key(node: Node, data_dir: str | Path, *, poll_s: float = 
         if not (node.is_leader and node.is_ready()):
             await asyncio.sleep(poll_s)
             continue
+        if provided is not None:
+            try:
+                created = await create_key(node, ("admin",), key=provided)
+            except DoqError as e:
+                if not e.retryable:
+                    raise
+                log.info("registering the provided admin key: %s; trying again", e.reason)
+                await asyncio.sleep(poll_s)
+                continue
+            log.info("admin key %s (from --admin-key-file) registered", created.record.id)
+            return created.record.id
         if path.exists():
             log.warning("no client key exists but %s does: not creating one (remove the file to have a "
                         "new admin key generated)", path)

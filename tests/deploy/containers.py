@@ -1,7 +1,8 @@
 """Three `doq:0.1.0` containers run as the StatefulSet runs its pods (START_SCRIPT and the
 pod's DOQ_* environment from the Pulumi program, read-only root, uid 10001, a volume each,
-host network with each pod's ports mapped to free ports on 127.0.0.1; no API server, so no
-leader label): they form the cluster; a follower is killed, its volume wiped, started
+host network with each pod's ports mapped to free ports on 127.0.0.1, the program's Secrets
+mounted read-only where the pods mount them; no API server, so no leader label): they form
+the (secure) cluster; a follower is killed, its volume wiped, started
 again; all are stopped, doq-0's volume wiped, all started at once. Prints the figures of
 docs/deploy.md. Needs a Docker engine and the image (`docker build -t doq:0.1.0 .`):
 
@@ -13,18 +14,15 @@ tests/deploy/test_statefulset_rejoin.py.
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.deploy.pods import LocalPod, LocalStatefulSet
+from tests.deploy.pods import LocalPod, LocalStatefulSet, kubelet_env
 from tests.deploy.program import deploy
 
 IMAGE = "doq:0.1.0"
@@ -32,9 +30,18 @@ IMAGE = "doq:0.1.0"
 
 class Containers:
     def __init__(self, root: Path) -> None:
-        local = LocalStatefulSet(deploy().one("StatefulSet"), root / "unused", {})
+        d = deploy()
+        local = LocalStatefulSet(d.one("StatefulSet"), root / "secrets", secrets=d.secrets, api_env={})
         self.pods = {p.name: p for p in local.pods()}
         self.script = local.container["command"][-1]
+        self.kubelet_env = {p.name: kubelet_env(local.container, p.name, "doq", d.secrets) for p in self.pods.values()}
+        # the Secret volumes: mount path in the pod -> the local directory with its files
+        self.secret_mounts = {m["mountPath"]: root / "secrets" / f"secret-{v['secret']['secretName']}"
+                              for m in local.container["volumeMounts"]
+                              for v in d.pod_template["spec"]["volumes"] if v["name"] == m["name"] and "secret" in v}
+        for directory in self.secret_mounts.values():
+            for f in directory.iterdir():
+                f.chmod(0o444)  # kubelet: root-owned, readable by the pod's fsGroup; here any uid
         self.http = {name: p.local_port(local.container, "http") for name, p in self.pods.items()}
         self.volumes = {name: root / name for name in self.pods}
         for v in self.volumes.values():
@@ -53,23 +60,22 @@ class Containers:
         subprocess.run(["docker", "rm", "-f", pod.name], capture_output=True)
         args = ["docker", "run", "-d", "--name", pod.name, "--network", "host", "--read-only",
                 "--tmpfs", "/tmp", "--user", "10001:10001", "-v", f"{self.volumes[pod.name]}:/var/lib/doq"]
+        for mount, directory in self.secret_mounts.items():
+            args += ["-v", f"{directory}:{mount}:ro"]
+        in_pod = self.kubelet_env[pod.name]
         for k, v in pod.env.items():
-            if k.startswith("DOQ_") and not k.startswith("DOQ_K8S_"):
-                args += ["-e", f"{k}={'/var/lib/doq' if k == 'DOQ_DATA_DIR' else v}"]
+            if k.startswith("DOQ_") and (not k.startswith("DOQ_K8S_") or k == "DOQ_K8S_TLS_DIR"):
+                # paths as the pod sees them; addresses as mapped to this machine
+                args += ["-e", f"{k}={in_pod[k] if k in ('DOQ_DATA_DIR', 'DOQ_K8S_TLS_DIR', 'DOQ_ADMIN_KEY_FILE') else v}"]
         subprocess.run([*args, "--entrypoint", "/bin/sh", IMAGE, "-c", self.script], check=True, capture_output=True)
 
     def docker(self, *args: str) -> None:
         subprocess.run(["docker", *args], check=True, capture_output=True)
 
     def get(self, name: str, path: str, body: Any = None) -> tuple[int, Any]:
-        req = urllib.request.Request(f"http://127.0.0.1:{self.http[name]}{path}",
-                                     data=None if body is None else json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+        """GET (POST with `body`) over HTTPS verified with the Secret's CA, with the admin key."""
         try:
-            with urllib.request.urlopen(req, timeout=5) as r:
-                return int(r.status), json.loads(r.read() or b"null")
-        except urllib.error.HTTPError as e:
-            return int(e.code), json.loads(e.read() or b"null")
+            return self.pods[name].call(self.http[name], "GET" if body is None else "POST", path, body, timeout_s=5)
         except OSError:
             return 0, None
 

@@ -2,13 +2,18 @@
 container spec the Pulumi program declares, resolved as kubelet does (downward API fields,
 `$(VAR)` references), with 127.0.0.1 standing in for the DNS names and for 0.0.0.0, each
 pod's ports mapped to free local ones (all pods share the same ports in Kubernetes, not on
-one machine), its volume a directory, and the in-cluster API a local fake."""
+one machine), its volume a directory, each Secret volume a directory holding the Secret's
+files as kubelet writes them (mode `defaultMode`), `secretKeyRef` variables the Secret's
+value, and the in-cluster API a local fake. The pods serve HTTPS (the Pulumi program makes
+them secure): `LocalPod.call` speaks it, verified with the Secret's CA, with the admin key."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -23,13 +28,18 @@ from tests.support.proc import free_port
 _REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 
 
-def kubelet_env(container: dict[str, Any], pod: str, namespace: str) -> dict[str, str]:
+def kubelet_env(container: dict[str, Any], pod: str, namespace: str,
+                secrets: dict[str, dict[str, str]] | None = None) -> dict[str, str]:
     """The container's environment as kubelet builds it: `fieldRef`s of the downward API,
-    `$(VAR)` expanded from the variables defined before it (`$$` is a `$`)."""
+    `secretKeyRef`s from `secrets` (name -> data), `$(VAR)` expanded from the variables
+    defined before it (`$$` is a `$`)."""
     fields = {"metadata.name": pod, "metadata.namespace": namespace}
     env: dict[str, str] = {}
     for var in container.get("env", []):
-        if "valueFrom" in var:
+        if "valueFrom" in var and "secretKeyRef" in var["valueFrom"]:
+            ref = var["valueFrom"]["secretKeyRef"]
+            env[var["name"]] = (secrets or {})[ref["name"]][ref["key"]]
+        elif "valueFrom" in var:
             env[var["name"]] = fields[var["valueFrom"]["fieldRef"]["fieldPath"]]
         else:
             env[var["name"]] = _REF.sub(
@@ -46,6 +56,8 @@ class LocalPod:
     env: dict[str, str]
     ports: dict[int, int]  # container port -> local port
     log_path: Path
+    ca_file: Path | None = None  # the CA the pods' certificates are signed with (None: plain HTTP)
+    key: str = ""  # the client key of `call` (the admin key the pod was given)
     proc: subprocess.Popen[bytes] | None = None
 
     def local_port(self, container: dict[str, Any], port: int | str) -> int:
@@ -59,12 +71,36 @@ class LocalPod:
             self.proc = subprocess.Popen(self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT)
         return self
 
+    def _url(self, port: int, path: str) -> tuple[str, ssl.SSLContext | None]:
+        if self.ca_file is None:
+            return f"http://127.0.0.1:{port}{path}", None
+        return f"https://127.0.0.1:{port}{path}", ssl.create_default_context(cafile=str(self.ca_file))
+
     def get(self, port: int, path: str, timeout_s: float = 2.0) -> tuple[int, bytes]:
+        """GET without a key (as kubelet probes)."""
+        url, ctx = self._url(port, path)
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout_s) as r:
+            with urllib.request.urlopen(url, timeout=timeout_s, context=ctx) as r:
                 return int(r.status), r.read()
         except urllib.error.HTTPError as e:
             return int(e.code), e.read()
+
+    def call(self, port: int, method: str, path: str, body: Any = None, timeout_s: float = 30,
+             key: str | None = None) -> tuple[int, Any]:
+        """A JSON request as a client: HTTPS verified with the CA, `key` (default the pod's
+        admin key; "" none) as the bearer token."""
+        url, ctx = self._url(port, path)
+        headers = {"Content-Type": "application/json"}
+        if key := self.key if key is None else key:
+            headers["Authorization"] = f"Bearer {key}"
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(url, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout_s, context=ctx) as r:
+                raw = r.read()
+                return int(r.status), json.loads(raw) if raw else None
+        except urllib.error.HTTPError as e:
+            return int(e.code), json.loads(e.read() or b"null")
 
     def wait_http(self, port: int, path: str, timeout_s: float = 60.0) -> bytes:
         """Wait for `path` to answer 200 (bounded), failing at once if the process died."""
@@ -81,6 +117,21 @@ class LocalPod:
                 pass
             if time.monotonic() > deadline:
                 raise AssertionError(f"{self.name}: {path} not 200 in {timeout_s}s:\n{self.log()}")
+            time.sleep(0.05)
+
+    def wait_key_accepted(self, port: int, timeout_s: float = 60.0) -> None:
+        """Wait until the pod accepts its key (the bootstrap registers the admin key through
+        Raft once it leads: a moment after it is ready)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                status, body = self.call(port, "GET", "/API/v1/keys", timeout_s=5)
+            except OSError as e:
+                status, body = 0, str(e)
+            if status == 200:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.name}: the key is not accepted in {timeout_s}s: {status} {body}\n{self.log()}")
             time.sleep(0.05)
 
     def log(self) -> str:
@@ -107,6 +158,7 @@ class LocalStatefulSet:
     statefulset: dict[str, Any]
     root: Path
     api_env: dict[str, str]
+    secrets: dict[str, dict[str, str]] = field(default_factory=dict)  # Secret name -> its data
     translated: dict[str, set[str]] = field(default_factory=dict)  # pod -> variables rewritten
 
     @property
@@ -121,6 +173,7 @@ class LocalStatefulSet:
         names = [f"{name}-{i}" for i in range(sts["spec"]["replicas"])]
         ports = {pod: {p["containerPort"]: free_port() for p in self.container["ports"]} for pod in names}
         [data] = [m["mountPath"] for m in self.container["volumeMounts"] if m["name"] == "data"]
+        secret_dirs = self._secret_volumes()  # mount path -> local directory (the same for every pod)
         dns = re.compile(rf"\b({'|'.join(names)})\.{re.escape(service)}\.{re.escape(namespace)}\.svc\b(?::(\d+))?")
 
         def local(pod: str, value: str) -> str:
@@ -132,14 +185,37 @@ class LocalStatefulSet:
             volume = self.root / f"{data.strip('/').replace('/', '-')}-{pod}"
             volume.mkdir(parents=True, exist_ok=True)
             env = {}
-            for k, v in kubelet_env(self.container, pod, namespace).items():
+            for k, v in kubelet_env(self.container, pod, namespace, self.secrets).items():
                 new = str(volume) if v == data else local(pod, v)
+                for mount, directory in secret_dirs.items():
+                    if new == mount or new.startswith(mount + "/"):
+                        new = str(directory) + new[len(mount):]
                 if new != v:
                     self.translated.setdefault(pod, set()).add(k)
                 env[k] = new
             bin_dir = str(Path(sys.executable).parent)  # `doq` and python of this venv
             base = {k: os.environ[k] for k in ("PYTHONPATH", "HOME", "LANG") if k in os.environ}
             argv = [*self.container["command"], *self.container.get("args", [])]
+            ca = [d / "ca.crt" for d in secret_dirs.values() if (d / "ca.crt").exists()]
             out.append(LocalPod(pod, argv, {**base, "PATH": f"{bin_dir}:/usr/bin:/bin", **self.api_env, **env},
-                                ports[pod], self.root / f"{pod}.log"))
+                                ports[pod], self.root / f"{pod}.log", ca[0] if ca else None, env.get("DOQ_KEY", "")))
+        return out
+
+    def _secret_volumes(self) -> dict[str, Path]:
+        """Write each Secret volume's files (as kubelet does, with the volume's defaultMode)
+        into a local directory; mount path -> directory."""
+        volumes = {v["name"]: v["secret"] for v in self.statefulset["spec"]["template"]["spec"]["volumes"]
+                   if "secret" in v}
+        out = {}
+        for m in self.container["volumeMounts"]:
+            if m["name"] not in volumes:
+                continue
+            source = volumes[m["name"]]
+            directory = self.root / f"secret-{source['secretName']}"
+            directory.mkdir(parents=True, exist_ok=True)
+            for name, value in self.secrets[source["secretName"]].items():
+                path = directory / name
+                path.write_text(value)
+                path.chmod(source.get("defaultMode", 0o644))
+            out[m["mountPath"]] = directory
         return out

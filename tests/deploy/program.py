@@ -1,10 +1,14 @@
 """Run the Pulumi program in pulumi/ under Pulumi's mocks (`pulumi.runtime.set_mocks`): no
 engine, no cluster; every resource it declares is recorded with its inputs, as the
-Kubernetes provider would receive them, and the stack outputs are resolved."""
+Kubernetes provider would receive them, and the stack outputs are resolved. A dynamic
+resource (the program's own providers: the cluster CA and certificates, the admin key) is
+created as Pulumi's provider host would: its serialized provider is deserialized (dill) and
+its `create` (or, given the previous outputs, `diff` and `update`) runs for real."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import importlib.util
 import sys
 from dataclasses import dataclass
@@ -12,6 +16,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import dill
 import pulumi
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,14 +51,21 @@ class Declared:
 class Deployment:
     resources: list[Declared]
     outputs: dict[str, Any]
+    dynamic: dict[str, dict[str, Any]]  # the dynamic resources' outputs (state), by name
+    updated: list[str]  # the dynamic resources this run updated (given `previous`)
 
     def all(self, kind: str) -> list[dict[str, Any]]:
-        return [r.manifest for r in self.resources if r.manifest.get("kind") == kind]
+        return [r.manifest for r in self.resources if r.token != DYNAMIC and r.manifest.get("kind") == kind]
 
     def one(self, kind: str, name: str | None = None) -> dict[str, Any]:
         found = [m for m in self.all(kind) if name is None or m["metadata"]["name"] == name]
         assert len(found) == 1, (kind, name, [r.name for r in self.resources])
         return found[0]
+
+    @property
+    def secrets(self) -> dict[str, dict[str, str]]:
+        """Every Secret's data by name, as the pods see it."""
+        return {m["metadata"]["name"]: m["stringData"] for m in self.all("Secret")}
 
     @property
     def pod_template(self) -> dict[str, Any]:
@@ -65,21 +77,56 @@ class Deployment:
         return c  # type: ignore[no-any-return]
 
 
+DYNAMIC = "pulumi-python:dynamic:Resource"
+_SECRET_SIG = "4dabf18193072939515e22adb298388d"  # Pulumi's wire marker of a secret value
+
+
+def _plain(value: Any) -> Any:
+    """A mock's inputs with secret wrappers unwrapped."""
+    if isinstance(value, dict):
+        if value.get(_SECRET_SIG) == "1b47061264138c4ac30d75fd1eb44270":
+            return _plain(value["value"])
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
 class _Mocks(pulumi.runtime.Mocks):
-    def __init__(self) -> None:
+    def __init__(self, previous: dict[str, dict[str, Any]] | None = None) -> None:
         self.resources: list[Declared] = []
+        self.previous = previous or {}  # a dynamic resource's outputs of an earlier `up`, by name
+        self.dynamic: dict[str, dict[str, Any]] = {}  # their outputs now
+        self.updated: list[str] = []
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
-        self.resources.append(Declared(args.typ, args.name, dict(args.inputs)))
-        return f"{args.name}-id", dict(args.inputs)
+        inputs = _plain(dict(args.inputs))
+        if args.typ == DYNAMIC:
+            provider = dill.loads(base64.b64decode(inputs.pop("__provider")))
+            props = {k: v for k, v in inputs.items() if v is not None}
+            old = self.previous.get(args.name)
+            if old is None:
+                created = provider.create(props)
+                rid, outs = created.id, created.outs or {}
+            else:
+                rid, outs = old["__id"], {k: v for k, v in old.items() if k != "__id"}
+                if provider.diff(rid, outs, props).changes:
+                    outs = provider.update(rid, outs, props).outs or {}
+                    self.updated.append(args.name)
+            self.dynamic[args.name] = {"__id": rid, **outs}
+            self.resources.append(Declared(args.typ, args.name, props))
+            return rid, outs
+        self.resources.append(Declared(args.typ, args.name, inputs))
+        return f"{args.name}-id", inputs
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], None]:
         return {}, None
 
 
-def deploy(config: dict[str, object] | None = None) -> Deployment:
-    """Run the program with stack config `doq:<key>` = value; raises what it raises."""
-    mocks = _Mocks()
+def deploy(config: dict[str, object] | None = None, previous: Deployment | None = None) -> Deployment:
+    """Run the program with stack config `doq:<key>` = value; raises what it raises. With
+    `previous`, its dynamic resources exist already (a later `pulumi up` of the stack)."""
+    mocks = _Mocks(previous.dynamic if previous else None)
     # Pulumi's mocks create futures on the current event loop. After pytest-asyncio has run
     # a test in this process, the main thread has none any more: give it a fresh one.
     asyncio.set_event_loop(asyncio.new_event_loop())
@@ -104,7 +151,7 @@ def deploy(config: dict[str, object] | None = None) -> Deployment:
             lambda values: outputs.update(zip(names, values[len(urns):], strict=True)))
 
     run()
-    return Deployment(mocks.resources, outputs)
+    return Deployment(mocks.resources, outputs, mocks.dynamic, mocks.updated)
 
 
 def _ints(value: Any) -> Any:

@@ -17,7 +17,7 @@ import doq
 from doq.config import ServeConfig, add_serve_arguments, load_config
 from doq.node import k8s_leader
 from tests.deploy.pods import kubelet_env
-from tests.deploy.program import ROOT, Deployment, deploy, load_program
+from tests.deploy.program import DYNAMIC, ROOT, Declared, Deployment, deploy, load_program
 
 KUBERNETES_VERSION = "1.37"  # the newest schema kubernetes-validate ships (strict variant)
 OLDEST_SUPPORTED = "1.27"  # StatefulSet PVC retention on by default (pulumi/README.md)
@@ -34,7 +34,12 @@ def _serve_config(d: Deployment, pod: str) -> ServeConfig:
     """What `doq serve` makes of the environment the StatefulSet gives `pod` (doq's own parser)."""
     p = argparse.ArgumentParser()
     add_serve_arguments(p)
-    return load_config(p.parse_args([]), kubelet_env(d.container, pod, NS))
+    return load_config(p.parse_args([]), kubelet_env(d.container, pod, NS, d.secrets))
+
+
+def _k8s(d: Deployment) -> list[Declared]:
+    """The Kubernetes objects (not the program's own dynamic resources)."""
+    return [r for r in d.resources if r.token != DYNAMIC]
 
 
 def _port(addr: str) -> int:
@@ -46,12 +51,14 @@ def _matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
 
 
 def test_the_program_declares_the_deployment(default: Deployment) -> None:
-    kinds = sorted((r.manifest["kind"], r.manifest["metadata"]["name"]) for r in default.resources)
+    kinds = sorted((r.manifest["kind"], r.manifest["metadata"]["name"]) for r in _k8s(default))
     assert kinds == [
-        ("Namespace", NS), ("PodDisruptionBudget", "doq"), ("Role", "doq-leader-label"),
-        ("RoleBinding", "doq-leader-label"), ("Service", "doq"), ("Service", "doq-internal"),
-        ("ServiceAccount", "doq"), ("StatefulSet", "doq")]
-    for r in default.resources:
+        ("Namespace", NS), ("NetworkPolicy", "doq"), ("PodDisruptionBudget", "doq"), ("Role", "doq-leader-label"),
+        ("RoleBinding", "doq-leader-label"), ("Secret", "doq-admin-key"), ("Secret", "doq-tls"),
+        ("Service", "doq"), ("Service", "doq-internal"), ("ServiceAccount", "doq"), ("StatefulSet", "doq")]
+    # and what `pulumi up` generates, kept in the stack (dynamic resources)
+    assert sorted(r.name for r in default.resources if r.token == DYNAMIC) == ["doq-admin-key", "doq-cluster-tls"]
+    for r in _k8s(default):
         if r.manifest["kind"] != "Namespace":
             assert r.manifest["metadata"]["namespace"] == NS, r.name
     sts = default.one("StatefulSet")["spec"]
@@ -65,7 +72,7 @@ def test_the_program_declares_the_deployment(default: Deployment) -> None:
 def test_every_manifest_validates_against_the_kubernetes_schema_strictly(version: str, config: dict[str, object]) -> None:
     d = deploy(config)
     assert d.resources
-    for r in d.resources:
+    for r in _k8s(d):
         assert kubernetes_validate.validate(r.manifest, version, strict=True) == version, r.name
 
 
@@ -98,7 +105,7 @@ def test_selectors_match_the_pod_labels(default: Deployment) -> None:
 def test_the_doq_service_selects_exactly_the_pod_the_leader_labels(default: Deployment) -> None:
     pod_labels = default.pod_template["metadata"]["labels"]
     selector = default.one("Service", "doq")["spec"]["selector"]
-    env = kubelet_env(default.container, "doq-1", NS)
+    env = kubelet_env(default.container, "doq-1", NS, default.secrets)
     key = env["DOQ_K8S_LEADER_LABEL"]
     # what the node puts on its pod when it leads (doq/node/k8s_leader.py)
     assert selector == {**pod_labels, key: k8s_leader.LABEL_VALUE}
@@ -213,9 +220,9 @@ def test_bad_stack_config_is_refused_with_a_clear_message(config: dict[str, obje
 def test_probes_and_termination(default: Deployment) -> None:
     c = default.container
     program = load_program()
-    assert c["startupProbe"]["httpGet"] == {"path": "/livez", "port": "http"}
-    assert c["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "http"}
-    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert c["startupProbe"]["httpGet"] == {"path": "/livez", "port": "http", "scheme": "HTTPS"}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "http", "scheme": "HTTPS"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http", "scheme": "HTTPS"}
     startup = c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"]
     assert startup >= 300  # a long restart is not killed
     # SIGTERM: a leader hands over within max(1 s, 3 election timeouts), then shuts down
@@ -233,8 +240,8 @@ def test_pods_are_non_root_with_a_read_only_root_and_bounded_resources(default: 
     assert sc == {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001, "readOnlyRootFilesystem": True,
                   "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
     assert spec["securityContext"]["fsGroup"] == 10001  # the volume is writable by the user
-    mounts = {m["mountPath"] for m in default.container["volumeMounts"]}
-    assert mounts == {"/var/lib/doq", "/tmp"}  # the only writable places
+    writable = {m["mountPath"] for m in default.container["volumeMounts"] if not m.get("readOnly")}
+    assert writable == {"/var/lib/doq", "/tmp"}  # the only writable places
     res = default.container["resources"]
     assert set(res["requests"]) == set(res["limits"]) == {"cpu", "memory"}
     d = deploy({"cpuRequest": "1", "cpuLimit": "4", "memoryRequest": "2Gi", "memoryLimit": "3Gi"})
@@ -261,7 +268,8 @@ def test_the_image_is_the_dockerfile_of_this_repository(default: Deployment) -> 
     for name in re.findall(r"\b(DOQ_[A-Z_]+)=", dockerfile):
         assert name in known, name
     for name in (v["name"] for v in default.container["env"]):
-        assert name in known or name.startswith("DOQ_K8S_"), name
+        # DOQ_KEY: the client key of the pod's join and of `kubectl exec ... doq` commands
+        assert name in known or name.startswith("DOQ_K8S_") or name == "DOQ_KEY", name
     assert "pip install --no-cache-dir -c constraints.txt ." in dockerfile
     assert "[all]" not in dockerfile
     assert "pip uninstall -q -y pip setuptools" in dockerfile  # none in the runtime image
@@ -286,18 +294,21 @@ def test_installs_take_pinned_versions_with_the_grpc_family_at_one_version() -> 
 
 
 def test_outputs_tell_how_to_reach_the_leader(default: Deployment) -> None:
+    secrets = default.secrets
     assert default.outputs == {
         "namespace": NS, "leaderService": "doq", "internalService": "doq-internal",
-        "leaderGrpc": "doq.doq.svc:10000", "leaderHttp": "http://doq.doq.svc:8000",
+        "leaderGrpc": "doq.doq.svc:10000", "leaderHttp": "https://doq.doq.svc:8000",
         "members": ["doq-0.doq-internal.doq.svc", "doq-1.doq-internal.doq.svc", "doq-2.doq-internal.doq.svc"],
         "portForward": "kubectl -n doq port-forward svc/doq 8000:8000",
-        "docs": "http://127.0.0.1:8000/docs (while portForward runs)",
-        "clusterStatus": "kubectl -n doq exec doq-0 -- doq cluster status --server 127.0.0.1:8000",
+        "docs": "https://127.0.0.1:8000/docs (while portForward runs)",
+        "clusterStatus": "kubectl -n doq exec doq-0 -- doq cluster status --server https://127.0.0.1:8000 "
+                         "--ca-file /etc/doq/tls/ca.crt",
+        "caCert": secrets["doq-tls"]["ca.crt"], "adminKey": secrets["doq-admin-key"]["admin.key"],
     }
 
 
 def test_an_existing_namespace_is_used_as_it_is() -> None:
     d = deploy({"namespace": "queues", "createNamespace": False})
     assert not d.all("Namespace")
-    assert {r.manifest["metadata"]["namespace"] for r in d.resources} == {"queues"}
-    assert d.outputs["leaderHttp"] == "http://doq.queues.svc:8000"
+    assert {r.manifest["metadata"]["namespace"] for r in _k8s(d)} == {"queues"}
+    assert d.outputs["leaderHttp"] == "https://doq.queues.svc:8000"

@@ -1,10 +1,13 @@
 """What `doq serve` makes of the flags a Kubernetes pod is started with: a node that listens
 on one address and is reached at another (a pod listening on 0.0.0.0, reached at its
 doq-internal DNS name) announces the name (`--advertise-host`); `--election-timeout-ms`
-is the Raft node's election timeout."""
+is the Raft node's election timeout; a bad `--admin-key-file` (the Kubernetes Secret's admin
+key) stops the start with a message that never shows the file's content."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import grpc
@@ -37,3 +40,16 @@ async def test_the_election_timeout_reaches_the_raft_node(tmp_path: Path) -> Non
             assert rt.node.cfg.election_tick == ticks  # type: ignore[attr-defined]
         finally:
             rt.close(discard=True)
+
+
+@pytest.mark.integration
+def test_a_bad_admin_key_file_stops_the_start_naming_the_file_never_its_content(tmp_path: Path) -> None:
+    bad = tmp_path / "admin.key"
+    bad.write_text("doq_not a key s3cr3t\n")
+    for path in (bad, tmp_path / "missing.key"):
+        out = subprocess.run([sys.executable, "-m", "doq", "serve", "--secure", "--data-dir", str(tmp_path / "d"),
+                              "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--raft-addr", "127.0.0.1:0",
+                              "--admin-key-file", str(path)], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 1 and f"--admin-key-file {path}" in out.stderr, out.stderr
+        assert "s3cr3t" not in out.stdout + out.stderr
+        assert not (tmp_path / "d").exists()  # nothing made

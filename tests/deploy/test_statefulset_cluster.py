@@ -4,13 +4,11 @@ environment of the container spec the Pulumi program declares (127.0.0.1 standin
 the doq-internal DNS names, a local fake of the Kubernetes API). doq-0 bootstraps, the
 others join through doq-internal; the leader labels its pod (what the `doq` Service
 selects); SIGTERM of the leader (a rolling update) hands leadership over and the label
-follows; the restarted pod rejoins as itself from its volume."""
+follows; the restarted pod rejoins as itself from its volume. The pods run secure with the
+Secrets the program generates (HTTPS, mutual TLS between them, the admin key)."""
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -25,18 +23,6 @@ pytestmark = pytest.mark.integration
 NS = "doq"
 
 
-def _call(port: int, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            raw = r.read()
-            return int(r.status), json.loads(raw) if raw else None
-    except urllib.error.HTTPError as e:
-        return int(e.code), json.loads(e.read() or b"null")
-
-
 def test_three_pods_form_the_cluster_and_the_leader_label_follows_the_leader(tmp_path: Path) -> None:
     d = deploy()  # the defaults: 3 replicas
     sts = d.one("StatefulSet")
@@ -45,7 +31,7 @@ def test_three_pods_form_the_cluster_and_the_leader_label_follows_the_leader(tmp
     make_credentials(tmp_path / "k8s")
     pods_in_api = {(NS, f"doq-{i}"): dict(pod_labels) for i in range(3)}
     with fake_kube_api(tmp_path / "k8s", pods_in_api) as (api, sa):
-        local = LocalStatefulSet(sts, tmp_path / "pods", {
+        local = LocalStatefulSet(sts, tmp_path / "pods", secrets=d.secrets, api_env={
             "KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(api.port),
             "DOQ_K8S_SERVICE_ACCOUNT_DIR": str(sa)})
         pods = local.pods()
@@ -53,6 +39,7 @@ def test_three_pods_form_the_cluster_and_the_leader_label_follows_the_leader(tmp
         c = local.container
         ready = c["readinessProbe"]["httpGet"]
         http = {p.name: p.local_port(c, "http") for p in pods}
+        _call = pods[0].call  # HTTPS verified with the Secret's CA, the admin key
 
         def selected(a: FakeKubeApi) -> set[str]:
             """The pods the doq Service selects now."""

@@ -10,16 +10,17 @@ Kubernetes API), all at once as podManagementPolicy Parallel starts them.
    acknowledged write readable;
 3. the same with doq-0 the leader before the stop (kill -9 of all: no handover);
 4. every volume wiped: a new cluster forms.
+
+The pods run secure with the Secrets the program generates: HTTPS (the seed asks the
+others over HTTPS), mutual TLS between them, the admin key (registered by each bootstrap,
+the new cluster's too).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import shutil
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,18 +38,6 @@ NS = "doq"
 NAMES = ["doq-0", "doq-1", "doq-2"]
 
 
-def _call(port: int, method: str, path: str, body: Any = None, timeout_s: float = 30) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as r:
-            raw = r.read()
-            return int(r.status), json.loads(raw) if raw else None
-    except urllib.error.HTTPError as e:
-        return int(e.code), json.loads(e.read() or b"null")
-
-
 @dataclass
 class Pods:
     by_name: dict[str, LocalPod]
@@ -56,9 +45,13 @@ class Pods:
     volumes: dict[str, Path]
     ready_path: str
 
+    def call(self, name: str, method: str, path: str, body: Any = None, timeout_s: float = 30) -> tuple[int, Any]:
+        """As a client of pod `name`: HTTPS verified with the Secret's CA, the admin key."""
+        return self.by_name[name].call(self.http[name], method, path, body, timeout_s)
+
     def get(self, name: str, path: str) -> tuple[int, Any]:
         try:
-            return _call(self.http[name], "GET", path, timeout_s=5)
+            return self.call(name, "GET", path, timeout_s=5)
         except OSError:
             return 0, None
 
@@ -104,7 +97,7 @@ class Pods:
         """Enqueue `count` messages through the leader; the acknowledged ones."""
         acked = []
         for i in range(start, start + count):
-            status, _ = _call(self.http[leader], "POST", "/API/v1/queues/jobs/messages",
+            status, _ = self.call(leader, "POST", "/API/v1/queues/jobs/messages",
                               {"content": f"m-{i}", "group": "default", "priority": 1})
             if status == 201:
                 acked.append(i)
@@ -127,7 +120,7 @@ def statefulset(tmp_path: Path) -> Iterator[Pods]:
     pod_labels = d.pod_template["metadata"]["labels"]
     make_credentials(tmp_path / "k8s")
     with fake_kube_api(tmp_path / "k8s", {(NS, n): dict(pod_labels) for n in NAMES}) as (api, sa):
-        local = LocalStatefulSet(sts, tmp_path / "pods", {
+        local = LocalStatefulSet(sts, tmp_path / "pods", secrets=d.secrets, api_env={
             "KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(api.port),
             "DOQ_K8S_SERVICE_ACCOUNT_DIR": str(sa)})
         pods = local.pods()
@@ -148,7 +141,7 @@ def _formed(pods: Pods) -> str:
     pods.wait_ready()
     until("three voters seen by every pod", pods.voters_everywhere, timeout_s=90)
     leader = pods.leader()
-    assert _call(pods.http[leader], "POST", "/API/v1/queues", {"name": "jobs", "type": "delayed"})[0] == 201
+    assert pods.call(leader, "POST", "/API/v1/queues", {"name": "jobs", "type": "delayed"})[0] == 201
     return leader
 
 
@@ -180,7 +173,7 @@ def test_all_stopped_doq_0_wiped_all_started_at_once_is_one_cluster_with_every_w
     with statefulset(tmp_path) as pods:
         leader = _formed(pods)
         if doq0_leads and leader != "doq-0":
-            status, body = _call(pods.http[leader], "POST", "/cluster/transfer-leader", {"target": "doq-0"})
+            status, body = pods.call(leader, "POST", "/cluster/transfer-leader", {"target": "doq-0"})
             assert status == 200, body
             leader = pods.leader()
             assert leader == "doq-0"
