@@ -38,7 +38,7 @@ from doq.queues.model import (
 )
 from doq.service import limits as v
 from doq.service import outcomes
-from doq.service.door import INTERNAL, Action, Caller, Door
+from doq.service.door import INTERNAL, Action, Caller, Door, visible
 from doq.service.leases import Leases
 from doq.service.longpoll import LongPolls
 from doq.service.pipeline import ProducerSession, finish
@@ -147,7 +147,9 @@ class QueueService:
     async def list_queues(self, *, caller: Caller = INTERNAL) -> list[QueueInfo]:
         self.door.admit(caller, Action.LIST_QUEUES, None)
         await self.node.read_barrier()
-        return self.node.state.list_queues()
+        queues = self.node.state.list_queues()
+        # only the queues the caller's key may read (a prefix key: its own), before any paging
+        return visible(caller, queues)
 
     # -- enqueue --------------------------------------------------------------------------
     async def enqueue(self, queue: str, item: c.EnqueueItem, *, caller: Caller = INTERNAL) -> EnqueueResult:

@@ -22,11 +22,13 @@ keep it O(1) (a dict look-up), never blocking.
 
 from __future__ import annotations
 
-import contextvars
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from doq.auth.authorizer import Principal, visible_queue
+from doq.auth.authorizer import current_principal as _auth_principal
+from doq.queues.model import QueueInfo
 from doq.service import metrics
 from doq.service.limits import Limits
 
@@ -68,10 +70,19 @@ class Caller:
 INTERNAL = Caller("internal")
 """The node's own calls (and in-process tests): trusted, counted apart."""
 
-current_principal: contextvars.ContextVar[object | None] = contextvars.ContextVar(
-    "doq_current_principal", default=None)
+current_principal = _auth_principal
 """The principal the authentication layer found for the current call (set per call by
-its gRPC interceptor or HTTP dependency; both run in the call's own context)."""
+its gRPC interceptor and HTTP middleware, `doq.auth.authorizer.current_principal`; both
+run in the call's own context)."""
+
+
+def visible(caller: Caller, queues: list[QueueInfo]) -> list[QueueInfo]:
+    """The queues of a listing the caller may see: those its key may read (a key limited
+    to queue-name prefixes sees only its queues; no key checked, admin, or a scope without
+    prefix: all). The one filter of every listing that names queues."""
+    principal = caller.principal
+    test = visible_queue(principal) if isinstance(principal, Principal) else None
+    return queues if test is None else [q for q in queues if test(q.name)]
 
 Check = Callable[[Caller, Action, "str | None"], None]
 """`check(caller, action, queue)`: raises a DoqError to refuse; queue is None for calls
