@@ -76,6 +76,14 @@ its gRPC interceptor and HTTP middleware, `doq.auth.authorizer.current_principal
 run in the call's own context)."""
 
 
+def deletes_any(caller: Caller) -> bool:
+    """May the caller delete a message someone else holds (in flight) without its lease?
+    An admin key, and a caller without a key checked (the node's own calls; a node that
+    requires no keys, where such a caller may do everything, as `doq.auth` treats it)."""
+    principal = caller.principal
+    return principal is None or (isinstance(principal, Principal) and principal.is_admin)
+
+
 def visible(caller: Caller, queues: list[QueueInfo]) -> list[QueueInfo]:
     """The queues of a listing the caller may see: those its key may read (a key limited
     to queue-name prefixes sees only its queues; no key checked, admin, or a scope without

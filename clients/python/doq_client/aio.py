@@ -222,9 +222,11 @@ class AsyncDoqClient:
         """One message by id (any state); raises NotFound."""
         return await self._call(_ops.get(queue, id))
 
-    async def delete(self, queue: str, id: int) -> None:
-        """Delete one message by id (any state)."""
-        await self._call(_ops.delete(queue, id))
+    async def delete(self, queue: str, id: int, lease_id: int = 0) -> None:
+        """Delete one message by id. A message in flight (delivered, not settled) needs the
+        delivery's `lease_id` unless the key is an admin (FailedPrecondition
+        MESSAGE_IN_FLIGHT); a `lease_id` must be the current delivery's (StaleLease)."""
+        await self._call(_ops.delete(queue, id, lease_id))
 
     async def ack(self, queue: str, id: int, lease_id: int = 0) -> None:
         """Acknowledge (remove) a leased message; with `lease_id`, only that delivery's lease."""

@@ -240,9 +240,11 @@ class DoqClient:
         """One message by id (any state); raises NotFound."""
         return self._call(_ops.get(queue, id))
 
-    def delete(self, queue: str, id: int) -> None:
-        """Delete one message by id (any state)."""
-        self._call(_ops.delete(queue, id))
+    def delete(self, queue: str, id: int, lease_id: int = 0) -> None:
+        """Delete one message by id. A message in flight (delivered, not settled) needs the
+        delivery's `lease_id` unless the key is an admin (FailedPrecondition
+        MESSAGE_IN_FLIGHT); a `lease_id` must be the current delivery's (StaleLease)."""
+        self._call(_ops.delete(queue, id, lease_id))
 
     def ack(self, queue: str, id: int, lease_id: int = 0) -> None:
         """Acknowledge (remove) a leased message; with `lease_id`, only that delivery's lease."""

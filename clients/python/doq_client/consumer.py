@@ -46,8 +46,9 @@ Messages received but not yet handed out are dropped: they are leased on the old
 and come back when their leases end. Messages the application holds keep their lease
 ids: acking or nacking one of them (and the acks and nacks not yet sent when the stream
 failed) goes by a unary AckBatch / Nack with its lease id to the leader, as the new
-stream's credits do not cover it; a message of the old stream is recognised by its
-lease id, lower than any lease of the new stream (lease ids grow with every delivery). An
+stream's credits do not cover it; a message handed out by an earlier stream (or not by
+this consumer at all) is recognised by the stream it came from (each handed-out message
+remembers it; lease ids are random, they tell nothing of order). An
 ack lost with the connection means a redelivery, never a loss.
 
 Moving to the leader: a stream opened on a follower is relayed by it to the leader, and
@@ -87,6 +88,17 @@ _Received = pb.Message | MessageRow  # a message of a received frame
 _U64 = 2**64
 _ACKS_PER_CALL = 1000  # ids per unary AckBatch of settlements after a failover
 ACK_INTERVAL_S = 0.01  # longest an ack waits to be coalesced with others
+
+
+class _StreamMessage(Message):
+    """A message handed out by a consumer, with the stream (generation) that delivered it:
+    only that stream may settle it in-stream (the server's stream holds its lease)."""
+
+    __slots__ = ("_stream",)
+
+    def __init__(self, msg: _Received, stream: int) -> None:
+        self._m = msg
+        self._stream = stream
 
 
 class _Settlements:
@@ -180,8 +192,8 @@ class _ConsumerBase:
         self._gen = 0  # stream generation: the request iterator of an older one stops
         self._addr = ""  # where the current stream goes
         self._tries: Attempts | None = None  # the failover in progress
-        # Lowest lease id of the current stream: a held message with a lower one came from
-        # an earlier stream (_U64: the current stream has delivered nothing yet).
+        # _U64 until the current stream's first frame (then its lowest lease id): marks the
+        # first frame; which stream a held message came from is its `_stream`.
         self._floor = _U64
 
     def _wakeup(self) -> None:
@@ -262,10 +274,10 @@ class _ConsumerBase:
         ids: list[int] = []
         lease_ids: list[int] = []
         old: _Settlements | None = None
-        floor = self._floor
+        gen = self._gen
         for m in items:
             if isinstance(m, Message):
-                if m.lease_id < floor:
+                if getattr(m, "_stream", -1) != gen:  # not delivered by the current stream
                     old = old or _Settlements()
                     old.acks.append(m.id)
                     old.lease_ids.append(m.lease_id)
@@ -292,7 +304,7 @@ class _ConsumerBase:
         lease_id = 0 if isinstance(msg, int) else msg.lease_id
         mid = msg if isinstance(msg, int) else msg.id
         req = nack_request(self.queue, mid, lease_id=lease_id, delay_ms=delay_ms, priority=priority)
-        if lease_id and lease_id < self._floor:
+        if lease_id and getattr(msg, "_stream", -1) != self._gen:  # not delivered by the current stream
             old = _Settlements()
             old.nacks.append(req)
             return old
@@ -464,7 +476,7 @@ class AsyncConsumer(_ConsumerBase):
         m = self._buffer.popleft()
         if self.auto_ack:
             self._handed_one(m)
-        return Message(m)
+        return _StreamMessage(m, self._gen)
 
     async def batches(self) -> AsyncIterator[list[Message]]:
         """Yield messages a received frame at a time."""
@@ -475,7 +487,8 @@ class AsyncConsumer(_ConsumerBase):
             self._buffer.clear()
             if self.auto_ack:
                 self._handed(got)
-            yield [Message(m) for m in got]
+            gen = self._gen
+            yield [_StreamMessage(m, gen) for m in got]
 
     def ack(self, *messages: _MsgOrId) -> None:
         """Acknowledge messages (or ids) through the stream; returns at once."""
@@ -740,7 +753,7 @@ class Consumer(_ConsumerBase):
         if self.auto_ack:
             with self._lock:
                 self._handed_one(m)
-        return Message(m)
+        return _StreamMessage(m, self._gen)
 
     def batches(self) -> Iterator[list[Message]]:
         """Yield messages a received frame at a time."""
@@ -752,7 +765,8 @@ class Consumer(_ConsumerBase):
             if self.auto_ack:
                 with self._lock:
                     self._handed(got)
-            yield [Message(m) for m in got]
+            gen = self._gen
+            yield [_StreamMessage(m, gen) for m in got]
 
     def ack(self, *messages: _MsgOrId) -> None:
         """Acknowledge messages (or ids) through the stream; returns at once."""
