@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from doq.errors import DoqError
 from doq.node.cluster import ClusterStatus, MemberAddrs, NodeIdentity
 from doq.node.cluster_wire import (
     LEADER_HEADER,
@@ -69,6 +70,15 @@ class ClusterError(Exception):
         return self.status in (0, 429, 503, 504)
 
 
+class KeyInClearError(ClusterError):
+    """The request would carry the client key in clear (plain http to a host that is not
+    loopback): refused before anything is sent, not retryable."""
+
+    @property
+    def retryable(self) -> bool:
+        return False
+
+
 @dataclass
 class Answer:
     status: int
@@ -80,14 +90,20 @@ def request_json(server: str, method: str, path: str, body: Any = None, timeout_
     """One HTTP request; a 2xx answer is returned (JSON-decoded body, None if empty),
     anything else raises `ClusterError` (status 0 when the server cannot be reached).
     With `ssl_context`, a bare HOST:PORT means https and the server is verified with it."""
+    from doq.client_cli import check_key_transport
+
     data = None if body is None else json.dumps(body).encode()
     headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    url = base_url(server, "https" if ssl_context else "http") + path
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
     if key := os.environ.get("DOQ_KEY", "").strip():  # the client key (a joining node's too)
-        headers["Authorization"] = f"Bearer {key}"
-    req = urllib.request.Request(base_url(server, "https" if ssl_context else "http") + path,
-                                 data=data, method=method, headers=headers)
+        try:
+            check_key_transport(url)  # never in clear to a host that is not loopback
+        except DoqError as e:
+            raise KeyInClearError(0, e.reason, e.message) from None
+        req.add_unredirected_header("Authorization", f"Bearer {key}")  # not to a redirect's target
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s, context=ssl_context) as resp:
+        with _opener(ssl_context).open(req, timeout=timeout_s) as resp:
             raw = resp.read()
             return Answer(resp.status, json.loads(raw) if raw else None)
     except urllib.error.HTTPError as e:
@@ -111,6 +127,19 @@ def request_json(server: str, method: str, path: str, body: Any = None, timeout_
 
         detail = describe_error(base_url(server), e) if isinstance(e, OSError) else f"{base_url(server)}: {e}"
         raise ClusterError(0, "UNREACHABLE", detail) from None
+
+
+def _opener(ssl_context: ssl.SSLContext | None) -> urllib.request.OpenerDirector:
+    """This process's opener (the CLI's, with its connect timeout and CA) or one verifying
+    with `ssl_context`; either follows a redirect to another origin without the key."""
+    from doq.client_cli import KeySafeRedirect
+
+    if ssl_context is None:
+        installed = urllib.request._opener  # type: ignore[attr-defined]  # the CLI's (use_key, use_ca_file)
+        if installed is not None:
+            return installed  # type: ignore[no-any-return]
+        return urllib.request.build_opener(KeySafeRedirect)
+    return urllib.request.build_opener(urllib.request.HTTPSHandler(context=ssl_context), KeySafeRedirect)
 
 
 def _raise_problem(status: int, doc: dict[str, Any], leader: str) -> Any:
