@@ -39,7 +39,7 @@ from doq.queues.model import (
 )
 from doq.service import limits as v
 from doq.service import outcomes
-from doq.service.door import INTERNAL, Action, Caller, Door, deletes_any, visible
+from doq.service.door import INTERNAL, Action, AdmittedQueues, Caller, Door, deletes_any, visible
 from doq.service.leases import Leases
 from doq.service.longpoll import LongPolls
 from doq.service.pipeline import ProducerSession, finish
@@ -326,8 +326,8 @@ class QueueService:
         into its queue and message; a DoqError it raises answers that request) is admitted
         (once per queue), validated and proposed as it arrives; one outcome per request,
         in order; at most `stream_window_messages` in flight (see `ProducerSession`)."""
-        admitted: set[str] = set()
         limits = self.limits
+        admitted = AdmittedQueues(limits.stream_admitted_queues)  # bounded: a stream may name any number
         counter = caller.counters.enqueued
 
         def start(r: R) -> asyncio.Future[object]:
@@ -336,7 +336,7 @@ class QueueService:
                 if queue not in admitted:
                     self.door.admit(caller, Action.ENQUEUE, queue)
                     v.check_queue_name(queue)
-                    admitted.add(queue)
+                    admitted.remember(queue)
                 v.check_item(item, limits)
                 return self.enqueue_nowait(queue, item)
             except DoqError as e:

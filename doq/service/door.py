@@ -97,6 +97,24 @@ Check = Callable[[Caller, Action, "str | None"], None]
 on no one queue (`list_queues`)."""
 
 
+class AdmittedQueues(set[str]):
+    """The queue names a stream had admitted by the door, so each is admitted once, not
+    per message: a cache of at most `capacity` names, emptied when full (a name is then
+    simply admitted again: an O(1) check). A stream that names ever new queues thus holds
+    at most `capacity` names. Membership is the set's own (no Python call per message)."""
+
+    __slots__ = ("capacity",)
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.capacity = max(1, capacity)
+
+    def remember(self, queue: str) -> None:
+        if len(self) >= self.capacity:
+            self.clear()
+        self.add(queue)
+
+
 class Door:
     """The admission point of one facade: its limits and the checks every call passes."""
 
