@@ -168,7 +168,7 @@ def check_key_transport(url: str) -> None:
         raise KeyInClear(
             f"refusing to send the client key (--key / ${KEY_ENV}) in clear to http://{host}{port}: "
             f"use https://{host}{port} (with --ca-file, the cluster's tls/ca.crt), or unset the key",
-            reason="KEY_OVER_PLAIN_HTTP")
+            reason="KEY_IN_CLEAR")
 
 
 def same_origin(a: str, b: str) -> bool:

@@ -1,13 +1,16 @@
 """Lease ids: unguessable by other consumers, yet the same on every replica. Pure.
 
 A `Dequeue` carries a random 64-bit `seed` the leader draws for it (`secrets`); the
-machine derives the lease id of the `i`-th message it delivers from that seed and the
-replicated lease counter: `splitmix64(seed + counter + i)`, never 0 (0 means "no lease")
-nor 2**64 - 1 (reserved: a lease id no delivery has; either becomes 1).
-Every replica applies the same entry, so it derives the same ids (digests stay equal);
-a consumer that sees its own lease ids learns nothing of another command's seed, so it
-cannot guess the leases of deliveries made to others. An entry without a seed (0:
-written before seeds existed) keeps the old sequential ids: `counter + i`.
+machine derives the lease ids of the `n` messages it delivers from that seed and the
+replicated lease counter: a base `splitmix64(seed + counter)` mapped into
+[1, 2**64 - 2 - n], then `base + i` for the `i`-th message. So ids are never 0 ("no
+lease") nor 2**64 - 1 (reserved: a lease id no delivery has), are distinct within a
+command, and cost one mix per command, not per message. Every replica applies the same
+entry, so it derives the same ids (digests stay equal). The seed never leaves the log: a
+consumer sees only the lease ids of its own deliveries, which tell nothing of another
+command's seed, so it cannot guess the leases of deliveries made to others. An entry
+without a seed (0: written before seeds existed) keeps the old sequential ids:
+`counter + i`.
 """
 
 from __future__ import annotations
@@ -23,10 +26,10 @@ def splitmix64(x: int) -> int:
     return x ^ (x >> 31)
 
 
-def lease_ids(seed: int, counter: int, n: int) -> list[int]:
+def lease_ids(seed: int, counter: int, n: int) -> range:
     """The ids of `n` leases granted by one dequeue with `seed`, the lease counter at
     `counter` (which the caller then advances by `n`)."""
     if not seed:
-        return list(range(counter, counter + n))
-    out = [splitmix64((seed + counter + i) & MASK64) for i in range(n)]
-    return [x if 0 < x < MASK64 else 1 for x in out]
+        return range(counter, counter + n)
+    base = splitmix64((seed + counter) & MASK64) % (MASK64 - 1 - n) + 1
+    return range(base, base + n)

@@ -49,7 +49,7 @@ from __future__ import annotations
 import itertools
 import struct
 from bisect import bisect_left
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from sortedcontainers import SortedList
@@ -1006,7 +1006,7 @@ class QueueMachine:
         extend_sorted(self.leases, lease_keys)
         return views
 
-    def _views(self, q: Queue, ids: list[int], recs: list[bytes], exp: int, lids: list[int] | None,
+    def _views(self, q: Queue, ids: list[int], recs: list[bytes], exp: int, lids: Sequence[int] | None,
                leased: list[bytes] | None = None) -> list[MessageView]:
         """The views of messages `ids` (records `recs` before this delivery) delivered now,
         leased until `exp` with lease ids `lids` (0, None: removed); appends their

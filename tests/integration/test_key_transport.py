@@ -99,7 +99,7 @@ def test_cluster_client_refuses_plain_http_and_strips_the_key_on_a_cross_origin_
     monkeypatch.setenv("DOQ_KEY", KEY)
     with pytest.raises(cc.ClusterError) as e:
         cc.request_json(f"http://{FAR}:8000", "GET", "/cluster", timeout_s=60)
-    assert not e.value.retryable and e.value.reason == "KEY_OVER_PLAIN_HTTP" and "https://" in str(e.value)
+    assert not e.value.retryable and e.value.reason == "KEY_IN_CLEAR" and "https://" in str(e.value)
     front_port, front_seen, target_seen = redirect_pair
     assert cc.request_json(f"127.0.0.1:{front_port}", "GET", "/API/v1/keys").body == {"keys": [], "queues": []}
     assert front_seen[0].get("authorization") == f"Bearer {KEY}"
@@ -123,7 +123,7 @@ def test_the_python_client_refuses_a_key_over_plaintext_grpc_to_a_remote_host(mo
     for make in (lambda: DoqClient(f"{FAR}:10000", key=KEY), lambda: AsyncDoqClient(f"127.0.0.1:1,{FAR}:10000", key=KEY)):
         with pytest.raises(InvalidArgument) as e:
             make()
-        assert e.value.reason == "KEY_OVER_PLAINTEXT" and "ca_file" in str(e.value) and KEY not in str(e.value)
+        assert e.value.reason == "KEY_IN_CLEAR" and "ca_file" in str(e.value) and KEY not in str(e.value)
     monkeypatch.setenv("DOQ_KEY", KEY)  # the key from the environment, too
     with pytest.raises(InvalidArgument):
         DoqClient("[2001:db8::1]:10000")

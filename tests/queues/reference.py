@@ -205,9 +205,10 @@ class Reference:
         q = self._q(cmd.queue)
         vis = cmd.visibility_timeout_ms or q.settings.effective_visibility_timeout_ms
         out = []
-        # lease ids: splitmix64(seed + counter) (never 0), or the counter without a seed
-        lids = iter([_mix(cmd.seed + self.next_lease + i) or 1 if cmd.seed else self.next_lease + i
-                     for i in range(cmd.max_messages)])
+        # lease ids: from a base splitmix64(seed + counter) in [1, 2**64 - 2 - n], consecutive;
+        # or the counter itself without a seed
+        base = (_mix(cmd.seed + self.next_lease) % (M64 - 2 - cmd.max_messages) + 1) if cmd.seed else self.next_lease
+        lids = iter(range(base, base + cmd.max_messages))
         for _ in range(cmd.max_messages):
             m = self._pick(q)
             if m is None:

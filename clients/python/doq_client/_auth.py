@@ -34,13 +34,13 @@ def is_loopback(host: str) -> bool:
 
 
 def check_key_transport(addr: str, key: str | None, tls: bool) -> None:
-    """Refuse (InvalidArgument ``KEY_OVER_PLAINTEXT``, nothing sent) to send a key over a
+    """Refuse (InvalidArgument ``KEY_IN_CLEAR``, nothing sent) to send a key over a
     plaintext channel to a host that is not loopback: anyone on the path would read it.
     With TLS (``ca_file=``), or to localhost / 127.0.0.0/8 / ::1, or without a key: fine."""
     if key and not tls and not is_loopback(_host(addr)):
         raise invalid_argument(
             f"refusing to send the client key (key= / ${KEY_ENV}) in clear to {addr}: connect with TLS "
-            "(ca_file=, the cluster's tls/ca.crt), or use no key", "KEY_OVER_PLAINTEXT")
+            "(ca_file=, the cluster's tls/ca.crt), or use no key", "KEY_IN_CLEAR")
 
 
 def resolve_key(key: str | None) -> str | None:
