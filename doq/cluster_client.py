@@ -41,7 +41,7 @@ __all__ = ["LEADER_HEADER", "ClusterError", "leader_http_addr", "status_from_jso
 
 def get_identity(server: str, timeout_s: float = 3.0) -> NodeIdentity:
     """`GET /cluster/identity` of one node; raises `ClusterError` (status 0: unreachable)."""
-    answer = request_json(server, "GET", "/cluster/identity", timeout_s=timeout_s)
+    answer = request_json(server, "GET", "/cluster/identity", timeout_s=timeout_s, send_key=False)  # open
     try:
         return identity_from_json(answer.body)
     except ValueError as e:
@@ -86,17 +86,21 @@ class Answer:
 
 
 def request_json(server: str, method: str, path: str, body: Any = None, timeout_s: float = 10.0,
-                 ssl_context: ssl.SSLContext | None = None) -> Answer:
+                 ssl_context: ssl.SSLContext | None = None, *, send_key: bool = True) -> Answer:
     """One HTTP request; a 2xx answer is returned (JSON-decoded body, None if empty),
     anything else raises `ClusterError` (status 0 when the server cannot be reached).
-    With `ssl_context`, a bare HOST:PORT means https and the server is verified with it."""
+    With `ssl_context`, a bare HOST:PORT means https and the server is verified with it.
+    With `send_key`, `$DOQ_KEY` goes along, but never in clear to a host that is not
+    loopback (`KeyInClearError`, before anything is sent) nor to a redirect's target."""
     from doq.client_cli import check_key_transport
 
     data = None if body is None else json.dumps(body).encode()
     headers = {"Content-Type": "application/json", "Accept": "application/json"}
     url = base_url(server, "https" if ssl_context else "http") + path
     req = urllib.request.Request(url, data=data, method=method, headers=headers)
-    if key := os.environ.get("DOQ_KEY", "").strip():  # the client key (a joining node's too)
+    if not send_key:
+        req.doq_keyless = True  # type: ignore[attr-defined]  # the CLI's key handler adds none either
+    if send_key and (key := os.environ.get("DOQ_KEY", "").strip()):  # the client key (a joining node's too)
         try:
             check_key_transport(url)  # never in clear to a host that is not loopback
         except DoqError as e:

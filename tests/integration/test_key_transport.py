@@ -133,3 +133,27 @@ def test_the_python_client_refuses_a_key_over_plaintext_grpc_to_a_remote_host(mo
     DoqClient(f"{FAR}:10000", key="").close()  # no key ("" overrides $DOQ_KEY): fine
     monkeypatch.delenv("DOQ_KEY")
     DoqClient(f"{FAR}:10000").close()
+
+
+def test_the_open_identity_request_carries_no_key(redirect_pair: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`GET /cluster/identity` (open: a start probe reads it) goes without the key, so a
+    probe of a plain-http member is not refused for a key it does not need."""
+    from doq import cluster_client as cc
+    from doq.client_cli import _Opener, use_key
+
+    monkeypatch.setenv("DOQ_KEY", KEY)
+    _, _, target_seen = redirect_pair
+    srv, seen, port = _serve()
+    try:
+        use_key(None)  # as the CLI does: every urllib request of the process would carry it
+        with pytest.raises(cc.ClusterError) as e:  # not refused for the key: it is not sent
+            cc.get_identity(f"http://{FAR}:8000", timeout_s=0.5)
+        assert e.value.reason != "KEY_IN_CLEAR"
+        with pytest.raises(cc.ClusterError):
+            cc.get_identity(f"127.0.0.1:{port}")  # answers {} (not an identity): refused as a bad answer
+        assert seen and "authorization" not in seen[0]
+    finally:
+        srv.shutdown()
+        import urllib.request
+        _Opener.key = ""  # this test process's opener: as before
+        urllib.request.install_opener(None)  # type: ignore[arg-type]
