@@ -151,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     if args and args[0].startswith("--") and args[0] not in ("--help", "--version"):
         args = ["serve", *args]
     ns = parser.parse_args(args)
+    from doq.client_cli import KeyInClear
+
     if ns.command != "serve":
         from doq.client_cli import use_key
 
@@ -173,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     try:
         return int(ns.func(ns) or 0)
+    except KeyInClear as e:  # raised by any request of the command (the key would go in clear)
+        print(f"doq {ns.command}: {e.message}", file=sys.stderr)
+        return 2
     except BrokenPipeError:  # `doq cluster status | head -1`: the reader left; not an error of ours
         # stdout is gone: point it at /dev/null so the interpreter's final flush is quiet
         devnull = os.open(os.devnull, os.O_WRONLY)

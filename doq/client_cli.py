@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import ipaddress
 import json
 import os
 import socket
@@ -128,7 +129,7 @@ class _Opener:
     @classmethod
     def install(cls) -> None:
         https = _HTTPSHandler(context=cls.ssl_context) if cls.ssl_context is not None else _HTTPSHandler()
-        handlers: list[Any] = [_HTTPHandler, https]
+        handlers: list[Any] = [_HTTPHandler, https, KeySafeRedirect]
         if cls.key:
             handlers.append(_KeyHandler(cls.key))
         urllib.request.install_opener(urllib.request.build_opener(*handlers))
@@ -141,8 +142,63 @@ def add_key_argument(p: argparse.ArgumentParser) -> None:
                         "not needed on a loopback node started without --secure)")
 
 
+def _loopback(host: str) -> bool:
+    """localhost or a loopback IP (127.0.0.0/8, ::1); as `doq.tls.mode.is_loopback`, which
+    this layer may not import."""
+    if host.lower() in ("localhost", "localhost.", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class KeyInClear(InvalidArgument):
+    """The client key would go over plain http to a host that is not loopback."""
+
+
+def check_key_transport(url: str) -> None:
+    """Raise `KeyInClear` if a request to `url` may not carry the client key: plain
+    `http://` to a host that is not loopback (anyone on the path would read the key).
+    https, and http to localhost/127.0.0.0/8/::1 (a loopback dev node), are fine."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    if parts.scheme == "http" and not _loopback(host):
+        port = f":{parts.port}" if parts.port else ""
+        raise KeyInClear(
+            f"refusing to send the client key (--key / ${KEY_ENV}) in clear to http://{host}{port}: "
+            f"use https://{host}{port} (with --ca-file, the cluster's tls/ca.crt), or unset the key",
+            reason="KEY_IN_CLEAR")
+
+
+def same_origin(a: str, b: str) -> bool:
+    """Do two URLs have the same scheme, host and port (the default port filled in)?"""
+    pa, pb = urllib.parse.urlsplit(a), urllib.parse.urlsplit(b)
+    default = {"http": 80, "https": 443}
+
+    def port(p: urllib.parse.SplitResult) -> int | None:
+        return p.port or default.get(p.scheme)
+
+    return (pa.scheme, (pa.hostname or "").lower(), port(pa)) == (pb.scheme, (pb.hostname or "").lower(), port(pb))
+
+
+class KeySafeRedirect(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect, but one to another origin (scheme, host or port) carries no
+    `Authorization` header: the key stays with the server it was meant for."""
+
+    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any,
+                         newurl: str) -> urllib.request.Request | None:
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and (getattr(req, "doq_keyless", False) or not same_origin(req.full_url, new.full_url)):
+            new.remove_header("Authorization")
+            new.doq_keyless = True  # type: ignore[attr-defined]  # _KeyHandler adds no key to it
+        return new
+
+
 class _KeyHandler(urllib.request.BaseHandler):
-    """Adds `Authorization: Bearer KEY` to every urllib request of this process."""
+    """Adds `Authorization: Bearer KEY` to every urllib request of this process, but never
+    over plain http to a host that is not loopback (`check_key_transport` refuses the
+    request) and never on a redirect to another origin (`KeySafeRedirect`)."""
 
     handler_order = 100
 
@@ -150,7 +206,10 @@ class _KeyHandler(urllib.request.BaseHandler):
         self.value = f"Bearer {key}"
 
     def http_request(self, req: urllib.request.Request) -> urllib.request.Request:
+        if getattr(req, "doq_keyless", False):
+            return req
         if not req.has_header("Authorization"):
+            check_key_transport(req.full_url)
             req.add_unredirected_header("Authorization", self.value)
         return req
 

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from doq.errors import DoqError
 from doq.node.cluster import ClusterStatus, MemberAddrs, NodeIdentity
 from doq.node.cluster_wire import (
     LEADER_HEADER,
@@ -40,7 +41,7 @@ __all__ = ["LEADER_HEADER", "ClusterError", "leader_http_addr", "status_from_jso
 
 def get_identity(server: str, timeout_s: float = 3.0) -> NodeIdentity:
     """`GET /cluster/identity` of one node; raises `ClusterError` (status 0: unreachable)."""
-    answer = request_json(server, "GET", "/cluster/identity", timeout_s=timeout_s)
+    answer = request_json(server, "GET", "/cluster/identity", timeout_s=timeout_s, send_key=False)  # open
     try:
         return identity_from_json(answer.body)
     except ValueError as e:
@@ -69,6 +70,15 @@ class ClusterError(Exception):
         return self.status in (0, 429, 503, 504)
 
 
+class KeyInClearError(ClusterError):
+    """The request would carry the client key in clear (plain http to a host that is not
+    loopback): refused before anything is sent, not retryable."""
+
+    @property
+    def retryable(self) -> bool:
+        return False
+
+
 @dataclass
 class Answer:
     status: int
@@ -76,18 +86,28 @@ class Answer:
 
 
 def request_json(server: str, method: str, path: str, body: Any = None, timeout_s: float = 10.0,
-                 ssl_context: ssl.SSLContext | None = None) -> Answer:
+                 ssl_context: ssl.SSLContext | None = None, *, send_key: bool = True) -> Answer:
     """One HTTP request; a 2xx answer is returned (JSON-decoded body, None if empty),
     anything else raises `ClusterError` (status 0 when the server cannot be reached).
-    With `ssl_context`, a bare HOST:PORT means https and the server is verified with it."""
+    With `ssl_context`, a bare HOST:PORT means https and the server is verified with it.
+    With `send_key`, `$DOQ_KEY` goes along, but never in clear to a host that is not
+    loopback (`KeyInClearError`, before anything is sent) nor to a redirect's target."""
+    from doq.client_cli import check_key_transport
+
     data = None if body is None else json.dumps(body).encode()
     headers = {"Content-Type": "application/json", "Accept": "application/json"}
-    if key := os.environ.get("DOQ_KEY", "").strip():  # the client key (a joining node's too)
-        headers["Authorization"] = f"Bearer {key}"
-    req = urllib.request.Request(base_url(server, "https" if ssl_context else "http") + path,
-                                 data=data, method=method, headers=headers)
+    url = base_url(server, "https" if ssl_context else "http") + path
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
+    if not send_key:
+        req.doq_keyless = True  # type: ignore[attr-defined]  # the CLI's key handler adds none either
+    if send_key and (key := os.environ.get("DOQ_KEY", "").strip()):  # the client key (a joining node's too)
+        try:
+            check_key_transport(url)  # never in clear to a host that is not loopback
+        except DoqError as e:
+            raise KeyInClearError(0, e.reason, e.message) from None
+        req.add_unredirected_header("Authorization", f"Bearer {key}")  # not to a redirect's target
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s, context=ssl_context) as resp:
+        with _opener(ssl_context).open(req, timeout=timeout_s) as resp:
             raw = resp.read()
             return Answer(resp.status, json.loads(raw) if raw else None)
     except urllib.error.HTTPError as e:
@@ -111,6 +131,19 @@ def request_json(server: str, method: str, path: str, body: Any = None, timeout_
 
         detail = describe_error(base_url(server), e) if isinstance(e, OSError) else f"{base_url(server)}: {e}"
         raise ClusterError(0, "UNREACHABLE", detail) from None
+
+
+def _opener(ssl_context: ssl.SSLContext | None) -> urllib.request.OpenerDirector:
+    """This process's opener (the CLI's, with its connect timeout and CA) or one verifying
+    with `ssl_context`; either follows a redirect to another origin without the key."""
+    from doq.client_cli import KeySafeRedirect
+
+    if ssl_context is None:
+        installed = urllib.request._opener  # type: ignore[attr-defined]  # the CLI's (use_key, use_ca_file)
+        if installed is not None:
+            return installed  # type: ignore[no-any-return]
+        return urllib.request.build_opener(KeySafeRedirect)
+    return urllib.request.build_opener(urllib.request.HTTPSHandler(context=ssl_context), KeySafeRedirect)
 
 
 def _raise_problem(status: int, doc: dict[str, Any], leader: str) -> Any:

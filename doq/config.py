@@ -37,6 +37,7 @@ class ServeConfig:
     max_stream_pending_acks: int = 10_000
     secure: bool = False  # TLS whatever the addresses (doq/tls/mode.py)
     insecure: bool = False  # no TLS even on non-loopback addresses
+    print_admin_key: bool = False  # print the first admin key even when stdout is no terminal (doq/auth/bootstrap.py)
     tls_cert: str = ""  # client ports' certificate file (none: the node's, from the cluster CA)
     tls_key: str = ""
     join_token: str = field(default="", repr=False)  # a secret: enrolls in a secure cluster (doq/tls/enrollment.py)
@@ -83,6 +84,8 @@ _HELP = {
     "secure": "TLS on every port (mutual TLS between members, a cluster CA made on the first "
               "start) whatever the addresses; the default as soon as an address is not loopback",
     "insecure": "no TLS even on non-loopback addresses (anyone who reaches a port can do anything)",
+    "print_admin_key": "print the first admin key on stdout even when stdout is not a terminal "
+                       "(by default it is printed only to a terminal; it is always in DATA_DIR/admin.key)",
     "tls_cert": "certificate (PEM) for the client ports, gRPC and HTTP (none: the node's own, "
                 "signed by the cluster CA)",
     "tls_key": "private key (PEM) of --tls-cert",
@@ -179,7 +182,7 @@ def _parse_addr(name: str, value: str) -> str:
     return value
 
 
-_BOOLS = {"secure", "insecure"}
+_BOOLS = {"secure", "insecure", "print_admin_key"}
 
 
 def _coerce(name: str, value: Any) -> Any:

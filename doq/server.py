@@ -324,8 +324,9 @@ async def serve(config: ServeConfig, *, ready: asyncio.Event | None = None) -> N
         await rt.node.stop()
         rt.close(discard=True)
         raise
-    admin_key = asyncio.create_task(ensure_admin_key(rt.node, config.data_dir, provided=provided_key)) \
-        if authz.required else None
+    admin_key = asyncio.create_task(ensure_admin_key(
+        rt.node, config.data_dir, provided=provided_key,
+        print_key=True if config.print_admin_key else None)) if authz.required else None
     log.info(
         "doq node %s serving gRPC on %s (port %d), HTTP on %s; data in %s",
         config.node_id, config.grpc_addr, listeners.grpc_port, config.http_addr, config.data_dir,

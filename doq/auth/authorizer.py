@@ -14,11 +14,12 @@ on a member as soon as that member applies the revocation. Errors never echo the
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from doq.auth import tokens
-from doq.auth.table import Rule
+from doq.auth.table import READ, Rule
 from doq.errors import PermissionDenied, Unauthenticated
 from doq.queues.apikeys import KeyRecord, Scope
 
@@ -57,6 +58,25 @@ class Principal:
 
 
 ANONYMOUS = Principal("", (), anonymous=True, is_admin=True)
+
+current_principal: contextvars.ContextVar[Principal | None] = contextvars.ContextVar(
+    "doq_current_principal", default=None)
+"""The principal the client door found for the current call: set once per call or stream
+by the gRPC `AuthInterceptor` and the HTTP `AuthMiddleware` (both run in the call's own
+context; None: no key was checked, e.g. a call without a key on a node that requires
+none). The service reads it through `doq.service.door.Caller`."""
+
+_READ_RULE = Rule(READ, "name")
+
+
+def visible_queue(principal: Principal | None) -> Callable[[str], bool] | None:
+    """The test a queue name must pass to appear in a listing (queue lists, `/events`)
+    for this caller: the queues it may read (`produce`, `consume` or `metrics` on them).
+    None: the caller sees every queue (no key checked, admin, or a scope without prefix)."""
+    if principal is None or principal.unrestricted(_READ_RULE):
+        return None
+    prefixes = principal.prefixes(_READ_RULE)
+    return lambda name: name.startswith(prefixes)
 
 
 def principal_of(rec: KeyRecord) -> Principal:

@@ -4,8 +4,10 @@ On a node that requires keys, `ensure_admin_key` waits until the node either see
 in the replicated table (nothing to do: the cluster has keys) or leads a state without
 any. As the leader of a keyless state, if `<data_dir>/admin.key` does not exist, it
 generates an admin key, writes the file (mode 0600, the key on one line, created
-exclusively) and only then proposes the key; it prints the key once on stdout (never to
-the log). A failed proposal removes the file again. If the file exists while the table
+exclusively) and only then proposes the key. It prints the key once on stdout (never to
+the log) only when stdout is a terminal or `print_key` is set (`--print-admin-key`):
+a node's stdout is otherwise usually a log someone else reads (a Kubernetes pod's log, a
+journal), so then it prints only where the file is. A failed proposal removes the file again. If the file exists while the table
 is empty (a crash between the write and the commit, or a file left from another
 cluster), it logs a warning and creates nothing: remove the file to get a new key.
 
@@ -24,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import sys
 from pathlib import Path
 
 from doq.auth.admin import create_key
@@ -61,10 +64,23 @@ def read_admin_key_file(path: str) -> NewKey | None:
     return NewKey(key_id, token, hash_of(token))
 
 
+def announce(key_id: str, path: Path, token: str, *, print_key: bool | None = None) -> None:
+    """Tell the operator about a new admin key on stdout: the key itself only to a terminal
+    (or with `print_key`), else the file that holds it."""
+    if print_key is None:
+        print_key = sys.stdout.isatty()
+    if print_key:
+        print(f"doq: admin key {key_id} written to {path} (shown once): {token}", flush=True)
+    else:
+        print(f"doq: admin key {key_id} written to {path} (mode 0600; not printed: stdout is not a "
+              "terminal, see --print-admin-key)", flush=True)
+
+
 async def ensure_admin_key(node: Node, data_dir: str | Path, *, provided: NewKey | None = None,
-                           poll_s: float = 0.1) -> str | None:
+                           poll_s: float = 0.1, print_key: bool | None = None) -> str | None:
     """See the module docstring. Returns the key's id if this call created one; retries
-    while the proposal meets a retryable error (e.g. leadership moved)."""
+    while the proposal meets a retryable error (e.g. leadership moved). `print_key`: print
+    the key (True), only the file (False), or the key only if stdout is a terminal (None)."""
     path = Path(data_dir) / ADMIN_KEY_FILE
     while True:
         if node.state.keys():
@@ -103,5 +119,5 @@ async def ensure_admin_key(node: Node, data_dir: str | Path, *, provided: NewKey
             with contextlib.suppress(OSError):
                 path.unlink()
             raise
-        print(f"doq: admin key {created.record.id} written to {path} (shown once): {new.token}", flush=True)
+        announce(created.record.id, path, new.token, print_key=print_key)
         return created.record.id

@@ -13,6 +13,9 @@ same key against the same replicated table.
 `AuditInterceptor` (after the follower forwarder, so it sees only calls this node serves
 itself): logs and counts the admin actions (`doq.auth.audit`).
 
+The principal of an admitted call is put in `current_principal` (the call's own task),
+so the service knows the caller's scopes (a prefix key lists only its queues).
+
 Calls of other services (grpc.health.v1, reflection) are open. A node that requires no
 key lets a call without `authorization` through untouched (no wrapper, no cost).
 """
@@ -26,7 +29,7 @@ import grpc
 from doq_proto.v1 import doq_pb2 as pb
 
 from doq.auth import audit
-from doq.auth.authorizer import Authorizer, Principal
+from doq.auth.authorizer import Authorizer, Principal, current_principal
 from doq.auth.table import BATCH_QUEUES, DOQ_SERVICE, GRPC_RULES, UNLISTED, Rule
 from doq.errors import DoqError, status_of
 
@@ -208,6 +211,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             authz.check_call(who, rule)
         except DoqError as e:
             return _refusing(handler, e)
+        current_principal.set(who)  # the call's own task: its handler (the service) reads it
         if who.unrestricted(rule) or handler.request_deserializer is None:  # None: relayed as bytes
             return handler
         return _queue_checked(handler, authz, who, rule)

@@ -198,7 +198,8 @@ def check(history: Iterable[Op], *, skew_margin_ms: int = 100) -> Report:
 def _duplicates(deliveries: dict[tuple[str, int], list[Op]], acks: Sequence[Op],
                 skew_margin_ms: int) -> dict[int, Op]:
     """Deliveries (by object id) received after an acknowledged ack of their message, except late receipts
-    of leases granted before the acked one (smaller lease id and no later start)."""
+    of leases granted before the acked one (starting no later than it, within the skew margin: lease ids
+    are random, not ordered; a redelivery after the ack would start at least a visibility timeout later)."""
     out: dict[int, Op] = {}
     for a in acks:
         ds = deliveries.get((a.queue, a.id), [])
@@ -206,8 +207,7 @@ def _duplicates(deliveries: dict[tuple[str, int], list[Op]], acks: Sequence[Op],
         for d in ds:
             if d is acked or d.t <= a.t:
                 continue
-            earlier = acked is not None and d.lease_id < a.lease_id and \
-                d.lease_start_ms <= acked.lease_start_ms + skew_margin_ms
+            earlier = acked is not None and d.lease_start_ms <= acked.lease_start_ms + skew_margin_ms
             if not earlier:
                 out[id(d)] = d
     return out

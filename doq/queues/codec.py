@@ -18,6 +18,11 @@ Key commands: `CreateKey` (tag 18): id (string), secret hash (u32-length-prefixe
 scope count (u32) and each scope (string); `RevokeKey` (tag 19): id (string).
 `CreateQueue` with a queue limit (`max_queues` > 0; tag 30): as tag 1 (name, type,
 settings) then max_queues (u64); without one it is written with tag 1, as before.
+A `Dequeue` with a lease seed (the leader's, `doq.queues.leaseids`) is written with tag
+40: the fields of tag 6 then the seed (u64); one without (seed 0) keeps tag 6, so entries
+written before seeds existed decode unchanged (seed 0: sequential lease ids). A
+`DeleteMessage` with a lease id or `holder_only` is written with tag 41: queue, id (u64),
+lease id (u64), holder_only (u8); one without either keeps tag 11.
 Join tokens: `CreateJoinToken` (tag 20): token id
 (bytes), secret hash (bytes), expires_ms (u64); `UseJoinToken` (tag 21): token id,
 secret hash (bytes), node id (string).
@@ -52,6 +57,9 @@ _COMMIT = struct.Struct("<IQQ")
  ) = range(1, 20)
 T_CREATE_JOIN_TOKEN, T_USE_JOIN_TOKEN = 20, 21
 T_CREATE_LIMITED = 30  # a CreateQueue with max_queues > 0 (tag 1 stays the one without)
+T_DEQ_SEEDED = 40  # a Dequeue with a lease seed (far from the other tags: new ones grow from 22)
+T_DEL_HELD = 41  # a DeleteMessage with a lease id or holder_only
+_DEL_HELD = struct.Struct("<QQB")
 _COL_GROUPS, _COL_PRIOS, _COL_MD, _COL_DEDUP, _COL_DELAYS = 1, 2, 4, 8, 16
 
 
@@ -152,9 +160,11 @@ def encode_batch(batch: c.CommandBatch) -> bytes:
             _encode_columns(out, cmd)
         elif t is c.Dequeue:
             assert isinstance(cmd, c.Dequeue)
-            ap(b"\x06")
+            ap(bytes((T_DEQ_SEEDED,)) if cmd.seed else b"\x06")
             _s(out, cmd.queue)
             ap(_DEQ.pack(cmd.max_messages, 1 if cmd.ack else 0, cmd.visibility_timeout_ms))
+            if cmd.seed:
+                ap(_U64.pack(cmd.seed))
         elif t is c.Ack:
             assert isinstance(cmd, c.Ack)
             ap(b"\x07")
@@ -182,9 +192,14 @@ def encode_batch(batch: c.CommandBatch) -> bytes:
             ap(_IDP.pack(cmd.id, cmd.priority))
         elif t is c.DeleteMessage:
             assert isinstance(cmd, c.DeleteMessage)
-            ap(b"\x0b")
-            _s(out, cmd.queue)
-            ap(_U64.pack(cmd.id))
+            if cmd.lease_id or cmd.holder_only:
+                ap(bytes((T_DEL_HELD,)))
+                _s(out, cmd.queue)
+                ap(_DEL_HELD.pack(cmd.id, cmd.lease_id, 1 if cmd.holder_only else 0))
+            else:
+                ap(b"\x0b")
+                _s(out, cmd.queue)
+                ap(_U64.pack(cmd.id))
         elif t is c.Tick:
             ap(b"\x0c")
         elif t is c.CreateQueue:
@@ -357,10 +372,10 @@ def decode_batch(data: bytes) -> c.CommandBatch:
             ap(c.Enqueue(q, items))
         elif tag == T_ENQ_COLS:
             ap(_decode_columns(r))
-        elif tag == T_DEQ:
+        elif tag == T_DEQ or tag == T_DEQ_SEEDED:
             q = r.s()
             mx, ack, vis = r.unpack(_DEQ)
-            ap(c.Dequeue(q, mx, bool(ack), vis))
+            ap(c.Dequeue(q, mx, bool(ack), vis, r.unpack(_U64)[0] if tag == T_DEQ_SEEDED else 0))
         elif tag == T_ACK:
             q = r.s()
             k = r.unpack(_U32)[0]
@@ -383,6 +398,10 @@ def decode_batch(data: bytes) -> c.CommandBatch:
         elif tag == T_DEL:
             q = r.s()
             ap(c.DeleteMessage(q, r.unpack(_U64)[0]))
+        elif tag == T_DEL_HELD:
+            q = r.s()
+            id_, lease_id, holder_only = r.unpack(_DEL_HELD)
+            ap(c.DeleteMessage(q, id_, lease_id, bool(holder_only)))
         elif tag == T_TICK:
             ap(c.Tick())
         elif tag in (T_CREATE, T_CREATE_LIMITED):

@@ -102,6 +102,10 @@ class Dequeue:
     max_messages: int = 1
     ack: bool = False
     visibility_timeout_ms: int = 0  # 0 = queue setting
+    seed: int = 0
+    """u64 the leader draws at random (`secrets`) for this command: the delivered leases'
+    ids derive from it (`doq.queues.leaseids`), so another consumer cannot guess them.
+    0 (entries written before seeds existed): sequential lease ids."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,8 +158,18 @@ class UpdatePriority:
 
 @dataclass(frozen=True, slots=True)
 class DeleteMessage:
+    """Remove a message. Result: None.
+
+    `holder_only` (a caller that may not delete others' deliveries): an in-flight message
+    is deleted only with its current `lease_id` (FailedPrecondition MESSAGE_IN_FLIGHT
+    without one). A `lease_id` (either way) must be the current delivery's (StaleLease
+    otherwise, also when the message is no longer in flight). Neither (an admin, entries
+    written before leases were checked): any state."""
+
     queue: str
     id: int
+    lease_id: int = 0
+    holder_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)

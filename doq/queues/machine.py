@@ -26,8 +26,10 @@ Semantics (documented rules):
   else dropped. Either way the source queue's `dead` count grows by one.
 - `Nack(release=True)` undoes a delivery: the attempt is taken back, the message is
   placed as it was before (no delay, same priority) and never dead-lettered.
-- Lease ids come from a replicated counter (`next_lease`), message ids from `next_id`,
-  both starting at 1 and unique across the node.
+- Message ids come from a replicated counter (`next_id`), starting at 1 and unique
+  across the node. Lease ids derive from the `Dequeue`'s random seed and the replicated
+  lease counter (`next_lease`, `doq.queues.leaseids`): unguessable, the same on every
+  replica; sequential (the counter) for entries without a seed.
 - `CreateQueue` of an existing queue with the same type and settings succeeds (retries are
   harmless); with different ones it fails with AlreadyExists. A new queue is refused
   (LimitReached) while the command's `max_queues` (> 0) queues exist. `CreateQueue` and
@@ -45,9 +47,10 @@ Semantics (documented rules):
 
 from __future__ import annotations
 
+import itertools
 import struct
 from bisect import bisect_left
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from sortedcontainers import SortedList
@@ -71,6 +74,7 @@ from doq.queues.dedupruns import CANONICAL_LEN, PRODUCER_LEN, Run, Runs, one_run
 from doq.queues.delayed import MASK64, PriorityIndex, ready_key
 from doq.queues.fair import FairIndex
 from doq.queues.join_tokens import JoinTokens
+from doq.queues.leaseids import lease_ids
 from doq.queues.model import (
     EnqueueColumnsResult,
     EnqueueResult,
@@ -989,27 +993,27 @@ class QueueMachine:
             recs = self.store.pop_many(mkeys)
             for id_ in ids:
                 del msgs[id_]
-            return self._views(q, ids, recs, 0, 0)  # type: ignore[arg-type]
+            return self._views(q, ids, recs, 0, None)  # type: ignore[arg-type]
         exp = self.now_ms + vis
+        seed = _int(cmd.seed, 0, MASK64, "seed")
         lid0 = self.next_lease
         self.next_lease = lid0 + len(ids)
+        lids = lease_ids(seed, lid0, len(ids))
         views: list[MessageView] = []
 
         def lease(recs: list[bytes]) -> list[bytes]:
             news: list[bytes] = []
-            views.extend(self._views(q, ids, recs, exp, lid0, news))
+            views.extend(self._views(q, ids, recs, exp, lids, news))
             return news
 
         self.store.rewrite_many(mkeys, lease)
         hi = exp << 96
         qn = q.qnum
         lease_keys = []
-        lid = lid0
-        for id_ in ids:
+        for id_, lid in zip(ids, lids, strict=True):
             e = msgs[id_]
             e.state = IN_FLIGHT
             e.lease_id = lid
-            lid += 1
             e.key = k = hi | (id_ << 32) | qn
             lease_keys.append(k)
         q.n_inflight += len(ids)
@@ -1017,10 +1021,10 @@ class QueueMachine:
         extend_sorted(self.leases, lease_keys)
         return views
 
-    def _views(self, q: Queue, ids: list[int], recs: list[bytes], exp: int, lid0: int,
+    def _views(self, q: Queue, ids: list[int], recs: list[bytes], exp: int, lids: Sequence[int] | None,
                leased: list[bytes] | None = None) -> list[MessageView]:
         """The views of messages `ids` (records `recs` before this delivery) delivered now,
-        leased until `exp` with lease ids from `lid0` on (0, 0: removed); appends their
+        leased until `exp` with lease ids `lids` (0, None: removed); appends their
         leased records to `leased` if given."""
         out: list[MessageView] = []
         ap = out.append
@@ -1029,8 +1033,7 @@ class QueueMachine:
         name = q.name
         in_flight = MessageState.IN_FLIGHT
         flag = R.FLAG_IN_FLIGHT
-        lid = lid0
-        for id_, rec in zip(ids, recs, strict=True):
+        for id_, rec, lid in zip(ids, recs, lids if lids is not None else itertools.repeat(0, len(ids)), strict=True):
             prio, not_before, enq, _, _, attempts, _, glen, dlen, mlen = unpack(rec)
             attempts += 1
             if glen or mlen:
@@ -1045,7 +1048,6 @@ class QueueMachine:
             if leased is not None:
                 leased.append(pack(prio, not_before, enq, exp, lid, attempts, flag, glen, dlen, mlen)
                               + rec[_HDR_SIZE:])
-                lid += 1
         return out
 
     def _in_flight(self, q: Queue, id_: object, lease_id: object) -> Entry:
@@ -1168,7 +1170,16 @@ class QueueMachine:
 
     def _delete_message(self, cmd: c.DeleteMessage) -> None:
         q = self._queue(cmd.queue)
-        e = self._entry(q, cmd.id)
+        if type(cmd.holder_only) is not bool:
+            raise InvalidArgument("holder_only must be a bool")
+        if cmd.lease_id:
+            e = self._in_flight(q, cmd.id, cmd.lease_id)
+        else:
+            e = self._entry(q, cmd.id)
+            if cmd.holder_only and e.state == IN_FLIGHT:
+                raise FailedPrecondition(
+                    f"message {cmd.id} is in flight: deleting it needs its lease_id (from the delivery) "
+                    "or an admin key", reason="MESSAGE_IN_FLIGHT")
         self._unplace(q, e)
         del q.msgs[cmd.id]
         self.store.delete(q.prefix + _U64.pack(cmd.id))

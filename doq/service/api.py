@@ -20,6 +20,7 @@ answers those of messages known to be gone without a log entry.
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import Any, NamedTuple, TypeVar, cast
@@ -38,7 +39,7 @@ from doq.queues.model import (
 )
 from doq.service import limits as v
 from doq.service import outcomes, paging
-from doq.service.door import INTERNAL, Action, Caller, Door
+from doq.service.door import INTERNAL, Action, AdmittedQueues, Caller, Door, deletes_any, visible
 from doq.service.leases import Leases
 from doq.service.longpoll import LongPolls
 from doq.service.pipeline import ProducerSession, finish
@@ -58,6 +59,11 @@ class FrameOutcome(NamedTuple):
     columns: bool  # a columnar frame
     size: int  # messages in the frame
     result: outcomes.ItemResults | EnqueueColumnsResult | DoqError  # or the error refusing it whole
+
+
+def lease_seed() -> int:
+    """A fresh random seed for one `Dequeue` (its lease ids derive from it: unguessable)."""
+    return secrets.randbits(64) or 1
 
 
 def _done(result: object) -> asyncio.Future[object]:
@@ -148,7 +154,9 @@ class QueueService:
     async def list_queues(self, *, caller: Caller = INTERNAL) -> list[QueueInfo]:
         self.door.admit(caller, Action.LIST_QUEUES, None)
         await self.node.read_barrier()
-        return self.node.state.list_queues()
+        queues = self.node.state.list_queues()
+        # only the queues the caller's key may read (a prefix key: its own), before any paging
+        return visible(caller, queues)
 
     async def list_queues_page(self, page_token: str = "", max_results: int = 0, *,
                                caller: Caller = INTERNAL) -> tuple[list[QueueInfo], str]:
@@ -325,8 +333,8 @@ class QueueService:
         into its queue and message; a DoqError it raises answers that request) is admitted
         (once per queue), validated and proposed as it arrives; one outcome per request,
         in order; at most `stream_window_messages` in flight (see `ProducerSession`)."""
-        admitted: set[str] = set()
         limits = self.limits
+        admitted = AdmittedQueues(limits.stream_admitted_queues)  # bounded: a stream may name any number
         counter = caller.counters.enqueued
 
         def start(r: R) -> asyncio.Future[object]:
@@ -335,7 +343,7 @@ class QueueService:
                 if queue not in admitted:
                     self.door.admit(caller, Action.ENQUEUE, queue)
                     v.check_queue_name(queue)
-                    admitted.add(queue)
+                    admitted.remember(queue)
                 v.check_item(item, limits)
                 return self.enqueue_nowait(queue, item)
             except DoqError as e:
@@ -452,7 +460,7 @@ class QueueService:
     ) -> list[MessageView]:
         """`dequeue` of admitted and validated arguments, through the waiting room; counts
         nothing (the sessions' and `dequeue`'s own)."""
-        cmd = c.Dequeue(queue, max_messages, ack, visibility_timeout_ms)
+        cmd = c.Dequeue(queue, max_messages, ack, visibility_timeout_ms, 0 if ack else lease_seed())
         deadline = time.monotonic() + wait_ms / 1000
         state = self.node.state
         polls = self.long_polls
@@ -584,8 +592,12 @@ class QueueService:
         await self.node.read_barrier()
         return await self.node.inspect(lambda state_: state_.group_stats(queue))
 
-    async def delete_message(self, queue: str, id_: int, *, caller: Caller = INTERNAL) -> None:
+    async def delete_message(self, queue: str, id_: int, lease_id: int = 0, *, caller: Caller = INTERNAL) -> None:
+        """Delete a message. One in flight (someone holds it) needs its `lease_id` unless the
+        caller may delete any (`door.deletes_any`: an admin key); a `lease_id` given must
+        be the current delivery's (StaleLease)."""
         self.door.admit(caller, Action.DELETE_MESSAGE, queue)
         v.check_queue_name(queue)
         v.check_id(id_)
-        outcomes.none(await self.node.propose(c.DeleteMessage(queue, id_)))
+        holder_only = bool(lease_id) or not deletes_any(caller)
+        outcomes.none(await self.node.propose(c.DeleteMessage(queue, id_, lease_id, holder_only)))

@@ -22,11 +22,13 @@ keep it O(1) (a dict look-up), never blocking.
 
 from __future__ import annotations
 
-import contextvars
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from doq.auth.authorizer import Principal, visible_queue
+from doq.auth.authorizer import current_principal as _auth_principal
+from doq.queues.model import QueueInfo
 from doq.service import metrics
 from doq.service.limits import Limits
 
@@ -68,14 +70,49 @@ class Caller:
 INTERNAL = Caller("internal")
 """The node's own calls (and in-process tests): trusted, counted apart."""
 
-current_principal: contextvars.ContextVar[object | None] = contextvars.ContextVar(
-    "doq_current_principal", default=None)
+current_principal = _auth_principal
 """The principal the authentication layer found for the current call (set per call by
-its gRPC interceptor or HTTP dependency; both run in the call's own context)."""
+its gRPC interceptor and HTTP middleware, `doq.auth.authorizer.current_principal`; both
+run in the call's own context)."""
+
+
+def deletes_any(caller: Caller) -> bool:
+    """May the caller delete a message someone else holds (in flight) without its lease?
+    An admin key, and a caller without a key checked (the node's own calls; a node that
+    requires no keys, where such a caller may do everything, as `doq.auth` treats it)."""
+    principal = caller.principal
+    return principal is None or (isinstance(principal, Principal) and principal.is_admin)
+
+
+def visible(caller: Caller, queues: list[QueueInfo]) -> list[QueueInfo]:
+    """The queues of a listing the caller may see: those its key may read (a key limited
+    to queue-name prefixes sees only its queues; no key checked, admin, or a scope without
+    prefix: all). The one filter of every listing that names queues."""
+    principal = caller.principal
+    test = visible_queue(principal) if isinstance(principal, Principal) else None
+    return queues if test is None else [q for q in queues if test(q.name)]
 
 Check = Callable[[Caller, Action, "str | None"], None]
 """`check(caller, action, queue)`: raises a DoqError to refuse; queue is None for calls
 on no one queue (`list_queues`)."""
+
+
+class AdmittedQueues(set[str]):
+    """The queue names a stream had admitted by the door, so each is admitted once, not
+    per message: a cache of at most `capacity` names, emptied when full (a name is then
+    simply admitted again: an O(1) check). A stream that names ever new queues thus holds
+    at most `capacity` names. Membership is the set's own (no Python call per message)."""
+
+    __slots__ = ("capacity",)
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.capacity = max(1, capacity)
+
+    def remember(self, queue: str) -> None:
+        if len(self) >= self.capacity:
+            self.clear()
+        self.add(queue)
 
 
 class Door:

@@ -252,7 +252,7 @@ class DOQServicer(KeyRpcs, pb_grpc.DOQServicer):
 
     @_unary
     async def Delete(self, request: pb.DeleteRequest, context: Any) -> pb.DeleteResponse:
-        await self.api.delete_message(request.queue_name, request.id, caller=grpc_caller(context))
+        await self.api.delete_message(request.queue_name, request.id, request.lease_id, caller=grpc_caller(context))
         return pb.DeleteResponse(success=True)
 
     @_unary

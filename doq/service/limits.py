@@ -37,6 +37,9 @@ class Limits:
     - `stream_window_messages` / `stream_window_frames`: requests of an EnqueueStream /
       EnqueueBatchStream proposed and not yet answered; at the bound the node stops
       reading the stream.
+    - `stream_admitted_queues`: queue names a producer stream remembers as admitted by
+      the door (`doq.service.door.AdmittedQueues`: emptied when full, then each name is
+      admitted again), so a stream naming ever new queues holds bounded memory.
 
     Of the state: `max_queues`, the most queues; a `CreateQueue` carries it, so the state
     machine of every replica refuses the same creations (the leader's setting applies).
@@ -57,6 +60,7 @@ class Limits:
     max_stream_pending_acks: int = DEFAULT_MAX_STREAM_PENDING_ACKS
     stream_window_messages: int = 8192
     stream_window_frames: int = 64
+    stream_admitted_queues: int = 1024
     # -- connections (HTTP) and whole requests (HTTP and gRPC) --
     max_connections: int = 1000  # HTTP connections; past it requests are answered 503
     max_header_bytes: int = 64 * 1024  # request line and headers; past it 431, connection closed

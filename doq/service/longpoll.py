@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import secrets
 from collections import deque
 from collections.abc import Callable
 
@@ -150,7 +151,7 @@ class LongPolls:
             if type(w) is StandingPoll:
                 k = min(w.wanted, n)
                 try:
-                    fut = propose(c.Dequeue(queue, k, False, w.visibility_timeout_ms))
+                    fut = propose(c.Dequeue(queue, k, False, w.visibility_timeout_ms, secrets.randbits(64) or 1))
                 except DoqError:  # refused: the stream sees it with its next dequeue
                     break
                 waiters.popleft()

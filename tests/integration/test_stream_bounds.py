@@ -211,3 +211,48 @@ async def test_a_stream_stops_reading_at_its_pending_acks_bound(served: Served,
     assert read == 10
     assert (await served.api.get_queue("q")).stats.total == 0
     await s.close()
+
+
+async def test_a_producer_stream_naming_ever_new_queues_remembers_a_bounded_number(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The names a producer stream remembers as admitted (so the door checks each once,
+    not per message) are at most `stream_admitted_queues`, however many it names; every
+    request is still admitted and answered (real gRPC on 127.0.0.1)."""
+    from doq.service import api as api_mod
+    from doq.service.door import AdmittedQueues
+    from doq.service.limits import Limits
+
+    caches: list[AdmittedQueues] = []
+    peak = [0]
+
+    class Counted(AdmittedQueues):
+        __slots__ = ()
+
+        def __init__(self, capacity: int) -> None:
+            super().__init__(capacity)
+            caches.append(self)
+
+        def remember(self, queue: str) -> None:
+            super().remember(queue)
+            peak[0] = max(peak[0], len(self))
+
+    monkeypatch.setattr(api_mod, "AdmittedQueues", Counted)
+    cap, names = 16, 600
+    async with inproc.local_service(tmp_path, Limits(stream_admitted_queues=cap)) as api, \
+            inproc.grpc_stub(api) as stub:
+        await api.create_queue("q")
+        admits: list[str | None] = []
+        api.door.add_check(lambda caller, action, queue: admits.append(queue))  # sees every admission
+
+        async def requests() -> AsyncIterator[pb.EnqueueRequest]:
+            for i in range(names):
+                yield pb.EnqueueRequest(queue_name=f"gone-{i}", content=b"x")  # no such queue
+                yield pb.EnqueueRequest(queue_name="q", content=b"%d" % i)
+
+        got = [r async for r in stub.EnqueueStream(requests())]
+    assert len(got) == 2 * names
+    assert all(r.error.reason == "QUEUE_NOT_FOUND" for r in got[0::2])
+    assert all(r.success for r in got[1::2])
+    assert len(caches) == 1 and peak[0] == cap and len(caches[0]) <= cap  # bounded, however many names
+    assert admits.count("q") > 1  # evicted with the others, then simply admitted again
+    assert {f"gone-{i}" for i in range(names)} <= set(admits)  # every name still passed the door

@@ -19,6 +19,16 @@ from doq.errors import (
 from doq.queues import commands as c
 from doq.queues.model import QueueSettings
 
+M64 = 2**64
+
+
+def _mix(x: int) -> int:
+    """splitmix64 (Steele, Lea, Flood 2014), written out independently of the machine's."""
+    z = (x + 0x9E3779B97F4A7C15) % M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) % M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) % M64
+    return z ^ (z >> 31)
+
 
 def ts_rule(priority: int) -> int:
     return min(priority * 1000, 2**63 - 1) if priority >= 1_000_000_000 else 0
@@ -195,6 +205,10 @@ class Reference:
         q = self._q(cmd.queue)
         vis = cmd.visibility_timeout_ms or q.settings.effective_visibility_timeout_ms
         out = []
+        # lease ids: from a base splitmix64(seed + counter) in [1, 2**64 - 2 - n], consecutive;
+        # or the counter itself without a seed
+        base = (_mix(cmd.seed + self.next_lease) % (M64 - 2 - cmd.max_messages) + 1) if cmd.seed else self.next_lease
+        lids = iter(range(base, base + cmd.max_messages))
         for _ in range(cmd.max_messages):
             m = self._pick(q)
             if m is None:
@@ -206,7 +220,7 @@ class Reference:
             else:
                 m.inflight = True
                 m.lease_exp = self.now + vis
-                m.lease_id = self.next_lease
+                m.lease_id = next(lids)
                 self.next_lease += 1
                 out.append((m.id, m.attempts, m.lease_id, m.lease_exp))
         return out
@@ -261,9 +275,15 @@ class Reference:
 
     def _DeleteMessage(self, cmd: c.DeleteMessage) -> None:
         q = self._q(cmd.queue)
-        m = q.find(cmd.id)
-        if m is None:
-            raise MessageNotFound(str(cmd.id))
+        if cmd.lease_id:
+            m = self._check(q, cmd.id, cmd.lease_id)
+        else:
+            found = q.find(cmd.id)
+            if found is None:
+                raise MessageNotFound(str(cmd.id))
+            if cmd.holder_only and found.inflight:  # another's delivery: only with its lease
+                raise FailedPrecondition(str(cmd.id))
+            m = found
         q.msgs.remove(m)
 
     def next_due(self) -> int | None:

@@ -429,3 +429,45 @@ def test_sort_known_tells_present_gone_and_unborn_ids_and_a_gone_one_stays_gone(
     assert type(err).__name__ == "MessageNotFound"
     h.enqueue("a", item())  # later enqueues never bring an id back
     assert h.m.sort_known("a", [a1]) == ([], [0], [])
+
+
+def test_lease_ids_of_a_seeded_dequeue_are_scattered_and_the_same_on_every_replica() -> None:
+    from doq.queues.leaseids import splitmix64
+
+    assert splitmix64(0) == 0xE220A8397B1DCDAF  # the published first output of splitmix64(seed 0)
+    runs = []
+    for _ in range(2):  # two replicas applying the same entries
+        h = Harness()
+        h.create()
+        h.one(c.Enqueue("q", [item() for _ in range(6)]))
+        a = h.one(c.Dequeue("q", 3, seed=0x1234_5678_9ABC_DEF0))
+        b = h.one(c.Dequeue("q", 3, seed=0x0FED_CBA9_8765_4321))
+        runs.append(([m.lease_id for m in a], [m.lease_id for m in b], dict(h.store.data)))
+    assert runs[0] == runs[1]
+    lids = runs[0][0] + runs[0][1]
+    assert len(set(lids)) == 6 and 0 not in lids
+    assert max(abs(x - y) for x, y in zip(lids, lids[1:], strict=False)) > 2**32  # not a sequence
+    # an entry without a seed (written before seeds existed) keeps the sequential ids
+    h = Harness()
+    h.create()
+    h.one(c.Enqueue("q", [item() for _ in range(2)]))
+    assert [m.lease_id for m in h.one(c.Dequeue("q", 2))] == [1, 2]
+
+
+def test_deleting_an_in_flight_message_needs_its_lease_unless_the_caller_may_delete_any() -> None:
+    h = Harness()
+    h.create()
+    a, b = h.enqueue("q", item(), item())
+    [d] = h.dequeue("q", 1, seed=7)
+    assert d.id == a
+    before = dict(h.store.data)
+    err = h.one(c.DeleteMessage("q", a, holder_only=True))
+    assert isinstance(err, FailedPrecondition) and err.reason == "MESSAGE_IN_FLIGHT"
+    assert isinstance(h.one(c.DeleteMessage("q", a, d.lease_id ^ 1, holder_only=True)), StaleLease)
+    assert isinstance(h.one(c.DeleteMessage("q", b, 5, holder_only=True)), StaleLease)  # b is not in flight
+    assert {k: v for k, v in h.store.data.items() if k != b"G"} == {k: v for k, v in before.items() if k != b"G"}
+    assert h.one(c.DeleteMessage("q", b, holder_only=True)) is None  # ready: no one holds it
+    assert h.one(c.DeleteMessage("q", a, d.lease_id, holder_only=True)) is None  # the holder
+    [a2] = h.enqueue("q", item())
+    h.dequeue("q", 1, seed=9)
+    assert h.one(c.DeleteMessage("q", a2)) is None  # an admin (and entries written before): any state

@@ -145,9 +145,10 @@ class MachineVsReference(RuleBasedStateMachine):
         self.known += [(name, id_, 0) for id_, dup in want if not dup]
 
     @rule(name=MSG_QUEUES, n=st.integers(1, 3), ack=st.sampled_from([False, False, False, True]),
-          vis=st.sampled_from([0, 50, 300]), dt=st.sampled_from([0, 1, 30]))
-    def dequeue(self, name: str, n: int, ack: bool, vis: int, dt: int) -> None:
-        got, want = self.run(c.Dequeue(name, n, ack, vis), dt)
+          vis=st.sampled_from([0, 50, 300]), dt=st.sampled_from([0, 1, 30]),
+          seed=st.sampled_from([0, 1, 2**64 - 1]) | st.integers(0, 2**64 - 1))
+    def dequeue(self, name: str, n: int, ack: bool, vis: int, dt: int, seed: int) -> None:
+        got, want = self.run(c.Dequeue(name, n, ack, vis, seed), dt)
         if isinstance(want, DoqError):
             assert isinstance(got, type(want))
             return
@@ -208,10 +209,10 @@ class MachineVsReference(RuleBasedStateMachine):
         else:
             assert isinstance(got, MessageView) and (got.id, got.priority) == want
 
-    @rule(data=st.data())
-    def delete_message(self, data: st.DataObject) -> None:
-        q, id_, _ = self.pick(data)
-        got, want = self.run(c.DeleteMessage(q, id_))
+    @rule(data=st.data(), holder_only=st.booleans(), with_lease=st.booleans())
+    def delete_message(self, data: st.DataObject, holder_only: bool, with_lease: bool) -> None:
+        q, id_, lease = self.pick(data)
+        got, want = self.run(c.DeleteMessage(q, id_, lease if with_lease else 0, holder_only))
         assert norm(got) == (type(want) if isinstance(want, DoqError) else want)
 
     @rule(dt=st.sampled_from([0, 10, 60, 120, 400, 1100, 3000]))

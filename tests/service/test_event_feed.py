@@ -23,7 +23,7 @@ def decode(event: bytes) -> dict[str, Any]:
 async def test_every_subscriber_gets_the_same_snapshots_built_once_per_interval() -> None:
     builds = 0
 
-    def build() -> dict[str, Any]:
+    def build(only: object = None) -> dict[str, Any]:
         nonlocal builds
         builds += 1
         return {"n": builds}
@@ -41,7 +41,7 @@ async def test_every_subscriber_gets_the_same_snapshots_built_once_per_interval(
 
 
 async def test_a_subscriber_that_does_not_read_holds_a_bounded_backlog() -> None:
-    feed = EventFeed(lambda: {"x": 1}, interval_s=0.001)
+    feed = EventFeed(lambda only: {"x": 1}, interval_s=0.001)
     slow = feed.stream()
     await slow.__anext__()
     await asyncio.sleep(0.2)  # ~200 intervals while it reads nothing
@@ -53,7 +53,7 @@ async def test_a_subscriber_that_does_not_read_holds_a_bounded_backlog() -> None
 
 async def test_too_many_subscribers_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ui, "MAX_SUBSCRIBERS", 2)
-    feed = EventFeed(lambda: {}, interval_s=10)
+    feed = EventFeed(lambda only: {}, interval_s=10)
     open_ = [feed.stream(), feed.stream()]
     for s in open_:
         await s.__anext__()

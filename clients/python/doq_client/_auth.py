@@ -4,12 +4,43 @@ per message)."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from typing import Any, NamedTuple
 
 import grpc
 
+from doq_client.errors import invalid_argument
+
 KEY_ENV = "DOQ_KEY"
+_LOOPBACK_NAMES = ("localhost", "localhost.", "ip6-localhost")
+
+
+def _host(addr: str) -> str:
+    """The host of a gRPC target ``HOST:PORT``, ``[IPv6]:PORT`` or ``scheme:///HOST:PORT``."""
+    if "://" in addr:
+        addr = addr.split("://", 1)[1].lstrip("/")
+    host = addr.rpartition(":")[0] if ":" in addr and not addr.endswith("]") else addr
+    return host.strip("[]")
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_key_transport(addr: str, key: str | None, tls: bool) -> None:
+    """Refuse (InvalidArgument ``KEY_IN_CLEAR``, nothing sent) to send a key over a
+    plaintext channel to a host that is not loopback: anyone on the path would read it.
+    With TLS (``ca_file=``), or to localhost / 127.0.0.0/8 / ::1, or without a key: fine."""
+    if key and not tls and not is_loopback(_host(addr)):
+        raise invalid_argument(
+            f"refusing to send the client key (key= / ${KEY_ENV}) in clear to {addr}: connect with TLS "
+            "(ca_file=, the cluster's tls/ca.crt), or use no key", "KEY_IN_CLEAR")
 
 
 def resolve_key(key: str | None) -> str | None:

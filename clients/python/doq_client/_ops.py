@@ -155,9 +155,9 @@ def get(queue: str, id_: int) -> Op[Message]:
     return Op("Get", build(pb.GetRequest, queue_name=queue, id=id_), Message, True)
 
 
-def delete(queue: str, id_: int) -> Op[None]:
+def delete(queue: str, id_: int, lease_id: int = 0) -> Op[None]:
     return Op(
-        "Delete", build(pb.DeleteRequest, queue_name=queue, id=id_), _true, True, _MESSAGE_GONE
+        "Delete", build(pb.DeleteRequest, queue_name=queue, id=id_, lease_id=lease_id), _true, True, _MESSAGE_GONE
     )
 
 

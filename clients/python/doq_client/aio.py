@@ -15,7 +15,7 @@ from typing import Any, TypeVar, cast
 import grpc
 
 from doq_client import _handle, _ops
-from doq_client._auth import aio_interceptors, resolve_key
+from doq_client._auth import aio_interceptors, check_key_transport, resolve_key
 from doq_client._routing import Router, parse_targets
 from doq_client.client import (
     CHANNEL_OPTIONS,
@@ -63,7 +63,7 @@ class AsyncDoqClient:
         if channel is None:
             tls = _tls_credentials(ca_file)
             self.router: Router[grpc.aio.Channel] = Router(
-                parse_targets(targets), lambda addr: _open_channel(addr, tls, self.key))
+                _checked(parse_targets(targets), self.key, tls), lambda addr: _open_channel(addr, tls, self.key))
         else:
             given = channel
             self.router = Router(["(channel)"], lambda _: given, fixed=True)
@@ -235,9 +235,11 @@ class AsyncDoqClient:
         """One message by id (any state); raises NotFound."""
         return await self._call(_ops.get(queue, id))
 
-    async def delete(self, queue: str, id: int) -> None:
-        """Delete one message by id (any state)."""
-        await self._call(_ops.delete(queue, id))
+    async def delete(self, queue: str, id: int, lease_id: int = 0) -> None:
+        """Delete one message by id. A message in flight (delivered, not settled) needs the
+        delivery's `lease_id` unless the key is an admin (FailedPrecondition
+        MESSAGE_IN_FLIGHT); a `lease_id` must be the current delivery's (StaleLease)."""
+        await self._call(_ops.delete(queue, id, lease_id))
 
     async def ack(self, queue: str, id: int, lease_id: int = 0) -> None:
         """Acknowledge (remove) a leased message; with `lease_id`, only that delivery's lease."""
@@ -292,7 +294,15 @@ class AsyncDoqClient:
         return AsyncConsumer(self, queue, **kw)
 
 
+def _checked(targets: list[str], key: str | None, tls: object) -> list[str]:
+    """`targets`, once none would get the key in clear (`check_key_transport`)."""
+    for addr in targets:
+        check_key_transport(addr, key, tls is not None)
+    return targets
+
+
 def _open_channel(addr: str, tls: grpc.ChannelCredentials | None = None, key: str | None = None) -> grpc.aio.Channel:
+    check_key_transport(addr, key, tls is not None)  # a leader learned later too
     if tls is not None:
         return grpc.aio.secure_channel(addr, tls, options=CHANNEL_OPTIONS, interceptors=aio_interceptors(key))
     return grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS, interceptors=aio_interceptors(key))

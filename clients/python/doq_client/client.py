@@ -19,7 +19,7 @@ from typing import Any, TypeVar, cast
 import grpc
 
 from doq_client import _handle, _ops
-from doq_client._auth import resolve_key, sync_channel
+from doq_client._auth import check_key_transport, resolve_key, sync_channel
 from doq_client._routing import Router, parse_targets
 from doq_client.consumer import Consumer
 from doq_client.errors import DoqClientError, from_rpc_error
@@ -91,7 +91,7 @@ class DoqClient:
         if channel is None:
             tls = _tls_credentials(ca_file)
             self.router: Router[grpc.Channel] = Router(
-                parse_targets(targets), lambda addr: _open_channel(addr, tls, self.key))
+                _checked(parse_targets(targets), self.key, tls), lambda addr: _open_channel(addr, tls, self.key))
         else:
             given = sync_channel(channel, self.key)
             self.router = Router(["(channel)"], lambda _: given, fixed=True)
@@ -264,9 +264,11 @@ class DoqClient:
         """One message by id (any state); raises NotFound."""
         return self._call(_ops.get(queue, id))
 
-    def delete(self, queue: str, id: int) -> None:
-        """Delete one message by id (any state)."""
-        self._call(_ops.delete(queue, id))
+    def delete(self, queue: str, id: int, lease_id: int = 0) -> None:
+        """Delete one message by id. A message in flight (delivered, not settled) needs the
+        delivery's `lease_id` unless the key is an admin (FailedPrecondition
+        MESSAGE_IN_FLIGHT); a `lease_id` must be the current delivery's (StaleLease)."""
+        self._call(_ops.delete(queue, id, lease_id))
 
     def ack(self, queue: str, id: int, lease_id: int = 0) -> None:
         """Acknowledge (remove) a leased message; with `lease_id`, only that delivery's lease."""
@@ -320,7 +322,15 @@ class DoqClient:
         return Consumer(self, queue, **kw)
 
 
+def _checked(targets: list[str], key: str | None, tls: object) -> list[str]:
+    """`targets`, once none would get the key in clear (`check_key_transport`)."""
+    for addr in targets:
+        check_key_transport(addr, key, tls is not None)
+    return targets
+
+
 def _open_channel(addr: str, tls: grpc.ChannelCredentials | None = None, key: str | None = None) -> grpc.Channel:
+    check_key_transport(addr, key, tls is not None)  # a leader learned later too
     if tls is not None:
         return sync_channel(grpc.secure_channel(addr, tls, options=CHANNEL_OPTIONS), key)
     return sync_channel(grpc.insecure_channel(addr, options=CHANNEL_OPTIONS), key)

@@ -8,6 +8,9 @@ scope or for a queue outside the key's prefix (the `{name}` path parameter). Req
 follower relays to the leader carry the header on, and the leader checks it again. A
 path no route matches goes on (404/405 from the app); Swagger UI's assets are open.
 
+The principal of an admitted request is put in `current_principal` for the request (the
+service filters queue listings by the key's prefixes with it).
+
 `AuditMiddleware` (inside the follower forwarding, so only requests this node serves
 itself): logs and counts the admin actions (`doq.auth.audit`) with their status.
 
@@ -23,7 +26,7 @@ from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
 from doq.auth import audit
-from doq.auth.authorizer import Authorizer
+from doq.auth.authorizer import Authorizer, current_principal
 from doq.auth.table import HTTP_RULES, OPEN_PATH_PREFIXES, UNLISTED, Rule
 from doq.errors import DoqError
 from doq.service.http.problems import problem_response
@@ -107,7 +110,11 @@ class AuthMiddleware:
             headers = {"WWW-Authenticate": "Bearer"} if e.kind == "unauthenticated" else None
             return await problem_response(e, path, headers)(scope, receive, send)  # type: ignore[arg-type]
         scope[KEY_ID_SCOPE] = who.key_id
-        await self.app(scope, receive, send)
+        token = current_principal.set(who)  # the service reads the caller's scopes from it
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            current_principal.reset(token)
 
 
 class AuditMiddleware:

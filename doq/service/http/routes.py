@@ -348,11 +348,24 @@ class QueueRoutes:
 
     @route(
         "DELETE", "/queues/{name}/messages/{id}", answer="Deleted.", tags=["messages"],
-        response_model=m.Success, summary="Delete a message", responses=errors(400, 404),
+        response_model=m.Success, summary="Delete a message", responses=errors(400, 404, 409),
     )
-    async def delete_message(self, name: QueueName, id: MessageId, request: Request) -> Response:
-        """Remove a message in any state."""
-        await self.api.delete_message(name, _id(id), caller=http_caller(request))
+    async def delete_message(
+        self, name: QueueName, id: MessageId, request: Request,
+        lease_id: Annotated[str | None, Query(
+            pattern=m.ID_PATTERN,
+            description="The lease id of the delivery (from the dequeue): needed to delete an in-flight "
+                        "message unless the key is an admin; when given, it must be the current delivery's.",
+        )] = None,
+    ) -> Response:
+        """Remove a message. A message not in flight (ready, delayed) goes in any case; one in
+        flight (someone holds it) needs `?lease_id=` of its delivery, or an admin key
+        (409 `MESSAGE_IN_FLIGHT` without; 409 `STALE_LEASE` with another delivery's)."""
+        try:
+            lease = m._coerce_id(lease_id) if lease_id else 0
+        except ValueError as e:
+            raise InvalidArgument(f"invalid lease_id {lease_id!r}: {e}", reason="INVALID_ID") from None
+        await self.api.delete_message(name, _id(id), lease, caller=http_caller(request))
         return _ok()
 
     @route(

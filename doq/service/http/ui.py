@@ -6,7 +6,8 @@ and `GET /events`, the Server-Sent Events stream it reads.
 counters (`QueueCounters`: rates are their differences between two events). It reads the
 node's published view (no Raft round trip, nothing proposed): a page left open costs one
 JSON document per interval for all its viewers together (`EventFeed` builds each document
-once and hands it to every subscriber). A subscriber that does not keep up loses old
+once and hands it to every subscriber), plus one per subscriber whose key is limited to
+queue-name prefixes: it sees only its queues (names, counts and `queues_total`). A subscriber that does not keep up loses old
 events, never grows the node's memory: each holds at most `SUBSCRIBER_BACKLOG` events.
 """
 
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import APIRouter
 from starlette.responses import HTMLResponse, Response, StreamingResponse
 
+from doq.auth.authorizer import current_principal, visible_queue
 from doq.errors import Unavailable
 from doq.queues.model import QueueInfo
 from doq.service.http.bodies import errors, operation_id
@@ -35,6 +37,8 @@ MAX_SUBSCRIBERS = 64  # open `/events` streams per node
 SUBSCRIBER_BACKLOG = 4  # events a slow subscriber may have pending; older ones are dropped
 MAX_EVENT_QUEUES = 1000  # queues per event (by name); `queues_total` tells how many there are
 KEEPALIVE_S = 15.0
+Only = Callable[[str], bool] | None
+"""The queue names a subscriber may see (None: every queue)."""
 
 
 def queue_row(q: QueueInfo) -> dict[str, Any]:
@@ -53,46 +57,53 @@ class EventFeed:
     (`build`) and puts it in each subscriber's bounded queue (dropping that subscriber's
     oldest event when full)."""
 
-    def __init__(self, build: Callable[[], dict[str, Any]], interval_s: float = 1.0) -> None:
+    def __init__(self, build: Callable[[Only], dict[str, Any]], interval_s: float = 1.0) -> None:
         self._build = build
         self._interval_s = interval_s
-        self._subscribers: set[asyncio.Queue[bytes]] = set()
+        self._subscribers: dict[asyncio.Queue[bytes], Only] = {}
         self._task: asyncio.Task[None] | None = None
 
     @property
     def subscribers(self) -> int:
         return len(self._subscribers)
 
-    def encode(self) -> bytes:
-        """The next snapshot as one SSE event."""
-        return b"event: snapshot\ndata: " + json.dumps(self._build(), separators=(",", ":")).encode() + b"\n\n"
+    def encode(self, only: Only = None) -> bytes:
+        """The next snapshot (of the queues `only` lets through; None: all) as one SSE event."""
+        return b"event: snapshot\ndata: " + json.dumps(self._build(only), separators=(",", ":")).encode() + b"\n\n"
 
-    async def stream(self) -> AsyncIterator[bytes]:
-        """The SSE bytes of one subscriber: a snapshot at once, then one per interval."""
+    async def stream(self, only: Only = None) -> AsyncIterator[bytes]:
+        """The SSE bytes of one subscriber: a snapshot at once, then one per interval; it
+        sees only the queues `only` lets through (None: all)."""
         if len(self._subscribers) >= MAX_SUBSCRIBERS:
             raise Unavailable(f"too many open event streams on this node (at most {MAX_SUBSCRIBERS})",
                               reason="TOO_MANY_STREAMS")
         q: asyncio.Queue[bytes] = asyncio.Queue(SUBSCRIBER_BACKLOG)
-        self._subscribers.add(q)
+        self._subscribers[q] = only
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._produce(), name="doq-events")
         try:
-            yield b"retry: 2000\n\n" + self.encode()
+            yield b"retry: 2000\n\n" + self.encode(only)
             while True:
                 try:
                     yield await asyncio.wait_for(q.get(), KEEPALIVE_S)
                 except TimeoutError:
                     yield b": keep-alive\n\n"
         finally:
-            self._subscribers.discard(q)
+            self._subscribers.pop(q, None)
 
     async def _produce(self) -> None:
         while self._subscribers:
             await asyncio.sleep(self._interval_s)
             if not self._subscribers:
                 break
-            event = self.encode()
-            for q in list(self._subscribers):
+            shared: bytes | None = None  # the unfiltered event, built once for all who see everything
+            for q, only in list(self._subscribers.items()):
+                if only is None:
+                    if shared is None:
+                        shared = self.encode()
+                    event = shared
+                else:
+                    event = self.encode(only)  # a prefix key's own view
                 if q.full():
                     with contextlib.suppress(asyncio.QueueEmpty):
                         q.get_nowait()
@@ -104,9 +115,11 @@ def build_ui_router(api: QueueService, interval_s: float = 1.0) -> APIRouter:
     r = APIRouter(generate_unique_id_function=operation_id)
     node = api.node
 
-    def snapshot() -> dict[str, Any]:
+    def snapshot(only: Only) -> dict[str, Any]:
         status = node.cluster_status()
         queues = node.state.list_queues()
+        if only is not None:  # a key limited to queue prefixes sees only its queues
+            queues = [q for q in queues if only(q.name)]
         return {
             "time_ms": time.time_ns() // 1_000_000,
             "node": {"node_id": status.node_id, "role": status.role, "leader_id": status.leader_id,
@@ -139,7 +152,7 @@ def build_ui_router(api: QueueService, interval_s: float = 1.0) -> APIRouter:
         enqueued, delivered, acked}]}` (at most 1000 queues, by name). `enqueued`,
         `delivered` and `acked` count since the node started: a rate is the difference of
         two events divided by the time between them. The dashboard at `/ui` reads it."""
-        stream = feed.stream()
+        stream = feed.stream(visible_queue(current_principal.get()))
         first = await stream.__anext__()  # refused here (503) rather than mid-stream
 
         async def body() -> AsyncIterator[bytes]:

@@ -374,12 +374,14 @@ class GetRequest(_message.Message):
     def __init__(self, queue_name: _Optional[str] = ..., id: _Optional[int] = ...) -> None: ...
 
 class DeleteRequest(_message.Message):
-    __slots__ = ("queue_name", "id")
+    __slots__ = ("queue_name", "id", "lease_id")
     QUEUE_NAME_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     queue_name: str
     id: int
-    def __init__(self, queue_name: _Optional[str] = ..., id: _Optional[int] = ...) -> None: ...
+    lease_id: int
+    def __init__(self, queue_name: _Optional[str] = ..., id: _Optional[int] = ..., lease_id: _Optional[int] = ...) -> None: ...
 
 class DeleteResponse(_message.Message):
     __slots__ = ("success",)
