@@ -31,7 +31,7 @@ from pathlib import Path
 
 from doq.auth.admin import create_key
 from doq.auth.tokens import NewKey, hash_of, key_id_of, new_key
-from doq.errors import DoqError
+from doq.errors import DoqError, OutcomeUnknown
 from doq.node.base import Node
 
 log = logging.getLogger("doq.auth")
@@ -82,8 +82,12 @@ async def ensure_admin_key(node: Node, data_dir: str | Path, *, provided: NewKey
     while the proposal meets a retryable error (e.g. leadership moved). `print_key`: print
     the key (True), only the file (False), or the key only if stdout is a terminal (None)."""
     path = Path(data_dir) / ADMIN_KEY_FILE
+    unknown: NewKey | None = None  # a generated key whose proposal's outcome is unknown
     while True:
-        if node.state.keys():
+        if keys := node.state.keys():
+            if unknown is not None and unknown.id in keys:  # it committed after all
+                announce(unknown.id, path, unknown.token, print_key=print_key)
+                return unknown.id
             return None
         if not (node.is_leader and node.is_ready()):
             await asyncio.sleep(poll_s)
@@ -92,21 +96,26 @@ async def ensure_admin_key(node: Node, data_dir: str | Path, *, provided: NewKey
             try:
                 created = await create_key(node, ("admin",), key=provided)
             except DoqError as e:
-                if not e.retryable:
+                if not e.retryable and not isinstance(e, OutcomeUnknown):  # (it may have committed: look again)
                     raise
                 log.info("registering the provided admin key: %s; trying again", e.reason)
                 await asyncio.sleep(poll_s)
                 continue
             log.info("admin key %s (from --admin-key-file) registered", created.record.id)
             return created.record.id
-        if path.exists():
+        if unknown is None and path.exists():
             log.warning("no client key exists but %s does: not creating one (remove the file to have a "
                         "new admin key generated)", path)
             return None
-        new = new_key()
-        write_key_file(path, new.token)
+        new = unknown or new_key()
+        if unknown is None:
+            write_key_file(path, new.token)
         try:
             created = await create_key(node, ("admin",), key=new)
+        except OutcomeUnknown:  # it may still commit: keep its file, look again (or propose it again)
+            unknown = new
+            await asyncio.sleep(poll_s)
+            continue
         except DoqError as e:
             with contextlib.suppress(OSError):
                 path.unlink()
