@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import sys
 import tempfile
@@ -190,8 +189,8 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(rec), flush=True)
     record["load_after"] = loadavg()
     plain = next((r for r in record["runs"] if r["kind"] == "plain"), None)
-    print(f"\n| kind | fill msg/s | vs plain | drain msg/s | vs plain | RSS B/msg (anon, file) "
-          f"| written B/msg fill / drain | restart s |\n| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("\n| kind | fill msg/s | vs plain | drain msg/s | vs plain | RSS B/msg (anon, file) "
+          "| written B/msg fill / drain | restart s |\n| --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in record["runs"]:
         fr = r["fill_msg_per_s"] / plain["fill_msg_per_s"] if plain else float("nan")
         dr = r["drain_msg_per_s"] / plain["drain_msg_per_s"] if plain else float("nan")
