@@ -30,6 +30,7 @@ DB_NAMES = (
     b"state_versions",
     b"state_tombstones",
     b"state_dedup",
+    b"state_stale",
 )
 
 

@@ -6,7 +6,10 @@ Databases (reserved in `doq.storage.env.DB_NAMES`):
   b"\\x00rstage", b"\\x00rchunk" + u32 BE seq, and the client keys:
   `doq.queues.apikeys.STORE_PREFIX` + key id)
 - state_queues / state_messages / state_dedup: the records of `doq.queues.keys`
-- state_versions: (u64 BE version + key) -> b"" for every live record
+- state_versions: (u64 BE version + key) -> b"" for every live record, and for a while
+  for records rewritten or deleted since (stale entries: readers skip them)
+- state_stale: (u64 BE version + stale versions entry) -> b"": the stale entries, deleted
+  in bulk, in key order (`_TxnSink`, `StateStore._collect`); not replicated state
 - state_tombstones: (u64 BE version + key) -> b"" for every deletion
 
 Every stored record value is `u64 BE version + payload`, the version being the log index
@@ -112,6 +115,10 @@ MAX_RECORD_KEY_BYTES = 511 - _V.size
 CLUSTER_KEY = b"\x00cluster"
 MAX_CLUSTER_ID_BYTES = 128
 PRUNE_EVERY = 1024
+# stale versions entries are collected once there are MIN_COLLECT of them and at least
+# 1/COLLECT_FRACTION of the index (each collection rewrites most pages of the index)
+MIN_COLLECT = 1 << 16
+COLLECT_FRACTION = 16
 DEFAULT_TOMBSTONE_RETENTION = 1_000_000
 DUMP_MAGIC = b"DOQSTATE1"
 _DUMP_REC = struct.Struct(">BII")
@@ -181,16 +188,45 @@ class StateView:
 
 
 class _TxnSink:
-    """The machine's `Store`, bound to the caller's write txn and the entry's version."""
+    """The machine's `Store`, bound to the caller's write txn and the entry's version.
 
-    __slots__ = ("txn", "ver", "dbs", "versions", "tombs")
+    A versions entry that stops being live (its record rewritten at a later version, or
+    deleted) is not deleted from the versions index at once: that entry sits where the
+    record's old version put it, far from the pages this txn writes anyway (the record
+    was written by another entry, often long ago), so deleting it costs one page per
+    record. It is noted in state_stale instead (key: this txn's version + the stale
+    entry; an append) and the store deletes the noted entries in bulk, in key order
+    (`StateStore._collect`), touching each page of the index once per collection.
+    Readers of the versions index skip an entry whose record is absent or carries
+    another version. An entry written at this very version is deleted at once (the same
+    key may be written again in this version: the entry must then be live)."""
 
-    def __init__(self, dbs: dict[int, Any], versions: Any, tombs: Any) -> None:
+    __slots__ = ("txn", "ver", "dbs", "versions", "tombs", "stale", "n_stale")
+
+    def __init__(self, dbs: dict[int, Any], versions: Any, tombs: Any, stale: Any) -> None:
         self.txn: Any = None  # lmdb.Transaction (stubs type values as bytes | memoryview)
         self.ver = _V.pack(0)
         self.dbs = dbs
         self.versions = versions
         self.tombs = tombs
+        self.stale = stale
+        self.n_stale = 0  # entries noted in state_stale (an upper bound after an abort)
+
+    def _unversion(self, entries: list[bytes]) -> None:
+        """Versions entries (version + key) no longer live: see the class docstring."""
+        if not entries:
+            return
+        txn, ver = self.txn, self.ver
+        now = [e for e in entries if e[:8] == ver]
+        if now:
+            drop = txn.delete
+            for e in now:
+                drop(e, db=self.versions)
+            if len(now) == len(entries):
+                return
+            entries = [e for e in entries if e[:8] != ver]
+        txn.cursor(db=self.stale).putmulti([(ver + e, b"") for e in entries])
+        self.n_stale += len(entries)
 
     def get(self, key: bytes) -> bytes | None:
         assert self.txn is not None
@@ -206,7 +242,7 @@ class _TxnSink:
             ov = old[:8]
             if ov == ver:
                 return
-            txn.delete(ov + key, db=self.versions)
+            self._unversion([ov + key])
         txn.put(ver + key, b"", db=self.versions)
 
     def insert(self, key: bytes, value: bytes) -> None:
@@ -234,7 +270,7 @@ class _TxnSink:
         old = txn.pop(key, db=self.dbs[key[0]])
         if old is None:
             return
-        txn.delete(old[:8] + key, db=self.versions)
+        self._unversion([old[:8] + key])
         txn.put(self.ver + key, b"", db=self.tombs)
 
     def delete_many(self, keys: list[bytes]) -> None:
@@ -243,21 +279,23 @@ class _TxnSink:
         assert txn is not None
         if not keys:
             return
-        pop, drop = txn.pop, txn.delete
-        db, versions, ver = self.dbs[keys[0][0]], self.versions, self.ver
+        pop = txn.pop
+        db, ver = self.dbs[keys[0][0]], self.ver
+        gone = []
         tombs = []
         for key in keys:
             old = pop(key, db=db)
             if old is not None:
-                drop(old[:8] + key, db=versions)
+                gone.append(old[:8] + key)
                 tombs.append((ver + key, b""))
+        self._unversion(gone)
         if tombs:
             txn.cursor(db=self.tombs).putmulti(tombs)
 
     def rewrite_many(self, keys: list[bytes], edit: Callable[[list[bytes]], list[bytes]]) -> None:
         """`put` of `edit(old records)` over existing keys of one kind: the records read
-        and their old version entries deleted through cursors, the records and their new
-        version entries written by one C call per database."""
+        through a cursor, the records and their new version entries written by one C
+        call per database."""
         txn = self.txn
         assert txn is not None
         if not keys:
@@ -267,8 +305,7 @@ class _TxnSink:
         news = edit([r[8:] for r in raws])  # type: ignore[index]
         ver = self.ver
         txn.cursor(db=db).putmulti(zip(keys, [ver + v for v in news], strict=True))
-        _walk(txn.cursor(db=self.versions), [r[:8] + k for k, r in zip(keys, raws, strict=True)  # type: ignore[index]
-                                             if r[:8] != ver], pop=True)  # type: ignore[index]
+        self._unversion([r[:8] + k for k, r in zip(keys, raws, strict=True) if r[:8] != ver])  # type: ignore[index]
         txn.cursor(db=self.versions).putmulti([(ver + k, b"") for k in keys])
 
     def pop_many(self, keys: list[bytes]) -> list[bytes | None]:
@@ -279,7 +316,7 @@ class _TxnSink:
             return []
         olds = _walk(txn.cursor(db=self.dbs[keys[0][0]]), keys, pop=True)
         gone = [(k, o) for k, o in zip(keys, olds, strict=True) if o is not None]
-        _walk(txn.cursor(db=self.versions), [o[:8] + k for k, o in gone], pop=True)
+        self._unversion([o[:8] + k for k, o in gone])
         ver = self.ver
         txn.cursor(db=self.tombs).putmulti([(ver + k, b"") for k, _ in gone])
         return [None if o is None else o[8:] for o in olds]
@@ -311,6 +348,8 @@ class StateStore:
         self.tombstone_retention = tombstone_retention
         self._db = {n: open_db(env, n) for _, n in _DUMPED}
         self._db[b"state_versions"] = open_db(env, b"state_versions")
+        self._db[b"state_stale"] = open_db(env, b"state_stale")
+        self._stale = self._db[b"state_stale"]
         self._meta = self._db[b"state_meta"]
         self._versions = self._db[b"state_versions"]
         self._tombs = self._db[b"state_tombstones"]
@@ -319,7 +358,7 @@ class StateStore:
             K.MESSAGE: self._db[b"state_messages"], K.DEDUP: self._db[b"state_dedup"],
             K.JOIN_TOKEN: self._db[b"state_queues"],  # a few records: beside the queues' (other first byte)
         }
-        self._sink = _TxnSink(self._kind_db, self._versions, self._tombs)
+        self._sink = _TxnSink(self._kind_db, self._versions, self._tombs, self._stale)
         self.machine = QueueMachine(self._sink)
         self.applied_index = 0
         self.version_offset = 0
@@ -413,6 +452,7 @@ class StateStore:
         self.version_offset = _V.unpack(raw)[0] if raw else 0
         raw = txn.get(CLUSTER_KEY, db=self._meta)
         self.cluster_id = bytes(raw).decode() if raw else ""
+        self._sink.n_stale = txn.stat(self._stale)["entries"]
         self.machine.load(self._records(txn))
         self.machine.keys.load(list(self._key_records(txn)))
 
@@ -484,6 +524,8 @@ class StateStore:
                 applied = index
             if self.machine.keys.has_dirty():
                 self._flush_keys(txn)
+            if sink.n_stale >= max(MIN_COLLECT, txn.stat(self._versions)["entries"] // COLLECT_FRACTION):
+                self._collect(txn)
             if applied != self.applied_index:
                 txn.put(APPLIED_KEY, _V.pack(applied), db=self._meta)
                 self.applied_index = applied
@@ -608,10 +650,28 @@ class StateStore:
         child.commit()
         return RestoreOutcome(tally.records, tally.tombstones, tally.last_version, index + offset)
 
+    def _collect(self, txn: Any) -> None:
+        """Delete the versions entries noted stale (`_TxnSink`), in key order, and forget
+        the notes. An entry whose record is back at that version is kept (a restore may
+        write a key's versions out of order)."""
+        entries = sorted(bytes(k[8:]) for k in txn.cursor(db=self._stale).iternext(keys=True, values=False))
+        kind_db = self._kind_db
+        dead = []
+        for e in entries:
+            key = e[8:]
+            rec = txn.get(key, db=kind_db[key[0]]) if key[0] in kind_db else None
+            if rec is None or rec[:8] != e[:8]:
+                dead.append(e)
+        _walk(txn.cursor(db=self._versions), dead, pop=True)
+        txn.drop(self._stale, delete=False)
+        self._sink.n_stale = 0
+
     def _prune(self, txn: Any, version: int) -> None:
         cutoff = version - self.tombstone_retention
         if cutoff <= self.horizon(txn):
             return
+        if self._sink.n_stale:  # no stale entry outlives its tombstone (`_is_empty`)
+            self._collect(txn)
         ck = _V.pack(cutoff)
         cur = txn.cursor(db=self._tombs)
         if cur.first():
@@ -804,8 +864,8 @@ class StateStore:
                     assert v is not None
                     key = v[8:]
                     rec = txn.get(key, db=kind_db[key[0]])
-                    assert rec is not None
-                    yield key, rec[8:], _V.unpack_from(v)[0]
+                    if rec is not None and rec[:8] == v[:8]:  # else a stale entry (_TxnSink)
+                        yield key, rec[8:], _V.unpack_from(v)[0]
                     v = next(vs, None)
         finally:
             txn.abort()
@@ -857,7 +917,7 @@ class StateStore:
         return n
 
     def _write_records(self, txn: Any, records: Iterable[Record]) -> int:
-        sink = _TxnSink(self._kind_db, self._versions, self._tombs)
+        sink = _TxnSink(self._kind_db, self._versions, self._tombs, self._stale)
         sink.txn = txn
         n = 0
         for key, value, version in records:

@@ -393,3 +393,57 @@ def test_dedup_runs_on_lmdb_like_the_per_message_path(tmp_path: Path) -> None:
     assert rst.dump_state_bytes() == s1.dump_state_bytes()
     res = apply(renv, rst, [_batch(5, T0 + 1000, cols(dids(1, 1) + dids(160, 2)))])[0][0]
     assert list(res.ids)[:2] == [161, 160] and res.duplicates == [1]  # type: ignore[attr-defined]
+
+
+def _versions_index(env: lmdb.Environment) -> tuple[set[bytes], int]:
+    """(the versions index's entries, entries noted stale)."""
+    with env.begin() as txn:
+        vs = {bytes(k) for k in txn.cursor(db=env.open_db(b"state_versions", txn=txn)).iternext(values=False)}
+        return vs, txn.stat(env.open_db(b"state_stale", txn=txn))["entries"]
+
+
+def _live_versions(st: StateStore) -> set[bytes]:
+    return {ver.to_bytes(8, "big") + k for k, _, ver in _live(st)}
+
+
+def test_stale_version_entries_are_skipped_then_collected_in_bulk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rewritten or deleted record's old versions entry is left in the index (noted
+    stale) until a collection deletes the noted entries at once: readers never see a
+    stale entry, and collecting or not changes no record, change, digest or dump."""
+    import doq.storage.state as S
+
+    lazy_env, lazy = _open(tmp_path / "lazy")
+    apply(lazy_env, lazy, WORK)
+    index, noted = _versions_index(lazy_env)
+    assert noted > 0 and index > _live_versions(lazy)  # stale entries wait in the index
+    monkeypatch.setattr(S, "MIN_COLLECT", 1)
+    monkeypatch.setattr(S, "COLLECT_FRACTION", 1 << 40)
+    eager_env, eager = _open(tmp_path / "eager")
+    apply(eager_env, eager, WORK, chunk=5)  # a collection after every txn
+    index, noted = _versions_index(eager_env)
+    assert noted == 0 and index == _live_versions(eager)
+    assert list(lazy.iter_changes(0)) == list(eager.iter_changes(0))
+    assert list(lazy.iter_changes(300)) == list(eager.iter_changes(300))
+    assert lazy.dump_state_bytes() == eager.dump_state_bytes()
+    assert lazy.state_digest() == eager.state_digest()
+    lazy_env.close()
+    lazy_env, lazy = _open(tmp_path / "lazy")  # the count of noted entries survives a restart
+    assert lazy._sink.n_stale == _versions_index(lazy_env)[1] > 0
+    apply(lazy_env, lazy, [_batch(len(WORK) + 1, T0 + 10**7, c.Tick())])
+    index, noted = _versions_index(lazy_env)
+    assert noted == 0 and index == _live_versions(lazy)
+
+
+def test_pruning_tombstones_collects_the_stale_entries_first(tmp_path: Path) -> None:
+    """No stale versions entry outlives the tombstone of its record: once tombstones are
+    pruned, the index holds the live records' entries only (`is_empty` relies on it)."""
+    env, st = _open(tmp_path / "a", tombstone_retention=10)
+    apply(env, st, [
+        _batch(1, T0, c.CreateQueue("q", "delayed", QueueSettings()), c.Enqueue("q", [c.EnqueueItem(b"x")])),
+        _batch(2, T0, c.Dequeue("q")),
+        _batch(3, T0, c.DeleteQueue("q")),
+    ])
+    assert _versions_index(env)[1] > 0
+    apply(env, st, [(i, b"") for i in range(4, 2 * PRUNE_EVERY + 1)])
+    index, noted = _versions_index(env)
+    assert noted == 0 and index == _live_versions(st)
