@@ -31,6 +31,7 @@ DB_NAMES = (
     b"state_tombstones",
     b"state_dedup",
     b"state_stale",
+    b"state_leases",
 )
 
 

@@ -10,6 +10,10 @@ Databases (reserved in `doq.storage.env.DB_NAMES`):
   for records rewritten or deleted since (stale entries: readers skip them)
 - state_stale: (u64 BE version + stale versions entry) -> b"": the stale entries, deleted
   in bulk, in key order (`_TxnSink`, `StateStore._collect`); not replicated state
+- state_leases: message key -> u64 BE version + the lease fields of its record
+  (`R.LEASE_AT`..`R.LEASE_END`): a message's record is its body in state_messages with
+  these fields, at this version (`_TxnSink`); an old data dir has none (the lease fields
+  in the bodies) and loads as it is
 - state_tombstones: (u64 BE version + key) -> b"" for every deletion
 
 Every stored record value is `u64 BE version + payload`, the version being the log index
@@ -187,29 +191,52 @@ class StateView:
     next_due_ms: int | None = None
 
 
+_LS, _LE = R.LEASE_AT + 8, R.LEASE_END + 8  # the lease fields in a stored value (after its version)
+_MSG = K.MESSAGE
+
+
+def _compose(body: bytes, lease: bytes | None) -> bytes:
+    """The stored value (version + record) of a message: its body in state_messages with
+    the lease fields and version of its state_leases entry, if it has one."""
+    if lease is None:
+        return body
+    return lease[:8] + body[8:_LS] + lease[8:] + body[_LE:]
+
+
 class _TxnSink:
     """The machine's `Store`, bound to the caller's write txn and the entry's version.
 
-    A versions entry that stops being live (its record rewritten at a later version, or
-    deleted) is not deleted from the versions index at once: that entry sits where the
-    record's old version put it, far from the pages this txn writes anyway (the record
-    was written by another entry, often long ago), so deleting it costs one page per
-    record. It is noted in state_stale instead (key: this txn's version + the stale
-    entry; an append) and the store deletes the noted entries in bulk, in key order
-    (`StateStore._collect`), touching each page of the index once per collection.
-    Readers of the versions index skip an entry whose record is absent or carries
-    another version. An entry written at this very version is deleted at once (the same
-    key may be written again in this version: the entry must then be live)."""
+    Leases: a message record rewritten in its lease fields only (`R.lease_only`: a
+    delivery, a touch, a return without new priority or delay) keeps its body in
+    state_messages as it is and gets (or replaces) an entry in state_leases: message key
+    -> version + the lease fields. The record is the body with those fields, at that
+    version (`_compose`); every read of a message composes it, so the records, their
+    versions, backups, digests and dumps are what they would be with the record
+    rewritten. Any other write of a message record writes the body and drops the lease
+    entry. Why: messages are stored by id but delivered in priority (or round-robin)
+    order, so a delivery that rewrote the body would write one page per message; the
+    lease table holds the messages in flight only, so its pages are few.
 
-    __slots__ = ("txn", "ver", "dbs", "versions", "tombs", "stale", "n_stale")
+    Versions: a versions entry that stops being live (its record rewritten at a later
+    version, or deleted) is not deleted from the versions index at once: that entry sits
+    where the record's old version put it, far from the pages this txn writes anyway, so
+    deleting it costs one page per record. It is noted in state_stale instead (key: this
+    txn's version + the stale entry; an append) and the store deletes the noted entries
+    in bulk, in key order (`StateStore._collect`), touching each page of the index once
+    per collection. Readers of the versions index skip an entry whose record is absent or
+    carries another version. An entry written at this very version is deleted at once
+    (the same key may be written again in this version: the entry must then be live)."""
 
-    def __init__(self, dbs: dict[int, Any], versions: Any, tombs: Any, stale: Any) -> None:
+    __slots__ = ("txn", "ver", "dbs", "versions", "tombs", "stale", "leases", "n_stale")
+
+    def __init__(self, dbs: dict[int, Any], versions: Any, tombs: Any, stale: Any, leases: Any) -> None:
         self.txn: Any = None  # lmdb.Transaction (stubs type values as bytes | memoryview)
         self.ver = _V.pack(0)
         self.dbs = dbs
         self.versions = versions
         self.tombs = tombs
         self.stale = stale
+        self.leases = leases
         self.n_stale = 0  # entries noted in state_stale (an upper bound after an abort)
 
     def _unversion(self, entries: list[bytes]) -> None:
@@ -228,16 +255,32 @@ class _TxnSink:
         txn.cursor(db=self.stale).putmulti([(ver + e, b"") for e in entries])
         self.n_stale += len(entries)
 
+    def _stored(self, key: bytes) -> bytes | None:
+        """The stored value (version + record) of `key`, or None."""
+        v = self.txn.get(key, db=self.dbs[key[0]])
+        if v is None or key[0] != _MSG:
+            return v  # type: ignore[no-any-return]
+        return _compose(v, self.txn.get(key, db=self.leases))
+
     def get(self, key: bytes) -> bytes | None:
         assert self.txn is not None
-        v = self.txn.get(key, db=self.dbs[key[0]])
+        v = self._stored(key)
         return None if v is None else v[8:]
 
     def put(self, key: bytes, value: bytes) -> None:
         txn = self.txn
         assert txn is not None
         ver = self.ver
-        old = txn.replace(key, ver + value, db=self.dbs[key[0]])
+        if key[0] == _MSG:
+            old = self._stored(key)
+            if old is not None and R.lease_only(old[8:], value):
+                txn.put(key, ver + value[R.LEASE_AT : R.LEASE_END], db=self.leases)
+            else:
+                txn.put(key, ver + value, db=self.dbs[_MSG])
+                if old is not None:
+                    txn.delete(key, db=self.leases)
+        else:
+            old = txn.replace(key, ver + value, db=self.dbs[key[0]])
         if old is not None:
             ov = old[:8]
             if ov == ver:
@@ -264,14 +307,24 @@ class _TxnSink:
         txn.cursor(db=self.dbs[keys[0][0]]).putmulti(zip(keys, [prefix + t for t in tails], strict=True))
         txn.cursor(db=self.versions).putmulti([(ver + k, b"") for k in keys])
 
+    def _popped(self, keys: list[bytes], olds: list[bytes | None]) -> list[bytes | None]:
+        """The stored values of the removed `keys` (bodies `olds`), their lease entries
+        removed as well (messages), their versions entries unversioned and tombstones
+        written (one C call)."""
+        if keys[0][0] == _MSG:
+            pop, leases = self.txn.pop, self.leases
+            olds = [None if o is None else _compose(o, pop(k, db=leases)) for k, o in zip(keys, olds, strict=True)]
+        gone = [(k, o) for k, o in zip(keys, olds, strict=True) if o is not None]
+        self._unversion([o[:8] + k for k, o in gone])
+        ver = self.ver
+        if gone:
+            self.txn.cursor(db=self.tombs).putmulti([(ver + k, b"") for k, _ in gone])
+        return olds
+
     def delete(self, key: bytes) -> None:
         txn = self.txn
         assert txn is not None
-        old = txn.pop(key, db=self.dbs[key[0]])
-        if old is None:
-            return
-        self._unversion([old[:8] + key])
-        txn.put(self.ver + key, b"", db=self.tombs)
+        self._popped([key], [txn.pop(key, db=self.dbs[key[0]])])
 
     def delete_many(self, keys: list[bytes]) -> None:
         """`delete` of each key (keys of one kind), the tombstones in one C call."""
@@ -279,33 +332,43 @@ class _TxnSink:
         assert txn is not None
         if not keys:
             return
-        pop = txn.pop
-        db, ver = self.dbs[keys[0][0]], self.ver
-        gone = []
-        tombs = []
-        for key in keys:
-            old = pop(key, db=db)
-            if old is not None:
-                gone.append(old[:8] + key)
-                tombs.append((ver + key, b""))
-        self._unversion(gone)
-        if tombs:
-            txn.cursor(db=self.tombs).putmulti(tombs)
+        pop, db = txn.pop, self.dbs[keys[0][0]]
+        self._popped(keys, [pop(k, db=db) for k in keys])
 
     def rewrite_many(self, keys: list[bytes], edit: Callable[[list[bytes]], list[bytes]]) -> None:
         """`put` of `edit(old records)` over existing keys of one kind: the records read
-        through a cursor, the records and their new version entries written by one C
-        call per database."""
+        through a cursor; the bodies (or, lease fields only, the lease entries) and the
+        new version entries written by one C call per database."""
         txn = self.txn
         assert txn is not None
         if not keys:
             return
-        db = self.dbs[keys[0][0]]
-        raws = _walk(txn.cursor(db=db), keys, pop=False)
-        news = edit([r[8:] for r in raws])  # type: ignore[index]
+        kind = keys[0][0]
+        db = self.dbs[kind]
+        olds: list[bytes] = _walk(txn.cursor(db=db), keys, pop=False)  # type: ignore[assignment]
+        if kind == _MSG:
+            get, leases = txn.get, self.leases
+            olds = [_compose(o, get(k, db=leases)) for k, o in zip(keys, olds, strict=True)]
+        news = edit([o[8:] for o in olds])
         ver = self.ver
-        txn.cursor(db=db).putmulti(zip(keys, [ver + v for v in news], strict=True))
-        self._unversion([r[:8] + k for k, r in zip(keys, raws, strict=True) if r[:8] != ver])  # type: ignore[index]
+        if kind == _MSG:
+            lease_only = R.lease_only
+            at, end = R.LEASE_AT, R.LEASE_END
+            leased = []
+            bodies = []
+            for k, o, n in zip(keys, olds, news, strict=True):
+                if lease_only(o[8:], n):
+                    leased.append((k, ver + n[at:end]))
+                else:
+                    bodies.append((k, ver + n))
+                    txn.delete(k, db=leases)
+            if leased:
+                txn.cursor(db=leases).putmulti(leased)
+            if bodies:
+                txn.cursor(db=db).putmulti(bodies)
+        else:
+            txn.cursor(db=db).putmulti(zip(keys, [ver + v for v in news], strict=True))
+        self._unversion([o[:8] + k for k, o in zip(keys, olds, strict=True) if o[:8] != ver])
         txn.cursor(db=self.versions).putmulti([(ver + k, b"") for k in keys])
 
     def pop_many(self, keys: list[bytes]) -> list[bytes | None]:
@@ -314,11 +377,7 @@ class _TxnSink:
         assert txn is not None
         if not keys:
             return []
-        olds = _walk(txn.cursor(db=self.dbs[keys[0][0]]), keys, pop=True)
-        gone = [(k, o) for k, o in zip(keys, olds, strict=True) if o is not None]
-        self._unversion([o[:8] + k for k, o in gone])
-        ver = self.ver
-        txn.cursor(db=self.tombs).putmulti([(ver + k, b"") for k, _ in gone])
+        olds = self._popped(keys, _walk(txn.cursor(db=self.dbs[keys[0][0]]), keys, pop=True))
         return [None if o is None else o[8:] for o in olds]
 
 
@@ -350,6 +409,8 @@ class StateStore:
         self._db[b"state_versions"] = open_db(env, b"state_versions")
         self._db[b"state_stale"] = open_db(env, b"state_stale")
         self._stale = self._db[b"state_stale"]
+        self._db[b"state_leases"] = open_db(env, b"state_leases")
+        self._leases = self._db[b"state_leases"]
         self._meta = self._db[b"state_meta"]
         self._versions = self._db[b"state_versions"]
         self._tombs = self._db[b"state_tombstones"]
@@ -358,7 +419,7 @@ class StateStore:
             K.MESSAGE: self._db[b"state_messages"], K.DEDUP: self._db[b"state_dedup"],
             K.JOIN_TOKEN: self._db[b"state_queues"],  # a few records: beside the queues' (other first byte)
         }
-        self._sink = _TxnSink(self._kind_db, self._versions, self._tombs, self._stale)
+        self._sink = _TxnSink(self._kind_db, self._versions, self._tombs, self._stale, self._leases)
         self.machine = QueueMachine(self._sink)
         self.applied_index = 0
         self.version_offset = 0
@@ -475,10 +536,26 @@ class StateStore:
         self._keys_changed = True
 
     def _records(self, txn: Any) -> Iterator[tuple[bytes, bytes]]:
-        for name in (b"state_meta", b"state_queues", b"state_messages", b"state_dedup"):
-            for k, v in txn.cursor(db=self._db[name]).iternext():
-                if k[:1] != b"\x00":
-                    yield k, v[8:]
+        for k, v in self._stored_records(txn):
+            yield k, v[8:]
+
+    def _stored_in(self, txn: Any, name: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """(key, stored value) of every entry of database `name`, messages composed with
+        their lease entries (`_compose`)."""
+        it = txn.cursor(db=self._db[name]).iternext()
+        if name != b"state_messages":
+            return it  # type: ignore[no-any-return]
+        leases = dict(txn.cursor(db=self._leases).iternext())
+        if not leases:
+            return it  # type: ignore[no-any-return]
+        return ((k, _compose(v, leases.get(k))) for k, v in it)
+
+    def _stored(self, txn: Any, key: bytes) -> bytes | None:
+        """The stored value (version + record) of record `key` in `txn`, or None."""
+        v = txn.get(key, db=self._kind_db[key[0]])
+        if v is None or key[0] != K.MESSAGE:
+            return v  # type: ignore[no-any-return]
+        return _compose(v, txn.get(key, db=self._leases))
 
     # -- apply ---------------------------------------------------------------------------
     def apply_entries(
@@ -659,7 +736,7 @@ class StateStore:
         dead = []
         for e in entries:
             key = e[8:]
-            rec = txn.get(key, db=kind_db[key[0]]) if key[0] in kind_db else None
+            rec = self._stored(txn, key) if key[0] in kind_db else None
             if rec is None or rec[:8] != e[:8]:
                 dead.append(e)
         _walk(txn.cursor(db=self._versions), dead, pop=True)
@@ -745,7 +822,7 @@ class StateStore:
                 raise QueueNotFound(f"queue {queue!r} not found")
             if type(id_) is not int or not 0 < id_ < 2**64:
                 raise MessageNotFound(f"message {id_} not found in queue {queue!r}")
-            v = txn.get(K.message_key(queue, id_), db=self._kind_db[K.MESSAGE])
+            v = self._stored(txn, K.message_key(queue, id_))
             if v is None:
                 raise MessageNotFound(f"message {id_} not found in queue {queue!r}")
             meta = txn.get(K.META_KEY, db=self._meta)
@@ -762,9 +839,8 @@ class StateStore:
         with self.env.begin() as txn:
             meta = txn.get(K.META_KEY, db=self._meta)
             now_ms = R.META_REC.unpack_from(meta, 8)[1] if meta is not None else 0
-            db = self._kind_db[K.MESSAGE]
             for id_ in ids:
-                v = txn.get(K.message_key(queue, id_), db=db)
+                v = self._stored(txn, K.message_key(queue, id_))
                 if v is not None:
                     out.append(R.message_view(queue, id_, v[8:], now_ms))
         return out
@@ -825,7 +901,7 @@ class StateStore:
     def _stored_records(self, txn: Any) -> Iterator[tuple[bytes, bytes]]:
         """Every live record as (key, stored value = u64 BE version + payload)."""
         for name in (b"state_meta", b"state_queues", b"state_messages", b"state_dedup"):
-            it = txn.cursor(db=self._db[name]).iternext()
+            it = self._stored_in(txn, name)
             if name == b"state_meta":
                 yield from ((k, v) for k, v in it if k[:1] != b"\x00")
             else:
@@ -855,7 +931,7 @@ class StateStore:
             ts = self._walk(txn, self._tombs, start)
             v = next(vs, None)
             t = next(ts, None)
-            kind_db = self._kind_db
+            stored = self._stored
             while v is not None or t is not None:
                 if t is not None and (v is None or t <= v):
                     yield t[8:], None, _V.unpack_from(t)[0]
@@ -863,7 +939,7 @@ class StateStore:
                 else:
                     assert v is not None
                     key = v[8:]
-                    rec = txn.get(key, db=kind_db[key[0]])
+                    rec = stored(txn, key)
                     if rec is not None and rec[:8] == v[:8]:  # else a stale entry (_TxnSink)
                         yield key, rec[8:], _V.unpack_from(v)[0]
                     v = next(vs, None)
@@ -917,7 +993,7 @@ class StateStore:
         return n
 
     def _write_records(self, txn: Any, records: Iterable[Record]) -> int:
-        sink = _TxnSink(self._kind_db, self._versions, self._tombs, self._stale)
+        sink = _TxnSink(self._kind_db, self._versions, self._tombs, self._stale, self._leases)
         sink.txn = txn
         n = 0
         for key, value, version in records:
@@ -979,7 +1055,7 @@ class StateStore:
             yield DUMP_MAGIC
             for tag, name in _DUMPED:
                 pack = _DUMP_REC.pack
-                for k, v in txn.cursor(db=self._db[name]).iternext():
+                for k, v in self._stored_in(txn, name):
                     yield pack(tag, len(k), len(v)) + k + v
 
     def dump_state_bytes(self) -> bytes:
