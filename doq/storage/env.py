@@ -32,6 +32,7 @@ DB_NAMES = (
     b"state_dedup",
     b"state_stale",
     b"state_leases",
+    b"state_gone",
 )
 
 

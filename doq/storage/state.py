@@ -10,6 +10,12 @@ Databases (reserved in `doq.storage.env.DB_NAMES`):
   for records rewritten or deleted since (stale entries: readers skip them)
 - state_stale: (u64 BE version + stale versions entry) -> b"": the stale entries, deleted
   in bulk, in key order (`_TxnSink`, `StateStore._collect`); not replicated state
+- state_gone: (u64 BE version + message key) -> b"": a message deleted (acked, dead-
+  lettered, purged) at that version whose body is still in state_messages. A delete
+  appends here instead of removing the body (one page per message, the messages being
+  deleted in delivery order, not in key order); the bodies are removed in bulk, in key
+  order (`StateStore._compact`). Every reader leaves these bodies out; the writer keeps
+  the set in memory (`_TxnSink.gone`), rebuilt on load
 - state_leases: message key -> u64 BE version + the lease fields of its record
   (`R.LEASE_AT`..`R.LEASE_END`): a message's record is its body in state_messages with
   these fields, at this version (`_TxnSink`); an old data dir has none (the lease fields
@@ -123,6 +129,10 @@ PRUNE_EVERY = 1024
 # 1/COLLECT_FRACTION of the index (each collection rewrites most pages of the index)
 MIN_COLLECT = 1 << 16
 COLLECT_FRACTION = 16
+# the bodies of deleted messages are removed once MIN_COMPACT of them wait, and at least
+# 1/COMPACT_FRACTION of the bodies kept (each compaction rewrites most pages of the bodies)
+MIN_COMPACT = 1 << 16
+COMPACT_FRACTION = 8
 DEFAULT_TOMBSTONE_RETENTION = 1_000_000
 DUMP_MAGIC = b"DOQSTATE1"
 _DUMP_REC = struct.Struct(">BII")
@@ -191,6 +201,7 @@ class StateView:
     next_due_ms: int | None = None
 
 
+_NONE_GONE: frozenset[bytes] = frozenset()
 _LS, _LE = R.LEASE_AT + 8, R.LEASE_END + 8  # the lease fields in a stored value (after its version)
 _MSG = K.MESSAGE
 
@@ -227,9 +238,10 @@ class _TxnSink:
     carries another version. An entry written at this very version is deleted at once
     (the same key may be written again in this version: the entry must then be live)."""
 
-    __slots__ = ("txn", "ver", "dbs", "versions", "tombs", "stale", "leases", "n_stale")
+    __slots__ = ("txn", "ver", "dbs", "versions", "tombs", "stale", "leases", "gone_db", "n_stale", "gone")
 
-    def __init__(self, dbs: dict[int, Any], versions: Any, tombs: Any, stale: Any, leases: Any) -> None:
+    def __init__(self, dbs: dict[int, Any], versions: Any, tombs: Any, stale: Any, leases: Any,
+                 gone_db: Any) -> None:
         self.txn: Any = None  # lmdb.Transaction (stubs type values as bytes | memoryview)
         self.ver = _V.pack(0)
         self.dbs = dbs
@@ -237,7 +249,9 @@ class _TxnSink:
         self.tombs = tombs
         self.stale = stale
         self.leases = leases
+        self.gone_db = gone_db
         self.n_stale = 0  # entries noted in state_stale (an upper bound after an abort)
+        self.gone: dict[bytes, bytes] = {}  # message key -> its state_gone key (see StateStore)
 
     def _unversion(self, entries: list[bytes]) -> None:
         """Versions entries (version + key) no longer live: see the class docstring."""
@@ -260,6 +274,8 @@ class _TxnSink:
         v = self.txn.get(key, db=self.dbs[key[0]])
         if v is None or key[0] != _MSG:
             return v  # type: ignore[no-any-return]
+        if key in self.gone:
+            return None
         return _compose(v, self.txn.get(key, db=self.leases))
 
     def get(self, key: bytes) -> bytes | None:
@@ -279,6 +295,8 @@ class _TxnSink:
                 txn.put(key, ver + value, db=self.dbs[_MSG])
                 if old is not None:
                     txn.delete(key, db=self.leases)
+                elif key in self.gone:  # a deleted message written again (only a restore can)
+                    txn.delete(self.gone.pop(key), db=self.gone_db)
         else:
             old = txn.replace(key, ver + value, db=self.dbs[key[0]])
         if old is not None:
@@ -308,12 +326,24 @@ class _TxnSink:
         txn.cursor(db=self.versions).putmulti([(ver + k, b"") for k in keys])
 
     def _popped(self, keys: list[bytes], olds: list[bytes | None]) -> list[bytes | None]:
-        """The stored values of the removed `keys` (bodies `olds`), their lease entries
-        removed as well (messages), their versions entries unversioned and tombstones
-        written (one C call)."""
+        """The stored values of the removed `keys` (bodies `olds`; messages: read, not
+        removed, and none of a gone message), their lease entries removed and the bodies
+        noted gone (messages), their versions entries unversioned and tombstones written
+        (one C call)."""
         if keys[0][0] == _MSG:
-            pop, leases = self.txn.pop, self.leases
-            olds = [None if o is None else _compose(o, pop(k, db=leases)) for k, o in zip(keys, olds, strict=True)]
+            pop, leases, noted, ver = self.txn.pop, self.leases, self.gone, self.ver
+            out: list[bytes | None] = []
+            fresh = []
+            for k, o in zip(keys, olds, strict=True):
+                if o is None or k in noted:
+                    out.append(None)
+                    continue
+                noted[k] = g = ver + k
+                fresh.append((g, b""))
+                out.append(_compose(o, pop(k, db=leases)))
+            olds = out
+            if fresh:
+                self.txn.cursor(db=self.gone_db).putmulti(fresh)
         gone = [(k, o) for k, o in zip(keys, olds, strict=True) if o is not None]
         self._unversion([o[:8] + k for k, o in gone])
         ver = self.ver
@@ -324,7 +354,8 @@ class _TxnSink:
     def delete(self, key: bytes) -> None:
         txn = self.txn
         assert txn is not None
-        self._popped([key], [txn.pop(key, db=self.dbs[key[0]])])
+        db = self.dbs[key[0]]
+        self._popped([key], [txn.get(key, db=db) if key[0] == _MSG else txn.pop(key, db=db)])
 
     def delete_many(self, keys: list[bytes]) -> None:
         """`delete` of each key (keys of one kind), the tombstones in one C call."""
@@ -332,8 +363,9 @@ class _TxnSink:
         assert txn is not None
         if not keys:
             return
-        pop, db = txn.pop, self.dbs[keys[0][0]]
-        self._popped(keys, [pop(k, db=db) for k in keys])
+        db = self.dbs[keys[0][0]]
+        take = txn.get if keys[0][0] == _MSG else txn.pop
+        self._popped(keys, [take(k, db=db) for k in keys])
 
     def rewrite_many(self, keys: list[bytes], edit: Callable[[list[bytes]], list[bytes]]) -> None:
         """`put` of `edit(old records)` over existing keys of one kind: the records read
@@ -377,7 +409,8 @@ class _TxnSink:
         assert txn is not None
         if not keys:
             return []
-        olds = self._popped(keys, _walk(txn.cursor(db=self.dbs[keys[0][0]]), keys, pop=True))
+        kind = keys[0][0]
+        olds = self._popped(keys, _walk(txn.cursor(db=self.dbs[kind]), keys, pop=kind != _MSG))
         return [None if o is None else o[8:] for o in olds]
 
 
@@ -411,6 +444,8 @@ class StateStore:
         self._stale = self._db[b"state_stale"]
         self._db[b"state_leases"] = open_db(env, b"state_leases")
         self._leases = self._db[b"state_leases"]
+        self._db[b"state_gone"] = open_db(env, b"state_gone")
+        self._gone = self._db[b"state_gone"]
         self._meta = self._db[b"state_meta"]
         self._versions = self._db[b"state_versions"]
         self._tombs = self._db[b"state_tombstones"]
@@ -419,7 +454,7 @@ class StateStore:
             K.MESSAGE: self._db[b"state_messages"], K.DEDUP: self._db[b"state_dedup"],
             K.JOIN_TOKEN: self._db[b"state_queues"],  # a few records: beside the queues' (other first byte)
         }
-        self._sink = _TxnSink(self._kind_db, self._versions, self._tombs, self._stale, self._leases)
+        self._sink = _TxnSink(self._kind_db, self._versions, self._tombs, self._stale, self._leases, self._gone)
         self.machine = QueueMachine(self._sink)
         self.applied_index = 0
         self.version_offset = 0
@@ -514,6 +549,7 @@ class StateStore:
         raw = txn.get(CLUSTER_KEY, db=self._meta)
         self.cluster_id = bytes(raw).decode() if raw else ""
         self._sink.n_stale = txn.stat(self._stale)["entries"]
+        self._sink.gone = {bytes(g[8:]): bytes(g) for g in txn.cursor(db=self._gone).iternext(values=False)}
         self.machine.load(self._records(txn))
         self.machine.keys.load(list(self._key_records(txn)))
 
@@ -540,21 +576,30 @@ class StateStore:
             yield k, v[8:]
 
     def _stored_in(self, txn: Any, name: bytes) -> Iterator[tuple[bytes, bytes]]:
-        """(key, stored value) of every entry of database `name`, messages composed with
-        their lease entries (`_compose`)."""
+        """(key, stored value) of every record of database `name`: messages composed
+        with their lease entries (`_compose`), gone ones left out."""
         it = txn.cursor(db=self._db[name]).iternext()
         if name != b"state_messages":
             return it  # type: ignore[no-any-return]
         leases = dict(txn.cursor(db=self._leases).iternext())
-        if not leases:
+        gone = self._gone_in(txn)
+        if not leases and not gone:
             return it  # type: ignore[no-any-return]
-        return ((k, _compose(v, leases.get(k))) for k, v in it)
+        return ((k, _compose(v, leases.get(k))) for k, v in it if k not in gone)
 
-    def _stored(self, txn: Any, key: bytes) -> bytes | None:
-        """The stored value (version + record) of record `key` in `txn`, or None."""
+    def _gone_in(self, txn: Any) -> frozenset[bytes]:
+        """The message keys noted gone in `txn` (deleted, their bodies not yet removed)."""
+        return frozenset(bytes(g[8:]) for g in txn.cursor(db=self._gone).iternext(values=False))
+
+    def _stored(self, txn: Any, key: bytes, gone: frozenset[bytes] | None = None) -> bytes | None:
+        """The stored value (version + record) of record `key` in `txn`, or None. For a
+        message, `gone` is `_gone_in(txn)` (None: read here; a caller of many reads
+        passes it)."""
         v = txn.get(key, db=self._kind_db[key[0]])
         if v is None or key[0] != K.MESSAGE:
             return v  # type: ignore[no-any-return]
+        if key in (self._gone_in(txn) if gone is None else gone):
+            return None
         return _compose(v, txn.get(key, db=self._leases))
 
     # -- apply ---------------------------------------------------------------------------
@@ -601,6 +646,8 @@ class StateStore:
                 applied = index
             if self.machine.keys.has_dirty():
                 self._flush_keys(txn)
+            if len(sink.gone) >= max(MIN_COMPACT, txn.stat(self._kind_db[K.MESSAGE])["entries"] // COMPACT_FRACTION):
+                self._compact(txn)
             if sink.n_stale >= max(MIN_COLLECT, txn.stat(self._versions)["entries"] // COLLECT_FRACTION):
                 self._collect(txn)
             if applied != self.applied_index:
@@ -727,16 +774,24 @@ class StateStore:
         child.commit()
         return RestoreOutcome(tally.records, tally.tombstones, tally.last_version, index + offset)
 
+    def _compact(self, txn: Any) -> None:
+        """Remove the bodies of the messages noted gone, in key order, and the notes."""
+        sink = self._sink
+        _walk(txn.cursor(db=self._kind_db[K.MESSAGE]), sorted(sink.gone), pop=True)
+        txn.drop(self._gone, delete=False)
+        sink.gone = {}
+
     def _collect(self, txn: Any) -> None:
         """Delete the versions entries noted stale (`_TxnSink`), in key order, and forget
         the notes. An entry whose record is back at that version is kept (a restore may
         write a key's versions out of order)."""
         entries = sorted(bytes(k[8:]) for k in txn.cursor(db=self._stale).iternext(keys=True, values=False))
         kind_db = self._kind_db
+        gone = self._gone_in(txn)
         dead = []
         for e in entries:
             key = e[8:]
-            rec = self._stored(txn, key) if key[0] in kind_db else None
+            rec = self._stored(txn, key, gone) if key[0] in kind_db else None
             if rec is None or rec[:8] != e[:8]:
                 dead.append(e)
         _walk(txn.cursor(db=self._versions), dead, pop=True)
@@ -747,7 +802,9 @@ class StateStore:
         cutoff = version - self.tombstone_retention
         if cutoff <= self.horizon(txn):
             return
-        if self._sink.n_stale:  # no stale entry outlives its tombstone (`_is_empty`)
+        if self._sink.gone:  # no body and no stale entry outlives its tombstone (`_is_empty`)
+            self._compact(txn)
+        if self._sink.n_stale:
             self._collect(txn)
         ck = _V.pack(cutoff)
         cur = txn.cursor(db=self._tombs)
@@ -822,7 +879,11 @@ class StateStore:
                 raise QueueNotFound(f"queue {queue!r} not found")
             if type(id_) is not int or not 0 < id_ < 2**64:
                 raise MessageNotFound(f"message {id_} not found in queue {queue!r}")
-            v = self._stored(txn, K.message_key(queue, id_))
+            # a body noted gone is a message the machine no longer holds (ids are never reused):
+            # ask its index (any thread) rather than read every note
+            v = self._stored(txn, K.message_key(queue, id_), _NONE_GONE)
+            if v is not None and self.machine.sort_known(queue, [id_])[1]:
+                v = None
             if v is None:
                 raise MessageNotFound(f"message {id_} not found in queue {queue!r}")
             meta = txn.get(K.META_KEY, db=self._meta)
@@ -840,7 +901,7 @@ class StateStore:
             meta = txn.get(K.META_KEY, db=self._meta)
             now_ms = R.META_REC.unpack_from(meta, 8)[1] if meta is not None else 0
             for id_ in ids:
-                v = self._stored(txn, K.message_key(queue, id_))
+                v = self._stored(txn, K.message_key(queue, id_), _NONE_GONE)  # ids of the index: live
                 if v is not None:
                     out.append(R.message_view(queue, id_, v[8:], now_ms))
         return out
@@ -932,6 +993,7 @@ class StateStore:
             v = next(vs, None)
             t = next(ts, None)
             stored = self._stored
+            gone = self._gone_in(txn)
             while v is not None or t is not None:
                 if t is not None and (v is None or t <= v):
                     yield t[8:], None, _V.unpack_from(t)[0]
@@ -939,7 +1001,7 @@ class StateStore:
                 else:
                     assert v is not None
                     key = v[8:]
-                    rec = stored(txn, key)
+                    rec = stored(txn, key, gone)
                     if rec is not None and rec[:8] == v[:8]:  # else a stale entry (_TxnSink)
                         yield key, rec[8:], _V.unpack_from(v)[0]
                     v = next(vs, None)
@@ -993,7 +1055,7 @@ class StateStore:
         return n
 
     def _write_records(self, txn: Any, records: Iterable[Record]) -> int:
-        sink = _TxnSink(self._kind_db, self._versions, self._tombs, self._stale, self._leases)
+        sink = _TxnSink(self._kind_db, self._versions, self._tombs, self._stale, self._leases, self._gone)
         sink.txn = txn
         n = 0
         for key, value, version in records:

@@ -444,9 +444,11 @@ def test_pruning_tombstones_collects_the_stale_entries_first(tmp_path: Path) -> 
         _batch(3, T0, c.DeleteQueue("q")),
     ])
     assert _versions_index(env)[1] > 0
+    assert _db_items(env, b"state_gone")
     apply(env, st, [(i, b"") for i in range(4, 2 * PRUNE_EVERY + 1)])
     index, noted = _versions_index(env)
     assert noted == 0 and index == _live_versions(st)
+    assert _db_items(env, b"state_gone") == {} and _db_items(env, b"state_messages") == {}
 
 
 def _db_items(env: lmdb.Environment, name: bytes) -> dict[bytes, bytes]:
@@ -489,8 +491,43 @@ def test_a_delivery_writes_a_lease_entry_not_the_message_body(tmp_path: Path) ->
                                                                (K.message_key("q", 3), 2)]
     apply(env, st, [_batch(3, T0 + 2, c.Touch("q", 3, 2, 5000), c.Ack("q", [2], [1]))])
     assert set(_db_items(env, b"state_leases")) == {K.message_key("q", 3)}
+    # the acked message's body stays until a compaction; nothing reads it
+    assert _db_items(env, b"state_messages") == bodies
+    assert list(_db_items(env, b"state_gone")) == [(3).to_bytes(8, "big") + K.message_key("q", 2)]
+    with pytest.raises(MessageNotFound):
+        st.get_message("q", 2)
+    assert K.message_key("q", 2) not in {k for k, _, _ in _live(st)}
     assert st.get_message("q", 3).lease_expires_at_ms == T0 + 2 + 5000
     apply(env, st, [_batch(4, T0 + 3, c.UpdatePriority("q", 3, 9))])  # not a lease field: the body
     assert _db_items(env, b"state_leases") == {}
     m = st.get_message("q", 3)
     assert (m.priority, m.state, m.lease_id, m.attempts) == (9, MessageState.IN_FLIGHT, 2, 1)
+
+
+def test_deleted_messages_bodies_wait_then_go_in_one_compaction(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A deleted message's body stays (noted gone) until a compaction removes the noted
+    bodies at once: compacting or not changes no record, change, digest, dump or result,
+    and the notes survive a restart."""
+    import doq.storage.state as S
+
+    lazy_env, lazy = _open(tmp_path / "lazy")
+    lazy_results = apply(lazy_env, lazy, WORK)
+    live_msgs = {k for k, _, _ in _live(lazy) if k[0] == K.MESSAGE}
+    assert _db_items(lazy_env, b"state_gone") and set(_db_items(lazy_env, b"state_messages")) > live_msgs
+    monkeypatch.setattr(S, "MIN_COMPACT", 1)
+    monkeypatch.setattr(S, "COMPACT_FRACTION", 1 << 40)
+    eager_env, eager = _open(tmp_path / "eager")
+    assert shape(apply(eager_env, eager, WORK, chunk=3)) == shape(lazy_results)
+    assert _db_items(eager_env, b"state_gone") == {}
+    assert set(_db_items(eager_env, b"state_messages")) == live_msgs
+    assert list(lazy.iter_changes(0)) == list(eager.iter_changes(0))
+    assert lazy.dump_state_bytes() == eager.dump_state_bytes()
+    assert lazy.state_digest() == eager.state_digest()
+    lazy_env.close()
+    lazy_env, lazy = _open(tmp_path / "lazy")  # restart: the notes are read back
+    assert lazy.list_queues() == eager.list_queues() and lazy.next_due_ms() == eager.next_due_ms()
+    assert len(lazy._sink.gone) == len(_db_items(lazy_env, b"state_gone")) > 0
+    more = entries(seed=9, n=150, start_index=len(WORK) + 1, start_ms=T0 + 10**6)
+    assert shape(apply(lazy_env, lazy, more)) == shape(apply(eager_env, eager, more))
+    assert lazy.dump_state_bytes() == eager.dump_state_bytes()
+    assert _db_items(lazy_env, b"state_gone") == {}  # compacted (MIN_COMPACT is 1 now)
