@@ -251,7 +251,7 @@ class _TxnSink:
         self.leases = leases
         self.gone_db = gone_db
         self.n_stale = 0  # entries noted in state_stale (an upper bound after an abort)
-        self.gone: dict[bytes, bytes] = {}  # message key -> its state_gone key (see StateStore)
+        self.gone: set[bytes] = set()  # message keys noted in state_gone (see StateStore)
 
     def _unversion(self, entries: list[bytes]) -> None:
         """Versions entries (version + key) no longer live: see the class docstring."""
@@ -296,7 +296,11 @@ class _TxnSink:
                 if old is not None:
                     txn.delete(key, db=self.leases)
                 elif key in self.gone:  # a deleted message written again (only a restore can)
-                    txn.delete(self.gone.pop(key), db=self.gone_db)
+                    self.gone.discard(key)
+                    cur = txn.cursor(db=self.gone_db)
+                    for g in list(cur.iternext(values=False)):
+                        if g[8:] == key:
+                            txn.delete(g, db=self.gone_db)
         else:
             old = txn.replace(key, ver + value, db=self.dbs[key[0]])
         if old is not None:
@@ -338,8 +342,8 @@ class _TxnSink:
                 if o is None or k in noted:
                     out.append(None)
                     continue
-                noted[k] = g = ver + k
-                fresh.append((g, b""))
+                noted.add(k)
+                fresh.append((ver + k, b""))
                 out.append(_compose(o, pop(k, db=leases)))
             olds = out
             if fresh:
@@ -549,7 +553,7 @@ class StateStore:
         raw = txn.get(CLUSTER_KEY, db=self._meta)
         self.cluster_id = bytes(raw).decode() if raw else ""
         self._sink.n_stale = txn.stat(self._stale)["entries"]
-        self._sink.gone = {bytes(g[8:]): bytes(g) for g in txn.cursor(db=self._gone).iternext(values=False)}
+        self._sink.gone = {bytes(g[8:]) for g in txn.cursor(db=self._gone).iternext(values=False)}
         self.machine.load(self._records(txn))
         self.machine.keys.load(list(self._key_records(txn)))
 
@@ -779,7 +783,7 @@ class StateStore:
         sink = self._sink
         _walk(txn.cursor(db=self._kind_db[K.MESSAGE]), sorted(sink.gone), pop=True)
         txn.drop(self._gone, delete=False)
-        sink.gone = {}
+        sink.gone = set()
 
     def _collect(self, txn: Any) -> None:
         """Delete the versions entries noted stale (`_TxnSink`), in key order, and forget

@@ -531,3 +531,25 @@ def test_deleted_messages_bodies_wait_then_go_in_one_compaction(tmp_path: Path, 
     assert shape(apply(lazy_env, lazy, more)) == shape(apply(eager_env, eager, more))
     assert lazy.dump_state_bytes() == eager.dump_state_bytes()
     assert _db_items(lazy_env, b"state_gone") == {}  # compacted (MIN_COMPACT is 1 now)
+
+
+def test_a_message_written_again_after_its_delete_is_live(tmp_path: Path) -> None:
+    """Only a restore of crafted records can write a deleted message's key again: the
+    record is then live (its gone note dropped), as it would be with the body removed."""
+    env, st = _open(tmp_path / "a")
+    apply(env, st, [_batch(1, T0, c.CreateQueue("q", "delayed", QueueSettings()), c.EnqueueColumns("q", [b"a", b"b"]))])
+    key = K.message_key("q", 1)
+    with st.write() as txn:
+        sink = st._sink
+        sink.txn = txn
+        sink.ver = (2).to_bytes(8, "big")
+        old = sink.get(key)
+        assert old is not None
+        sink.delete(key)
+        assert sink.get(key) is None and key in sink.gone
+        sink.ver = (3).to_bytes(8, "big")
+        sink.put(key, old)
+        assert sink.get(key) == old and key not in sink.gone
+        sink.txn = None
+    assert _db_items(env, b"state_gone") == {}
+    assert (key, old, 3) in _live(st)
