@@ -6,14 +6,19 @@ messages, ten entries per durable commit), then drains `--drain` messages as a c
 acking each one does on a busy server: every durable commit applies one entry with the
 Ack of the previous `--batch` deliveries and a Dequeue of the next `--batch`. Prints, per
 kind: fill and drain msg/s, the ratio to `plain`, bytes this process wrote to disk per
-drained message (`/proc/self/io`), and the mean commit time of the drain. Runs the code
-on `sys.path`, so the same command measures two checkouts back to back.
+drained message (`/proc/self/io`), and the mean commit time of the drain; with
+`--restart`, the seconds a fresh process takes to open the store (the rebuild of a
+restart) and its RSS per queued message. Runs the code on `sys.path`, so the same
+command measures two checkouts back to back.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,7 +39,8 @@ def _written() -> int:
     return 0
 
 
-def run_kind(kind: str, n: int, m: int, batch: int, per_group: int, root: Path) -> dict[str, Any]:
+def run_kind(kind: str, n: int, m: int, batch: int, per_group: int, root: Path,
+             restart: bool = False) -> dict[str, Any]:
     if kind == "timestamps":
         m = min(m, n // 2)  # the due half
     env = open_env(root / kind, map_size=1 << 34)
@@ -84,9 +90,37 @@ def run_kind(kind: str, n: int, m: int, batch: int, per_group: int, root: Path) 
     drain_s = time.perf_counter() - t0
     written = _written() - w0
     env.close()
-    return {"kind": kind, "messages": n, "drained": m, "fill_msg_per_s": n / fill_s,
-            "drain_msg_per_s": m / drain_s, "drain_write_bytes_per_msg": written / m,
-            "drain_commit_ms": commit_s / commits * 1e3}
+    rec = {"kind": kind, "messages": n, "drained": m, "fill_msg_per_s": n / fill_s,
+           "drain_msg_per_s": m / drain_s, "drain_write_bytes_per_msg": written / m,
+           "drain_commit_ms": commit_s / commits * 1e3}
+    if restart:
+        rec.update(_reopen(root / kind, n - m))
+    return rec
+
+
+_REOPEN = """
+import json, sys, time
+from doq.storage.env import open_env
+from doq.storage.state import StateStore
+def kb(f):
+    for line in open("/proc/self/status"):
+        if line.startswith(f + ":"):
+            return int(line.split()[1])
+a0, f0 = kb("RssAnon"), kb("RssFile")
+t0 = time.perf_counter()
+st = StateStore(open_env(sys.argv[1], map_size=1 << 34))
+s = time.perf_counter() - t0
+print(json.dumps([s, (kb("RssAnon") - a0) * 1024, (kb("RssFile") - f0) * 1024]))
+"""
+
+
+def _reopen(path: Path, left: int) -> dict[str, float]:
+    """A fresh process opens the store (the rebuild of a restart): seconds, and its RSS
+    (anonymous, mapped file) per queued message."""
+    out = subprocess.run([sys.executable, "-c", _REOPEN, str(path)], check=True, capture_output=True,
+                         text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}).stdout
+    s, anon, file = json.loads(out)
+    return {"restart_s": s, "restart_rss_anon_bytes_per_msg": anon / left, "restart_rss_file_bytes_per_msg": file / left}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,19 +131,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kinds", default=",".join(KINDS))
     p.add_argument("--per-group", type=int, default=100)
     p.add_argument("--dir", help="where the temp dirs go (default: the system's)")
+    p.add_argument("--restart", action="store_true",
+                   help="then time a fresh process opening the store (rebuild) and its RSS per message")
     ns = p.parse_args(argv)
     print(f"backlog {ns.messages}, drain {ns.drain}, load average {loadavg()}", flush=True)
     runs = []
     with tempfile.TemporaryDirectory(prefix="doq-backlog-apply-", dir=ns.dir) as tmp:
         for kind in ns.kinds.split(","):
-            runs.append(run_kind(kind, ns.messages, ns.drain, ns.batch, ns.per_group, Path(tmp)))
+            runs.append(run_kind(kind, ns.messages, ns.drain, ns.batch, ns.per_group, Path(tmp), ns.restart))
             print(json.dumps(runs[-1]), flush=True)
     plain = next((r for r in runs if r["kind"] == "plain"), None)
     for r in runs:
         ratio = r["drain_msg_per_s"] / plain["drain_msg_per_s"] if plain else float("nan")
         print(f"{r['kind']:>16}: fill {r['fill_msg_per_s'] / 1e3:.1f}k/s, drain {r['drain_msg_per_s'] / 1e3:.1f}k/s "
               f"({ratio:.2f} of plain), {r['drain_write_bytes_per_msg'] / 1e3:.1f} KB written and "
-              f"{r['drain_commit_ms']:.1f} ms per commit")
+              f"{r['drain_commit_ms']:.1f} ms per commit"
+              + (f"; restart {r['restart_s']:.1f} s, RSS {r['restart_rss_anon_bytes_per_msg']:.0f} B anon + "
+                 f"{r['restart_rss_file_bytes_per_msg']:.0f} B file per message" if "restart_s" in r else ""))
     print(f"load average after {loadavg()}")
     return 0
 
