@@ -9,12 +9,12 @@ Databases (reserved in `doq.storage.env.DB_NAMES`):
 - state_versions: (u64 BE version + key) -> b"" for every live record, and for a while
   for records rewritten or deleted since (stale entries: readers skip them)
 - state_stale: (u64 BE version + stale versions entry) -> b"": the stale entries, deleted
-  in bulk, in key order (`_TxnSink`, `StateStore._collect`); not replicated state
+  in bulk, in key order (`_TxnSink`, `StateStore._sweep`); not replicated state
 - state_gone: (u64 BE version + message key) -> b"": a message deleted (acked, dead-
   lettered, purged) at that version whose body is still in state_messages. A delete
   appends here instead of removing the body (one page per message, the messages being
   deleted in delivery order, not in key order); the bodies are removed in bulk, in key
-  order (`StateStore._compact`). Every reader leaves these bodies out; the writer keeps
+  order (`StateStore._sweep`). Every reader leaves these bodies out; the writer keeps
   the set in memory (`_TxnSink.gone`), rebuilt on load
 - state_leases: message key -> u64 BE version + the lease fields of its record
   (`R.LEASE_AT`..`R.LEASE_END`): a message's record is its body in state_messages with
@@ -82,6 +82,7 @@ import hashlib
 import struct
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -133,6 +134,7 @@ COLLECT_FRACTION = 16
 # 1/COMPACT_FRACTION of the bodies kept (each compaction rewrites most pages of the bodies)
 MIN_COMPACT = 1 << 16
 COMPACT_FRACTION = 8
+SWEEP_CHUNK = 1 << 14  # keys a commit removes at most, of a compaction or a collection
 DEFAULT_TOMBSTONE_RETENTION = 1_000_000
 DUMP_MAGIC = b"DOQSTATE1"
 _DUMP_REC = struct.Struct(">BII")
@@ -233,7 +235,7 @@ class _TxnSink:
     where the record's old version put it, far from the pages this txn writes anyway, so
     deleting it costs one page per record. It is noted in state_stale instead (key: this
     txn's version + the stale entry; an append) and the store deletes the noted entries
-    in bulk, in key order (`StateStore._collect`), touching each page of the index once
+    in bulk, in key order (`StateStore._sweep`), touching each page of the index once
     per collection. Readers of the versions index skip an entry whose record is absent or
     carries another version. An entry written at this very version is deleted at once
     (the same key may be written again in this version: the entry must then be live)."""
@@ -435,6 +437,27 @@ def _walk(cur: Any, keys: list[bytes], *, pop: bool) -> list[bytes | None]:
     return out
 
 
+class _Sweep:
+    """Keys to remove in key order, `SWEEP_CHUNK` per commit; once all are, the notes
+    written before version `upto` (those the keys came from) are dropped."""
+
+    __slots__ = ("keys", "pos", "upto")
+
+    def __init__(self, keys: list[bytes], upto: bytes) -> None:
+        self.keys = keys
+        self.pos = 0
+        self.upto = upto
+
+    def take(self) -> list[bytes]:
+        chunk = self.keys[self.pos : self.pos + SWEEP_CHUNK]
+        self.pos += len(chunk)
+        return chunk
+
+    @property
+    def done(self) -> bool:
+        return self.pos >= len(self.keys)
+
+
 class StateStore:
     """The node's replicated queue state. See the module docstring for the contracts."""
 
@@ -459,6 +482,8 @@ class StateStore:
             K.JOIN_TOKEN: self._db[b"state_queues"],  # a few records: beside the queues' (other first byte)
         }
         self._sink = _TxnSink(self._kind_db, self._versions, self._tombs, self._stale, self._leases, self._gone)
+        self._compacting: _Sweep | None = None  # the removals under way (`_sweep`)
+        self._collecting: _Sweep | None = None
         self.machine = QueueMachine(self._sink)
         self.applied_index = 0
         self.version_offset = 0
@@ -554,6 +579,7 @@ class StateStore:
         self.cluster_id = bytes(raw).decode() if raw else ""
         self._sink.n_stale = txn.stat(self._stale)["entries"]
         self._sink.gone = {bytes(g[8:]) for g in txn.cursor(db=self._gone).iternext(values=False)}
+        self._compacting = self._collecting = None
         self.machine.load(self._records(txn))
         self.machine.keys.load(list(self._key_records(txn)))
 
@@ -595,7 +621,7 @@ class StateStore:
         """The message keys noted gone in `txn` (deleted, their bodies not yet removed)."""
         return frozenset(bytes(g[8:]) for g in txn.cursor(db=self._gone).iternext(values=False))
 
-    def _stored(self, txn: Any, key: bytes, gone: frozenset[bytes] | None = None) -> bytes | None:
+    def _stored(self, txn: Any, key: bytes, gone: AbstractSet[bytes] | None = None) -> bytes | None:
         """The stored value (version + record) of record `key` in `txn`, or None. For a
         message, `gone` is `_gone_in(txn)` (None: read here; a caller of many reads
         passes it)."""
@@ -650,10 +676,7 @@ class StateStore:
                 applied = index
             if self.machine.keys.has_dirty():
                 self._flush_keys(txn)
-            if len(sink.gone) >= max(MIN_COMPACT, txn.stat(self._kind_db[K.MESSAGE])["entries"] // COMPACT_FRACTION):
-                self._compact(txn)
-            if sink.n_stale >= max(MIN_COLLECT, txn.stat(self._versions)["entries"] // COLLECT_FRACTION):
-                self._collect(txn)
+            self._sweep(txn, applied + self.version_offset)
             if applied != self.applied_index:
                 txn.put(APPLIED_KEY, _V.pack(applied), db=self._meta)
                 self.applied_index = applied
@@ -778,20 +801,42 @@ class StateStore:
         child.commit()
         return RestoreOutcome(tally.records, tally.tombstones, tally.last_version, index + offset)
 
-    def _compact(self, txn: Any) -> None:
-        """Remove the bodies of the messages noted gone, in key order, and the notes."""
+    def _sweep(self, txn: Any, version: int) -> None:
+        """After the entries up to `version`: start removing the bodies noted gone, or the
+        versions entries noted stale, when enough wait (a `_Sweep` of the noted keys in key
+        order), and take the next chunk of those under way: a commit writes each page of
+        the table once per chunk, and no commit does more than a chunk."""
         sink = self._sink
-        _walk(txn.cursor(db=self._kind_db[K.MESSAGE]), sorted(sink.gone), pop=True)
-        txn.drop(self._gone, delete=False)
-        sink.gone = set()
+        upto = _V.pack(version + 1)
+        msgs = self._kind_db[K.MESSAGE]
+        if self._compacting is None and len(sink.gone) >= max(
+                MIN_COMPACT, txn.stat(msgs)["entries"] // COMPACT_FRACTION):
+            self._compacting = _Sweep(sorted(sink.gone), upto)
+        if self._compacting is not None:
+            sw = self._compacting
+            chunk = sw.take()
+            _walk(txn.cursor(db=msgs), chunk, pop=True)
+            sink.gone.difference_update(chunk)
+            if sw.done:
+                self._drop_notes(txn, self._gone, sw.upto)
+                self._compacting = None
+        if self._collecting is None and sink.n_stale >= max(
+                MIN_COLLECT, txn.stat(self._versions)["entries"] // COLLECT_FRACTION):
+            self._collecting = _Sweep(sorted(bytes(k[8:]) for k in txn.cursor(db=self._stale).iternext(values=False)),
+                                      upto)
+        if self._collecting is not None:
+            sw = self._collecting
+            self._unversion_dead(txn, sw.take())
+            if sw.done:
+                sink.n_stale = max(0, sink.n_stale - self._drop_notes(txn, self._stale, sw.upto))
+                self._collecting = None
 
-    def _collect(self, txn: Any) -> None:
-        """Delete the versions entries noted stale (`_TxnSink`), in key order, and forget
-        the notes. An entry whose record is back at that version is kept (a restore may
-        write a key's versions out of order)."""
-        entries = sorted(bytes(k[8:]) for k in txn.cursor(db=self._stale).iternext(keys=True, values=False))
+    def _unversion_dead(self, txn: Any, entries: list[bytes]) -> None:
+        """Delete the versions `entries` (sorted) whose record is gone or at another
+        version (one the record is back at is kept: a restore may write a key's versions
+        out of order)."""
         kind_db = self._kind_db
-        gone = self._gone_in(txn)
+        gone = self._sink.gone  # the writer's: the txn's notes, less bodies already removed
         dead = []
         for e in entries:
             key = e[8:]
@@ -799,18 +844,49 @@ class StateStore:
             if rec is None or rec[:8] != e[:8]:
                 dead.append(e)
         _walk(txn.cursor(db=self._versions), dead, pop=True)
-        txn.drop(self._stale, delete=False)
-        self._sink.n_stale = 0
+
+    @staticmethod
+    def _drop_notes(txn: Any, db: Any, upto: bytes) -> int:
+        """Delete the notes of `db` written before version `upto` (its first keys); their count."""
+        cur = txn.cursor(db=db)
+        n = 0
+        if cur.first():
+            while cur.key()[:8] < upto:
+                n += 1
+                if not cur.delete():
+                    break
+        return n
+
+    def _settle_before(self, txn: Any, cutoff: bytes) -> None:
+        """Remove the bodies noted gone and the versions entries noted stale before
+        version `cutoff` (their tombstones are about to be pruned: none may outlive its
+        tombstone, `_is_empty` relies on it)."""
+        sink = self._sink
+        for db in (self._gone, self._stale):
+            cur = txn.cursor(db=db)
+            head: list[bytes] = []
+            if cur.first():
+                for k in cur.iternext(values=False):
+                    if k[:8] >= cutoff:
+                        break
+                    head.append(bytes(k[8:]))
+            if not head:
+                continue
+            head.sort()
+            if db is self._gone:
+                _walk(txn.cursor(db=self._kind_db[K.MESSAGE]), head, pop=True)
+                sink.gone.difference_update(head)
+                self._drop_notes(txn, db, cutoff)
+            else:
+                self._unversion_dead(txn, head)
+                sink.n_stale = max(0, sink.n_stale - self._drop_notes(txn, db, cutoff))
 
     def _prune(self, txn: Any, version: int) -> None:
         cutoff = version - self.tombstone_retention
         if cutoff <= self.horizon(txn):
             return
-        if self._sink.gone:  # no body and no stale entry outlives its tombstone (`_is_empty`)
-            self._compact(txn)
-        if self._sink.n_stale:
-            self._collect(txn)
         ck = _V.pack(cutoff)
+        self._settle_before(txn, ck)
         cur = txn.cursor(db=self._tombs)
         if cur.first():
             while cur.key()[:8] < ck:

@@ -553,3 +553,32 @@ def test_a_message_written_again_after_its_delete_is_live(tmp_path: Path) -> Non
         sink.txn = None
     assert _db_items(env, b"state_gone") == {}
     assert (key, old, 3) in _live(st)
+
+
+def test_removals_spread_over_commits_chunk_by_chunk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compaction or collection takes `SWEEP_CHUNK` keys per commit (no commit does
+    them all at once); spread so, and cut by a restart midway, it changes nothing a
+    reader sees, and it ends with every note dropped and only live entries kept."""
+    import doq.storage.state as S
+
+    lazy_env, lazy = _open(tmp_path / "lazy")
+    apply(lazy_env, lazy, WORK)
+    for name, value in (("MIN_COMPACT", 1), ("MIN_COLLECT", 1), ("COMPACT_FRACTION", 1 << 40),
+                        ("COLLECT_FRACTION", 1 << 40), ("SWEEP_CHUNK", 3)):
+        monkeypatch.setattr(S, name, value)
+    env, st = _open(tmp_path / "chunked")
+    spread = 0
+    for i in range(0, len(WORK), 2):
+        apply(env, st, WORK[i : i + 2], chunk=2)
+        spread += st._compacting is not None or st._collecting is not None
+        if i == 300:
+            env.close()
+            env, st = _open(tmp_path / "chunked")  # midway: the notes are read back, the sweeps start again
+    assert spread > 0
+    assert list(st.iter_changes(0)) == list(lazy.iter_changes(0))
+    assert st.dump_state_bytes() == lazy.dump_state_bytes() and st.state_digest() == lazy.state_digest()
+    ticks = [_batch(len(WORK) + i, T0 + 10**7, c.Tick()) for i in range(1, 400)]
+    apply(env, st, ticks)
+    assert st._compacting is None and st._collecting is None
+    assert _db_items(env, b"state_gone") == {} and _versions_index(env) == (_live_versions(st), 0)
+    assert set(_db_items(env, b"state_messages")) == {k for k, _, _ in _live(st) if k[0] == K.MESSAGE}
