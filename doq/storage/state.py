@@ -216,34 +216,49 @@ def _compose(body: bytes, lease: bytes | None) -> bytes:
     return lease[:8] + body[8:_LS] + lease[8:] + body[_LE:]
 
 
+def _scattered(keys: list[bytes]) -> bool:
+    """Message keys (of one queue) spread over more than 4 ids per key: removing or
+    rewriting them in place would write about a page each."""
+    if len(keys) < 2:
+        return False
+    ids = [_V.unpack_from(k, len(k) - 8)[0] for k in keys]
+    return max(ids) - min(ids) > 4 * len(keys)
+
+
 class _TxnSink:
     """The machine's `Store`, bound to the caller's write txn and the entry's version.
 
-    Leases: a message record rewritten in its lease fields only (`R.lease_only`: a
-    delivery, a touch, a return without new priority or delay) keeps its body in
-    state_messages as it is and gets (or replaces) an entry in state_leases: message key
-    -> version + the lease fields. The record is the body with those fields, at that
-    version (`_compose`); every read of a message composes it, so the records, their
-    versions, backups, digests and dumps are what they would be with the record
-    rewritten. Any other write of a message record writes the body and drops the lease
-    entry. Why: messages are stored by id but delivered in priority (or round-robin)
-    order, so a delivery that rewrote the body would write one page per message; the
-    lease table holds the messages in flight only, so its pages are few.
+    Messages are stored by id but delivered in priority (or round-robin) order: a
+    delivery, an ack or a rewrite of a versions entry done in place would write about one
+    page per message. So, for a call whose message keys are scattered (`_scattered`; a
+    call over adjacent ids, e.g. a queue delivered in id order, writes in place):
 
-    Versions: a versions entry that stops being live (its record rewritten at a later
-    version, or deleted) is not deleted from the versions index at once: that entry sits
-    where the record's old version put it, far from the pages this txn writes anyway, so
-    deleting it costs one page per record. It is noted in state_stale instead (key: this
-    txn's version + the stale entry; an append) and the store deletes the noted entries
-    in bulk, in key order (`StateStore._sweep`), touching each page of the index once
-    per collection. Readers of the versions index skip an entry whose record is absent or
-    carries another version. An entry written at this very version is deleted at once
-    (the same key may be written again in this version: the entry must then be live)."""
+    - Leases: a message record rewritten in its lease fields only (`R.lease_only`: a
+      delivery, a touch, a return without new priority or delay) keeps its body in
+      state_messages and gets (or replaces) an entry in state_leases: message key ->
+      version + the lease fields. The record is the body with those fields, at that
+      version (`_compose`). Any other write of a message record writes the body and drops
+      its lease entry. The lease table holds few entries (messages in flight), so it
+      has few pages.
+    - Deletes: the body stays, and the key is noted in state_gone (version + key: an
+      append) and in `gone`; readers leave it out. `StateStore._sweep` removes the noted
+      bodies in key order, in chunks.
+    - Versions: a versions entry that stops being live (record rewritten or deleted) is
+      noted in state_stale (this version + the entry: an append) unless the entries of
+      the call are dense (few versions: adjacent in the index) or of this very version
+      (the same key may be written again in this version); `StateStore._sweep` deletes
+      the noted entries in key order, in chunks. Readers of the index skip an entry
+      whose record is absent or at another version.
 
-    __slots__ = ("txn", "ver", "dbs", "versions", "tombs", "stale", "leases", "gone_db", "n_stale", "gone")
+    Every read of a message composes it, so the records, their versions, backups,
+    digests and dumps are what they would be with every write in place. `lazy=False`
+    (a restore's sink) writes everything in place: records may then come in any order."""
+
+    __slots__ = ("txn", "ver", "dbs", "versions", "tombs", "stale", "leases", "gone_db", "n_stale", "gone",
+                 "lazy")
 
     def __init__(self, dbs: dict[int, Any], versions: Any, tombs: Any, stale: Any, leases: Any,
-                 gone_db: Any) -> None:
+                 gone_db: Any, *, lazy: bool = True) -> None:
         self.txn: Any = None  # lmdb.Transaction (stubs type values as bytes | memoryview)
         self.ver = _V.pack(0)
         self.dbs = dbs
@@ -252,6 +267,7 @@ class _TxnSink:
         self.stale = stale
         self.leases = leases
         self.gone_db = gone_db
+        self.lazy = lazy
         self.n_stale = 0  # entries noted in state_stale (an upper bound after an abort)
         self.gone: set[bytes] = set()  # message keys noted in state_gone (see StateStore)
 
@@ -260,6 +276,9 @@ class _TxnSink:
         if not entries:
             return
         txn, ver = self.txn, self.ver
+        if not self.lazy or len(entries) >= 8 * len({e[:8] for e in entries}):
+            _walk(txn.cursor(db=self.versions), sorted(entries), pop=True)
+            return
         now = [e for e in entries if e[:8] == ver]
         if now:
             drop = txn.delete
@@ -291,7 +310,7 @@ class _TxnSink:
         ver = self.ver
         if key[0] == _MSG:
             old = self._stored(key)
-            if old is not None and R.lease_only(old[8:], value):
+            if old is not None and self.lazy and R.lease_only(old[8:], value):
                 txn.put(key, ver + value[R.LEASE_AT : R.LEASE_END], db=self.leases)
             else:
                 txn.put(key, ver + value, db=self.dbs[_MSG])
@@ -331,52 +350,50 @@ class _TxnSink:
         txn.cursor(db=self.dbs[keys[0][0]]).putmulti(zip(keys, [prefix + t for t in tails], strict=True))
         txn.cursor(db=self.versions).putmulti([(ver + k, b"") for k in keys])
 
-    def _popped(self, keys: list[bytes], olds: list[bytes | None]) -> list[bytes | None]:
-        """The stored values of the removed `keys` (bodies `olds`; messages: read, not
-        removed, and none of a gone message), their lease entries removed and the bodies
-        noted gone (messages), their versions entries unversioned and tombstones written
-        (one C call)."""
-        if keys[0][0] == _MSG:
-            pop, leases, noted, ver = self.txn.pop, self.leases, self.gone, self.ver
+    def _remove(self, keys: list[bytes]) -> list[bytes | None]:
+        """Delete `keys` (one kind; distinct or not); their stored values before (None if
+        absent). Messages: composed with their lease entries (removed), and, scattered
+        ones, noted gone instead of removed (see the class docstring)."""
+        txn = self.txn
+        kind = keys[0][0]
+        note = kind == _MSG and self.lazy and _scattered(keys)
+        olds = _walk(txn.cursor(db=self.dbs[kind]), keys, pop=not note)
+        if kind == _MSG:
+            pop, leases, noted, ver = txn.pop, self.leases, self.gone, self.ver
             out: list[bytes | None] = []
             fresh = []
             for k, o in zip(keys, olds, strict=True):
                 if o is None or k in noted:
                     out.append(None)
                     continue
-                noted.add(k)
-                fresh.append((ver + k, b""))
+                if note:
+                    noted.add(k)
+                    fresh.append((ver + k, b""))
                 out.append(_compose(o, pop(k, db=leases)))
             olds = out
             if fresh:
-                self.txn.cursor(db=self.gone_db).putmulti(fresh)
+                txn.cursor(db=self.gone_db).putmulti(fresh)
         gone = [(k, o) for k, o in zip(keys, olds, strict=True) if o is not None]
         self._unversion([o[:8] + k for k, o in gone])
         ver = self.ver
         if gone:
-            self.txn.cursor(db=self.tombs).putmulti([(ver + k, b"") for k, _ in gone])
+            txn.cursor(db=self.tombs).putmulti([(ver + k, b"") for k, _ in gone])
         return olds
 
     def delete(self, key: bytes) -> None:
-        txn = self.txn
-        assert txn is not None
-        db = self.dbs[key[0]]
-        self._popped([key], [txn.get(key, db=db) if key[0] == _MSG else txn.pop(key, db=db)])
+        assert self.txn is not None
+        self._remove([key])
 
     def delete_many(self, keys: list[bytes]) -> None:
         """`delete` of each key (keys of one kind), the tombstones in one C call."""
-        txn = self.txn
-        assert txn is not None
-        if not keys:
-            return
-        db = self.dbs[keys[0][0]]
-        take = txn.get if keys[0][0] == _MSG else txn.pop
-        self._popped(keys, [take(k, db=db) for k in keys])
+        assert self.txn is not None
+        if keys:
+            self._remove(keys)
 
     def rewrite_many(self, keys: list[bytes], edit: Callable[[list[bytes]], list[bytes]]) -> None:
         """`put` of `edit(old records)` over existing keys of one kind: the records read
-        through a cursor; the bodies (or, lease fields only, the lease entries) and the
-        new version entries written by one C call per database."""
+        through a cursor; the bodies (or, lease fields only of scattered messages, the
+        lease entries) and the new version entries written by one C call per database."""
         txn = self.txn
         assert txn is not None
         if not keys:
@@ -389,7 +406,7 @@ class _TxnSink:
             olds = [_compose(o, get(k, db=leases)) for k, o in zip(keys, olds, strict=True)]
         news = edit([o[8:] for o in olds])
         ver = self.ver
-        if kind == _MSG:
+        if kind == _MSG and self.lazy and _scattered(keys):
             lease_only = R.lease_only
             at, end = R.LEASE_AT, R.LEASE_END
             leased = []
@@ -406,18 +423,19 @@ class _TxnSink:
                 txn.cursor(db=db).putmulti(bodies)
         else:
             txn.cursor(db=db).putmulti(zip(keys, [ver + v for v in news], strict=True))
+            if kind == _MSG:
+                drop, leases = txn.delete, self.leases
+                for k in keys:
+                    drop(k, db=leases)
         self._unversion([o[:8] + k for k, o in zip(keys, olds, strict=True) if o[:8] != ver])
         txn.cursor(db=self.versions).putmulti([(ver + k, b"") for k in keys])
 
     def pop_many(self, keys: list[bytes]) -> list[bytes | None]:
         """`delete` of each key (one kind) through cursors; the tombstones written by one C call."""
-        txn = self.txn
-        assert txn is not None
+        assert self.txn is not None
         if not keys:
             return []
-        kind = keys[0][0]
-        olds = self._popped(keys, _walk(txn.cursor(db=self.dbs[kind]), keys, pop=kind != _MSG))
-        return [None if o is None else o[8:] for o in olds]
+        return [None if o is None else o[8:] for o in self._remove(keys)]
 
 
 def _walk(cur: Any, keys: list[bytes], *, pop: bool) -> list[bytes | None]:
@@ -832,18 +850,10 @@ class StateStore:
                 self._collecting = None
 
     def _unversion_dead(self, txn: Any, entries: list[bytes]) -> None:
-        """Delete the versions `entries` (sorted) whose record is gone or at another
-        version (one the record is back at is kept: a restore may write a key's versions
-        out of order)."""
-        kind_db = self._kind_db
-        gone = self._sink.gone  # the writer's: the txn's notes, less bodies already removed
-        dead = []
-        for e in entries:
-            key = e[8:]
-            rec = self._stored(txn, key, gone) if key[0] in kind_db else None
-            if rec is None or rec[:8] != e[:8]:
-                dead.append(e)
-        _walk(txn.cursor(db=self._versions), dead, pop=True)
+        """Delete the versions `entries` (sorted) noted stale. None can be live again: a
+        key's later writes have later versions (a restore, whose records may come in any
+        order, writes through a sink that notes nothing)."""
+        _walk(txn.cursor(db=self._versions), entries, pop=True)
 
     @staticmethod
     def _drop_notes(txn: Any, db: Any, upto: bytes) -> int:
@@ -1135,7 +1145,8 @@ class StateStore:
         return n
 
     def _write_records(self, txn: Any, records: Iterable[Record]) -> int:
-        sink = _TxnSink(self._kind_db, self._versions, self._tombs, self._stale, self._leases, self._gone)
+        sink = _TxnSink(self._kind_db, self._versions, self._tombs, self._stale, self._leases, self._gone,
+                        lazy=False)
         sink.txn = txn
         n = 0
         for key, value, version in records:
