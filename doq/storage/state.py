@@ -255,7 +255,7 @@ class _TxnSink:
     (a restore's sink) writes everything in place: records may then come in any order."""
 
     __slots__ = ("txn", "ver", "dbs", "versions", "tombs", "stale", "leases", "gone_db", "n_stale", "gone",
-                 "lazy")
+                 "leased", "lazy")
 
     def __init__(self, dbs: dict[int, Any], versions: Any, tombs: Any, stale: Any, leases: Any,
                  gone_db: Any, *, lazy: bool = True) -> None:
@@ -270,6 +270,7 @@ class _TxnSink:
         self.lazy = lazy
         self.n_stale = 0  # entries noted in state_stale (an upper bound after an abort)
         self.gone: set[bytes] = set()  # message keys noted in state_gone (see StateStore)
+        self.leased: set[bytes] = set()  # message keys with a state_leases entry (writer's copy)
 
     def _unversion(self, entries: list[bytes]) -> None:
         """Versions entries (version + key) no longer live: see the class docstring."""
@@ -297,7 +298,7 @@ class _TxnSink:
             return v  # type: ignore[no-any-return]
         if key in self.gone:
             return None
-        return _compose(v, self.txn.get(key, db=self.leases))
+        return _compose(v, self.txn.get(key, db=self.leases)) if key in self.leased else v  # type: ignore[no-any-return]
 
     def get(self, key: bytes) -> bytes | None:
         assert self.txn is not None
@@ -312,11 +313,13 @@ class _TxnSink:
             old = self._stored(key)
             if old is not None and self.lazy and R.lease_only(old[8:], value):
                 txn.put(key, ver + value[R.LEASE_AT : R.LEASE_END], db=self.leases)
+                self.leased.add(key)
             else:
                 txn.put(key, ver + value, db=self.dbs[_MSG])
-                if old is not None:
+                if key in self.leased:
                     txn.delete(key, db=self.leases)
-                elif key in self.gone:  # a deleted message written again (only a restore can)
+                    self.leased.discard(key)
+                if old is None and key in self.gone:  # a deleted message written again (only a restore can)
                     self.gone.discard(key)
                     cur = txn.cursor(db=self.gone_db)
                     for g in list(cur.iternext(values=False)):
@@ -359,7 +362,7 @@ class _TxnSink:
         note = kind == _MSG and self.lazy and _scattered(keys)
         olds = _walk(txn.cursor(db=self.dbs[kind]), keys, pop=not note)
         if kind == _MSG:
-            pop, leases, noted, ver = txn.pop, self.leases, self.gone, self.ver
+            pop, leases, noted, leased, ver = txn.pop, self.leases, self.gone, self.leased, self.ver
             out: list[bytes | None] = []
             fresh = []
             for k, o in zip(keys, olds, strict=True):
@@ -369,7 +372,10 @@ class _TxnSink:
                 if note:
                     noted.add(k)
                     fresh.append((ver + k, b""))
-                out.append(_compose(o, pop(k, db=leases)))
+                if k in leased:
+                    leased.discard(k)
+                    o = _compose(o, pop(k, db=leases))
+                out.append(o)
             olds = out
             if fresh:
                 txn.cursor(db=self.gone_db).putmulti(fresh)
@@ -401,32 +407,39 @@ class _TxnSink:
         kind = keys[0][0]
         db = self.dbs[kind]
         olds: list[bytes] = _walk(txn.cursor(db=db), keys, pop=False)  # type: ignore[assignment]
-        if kind == _MSG:
+        leased = self.leased
+        if kind == _MSG and leased and not leased.isdisjoint(keys):
             get, leases = txn.get, self.leases
-            olds = [_compose(o, get(k, db=leases)) for k, o in zip(keys, olds, strict=True)]
+            olds = [_compose(o, get(k, db=leases)) if k in leased else o for k, o in zip(keys, olds, strict=True)]
         news = edit([o[8:] for o in olds])
         ver = self.ver
         if kind == _MSG and self.lazy and _scattered(keys):
             lease_only = R.lease_only
             at, end = R.LEASE_AT, R.LEASE_END
-            leased = []
+            leases = self.leases
             bodies = []
+            lease_items = []
             for k, o, n in zip(keys, olds, news, strict=True):
                 if lease_only(o[8:], n):
-                    leased.append((k, ver + n[at:end]))
+                    lease_items.append((k, ver + n[at:end]))
+                    leased.add(k)
                 else:
                     bodies.append((k, ver + n))
-                    txn.delete(k, db=leases)
-            if leased:
-                txn.cursor(db=leases).putmulti(leased)
+                    if k in leased:
+                        txn.delete(k, db=leases)
+                        leased.discard(k)
+            if lease_items:
+                txn.cursor(db=leases).putmulti(lease_items)
             if bodies:
                 txn.cursor(db=db).putmulti(bodies)
         else:
             txn.cursor(db=db).putmulti(zip(keys, [ver + v for v in news], strict=True))
-            if kind == _MSG:
+            if kind == _MSG and leased and not leased.isdisjoint(keys):
                 drop, leases = txn.delete, self.leases
                 for k in keys:
-                    drop(k, db=leases)
+                    if k in leased:
+                        drop(k, db=leases)
+                        leased.discard(k)
         self._unversion([o[:8] + k for k, o in zip(keys, olds, strict=True) if o[:8] != ver])
         txn.cursor(db=self.versions).putmulti([(ver + k, b"") for k in keys])
 
@@ -597,6 +610,7 @@ class StateStore:
         self.cluster_id = bytes(raw).decode() if raw else ""
         self._sink.n_stale = txn.stat(self._stale)["entries"]
         self._sink.gone = {bytes(g[8:]) for g in txn.cursor(db=self._gone).iternext(values=False)}
+        self._sink.leased = {bytes(k) for k in txn.cursor(db=self._leases).iternext(values=False)}
         self._compacting = self._collecting = None
         self.machine.load(self._records(txn))
         self.machine.keys.load(list(self._key_records(txn)))
