@@ -973,7 +973,8 @@ class StateStore:
         return self.machine.sort_known(queue, ids)
 
     def get_message(self, queue: str, id_: int) -> MessageView:
-        """The message as last committed (one read txn). Raises QueueNotFound / MessageNotFound."""
+        """The message as last committed (one read txn; a message the machine's index
+        already calls gone, `sort_known`, is not found). Raises QueueNotFound / MessageNotFound."""
         with self.env.begin() as txn:
             try:
                 qkey = K.queue_key(queue)
