@@ -37,8 +37,8 @@ class _DigestSink(_TxnSink):
 
     __slots__ = ("acc",)
 
-    def __init__(self, dbs: dict[int, Any], versions: Any, tombs: Any) -> None:
-        super().__init__(dbs, versions, tombs)
+    def __init__(self, dbs: dict[int, Any], versions: Any, tombs: Any, stale: Any, leases: Any, gone: Any) -> None:
+        super().__init__(dbs, versions, tombs, stale, leases, gone)
         self.acc = 0
 
     def put(self, key: bytes, value: bytes) -> None:
@@ -70,7 +70,7 @@ class _DigestSink(_TxnSink):
 
 
 def _with_digest_sink(st: StateStore) -> _DigestSink:
-    sink = _DigestSink(st._kind_db, st._versions, st._tombs)
+    sink = _DigestSink(st._kind_db, st._versions, st._tombs, st._stale, st._leases, st._gone)
     st._sink = sink
     st.machine = QueueMachine(sink)
     st.rebuild()

@@ -798,13 +798,18 @@ class QueueMachine:
         plain = not (cmd.groups or cmd.priorities or cmd.metadata or cmd.delays_ms)
         tails = None
         run = None
-        if plain and set(map(type, contents)) == {bytes}:
+        if not (cmd.metadata or cmd.delays_ms) and set(map(type, contents)) == {bytes}:
             if not dids:
                 tails = contents
             elif (run := self._fresh_run(q, dids)) is not None:
                 tails = [d.encode() + b for d, b in zip(dids, contents, strict=True)]
             else:
                 tails = _fresh_dedup_tails(q, dids, contents)
+            if tails is not None and not plain:
+                keyed = self._enqueue_keyed(q, cmd, tails, run)
+                if keyed is not None:
+                    return keyed
+                tails = None
         if tails is None:
             return _columns_result(self._enqueue_items(q, cmd.to_items()))
         first = self.next_id
@@ -827,6 +832,84 @@ class QueueMachine:
         q.index.add_many(keys, g)
         q.enqueued += n
         return EnqueueColumnsResult(ids)
+
+    def _enqueue_keyed(self, q: Queue, cmd: c.EnqueueColumns, tails: list[bytes],
+                       run: tuple[str, int] | None) -> EnqueueColumnsResult | None:
+        """The column path of messages with priorities and/or groups (no metadata, no
+        delay; dedup ids, if any, fresh: `tails` are their bytes + the contents, `run` the
+        canonical run they form): one insert call, the indexes updated in bulk. None,
+        changing nothing, if a priority or group would fail (the per-message path then
+        reports it). Same records, indexes and results as `_enqueue_items`."""
+        n = len(tails)
+        prios = cmd.priorities
+        if prios and (set(map(type, prios)) != {int} or min(prios) < INT64_MIN or max(prios) > INT64_MAX):
+            return None
+        groups = cmd.groups
+        gbs: list[bytes] = []
+        if groups:
+            if set(map(type, groups)) != {str}:
+                return None
+            try:
+                gbs = [g.encode() for g in groups]
+            except UnicodeError:
+                return None
+            if max(map(len, gbs)) > 0xFFFF:
+                return None
+        dlen = len(tails[0]) - len(cmd.contents[0]) if cmd.dedup_ids else 0
+        first = self.next_id
+        ids = range(first, first + n)
+        self.next_id = first + n
+        now = self.now_ms
+        pack = _HDR.pack
+        ps = prios or [0] * n
+        if gbs:
+            recs = [pack(p, 0, now, 0, 0, 0, 0, len(gb), dlen, 0) + gb + t for p, gb, t in zip(ps, gbs, tails, strict=True)]
+        else:
+            recs = [pack(p, 0, now, 0, 0, 0, 0, 0, dlen, 0) + t for p, t in zip(ps, tails, strict=True)]
+        u64 = _U64.pack
+        prefix = q.prefix
+        self.store.insert_many([prefix + u64(i) for i in ids], b"", recs)
+        if run is not None:
+            self._remember_run(q, run[0], run[1], n, first)
+        elif cmd.dedup_ids:
+            self._remember_dedups(q, cmd.dedup_ids, ids)
+        fair = q.qtype is QueueType.FAIR
+        names: dict[str, str] = {}
+        ready: dict[str, list[int]] = {}
+        delayed: list[int] = []
+        deliver: list[int] = []
+        msgs = q.msgs
+        qn = q.qnum
+        base = 1 << 63
+        for j, id_ in enumerate(ids):
+            p = ps[j]
+            g = ""
+            if fair and groups:
+                g = names.get(groups[j], "")
+                if not g and groups[j]:
+                    g = names[groups[j]] = q.index.group_name(groups[j])
+            at = _ts(p) if p >= R.TS_PRIORITY_MIN else 0
+            deliver.append(at)
+            if at > now:
+                k = (at << 96) | (id_ << 32) | qn
+                msgs[id_] = Entry(DELAYED, k, p, g)
+                delayed.append(k)
+            else:
+                k = ((p + base) << 64) | id_
+                msgs[id_] = Entry(READY, k, p, g)
+                lst = ready.get(g)
+                if lst is None:
+                    lst = ready[g] = []
+                lst.append(k)
+        if delayed:
+            self.delayed.update(delayed)
+            q.n_delayed += len(delayed)
+        for g in sorted(ready):
+            keys = ready[g]
+            keys.sort()
+            q.index.add_many(keys, g)
+        q.enqueued += n
+        return EnqueueColumnsResult(ids, deliver_at_ms=deliver if any(deliver) else [])
 
     def _enqueue_items(self, q: Queue, items: list[c.EnqueueItem]) -> list[EnqueueResult | DoqError]:
         out: list[EnqueueResult | DoqError] = []

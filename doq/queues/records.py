@@ -102,6 +102,19 @@ def message_parts(rec: bytes) -> tuple[str, str, dict[str, str], bytes]:
     return group, dedup, md, rec[p:]
 
 
+# the lease fields of MSG_HDR (lease_expires_at_ms, lease_id, attempts, flags): bytes
+# LEASE_AT..LEASE_END of a record; a delivery, a touch or a return without a new priority
+# or delay changes these only (a store may keep them apart from the record)
+LEASE_AT = struct.calcsize("<qQQ")
+LEASE_END = struct.calcsize("<qQQQQIB")
+
+
+def lease_only(old: bytes, new: bytes) -> bool:
+    """`new` is the message record `old` with (at most) its lease fields changed."""
+    return (len(old) == len(new) and old[:LEASE_AT] == new[:LEASE_AT]
+            and old[LEASE_END:] == new[LEASE_END:])
+
+
 _PRIO_NOT_BEFORE = struct.Struct("<qQ")  # the first two fields of MSG_HDR
 _FLAGS_AT = struct.calcsize("<qQQQQI")  # offset of MSG_HDR's flags byte
 

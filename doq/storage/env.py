@@ -30,6 +30,9 @@ DB_NAMES = (
     b"state_versions",
     b"state_tombstones",
     b"state_dedup",
+    b"state_stale",
+    b"state_leases",
+    b"state_gone",
 )
 
 

@@ -7,7 +7,20 @@ Databases (reserved in `doq.storage.env.DB_NAMES`):
   `doq.queues.apikeys.STORE_PREFIX` + key id, and the join tokens:
   `doq.queues.join_tokens.STORE_PREFIX` + token id)
 - state_queues / state_messages / state_dedup: the records of `doq.queues.keys`
-- state_versions: (u64 BE version + key) -> b"" for every live record
+- state_versions: (u64 BE version + key) -> b"" for every live record, and for a while
+  for records rewritten or deleted since (stale entries: readers skip them)
+- state_stale: (u64 BE version + stale versions entry) -> b"": the stale entries, deleted
+  in bulk, in key order (`_TxnSink`, `StateStore._sweep`); not replicated state
+- state_gone: (u64 BE version + message key) -> b"": a message deleted (acked, dead-
+  lettered, purged) at that version whose body is still in state_messages. A delete
+  appends here instead of removing the body (one page per message, the messages being
+  deleted in delivery order, not in key order); the bodies are removed in bulk, in key
+  order (`StateStore._sweep`). Every reader leaves these bodies out; the writer keeps
+  the set in memory (`_TxnSink.gone`), rebuilt on load
+- state_leases: message key -> u64 BE version + the lease fields of its record
+  (`R.LEASE_AT`..`R.LEASE_END`): a message's record is its body in state_messages with
+  these fields, at this version (`_TxnSink`); an old data dir has none (the lease fields
+  in the bodies) and loads as it is
 - state_tombstones: (u64 BE version + key) -> b"" for every deletion
 
 Every stored record value is `u64 BE version + payload`, the version being the log index
@@ -71,6 +84,7 @@ import hashlib
 import struct
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -117,6 +131,15 @@ MAX_RECORD_KEY_BYTES = 511 - _V.size
 CLUSTER_KEY = b"\x00cluster"
 MAX_CLUSTER_ID_BYTES = 128
 PRUNE_EVERY = 1024
+# stale versions entries are collected once there are MIN_COLLECT of them and at least
+# 1/COLLECT_FRACTION of the index (each collection rewrites most pages of the index)
+MIN_COLLECT = 1 << 16
+COLLECT_FRACTION = 16
+# the bodies of deleted messages are removed once MIN_COMPACT of them wait, and at least
+# 1/COMPACT_FRACTION of the bodies kept (each compaction rewrites most pages of the bodies)
+MIN_COMPACT = 1 << 16
+COMPACT_FRACTION = 8
+SWEEP_CHUNK = 1 << 14  # keys a commit removes at most, of a compaction or a collection
 DEFAULT_TOMBSTONE_RETENTION = 1_000_000
 DUMP_MAGIC = b"DOQSTATE1"
 _DUMP_REC = struct.Struct(">BII")
@@ -185,33 +208,135 @@ class StateView:
     next_due_ms: int | None = None
 
 
+_NONE_GONE: frozenset[bytes] = frozenset()
+_LS, _LE = R.LEASE_AT + 8, R.LEASE_END + 8  # the lease fields in a stored value (after its version)
+_MSG = K.MESSAGE
+
+
+def _compose(body: bytes, lease: bytes | None) -> bytes:
+    """The stored value (version + record) of a message: its body in state_messages with
+    the lease fields and version of its state_leases entry, if it has one."""
+    if lease is None:
+        return body
+    return lease[:8] + body[8:_LS] + lease[8:] + body[_LE:]
+
+
+def _scattered(keys: list[bytes]) -> bool:
+    """Message keys (of one queue) spread over more than 4 ids per key: removing or
+    rewriting them in place would write about a page each."""
+    if len(keys) < 2:
+        return False
+    ids = [_V.unpack_from(k, len(k) - 8)[0] for k in keys]
+    return max(ids) - min(ids) > 4 * len(keys)
+
+
 class _TxnSink:
-    """The machine's `Store`, bound to the caller's write txn and the entry's version."""
+    """The machine's `Store`, bound to the caller's write txn and the entry's version.
 
-    __slots__ = ("txn", "ver", "dbs", "versions", "tombs")
+    Messages are stored by id but delivered in priority (or round-robin) order: a
+    delivery, an ack or a rewrite of a versions entry done in place would write about one
+    page per message. So, for a call whose message keys are scattered (`_scattered`; a
+    call over adjacent ids, e.g. a queue delivered in id order, writes in place):
 
-    def __init__(self, dbs: dict[int, Any], versions: Any, tombs: Any) -> None:
+    - Leases: a message record rewritten in its lease fields only (`R.lease_only`: a
+      delivery, a touch, a return without new priority or delay) keeps its body in
+      state_messages and gets (or replaces) an entry in state_leases: message key ->
+      version + the lease fields. The record is the body with those fields, at that
+      version (`_compose`). Any other write of a message record writes the body and drops
+      its lease entry. The lease table holds few entries (messages in flight), so it
+      has few pages.
+    - Deletes: the body stays, and the key is noted in state_gone (version + key: an
+      append) and in `gone`; readers leave it out. `StateStore._sweep` removes the noted
+      bodies in key order, in chunks.
+    - Versions: a versions entry that stops being live (record rewritten or deleted) is
+      noted in state_stale (this version + the entry: an append) unless the entries of
+      the call are dense (few versions: adjacent in the index) or of this very version
+      (the same key may be written again in this version); `StateStore._sweep` deletes
+      the noted entries in key order, in chunks. Readers of the index skip an entry
+      whose record is absent or at another version.
+
+    Every read of a message composes it, so the records, their versions, backups,
+    digests and dumps are what they would be with every write in place. `lazy=False`
+    (a restore's sink) writes everything in place: records may then come in any order."""
+
+    __slots__ = ("txn", "ver", "dbs", "versions", "tombs", "stale", "leases", "gone_db", "n_stale", "gone",
+                 "leased", "lazy")
+
+    def __init__(self, dbs: dict[int, Any], versions: Any, tombs: Any, stale: Any, leases: Any,
+                 gone_db: Any, *, lazy: bool = True) -> None:
         self.txn: Any = None  # lmdb.Transaction (stubs type values as bytes | memoryview)
         self.ver = _V.pack(0)
         self.dbs = dbs
         self.versions = versions
         self.tombs = tombs
+        self.stale = stale
+        self.leases = leases
+        self.gone_db = gone_db
+        self.lazy = lazy
+        self.n_stale = 0  # entries noted in state_stale (an upper bound after an abort)
+        self.gone: set[bytes] = set()  # message keys noted in state_gone (see StateStore)
+        self.leased: set[bytes] = set()  # message keys with a state_leases entry (writer's copy)
+
+    def _unversion(self, entries: list[bytes]) -> None:
+        """Versions entries (version + key) no longer live: see the class docstring."""
+        if not entries:
+            return
+        txn, ver = self.txn, self.ver
+        if not self.lazy or len(entries) >= 8 * len({e[:8] for e in entries}):
+            _walk(txn.cursor(db=self.versions), sorted(entries), pop=True)
+            return
+        now = [e for e in entries if e[:8] == ver]
+        if now:
+            drop = txn.delete
+            for e in now:
+                drop(e, db=self.versions)
+            if len(now) == len(entries):
+                return
+            entries = [e for e in entries if e[:8] != ver]
+        txn.cursor(db=self.stale).putmulti([(ver + e, b"") for e in entries])
+        self.n_stale += len(entries)
+
+    def _stored(self, key: bytes) -> bytes | None:
+        """The stored value (version + record) of `key`, or None."""
+        v = self.txn.get(key, db=self.dbs[key[0]])
+        if v is None or key[0] != _MSG:
+            return v  # type: ignore[no-any-return]
+        if key in self.gone:
+            return None
+        return _compose(v, self.txn.get(key, db=self.leases)) if key in self.leased else v  # type: ignore[no-any-return]
 
     def get(self, key: bytes) -> bytes | None:
         assert self.txn is not None
-        v = self.txn.get(key, db=self.dbs[key[0]])
+        v = self._stored(key)
         return None if v is None else v[8:]
 
     def put(self, key: bytes, value: bytes) -> None:
         txn = self.txn
         assert txn is not None
         ver = self.ver
-        old = txn.replace(key, ver + value, db=self.dbs[key[0]])
+        if key[0] == _MSG:
+            old = self._stored(key)
+            if old is not None and self.lazy and R.lease_only(old[8:], value):
+                txn.put(key, ver + value[R.LEASE_AT : R.LEASE_END], db=self.leases)
+                self.leased.add(key)
+            else:
+                txn.put(key, ver + value, db=self.dbs[_MSG])
+                if key in self.leased:
+                    txn.delete(key, db=self.leases)
+                    self.leased.discard(key)
+                if old is None and key in self.gone:  # a deleted message written again (only a restore can)
+                    self.gone.discard(key)
+                    cur = txn.cursor(db=self.gone_db)
+                    for g in list(cur.iternext(values=False)):
+                        if g[8:] == key:
+                            txn.delete(g, db=self.gone_db)
+        else:
+            old = txn.replace(key, ver + value, db=self.dbs[key[0]])
         if old is not None:
             ov = old[:8]
             if ov == ver:
                 return
-            txn.delete(ov + key, db=self.versions)
+            self._unversion([ov + key])
         txn.put(ver + key, b"", db=self.versions)
 
     def insert(self, key: bytes, value: bytes) -> None:
@@ -233,61 +358,102 @@ class _TxnSink:
         txn.cursor(db=self.dbs[keys[0][0]]).putmulti(zip(keys, [prefix + t for t in tails], strict=True))
         txn.cursor(db=self.versions).putmulti([(ver + k, b"") for k in keys])
 
-    def delete(self, key: bytes) -> None:
+    def _remove(self, keys: list[bytes]) -> list[bytes | None]:
+        """Delete `keys` (one kind; distinct or not); their stored values before (None if
+        absent). Messages: composed with their lease entries (removed), and, scattered
+        ones, noted gone instead of removed (see the class docstring)."""
         txn = self.txn
-        assert txn is not None
-        old = txn.pop(key, db=self.dbs[key[0]])
-        if old is None:
-            return
-        txn.delete(old[:8] + key, db=self.versions)
-        txn.put(self.ver + key, b"", db=self.tombs)
+        kind = keys[0][0]
+        note = kind == _MSG and self.lazy and _scattered(keys)
+        olds = _walk(txn.cursor(db=self.dbs[kind]), keys, pop=not note)
+        if kind == _MSG:
+            pop, leases, noted, leased, ver = txn.pop, self.leases, self.gone, self.leased, self.ver
+            out: list[bytes | None] = []
+            fresh = []
+            for k, o in zip(keys, olds, strict=True):
+                if o is None or k in noted:
+                    out.append(None)
+                    continue
+                if note:
+                    noted.add(k)
+                    fresh.append((ver + k, b""))
+                if k in leased:
+                    leased.discard(k)
+                    o = _compose(o, pop(k, db=leases))
+                out.append(o)
+            olds = out
+            if fresh:
+                txn.cursor(db=self.gone_db).putmulti(fresh)
+        gone = [(k, o) for k, o in zip(keys, olds, strict=True) if o is not None]
+        self._unversion([o[:8] + k for k, o in gone])
+        ver = self.ver
+        if gone:
+            txn.cursor(db=self.tombs).putmulti([(ver + k, b"") for k, _ in gone])
+        return olds
+
+    def delete(self, key: bytes) -> None:
+        assert self.txn is not None
+        self._remove([key])
 
     def delete_many(self, keys: list[bytes]) -> None:
         """`delete` of each key (keys of one kind), the tombstones in one C call."""
-        txn = self.txn
-        assert txn is not None
-        if not keys:
-            return
-        pop, drop = txn.pop, txn.delete
-        db, versions, ver = self.dbs[keys[0][0]], self.versions, self.ver
-        tombs = []
-        for key in keys:
-            old = pop(key, db=db)
-            if old is not None:
-                drop(old[:8] + key, db=versions)
-                tombs.append((ver + key, b""))
-        if tombs:
-            txn.cursor(db=self.tombs).putmulti(tombs)
+        assert self.txn is not None
+        if keys:
+            self._remove(keys)
 
     def rewrite_many(self, keys: list[bytes], edit: Callable[[list[bytes]], list[bytes]]) -> None:
         """`put` of `edit(old records)` over existing keys of one kind: the records read
-        and their old version entries deleted through cursors, the records and their new
-        version entries written by one C call per database."""
+        through a cursor; the bodies (or, lease fields only of scattered messages, the
+        lease entries) and the new version entries written by one C call per database."""
         txn = self.txn
         assert txn is not None
         if not keys:
             return
-        db = self.dbs[keys[0][0]]
-        raws = _walk(txn.cursor(db=db), keys, pop=False)
-        news = edit([r[8:] for r in raws])  # type: ignore[index]
+        kind = keys[0][0]
+        db = self.dbs[kind]
+        olds: list[bytes] = _walk(txn.cursor(db=db), keys, pop=False)  # type: ignore[assignment]
+        leased = self.leased
+        if kind == _MSG and leased and not leased.isdisjoint(keys):
+            get, leases = txn.get, self.leases
+            olds = [_compose(o, get(k, db=leases)) if k in leased else o for k, o in zip(keys, olds, strict=True)]
+        news = edit([o[8:] for o in olds])
         ver = self.ver
-        txn.cursor(db=db).putmulti(zip(keys, [ver + v for v in news], strict=True))
-        _walk(txn.cursor(db=self.versions), [r[:8] + k for k, r in zip(keys, raws, strict=True)  # type: ignore[index]
-                                             if r[:8] != ver], pop=True)  # type: ignore[index]
+        if kind == _MSG and self.lazy and _scattered(keys):
+            lease_only = R.lease_only
+            at, end = R.LEASE_AT, R.LEASE_END
+            leases = self.leases
+            bodies = []
+            lease_items = []
+            for k, o, n in zip(keys, olds, news, strict=True):
+                if lease_only(o[8:], n):
+                    lease_items.append((k, ver + n[at:end]))
+                    leased.add(k)
+                else:
+                    bodies.append((k, ver + n))
+                    if k in leased:
+                        txn.delete(k, db=leases)
+                        leased.discard(k)
+            if lease_items:
+                txn.cursor(db=leases).putmulti(lease_items)
+            if bodies:
+                txn.cursor(db=db).putmulti(bodies)
+        else:
+            txn.cursor(db=db).putmulti(zip(keys, [ver + v for v in news], strict=True))
+            if kind == _MSG and leased and not leased.isdisjoint(keys):
+                drop, leases = txn.delete, self.leases
+                for k in keys:
+                    if k in leased:
+                        drop(k, db=leases)
+                        leased.discard(k)
+        self._unversion([o[:8] + k for k, o in zip(keys, olds, strict=True) if o[:8] != ver])
         txn.cursor(db=self.versions).putmulti([(ver + k, b"") for k in keys])
 
     def pop_many(self, keys: list[bytes]) -> list[bytes | None]:
         """`delete` of each key (one kind) through cursors; the tombstones written by one C call."""
-        txn = self.txn
-        assert txn is not None
+        assert self.txn is not None
         if not keys:
             return []
-        olds = _walk(txn.cursor(db=self.dbs[keys[0][0]]), keys, pop=True)
-        gone = [(k, o) for k, o in zip(keys, olds, strict=True) if o is not None]
-        _walk(txn.cursor(db=self.versions), [o[:8] + k for k, o in gone], pop=True)
-        ver = self.ver
-        txn.cursor(db=self.tombs).putmulti([(ver + k, b"") for k, _ in gone])
-        return [None if o is None else o[8:] for o in olds]
+        return [None if o is None else o[8:] for o in self._remove(keys)]
 
 
 def _walk(cur: Any, keys: list[bytes], *, pop: bool) -> list[bytes | None]:
@@ -307,6 +473,27 @@ def _walk(cur: Any, keys: list[bytes], *, pop: bool) -> list[bytes | None]:
     return out
 
 
+class _Sweep:
+    """Keys to remove in key order, `SWEEP_CHUNK` per commit; once all are, the notes
+    written before version `upto` (those the keys came from) are dropped."""
+
+    __slots__ = ("keys", "pos", "upto")
+
+    def __init__(self, keys: list[bytes], upto: bytes) -> None:
+        self.keys = keys
+        self.pos = 0
+        self.upto = upto
+
+    def take(self) -> list[bytes]:
+        chunk = self.keys[self.pos : self.pos + SWEEP_CHUNK]
+        self.pos += len(chunk)
+        return chunk
+
+    @property
+    def done(self) -> bool:
+        return self.pos >= len(self.keys)
+
+
 class StateStore:
     """The node's replicated queue state. See the module docstring for the contracts."""
 
@@ -316,6 +503,12 @@ class StateStore:
         self.tombstone_retention = tombstone_retention
         self._db = {n: open_db(env, n) for _, n in _DUMPED}
         self._db[b"state_versions"] = open_db(env, b"state_versions")
+        self._db[b"state_stale"] = open_db(env, b"state_stale")
+        self._stale = self._db[b"state_stale"]
+        self._db[b"state_leases"] = open_db(env, b"state_leases")
+        self._leases = self._db[b"state_leases"]
+        self._db[b"state_gone"] = open_db(env, b"state_gone")
+        self._gone = self._db[b"state_gone"]
         self._meta = self._db[b"state_meta"]
         self._versions = self._db[b"state_versions"]
         self._tombs = self._db[b"state_tombstones"]
@@ -324,7 +517,9 @@ class StateStore:
             K.MESSAGE: self._db[b"state_messages"], K.DEDUP: self._db[b"state_dedup"],
             K.JOIN_TOKEN: self._db[b"state_queues"],  # an older version's (doq.queues.keys): loaded, ignored
         }
-        self._sink = _TxnSink(self._kind_db, self._versions, self._tombs)
+        self._sink = _TxnSink(self._kind_db, self._versions, self._tombs, self._stale, self._leases, self._gone)
+        self._compacting: _Sweep | None = None  # the removals under way (`_sweep`)
+        self._collecting: _Sweep | None = None
         self.machine = QueueMachine(self._sink)
         self.applied_index = 0
         self.version_offset = 0
@@ -423,6 +618,10 @@ class StateStore:
         self.version_offset = _V.unpack(raw)[0] if raw else 0
         raw = txn.get(CLUSTER_KEY, db=self._meta)
         self.cluster_id = bytes(raw).decode() if raw else ""
+        self._sink.n_stale = txn.stat(self._stale)["entries"]
+        self._sink.gone = {bytes(g[8:]) for g in txn.cursor(db=self._gone).iternext(values=False)}
+        self._sink.leased = {bytes(k) for k in txn.cursor(db=self._leases).iternext(values=False)}
+        self._compacting = self._collecting = None
         self.machine.load(self._records(txn))
         self.machine.keys.load(list(self._key_records(txn)))
         self.machine.join_tokens.load(self._token_records(txn))
@@ -465,10 +664,35 @@ class StateStore:
         self._keys_changed = True
 
     def _records(self, txn: Any) -> Iterator[tuple[bytes, bytes]]:
-        for name in (b"state_meta", b"state_queues", b"state_messages", b"state_dedup"):
-            for k, v in txn.cursor(db=self._db[name]).iternext():
-                if k[:1] != b"\x00":
-                    yield k, v[8:]
+        for k, v in self._stored_records(txn):
+            yield k, v[8:]
+
+    def _stored_in(self, txn: Any, name: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """(key, stored value) of every record of database `name`: messages composed
+        with their lease entries (`_compose`), gone ones left out."""
+        it = txn.cursor(db=self._db[name]).iternext()
+        if name != b"state_messages":
+            return it  # type: ignore[no-any-return]
+        leases = dict(txn.cursor(db=self._leases).iternext())
+        gone = self._gone_in(txn)
+        if not leases and not gone:
+            return it  # type: ignore[no-any-return]
+        return ((k, _compose(v, leases.get(k))) for k, v in it if k not in gone)
+
+    def _gone_in(self, txn: Any) -> frozenset[bytes]:
+        """The message keys noted gone in `txn` (deleted, their bodies not yet removed)."""
+        return frozenset(bytes(g[8:]) for g in txn.cursor(db=self._gone).iternext(values=False))
+
+    def _stored(self, txn: Any, key: bytes, gone: AbstractSet[bytes] | None = None) -> bytes | None:
+        """The stored value (version + record) of record `key` in `txn`, or None. For a
+        message, `gone` is `_gone_in(txn)` (None: read here; a caller of many reads
+        passes it)."""
+        v = txn.get(key, db=self._kind_db[key[0]])
+        if v is None or key[0] != K.MESSAGE:
+            return v  # type: ignore[no-any-return]
+        if key in (self._gone_in(txn) if gone is None else gone):
+            return None
+        return _compose(v, txn.get(key, db=self._leases))
 
     # -- apply ---------------------------------------------------------------------------
     def apply_entries(
@@ -516,6 +740,7 @@ class StateStore:
                 self._flush_keys(txn)
             if self.machine.join_tokens.has_dirty():
                 self._flush_tokens(txn)
+            self._sweep(txn, applied + self.version_offset)
             if applied != self.applied_index:
                 txn.put(APPLIED_KEY, _V.pack(applied), db=self._meta)
                 self.applied_index = applied
@@ -646,11 +871,84 @@ class StateStore:
         child.commit()
         return RestoreOutcome(tally.records, tally.tombstones, tally.last_version, index + offset)
 
+    def _sweep(self, txn: Any, version: int) -> None:
+        """After the entries up to `version`: start removing the bodies noted gone, or the
+        versions entries noted stale, when enough wait (a `_Sweep` of the noted keys in key
+        order), and take the next chunk of those under way: a commit writes each page of
+        the table once per chunk, and no commit does more than a chunk."""
+        sink = self._sink
+        upto = _V.pack(version + 1)
+        msgs = self._kind_db[K.MESSAGE]
+        if self._compacting is None and len(sink.gone) >= max(
+                MIN_COMPACT, txn.stat(msgs)["entries"] // COMPACT_FRACTION):
+            self._compacting = _Sweep(sorted(sink.gone), upto)
+        if self._compacting is not None:
+            sw = self._compacting
+            chunk = sw.take()
+            _walk(txn.cursor(db=msgs), chunk, pop=True)
+            sink.gone.difference_update(chunk)
+            if sw.done:
+                self._drop_notes(txn, self._gone, sw.upto)
+                self._compacting = None
+        if self._collecting is None and sink.n_stale >= max(
+                MIN_COLLECT, txn.stat(self._versions)["entries"] // COLLECT_FRACTION):
+            self._collecting = _Sweep(sorted(bytes(k[8:]) for k in txn.cursor(db=self._stale).iternext(values=False)),
+                                      upto)
+        if self._collecting is not None:
+            sw = self._collecting
+            self._unversion_dead(txn, sw.take())
+            if sw.done:
+                sink.n_stale = max(0, sink.n_stale - self._drop_notes(txn, self._stale, sw.upto))
+                self._collecting = None
+
+    def _unversion_dead(self, txn: Any, entries: list[bytes]) -> None:
+        """Delete the versions `entries` (sorted) noted stale. None can be live again: a
+        key's later writes have later versions (a restore, whose records may come in any
+        order, writes through a sink that notes nothing)."""
+        _walk(txn.cursor(db=self._versions), entries, pop=True)
+
+    @staticmethod
+    def _drop_notes(txn: Any, db: Any, upto: bytes) -> int:
+        """Delete the notes of `db` written before version `upto` (its first keys); their count."""
+        cur = txn.cursor(db=db)
+        n = 0
+        if cur.first():
+            while cur.key()[:8] < upto:
+                n += 1
+                if not cur.delete():
+                    break
+        return n
+
+    def _settle_before(self, txn: Any, cutoff: bytes) -> None:
+        """Remove the bodies noted gone and the versions entries noted stale before
+        version `cutoff` (their tombstones are about to be pruned: none may outlive its
+        tombstone, `_is_empty` relies on it)."""
+        sink = self._sink
+        for db in (self._gone, self._stale):
+            cur = txn.cursor(db=db)
+            head: list[bytes] = []
+            if cur.first():
+                for k in cur.iternext(values=False):
+                    if k[:8] >= cutoff:
+                        break
+                    head.append(bytes(k[8:]))
+            if not head:
+                continue
+            head.sort()
+            if db is self._gone:
+                _walk(txn.cursor(db=self._kind_db[K.MESSAGE]), head, pop=True)
+                sink.gone.difference_update(head)
+                self._drop_notes(txn, db, cutoff)
+            else:
+                self._unversion_dead(txn, head)
+                sink.n_stale = max(0, sink.n_stale - self._drop_notes(txn, db, cutoff))
+
     def _prune(self, txn: Any, version: int) -> None:
         cutoff = version - self.tombstone_retention
         if cutoff <= self.horizon(txn):
             return
         ck = _V.pack(cutoff)
+        self._settle_before(txn, ck)
         cur = txn.cursor(db=self._tombs)
         if cur.first():
             while cur.key()[:8] < ck:
@@ -713,7 +1011,8 @@ class StateStore:
         return self.machine.sort_known(queue, ids)
 
     def get_message(self, queue: str, id_: int) -> MessageView:
-        """The message as last committed (one read txn). Raises QueueNotFound / MessageNotFound."""
+        """The message as last committed (one read txn; a message the machine's index
+        already calls gone, `sort_known`, is not found). Raises QueueNotFound / MessageNotFound."""
         with self.env.begin() as txn:
             try:
                 qkey = K.queue_key(queue)
@@ -723,7 +1022,11 @@ class StateStore:
                 raise QueueNotFound(f"queue {queue!r} not found")
             if type(id_) is not int or not 0 < id_ < 2**64:
                 raise MessageNotFound(f"message {id_} not found in queue {queue!r}")
-            v = txn.get(K.message_key(queue, id_), db=self._kind_db[K.MESSAGE])
+            # a body noted gone is a message the machine no longer holds (ids are never reused):
+            # ask its index (any thread) rather than read every note
+            v = self._stored(txn, K.message_key(queue, id_), _NONE_GONE)
+            if v is not None and self.machine.sort_known(queue, [id_])[1]:
+                v = None
             if v is None:
                 raise MessageNotFound(f"message {id_} not found in queue {queue!r}")
             meta = txn.get(K.META_KEY, db=self._meta)
@@ -740,9 +1043,8 @@ class StateStore:
         with self.env.begin() as txn:
             meta = txn.get(K.META_KEY, db=self._meta)
             now_ms = R.META_REC.unpack_from(meta, 8)[1] if meta is not None else 0
-            db = self._kind_db[K.MESSAGE]
             for id_ in ids:
-                v = txn.get(K.message_key(queue, id_), db=db)
+                v = self._stored(txn, K.message_key(queue, id_), _NONE_GONE)  # ids of the index: live
                 if v is not None:
                     out.append(R.message_view(queue, id_, v[8:], now_ms))
         return out
@@ -803,7 +1105,7 @@ class StateStore:
     def _stored_records(self, txn: Any) -> Iterator[tuple[bytes, bytes]]:
         """Every live record as (key, stored value = u64 BE version + payload)."""
         for name in (b"state_meta", b"state_queues", b"state_messages", b"state_dedup"):
-            it = txn.cursor(db=self._db[name]).iternext()
+            it = self._stored_in(txn, name)
             if name == b"state_meta":
                 yield from ((k, v) for k, v in it if k[:1] != b"\x00")
             else:
@@ -833,7 +1135,8 @@ class StateStore:
             ts = self._walk(txn, self._tombs, start)
             v = next(vs, None)
             t = next(ts, None)
-            kind_db = self._kind_db
+            stored = self._stored
+            gone = self._gone_in(txn)
             while v is not None or t is not None:
                 if t is not None and (v is None or t <= v):
                     yield t[8:], None, _V.unpack_from(t)[0]
@@ -841,9 +1144,9 @@ class StateStore:
                 else:
                     assert v is not None
                     key = v[8:]
-                    rec = txn.get(key, db=kind_db[key[0]])
-                    assert rec is not None
-                    yield key, rec[8:], _V.unpack_from(v)[0]
+                    rec = stored(txn, key, gone)
+                    if rec is not None and rec[:8] == v[:8]:  # else a stale entry (_TxnSink)
+                        yield key, rec[8:], _V.unpack_from(v)[0]
                     v = next(vs, None)
         finally:
             txn.abort()
@@ -895,7 +1198,8 @@ class StateStore:
         return n
 
     def _write_records(self, txn: Any, records: Iterable[Record]) -> int:
-        sink = _TxnSink(self._kind_db, self._versions, self._tombs)
+        sink = _TxnSink(self._kind_db, self._versions, self._tombs, self._stale, self._leases, self._gone,
+                        lazy=False)
         sink.txn = txn
         n = 0
         for key, value, version in records:
@@ -957,7 +1261,7 @@ class StateStore:
             yield DUMP_MAGIC
             for tag, name in _DUMPED:
                 pack = _DUMP_REC.pack
-                for k, v in txn.cursor(db=self._db[name]).iternext():
+                for k, v in self._stored_in(txn, name):
                     yield pack(tag, len(k), len(v)) + k + v
 
     def dump_state_bytes(self) -> bytes:

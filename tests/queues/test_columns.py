@@ -4,11 +4,13 @@ stores (records, indexes, results), fast path (contents only) and general path a
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from doq.errors import DoqError, InvalidArgument
 from doq.queues import commands as c
 from doq.queues.model import EnqueueColumnsResult, EnqueueResult
-from tests.queues.test_machine_rules import Harness
+from tests.queues.test_machine_rules import T0, Harness
 
 
 def _pair(type_: str = "delayed") -> tuple[Harness, Harness]:
@@ -161,3 +163,53 @@ def test_dedup_window_expiry_after_the_column_path() -> None:
     for h in (a, b):
         h.run(c.Tick(), at=later)
     assert a.store.data == b.store.data and not a.m.dedup_exp
+
+
+_PRIOS = st.one_of(st.integers(-5, 5), st.integers(0, 10**9 - 1),
+                   st.integers(T0 // 1000 - 100, T0 // 1000 + 100),  # timestamps: due or not yet
+                   st.sampled_from([-(2**63), 2**63 - 1]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(type_=st.sampled_from(["delayed", "fair"]),
+       rows=st.lists(st.tuples(_PRIOS, st.sampled_from(["", "a", "b", "zz", "é"])), min_size=1, max_size=40),
+       with_prios=st.booleans(), with_groups=st.booleans(),
+       dedup=st.sampled_from(["none", "fresh", "run"]))
+def test_priorities_and_groups_take_a_column_path_with_the_same_state(
+        type_: str, rows: list[tuple[int, str]], with_prios: bool, with_groups: bool, dedup: str) -> None:
+    """Priorities and groups (what a producer's frames carry for delayed and fair queues)
+    skip the per-message path and store what `Enqueue` of the same messages stores."""
+    a, b = _pair(type_)
+    for h in (a, b):  # a backlog in the indexes already
+        h.one(c.Enqueue("q", [c.EnqueueItem(b"old", "a", 3), c.EnqueueItem(b"old", "b", T0 // 1000 + 50)]))
+    n = len(rows)
+    prios = [p for p, _ in rows] if with_prios else []
+    groups = [g for _, g in rows] if with_groups else []
+    dids = {"none": [], "fresh": [f"id-{i:04d}" for i in range(n)],
+            "run": [f"00112233aabbccdd-{i + 1:012x}" for i in range(n)]}[dedup]
+    contents = [b"m%d" % i for i in range(n)]
+    general = a.m._enqueue_items
+    if with_prios or with_groups:
+        a.m._enqueue_items = None  # type: ignore[assignment,method-assign]  # the column path must not need it
+    res = a.one(c.EnqueueColumns("q", list(contents), list(groups), list(prios), [], list(dids)))
+    a.m._enqueue_items = general  # type: ignore[method-assign]
+    want = b.one(c.Enqueue("q", [c.EnqueueItem(x, groups[i] if groups else "", prios[i] if prios else 0,
+                                               {}, dids[i] if dids else "")
+                                 for i, x in enumerate(contents)]))
+    assert isinstance(res, EnqueueColumnsResult) and isinstance(want, list)
+    assert (list(res.ids), res.duplicates, res.deliver_at_ms) == _as_columns(want)
+    assert res.errors == {}
+    assert a.m.dedup_n == b.m.dedup_n
+    for h in (a, b):
+        h.run(c.Tick(), at=T0 + 200_000)  # the timestamps come due
+    _same_state(a, b)
+
+
+def test_a_bad_priority_or_group_takes_the_per_message_path() -> None:
+    a, b = _pair("fair")
+    rows = [(b"a", "g", 1), (b"b", "\ud800", 2), (b"c", "g", 3)]  # a lone surrogate is no UTF-8
+    res = a.one(c.EnqueueColumns("q", [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]))
+    want = b.one(c.Enqueue("q", [c.EnqueueItem(*r) for r in rows]))
+    assert isinstance(res, EnqueueColumnsResult) and isinstance(want, list)
+    assert list(res.errors) == [1] and (list(res.ids), res.duplicates, res.deliver_at_ms) == _as_columns(want)
+    _same_state(a, b)
