@@ -172,7 +172,8 @@ def test_a_leader_killed_mid_restore_changes_nothing_and_a_retry_works(tmp_path:
         survivors = [n for n in nodes if n is not old]
         ids = {n.node_id for n in survivors}
         until("a new leader", lambda: leader_id(survivors) in ids)
-        for n in survivors:
+        for n in survivors:  # (a member answers its digest once it knows the new leader: a read barrier)
+            until(f"{n.node_id} knows the leader", lambda n=n: call(n, "GET", "/db/digest")[0] == 200)
             assert digest(n) == EMPTY_DIGEST
             assert call(n, "GET", "/API/v1/queues")[1]["queues"] == []
 

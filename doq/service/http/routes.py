@@ -355,16 +355,15 @@ class QueueRoutes:
         lease_id: Annotated[str | None, Query(
             pattern=m.ID_PATTERN,
             description="The lease id of the delivery (from the dequeue): needed to delete an in-flight "
-                        "message unless the key is an admin; when given, it must be the current delivery's.",
+                        "message unless the key is an admin; when given, it must be the current delivery's "
+                        "(0: none given).",
         )] = None,
     ) -> Response:
         """Remove a message. A message not in flight (ready, delayed) goes in any case; one in
         flight (someone holds it) needs `?lease_id=` of its delivery, or an admin key
         (409 `MESSAGE_IN_FLIGHT` without; 409 `STALE_LEASE` with another delivery's)."""
-        try:
-            lease = m._coerce_id(lease_id) if lease_id else 0
-        except ValueError as e:
-            raise InvalidArgument(f"invalid lease_id {lease_id!r}: {e}", reason="INVALID_ID") from None
+        # the pattern admits only digits: 0 is "none given"; past 2^64-1 no delivery has it
+        lease = min(int(lease_id), m.UINT64_MAX) if lease_id else 0
         await self.api.delete_message(name, _id(id), lease, caller=http_caller(request))
         return _ok()
 
