@@ -10,6 +10,9 @@ token even where anonymous access is on.
 Keys are read from the replicated table as last committed (`keys()`: a dict by id), so
 every member decides alike once it has applied the same log; a revoked key stops working
 on a member as soon as that member applies the revocation. Errors never echo the token.
+A node that requires keys but whose table is still empty (a new cluster before its first
+admin key commits, a new member before the table reaches it) answers a presented key with
+`Unavailable` (`NO_KEYS_YET`, retryable) rather than calling a key it cannot know invalid.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from dataclasses import dataclass
 
 from doq.auth import tokens
 from doq.auth.table import READ, Rule
-from doq.errors import PermissionDenied, Unauthenticated
+from doq.errors import PermissionDenied, Unauthenticated, Unavailable
 from doq.queues.apikeys import KeyRecord, Scope
 
 
@@ -102,7 +105,12 @@ class Authorizer:
         if token is None:
             raise Unauthenticated("the Authorization header must be 'Bearer KEY'", reason="INVALID_KEY")
         key_id = tokens.key_id_of(token)
-        rec = self.keys().get(key_id) if key_id is not None else None
+        keys = self.keys()
+        if self.required and not keys:
+            raise Unavailable("this node knows no client key yet (a new cluster is registering its first admin "
+                              "key, or this member has not yet received the key table): retry",
+                              reason="NO_KEYS_YET")
+        rec = keys.get(key_id) if key_id is not None else None
         if rec is None or not tokens.matches(token, rec.secret_hash):
             raise Unauthenticated("the key is not valid (unknown, malformed or revoked)", reason="INVALID_KEY")
         return principal_of(rec)

@@ -38,6 +38,9 @@ def _auth(key: str) -> dict[str, str]:
 
 
 async def test_an_open_node_needs_no_key_but_holds_a_presented_key_to_its_scopes(service: QueueService) -> None:
+    async with _client(service, required=False) as c:  # dev mode registers no key: an empty table is final
+        r = await c.get(Q, headers=_auth("doq_0000_nope"))
+        assert (r.status_code, r.json()["reason"]) == (401, "INVALID_KEY")
     metrics = (await create_key(service.node, ["metrics"])).token
     async with _client(service, required=False) as c:
         assert (await c.post(Q, json={"name": "a", "type": "delayed"})).status_code == 201  # the seed's curl
@@ -61,6 +64,20 @@ async def test_a_node_that_requires_keys_refuses_a_call_without_one(service: Que
         assert (await c.get("/livez")).status_code == 200
         assert (await c.get("/readyz")).status_code == 200
         assert (await c.get("/openapi.json")).status_code == 200
+
+
+async def test_a_node_that_requires_keys_but_knows_none_yet_answers_retry_not_invalid(service: QueueService) -> None:
+    """A new cluster before its first admin key commits (or a member before the table
+    reaches it) cannot call any key invalid: 503 NO_KEYS_YET, retryable; a key once known
+    is checked as always."""
+    async with _client(service, required=True) as c:
+        r = await c.get(Q, headers=_auth("doq_0000_notyet"))
+        assert (r.status_code, r.json()["reason"], r.json()["retryable"]) == (503, "NO_KEYS_YET", True)
+        assert (await c.get(Q)).json()["reason"] == "KEY_REQUIRED"  # no key at all: still 401
+        admin = (await create_key(service.node, ["admin"])).token
+        r = await c.get(Q, headers=_auth("doq_0000_notyet"))
+        assert (r.status_code, r.json()["reason"]) == (401, "INVALID_KEY")
+        assert (await c.get(Q, headers=_auth(admin))).status_code == 200
 
 
 async def test_bad_key_requests_change_nothing(service: QueueService) -> None:
