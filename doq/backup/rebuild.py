@@ -21,6 +21,7 @@ from typing import Any
 from doq.backup.format import BackupFormatError, FrameEntry, read_frame
 from doq.queues import keys as K
 from doq.queues import records as R
+from doq.queues import redrive as RD
 from doq.queues.model import QueueType
 from doq.storage import digest as D
 
@@ -136,6 +137,9 @@ def _decode_task(task: Task, partitions: int, counters: tuple[Any, Any] | None) 
                         info = min(R.META_REC.unpack_from(value)[1], _MAX_INFO)
                     elif kind == K.JOIN_TOKEN:
                         info = 0  # a join token (a hash and an expiry): counted in no queue
+                    elif kind == K.REDRIVE:
+                        _, name, _ = K.split_name(key)
+                        info = RD.decode_task(name, value).moved  # a redrive task: counted in no queue
                     else:
                         raise ValueError("unknown record kind")
                 except Exception as e:  # not a doq record: still part of the state (and its digest)

@@ -26,6 +26,8 @@ lease id (u64), holder_only (u8); one without either keeps tag 11.
 Join tokens: `CreateJoinToken` (tag 20): token id
 (bytes), secret hash (bytes), expires_ms (u64); `UseJoinToken` (tag 21): token id,
 secret hash (bytes), node id (string).
+Redrive (`doq.queues.redrive`): `StartRedrive` (tag 60): queue, to (strings),
+max_per_second (u64); `CancelRedrive` (tag 61): queue. (Tags 60-69 are redrive's.)
 Raises ValueError on malformed input (or struct.error / OverflowError for out-of-range
 values on encode: the service validates ranges first).
 """
@@ -59,6 +61,7 @@ T_CREATE_JOIN_TOKEN, T_USE_JOIN_TOKEN = 20, 21
 T_CREATE_LIMITED = 30  # a CreateQueue with max_queues > 0 (tag 1 stays the one without)
 T_DEQ_SEEDED = 40  # a Dequeue with a lease seed (far from the other tags: new ones grow from 22)
 T_DEL_HELD = 41  # a DeleteMessage with a lease id or holder_only
+T_REDRIVE_START, T_REDRIVE_CANCEL = 60, 61  # redrive's (60-69)
 _DEL_HELD = struct.Struct("<QQB")
 _COL_GROUPS, _COL_PRIOS, _COL_MD, _COL_DEDUP, _COL_DELAYS = 1, 2, 4, 8, 16
 
@@ -263,6 +266,16 @@ def encode_batch(batch: c.CommandBatch) -> bytes:
             _b(out, cmd.token_id)
             _b(out, cmd.secret_hash)
             _s(out, cmd.node_id)
+        elif t is c.StartRedrive:
+            assert isinstance(cmd, c.StartRedrive)
+            ap(bytes((T_REDRIVE_START,)))
+            _s(out, cmd.queue)
+            _s(out, cmd.to)
+            ap(_U64.pack(cmd.max_per_second))
+        elif t is c.CancelRedrive:
+            assert isinstance(cmd, c.CancelRedrive)
+            ap(bytes((T_REDRIVE_CANCEL,)))
+            _s(out, cmd.queue)
         else:
             raise ValueError(f"not a command: {cmd!r}")
     return b"".join(out)
@@ -443,6 +456,12 @@ def decode_batch(data: bytes) -> c.CommandBatch:
             tid = r.b()
             digest = r.b()
             ap(c.UseJoinToken(tid, digest, r.s()))
+        elif tag == T_REDRIVE_START:
+            q = r.s()
+            to = r.s()
+            ap(c.StartRedrive(q, to, r.unpack(_U64)[0]))
+        elif tag == T_REDRIVE_CANCEL:
+            ap(c.CancelRedrive(r.s()))
         else:
             raise ValueError(f"unknown command tag {tag}")
     if r.pos != len(r.buf):

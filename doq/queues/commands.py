@@ -15,6 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from doq.queues.model import QueueSettings
+from doq.queues.redrive import CancelRedrive, RedriveCommand, StartRedrive
+
+__all__ = ["CancelRedrive", "StartRedrive"]  # the redrive commands live in doq.queues.redrive
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +258,7 @@ Command = (
     CreateQueue | UpdateQueue | DeleteQueue | PurgeQueue | Enqueue | EnqueueColumns | Dequeue | Ack | Nack
     | Touch | UpdatePriority | DeleteMessage | Tick | RestoreChunk | RestoreCommit | RestoreAbort
     | CreateKey | RevokeKey | CreateJoinToken | UseJoinToken
+    | RedriveCommand
 )
 
 

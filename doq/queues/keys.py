@@ -12,6 +12,7 @@ messages sort by id.
     b"Q" + u16 len + name                   queue record
     b"M" + u16 len + name + u64 id          message record
     b"D" + u16 len + name + dedup_id utf-8  dedup record (a run of canonical ids: its first id)
+    b"R" + u16 len + name                   redrive task of a (dead-letter) queue (doq.queues.redrive)
     b"J" + 16-byte token id                 join token of an older version: tokens now live beside
                                             the client keys (doq.queues.join_tokens); such a record
                                             (a data dir or backup of before) still loads, and is
@@ -27,6 +28,7 @@ QUEUE = ord("Q")
 MESSAGE = ord("M")
 DEDUP = ord("D")
 JOIN_TOKEN = ord("J")
+REDRIVE = ord("R")
 META_KEY = META
 
 MAX_NAME_BYTES = 0xFFFF
@@ -53,6 +55,10 @@ def message_key(name: str, id_: int) -> bytes:
 def message_key_from_prefix(prefix: bytes, id_: int) -> bytes:
     """Message key from a cached `name_prefix(MESSAGE, name)`."""
     return prefix + _U64.pack(id_)
+
+
+def redrive_key(name: str) -> bytes:
+    return name_prefix(REDRIVE, name)
 
 
 def join_token_key(token_id: bytes) -> bytes:

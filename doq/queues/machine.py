@@ -87,6 +87,7 @@ from doq.queues.model import (
     QueueStats,
     QueueType,
 )
+from doq.queues.redrive import CancelRedrive, Redrives, StartRedrive
 from doq.queues.sortedext import extend_sorted, remove_many
 from doq.queues.store import Store
 
@@ -295,6 +296,7 @@ class QueueMachine:
         # client keys: replicated, but kept by the state store apart from the records
         # (`doq.queues.apikeys`); `load` leaves them to the store
         self.keys = KeyTable()
+        self.redrive = Redrives()  # redrive tasks (doq.queues.redrive)
         self._handlers: dict[type, Callable[[Any], object]] = {
             c.Enqueue: self._enqueue, c.EnqueueColumns: self._enqueue_columns,
             c.Dequeue: self._dequeue, c.Ack: self._ack,
@@ -305,6 +307,8 @@ class QueueMachine:
             c.CreateKey: self._create_key, c.RevokeKey: self._revoke_key,
             c.CreateJoinToken: lambda cmd: self.join_tokens.create(cmd, self.now_ms),
             c.UseJoinToken: lambda cmd: self.join_tokens.use(cmd, self.now_ms),
+            StartRedrive: lambda cmd: self.redrive.start(self, cmd),
+            CancelRedrive: lambda cmd: self.redrive.cancel(self, cmd),
         }
 
     def _create_key(self, cmd: c.CreateKey) -> KeyRecord:
@@ -331,6 +335,8 @@ class QueueMachine:
                 results.append(h(cmd))
             except DoqError as e:
                 results.append(e)
+        if self.redrive.running:
+            self.redrive.step(self)
         meta = (self.next_id, self.now_ms, self.next_lease)
         if meta != self._meta_written:
             self.store.put(K.META_KEY, R.META_REC.pack(*meta))
@@ -345,6 +351,10 @@ class QueueMachine:
         if self.leases:
             t = self.leases[0] >> 96
             due = t if due is None else min(due, t)
+        if self.redrive.running:
+            r = self.redrive.next_due_ms(self.now_ms)
+            if r is not None:
+                due = r if due is None else min(due, r)
         return due
 
     def has_deliverable(self, queue: str) -> bool:
@@ -467,6 +477,8 @@ class QueueMachine:
                 msgs.append((key, rec))
             elif kind == K.DEDUP:
                 dedups.append((key, rec))
+            elif kind == K.REDRIVE:
+                self.redrive.load(K.split_name(key)[1], rec)
             elif kind == K.JOIN_TOKEN:
                 pass  # a join token record of an older version (or its backup): inert (doq.queues.keys)
             else:
@@ -693,6 +705,37 @@ class QueueMachine:
         self._place(q, id_, e, max(not_before, _ts(prio)))
         return id_
 
+    # -- redrive (doq.queues.redrive) ------------------------------------------------------
+    def redrive_candidates(self, q: Queue, upto_id: int, n: int) -> list[int]:
+        """Up to `n` ids of `q`'s messages below `upto_id` that are not in flight, lowest
+        first. (`q.msgs` holds ids in ascending order: ids only grow, and `load` adds a
+        queue's messages in key order, i.e. by id.)"""
+        out: list[int] = []
+        for id_, e in q.msgs.items():
+            if id_ >= upto_id or len(out) >= n:
+                break
+            if e.state != IN_FLIGHT:
+                out.append(id_)
+        return out
+
+    def move_messages(self, src: Queue, ids: list[int], dst: Queue) -> None:
+        """Move messages `ids` of `src` (none in flight) to `dst`, in order, as new
+        messages (new ids): same content, group, metadata, dedup id, priority and
+        `not_before`; attempts 0, enqueued now. The dedup id is not entered in `dst`'s
+        dedup window."""
+        now = self.now_ms
+        recs = self.store.pop_many([src.prefix + _U64.pack(i) for i in ids])
+        for id_, rec in zip(ids, recs, strict=True):
+            assert rec is not None
+            self._unplace(src, src.msgs.pop(id_))
+            h = _HDR.unpack_from(rec)
+            group = rec[_HDR_SIZE : _HDR_SIZE + h[7]].decode()
+            self._insert(dst, h[0], h[1], group,
+                         _HDR.pack(h[0], h[1], now, 0, 0, 0, 0, h[7], h[8], h[9]) + rec[_HDR_SIZE:])
+        dst.enqueued += len(ids)
+        self._changed.add(src.name)
+        self._changed.add(dst.name)
+
     # -- queues --------------------------------------------------------------------------
     def _queue(self, name: object) -> Queue:
         """The queue a command acts on (marked changed: the command may alter its info)."""
@@ -768,6 +811,7 @@ class QueueMachine:
         self.store.delete(K.queue_key(q.name))
         del self.queues[q.name]
         del self._by_num[q.qnum]
+        self.redrive.forget(self, q.name)
         return None
 
     # -- messages ------------------------------------------------------------------------

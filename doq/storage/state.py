@@ -110,6 +110,7 @@ from doq.queues.commands import (
 )
 from doq.queues.machine import QueueMachine
 from doq.queues.model import GroupStats, MessageState, MessageView, QueueInfo
+from doq.queues.redrive import RedriveTask
 from doq.storage.chunks import decode_chunk
 from doq.storage.digest import digest_of_stored
 from doq.storage.env import open_db
@@ -206,6 +207,7 @@ class StateView:
     applied_index: int = 0
     queues: Mapping[str, QueueView] = field(default_factory=dict)
     next_due_ms: int | None = None
+    redrives: Mapping[str, RedriveTask] = field(default_factory=dict)  # by dead-letter queue
 
 
 _NONE_GONE: frozenset[bytes] = frozenset()
@@ -516,6 +518,7 @@ class StateStore:
             K.META[0]: self._meta, K.QUEUE: self._db[b"state_queues"],
             K.MESSAGE: self._db[b"state_messages"], K.DEDUP: self._db[b"state_dedup"],
             K.JOIN_TOKEN: self._db[b"state_queues"],  # an older version's (doq.queues.keys): loaded, ignored
+            K.REDRIVE: self._db[b"state_queues"],  # redrive tasks (doq.queues.redrive)
         }
         self._sink = _TxnSink(self._kind_db, self._versions, self._tombs, self._stale, self._leases, self._gone)
         self._compacting: _Sweep | None = None  # the removals under way (`_sweep`)
@@ -579,7 +582,7 @@ class StateStore:
             queues = fresh
         else:
             queues = self.view.queues
-        self.view = StateView(self.applied_index, queues, m.next_due_ms())
+        self.view = StateView(self.applied_index, queues, m.next_due_ms(), m.redrive.tasks)
         if self._keys_changed:
             m.keys.publish()
             m.join_tokens.publish()
