@@ -391,3 +391,14 @@ def test_record_round_trip() -> None:
     assert RD.decode_task("dlq", RD.encode_task(t)) == t
     with pytest.raises(ValueError):
         RD.decode_task("dlq", RD.encode_task(t)[:-1])
+
+
+def test_an_idle_gap_allows_one_second_and_one_message_at_most() -> None:
+    """The bucket is full at rate + 1 messages: a step after a long gap of replicated time
+    (no batch applied) moves no more."""
+    h = Harness()
+    h.setup(100)
+    h.run(RD.StartRedrive("dlq", max_per_second=2), dt=0)
+    assert h.m.redrive.tasks["dlq"].moved == 1
+    h.run(c.Tick(), dt=10_000)
+    assert h.m.redrive.tasks["dlq"].moved == 1 + 3
