@@ -1,7 +1,7 @@
 """The audit trail of admin actions: one structured log line and one counter per action.
 
 Every admin action the authorization table marks (`Rule.audit`: queue.create/update/
-delete/purge, key.create/revoke, member.add/remove, join_token.create, leader.transfer,
+delete/purge/redrive/redrive_cancel, key.create/revoke, member.add/remove, join_token.create, leader.transfer,
 backup, restore) is logged by the node that serves it (a follower that relays a call to the
 leader leaves it to the leader) on the logger `doq.audit` at INFO, also when `--log-level`
 is higher, as one JSON object:

@@ -67,6 +67,9 @@ GRPC_RULES: dict[str, Rule] = {DOQ_SERVICE + name: rule for name, rule in {
     "CreateKey": _admin("key.create"),
     "ListKeys": _admin(),
     "RevokeKey": _admin("key.revoke"),
+    "StartRedrive": _admin("queue.redrive", "queue_name"),
+    "CancelRedrive": _admin("queue.redrive_cancel", "queue_name"),
+    "GetRedrive": Rule(READ, "queue_name"),
 }.items()}
 """doq.v1.DOQ methods (full names). Other services (grpc.health.v1, reflection) are open."""
 
@@ -84,6 +87,9 @@ HTTP_RULES: dict[tuple[str, str], Rule] = {
     ("GET", _Q + "/messages"): Rule(("consume",), "name"),
     ("GET", _Q + "/messages:peek"): Rule(("consume",), "name"),  # reads message contents
     ("GET", _Q + "/groups"): Rule(READ, "name"),  # counts only, like GET queue
+    ("POST", _Q + "/redrive"): _admin("queue.redrive", "name"),
+    ("DELETE", _Q + "/redrive"): _admin("queue.redrive_cancel", "name"),
+    ("GET", _Q + "/redrive"): Rule(READ, "name"),  # progress counts only, like GET queue
     ("POST", _Q + "/messages:dequeue"): Rule(("consume",), "name"),
     ("POST", _Q + "/messages:ack"): Rule(("consume",), "name"),
     ("GET", _M): Rule(("consume",), "name"),

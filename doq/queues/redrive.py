@@ -43,14 +43,12 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from doq.errors import FailedPrecondition, InvalidArgument, NotFound, QueueNotFound
 from doq.queues import keys as K
 from doq.queues import limits as L
-
-if TYPE_CHECKING:
-    from doq.queues.machine import QueueMachine
+from doq.queues.store import Store
 
 RUNNING, COMPLETED, CANCELLED, FAILED = "running", "completed", "cancelled", "failed"
 STATES = (RUNNING, COMPLETED, CANCELLED, FAILED)
@@ -142,6 +140,21 @@ def decode_task(queue: str, rec: bytes) -> RedriveTask:
 
 
 # -- the tasks ---------------------------------------------------------------------------
+class QueueMachine(Protocol):
+    """What the tasks use of `doq.queues.machine.QueueMachine` (its queues are
+    `doq.queues.machine.Queue`s)."""
+
+    queues: dict[str, Any]
+    next_id: int
+    now_ms: int
+    store: Store
+    _changed: set[str]
+
+    def redrive_candidates(self, q: Any, upto_id: int, n: int) -> list[int]: ...
+
+    def move_messages(self, src: Any, ids: list[int], dst: Any) -> None: ...
+
+
 class Redrives:
     """The machine's redrive tasks by DLQ name. `tasks` is replaced whole on every change,
     so a reader on another thread may take it as an immutable snapshot."""

@@ -51,6 +51,7 @@ class Action(enum.Enum):
     GET_MESSAGE = "get_message"
     PEEK = "peek"  # browse messages without taking them
     DELETE_MESSAGE = "delete_message"
+    REDRIVE = "redrive"  # start or cancel a dead-letter queue's redrive (doq.service.redrive)
 
 
 @dataclass(frozen=True, slots=True)

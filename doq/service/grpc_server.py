@@ -39,6 +39,7 @@ from doq.errors import DoqError
 from doq.node.base import Node
 from doq.queues.model import EnqueueColumnsResult, MessageView
 from doq.service import convert as cv
+from doq.service import grpc_redrive
 from doq.service.api import FrameOutcome, QueueService
 from doq.service.door import Caller, current_principal
 from doq.service.grpc_decode import UndecodableRequests
@@ -154,6 +155,19 @@ class DOQServicer(KeyRpcs, pb_grpc.DOQServicer):
     @_unary
     async def PurgeQueue(self, request: pb.PurgeQueueRequest, context: Any) -> pb.PurgeQueueResponse:
         return pb.PurgeQueueResponse(purged=await self.api.purge_queue(request.name, caller=grpc_caller(context)))
+
+    # -- redrive (doq.service.grpc_redrive) -------------------------------------------------
+    @_unary
+    async def StartRedrive(self, request: pb.StartRedriveRequest, context: Any) -> pb.RedriveTask:
+        return await grpc_redrive.start(self.api, request, grpc_caller(context))
+
+    @_unary
+    async def CancelRedrive(self, request: pb.CancelRedriveRequest, context: Any) -> pb.RedriveTask:
+        return await grpc_redrive.cancel(self.api, request, grpc_caller(context))
+
+    @_unary
+    async def GetRedrive(self, request: pb.GetRedriveRequest, context: Any) -> pb.RedriveTask:
+        return await grpc_redrive.get(self.api, request, grpc_caller(context))
 
     # -- enqueue --------------------------------------------------------------------------
     @_unary

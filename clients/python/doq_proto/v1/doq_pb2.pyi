@@ -564,3 +564,49 @@ class RevokeKeyResponse(_message.Message):
     SUCCESS_FIELD_NUMBER: _ClassVar[int]
     success: bool
     def __init__(self, success: _Optional[bool] = ...) -> None: ...
+
+class StartRedriveRequest(_message.Message):
+    __slots__ = ("queue_name", "to", "max_per_second")
+    QUEUE_NAME_FIELD_NUMBER: _ClassVar[int]
+    TO_FIELD_NUMBER: _ClassVar[int]
+    MAX_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    queue_name: str
+    to: str
+    max_per_second: int
+    def __init__(self, queue_name: _Optional[str] = ..., to: _Optional[str] = ..., max_per_second: _Optional[int] = ...) -> None: ...
+
+class CancelRedriveRequest(_message.Message):
+    __slots__ = ("queue_name",)
+    QUEUE_NAME_FIELD_NUMBER: _ClassVar[int]
+    queue_name: str
+    def __init__(self, queue_name: _Optional[str] = ...) -> None: ...
+
+class GetRedriveRequest(_message.Message):
+    __slots__ = ("queue_name",)
+    QUEUE_NAME_FIELD_NUMBER: _ClassVar[int]
+    queue_name: str
+    def __init__(self, queue_name: _Optional[str] = ...) -> None: ...
+
+class RedriveTask(_message.Message):
+    __slots__ = ("queue_name", "to", "state", "max_per_second", "moved", "remaining", "total", "started_at_ms", "updated_at_ms", "reason")
+    QUEUE_NAME_FIELD_NUMBER: _ClassVar[int]
+    TO_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    MAX_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    MOVED_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    queue_name: str
+    to: str
+    state: str
+    max_per_second: int
+    moved: int
+    remaining: int
+    total: int
+    started_at_ms: int
+    updated_at_ms: int
+    reason: str
+    def __init__(self, queue_name: _Optional[str] = ..., to: _Optional[str] = ..., state: _Optional[str] = ..., max_per_second: _Optional[int] = ..., moved: _Optional[int] = ..., remaining: _Optional[int] = ..., total: _Optional[int] = ..., started_at_ms: _Optional[int] = ..., updated_at_ms: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...

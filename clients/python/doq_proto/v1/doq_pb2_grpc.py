@@ -154,6 +154,21 @@ class DOQStub:
                 request_serializer=doq_dot_v1_dot_doq__pb2.RevokeKeyRequest.SerializeToString,
                 response_deserializer=doq_dot_v1_dot_doq__pb2.RevokeKeyResponse.FromString,
                 _registered_method=True)
+        self.StartRedrive = channel.unary_unary(
+                '/doq.v1.DOQ/StartRedrive',
+                request_serializer=doq_dot_v1_dot_doq__pb2.StartRedriveRequest.SerializeToString,
+                response_deserializer=doq_dot_v1_dot_doq__pb2.RedriveTask.FromString,
+                _registered_method=True)
+        self.CancelRedrive = channel.unary_unary(
+                '/doq.v1.DOQ/CancelRedrive',
+                request_serializer=doq_dot_v1_dot_doq__pb2.CancelRedriveRequest.SerializeToString,
+                response_deserializer=doq_dot_v1_dot_doq__pb2.RedriveTask.FromString,
+                _registered_method=True)
+        self.GetRedrive = channel.unary_unary(
+                '/doq.v1.DOQ/GetRedrive',
+                request_serializer=doq_dot_v1_dot_doq__pb2.GetRedriveRequest.SerializeToString,
+                response_deserializer=doq_dot_v1_dot_doq__pb2.RedriveTask.FromString,
+                _registered_method=True)
 
 
 class DOQServicer:
@@ -307,6 +322,25 @@ class DOQServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StartRedrive(self, request, context):
+        """Admin; FAILED_PRECONDITION (REDRIVE_RUNNING) while one runs on the queue.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CancelRedrive(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetRedrive(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DOQServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -429,6 +463,21 @@ def add_DOQServicer_to_server(servicer, server):
                     servicer.RevokeKey,
                     request_deserializer=doq_dot_v1_dot_doq__pb2.RevokeKeyRequest.FromString,
                     response_serializer=doq_dot_v1_dot_doq__pb2.RevokeKeyResponse.SerializeToString,
+            ),
+            'StartRedrive': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartRedrive,
+                    request_deserializer=doq_dot_v1_dot_doq__pb2.StartRedriveRequest.FromString,
+                    response_serializer=doq_dot_v1_dot_doq__pb2.RedriveTask.SerializeToString,
+            ),
+            'CancelRedrive': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelRedrive,
+                    request_deserializer=doq_dot_v1_dot_doq__pb2.CancelRedriveRequest.FromString,
+                    response_serializer=doq_dot_v1_dot_doq__pb2.RedriveTask.SerializeToString,
+            ),
+            'GetRedrive': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRedrive,
+                    request_deserializer=doq_dot_v1_dot_doq__pb2.GetRedriveRequest.FromString,
+                    response_serializer=doq_dot_v1_dot_doq__pb2.RedriveTask.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1079,6 +1128,87 @@ class DOQ:
             '/doq.v1.DOQ/RevokeKey',
             doq_dot_v1_dot_doq__pb2.RevokeKeyRequest.SerializeToString,
             doq_dot_v1_dot_doq__pb2.RevokeKeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartRedrive(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/doq.v1.DOQ/StartRedrive',
+            doq_dot_v1_dot_doq__pb2.StartRedriveRequest.SerializeToString,
+            doq_dot_v1_dot_doq__pb2.RedriveTask.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelRedrive(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/doq.v1.DOQ/CancelRedrive',
+            doq_dot_v1_dot_doq__pb2.CancelRedriveRequest.SerializeToString,
+            doq_dot_v1_dot_doq__pb2.RedriveTask.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRedrive(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/doq.v1.DOQ/GetRedrive',
+            doq_dot_v1_dot_doq__pb2.GetRedriveRequest.SerializeToString,
+            doq_dot_v1_dot_doq__pb2.RedriveTask.FromString,
             options,
             channel_credentials,
             insecure,
