@@ -124,7 +124,8 @@ def test_every_admin_action_of_the_table_is_audited() -> None:
             assert rule.audit, (method, path)
     audited = {rule.audit for rule in GRPC_RULES.values() if rule.audit} | {
         rule.audit for rule in HTTP_RULES.values() if rule.audit}
-    assert audited == {"queue.create", "queue.update", "queue.delete", "queue.purge", "key.create", "key.revoke",
+    assert audited == {"queue.create", "queue.update", "queue.delete", "queue.purge", "queue.redrive",
+                       "queue.redrive_cancel", "key.create", "key.revoke",
                        "member.add", "member.remove", "leader.transfer", "backup", "restore", "join_token.create"}
     for name, rule in GRPC_RULES.items():
         if rule.scopes == ("admin",) and not name.endswith("/ListKeys"):
