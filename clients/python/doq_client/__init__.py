@@ -11,6 +11,7 @@ Every client takes `key=` (default `$DOQ_KEY`), sent as `authorization: Bearer K
 """
 
 from doq_client._auth import aio_interceptors as key_interceptors
+from doq_client._redrive import RedriveTask
 from doq_client.aio import AsyncDoqClient
 from doq_client.client import DoqClient
 from doq_client.consumer import AsyncConsumer, Consumer
@@ -75,6 +76,7 @@ __all__ = [
     "PermissionDenied",
     "Producer",
     "Queue",
+    "RedriveTask",
     "QueueNotFound",
     "QueueSettings",
     "QueueStats",

@@ -14,8 +14,9 @@ from typing import Any, TypeVar, cast
 
 import grpc
 
-from doq_client import _handle, _ops
+from doq_client import _handle, _ops, _redrive
 from doq_client._auth import aio_interceptors, check_key_transport, resolve_key
+from doq_client._redrive import RedriveTask
 from doq_client._routing import Router, parse_targets
 from doq_client.client import (
     CHANNEL_OPTIONS,
@@ -181,6 +182,25 @@ class AsyncDoqClient:
     async def purge_queue(self, name: str) -> int:
         """Remove every message of a queue; returns how many were removed."""
         return await self._call(_ops.purge_queue(name))
+
+    # -- redrive ----------------------------------------------------------------------
+    async def redrive(self, queue: str, *, to: str = "", max_per_second: int = 0) -> RedriveTask:
+        """Start moving the messages of the dead-letter queue `queue` back to `to` (default:
+        the queue whose dead_letter_queue names it), at most `max_per_second` (0: no
+        limit), as a task the cluster runs (it survives a failover). Moved messages keep
+        content, group, metadata, priority and dedup id; their attempt count restarts at
+        0. Raises FailedPrecondition (REDRIVE_RUNNING) while one runs on `queue`."""
+        return await self._call(_redrive.start(queue, to, max_per_second))
+
+    async def get_redrive(self, queue: str) -> RedriveTask:
+        """The last redrive started on `queue`, with its progress (NotFound
+        REDRIVE_NOT_FOUND if none)."""
+        return await self._call(_redrive.get(queue))
+
+    async def cancel_redrive(self, queue: str) -> RedriveTask:
+        """Stop `queue`'s running redrive (messages moved stay moved); an ended one is
+        returned as it is."""
+        return await self._call(_redrive.cancel(queue))
 
     # -- messages ---------------------------------------------------------------------
     async def enqueue(
