@@ -5,6 +5,9 @@
     doq queues delete NAME
     doq queues purge NAME                             remove every message, keep the queue
     doq queues stats NAME                             one queue's settings and counts
+    doq queues redrive NAME [--to QUEUE] [--rate N] [--wait]
+                                                      move a dead-letter queue's messages back
+    doq queues redrive NAME --status | --cancel       its progress; stop it
     doq enqueue QUEUE CONTENT [--group G] [--priority P] [--delay-ms N] [--dedup-id ID]
     doq dequeue QUEUE [-n N] [--ack] [--wait-ms MS]   lease (or with --ack take) messages
     doq peek QUEUE [-n N] [--state S] [--offset K]    look at messages without taking them
@@ -118,6 +121,35 @@ def cmd_stats(gw: Gateway, ns: argparse.Namespace) -> tuple[str, Any]:
     rows += [(k.replace("_", " "), str(v)) for k, v in stats.items()]
     rows += [(k.replace("_", " "), str(v)) for k, v in settings.items()]
     return render_table(("FIELD", "VALUE"), rows), q
+
+
+def _redrive_line(t: dict[str, Any]) -> str:
+    rate = f"{t.get('max_per_second')}/s" if t.get("max_per_second") else "no rate limit"
+    why = f" ({t['reason']})" if t.get("reason") else ""
+    return (f"redrive {t.get('queue')} -> {t.get('to')}: {t.get('state')}{why}, moved {t.get('moved')}, "
+            f"remaining {t.get('remaining')} of {t.get('total')}, {rate}")
+
+
+def cmd_redrive(gw: Gateway, ns: argparse.Namespace) -> tuple[str, Any]:
+    """Start (POST), read (--status: GET) or cancel (--cancel: DELETE) a queue's redrive;
+    --wait follows it until it ends (printing its progress on stderr)."""
+    path = queue_path(ns.name, "redrive")
+    if ns.cancel or ns.status:
+        if ns.to is not None or ns.rate is not None:
+            raise InvalidArgument("--to and --rate start a redrive: not with --status or --cancel")
+        t = gw.call("DELETE" if ns.cancel else "GET", path)
+    else:
+        body: dict[str, Any] = {}
+        if ns.to is not None:
+            body["to"] = ns.to
+        if ns.rate is not None:
+            body["max_per_second"] = ns.rate
+        t = gw.call("POST", path, body)
+    while ns.wait and t.get("state") == "running":
+        print(_redrive_line(t), file=sys.stderr)
+        time.sleep(ns.interval)
+        t = gw.call("GET", path)
+    return _redrive_line(t), t
 
 
 def cmd_enqueue(gw: Gateway, ns: argparse.Namespace) -> tuple[str, Any]:
@@ -256,6 +288,17 @@ def add_parsers(sub: Any) -> None:
         p = qs.add_parser(name, parents=[common], help=text)
         p.add_argument("name", metavar="NAME")
         p.set_defaults(run=fn)
+    rd = qs.add_parser("redrive", parents=[common],
+                       help="move a dead-letter queue's messages back to their queue (a task the cluster runs)")
+    rd.add_argument("name", metavar="NAME", help="the dead-letter queue")
+    rd.add_argument("--to", metavar="QUEUE", help="where to (default: the queue whose dead-letter queue it is)")
+    rd.add_argument("--rate", type=int, metavar="N", help="at most N messages a second (default: no limit)")
+    which = rd.add_mutually_exclusive_group()
+    which.add_argument("--status", action="store_true", help="show the last redrive's progress")
+    which.add_argument("--cancel", action="store_true", help="stop the running redrive (moved messages stay moved)")
+    rd.add_argument("--wait", action="store_true", help="follow the redrive until it ends")
+    rd.add_argument("--interval", type=float, default=1.0, help="with --wait: seconds between looks")
+    rd.set_defaults(run=cmd_redrive)
     q.set_defaults(func=run)
 
     enq = sub.add_parser("enqueue", parents=[common], help="enqueue one message (durable when answered)")
@@ -305,4 +348,7 @@ def run(ns: argparse.Namespace) -> int:
     except CommandFailed as e:
         print(f"{what}: {e}", file=sys.stderr)
         return 1
+    except InvalidArgument as e:  # bad usage found by a command (nothing was sent)
+        print(f"{what}: {e.message}", file=sys.stderr)
+        return 2
     return 0
