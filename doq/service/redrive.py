@@ -9,18 +9,22 @@ The gRPC and HTTP adapters and the CLI call these functions.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from doq.errors import InvalidArgument, NotFound, QueueNotFound
 from doq.queues import redrive as RD
 from doq.service import limits as v
 from doq.service import outcomes
 from doq.service.door import INTERNAL, Action, Caller
+from doq.storage.state import StateView
 
 if TYPE_CHECKING:
     from doq.service.api import QueueService
-    from doq.storage.state import StateView
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,3 +101,33 @@ async def get(api: QueueService, queue: str, *, caller: Caller = INTERNAL) -> Re
     if task is None:
         raise NotFound(f"queue {queue!r} has no redrive", reason="REDRIVE_NOT_FOUND")
     return progress(task, view)
+
+
+class RedriveCollector(Collector):
+    """Gauges of the redrive tasks, read at scrape time from the committed state (any node:
+    the tasks are replicated): per dead-letter queue `doq_redrive_messages{queue,kind}`
+    (kind moved, remaining, total), `doq_redrive_running{queue}` (1 while it runs) and
+    `doq_redrive_max_per_second{queue}` (0: no limit). A queue's series stay after its
+    task ended (its last figures) until the queue is deleted."""
+
+    def __init__(self, view: Callable[[], StateView]) -> None:
+        self._view = view
+
+    def collect(self) -> Iterator[Metric]:
+        view = self._view()
+        msgs = GaugeMetricFamily("doq_redrive_messages", "A dead-letter queue's redrive: messages moved, "
+                                 "remaining (an upper bound while it runs) and total", labels=["queue", "kind"])
+        running = GaugeMetricFamily("doq_redrive_running", "1 while a redrive of the queue runs", labels=["queue"])
+        rate = GaugeMetricFamily("doq_redrive_max_per_second", "The redrive's rate limit (0: none)", labels=["queue"])
+        for name in sorted(view.redrives):
+            p = progress(view.redrives[name], view)
+            for kind, n in (("moved", p.moved), ("remaining", p.remaining), ("total", p.total)):
+                msgs.add_metric([name, kind], n)
+            running.add_metric([name], 1.0 if p.state == RD.RUNNING else 0.0)
+            rate.add_metric([name], p.max_per_second)
+        yield msgs
+        yield running
+        yield rate
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())

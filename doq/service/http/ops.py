@@ -17,6 +17,7 @@ from doq.service import metrics
 from doq.service.http import models as m
 from doq.service.http.bodies import body_doc, errors, operation_id, read_json
 from doq.service.http.lean import LeanRoute
+from doq.service.redrive import RedriveCollector
 
 if TYPE_CHECKING:
     from doq.service.api import QueueService
@@ -98,6 +99,7 @@ def build_ops_router(api: QueueService) -> APIRouter:
     registry.register(metrics.QueueDepthCollector(
         node.state.list_queues, lambda: bool(node.is_leader), api.long_polls.waiting))
     registry.register(metrics.AlarmCollector(node.alarms))
+    registry.register(RedriveCollector(lambda: node.state.view))
 
     @r.get(
         "/livez", tags=["health"], response_model=Health, summary="Liveness",
