@@ -6,7 +6,7 @@ Contract:
   queue, "DLQ"). `to` names the target; "" means the DLQ's source: the one queue whose
   `dead_letter_queue` setting names the DLQ (the machine does not record per message
   where it was dead-lettered from; with none or several such queues `to` is required:
-  InvalidArgument REDRIVE_TARGET_REQUIRED). Refused, changing nothing: an unknown DLQ or
+  FailedPrecondition REDRIVE_TARGET_REQUIRED, HTTP 409). Refused, changing nothing: an unknown DLQ or
   target (QueueNotFound), `to` = the DLQ itself (InvalidArgument REDRIVE_TO_ITSELF), a rate
   outside 0..MAX_RATE (InvalidArgument), a task of that DLQ still running
   (FailedPrecondition REDRIVE_RUNNING, HTTP 409). Result: the new `RedriveTask`.
@@ -199,7 +199,7 @@ class Redrives:
         if not to:
             sources = sorted(q.name for q in m.queues.values() if q.settings.dead_letter_queue == name)
             if len(sources) != 1:
-                raise InvalidArgument(
+                raise FailedPrecondition(
                     f"queue {name!r} is the dead-letter queue of {len(sources)} queues "
                     f"({', '.join(sources) or 'none'}): name the target with `to`",
                     reason="REDRIVE_TARGET_REQUIRED")

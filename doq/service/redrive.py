@@ -65,8 +65,8 @@ def check_rate(max_per_second: object) -> int:
 async def start(api: QueueService, queue: str, to: str = "", max_per_second: int = 0, *,
                 caller: Caller = INTERNAL) -> RedriveProgress:
     """Start moving `queue`'s messages to `to` ("": the queue that dead-letters into it).
-    Raises QueueNotFound, InvalidArgument (REDRIVE_TO_ITSELF, REDRIVE_TARGET_REQUIRED,
-    INVALID_RATE...), FailedPrecondition REDRIVE_RUNNING."""
+    Raises QueueNotFound, InvalidArgument (REDRIVE_TO_ITSELF, INVALID_RATE...),
+    FailedPrecondition (REDRIVE_RUNNING, REDRIVE_TARGET_REQUIRED)."""
     api.door.admit(caller, Action.REDRIVE, queue)
     v.check_queue_name(queue)
     if to:

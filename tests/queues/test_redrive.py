@@ -44,7 +44,7 @@ class RedriveReference(Reference):
         if not to:
             sources = [q.name for q in self.queues.values() if q.settings.dead_letter_queue == cmd.queue]
             if len(sources) != 1:
-                raise InvalidArgument("ambiguous")
+                raise FailedPrecondition("ambiguous")
             to = sources[0]
         if to == cmd.queue:
             raise InvalidArgument("itself")
@@ -275,7 +275,7 @@ def test_messages_in_flight_or_newer_than_the_start_stay() -> None:
     (RD.StartRedrive("dlq", "other", -1), InvalidArgument, "INVALID_ARGUMENT"),
     (RD.StartRedrive("dlq", "other", RD.MAX_RATE + 1), InvalidArgument, "INVALID_ARGUMENT"),
     (RD.StartRedrive("dlq", "bad name!"), InvalidArgument, "INVALID_QUEUE_NAME"),
-    (RD.StartRedrive("other"), InvalidArgument, "REDRIVE_TARGET_REQUIRED"),  # no queue dead-letters into it
+    (RD.StartRedrive("other"), FailedPrecondition, "REDRIVE_TARGET_REQUIRED"),  # no queue dead-letters into it
     (RD.StartRedrive("dlq", "src", 1), FailedPrecondition, "REDRIVE_RUNNING"),
     (RD.CancelRedrive("nope"), QueueNotFound, "QUEUE_NOT_FOUND"),
     (RD.CancelRedrive("other"), NotFound, "REDRIVE_NOT_FOUND"),
@@ -295,7 +295,7 @@ def test_two_sources_need_a_target() -> None:
     h = Harness()
     h.setup(3, dlq_of=("s1", "s2"))
     [got] = h.run(RD.StartRedrive("dlq"))
-    assert isinstance(got, InvalidArgument) and got.reason == "REDRIVE_TARGET_REQUIRED"
+    assert isinstance(got, FailedPrecondition) and got.reason == "REDRIVE_TARGET_REQUIRED"
     assert "s1, s2" in got.message
     [task] = h.run(RD.StartRedrive("dlq", "s2"))
     assert isinstance(task, RD.RedriveTask) and h.m.redrive.tasks["dlq"].state == "completed"

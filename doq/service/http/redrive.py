@@ -28,9 +28,9 @@ _EXAMPLE: dict[str, Any] = {
 
 class RedriveBody(m._In):
     model_config = ConfigDict(json_schema_extra={"examples": [{}, {"to": "orders", "max_per_second": 50}]})
-    to: str | None = Field(None, description=(
+    to: m.QueueName | None = Field(None, description=(
         "The target queue. Default: the one queue whose dead_letter_queue setting names this queue "
-        "(400 REDRIVE_TARGET_REQUIRED when none or several do)."))
+        "(409 REDRIVE_TARGET_REQUIRED when none or several do)."))
     max_per_second: int | None = Field(None, ge=0, le=RD.MAX_RATE, description=(
         "Move at most this many messages a second (paced by the cluster's replicated clock); "
         "0 or none: no limit."))
@@ -62,7 +62,8 @@ class RedriveRoutes:
         "POST", "/queues/{name}/redrive", answer="Accepted: the task (it runs in the cluster).",
         tags=["queues"], status_code=202, response_model=RedriveModel, summary="Redrive a dead-letter queue",
         responses=errors(400, 404, 409, 413, 415, 507, notes={
-            409: "REDRIVE_RUNNING: a redrive of this queue is running (cancel it first)"}),
+            409: "REDRIVE_RUNNING: a redrive of this queue is running (cancel it first); "
+                 "REDRIVE_TARGET_REQUIRED: no `to`, and not exactly one queue dead-letters into this one"}),
         openapi_extra=body_doc(RedriveBody, required=False),
     )
     async def start_redrive(self, name: QueueName, request: Request) -> Response:
