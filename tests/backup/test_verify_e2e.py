@@ -83,10 +83,18 @@ def workload_until_second_backup(node: NodeProc) -> None:
     for i in ids[8:14]:
         call(node, "DELETE", f"{Q}/jobs/messages/{i}")
     enqueue(node, "jobs", 15, delay_ms=3_600_000)  # delayed by an hour
+    # a redrive (doq.queues.redrive): its task record travels in the chain
+    call(node, "POST", Q, {"name": "parked", "type": "delayed"})
+    enqueue(node, "parked", 6)
+    task = call(node, "POST", f"{Q}/parked/redrive", {"to": "fair"})
+    assert task["total"] == 6
 
 
 def workload_until_third_backup(node: NodeProc) -> None:
     call(node, "DELETE", f"{Q}/tmp")
+    enqueue(node, "parked", 2)
+    call(node, "POST", f"{Q}/parked/redrive", {"to": "jobs"})  # no rate limit: done in its own entry
+    assert call(node, "GET", f"{Q}/parked/redrive")["state"] == "completed"
     fair = call(node, "POST", f"{Q}/fair/messages:dequeue", {"max_messages": 30})["messages"]
     call(node, "POST", f"{Q}/fair/messages:ack", {"ids": [m["id"] for m in fair[:20]],
                                                   "lease_ids": [m["lease_id"] for m in fair[:20]]})
@@ -145,7 +153,10 @@ def test_the_chain_of_a_live_node_verifies_against_it(spark: Any, served: Served
     restore_offline(tmp_path / "data", "n1", paths[0], paths[1:])
     env = open_env(node_dir(tmp_path / "data", "n1") / "doq.lmdb")
     try:
-        assert StateStore(env).state_digest()[1] == r.digest
+        restored = StateStore(env)
+        assert restored.state_digest()[1] == r.digest
+        task = restored.view.redrives["parked"]
+        assert (task.to, task.state, task.moved, task.total) == ("jobs", "completed", 2, 2)
     finally:
         env.close()
 
