@@ -23,7 +23,7 @@ def parse_seeds(text: str) -> range:
 
 def replay_command(seed: int, opts: SimOptions) -> str:
     cmd = f"python -m doq.sim --seeds {seed}:{seed + 1} --nodes {opts.nodes} --steps {opts.steps}"
-    return cmd + (f" --bug {opts.bug}" if opts.bug else "")
+    return cmd + (f" --bug {opts.bug}" if opts.bug else "") + (" --queues" if opts.queues else "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,10 +35,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes", type=int, default=5)
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--bug", choices=sorted(KNOWN_BUGS), default=None)
+    ap.add_argument("--queues", action="store_true",
+                    help="the queue workload: real queue commands, redrives included, checked for conservation")
     ap.add_argument("--keep-going", action="store_true", help="do not stop at the first failure")
     ap.add_argument("--verbose", "-v", action="store_true", help="one line per seed")
     args = ap.parse_args(argv)
-    opts = SimOptions(nodes=args.nodes, steps=args.steps, bug=args.bug)
+    opts = SimOptions(nodes=args.nodes, steps=args.steps, bug=args.bug, queues=args.queues)
     seeds = parse_seeds(args.seeds)
     t0 = time.perf_counter()
     total_steps = 0

@@ -7,7 +7,9 @@
 - state machine safety: the same entry and the same state-machine hash at each applied
   index on every node;
 - linearizable reads: a ReadState index covers every write acknowledged before the read;
-- durability: every acknowledged proposal is applied by every live member at the end.
+- durability: every acknowledged proposal is applied by every live member at the end;
+- with the queue workload (doq.sim.queues): the queue state's digest is part of the
+  state-machine hash, and payloads are conserved (none lost, none twice).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from hashlib import blake2b
 from typing import TYPE_CHECKING
 
 from doq.raft.types import Entry, ReadState, Role, Snapshot, SoftState
+from doq.sim.queues import QueueCheck
 
 if TYPE_CHECKING:
     from doq.sim.node import SimNode
@@ -41,6 +44,7 @@ class Checker:
         self.removed: set[str] = set()
         self.reads_ok = 0
         self.read_log: list[tuple[str, ReadState]] = []
+        self.queue_check = QueueCheck()
 
     def violation(self, msg: str) -> None:
         if len(self.violations) < self.max_violations:
@@ -119,7 +123,7 @@ class Checker:
             p = b"unknown"
         self.node_prefix[node.id] = (m.index, [p])
         rec = self.applied.get(m.index)
-        if rec is not None and snap.data and snap.data[8:] != rec[2]:
+        if rec is not None and snap.data and snap.data[8:24] != rec[2]:  # (then the queue records, if any)
             self.violation(f"state machine safety: snapshot {m.index} on {node.id} differs")
 
     def on_commit(self, node: SimNode, commit: int) -> None:
@@ -131,6 +135,8 @@ class Checker:
             self.commit_points[core.term] = (commit, core.log.term(commit))
 
     def on_apply(self, node: SimNode, e: Entry, sm_hash: bytes) -> None:
+        if node.sm.queues is not None:
+            self.queue_check.on_apply(e.index, node.sm.queues)
         rec = self.applied.setdefault(e.index, (e.term, e.data, sm_hash))
         if rec[0] != e.term or rec[1] != e.data:
             self.violation(

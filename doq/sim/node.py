@@ -23,38 +23,47 @@ from doq.raft.types import (
     Snapshot,
     SoftState,
 )
+from doq.sim.queues import QueueReplica
 
 ZERO_HASH = bytes(16)
 LEADER_MESSAGES = frozenset({MessageType.APP, MessageType.HEARTBEAT, MessageType.SNAP})
 
 
 class ToyStateMachine:
-    """Hash chain over every applied entry; snapshot = (index, hash)."""
+    """Hash chain over every applied entry; snapshot = (index, hash). With `queues` (the
+    queue workload, doq.sim.queues) it also applies the queue state machine, folds its
+    digest into the chain and carries its records in the snapshot."""
 
-    __slots__ = ("index", "hash", "count")
+    __slots__ = ("index", "hash", "count", "queues")
 
-    def __init__(self, index: int = 0, hash_: bytes = ZERO_HASH) -> None:
+    def __init__(self, index: int = 0, hash_: bytes = ZERO_HASH, queues: QueueReplica | None = None) -> None:
         self.index = index
         self.hash = hash_
         self.count = 0
+        self.queues = queues
 
     def apply(self, e: Entry) -> None:
         h = blake2b(self.hash, digest_size=16)
         h.update(e.index.to_bytes(8, "big"))
         h.update(e.term.to_bytes(8, "big"))
         h.update(e.data)
+        if self.queues is not None:
+            self.queues.apply(e.index, e.data)
+            h.update(self.queues.digest())
         self.hash = h.digest()
         self.index = e.index
         self.count += 1
 
     def snapshot(self) -> bytes:
-        return self.index.to_bytes(8, "big") + self.hash
+        out = self.index.to_bytes(8, "big") + self.hash
+        return out + self.queues.dump() if self.queues is not None else out
 
     @classmethod
-    def restore(cls, snap: Snapshot) -> ToyStateMachine:
+    def restore(cls, snap: Snapshot, queues: bool = False) -> ToyStateMachine:
         if not snap.data:  # the bootstrap snapshot: empty state
-            return cls(snap.meta.index, ZERO_HASH)
-        return cls(int.from_bytes(snap.data[:8], "big"), snap.data[8:])
+            return cls(snap.meta.index, ZERO_HASH, QueueReplica() if queues else None)
+        return cls(int.from_bytes(snap.data[:8], "big"), snap.data[8:24],
+                   QueueReplica(snap.data[24:]) if queues else None)
 
 
 class Observer(Protocol):
@@ -81,8 +90,10 @@ class SimNode:
         observer: Observer | None = None,
         snapshot_every: int = 0,
         keep_entries: int = 0,
+        queues: bool = False,
     ) -> None:
         self.id = config.id
+        self.queues = queues
         self.config = config
         self.storage = storage
         self.observer = observer
@@ -102,7 +113,7 @@ class SimNode:
     def start(self) -> None:
         """(Re)start from what is persisted: hard state, stable entries, snapshot."""
         self.core = RaftCore(self.config, self.storage, random.Random(self._rng.getrandbits(64)))
-        self.sm = ToyStateMachine.restore(self.storage.snapshot())
+        self.sm = ToyStateMachine.restore(self.storage.snapshot(), self.queues)
 
     def crash(self) -> None:
         """Lose everything not persisted (the core, its unstable log, the state machine)."""
@@ -121,7 +132,7 @@ class SimNode:
             obs.on_soft_state(self, rd.soft_state)
         if rd.snapshot is not None:
             self.storage.apply_snapshot(rd.snapshot)
-            self.sm = ToyStateMachine.restore(rd.snapshot)
+            self.sm = ToyStateMachine.restore(rd.snapshot, self.queues)
             if obs:
                 obs.on_install_snapshot(self, rd.snapshot)
         if rd.entries:

@@ -28,6 +28,7 @@ from doq.raft.types import (
 from doq.sim.checker import Checker
 from doq.sim.network import Faults, Network
 from doq.sim.node import SimNode
+from doq.sim.queues import QueueWorkload
 
 
 @dataclass(slots=True)
@@ -54,6 +55,9 @@ class SimOptions:
     """Per-seed choice: chance that a freshly elected leader is soon crashed or isolated."""
     p_isolate_on_commit: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6)
     """Per-seed choice: chance that a leader is isolated right as it advances its commit."""
+    queues: bool = False
+    """The queue workload (doq.sim.queues): proposals are queue commands (redrives
+    included) applied by the real queue state machine, checked for conservation."""
 
     def __post_init__(self) -> None:
         if self.bug is not None and self.bug not in KNOWN_BUGS:
@@ -76,6 +80,7 @@ class SimResult:
     elections: int = 0
     crashes: int = 0
     conf_changes: int = 0
+    redrive_moved: int = 0  # the queue workload: messages the last redrive moved
 
 
 class Simulation:
@@ -109,6 +114,8 @@ class Simulation:
         self.next_id = opts.nodes + 1
         self.result = SimResult(seed, 0)
         self._pid = 0
+        self.qwork = QueueWorkload()
+        self._tick_proposed = -100
         ids = tuple(f"n{i}" for i in range(1, opts.nodes + 1))
         for nid in ids:
             self._add_node(nid, MemoryStorage(voters=ids))
@@ -121,12 +128,13 @@ class Simulation:
             heartbeat_tick=1,
             max_inflight_msgs=4,
             max_entries_per_msg=self.max_entries,
-            snapshot_chunk_bytes=8,
+            snapshot_chunk_bytes=8 if not self.opts.queues else 4096,  # queue state: kilobytes
             bugs=self.bugs,
         )
         node = SimNode(
             cfg, storage, self.rng.getrandbits(64), self.checker,
             snapshot_every=self.rng.choice([8, 30, 100]), keep_entries=self.rng.choice([0, 5]),
+            queues=self.opts.queues,
         )
         self.nodes[nid] = node
         self.phase[nid] = self.rng.randrange(self.opts.tick_every)
@@ -244,12 +252,14 @@ class Simulation:
     # -- workload --------------------------------------------------------------------
     def _workload(self) -> None:
         rng = self.rng
+        if self.opts.queues:
+            self._due_tick()
         if rng.random() < self.opts.p_propose:
             leaders = self.leaders()
             if leaders:
                 n = rng.choice(leaders)
                 self._pid += 1
-                data = b"p%d" % self._pid
+                data = self.qwork.batch(rng, self.now) if self.opts.queues else b"p%d" % self._pid
                 assert n.core is not None
                 try:
                     n.core.propose(data)
@@ -270,6 +280,23 @@ class Simulation:
                     n.core.read_index(ctx)
                 except RaftError:
                     self.checker.read_floor.pop(ctx, None)
+
+    def _due_tick(self) -> None:
+        """The queue workload: the leader proposes a Tick when its applied state is due
+        (a redrive step), at most every 5 steps."""
+        lead = self.leader()
+        if lead is None or lead.core is None or lead.sm.queues is None or self.now - self._tick_proposed < 5:
+            return
+        data = QueueWorkload.due(lead.sm.queues, self.now)
+        if data is None:
+            return
+        try:
+            lead.core.propose(data)
+        except RaftError:
+            return
+        self._tick_proposed = self.now
+        self.checker.proposed(lead.id, data)
+        self._trace(self.now, "propose-tick", lead.id)
 
     # -- faults ----------------------------------------------------------------------
     def _random_faults(self) -> None:
@@ -413,6 +440,11 @@ class Simulation:
             members = self._members(lead)
             if all(m.sm.index >= self.checker.max_acked_index for m in members):
                 self.checker.check_durability(members)
+                for m in members:
+                    if m.sm.queues is not None:
+                        for problem in self.checker.queue_check.problems(m.sm.queues):
+                            self.checker.violation(f"{m.id}: {problem}")
+                        self.result.redrive_moved = self.checker.queue_check.redrive_moves
                 return
         lead = self.leader()
         state = {
