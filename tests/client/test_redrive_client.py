@@ -8,9 +8,9 @@ import subprocess
 import sys
 
 import pytest
+
 from doq_client import AsyncDoqClient, DoqClient, QueueSettings, RedriveTask
 from doq_client.errors import DoqClientError
-
 from tests.support.cluster import until
 from tests.support.proc import NodeProc
 
