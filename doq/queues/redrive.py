@@ -27,9 +27,9 @@ Contract:
   below STEP_MESSAGES), never by a local clock: it advances with
   the leader's `now_ms` stamped in each batch. N = 0: no limit beyond `STEP_MESSAGES`
   per applied batch. The machine steps running tasks at the end of every applied batch
-  and reports when the next step is due (`next_due_ms`), so the leader proposes a `Tick`
-  then (as for leases): the task goes on on a new leader after a failover, from its
-  replicated progress.
+  and reports when the next step is due (`next_due_ms`: once the bucket holds STEP_MS of
+  the rate, at least one message), so the leader proposes a `Tick` then (as for leases):
+  the task goes on on a new leader after a failover, from its replicated progress.
 - `CancelRedrive(queue)` stops a running task (state cancelled; messages moved stay
   moved; a new `StartRedrive` moves what is left). Of a task that ended it returns the
   task unchanged; with no task: NotFound REDRIVE_NOT_FOUND.
@@ -54,6 +54,7 @@ RUNNING, COMPLETED, CANCELLED, FAILED = "running", "completed", "cancelled", "fa
 STATES = (RUNNING, COMPLETED, CANCELLED, FAILED)
 MAX_RATE = 1_000_000  # messages per second
 STEP_MESSAGES = 1000  # messages moved per applied batch at most (bounds an apply's cost)
+STEP_MS = 10  # a paced task asks for a step once the bucket holds this long's worth (or one message)
 _MILLI = 1000  # the bucket counts milli-messages
 
 
@@ -275,14 +276,18 @@ class Redrives:
         m._changed.add(t.queue)
 
     def next_due_ms(self, now: int) -> int | None:
-        """The earliest replicated time a running task can move its next message."""
+        """When a running task wants its next step: at once without a rate; else once its
+        bucket holds STEP_MS of its rate (at least one message), so the leader's ticks
+        come at most every STEP_MS (fewer log entries) and never later than the next
+        message could move when the rate is below one message per STEP_MS."""
         due: int | None = None
         for name in self.running:
             t = self.tasks[name]
             if not t.max_per_second:
                 at = now
             else:
-                short = _MILLI - self._credit(t, now)
+                want = max(_MILLI, t.max_per_second * STEP_MS)
+                short = want - self._credit(t, now)
                 at = now if short <= 0 else now + -(-short // t.max_per_second)
             due = at if due is None else min(due, at)
         return due

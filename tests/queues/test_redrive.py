@@ -115,7 +115,8 @@ class RedriveReference(Reference):
             if t["state"] != "running":
                 continue
             rate = int(t["rate"])  # type: ignore[call-overload]
-            short = 1 - self._credit(t) if rate else Fraction(0)
+            want = max(Fraction(1), Fraction(rate * RD.STEP_MS, 1000))  # a step's worth, at least one
+            short = want - self._credit(t) if rate else Fraction(0)
             at = self.now + (ceil(short * 1000 / rate) if short > 0 else 0)
             due = at if due is None else min(due, at)
         return due
@@ -356,14 +357,17 @@ def test_pacing_follows_the_replicated_clock(rate: int, n: int, dts: list[int]) 
     start = h.now
     for dt in dts:
         due = h.m.next_due_ms()
+        t = h.m.redrive.tasks["dlq"]
+        if due is not None and t.state == "running":
+            # the due time is the first at which the bucket holds a step's worth (STEP_MS of
+            # the rate, at least one message) beyond what moved
+            step = min(max(1000, rate * RD.STEP_MS), (rate + 1) * 1000)
+            assert 1000 + rate * (due - start) - 1000 * t.moved >= step > 1000 + rate * (due - 1 - start) - 1000 * t.moved
         h.run(c.Tick(), dt=dt)
         t = h.m.redrive.tasks["dlq"]
         want = min(n, 1 + rate * (h.now - start) // 1000)
         assert t.moved == want
         assert h.m.queue_info("src").stats.ready == want
-        if due is not None and t.state == "running":
-            # the due time is the first at which one more message may move
-            assert (1 + rate * (due - start) // 1000) > (1 + rate * (due - 1 - start) // 1000)
         assert (t.state == "completed") == (want == n)
 
 
