@@ -34,6 +34,7 @@ import lmdb
 from doq.errors import StorageFull
 from doq.queues.commands import (
     Ack,
+    CancelRedrive,
     Command,
     DeleteMessage,
     DeleteQueue,
@@ -58,10 +59,10 @@ RETRY_FREE_BYTES = 1 << 20  # free disk after which a write that failed for want
 
 SHRINKING_COMMANDS: tuple[type, ...] = (
     DeleteQueue, PurgeQueue, Dequeue, Ack, Nack, Touch, UpdatePriority, DeleteMessage, Tick,
-    RestoreAbort,
+    RestoreAbort, CancelRedrive,
 )
 """Commands taken while an alarm is on. They free records or rewrite one in place (a
-lease, a priority); each costs a small Raft log entry until the log is compacted, which
+lease, a priority, a redrive's state: a cancel); each costs a small Raft log entry until the log is compacted, which
 the node does at once while an alarm is on. Every other command (create, update, enqueue,
 restore chunks, keys...) grows the state and is refused."""
 
