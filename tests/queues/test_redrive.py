@@ -406,3 +406,14 @@ def test_an_idle_gap_allows_one_second_and_one_message_at_most() -> None:
     assert h.m.redrive.tasks["dlq"].moved == 1
     h.run(c.Tick(), dt=10_000)
     assert h.m.redrive.tasks["dlq"].moved == 1 + 3
+
+
+def test_codec_tags_60_and_61() -> None:
+    """The redrive commands have tags of their own (60-69 are redrive's); a batch decodes
+    back to the same commands."""
+    for cmd, tag in ((RD.StartRedrive("dlq", "src", 7), 60), (RD.CancelRedrive("dlq"), 61)):
+        raw = codec.encode_batch(c.CommandBatch(5, [cmd]))
+        assert raw[13] == tag  # after the header: version (1), now_ms (8), count (4)
+        assert codec.decode_batch(raw) == c.CommandBatch(5, [cmd])
+    with pytest.raises(ValueError):
+        codec.decode_batch(codec.encode_batch(c.CommandBatch(5, [RD.CancelRedrive("dlq")]))[:-1])
