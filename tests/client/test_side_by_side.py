@@ -4,6 +4,7 @@ summary has a figure for each. Benchmarks only: nothing here is timed."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -40,3 +41,21 @@ def test_side_by_side_script_without_rabbitmq_says_how_to_get_it() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "rabbitmq-server" in out.stdout
+
+
+def test_keys_cost_runs_every_client_to_the_end(tmp_path: Path) -> None:
+    """`python -m doq.bench.keys_cost` (tiny counts): the open node's three clients and the
+    secure node's all complete and are summarized (it broke silently once when the secure
+    node moved to TLS)."""
+    from doq.bench.side_by_side import child_env
+
+    out = tmp_path / "keys.json"
+    proc = subprocess.run([sys.executable, "-m", "doq.bench.keys_cost", "--runs", "1", "--count", "200",
+                           "--consume-count", "200", "--json", str(out)],
+                          capture_output=True, text=True, timeout=300, check=False, env=child_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads(out.read_text())
+    for name in ("keys off", "keys on", "prefix key", "secure"):
+        for workload in ("producer", "consumer"):
+            [run] = record["runs"][name][workload]
+            assert run["messages"] == 200, (name, workload, run)
