@@ -57,6 +57,7 @@ GRPC_RULES: dict[str, Rule] = {DOQ_SERVICE + name: rule for name, rule in {
     "DequeueStream": Rule(("consume",), "queue_name", first_request_only=True),
     "DequeueBatchStream": Rule(("consume",), "queue_name", first_request_only=True),
     "Get": Rule(("consume",), "queue_name"),
+    "Peek": Rule(("consume",), "queue_name"),  # reads message contents, as GET ...messages:peek
     "Delete": Rule(("consume",), "queue_name"),
     "Ack": Rule(("consume",), "queue_name"),
     "AckBatch": Rule(("consume",), "queue_name"),
