@@ -39,7 +39,13 @@ from doq.errors import DoqError
 from doq.node.base import Node
 from doq.queues.model import EnqueueColumnsResult, MessageView
 from doq.service import convert as cv
-from doq.service.api import DEFAULT_PEEK_LIMIT, MAX_PEEK_WINDOW, FrameOutcome, QueueService, peek_state
+from doq.service.api import (
+    DEFAULT_PEEK_LIMIT,
+    MAX_PEEK_WINDOW,
+    FrameOutcome,
+    QueueService,
+    peek_state,
+)
 from doq.service.door import Caller, current_principal
 from doq.service.grpc_decode import UndecodableRequests
 from doq.service.held import require_lease, require_leases
