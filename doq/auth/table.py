@@ -85,6 +85,7 @@ HTTP_RULES: dict[tuple[str, str], Rule] = {
     ("GET", _Q + "/messages"): Rule(("consume",), "name"),
     ("GET", _Q + "/messages:peek"): Rule(("consume",), "name"),  # reads message contents
     ("GET", _Q + "/groups"): Rule(READ, "name"),  # counts only, like GET queue
+    ("GET", _Q + "/history"): Rule(READ, "name"),  # counters over time, like GET queue
     ("POST", _Q + "/messages:dequeue"): Rule(("consume",), "name"),
     ("POST", _Q + "/messages:ack"): Rule(("consume",), "name"),
     ("GET", _M): Rule(("consume",), "name"),
