@@ -59,3 +59,26 @@ def test_keys_cost_runs_every_client_to_the_end(tmp_path: Path) -> None:
         for workload in ("producer", "consumer"):
             [run] = record["runs"][name][workload]
             assert run["messages"] == 200, (name, workload, run)
+
+
+def test_dashboard_cost_reads_events_while_the_clients_run(tmp_path: Path) -> None:
+    """`python -m doq.bench.dashboard_cost` (tiny counts): both clients complete with and
+    without a page open, and the open page read the node's events."""
+    from doq.bench.dashboard_cost import open_page
+    from doq.bench.side_by_side import child_env
+    from tests.support.proc import running_node
+
+    out = tmp_path / "dash.json"
+    proc = subprocess.run([sys.executable, "-m", "doq.bench.dashboard_cost", "--runs", "1", "--count", "200",
+                           "--consume-count", "200", "--json", str(out)],
+                          capture_output=True, text=True, timeout=300, check=False, env=child_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads(out.read_text())
+    for name in ("no page", "page open"):
+        for workload in ("producer", "consumer"):
+            [run] = record["runs"][name][workload]
+            assert run["messages"] == 200, (name, workload, run)
+    with running_node(tmp_path / "n") as node, open_page("127.0.0.1", node.http_port) as events:
+        from tests.support.cluster import until
+
+        until("two events read", lambda: events[0] >= 2, timeout_s=60)
