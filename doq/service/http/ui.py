@@ -172,7 +172,8 @@ def build_ui_router(api: QueueService, interval_s: float = 1.0, history: RateHis
 
     @r.get(
         "/API/v1/queues/{name}/history", tags=["queues"], summary="A queue's counters over the last minutes",
-        response_model=RateHistoryModel, responses=errors(400, 404),
+        response_model=RateHistoryModel,
+        responses={200: {"description": "The queue's samples, oldest first."}, **errors(400, 404)},
     )
     async def queue_history(name: QueueName) -> dict[str, Any]:
         """Samples of the queue's cumulative counters (enqueued, delivered, acked), one every
