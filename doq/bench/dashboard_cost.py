@@ -41,7 +41,7 @@ def open_page(http_host: str, http_port: int) -> Iterator[list[int]]:
     stop = threading.Event()
 
     def read() -> None:
-        with contextlib.suppress(OSError, ValueError):
+        with contextlib.suppress(OSError, ValueError, http.client.HTTPException):  # the close ends it
             while not stop.is_set():
                 line = resp.readline()
                 if not line:
