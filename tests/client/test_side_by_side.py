@@ -13,6 +13,8 @@ import pytest
 
 from doq.bench.side_by_side import Args, format_summary, side_by_side
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
