@@ -20,7 +20,7 @@ import pytest
 STARTED_BY: set[str] = set()  # node ids of the tests that started a doq server
 
 
-_SERVER = re.compile(r"\bdoq\b.*\s(serve|k8s-start)(\s|$)")
+_SERVER = re.compile(r"\bdoq\b.*\s(serve|k8s-start)(?=[\s'\"]|$)")
 
 
 def _starts_a_server(args: Any) -> bool:
