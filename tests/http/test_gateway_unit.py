@@ -21,7 +21,6 @@ from starlette.responses import JSONResponse
 
 from doq.errors import (
     AlreadyExists,
-    CommitTimeout,
     DoqError,
     FailedPrecondition,
     InvalidArgument,
@@ -313,7 +312,6 @@ async def test_not_leader_is_503_with_hint(client: httpx.AsyncClient, service: Q
         (Overloaded("too many commands waiting"), 429, "OVERLOADED", "1"),
         (NotLeader("not the leader", leader_hint="127.0.0.1:8002"), 503, "NOT_LEADER", "1"),
         (Unavailable("shutting down", reason="SHUTTING_DOWN"), 503, "SHUTTING_DOWN", "1"),
-        (CommitTimeout("not committed in time"), 504, "COMMIT_TIMEOUT", None),
     ],
 )
 async def test_error_table_on_every_path(
