@@ -134,13 +134,6 @@ class OutcomeUnknown(DoqError):
     default_reason = "OUTCOME_UNKNOWN"
 
 
-class CommitTimeout(DoqError):
-    """The entry was not committed in time; it may still be (outcome unknown)."""
-
-    kind = "deadline_exceeded"
-    default_reason = "COMMIT_TIMEOUT"
-
-
 @dataclass(frozen=True, slots=True)
 class StatusRow:
     grpc_code: str  # name of a grpc.StatusCode member
@@ -161,7 +154,6 @@ STATUS_TABLE: dict[str, StatusRow] = {
     "insufficient_storage": StatusRow("RESOURCE_EXHAUSTED", 507, "Insufficient storage"),
     "too_large": StatusRow("RESOURCE_EXHAUSTED", 413, "Too large"),
     "unavailable": StatusRow("UNAVAILABLE", 503, "Unavailable"),
-    "deadline_exceeded": StatusRow("DEADLINE_EXCEEDED", 504, "Commit timeout"),
     "internal": StatusRow("INTERNAL", 500, "Internal error"),
 }
 

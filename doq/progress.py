@@ -1,4 +1,5 @@
-"""Progress of long client work (a backup's download, a restore's upload) on stderr.
+"""Progress of long work (a backup's download, a restore's upload or offline write, a
+bench run) on stderr.
 
 Shown only when stderr is a terminal and the command is not printing JSON: a pipe, a log
 file or `--json` get nothing but the result. Drawn by rich (bytes done, total when known,
@@ -11,6 +12,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Iterator
+from typing import Any
 
 Advance = Callable[[int], None]
 
@@ -30,7 +32,6 @@ def bytes_progress(description: str, total: int | None, *, enabled: bool) -> Ite
     if not enabled:
         yield lambda n: None
         return
-    from rich.console import Console
     from rich.progress import (
         BarColumn,
         DownloadColumn,
@@ -40,9 +41,43 @@ def bytes_progress(description: str, total: int | None, *, enabled: bool) -> Ite
         TransferSpeedColumn,
     )
 
-    console = Console(file=sys.stderr, force_terminal=True if os.environ.get("DOQ_PROGRESS") == "1" else None)
     columns = [TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                TimeRemainingColumn()]
-    with Progress(*columns, console=console, transient=True, refresh_per_second=4) as bar:
+    with Progress(*columns, console=_console(), transient=True, refresh_per_second=4) as bar:
         task = bar.add_task(description, total=total)
         yield lambda n: bar.advance(task, n)
+
+
+@contextlib.contextmanager
+def count_progress(description: str, total: int | None, unit: str, *, enabled: bool) -> Iterator[Advance]:
+    """As `bytes_progress`, counting things (`unit`: "records", "messages"): done / total,
+    the rate per second and the time left."""
+    if not enabled:
+        yield lambda n: None
+        return
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
+               TextColumn("{task.fields[rate]}"), TimeRemainingColumn()]
+    with Progress(*columns, console=_console(), transient=True, refresh_per_second=4) as bar:
+        task = bar.add_task(description, total=total, rate="")
+
+        def advance(n: int) -> None:
+            bar.advance(task, n)
+            speed = bar.tasks[0].speed
+            if speed:
+                bar.update(task, rate=f"{speed:,.0f}/s")
+
+        yield advance
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console(file=sys.stderr, force_terminal=True if os.environ.get("DOQ_PROGRESS") == "1" else None)

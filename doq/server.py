@@ -10,7 +10,7 @@ import logging
 import signal
 import ssl
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from doq.service.api import QueueService
 from doq.service.grpc_forward import LeaderForwarder
 from doq.service.grpc_server import build_server, grpc_frame_limit, set_serving
 from doq.service.limits import Limits
+from doq.service.rate_history import RateHistory, run_sampler
 from doq.service.startup_http import StartupResponder
 from doq.storage.dirlock import NodeDirInUse, NodeDirLock
 from doq.storage.env import node_dir, open_env
@@ -58,6 +59,7 @@ class Runtime:
     node: Node
     api: QueueService
     tls: ServingTls | None = None  # a secure node's (doq/tls)
+    rate_history: RateHistory = field(default_factory=RateHistory)  # the dashboard's charts
 
     def close(self, *, discard: bool = False) -> None:
         """Close storage and release the node directory; `discard` (a failed start) also
@@ -269,7 +271,7 @@ async def _listen(rt: Runtime, authz: Authorizer) -> _Listeners:
 
         enrollment = Enrollment(rt.node, tls.node, rt.state.join_tokens)
     app = create_app(rt.api, authz, forward_ssl=forward_ssl, enrollment=enrollment,
-                     loopback_http=is_loopback(host_of(config.http_addr)))
+                     loopback_http=is_loopback(host_of(config.http_addr)), history=rt.rate_history)
     http = _QuietUvicornServer.make(app, host, port, config.log_level, rt.api.limits, tls)
 
     async def serve_http() -> None:
@@ -324,6 +326,7 @@ async def serve(config: ServeConfig, *, ready: asyncio.Event | None = None) -> N
         await rt.node.stop()
         rt.close(discard=True)
         raise
+    sampler = asyncio.create_task(run_sampler(rt.rate_history, rt.state.list_queues), name="doq-rate-history")
     admin_key = asyncio.create_task(ensure_admin_key(
         rt.node, config.data_dir, provided=provided_key,
         print_key=True if config.print_admin_key else None)) if authz.required else None
@@ -346,6 +349,7 @@ async def serve(config: ServeConfig, *, ready: asyncio.Event | None = None) -> N
         ready.set()
     await stop.wait()
     log.info("shutting down")
+    sampler.cancel()
     if admin_key is not None:
         admin_key.cancel()
         with contextlib.suppress(BaseException):

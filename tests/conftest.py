@@ -7,7 +7,20 @@ import pytest
 
 from doq_client import _ledger as ledger_mod
 from doq_client import producer as producer_mod
+from tests.support import marker_guard
 from tests.support.proc import NodeProc, running_node
+
+marker_guard.install()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    """Fail a test that started a doq server without the `integration` marker."""
+    outcome = yield
+    report = outcome.get_result()
+    if call.when == "teardown" and report.passed and (why := marker_guard.violation(item)):
+        report.outcome = "failed"
+        report.longrepr = why
 
 
 @pytest.fixture

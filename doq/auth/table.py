@@ -57,6 +57,7 @@ GRPC_RULES: dict[str, Rule] = {DOQ_SERVICE + name: rule for name, rule in {
     "DequeueStream": Rule(("consume",), "queue_name", first_request_only=True),
     "DequeueBatchStream": Rule(("consume",), "queue_name", first_request_only=True),
     "Get": Rule(("consume",), "queue_name"),
+    "Peek": Rule(("consume",), "queue_name"),  # reads message contents, as GET ...messages:peek
     "Delete": Rule(("consume",), "queue_name"),
     "Ack": Rule(("consume",), "queue_name"),
     "AckBatch": Rule(("consume",), "queue_name"),
@@ -87,6 +88,7 @@ HTTP_RULES: dict[tuple[str, str], Rule] = {
     ("GET", _Q + "/messages"): Rule(("consume",), "name"),
     ("GET", _Q + "/messages:peek"): Rule(("consume",), "name"),  # reads message contents
     ("GET", _Q + "/groups"): Rule(READ, "name"),  # counts only, like GET queue
+    ("GET", _Q + "/history"): Rule(READ, "name"),  # counters over time, like GET queue
     ("POST", _Q + "/redrive"): _admin("queue.redrive", "name"),
     ("DELETE", _Q + "/redrive"): _admin("queue.redrive_cancel", "name"),
     ("GET", _Q + "/redrive"): Rule(READ, "name"),  # progress counts only, like GET queue

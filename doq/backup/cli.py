@@ -212,7 +212,8 @@ def cmd_restore(ns: argparse.Namespace) -> int:
         return _fail("restore", problem)
     try:
         if ns.data_dir is not None:
-            res, where = _restore_offline(ns.data_dir, ns.node_id, ns.full, ns.incremental)
+            res, where = _restore_offline(ns.data_dir, ns.node_id, ns.full, ns.incremental,
+                                          show_progress=progress.wanted(ns.json))
         else:
             res = _restore_online(where, paths, ns.timeout, show_progress=progress.wanted(ns.json))
     except DoqError as e:
@@ -263,11 +264,13 @@ def _download(url: str, body: dict[str, Any], path: Path, timeout_s: float,
     return resp.headers.get("X-Last-Version")
 
 
-def _restore_offline(data_dir: str, node_id: str, full: str, incrementals: list[str]) -> tuple[dict[str, Any], str]:
-    """Restore into a stopped node's directory, holding its lock (refused while a node runs)."""
+def _restore_offline(data_dir: str, node_id: str, full: str, incrementals: list[str], *,
+                     show_progress: bool = False) -> tuple[dict[str, Any], str]:
+    """Restore into a stopped node's directory, holding its lock (refused while a node runs).
+    With `show_progress`, the records written are counted on stderr (`doq.progress`)."""
     from dataclasses import asdict
 
-    from doq.backup.ops import restore_offline
+    from doq.backup.ops import chain_record_total, restore_offline
     from doq.errors import FailedPrecondition
     from doq.storage.dirlock import NodeDirInUse, NodeDirLock
     from doq.storage.env import node_dir
@@ -281,7 +284,9 @@ def _restore_offline(data_dir: str, node_id: str, full: str, incrementals: list[
         raise FailedPrecondition(f"cannot open data dir {path}: {e.strerror}", reason="DATA_DIR") from e
     done = False
     try:
-        res = restore_offline(data_dir, node_id, full, incrementals)
+        total = chain_record_total([full, *incrementals]) if show_progress else None
+        with progress.count_progress("restore", total, "records", enabled=show_progress) as advance:
+            res = restore_offline(data_dir, node_id, full, incrementals, advance=advance)
         done = True
     finally:
         lock.release(discard=not done)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO, Protocol
 
@@ -232,6 +232,12 @@ def check_target_cluster(state: BackupState, headers: Sequence[BackupHeader],
     )
 
 
+def chain_record_total(paths: Sequence[str | os.PathLike[str]]) -> int:
+    """The records the files' footers count (read from the footers only)."""
+    with _open_chain(paths) as readers:
+        return sum(r.summary.record_count for r in readers)
+
+
 @contextlib.contextmanager
 def _open_chain(paths: Sequence[str | os.PathLike[str]]) -> Iterator[list[BackupReader]]:
     with contextlib.ExitStack() as stack:
@@ -294,27 +300,37 @@ def chain_records(readers: Sequence[BackupReader]) -> Iterator[tuple[int, Record
 
 
 class _Tally:
-    """Counts what a restore writes (`chain_records`: a repeated record once)."""
+    """Counts what a restore writes (`chain_records`: a repeated record once); `advance(n)`
+    hears of every `_ADVANCE_EVERY` records (and the rest at the end)."""
 
-    def __init__(self) -> None:
+    def __init__(self, advance: Callable[[int], None] | None = None) -> None:
         self.records = self.tombstones = self.last_version = 0
+        self.advance = advance
 
     def records_of(self, readers: Sequence[BackupReader]) -> Iterator[Record]:
         for last_version, rec in chain_records(readers):
             self.records += 1
             self.tombstones += rec[1] is None
             self.last_version = max(self.last_version, last_version)
+            if self.advance is not None and self.records % _ADVANCE_EVERY == 0:
+                self.advance(_ADVANCE_EVERY)
             yield rec
+        if self.advance is not None:
+            self.advance(self.records % _ADVANCE_EVERY)
+
+
+_ADVANCE_EVERY = 4096
 
 
 def restore_into(
-    state: BackupState, readers: Sequence[BackupReader], names: Sequence[str], *, verified: bool = False
+    state: BackupState, readers: Sequence[BackupReader], names: Sequence[str], *, verified: bool = False,
+    advance: Callable[[int], None] | None = None,
 ) -> RestoreResult:
     """Check the chain's cluster against `state`'s, the chain, and that `state` is empty,
     verify every file (unless `verified`), then restore all records in order through
     `state.restore` (one transaction; the applied index becomes the last file's to_version,
     the cluster id the chain's). All or nothing: any error leaves `state` as it was.
-    Blocking: run it in the node's writer."""
+    Blocking: run it in the node's writer. `advance(n)`: n more records written (progress)."""
     headers = [r.header for r in readers]
     check_target_cluster(state, headers, names)
     check_chain(headers, names=names)
@@ -322,7 +338,7 @@ def restore_into(
     if not verified:
         _verify_all(readers, names)  # a corrupt file is named before anything is written
     to_version = max(h.to_version for h in headers)
-    tally = _Tally()
+    tally = _Tally(advance)
     state.restore(tally.records_of(readers), to_version, chain_cluster_id(headers))
     return RestoreResult(len(readers), tally.records, tally.tombstones, to_version, tally.last_version)
 
@@ -332,8 +348,12 @@ def restore_offline(
     node_id: str,
     full_path: str | os.PathLike[str],
     incremental_paths: Sequence[str | os.PathLike[str]] = (),
+    *,
+    advance: Callable[[int], None] | None = None,
 ) -> RestoreResult:
     """Restore full + incrementals (in order) into a STOPPED node's empty data dir.
+    `advance(n)`: n more records written (progress; at most `chain_record_total`: a record
+    several files hold is written once).
 
     Creates `<data_dir>/<node_id>/doq.lmdb` if missing. Raises `InvalidArgument` (bad or
     corrupt file, gap in the chain, inconsistent records) or `FailedPrecondition` (state
@@ -350,6 +370,6 @@ def restore_offline(
 
         env = open_env(node_dir(data_dir, node_id) / "doq.lmdb")
         try:
-            return restore_into(StateStore(env), readers, names, verified=True)
+            return restore_into(StateStore(env), readers, names, verified=True, advance=advance)
         finally:
             env.close()

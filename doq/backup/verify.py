@@ -570,8 +570,9 @@ class _Ticker:
         while not self._stop.wait(self.interval_s):
             n = self.records.value
             rate = n / max(time.monotonic() - self.t0, 1e-9)
+            left = f", about {(self.total_records - n) / rate:,.0f} s left" if rate > 0 and n < self.total_records else ""
             self.say(f"frames {self.frames.value}/{self.total_frames}, records {n}/{self.total_records} "
-                     f"({rate:,.0f} records/s)")
+                     f"({rate:,.0f} records/s{left})")
 
     def __enter__(self) -> _Ticker:
         self._thread.start()

@@ -4,8 +4,8 @@ under spark-submit with the same arguments.
     doq verify FILE [FILE ...] | --dir DIR [--against URL] [--master local[*]]
                [--report out.json] [--json] [--conf KEY=VALUE ...]
 
-Prints the JSON report (to stdout, or to --report FILE and a summary line on stdout) and
-progress on stderr. Exit status: 0 only when everything verified, 1 when something did
+Prints the JSON report (to stdout, or to --report FILE and a summary line on stdout) and,
+when stderr is a terminal, progress lines there (records, frames, rate, time left). Exit status: 0 only when everything verified, 1 when something did
 not (the report names it), 2 for bad arguments or when Spark is missing.
 """
 
@@ -47,9 +47,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the JSON report on stdout (the default without --report)")
     p.add_argument("--frames-per-task", type=int, default=None,
                    help="frames per Spark task (default: ~64 MB of frames, at least 3 tasks per core)")
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr (shown only on a terminal anyway)")
     p.add_argument("--timeout", type=float, default=3600.0, help="HTTP timeout for --against, seconds")
     add_key_argument(p)
+
+
+def progress_shown(ns: argparse.Namespace) -> bool:
+    """Progress lines on stderr: when it is a terminal (or DOQ_PROGRESS=1), not with
+    `--quiet` or `--json` (`doq.progress.wanted`)."""
+    from doq import progress
+
+    return not ns.quiet and progress.wanted(ns.json)
 
 
 def _fail(message: str, code: int = 2) -> int:
@@ -88,7 +96,7 @@ def cmd_verify(ns: argparse.Namespace) -> int:
     from doq.backup.spark import spark_session
     from doq.backup.verify import verify
 
-    progress = None if ns.quiet else sys.stderr
+    progress = sys.stderr if progress_shown(ns) else None
     active = SparkSession.getActiveSession()  # in-process callers (tests) bring their own
     spark = active if active is not None else spark_session(ns.master, conf)
     try:

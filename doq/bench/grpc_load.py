@@ -69,6 +69,8 @@ class BenchArgs:
     prefetch: int = 0
     purge: bool = True
     with_echo: bool = False
+    show_progress: bool = False  # count the run's messages on stderr (`doq.progress`)
+    live: list[Stats] = field(default_factory=list)  # the measured runs' counters, read by the progress
 
     @property
     def batched(self) -> bool:
@@ -303,6 +305,7 @@ async def run_enqueue(args: BenchArgs, target: str, workload: str = "enqueue") -
         async with AsyncDoqClient(target, ca_file=args.ca_file) as client:
             await _ensure_queue(client, args)
     stats = Stats()
+    args.live.append(stats)
     budget = Budget(args.count, args.duration_s)
     rate = args.rate / args.concurrency if args.rate else 0.0
     t0 = time.perf_counter()
@@ -326,6 +329,7 @@ async def run_dequeue(args: BenchArgs, target: str) -> dict[str, Any]:
         await _ensure_queue(client, args)
         await prefill(args, target, args.count)
         stats = Stats()
+        args.live.append(stats)
         remaining = [args.count]
 
         def want(n: int) -> int:
@@ -352,6 +356,7 @@ async def run_mixed(args: BenchArgs, target: str) -> dict[str, Any]:
         await _ensure_queue(client, args)
     produced = Stats()
     consumed = Stats()
+    args.live.append(consumed)
     budget = Budget(args.count, args.duration_s)
     stop = asyncio.Event()
     rate = args.rate / args.concurrency if args.rate else 0.0
@@ -443,7 +448,7 @@ async def run(args: BenchArgs) -> list[dict[str, Any]]:
     if args.workload == "echo":
         with echo_server() as target:
             return [await run_enqueue(args, target, "echo")]
-    line = await runners[args.workload]()
+    line = await _with_progress(args, runners[args.workload]())
     if args.with_echo and args.workload == "enqueue":
         with echo_server() as target:
             echo = await run_enqueue(args, target, "echo")
@@ -451,6 +456,31 @@ async def run(args: BenchArgs) -> list[dict[str, Any]]:
         line["ratio_to_echo"] = round(line["msg_per_s"] / echo["msg_per_s"], 3) if echo["msg_per_s"] else None
         return [line]
     return [line]
+
+
+async def _with_progress(args: BenchArgs, work: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+    """`work`, its messages counted on stderr four times a second when `args.show_progress`
+    (read from `args.live`: nothing is added to the per-message path)."""
+    from doq import progress
+
+    total = args.count or None
+    with progress.count_progress(args.workload, total, "messages", enabled=args.show_progress) as advance:
+        if not args.show_progress:
+            return await work
+
+        async def poll() -> None:
+            shown = 0
+            while True:
+                await asyncio.sleep(0.25)
+                done = sum(st.messages for st in args.live)
+                advance(done - shown)
+                shown = done
+
+        poller = asyncio.create_task(poll())
+        try:
+            return await work
+        finally:
+            poller.cancel()
 
 
 def _install_uvloop() -> None:
@@ -482,7 +512,11 @@ def run_from_args(ns: argparse.Namespace) -> int:
             print(f"doq bench: {e.message}", file=sys.stderr)
             return 1
     _install_uvloop()
+    from doq import progress
+
+    args.show_progress = progress.wanted(ns.json)
     for _ in range(max(1, ns.runs)):
+        args.live.clear()
         try:
             lines = asyncio.run(run(args))
         except (DoqClientError, grpc.RpcError) as e:

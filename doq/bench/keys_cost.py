@@ -1,16 +1,18 @@
 """What checking client keys costs the data path: the per-message producer and consumer of
 `doq.bench.side_by_side` (one enqueue and one confirmation per message; one ack per
-message), against two single nodes in one run: one requiring no key (a loopback node), one
-started with `--secure` whose clients send a key, alternating run by run.
+message), alternating run by run in one run.
 
     python -m doq.bench.keys_cost [--runs 3] [--count 100000] [--consume-count 50000]
 
-Three clients alternate: "keys off" (the open node, no key), "keys on" (the secure node,
-a `produce`+`consume` key) and "prefix key" (the secure node, `produce:sbs-` and
-`consume:sbs-`: the costliest check, a prefix test per request frame); the admin key
-(the node's `admin.key`) creates their queues. Prints the medians of the rate and of the
-server's CPU time per message, with the differences to "keys off"; `--json FILE` writes
-every run.
+A loopback node without `--secure` requires no key but checks a presented one exactly as a
+secure node does (authentication once per call or stream, scopes and queue prefixes per
+request), so the check itself is measured on one node: "keys off" (no key), "keys on" (a
+`produce`+`consume` key) and "prefix key" (`produce:sbs-` and `consume:sbs-`: the
+costliest check, a prefix test per request frame). A fourth client, "secure", runs against
+a second node started with `--secure` (TLS on every port, keys required) with a
+`produce`+`consume` key: the whole price of security, encryption included. Prints the
+medians of the rate and of the server's CPU time per message, with the differences to
+"keys off"; `--json FILE` writes every run.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import argparse
 import contextlib
 import json
 import os
+import ssl
 import statistics
 import sys
 import tempfile
@@ -46,11 +49,11 @@ def _key_env(key: str) -> Iterator[None]:
             os.environ["DOQ_KEY"] = saved
 
 
-def _create_key(http_url: str, admin: str, scopes: list[str]) -> str:
+def _create_key(http_url: str, admin: str, scopes: list[str], context: ssl.SSLContext | None = None) -> str:
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {admin}"} if admin else {})}
     req = urllib.request.Request(f"{http_url}/API/v1/keys", data=json.dumps({"scopes": scopes}).encode(),
-                                 method="POST", headers={"Authorization": f"Bearer {admin}",
-                                                         "Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=10) as r:
+                                 method="POST", headers=headers)
+    with urllib.request.urlopen(req, timeout=10, context=context) as r:
         return str(json.loads(r.read())["key"])
 
 
@@ -62,7 +65,8 @@ def _create_queue(server: sbs.Server, queue: str, admin: str) -> None:
     """Create the queue `run_once` will use (its clients' keys may not create queues)."""
     from doq_client import AlreadyExists, DoqClient
 
-    with DoqClient(server.addr, key=admin or None) as c, contextlib.suppress(AlreadyExists):
+    with DoqClient(server.addr, key=admin or None, ca_file=server.ca_file) as c, \
+            contextlib.suppress(AlreadyExists):
         c.create_queue(queue)
 
 
@@ -71,7 +75,7 @@ def _delete_queue(server: sbs.Server, queue: str, admin: str) -> None:
     keeps more messages than the other."""
     from doq_client import DoqClient, NotFound
 
-    with DoqClient(server.addr, key=admin or None) as c, contextlib.suppress(NotFound):
+    with DoqClient(server.addr, key=admin or None, ca_file=server.ca_file) as c, contextlib.suppress(NotFound):
         c.delete_queue(queue)
 
 
@@ -83,24 +87,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", metavar="FILE")
     ns = p.parse_args(argv)
     args = sbs.Args(count=ns.count, consume_count=ns.consume_count, runs=ns.runs, workloads=("producer", "consumer"))
-    names = ("keys off", "keys on", "prefix key")
+    names = ("keys off", "keys on", "prefix key", "secure")
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {name: {} for name in names}
     with tempfile.TemporaryDirectory(prefix="doq-keys-cost-") as tmp, \
             sbs.doq_server(Path(tmp) / "open") as open_node, \
-            sbs.doq_server(Path(tmp) / "secure", extra_args=["--secure"]) as secure_node:
+            sbs.doq_server(Path(tmp) / "secure", secure=True) as secure_node:
+        open_url = _http_of(Path(tmp) / "open")
+        client_key = _create_key(open_url, "", ["produce:sbs-", "consume:sbs-"])
+        produce_consume = _create_key(open_url, "", ["produce", "consume"])
         admin = (Path(tmp) / "secure" / "data" / "admin.key").read_text().strip()
-        client_key = _create_key(_http_of(Path(tmp) / "secure"), admin, ["produce:sbs-", "consume:sbs-"])
-        produce_consume = _create_key(_http_of(Path(tmp) / "secure"), admin, ["produce", "consume"])
-        systems = [("keys off", open_node, ""), ("keys on", secure_node, produce_consume),
-                   ("prefix key", secure_node, client_key)]
+        assert secure_node.ca_file
+        secure_key = _create_key(_http_of(Path(tmp) / "secure"), admin, ["produce", "consume"],
+                                 ssl.create_default_context(cafile=secure_node.ca_file))
+        systems = [("keys off", open_node, "", ""), ("keys on", open_node, produce_consume, ""),
+                   ("prefix key", open_node, client_key, ""), ("secure", secure_node, secure_key, admin)]
         for run in range(ns.runs):
             for workload in args.workloads:
-                for i, (name, server, key) in enumerate(systems if run % 2 == 0 else systems[::-1]):
+                for i, (name, server, key, admin_key) in enumerate(systems if run % 2 == 0 else systems[::-1]):
                     run_id = run * 10 + i  # a queue of its own for each run of each client
-                    _create_queue(server, _queue(workload, run_id), admin if key else "")
+                    _create_queue(server, _queue(workload, run_id), admin_key)
                     with _key_env(key):
                         r = sbs.run_once("doq", server, workload, run_id, args)
-                    _delete_queue(server, _queue(workload, run_id), admin if key else "")
+                    _delete_queue(server, _queue(workload, run_id), admin_key)
                     runs[name].setdefault(workload, []).append(r)
                     print(f"{name:10} {workload:8} run {run}: {r['msg_per_s']:,.0f} msg/s, server "
                           f"{r['server_cpu_us_per_msg']} us/msg", file=sys.stderr)
@@ -125,7 +133,8 @@ def _http_of(root: Path) -> str:
     """The HTTP URL of the node `doq_server` started under `root` (from its log line)."""
     for line in (root / "doq-1.log").read_text().splitlines():
         if "ready: grpc=" in line:
-            return "http://" + line.rsplit("http=", 1)[1].strip()
+            scheme = "https" if "TLS on every port" in (root / "doq-1.log").read_text() else "http"
+            return f"{scheme}://" + line.rsplit("http=", 1)[1].strip()
     raise RuntimeError(f"no ready line in {root / 'doq-1.log'}")
 
 

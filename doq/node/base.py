@@ -80,7 +80,8 @@ class Node(Protocol):
     `DoqError` instance when the command was rejected by the machine). It raises
     `NotLeader` (with a leader hint) on a follower, `Unavailable` while stopping or when
     the entry's commit failed (reason COMMIT_FAILED: nothing of it was applied; retry),
-    and `CommitTimeout` if the entry is not committed in time. A proposal whose future
+    and `OutcomeUnknown` when it lost track of an entry in its log (another leader may still
+    commit it). A proposal whose future
     is cancelled before the node takes it into an entry is dropped (never applied).
 
     `state` is read by the service for queries; its reads show committed state only.

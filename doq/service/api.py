@@ -51,6 +51,15 @@ EnqueueFrame = list[tuple[str, c.EnqueueItem]] | c.EnqueueColumns
 
 MAX_PEEK_LIMIT = 100  # messages per peek
 MAX_PEEK_WINDOW = 10_000  # offset + limit: how deep a peek may look (its cost grows with it)
+DEFAULT_PEEK_LIMIT = 20
+
+
+def peek_state(name: str) -> MessageState:
+    """The state a peek names ("" : ready); InvalidArgument for another name."""
+    try:
+        return MessageState(name or MessageState.READY.value)
+    except ValueError:
+        raise InvalidArgument("state must be one of ready, delayed, in_flight", reason="INVALID_ARGUMENT") from None
 
 
 class FrameOutcome(NamedTuple):

@@ -40,7 +40,13 @@ from doq.node.base import Node
 from doq.queues.model import EnqueueColumnsResult, MessageView
 from doq.service import convert as cv
 from doq.service import grpc_redrive
-from doq.service.api import FrameOutcome, QueueService
+from doq.service.api import (
+    DEFAULT_PEEK_LIMIT,
+    MAX_PEEK_WINDOW,
+    FrameOutcome,
+    QueueService,
+    peek_state,
+)
 from doq.service.door import Caller, current_principal
 from doq.service.grpc_decode import UndecodableRequests
 from doq.service.held import require_lease, require_leases
@@ -263,6 +269,15 @@ class DOQServicer(KeyRpcs, pb_grpc.DOQServicer):
     async def Get(self, request: pb.GetRequest, context: Any) -> pb.Message:
         return cv.message_to_pb(await self.api.get_message(request.queue_name, request.id,
                                                            caller=grpc_caller(context)))
+
+    @_unary
+    async def Peek(self, request: pb.PeekRequest, context: Any) -> pb.PeekResponse:
+        state = peek_state(request.state)
+        limit = request.limit or DEFAULT_PEEK_LIMIT
+        got = await self.api.peek(request.queue_name, state, request.offset, limit, caller=grpc_caller(context))
+        more = len(got) == limit and request.offset + limit < MAX_PEEK_WINDOW
+        return pb.PeekResponse(messages=[cv.message_to_pb(m) for m in got],
+                               next_offset=request.offset + limit if more else 0)
 
     @_unary
     async def Delete(self, request: pb.DeleteRequest, context: Any) -> pb.DeleteResponse:

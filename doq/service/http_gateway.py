@@ -29,6 +29,7 @@ from doq.service.http.redrive import build_redrive_router
 from doq.service.http.routes import build_router
 from doq.service.http.ui import build_ui_router
 from doq.service.limits import Limits
+from doq.service.rate_history import RateHistory
 
 if TYPE_CHECKING:
     from doq.service.api import QueueService
@@ -66,11 +67,13 @@ _NO_TELEMETRY: dict[str, Any] = (
 
 
 def create_app(api: QueueService, authorizer: Authorizer | None = None, *, loopback_http: bool = False,
-               forward_ssl: ssl.SSLContext | None = None, enrollment: Enrollment | None = None) -> FastAPI:
+               forward_ssl: ssl.SSLContext | None = None, enrollment: Enrollment | None = None,
+               history: RateHistory | None = None) -> FastAPI:
     """The gateway application for one service facade: `authorizer` checks client keys
     (default: keys not required, a presented key checked; see doq.auth), `forward_ssl` is
     how a follower reaches its leader over HTTPS, and `enrollment` serves the join-token
-    routes on a secure node. A node that requires no keys refuses browsers of other sites
+    routes on a secure node; `history` (the node's `RateHistory`) answers
+    `GET /API/v1/queues/{name}/history`. A node that requires no keys refuses browsers of other sites
     (`doq.service.http.browser_guard`; `loopback_http`: its HTTP address is loopback, so
     only loopback Host names are answered)."""
     if authorizer is None:
@@ -94,7 +97,8 @@ def create_app(api: QueueService, authorizer: Authorizer | None = None, *, loopb
     install_handlers(app)
     # Routes are added flat (not as included sub-routers): one route match per request.
     for router in (build_router(api), build_ops_router(api), build_cluster_router(api),
-                   build_keys_router(api.node), build_ui_router(api), build_redrive_router(api)):
+                   build_keys_router(api.node), build_ui_router(api, history=history),
+                   build_redrive_router(api)):
         app.router.routes.extend(router.routes)
     if enrollment is not None:
         from doq.service.http.enroll import build_enroll_router

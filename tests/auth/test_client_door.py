@@ -37,6 +37,8 @@ from doq.auth.table import BATCH_QUEUES, GRPC_RULES, HTTP_RULES, OPEN_PATH_PREFI
 from tests.support.cluster import until
 from tests.support.proc import NodeProc
 
+pytestmark = pytest.mark.integration
+
 NON_ADMIN = ("produce", "consume", "backup", "restore", "metrics")
 PARAMS = {"name": "q", "id": "1", "node_id": "node-9", "key_id": "abc123"}
 SERVICE = pb.DESCRIPTOR.services_by_name["DOQ"]

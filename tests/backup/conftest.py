@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Iterator
 from typing import Any
 
@@ -10,6 +12,10 @@ import pytest
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
+    """Skips (with the reason) where PySpark or a Java runtime is missing; CI has both."""
+    pytest.importorskip("pyspark", reason="needs pyspark (`make setup`)")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("needs a Java runtime for Spark (apt-get install default-jre-headless)")
     from doq.backup.spark import spark_session
 
     session = spark_session("local[2]", {"spark.default.parallelism": "2"}, app="doq tests")

@@ -102,13 +102,23 @@ def test_first_file_must_be_full_and_order_matters():
 
 
 def test_restore_refuses_a_non_empty_target():
+    """`restore_into` itself refuses, before handing the state a single record (the fake's
+    own refusal would not be reached)."""
     live = _live_state()
     full, _ = _backup(live, 0)
-    target = FakeState()
+
+    class Watched(FakeState):
+        restores = 0
+
+        def restore(self, records, applied_index, cluster_id=""):  # type: ignore[no-untyped-def]
+            Watched.restores += 1
+            return super().restore(records, applied_index, cluster_id)
+
+    target = Watched()
     target.apply(1, {b"x": b"y"})
     with pytest.raises(FailedPrecondition) as e:
         restore_into(target, [BackupReader(full)], ["full"])
-    assert e.value.reason == "RESTORE_TARGET_NOT_EMPTY"
+    assert e.value.reason == "RESTORE_TARGET_NOT_EMPTY" and Watched.restores == 0
 
 
 def test_corrupt_incremental_aborts_before_any_write():

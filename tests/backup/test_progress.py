@@ -51,3 +51,29 @@ def test_backup_and_restore_show_progress_only_when_asked(tmp_path: Path) -> Non
     with running_node(tmp_path / "b") as dst:
         shown = doq("restore", "-f", str(tmp_path / "full.bak"), "--server", dst.http_url, progress="1")
         assert "restore" in shown.stderr and shown.stdout.startswith("restored ")
+
+    # offline: the records written, counted against the files' total; nothing in a pipe
+    shown = doq("restore", "-f", str(tmp_path / "full.bak"), "--data-dir", str(tmp_path / "c"), progress="1")
+    assert "restore" in shown.stderr and "records" in shown.stderr and shown.stdout.startswith("restored ")
+    quiet = doq("restore", "-f", str(tmp_path / "full.bak"), "--data-dir", str(tmp_path / "d"), progress=None)
+    assert quiet.stderr == "" and quiet.stdout.startswith("restored ")
+    assert shown.stdout.split(" records")[0] == quiet.stdout.split(" records")[0]  # the same restore either way
+
+
+@pytest.mark.parametrize("argv, env, shown", [
+    ([], "1", True), (["--quiet"], "1", False), (["--json"], "1", False), ([], "0", False), ([], None, False),
+])
+def test_verify_shows_progress_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch, argv: list[str],
+                                                  env: str | None, shown: bool) -> None:
+    """`doq verify`'s progress lines (pytest's stderr is not a terminal: DOQ_PROGRESS=1 stands in for one)."""
+    import argparse
+
+    from doq.backup.verify_cli import add_arguments, progress_shown
+
+    if env is None:
+        monkeypatch.delenv("DOQ_PROGRESS", raising=False)
+    else:
+        monkeypatch.setenv("DOQ_PROGRESS", env)
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    assert progress_shown(p.parse_args(["f.bak", *argv])) is shown

@@ -30,7 +30,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> list[ChainFile]:
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    return {**os.environ, "PYSPARK_PYTHON": sys.executable, "DOQ_PROGRESS": "1"}  # progress as on a terminal
 
 
 def _check(report: Path, made: list[ChainFile], master_prefix: str) -> dict[str, object]:

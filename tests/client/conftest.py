@@ -26,6 +26,13 @@ from doq_client import DoqClient  # noqa: E402
 from tests.support.proc import NodeProc, running_node  # noqa: E402
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test using the real node below is an integration test (tests/support/marker_guard)."""
+    for item in items:
+        if "node" in getattr(item, "fixturenames", ()) and str(item.path).startswith(str(Path(__file__).parent)):
+            item.add_marker(pytest.mark.integration)
+
+
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProc]:
     """A single-node `doq serve` shared by the tests of one module (each uses its own queue)."""

@@ -82,3 +82,16 @@ def test_bench_prints_a_human_line_by_default(node: NodeProc) -> None:
     [line] = out.stdout.splitlines()
     assert line.startswith("enqueue: 100 messages in ") and " msg/s (single frames, 1 streams" in line
     assert "latency p50 " in line and not line.startswith("{")
+
+
+def test_bench_counts_its_messages_on_a_terminal_only(node: NodeProc) -> None:
+    """DOQ_PROGRESS=1 stands in for a terminal; a pipe gets nothing on stderr."""
+    args = ["--server", "grpc://" + node.grpc_addr, "--count", "3000", "--queue", "bench-progress"]
+    shown = subprocess.run([sys.executable, "-m", "doq", "bench", *args], capture_output=True, text=True,
+                           timeout=120, env={**os.environ, "DOQ_PROGRESS": "1"})
+    assert shown.returncode == 0, shown.stderr
+    assert "enqueue" in shown.stderr and "messages" in shown.stderr
+    assert shown.stdout.startswith("enqueue: 3000 messages in ")
+    quiet = subprocess.run([sys.executable, "-m", "doq", "bench", *args], capture_output=True, text=True,
+                           timeout=120, env={k: v for k, v in os.environ.items() if k != "DOQ_PROGRESS"})
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr

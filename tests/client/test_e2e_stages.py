@@ -6,7 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from doq.bench.e2e_stages import ORDER, run_once
+
+pytestmark = pytest.mark.integration
 
 
 def test_every_message_is_stamped_at_every_stage(tmp_path: Path) -> None:

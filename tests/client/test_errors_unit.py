@@ -61,7 +61,7 @@ def test_retry_only_when_safe() -> None:
     tries = Attempts(policy, quick, False)
     assert _delays(tries, overloaded, 3)[2] is None and not tries.unknown
     # other retryable errors: the retry policy's attempts (off by default)
-    timeout = e.make_error(grpc.StatusCode.DEADLINE_EXCEEDED, "x", "COMMIT_TIMEOUT", True)
+    timeout = e.make_error(grpc.StatusCode.RESOURCE_EXHAUSTED, "x", "DATA_SIZE_LIMIT", True)  # a storage alarm
     assert _delays(Attempts(policy, quick, False), timeout, 1) == [None]
     assert [d is None for d in _delays(Attempts(policy, quick, True), timeout, 3)] == [False, False, True]
     assert _delays(Attempts(NO_RETRY, quick, True), timeout, 1) == [None]

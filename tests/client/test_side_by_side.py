@@ -4,6 +4,7 @@ summary has a figure for each. Benchmarks only: nothing here is timed."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from doq.bench.side_by_side import Args, format_summary, side_by_side
+
+pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,3 +43,44 @@ def test_side_by_side_script_without_rabbitmq_says_how_to_get_it() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "rabbitmq-server" in out.stdout
+
+
+def test_keys_cost_runs_every_client_to_the_end(tmp_path: Path) -> None:
+    """`python -m doq.bench.keys_cost` (tiny counts): the open node's three clients and the
+    secure node's all complete and are summarized (it broke silently once when the secure
+    node moved to TLS)."""
+    from doq.bench.side_by_side import child_env
+
+    out = tmp_path / "keys.json"
+    proc = subprocess.run([sys.executable, "-m", "doq.bench.keys_cost", "--runs", "1", "--count", "200",
+                           "--consume-count", "200", "--json", str(out)],
+                          capture_output=True, text=True, timeout=300, check=False, env=child_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads(out.read_text())
+    for name in ("keys off", "keys on", "prefix key", "secure"):
+        for workload in ("producer", "consumer"):
+            [run] = record["runs"][name][workload]
+            assert run["messages"] == 200, (name, workload, run)
+
+
+def test_dashboard_cost_reads_events_while_the_clients_run(tmp_path: Path) -> None:
+    """`python -m doq.bench.dashboard_cost` (tiny counts): both clients complete with and
+    without a page open, and the open page read the node's events."""
+    from doq.bench.dashboard_cost import open_page
+    from doq.bench.side_by_side import child_env
+    from tests.support.proc import running_node
+
+    out = tmp_path / "dash.json"
+    proc = subprocess.run([sys.executable, "-m", "doq.bench.dashboard_cost", "--runs", "1", "--count", "200",
+                           "--consume-count", "200", "--json", str(out)],
+                          capture_output=True, text=True, timeout=300, check=False, env=child_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads(out.read_text())
+    for name in ("no page", "page open"):
+        for workload in ("producer", "consumer"):
+            [run] = record["runs"][name][workload]
+            assert run["messages"] == 200, (name, workload, run)
+    with running_node(tmp_path / "n") as node, open_page("127.0.0.1", node.http_port) as events:
+        from tests.support.cluster import until
+
+        until("two events read", lambda: events[0] >= 2, timeout_s=60)

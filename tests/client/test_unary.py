@@ -104,7 +104,9 @@ def test_dequeue_ack_nack_touch_priority(client: DoqClient, queue: str) -> None:
     assert m0.id == ids[0] and m0.state == "in_flight" and m0.attempts == 1 and m0.lease_id
     assert client.get_queue(queue).stats.in_flight == 1
     until = client.touch(queue, m0.id, lease_id=m0.lease_id, visibility_timeout_ms=20_000)
-    assert until >= m0.lease_expires_at_ms
+    # the lease now ends 20 s after the touch, so at least 10 s later than the dequeue's 10 s
+    assert until >= m0.lease_expires_at_ms + 10_000
+    assert client.get(queue, m0.id).lease_expires_at_ms == until  # stored, not only answered
     client.ack(queue, m0.id, lease_id=m0.lease_id)
     with pytest.raises(NotFound):
         client.get(queue, m0.id)

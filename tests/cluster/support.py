@@ -55,7 +55,7 @@ class FakeCluster:
         for m in self.status.members:
             if m.node_id == node_id:
                 if m.addrs != a:
-                    raise FailedPrecondition(f"{node_id} is a member with other addresses", reason="MEMBER_CONFLICT")
+                    raise FailedPrecondition(f"{node_id} is a member with other addresses", reason="MEMBER_EXISTS")
                 return self.status
         self.calls.append(("add", node_id))
         self.status = replace(self.status, members=[*self.status.members, Member(node_id, a, "learner")])

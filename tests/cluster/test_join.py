@@ -64,7 +64,7 @@ async def test_join_stops_at_a_refusal() -> None:
     async with serving(cluster_app(leader), port1):
         with pytest.raises(ClusterError) as e:
             await join(f"127.0.0.1:{port1}", node_id="node-3", timeout_s=60)  # node-3 exists with other addresses
-    assert e.value.status == 409 and e.value.reason == "MEMBER_CONFLICT"
+    assert e.value.status == 409 and e.value.reason == "MEMBER_EXISTS"
     assert leader.join_attempts == 1 and leader.calls == []  # not retried
 
 

@@ -79,7 +79,7 @@ async def test_join_adds_a_learner_and_is_idempotent(lc: httpx.AsyncClient, lead
     assert r.status_code == 200 and len(r.json()["members"]) == 4
     assert leader.calls == [("add", "node-4")]
     r = await lc.post("/cluster/join", json={**NEW, "http_addr": "127.0.0.1:9999"})
-    assert_problem(r, 409, "MEMBER_CONFLICT")
+    assert_problem(r, 409, "MEMBER_EXISTS")
 
 
 @pytest.mark.parametrize("body", [

@@ -16,8 +16,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import dill
-import pulumi
+import pytest
+
+dill = pytest.importorskip("dill", reason="needs the deploy extras: pulumi, pulumi-kubernetes (`make setup` installs them)")
+pulumi = pytest.importorskip("pulumi", reason="needs the deploy extras: pulumi, pulumi-kubernetes (`make setup` installs them)")
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = ROOT / "pulumi" / "__main__.py"

@@ -9,8 +9,6 @@ import argparse
 import re
 import tomllib
 
-import kubernetes_validate
-import pulumi
 import pytest
 
 import doq
@@ -18,6 +16,9 @@ from doq.config import ServeConfig, add_serve_arguments, load_config
 from doq.node import k8s_leader
 from tests.deploy.pods import kubelet_env
 from tests.deploy.program import DYNAMIC, ROOT, Declared, Deployment, deploy, load_program
+
+kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="needs kubernetes-validate (`make setup`)")
+pulumi = pytest.importorskip("pulumi", reason="needs pulumi (`make setup`)")
 
 KUBERNETES_VERSION = "1.37"  # the newest schema kubernetes-validate ships (strict variant)
 OLDEST_SUPPORTED = "1.27"  # StatefulSet PVC retention on by default (pulumi/README.md)

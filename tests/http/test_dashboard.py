@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from doq.service.http.ui import UI_DIR
+from tests.support.cluster import until
 from tests.support.proc import NodeProc, running_node
 
 pytestmark = pytest.mark.integration
@@ -126,6 +127,23 @@ def test_peek_refuses_bad_pages(node: NodeProc, query: str) -> None:
 def test_peek_and_groups_of_an_unknown_queue_are_404(node: NodeProc) -> None:
     assert call(node, "GET", f"{Q}/dash-nope/messages:peek")[0] == 404
     assert call(node, "GET", f"{Q}/dash-nope/groups")[0] == 404
+
+
+def test_the_node_keeps_a_history_of_each_queues_counters(node: NodeProc) -> None:
+    """Sampled every 5 s by the node itself, whether or not a page is open."""
+    call(node, "POST", Q, {"name": "dash-hist", "type": "delayed"})
+    call(node, "POST", f"{Q}/dash-hist/messages:batch", {"messages": [{"content": "x"}] * 7})
+
+    def sampled() -> Any:
+        status, doc = call(node, "GET", f"{Q}/dash-hist/history")
+        assert status == 200 and doc["interval_ms"] == 5000
+        return doc if any(s["enqueued"] == 7 for s in doc["samples"]) else None
+
+    doc = until("a sample after the enqueues", sampled, timeout_s=60)
+    times = [s["time_ms"] for s in doc["samples"]]
+    assert times == sorted(times) and set(doc["samples"][-1]) == {"time_ms", "enqueued", "delivered", "acked"}
+    assert call(node, "GET", f"{Q}/dash-nope/history")[0] == 404
+    assert call(node, "GET", f"{Q}/bad%20name/history")[0] == 400
 
 
 def test_groups_of_a_fair_queue(node: NodeProc) -> None:

@@ -21,7 +21,6 @@ from starlette.responses import JSONResponse
 
 from doq.errors import (
     AlreadyExists,
-    CommitTimeout,
     DoqError,
     FailedPrecondition,
     InvalidArgument,
@@ -87,8 +86,11 @@ async def test_enqueue_dequeue_ack_with_string_ids(client: httpx.AsyncClient) ->
     msg = r.json()
     assert msg["id"] == "1" and msg["content"] == "{\"user_id\": 1}" and msg["content_encoding"] == "text"
     assert msg["state"] == "in_flight" and isinstance(msg["lease_id"], str)
-    r = await client.post(f"{Q}/q1/messages/1/touch", json={"lease_id": msg["lease_id"], "visibility_timeout_ms": 1000})
-    assert r.json()["success"] is True and r.json()["lease_expires_at_ms"] > 0
+    r = await client.post(f"{Q}/q1/messages/1/touch",
+                          json={"lease_id": msg["lease_id"], "visibility_timeout_ms": 3_600_000})
+    until = r.json()["lease_expires_at_ms"]  # an hour from the touch: far past the queue's 30 s
+    assert r.json()["success"] is True and until >= int(msg["lease_expires_at_ms"]) + 3_000_000
+    assert int((await client.get(f"{Q}/q1/messages/1")).json()["lease_expires_at_ms"]) == until
     stale = int(msg["lease_id"]) + 1
     assert_problem(await client.post(f"{Q}/q1/messages/1/ack", json={"lease_id": stale}), 409, "STALE_LEASE")
     r = await client.post(f"{Q}/q1/messages/1/ack", json={"lease_id": int(msg["lease_id"])})  # integer id accepted
@@ -310,7 +312,6 @@ async def test_not_leader_is_503_with_hint(client: httpx.AsyncClient, service: Q
         (Overloaded("too many commands waiting"), 429, "OVERLOADED", "1"),
         (NotLeader("not the leader", leader_hint="127.0.0.1:8002"), 503, "NOT_LEADER", "1"),
         (Unavailable("shutting down", reason="SHUTTING_DOWN"), 503, "SHUTTING_DOWN", "1"),
-        (CommitTimeout("not committed in time"), 504, "COMMIT_TIMEOUT", None),
     ],
 )
 async def test_error_table_on_every_path(

@@ -14,12 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import schemathesis
 from hypothesis import HealthCheck, settings
-from schemathesis import checks as sc
 
 from tests.support.inproc import openapi_document
 from tests.support.proc import NodeProc, running_node
+
+schemathesis = pytest.importorskip("schemathesis", reason="needs schemathesis (`make setup`)")
+sc = schemathesis.checks
 
 pytestmark = pytest.mark.integration
 

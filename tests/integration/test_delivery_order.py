@@ -32,6 +32,8 @@ from tests.support import inproc
 from tests.support.inproc import Served, stalled_commits
 from tests.support.proc import NodeProc, running_node
 
+pytestmark = pytest.mark.integration
+
 
 async def _until(cond: Callable[[], bool], what: str, timeout_s: float = 30) -> None:
     deadline = time.monotonic() + timeout_s

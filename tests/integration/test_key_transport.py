@@ -21,6 +21,8 @@ import pytest
 
 from doq.ports import free_port
 
+pytestmark = pytest.mark.integration
+
 KEY = "doq_0123456789ab_" + "s" * 43
 FAR = "192.0.2.1"  # TEST-NET-1: not loopback, never answers
 

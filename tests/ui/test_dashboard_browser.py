@@ -170,3 +170,21 @@ def test_the_dashboard_shows_live_queues_browses_and_acts(node: NodeProc, browse
     network = [u for u in urls if u.startswith(("http:", "https:", "ws:", "wss:"))]  # not chrome://, data:
     assert any(u.startswith(node.http_url + "/static/ui/") for u in network)
     assert all(u.startswith(node.http_url + "/") for u in network), [u for u in network if node.http_url not in u]
+
+
+def test_a_queue_page_opened_late_charts_the_minutes_before_it(node: NodeProc, browser: webdriver.Chrome) -> None:
+    """The chart starts from the node's own samples (every 5 s since it started), not empty."""
+    call(node, "POST", Q, {"name": "ui-hist", "type": "delayed"})
+    for _ in range(2):  # two batches at least one sample apart: a non-zero rate before the page opens
+        before = len(call(node, "GET", f"{Q}/ui-hist/history")["samples"])
+        call(node, "POST", f"{Q}/ui-hist/messages:batch", {"messages": [{"content": "x"}] * 10})
+        wait(browser, "a new sample on the node", lambda _d, n=before: len(
+            call(node, "GET", f"{Q}/ui-hist/history")["samples"]) > n)
+    browser.get("about:blank")  # a fresh page: nothing kept from an earlier one
+    browser.get(node.http_url + "/ui#/queue/ui-hist")
+    wait(browser, "samples older than the page with a rising enqueued count", lambda d: d.execute_script(
+        "const h = window.doqDashboard.history.get('ui-hist') || [];"
+        "const old = h.filter((s) => s.t < performance.timeOrigin);"
+        "return old.length >= 2 && old[old.length - 1].enqueued > old[0].enqueued;"))
+    wait(browser, "a chart line", lambda d: d.find_elements(By.CSS_SELECTOR, '#chart polyline[data-series="enq"]'))
+    shot(browser, "queue-history")

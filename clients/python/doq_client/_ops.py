@@ -155,6 +155,11 @@ def get(queue: str, id_: int) -> Op[Message]:
     return Op("Get", build(pb.GetRequest, queue_name=queue, id=id_), Message, True)
 
 
+def peek(queue: str, state: str, offset: int, limit: int) -> Op[list[Message]]:
+    req = build(pb.PeekRequest, queue_name=queue, state=state, offset=offset, limit=limit)
+    return Op("Peek", req, lambda r: [Message(m) for m in r.messages], True)
+
+
 def delete(queue: str, id_: int, lease_id: int = 0) -> Op[None]:
     return Op(
         "Delete", build(pb.DeleteRequest, queue_name=queue, id=id_, lease_id=lease_id), _true, True, _MESSAGE_GONE

@@ -255,6 +255,13 @@ class AsyncDoqClient:
         """One message by id (any state); raises NotFound."""
         return await self._call(_ops.get(queue, id))
 
+    async def peek(self, queue: str, limit: int = 20, *, state: str = "ready", offset: int = 0) -> list[Message]:
+        """Look at up to `limit` (1..100) messages in `state` without taking them: "ready"
+        (the order the next dequeues take them), "delayed" (by due time) or "in_flight" (by
+        lease expiry), from position `offset` on (pages go no deeper than 10000). Nothing
+        is leased and no attempt counted."""
+        return await self._call(_ops.peek(queue, state, offset, limit))
+
     async def delete(self, queue: str, id: int, lease_id: int = 0) -> None:
         """Delete one message by id. A message in flight (delivered, not settled) needs the
         delivery's `lease_id` unless the key is an admin (FailedPrecondition

@@ -8,14 +8,14 @@ Two kinds of failure are retried:
   again, at once after a first leader hint, otherwise after a jittered backoff, for at
   most `FailoverPolicy.timeout_s` from the first failure (a success ends the episode). On
   by default.
-- Other `retryable` errors (OVERLOADED, COMMIT_TIMEOUT, ...): the same node after a
+- Other `retryable` errors (OVERLOADED, a storage alarm, ...): the same node after a
   backoff, at most `RetryPolicy.max_attempts` tries. Off by default.
 
 Either way a request is sent again only when that is safe: the failure proves it was not
 applied (`NOT_APPLIED_REASONS`: the node refused it before it entered the log, or its log
 entry was replaced), or the call is *repeatable* (`doq_client._ops.Op`): a repeat cannot
 apply it twice. OUTCOME_UNKNOWN (a leader lost its leadership with the command in its
-log), COMMIT_TIMEOUT, LEADER_UNREACHABLE (a relay to the leader broke) and a lost
+log), a deadline the client set passing, LEADER_UNREACHABLE (a relay to the leader broke) and a lost
 connection prove nothing: the command may still be applied.
 
 A repeat after such an outcome-unknown failure may find its own first attempt applied:

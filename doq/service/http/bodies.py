@@ -103,16 +103,16 @@ _DESCRIPTIONS = {
     507: "A storage alarm (DATA_SIZE_LIMIT, DISK_FREE_LIMIT or NOSPACE): a node is short of space and "
          "refuses writes that grow the state until space is freed; reads, dequeues, acks and deletes "
          "still work; retryable.",
-    503: "Not the leader, no leader, or shutting down (see leader_hint); retryable.",
-    504: "The command was not committed in time; retryable (use dedup_id for enqueue).",
+    503: "Unavailable: not applied (NOT_LEADER, SHUTTING_DOWN, ...; see leader_hint; retryable: true) or "
+         "its outcome unknown (OUTCOME_UNKNOWN; retryable: false: repeat only with a dedup_id or lease id).",
 }
 
 
 def errors(*statuses: int, notes: dict[int, str] | None = None) -> dict[int | str, dict[str, Any]]:
-    """`responses=` entries for problem+json answers (401, 403, 429, 503, 504 are always added);
+    """`responses=` entries for problem+json answers (401, 403, 429, 503 are always added);
     `notes` replaces the generic description of a status for this operation."""
     out: dict[int | str, dict[str, Any]] = {}
-    for status in sorted({*statuses, 401, 403, 429, 503, 504}):
+    for status in sorted({*statuses, 401, 403, 429, 503}):
         out[status] = {
             "description": (notes or {}).get(status) or _DESCRIPTIONS.get(status, "Error"),
             "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}},

@@ -328,6 +328,21 @@ class GroupList(_Out):
     next_offset: int | None = Field(description="The offset of the next page; null on the last one.")
 
 
+class RateSample(_Out):
+    time_ms: int = Field(description="When the sample was taken (Unix ms, this node's clock).")
+    enqueued: int = Field(description="Messages enqueued since the node loaded the queue (cumulative).")
+    delivered: int = Field(description="Deliveries since then (cumulative).")
+    acked: int = Field(description="Messages settled since then (cumulative).")
+
+
+class RateHistoryModel(_Out):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"interval_ms": 5000, "samples": [{"time_ms": 1764165600000, "enqueued": 1200, "delivered": 1100, "acked": 1090},
+                                          {"time_ms": 1764165605000, "enqueued": 1450, "delivered": 1390, "acked": 1385}]}]})
+    interval_ms: int = Field(description="The time between two samples.")
+    samples: list[RateSample] = Field(description="Oldest first; a rate is the difference of two samples over their time.")
+
+
 class DequeueBody(_In):
     model_config = ConfigDict(json_schema_extra={"examples": [{"max_messages": 10, "wait_ms": 1000}]})
     max_messages: int = Field(1, ge=1, le=MAX_BATCH, description=f"Deliver at most this many (1-{MAX_BATCH}).")

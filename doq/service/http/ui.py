@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import time
 from collections.abc import AsyncIterator, Callable
@@ -28,6 +29,10 @@ from doq.auth.authorizer import current_principal, visible_queue
 from doq.errors import Unavailable
 from doq.queues.model import QueueInfo
 from doq.service.http.bodies import errors, operation_id
+from doq.service.http.models import RateHistoryModel
+from doq.service.http.routes import QueueName
+from doq.service.limits import check_queue_name
+from doq.service.rate_history import RateHistory
 
 if TYPE_CHECKING:
     from doq.service.api import QueueService
@@ -110,8 +115,10 @@ class EventFeed:
                 q.put_nowait(event)
 
 
-def build_ui_router(api: QueueService, interval_s: float = 1.0) -> APIRouter:
-    """`GET /ui` (the dashboard page) and `GET /events` (its live stream)."""
+def build_ui_router(api: QueueService, interval_s: float = 1.0, history: RateHistory | None = None) -> APIRouter:
+    """`GET /ui` (the dashboard page), `GET /events` (its live stream) and
+    `GET /API/v1/queues/{name}/history` (the node's `history` of a queue's counters; empty
+    without one)."""
     r = APIRouter(generate_unique_id_function=operation_id)
     node = api.node
 
@@ -162,5 +169,20 @@ def build_ui_router(api: QueueService, interval_s: float = 1.0) -> APIRouter:
 
         return StreamingResponse(body(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    @r.get(
+        "/API/v1/queues/{name}/history", tags=["queues"], summary="A queue's counters over the last minutes",
+        response_model=RateHistoryModel,
+        responses={200: {"description": "The queue's samples, oldest first."}, **errors(400, 404)},
+    )
+    async def queue_history(name: QueueName) -> dict[str, Any]:
+        """Samples of the queue's cumulative counters (enqueued, delivered, acked), one every
+        5 s over the last 10 minutes, taken by this node since it started: a rate is the
+        difference of two samples divided by the time between them (the dashboard's chart).
+        Counters count what this node applied, so every node's rates are the cluster's."""
+        check_queue_name(name)
+        node.state.get_queue(name)  # NotFound (404) for a queue that does not exist
+        return {"interval_ms": int((history.interval_s if history else 0) * 1000),
+                "samples": [dataclasses.asdict(s) for s in history.samples(name)] if history else []}
 
     return r

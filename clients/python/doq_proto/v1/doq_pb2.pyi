@@ -373,6 +373,26 @@ class GetRequest(_message.Message):
     id: int
     def __init__(self, queue_name: _Optional[str] = ..., id: _Optional[int] = ...) -> None: ...
 
+class PeekRequest(_message.Message):
+    __slots__ = ("queue_name", "state", "offset", "limit")
+    QUEUE_NAME_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    queue_name: str
+    state: str
+    offset: int
+    limit: int
+    def __init__(self, queue_name: _Optional[str] = ..., state: _Optional[str] = ..., offset: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class PeekResponse(_message.Message):
+    __slots__ = ("messages", "next_offset")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[Message]
+    next_offset: int
+    def __init__(self, messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., next_offset: _Optional[int] = ...) -> None: ...
+
 class DeleteRequest(_message.Message):
     __slots__ = ("queue_name", "id", "lease_id")
     QUEUE_NAME_FIELD_NUMBER: _ClassVar[int]

@@ -104,6 +104,11 @@ class DOQStub:
                 request_serializer=doq_dot_v1_dot_doq__pb2.GetRequest.SerializeToString,
                 response_deserializer=doq_dot_v1_dot_doq__pb2.Message.FromString,
                 _registered_method=True)
+        self.Peek = channel.unary_unary(
+                '/doq.v1.DOQ/Peek',
+                request_serializer=doq_dot_v1_dot_doq__pb2.PeekRequest.SerializeToString,
+                response_deserializer=doq_dot_v1_dot_doq__pb2.PeekResponse.FromString,
+                _registered_method=True)
         self.Delete = channel.unary_unary(
                 '/doq.v1.DOQ/Delete',
                 request_serializer=doq_dot_v1_dot_doq__pb2.DeleteRequest.SerializeToString,
@@ -262,6 +267,12 @@ class DOQServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Peek(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Delete(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -413,6 +424,11 @@ def add_DOQServicer_to_server(servicer, server):
                     servicer.Get,
                     request_deserializer=doq_dot_v1_dot_doq__pb2.GetRequest.FromString,
                     response_serializer=doq_dot_v1_dot_doq__pb2.Message.SerializeToString,
+            ),
+            'Peek': grpc.unary_unary_rpc_method_handler(
+                    servicer.Peek,
+                    request_deserializer=doq_dot_v1_dot_doq__pb2.PeekRequest.FromString,
+                    response_serializer=doq_dot_v1_dot_doq__pb2.PeekResponse.SerializeToString,
             ),
             'Delete': grpc.unary_unary_rpc_method_handler(
                     servicer.Delete,
@@ -858,6 +874,33 @@ class DOQ:
             '/doq.v1.DOQ/Get',
             doq_dot_v1_dot_doq__pb2.GetRequest.SerializeToString,
             doq_dot_v1_dot_doq__pb2.Message.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Peek(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/doq.v1.DOQ/Peek',
+            doq_dot_v1_dot_doq__pb2.PeekRequest.SerializeToString,
+            doq_dot_v1_dot_doq__pb2.PeekResponse.FromString,
             options,
             channel_credentials,
             insecure,
