@@ -188,3 +188,24 @@ def test_a_queue_page_opened_late_charts_the_minutes_before_it(node: NodeProc, b
         "return old.length >= 2 && old[old.length - 1].enqueued > old[0].enqueued;"))
     wait(browser, "a chart line", lambda d: d.find_elements(By.CSS_SELECTOR, '#chart polyline[data-series="enq"]'))
     shot(browser, "queue-history")
+
+
+def test_a_redrive_started_from_the_page_moves_the_messages_and_shows_its_progress(
+        node: NodeProc, browser: webdriver.Chrome) -> None:
+    call(node, "POST", Q, {"name": "ui-dlq", "type": "delayed"})
+    call(node, "POST", Q, {"name": "ui-back", "type": "delayed"})
+    call(node, "POST", f"{Q}/ui-dlq/messages:batch", {"messages": [{"content": f"dead {i}"} for i in range(5)]})
+    browser.get("about:blank")
+    browser.get(node.http_url + "/ui#/queue/ui-dlq")
+    wait(browser, "the queue page", lambda d: d.find_element(By.ID, "queue-name").text == "ui-dlq")
+    click(browser, "#redrive")
+    to = wait(browser, "the target prompt", lambda d: d.switch_to.alert)
+    to.send_keys("ui-back")
+    to.accept()
+    wait(browser, "the rate prompt", lambda d: d.switch_to.alert).accept()  # empty: no limit
+    wait(browser, "a completed redrive on the page", lambda d: d.find_element(
+        By.CSS_SELECTOR, "#redrive-task").get_attribute("data-state") == "completed")
+    assert "5 of 5 moved" in browser.find_element(By.ID, "redrive-task").text
+    assert call(node, "GET", f"{Q}/ui-back")["stats"]["ready"] == 5
+    assert call(node, "GET", f"{Q}/ui-dlq")["stats"]["total"] == 0
+    shot(browser, "queue-redrive")

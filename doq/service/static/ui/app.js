@@ -12,6 +12,7 @@ const state = {
   rates: new Map(), // queue name -> {enq, deq, ack} per second
   sort: { key: "name", asc: true },
   browse: { queue: "", state: "ready", offset: 0 },
+  redrives: new Map(), // queue name -> its last redrive task (GET .../redrive)
 };
 window.doqDashboard = state; // for people in the console, and for the browser test
 
@@ -206,10 +207,15 @@ function renderQueue(name, navigated) {
       el("div", { id: "details" }),
       el("h2", {}, "Queue actions"),
       el("div", { class: "actions" },
+        el("button", { type: "button", id: "redrive", onclick: () => startRedrive(name) }, "Redrive messages…"),
         el("button", { type: "button", class: "danger", id: "purge", onclick: () => purge(name) }, "Purge all messages")),
+      el("div", { id: "redrive-box" }),
     );
     browse(name, "ready", 0);
     loadHistory(name);
+    loadRedrive(name);
+  } else if ((state.redrives.get(name) || {}).state === "running") {
+    loadRedrive(name); // follow a running redrive's progress with the page's updates
   }
   if (q) {
     const type = document.getElementById("queue-type");
@@ -367,6 +373,52 @@ async function removeMessage(name, id) {
     put(document.getElementById("details"), );
     await browse(name, state.browse.state, state.browse.offset);
   } catch (e) { banner(`delete: ${e.message}`, true); }
+}
+
+// -- redrive: move a dead-letter queue's messages back (a replicated task, paced) ----------
+async function startRedrive(name) {
+  const to = prompt(`Redrive the messages of ${name} to which queue? (empty: the queue that dead-letters into ${name})`, "");
+  if (to === null) return;
+  const rate = prompt("At most how many messages per second? (empty: no limit)", "");
+  if (rate === null) return;
+  const body = {};
+  if (to.trim()) body.to = to.trim();
+  if (rate.trim()) body.max_per_second = Number(rate.trim());
+  try {
+    const task = await api("POST", `/API/v1/queues/${encodeURIComponent(name)}/redrive`, body);
+    banner(`redriving ${fmt(task.total)} messages of ${name} to ${task.to}`);
+    showRedrive(name, task);
+  } catch (e) { banner(`redrive: ${e.message}`, true); }
+}
+
+async function cancelRedrive(name) {
+  try {
+    showRedrive(name, await api("DELETE", `/API/v1/queues/${encodeURIComponent(name)}/redrive`));
+  } catch (e) { banner(`cancel redrive: ${e.message}`, true); }
+}
+
+let redriveLoading = false;
+async function loadRedrive(name) {
+  if (redriveLoading) return;
+  redriveLoading = true;
+  try {
+    showRedrive(name, await api("GET", `/API/v1/queues/${encodeURIComponent(name)}/redrive`));
+  } catch (e) {
+    if (!String(e.message).includes("REDRIVE_NOT_FOUND")) banner(`redrive: ${e.message}`, true);
+  } finally {
+    redriveLoading = false;
+  }
+}
+
+function showRedrive(name, task) {
+  state.redrives.set(name, task);
+  const box = document.getElementById("redrive-box");
+  if (!box || route().name !== name) return;
+  const rate = task.max_per_second ? `${fmt(task.max_per_second)}/s` : "no limit";
+  put(box, el("p", { id: "redrive-task", "data-state": task.state },
+    `Redrive to ${task.to}: ${task.state}, ${fmt(task.moved)} of ${fmt(task.total)} moved, ${fmt(task.remaining)} left (${rate})`,
+    task.reason ? ` — ${task.reason}` : "", " ",
+    task.state === "running" ? el("button", { type: "button", id: "redrive-cancel", onclick: () => cancelRedrive(name) }, "Cancel") : null));
 }
 
 async function purge(name) {
