@@ -57,9 +57,9 @@ def open_page(http_host: str, http_port: int) -> Iterator[list[int]]:
         stop.set()
         if conn.sock is not None:
             with contextlib.suppress(OSError):
-                conn.sock.shutdown(2)  # wakes the reader blocked in readline
-        conn.close()
-        reader.join(5)
+                conn.sock.shutdown(2)  # wakes the reader blocked in readline: it ends
+        reader.join(30)
+        conn.close()  # only once the reader is done with the response (no race on its file)
 
 
 def _http_of(root: Path) -> tuple[str, int]:
