@@ -21,6 +21,7 @@ from doq_client import (
     Backoff,
     DoqClient,
     Message,
+    QueueNotFound,
     QueueSettings,
     Worker,
     WorkerHooks,
@@ -317,3 +318,16 @@ def test_decorator_form_makes_a_worker(client: DoqClient, queue_name: str) -> No
     assert isinstance(handle, Worker)
     _run_sync(handle, lambda: bool(rec.acked), "the ack")
     assert seen == ["hi"] and rec.acked == [(mid, 1)]
+
+
+def test_a_worker_on_a_missing_queue_raises_queue_not_found(client: DoqClient, queue_name: str) -> None:
+    with pytest.raises(QueueNotFound):
+        client.worker(queue_name, lambda m: None).run(handle_signals=False)
+
+
+def test_a_queue_deleted_under_a_running_worker_ends_it_with_the_error(client: DoqClient, queue_name: str) -> None:
+    client.create_queue(queue_name)
+    w = client.worker(queue_name, lambda m: None, poll_wait_ms=50).start()
+    client.delete_queue(queue_name)
+    with pytest.raises(QueueNotFound):
+        w.join(WAIT_S)
