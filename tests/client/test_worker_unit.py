@@ -6,7 +6,10 @@ who settles a message, and bad options refused with `InvalidArgument` before any
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from doq_proto.v1 import doq_pb2 as pb
 
 from doq_client import AsyncDoqClient, Backoff, DoqClient, InvalidArgument, Message
 from doq_client._worker_core import (
@@ -17,7 +20,6 @@ from doq_client._worker_core import (
     WorkerOptions,
     retry_in_ms,
 )
-from doq_proto.v1 import doq_pb2 as pb
 
 
 def _msg(attempts: int) -> Message:
@@ -85,7 +87,7 @@ def test_only_one_of_finishing_and_releasing_claims_a_message() -> None:
     {"grace_s": float("inf")}, {"poll_wait_ms": 0}, {"poll_wait_ms": 60_001}, {"extend_at": 1.0},
     {"extend_at": 0},
 ])
-def test_bad_worker_options_are_refused_before_anything_runs(kw: dict[str, object]) -> None:
+def test_bad_worker_options_are_refused_before_anything_runs(kw: dict[str, Any]) -> None:
     c = DoqClient("127.0.0.1:1")  # never dialled
     try:
         with pytest.raises(InvalidArgument):
