@@ -15,8 +15,10 @@ import signal
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from doq_client import _ops
+from doq_client._handle import AsyncClient
 from doq_client._worker_core import (
     RETRY_POLL_S,
     Held,
@@ -32,9 +34,6 @@ from doq_client._worker_core import (
 from doq_client.errors import DoqClientError
 from doq_client.types import Message
 
-if TYPE_CHECKING:
-    from doq_client.aio import AsyncDoqClient
-
 log = logging.getLogger("doq_client.worker")
 
 AsyncHandler = Callable[[Message], Awaitable[Any]]
@@ -48,7 +47,7 @@ class AsyncWorker:
 
     def __init__(
         self,
-        client: AsyncDoqClient,
+        client: AsyncClient,
         queue: str,
         handler: AsyncHandler,
         options: WorkerOptions,
@@ -96,7 +95,7 @@ class AsyncWorker:
         self._loop = asyncio.get_running_loop()
         self._loop_thread_id = threading.get_ident()
         self._wake = asyncio.Event()
-        q = await self.client.get_queue(self.queue)
+        q = await self.client._call(_ops.get_queue(self.queue))
         self._plan = self.options.plan(q.settings)
         self._max_attempts = q.settings.max_attempts
         installed = handle_signals and threading.current_thread() is threading.main_thread()
@@ -124,9 +123,10 @@ class AsyncWorker:
                 return None
             sent_s = time.monotonic()
             try:
-                msgs = await self.client.dequeue(self.queue, max_messages=n - len(self._tasks),
-                                                 wait_ms=self.options.poll_wait_ms,
-                                                 visibility_timeout_ms=self._plan.lease_ms)
+                msgs = await self.client._call(
+                    _ops.dequeue(self.queue, False, n - len(self._tasks), self.options.poll_wait_ms,
+                                 self._plan.lease_ms),
+                    self.options.poll_wait_ms / 1000)
             except DoqClientError as e:
                 if not poll_retryable(e):
                     self._stopping = True
@@ -183,12 +183,12 @@ class AsyncWorker:
         m = h.msg
         try:
             if error is None:
-                await self.client.ack(self.queue, m.id, lease_id=m.lease_id)
+                await self.client._call(_ops.ack(self.queue, m.id, m.lease_id))
                 call_hook(self.hooks.on_success, m, time.monotonic() - h.started_s)
                 return
             delay = retry_in_ms(m, self._max_attempts, self.options.backoff, self._rng())
             log.info("handler failed on message %d of %r (attempt %d): %r", m.id, self.queue, m.attempts, error)
-            await self.client.nack(self.queue, m.id, lease_id=m.lease_id, delay_ms=delay or 0)
+            await self.client._call(_ops.nack(self.queue, m.id, m.lease_id, delay or 0, None, False))
             call_hook(self.hooks.on_failure, m, error, delay)
         except DoqClientError as e:
             log.warning("settling message %d of %r failed: %s (it will be delivered again)", m.id, self.queue, e)
@@ -196,7 +196,7 @@ class AsyncWorker:
     async def _release(self, h: Held) -> None:
         m = h.msg
         try:
-            await self.client.nack(self.queue, m.id, lease_id=m.lease_id, release=True)
+            await self.client._call(_ops.nack(self.queue, m.id, m.lease_id, 0, None, True))
         except DoqClientError as e:
             log.warning("releasing message %d of %r failed: %s (it comes back when its lease ends)",
                         m.id, self.queue, e)
@@ -211,8 +211,7 @@ class AsyncWorker:
             await asyncio.sleep(max(0.0, h.next_extend_s - time.monotonic()))
             sent_s = time.monotonic()
             try:
-                expires_ms = await self.client.touch(self.queue, m.id, lease_id=m.lease_id,
-                                                     visibility_timeout_ms=plan.lease_ms)
+                expires_ms = await self.client._call(_ops.touch(self.queue, m.id, m.lease_id, plan.lease_ms))
             except DoqClientError as e:
                 if lease_lost(e):
                     h.lost = True

@@ -32,8 +32,10 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from doq_client import _ops
+from doq_client._handle import SyncClient
 from doq_client._worker_core import (
     RETRY_POLL_S,
     Held,
@@ -49,9 +51,6 @@ from doq_client._worker_core import (
 from doq_client.errors import DoqClientError
 from doq_client.types import Message
 
-if TYPE_CHECKING:
-    from doq_client.client import DoqClient
-
 log = logging.getLogger("doq_client.worker")
 
 Handler = Callable[[Message], Any]
@@ -66,7 +65,7 @@ class Worker:
 
     def __init__(
         self,
-        client: DoqClient,
+        client: SyncClient,
         queue: str,
         handler: Handler,
         options: WorkerOptions,
@@ -141,7 +140,7 @@ class Worker:
         """Work until `stop()`, then stop gracefully and return. With `handle_signals` and in
         the main thread, SIGTERM and SIGINT call `stop()` meanwhile. Raises a poll's error
         that retrying cannot cure (e.g. `QueueNotFound`), after the graceful stop."""
-        q = self.client.get_queue(self.queue)
+        q = self.client._call(_ops.get_queue(self.queue))
         self._plan = self.options.plan(q.settings)
         self._max_attempts = q.settings.max_attempts
         n = self.options.concurrency
@@ -183,8 +182,9 @@ class Worker:
                 free = n - len(self._held)
             sent_s = time.monotonic()
             try:
-                msgs = self.client.dequeue(self.queue, max_messages=free, wait_ms=self.options.poll_wait_ms,
-                                           visibility_timeout_ms=self._plan.lease_ms)
+                msgs = self.client._call(
+                    _ops.dequeue(self.queue, False, free, self.options.poll_wait_ms, self._plan.lease_ms),
+                    self.options.poll_wait_ms / 1000)
             except DoqClientError as e:
                 if not poll_retryable(e):
                     self.stop()
@@ -258,12 +258,12 @@ class Worker:
         m = h.msg
         try:
             if error is None:
-                self.client.ack(self.queue, m.id, lease_id=m.lease_id)
+                self.client._call(_ops.ack(self.queue, m.id, m.lease_id))
                 call_hook(self.hooks.on_success, m, time.monotonic() - h.started_s)
                 return
             delay = retry_in_ms(m, self._max_attempts, self.options.backoff, self._rng())
             log.info("handler failed on message %d of %r (attempt %d): %r", m.id, self.queue, m.attempts, error)
-            self.client.nack(self.queue, m.id, lease_id=m.lease_id, delay_ms=delay or 0)
+            self.client._call(_ops.nack(self.queue, m.id, m.lease_id, delay or 0, None, False))
             call_hook(self.hooks.on_failure, m, error, delay)
         except DoqClientError as e:  # the lease is gone or the cluster unreachable: it comes back
             log.warning("settling message %d of %r failed: %s (it will be delivered again)", m.id, self.queue, e)
@@ -271,7 +271,7 @@ class Worker:
     def _release(self, h: Held) -> None:
         m = h.msg
         try:
-            self.client.nack(self.queue, m.id, lease_id=m.lease_id, release=True)
+            self.client._call(_ops.nack(self.queue, m.id, m.lease_id, 0, None, True))
         except DoqClientError as e:
             log.warning("releasing message %d of %r failed: %s (it comes back when its lease ends)",
                         m.id, self.queue, e)
@@ -300,7 +300,7 @@ class Worker:
         m = h.msg
         sent_s = time.monotonic()
         try:
-            expires_ms = self.client.touch(self.queue, m.id, lease_id=m.lease_id, visibility_timeout_ms=plan.lease_ms)
+            expires_ms = self.client._call(_ops.touch(self.queue, m.id, m.lease_id, plan.lease_ms))
         except DoqClientError as e:
             if lease_lost(e):
                 h.lost = True
