@@ -331,3 +331,32 @@ def test_a_queue_deleted_under_a_running_worker_ends_it_with_the_error(client: D
     client.delete_queue(queue_name)
     with pytest.raises(QueueNotFound):
         w.join(WAIT_S)
+
+
+async def test_cancelling_an_async_worker_hands_back_what_it_holds_at_once(
+    client: DoqClient, node: NodeProc, queue_name: str
+) -> None:
+    """Cancelling `run()` is a stop without grace: the running handler's message is released
+    (ready, attempt not counted, although its lease had 5 minutes left), its handler cancelled."""
+    client.create_queue(queue_name, settings=QueueSettings(visibility_timeout_ms=300_000))
+    mid = client.enqueue(queue_name, "stuck").id
+    rec = Recorder()
+    entered = asyncio.Event()
+    cancelled: list[int] = []
+    async with AsyncDoqClient(node.grpc_addr) as ac:
+        async def ahandle(m: Message) -> None:
+            entered.set()
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                cancelled.append(m.id)
+                raise
+
+        task = asyncio.ensure_future(ac.worker(queue_name, ahandle, hooks=rec).run(handle_signals=False))
+        await asyncio.wait_for(entered.wait(), WAIT_S)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, WAIT_S)
+    assert rec.released == [mid] and cancelled == [mid]
+    m = client.get(queue_name, mid)
+    assert (m.state, m.attempts) == ("ready", 0)

@@ -103,8 +103,13 @@ class AsyncWorker:
             for s in SIGNALS:
                 self._loop.add_signal_handler(s, self.stop)
         try:
-            error = await self._poll()
-            await self._shut_down()
+            try:
+                error = await self._poll()
+            except asyncio.CancelledError:  # run() cancelled: hand back at once what it holds
+                self._stopping = True
+                await self._shut_down(0)
+                raise
+            await self._shut_down(self.options.grace_s)
         finally:
             if installed:
                 for s in SIGNALS:
@@ -145,11 +150,11 @@ class AsyncWorker:
                     continue
                 self._tasks[h] = asyncio.ensure_future(self._work(h))
 
-    async def _shut_down(self) -> None:
+    async def _shut_down(self, grace_s: float) -> None:
         """After the poll loop: `grace_s` for the running handlers, then release the rest
         (and cancel their handlers); acks and nacks under way are awaited."""
-        if self._tasks:
-            await asyncio.wait(list(self._tasks.values()), timeout=self.options.grace_s)
+        if self._tasks and grace_s > 0:
+            await asyncio.wait(list(self._tasks.values()), timeout=grace_s)
         unfinished = [(h, t) for h, t in self._tasks.items() if h.claim(State.RELEASED)]
         for h, t in unfinished:
             await self._release(h)
@@ -164,15 +169,16 @@ class AsyncWorker:
         keeper = asyncio.ensure_future(self._keep_lease(h, self._plan))
         error: Exception | None = None
         try:
-            await self.handler(h.msg)
-        except asyncio.CancelledError:
-            if h.state is not State.RELEASED:
-                raise  # not cancelled by a stop that released it: someone cancelled the worker
-        except Exception as e:
-            error = e
-        finally:
-            keeper.cancel()
-        try:
+            try:
+                await self.handler(h.msg)
+            except asyncio.CancelledError:
+                if h.claim(State.RELEASED):  # cancelled by its caller, not by a stop: hand it back
+                    await self._release(h)
+                    raise
+            except Exception as e:
+                error = e
+            finally:
+                keeper.cancel()
             if h.claim(State.SETTLING):
                 await self._settle(h, error)
         finally:
