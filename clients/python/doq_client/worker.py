@@ -207,7 +207,14 @@ class Worker:
                 self._release(h)
 
     def _shut_down(self, n: int) -> None:
-        """After the poll loop: `grace_s` for the running handlers, then release the rest."""
+        """After the poll loop: release what no handler started yet, give the running
+        handlers `grace_s`, then release the rest."""
+        with self._lock:
+            not_started = [h for h in self._jobs if h is not None and h.claim(State.RELEASED)]
+            self._jobs.clear()
+            self._held.difference_update(not_started)
+        for h in not_started:
+            self._release(h)
         deadline = time.monotonic() + self.options.grace_s
         with self._lock:
             while self._held and (left := deadline - time.monotonic()) > 0:
