@@ -92,43 +92,51 @@ async def _run_async(worker: Any, until: Callable[[], bool], what: str) -> None:
 
 
 # -- the lease is kept while the handler runs -----------------------------------------------
-LEASE_MS = 2_000
+LEASE_MS = 3_000  # a touch is due every 1 s; each has 2 s to be committed
 
 
-@pytest.mark.parametrize("mode", ["sync", "async"])
 async def test_a_handler_running_three_leases_long_is_delivered_once(
-    client: DoqClient, node: NodeProc, queue_name: str, mode: str
+    client: DoqClient, node: NodeProc, queue_name: str
 ) -> None:
     """A handler that runs 3x the queue's visibility timeout: the worker's touches keep the
     lease, so the message is delivered once (attempt 1, no second delivery, although the
-    worker has a free slot to take one) and its ack, with that delivery's lease id, succeeds."""
-    client.create_queue(queue_name, settings=QueueSettings(visibility_timeout_ms=LEASE_MS))
-    mid = client.enqueue(queue_name, "long").id
-    rec = Recorder()
-    calls: list[tuple[int, int]] = []
+    worker has a free slot to take one) and its ack, with that delivery's lease id, succeeds.
+    The sync worker (a thread) and the asyncio one (this loop) run side by side."""
+    queues = {mode: f"{queue_name}-{mode}" for mode in ("sync", "async")}
+    ids = {}
+    for mode, q in queues.items():
+        client.create_queue(q, settings=QueueSettings(visibility_timeout_ms=LEASE_MS))
+        ids[mode] = client.enqueue(q, "long").id
+    rec = {mode: Recorder() for mode in queues}
+    calls: dict[str, list[tuple[int, int]]] = {mode: [] for mode in queues}
     hold_s = 3 * LEASE_MS / 1000
 
-    def done() -> bool:  # acked, or delivered a second time (a lost lease)
-        return bool(rec.acked) or len(calls) > 1
+    def done(mode: str) -> bool:  # acked, or delivered a second time (a lost lease)
+        return bool(rec[mode].acked) or len(calls[mode]) > 1
 
-    if mode == "sync":
-        def handle(m: Message) -> None:
-            calls.append((m.id, m.attempts))
-            time.sleep(hold_s)
+    def handle(m: Message) -> None:
+        calls["sync"].append((m.id, m.attempts))
+        time.sleep(hold_s)
 
-        _run_sync(client.worker(queue_name, handle, concurrency=2, hooks=rec), done, "the ack")
-    else:
+    async def ahandle(m: Message) -> None:
+        calls["async"].append((m.id, m.attempts))
+        await asyncio.sleep(hold_s)
+
+    sync_worker = client.worker(queues["sync"], handle, concurrency=2, hooks=rec["sync"]).start()
+    try:
         async with AsyncDoqClient(node.grpc_addr) as ac:
-            async def ahandle(m: Message) -> None:
-                calls.append((m.id, m.attempts))
-                await asyncio.sleep(hold_s)
-
-            await _run_async(ac.worker(queue_name, ahandle, concurrency=2, hooks=rec), done, "the ack")
-    assert calls == [(mid, 1)]
-    assert rec.acked == [(mid, 1)]
-    assert len(rec.extended) >= 2  # a lease of 2 s lasted 6 s
-    stats = client.get_queue(queue_name).stats
-    assert (stats.total, stats.dead) == (0, 0)
+            await _run_async(ac.worker(queues["async"], ahandle, concurrency=2, hooks=rec["async"]),
+                             lambda: done("async"), "the async worker's ack")
+        await _apoll(lambda: done("sync"), "the sync worker's ack")
+    finally:
+        sync_worker.stop()
+        assert sync_worker.join(WAIT_S)
+    for mode, q in queues.items():
+        assert calls[mode] == [(ids[mode], 1)], mode
+        assert rec[mode].acked == [(ids[mode], 1)], mode
+        assert len(rec[mode].extended) >= 2, mode  # a lease of 3 s lasted 9 s
+        stats = client.get_queue(q).stats
+        assert (stats.total, stats.dead) == (0, 0), mode
 
 
 # -- a failing handler: backoff, then the dead-letter queue ---------------------------------
