@@ -368,3 +368,49 @@ async def test_cancelling_an_async_worker_hands_back_what_it_holds_at_once(
     assert rec.released == [mid] and cancelled == [mid]
     m = client.get(queue_name, mid)
     assert (m.state, m.attempts) == ("ready", 0)
+
+
+def _long_polls_waiting(node: NodeProc) -> int:
+    """The node's `doq_long_polls_waiting` gauge (the module's tests run one at a time)."""
+    with node.urlopen(node.http_url + "/metrics") as r:
+        text = r.read().decode()
+    [line] = [x for x in text.splitlines() if x.startswith("doq_long_polls_waiting ")]
+    return int(float(line.split()[1]))
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_a_message_a_last_poll_brings_in_after_stop_is_released_not_run(
+    client: DoqClient, node: NodeProc, queue_name: str, mode: str
+) -> None:
+    """stop() while the worker is parked in a long poll: the message that poll then brings
+    in is released at once (ready, attempt not counted; the lease is 5 minutes), never run."""
+    client.create_queue(queue_name, settings=QueueSettings(visibility_timeout_ms=300_000))
+    _poll(lambda: _long_polls_waiting(node) == 0, "an earlier test's long polls to end")
+    rec = Recorder()
+    ran: list[int] = []
+    if mode == "sync":
+        w = client.worker(queue_name, lambda m: ran.append(m.id), poll_wait_ms=60_000, hooks=rec).start()
+        try:
+            _poll(lambda: _long_polls_waiting(node) == 1, "the worker's long poll")
+            w.stop()
+            mid = client.enqueue(queue_name, "late").id
+        finally:
+            w.stop()
+            assert w.join(WAIT_S)
+    else:
+        async with AsyncDoqClient(node.grpc_addr) as ac:
+            async def ahandle(m: Message) -> None:
+                ran.append(m.id)
+
+            aw = ac.worker(queue_name, ahandle, poll_wait_ms=60_000, hooks=rec)
+            task = asyncio.ensure_future(aw.run(handle_signals=False))
+            try:
+                await _apoll(lambda: _long_polls_waiting(node) == 1, "the worker's long poll")
+                aw.stop()
+                mid = (await ac.enqueue(queue_name, "late")).id
+            finally:
+                aw.stop()
+                await asyncio.wait_for(task, WAIT_S)
+    assert rec.released == [mid] and ran == []
+    m = client.get(queue_name, mid)
+    assert (m.state, m.attempts) == ("ready", 0)
