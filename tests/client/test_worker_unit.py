@@ -11,14 +11,26 @@ from typing import Any
 import pytest
 from doq_proto.v1 import doq_pb2 as pb
 
-from doq_client import AsyncDoqClient, Backoff, DoqClient, InvalidArgument, Message
+from doq_client import (
+    AckResult,
+    AsyncDoqClient,
+    Backoff,
+    DoqClient,
+    InvalidArgument,
+    Message,
+    StaleLease,
+    Unavailable,
+)
 from doq_client._worker_core import (
     MAX_DELAY_MS,
     Held,
     LeasePlan,
     State,
     WorkerOptions,
+    ack_outcomes,
+    note_touch,
     retry_in_ms,
+    take_acks,
 )
 
 
@@ -110,3 +122,27 @@ async def test_the_async_worker_wants_a_coroutine_function() -> None:
             return None
 
         assert c.worker("q", concurrency=2)(handle).options.concurrency == 2
+
+
+def test_acks_go_a_thousand_per_call_with_their_lease_ids() -> None:
+    pending = [Held(Message(pb.Message(id=i, lease_id=100 + i)), 0.0, 1.0) for i in range(1, 1_502)]
+    batch, op = take_acks(pending, "q")
+    assert len(batch) == 1_000 and len(pending) == 501
+    assert (op.method, list(op.request.ids[:2]), list(op.request.lease_ids[:2])) == ("AckBatch", [1, 2], [101, 102])
+    assert op.repeatable  # every ack names its lease: safe to send again after a failover
+    results = [AckResult(h.msg.id, None if h.msg.id % 2 else StaleLease("gone")) for h in batch]
+    outcomes = ack_outcomes(batch, results)  # type: ignore[arg-type]
+    assert [e is None for _, e in outcomes[:2]] == [True, False]
+    boom = Unavailable("down")
+    assert {e for _, e in ack_outcomes(batch, boom)} == {boom}
+
+
+def test_a_touch_outcome_moves_the_next_extension_or_stops_it() -> None:
+    plan = LeasePlan(3_000)
+    h = Held(_msg(1), 0.0, 1.0)
+    assert note_touch(h, plan, "q", 5.0, 123, 5.1)
+    assert (h.leased_at_s, h.next_extend_s) == (5.0, pytest.approx(6.0))
+    assert not note_touch(h, plan, "q", 7.0, Unavailable("down"), 7.2)
+    assert h.next_extend_s == pytest.approx(7.5) and not h.lost  # tried again soon
+    assert not note_touch(h, plan, "q", 8.0, StaleLease("gone"), 8.1)
+    assert h.lost and not h.wants_extend(100.0)  # a lost lease is not touched again

@@ -1,10 +1,12 @@
-"""What the sync and asyncio workers share: pure rules, no I/O, no clock reads.
+"""What the sync and asyncio workers share: their rules, without calls or clock reads.
 
 - `Backoff`: the delay before a failed message is delivered again.
 - `LeasePlan`: when a held message's lease is extended (touched), from the worker's own
   monotonic clock (never the server's wall clock: no skew to trust).
 - `Held`: one message a worker holds, and the one transition that decides who settles it
   (the handler finishing, or a stop releasing it): `claim`.
+- `take_acks` / `ack_outcomes`: the acks of handlers that returned, coalesced into
+  `AckBatch` calls (one call carries every ack that came while the previous one was out).
 - `WorkerHooks`: the metrics callbacks.
 - `WorkerOptions`: the validated settings both loops read.
 
@@ -20,6 +22,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from doq_client import _ops
 from doq_client.errors import (
     DoqClientError,
     FailedPrecondition,
@@ -28,7 +31,7 @@ from doq_client.errors import (
     invalid_argument,
 )
 from doq_client.retry import is_failover
-from doq_client.types import Message, QueueSettings
+from doq_client.types import AckResult, Message, QueueSettings
 
 log = logging.getLogger("doq_client.worker")
 
@@ -37,6 +40,7 @@ MAX_DELAY_MS = 366 * 24 * 3600 * 1000  # the most a nack may delay a message (th
 MAX_LEASE_MS = 12 * 3600 * 1000  # the longest lease a dequeue or touch may ask for
 MAX_WAIT_MS = 60_000  # the longest long poll the server allows
 RETRY_POLL_S = 1.0  # pause after a failed poll (a failover error the client gave up on)
+MAX_ACKS_PER_CALL = 1_000  # acks per AckBatch call
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +147,41 @@ class Held:
 
     def wants_extend(self, now_s: float) -> bool:
         return self.state is State.RUNNING and not self.lost and now_s >= self.next_extend_s
+
+
+def take_acks(pending: list[Held], queue: str) -> tuple[list[Held], _ops.Op[list[AckResult]]]:
+    """Take up to MAX_ACKS_PER_CALL of the `pending` acks (removed from it) and the
+    `AckBatch` call that settles them (each with its delivery's lease id: safe to repeat)."""
+    batch = pending[:MAX_ACKS_PER_CALL]
+    del pending[:MAX_ACKS_PER_CALL]
+    return batch, _ops.ack_batch(queue, [h.msg.id for h in batch], [h.msg.lease_id for h in batch])
+
+
+def ack_outcomes(batch: list[Held], results: list[AckResult] | Exception) -> list[tuple[Held, Exception | None]]:
+    """Each acked message with its error (None: acked); a failed call fails them all."""
+    if isinstance(results, Exception):
+        return [(h, results) for h in batch]
+    return [(h, r.error) for h, r in zip(batch, results, strict=True)]
+
+
+def note_touch(h: Held, plan: LeasePlan, queue: str, sent_s: float, outcome: int | Exception,
+               now_s: float) -> bool:
+    """Record on `h` the outcome of a touch sent at `sent_s` (the new expiry, or the
+    error); True if the lease was extended. A lost lease is not touched again; another
+    failure is tried again after `plan.retry_s`."""
+    if not isinstance(outcome, Exception):
+        h.leased_at_s = sent_s
+        h.next_extend_s = plan.next_extend_s(sent_s)
+        return True
+    if isinstance(outcome, DoqClientError) and lease_lost(outcome):
+        h.lost = True
+        if h.state is State.RUNNING:
+            log.warning("the lease of message %d of %r was lost (%s): it will be delivered again",
+                        h.msg.id, queue, outcome)
+    else:
+        log.warning("extending the lease of message %d of %r failed (%s); trying again", h.msg.id, queue, outcome)
+        h.next_extend_s = plan.retry_s(now_s)
+    return False
 
 
 class WorkerHooks:

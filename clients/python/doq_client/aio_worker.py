@@ -26,13 +26,15 @@ from doq_client._worker_core import (
     State,
     WorkerHooks,
     WorkerOptions,
+    ack_outcomes,
     call_hook,
-    lease_lost,
+    note_touch,
     poll_retryable,
     retry_in_ms,
+    take_acks,
 )
 from doq_client.errors import DoqClientError
-from doq_client.types import Message
+from doq_client.types import AckResult, Message
 
 log = logging.getLogger("doq_client.worker")
 
@@ -70,6 +72,9 @@ class AsyncWorker:
         self._loop_thread_id = 0
         self._wake: asyncio.Event | None = None  # a slot freed or a stop
         self._tasks: dict[Held, asyncio.Task[None]] = {}
+        self._acks: list[Held] = []  # handlers returned: to ack (see _send_acks)
+        self._acks_done: dict[Held, asyncio.Future[None]] = {}
+        self._acks_ready = asyncio.Event()
         self._plan: LeasePlan | None = None
         self._max_attempts = 0
 
@@ -102,6 +107,7 @@ class AsyncWorker:
         if installed:
             for s in SIGNALS:
                 self._loop.add_signal_handler(s, self.stop)
+        sender = asyncio.ensure_future(self._send_acks())
         try:
             try:
                 error = await self._poll()
@@ -111,6 +117,7 @@ class AsyncWorker:
                 raise
             await self._shut_down(self.options.grace_s)
         finally:
+            sender.cancel()
             if installed:
                 for s in SIGNALS:
                     self._loop.remove_signal_handler(s)
@@ -180,30 +187,55 @@ class AsyncWorker:
             finally:
                 keeper.cancel()
             if h.claim(State.SETTLING):
-                await self._settle(h, error)
+                if error is None:  # the ack sender acks it; the slot is free once it is answered
+                    done = asyncio.get_running_loop().create_future()
+                    self._acks.append(h)
+                    self._acks_done[h] = done
+                    self._acks_ready.set()
+                    await asyncio.shield(done)
+                else:
+                    await self._nack(h, error)
         finally:
             del self._tasks[h]
             self._wake.set()
 
-    async def _settle(self, h: Held, error: Exception | None) -> None:
+    async def _nack(self, h: Held, error: Exception) -> None:
         m = h.msg
+        delay = retry_in_ms(m, self._max_attempts, self.options.backoff, self._rng())
+        log.info("handler failed on message %d of %r (attempt %d): %r", m.id, self.queue, m.attempts, error)
         try:
-            if error is None:
-                await self.client._call(_ops.ack(self.queue, m.id, m.lease_id))
-                call_hook(self.hooks.on_success, m, time.monotonic() - h.started_s)
-                return
-            delay = retry_in_ms(m, self._max_attempts, self.options.backoff, self._rng())
-            log.info("handler failed on message %d of %r (attempt %d): %r", m.id, self.queue, m.attempts, error)
             await self.client._call(_ops.nack(self.queue, m.id, m.lease_id, delay or 0, None, False))
-            call_hook(self.hooks.on_failure, m, error, delay)
         except DoqClientError as e:
-            log.warning("settling message %d of %r failed: %s (it will be delivered again)", m.id, self.queue, e)
+            log.warning("nack of message %d of %r failed: %s (it will be delivered again)", m.id, self.queue, e)
+            return
+        call_hook(self.hooks.on_failure, m, error, delay)
+
+    async def _send_acks(self) -> None:
+        """The ack sender task (see `doq_client.worker.Worker._send_acks`); cancelled once
+        the worker has shut down (nothing is pending then)."""
+        while True:
+            while not self._acks:
+                self._acks_ready.clear()
+                await self._acks_ready.wait()
+            batch, op = take_acks(self._acks, self.queue)
+            try:
+                results: list[AckResult] | Exception = await self.client._call(op)
+            except Exception as e:  # e.g. the client was closed: never leave a slot taken
+                results = e
+            now = time.monotonic()
+            for h, err in ack_outcomes(batch, results):
+                if err is None:
+                    call_hook(self.hooks.on_success, h.msg, now - h.started_s)
+                else:
+                    log.warning("ack of message %d of %r failed: %s (it will be delivered again)",
+                                h.msg.id, self.queue, err)
+                self._acks_done.pop(h).set_result(None)
 
     async def _release(self, h: Held) -> None:
         m = h.msg
         try:
             await self.client._call(_ops.nack(self.queue, m.id, m.lease_id, 0, None, True))
-        except DoqClientError as e:
+        except Exception as e:  # the lease is gone, the cluster unreachable or the client closed
             log.warning("releasing message %d of %r failed: %s (it comes back when its lease ends)",
                         m.id, self.queue, e)
             return
@@ -217,16 +249,9 @@ class AsyncWorker:
             await asyncio.sleep(max(0.0, h.next_extend_s - time.monotonic()))
             sent_s = time.monotonic()
             try:
-                expires_ms = await self.client._call(_ops.touch(self.queue, m.id, m.lease_id, plan.lease_ms))
-            except DoqClientError as e:
-                if lease_lost(e):
-                    h.lost = True
-                    log.warning("the lease of message %d of %r was lost (%s): it will be delivered again",
-                                m.id, self.queue, e)
-                else:
-                    h.next_extend_s = plan.retry_s(time.monotonic())
-                continue
-            h.leased_at_s = sent_s
-            h.next_extend_s = plan.next_extend_s(sent_s)
-            call_hook(self.hooks.on_extend, m, expires_ms)
-
+                outcome: int | Exception = await self.client._call(
+                    _ops.touch(self.queue, m.id, m.lease_id, plan.lease_ms))
+            except Exception as e:  # e.g. the client was closed
+                outcome = e
+            if note_touch(h, plan, self.queue, sent_s, outcome, time.monotonic()):
+                call_hook(self.hooks.on_extend, m, outcome)

@@ -19,7 +19,9 @@ Contract (the asyncio `AsyncWorker` keeps the same one; the README shows both):
   leased, and it comes back when its lease ends. A handler still running after the grace
   period runs on in its daemon thread; the process may exit under it.
 - Acks, nacks, touches and releases are unary calls with the delivery's lease id, so the
-  client's failover rules retry them safely (`doq_client.retry`).
+  client's failover rules retry them safely (`doq_client.retry`). Acks are coalesced: one
+  `AckBatch` call carries every ack that came while the previous one was out; a message's
+  slot is free once its ack is answered.
 """
 
 from __future__ import annotations
@@ -43,13 +45,15 @@ from doq_client._worker_core import (
     State,
     WorkerHooks,
     WorkerOptions,
+    ack_outcomes,
     call_hook,
-    lease_lost,
+    note_touch,
     poll_retryable,
     retry_in_ms,
+    take_acks,
 )
 from doq_client.errors import DoqClientError
-from doq_client.types import Message
+from doq_client.types import AckResult, Message
 
 log = logging.getLogger("doq_client.worker")
 
@@ -86,6 +90,9 @@ class Worker:
         self._held: set[Held] = set()
         self._settling = 0  # messages whose handler returned and whose ack/nack is under way
         self._jobs: deque[Held | None] = deque()
+        self._acks: list[Held] = []  # handlers returned: to ack (see _send_acks)
+        self._acks_ready = threading.Condition(self._lock)
+        self._finished = False  # shut down: the ack sender ends once nothing is pending
         self._job_ready = threading.Condition(self._lock)
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
@@ -146,6 +153,7 @@ class Worker:
         n = self.options.concurrency
         threads = [threading.Thread(target=self._serve, name=f"doq-worker-{i}", daemon=True) for i in range(n)]
         threads.append(threading.Thread(target=self._keep_leases, name="doq-worker-leases", daemon=True))
+        threads.append(threading.Thread(target=self._send_acks, name="doq-worker-acks", daemon=True))
         for t in threads:
             t.start()
         error: DoqClientError | None = None
@@ -225,6 +233,8 @@ class Worker:
         with self._lock:
             while self._settling:  # acks and nacks under way: bounded by the client's timeouts
                 self._changed.wait(_MAIN_WAIT_S)
+            self._finished = True
+            self._acks_ready.notify_all()
             self._held.clear()
             self._jobs.extend([None] * n)  # the idle threads end; busy ones run on (daemon)
             self._job_ready.notify_all()
@@ -253,33 +263,60 @@ class Worker:
             if not h.claim(State.SETTLING):
                 return  # released by a stop meanwhile
             self._settling += 1
-        try:
-            self._settle(h, error)
-        finally:
-            with self._lock:
-                self._settling -= 1
-                self._held.discard(h)
-                self._changed.notify_all()
-
-    def _settle(self, h: Held, error: Exception | None) -> None:
-        m = h.msg
-        try:
-            if error is None:
-                self.client._call(_ops.ack(self.queue, m.id, m.lease_id))
-                call_hook(self.hooks.on_success, m, time.monotonic() - h.started_s)
+            if error is None:  # the ack sender thread acks it, and frees its slot then
+                self._acks.append(h)
+                self._acks_ready.notify()
                 return
-            delay = retry_in_ms(m, self._max_attempts, self.options.backoff, self._rng())
-            log.info("handler failed on message %d of %r (attempt %d): %r", m.id, self.queue, m.attempts, error)
+        try:
+            self._nack(h, error)
+        finally:
+            self._settled([h])
+
+    def _settled(self, done: list[Held]) -> None:
+        with self._lock:
+            self._settling -= len(done)
+            self._held.difference_update(done)
+            self._changed.notify_all()
+
+    def _nack(self, h: Held, error: Exception) -> None:
+        m = h.msg
+        delay = retry_in_ms(m, self._max_attempts, self.options.backoff, self._rng())
+        log.info("handler failed on message %d of %r (attempt %d): %r", m.id, self.queue, m.attempts, error)
+        try:
             self.client._call(_ops.nack(self.queue, m.id, m.lease_id, delay or 0, None, False))
-            call_hook(self.hooks.on_failure, m, error, delay)
         except DoqClientError as e:  # the lease is gone or the cluster unreachable: it comes back
-            log.warning("settling message %d of %r failed: %s (it will be delivered again)", m.id, self.queue, e)
+            log.warning("nack of message %d of %r failed: %s (it will be delivered again)", m.id, self.queue, e)
+            return
+        call_hook(self.hooks.on_failure, m, error, delay)
+
+    def _send_acks(self) -> None:
+        """The ack sender thread: one AckBatch call for all acks pending (those that come
+        while it is out go in the next), until the worker has shut down."""
+        while True:
+            with self._lock:
+                while not self._acks:
+                    if self._finished:
+                        return
+                    self._acks_ready.wait()
+                batch, op = take_acks(self._acks, self.queue)
+            try:
+                results: list[AckResult] | Exception = self.client._call(op)
+            except Exception as e:  # e.g. the client was closed: never leave a slot taken
+                results = e
+            now = time.monotonic()
+            for h, err in ack_outcomes(batch, results):
+                if err is None:
+                    call_hook(self.hooks.on_success, h.msg, now - h.started_s)
+                else:  # the lease is gone or the cluster unreachable: it comes back
+                    log.warning("ack of message %d of %r failed: %s (it will be delivered again)",
+                                h.msg.id, self.queue, err)
+            self._settled(batch)
 
     def _release(self, h: Held) -> None:
         m = h.msg
         try:
             self.client._call(_ops.nack(self.queue, m.id, m.lease_id, 0, None, True))
-        except DoqClientError as e:
+        except Exception as e:  # the lease is gone, the cluster unreachable or the client closed
             log.warning("releasing message %d of %r failed: %s (it comes back when its lease ends)",
                         m.id, self.queue, e)
             return
@@ -307,16 +344,8 @@ class Worker:
         m = h.msg
         sent_s = time.monotonic()
         try:
-            expires_ms = self.client._call(_ops.touch(self.queue, m.id, m.lease_id, plan.lease_ms))
-        except DoqClientError as e:
-            if lease_lost(e):
-                h.lost = True
-                if h.state is State.RUNNING:
-                    log.warning("the lease of message %d of %r was lost (%s): it will be delivered again",
-                                m.id, self.queue, e)
-            else:
-                h.next_extend_s = plan.retry_s(time.monotonic())
-            return
-        h.leased_at_s = sent_s
-        h.next_extend_s = plan.next_extend_s(sent_s)
-        call_hook(self.hooks.on_extend, m, expires_ms)
+            outcome: int | Exception = self.client._call(_ops.touch(self.queue, m.id, m.lease_id, plan.lease_ms))
+        except Exception as e:  # e.g. the client was closed: the keeper thread goes on
+            outcome = e
+        if note_touch(h, plan, self.queue, sent_s, outcome, time.monotonic()):
+            call_hook(self.hooks.on_extend, m, outcome)
