@@ -29,6 +29,8 @@ from doq_client import (
 )
 from tests.support.proc import NodeProc
 
+pytestmark = pytest.mark.integration
+
 WAIT_S = 60.0  # generous bound of every wait for a condition
 
 

@@ -25,6 +25,8 @@ import pytest
 from doq_client import DoqClient, Message, QueueSettings, WorkerHooks, enqueue_request
 from tests.support.proc import NodeProc
 
+pytestmark = pytest.mark.integration
+
 WAIT_S = 60.0
 
 WORKER_PROC = r"""
