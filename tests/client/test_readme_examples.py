@@ -33,3 +33,24 @@ def test_example_runs_twice(doq_node: NodeProc, heading: str) -> None:
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, f"run {run}:\n{r.stdout}\n{r.stderr}"
         assert r.stdout.strip(), f"run {run} printed nothing"
+
+
+def test_worker_example_runs_until_sigterm_twice(doq_node: NodeProc) -> None:
+    """The "Worker" example handles its message, then stops gracefully on SIGTERM (exit 0);
+    run again, it handles the message the second run enqueued."""
+    import os
+    import signal
+
+    code = example("Worker").replace("127.0.0.1:10000", doq_node.grpc_addr)
+    for run in (1, 2):
+        p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert p.stdout is not None
+            line = p.stdout.readline()  # blocks until the handler ran (or the script ended)
+            assert line == "sending to hello@example.com\n", f"run {run}: {line!r}\n{p.stderr.read() if p.poll() is not None else ''}"
+            os.kill(p.pid, signal.SIGTERM)  # our child, by pid
+            assert p.wait(120) == 0, f"run {run}:\n{p.stderr.read()}"
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)

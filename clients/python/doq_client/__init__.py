@@ -4,6 +4,8 @@ Depends only on grpcio and protobuf. Entry points:
 - `DoqClient` / `AsyncDoqClient`: unary calls (queues, enqueue, dequeue, ack, ...);
 - `Producer` / `AsyncProducer`: pipelined enqueues with a window, over streams;
 - `Consumer` / `AsyncConsumer`: prefetching consumers with acks in the stream;
+- `Worker` / `AsyncWorker` (from `client.worker(queue, handler, concurrency=N)`): a handler
+  run with a concurrency, its leases kept, retried with `Backoff`, stopped gracefully;
 - errors: `DoqClientError` and subclasses (`doq_client.errors`);
 - `FailoverPolicy`: how long calls and streams look for the leader (on by default);
 - `RetryPolicy`: optional bounded retry of other retryable unary failures.
@@ -12,7 +14,9 @@ Every client takes `key=` (default `$DOQ_KEY`), sent as `authorization: Bearer K
 
 from doq_client._auth import aio_interceptors as key_interceptors
 from doq_client._redrive import RedriveTask
+from doq_client._worker_core import Backoff, WorkerHooks
 from doq_client.aio import AsyncDoqClient
+from doq_client.aio_worker import AsyncWorker
 from doq_client.client import DoqClient
 from doq_client.consumer import AsyncConsumer, Consumer
 from doq_client.errors import (
@@ -48,6 +52,7 @@ from doq_client.types import (
     QueueStats,
     enqueue_request,
 )
+from doq_client.worker import Worker
 
 __version__ = "0.1.0"
 
@@ -57,6 +62,8 @@ __all__ = [
     "AsyncConsumer",
     "AsyncDoqClient",
     "AsyncProducer",
+    "AsyncWorker",
+    "Backoff",
     "Cancelled",
     "Consumer",
     "DeadlineExceeded",
@@ -87,6 +94,8 @@ __all__ = [
     "TooLarge",
     "Unauthenticated",
     "Unavailable",
+    "Worker",
+    "WorkerHooks",
     "enqueue_request",
     "key_interceptors",
 ]

@@ -1,5 +1,5 @@
 """What a producer or consumer needs of the client it runs on, as interfaces
-(`SyncClient`, `AsyncClient`), so that `producer` and `consumer` never import the client
+(`SyncClient`, `AsyncClient`), so that `producer`, `consumer` and the workers never import the client
 classes (`client.DoqClient`, `aio.AsyncDoqClient` import them: their `producer()` and
 `consumer()`). A producer or consumer given a bare channel asks `client_on` for a client
 of its kind on it: the client modules register their class here when they are imported

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, TypeVar, cast
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar, cast, overload
 
 import grpc
 
@@ -18,6 +18,8 @@ from doq_client import _handle, _ops, _redrive
 from doq_client._auth import aio_interceptors, check_key_transport, resolve_key
 from doq_client._redrive import RedriveTask
 from doq_client._routing import Router, parse_targets
+from doq_client._worker_core import worker_options
+from doq_client.aio_worker import AsyncHandler, AsyncWorker
 from doq_client.client import (
     CHANNEL_OPTIONS,
     DEFAULT_TARGET,
@@ -319,6 +321,25 @@ class AsyncDoqClient:
     def consumer(self, queue: str, **kw: Any) -> AsyncConsumer:
         """A prefetching consumer that follows this client's leader (see `doq_client.consumer`)."""
         return AsyncConsumer(self, queue, **kw)
+
+    @overload
+    def worker(self, queue: str, handler: AsyncHandler, /, *, concurrency: int = 1, **options: Any) -> AsyncWorker: ...
+    @overload
+    def worker(self, queue: str, /, *, concurrency: int = 1, **options: Any) -> Callable[[AsyncHandler], AsyncWorker]: ...
+
+    def worker(self, queue: str, handler: AsyncHandler | None = None, /, *, concurrency: int = 1,
+               **options: Any) -> AsyncWorker | Callable[[AsyncHandler], AsyncWorker]:
+        """A `AsyncWorker` running `handler` on `queue`'s messages, at most `concurrency` at once,
+        its leases extended while it runs, nacked with backoff when it raises (see
+        `doq_client.aio_worker`); without `handler`, a decorator that makes one. `options`:
+        `visibility_timeout_ms`, `backoff` (a `Backoff`), `extend_at`, `grace_s`,
+        `poll_wait_ms`, `hooks` (a `WorkerHooks`), `rng`."""
+        opts, own = worker_options(concurrency, options)
+
+        def make(fn: AsyncHandler) -> AsyncWorker:
+            return AsyncWorker(self, queue, fn, opts, **own)  # type: ignore[arg-type]
+
+        return make if handler is None else make(handler)
 
 
 def _checked(targets: list[str], key: str | None, tls: object) -> list[str]:

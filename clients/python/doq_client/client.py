@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, TypeVar, cast
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar, cast, overload
 
 import grpc
 
@@ -22,6 +22,7 @@ from doq_client import _handle, _ops, _redrive
 from doq_client._auth import check_key_transport, resolve_key, sync_channel
 from doq_client._redrive import RedriveTask
 from doq_client._routing import Router, parse_targets
+from doq_client._worker_core import worker_options
 from doq_client.consumer import Consumer
 from doq_client.errors import DoqClientError, from_rpc_error
 from doq_client.producer import Producer
@@ -34,6 +35,7 @@ from doq_client.types import (
     Queue,
     QueueSettings,
 )
+from doq_client.worker import Handler, Worker
 from doq_proto.v1 import doq_pb2 as pb
 
 T = TypeVar("T")
@@ -347,6 +349,25 @@ class DoqClient:
     def consumer(self, queue: str, **kw: Any) -> Consumer:
         """A prefetching consumer that follows this client's leader (see `doq_client.consumer`)."""
         return Consumer(self, queue, **kw)
+
+    @overload
+    def worker(self, queue: str, handler: Handler, /, *, concurrency: int = 1, **options: Any) -> Worker: ...
+    @overload
+    def worker(self, queue: str, /, *, concurrency: int = 1, **options: Any) -> Callable[[Handler], Worker]: ...
+
+    def worker(self, queue: str, handler: Handler | None = None, /, *, concurrency: int = 1,
+               **options: Any) -> Worker | Callable[[Handler], Worker]:
+        """A `Worker` running `handler` on `queue`'s messages, at most `concurrency` at once,
+        its leases extended while it runs, nacked with backoff when it raises (see
+        `doq_client.worker`); without `handler`, a decorator that makes one. `options`:
+        `visibility_timeout_ms`, `backoff` (a `Backoff`), `extend_at`, `grace_s`,
+        `poll_wait_ms`, `hooks` (a `WorkerHooks`), `rng`."""
+        opts, own = worker_options(concurrency, options)
+
+        def make(fn: Handler) -> Worker:
+            return Worker(self, queue, fn, opts, **own)  # type: ignore[arg-type]
+
+        return make if handler is None else make(handler)
 
 
 def _checked(targets: list[str], key: str | None, tls: object) -> list[str]:
