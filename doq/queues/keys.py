@@ -12,6 +12,8 @@ messages sort by id.
     b"Q" + u16 len + name                   queue record
     b"M" + u16 len + name + u64 id          message record
     b"D" + u16 len + name + dedup_id utf-8  dedup record (a run of canonical ids: its first id)
+    b"W" + u16 len + name + group utf-8     a fair queue's group: its weight / rate overrides and
+                                            token bucket (doq.queues.group_policy)
     b"J" + 16-byte token id                 join token of an older version: tokens now live beside
                                             the client keys (doq.queues.join_tokens); such a record
                                             (a data dir or backup of before) still loads, and is
@@ -27,6 +29,7 @@ QUEUE = ord("Q")
 MESSAGE = ord("M")
 DEDUP = ord("D")
 JOIN_TOKEN = ord("J")
+GROUP = ord("W")
 META_KEY = META
 
 MAX_NAME_BYTES = 0xFFFF
@@ -61,6 +64,10 @@ def join_token_key(token_id: bytes) -> bytes:
 
 def dedup_key(name: str, dedup_id: str) -> bytes:
     return name_prefix(DEDUP, name) + dedup_id.encode()
+
+
+def group_key(name: str, group: str) -> bytes:
+    return name_prefix(GROUP, name) + group.encode()
 
 
 def split_name(key: bytes) -> tuple[int, str, bytes]:
