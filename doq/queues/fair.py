@@ -5,8 +5,8 @@ Rotation is a function of replicated state only: groups are ordered by name, and
 goes to the first *active* group whose name sorts after `cursor` (the group served last),
 wrapping around. A turn is `weight` deliveries (deficit style: `credit` counts the
 deliveries the cursor's group may still make in its turn, and it carries over from one
-dequeue to the next, so batch sizes do not change who gets what); a group that stops
-being active loses the rest of its turn. A group is active when it has a ready message,
+dequeue to the next, so batch sizes do not change who gets what); a turn ends early when
+its group is not active at a delivery (the next active group's turn begins). A group is active when it has a ready message,
 is below the queue's `max_unacked_per_group` (0 = no limit) and is not throttled by its
 rate (`doq.queues.group_policy`: it is skipped, the others go on). With every weight 1
 (the default) this is the plain round-robin. The cursor and credit are persisted with
@@ -67,8 +67,6 @@ class FairIndex:
                 self.active.add(g.name)
             else:
                 self.active.remove(g.name)
-                if g.name == self.cursor:
-                    self.credit = 0  # its turn ends
         if not g.ready and g.inflight == 0:
             del self.groups[g.name]
 
@@ -193,4 +191,3 @@ class FairIndex:
         self.groups.clear()
         self.active = SortedList()
         self.n_ready = 0
-        self.credit = 0
