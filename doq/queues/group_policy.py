@@ -24,6 +24,7 @@ import struct
 from sortedcontainers import SortedList
 
 from doq.queues.limits import MAX_GROUP_RATE, MAX_GROUP_WEIGHT
+
 TOKEN_MT = 1000  # milli-tokens one delivery takes
 INHERIT_RATE = -1  # an override's rate that means "the queue's default"
 

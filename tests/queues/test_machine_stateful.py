@@ -13,8 +13,8 @@ from doq.queues.machine import QueueMachine
 from doq.queues.model import (
     EnqueueColumnsResult,
     EnqueueResult,
-    MessageState,
     GroupStats,
+    MessageState,
     MessageView,
     QueueInfo,
     QueueSettings,
