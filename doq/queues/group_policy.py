@@ -125,6 +125,8 @@ class GroupPolicies:
         its bucket keeps what it holds at `now_ms`, counted under the new rate."""
         old = self.overrides.get(name, (0, INHERIT_RATE))
         new = (old[0] if weight is None else weight, old[1] if rate is None else rate)
+        if new == old:
+            return  # nothing changes (no record is written)
         before = self._settle(name, now_ms)
         if new == (0, INHERIT_RATE):
             self.overrides.pop(name, None)

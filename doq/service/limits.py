@@ -115,7 +115,7 @@ def check_group_policy(group: str, weight: int | None, max_per_second: int | Non
                        limits: Limits) -> None:
     """A group override: a group name as messages carry it ("" is the default group), a
     weight 1..MAX_GROUP_WEIGHT and a rate 0..MAX_GROUP_RATE (None: unchanged), at least one
-    of them, or `reset` alone."""
+    of them (neither: nothing changes), or `reset` alone."""
     if group:
         check_label(group, "group", limits.max_group_bytes, "INVALID_GROUP")
     elif not isinstance(group, str):
@@ -124,8 +124,6 @@ def check_group_policy(group: str, weight: int | None, max_per_second: int | Non
         if weight is not None or max_per_second is not None:
             raise InvalidArgument("a reset takes no weight and no max_per_second", reason="INVALID_GROUP_POLICY")
         return
-    if weight is None and max_per_second is None:
-        raise InvalidArgument("give weight and/or max_per_second", reason="INVALID_GROUP_POLICY")
     if weight is not None and (type(weight) is not int or not 1 <= weight <= L.MAX_GROUP_WEIGHT):
         raise InvalidArgument(f"weight must be an integer within 1..{L.MAX_GROUP_WEIGHT}",
                               reason="INVALID_GROUP_POLICY")

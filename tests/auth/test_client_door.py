@@ -38,7 +38,7 @@ from tests.support.cluster import until
 from tests.support.proc import NodeProc
 
 NON_ADMIN = ("produce", "consume", "backup", "restore", "metrics")
-PARAMS = {"name": "q", "id": "1", "node_id": "node-9", "key_id": "abc123"}
+PARAMS = {"name": "q", "id": "1", "node_id": "node-9", "key_id": "abc123", "group": "g"}
 SERVICE = pb.DESCRIPTOR.services_by_name["DOQ"]
 
 

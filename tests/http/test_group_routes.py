@@ -24,7 +24,8 @@ async def _fair(client: httpx.AsyncClient, name: str = "fq", **settings: int) ->
     assert r.status_code == 201, r.text
 
 
-async def test_put_get_delete_a_group_policy_and_queue_defaults(client: httpx.AsyncClient) -> None:
+async def test_put_get_delete_a_group_policy_and_queue_defaults(client: httpx.AsyncClient,
+                                                                 service: QueueService) -> None:
     await _fair(client, default_group_weight=2, default_group_max_per_second=0)
     r = await client.get(f"{Q}/fq")
     assert r.json()["settings"]["default_group_weight"] == 2
@@ -34,6 +35,10 @@ async def test_put_get_delete_a_group_policy_and_queue_defaults(client: httpx.As
     assert r.json() == {"success": True, "group": {
         "group": "paying", "ready": 0, "in_flight": 0, "weight": 5, "max_per_second": 0, "throttled": False,
         "overridden": True}}
+    before = user_records(service)
+    r = await client.put(f"{Q}/fq/groups/other", json={})  # neither given: the group as it is
+    assert r.status_code == 200 and r.json()["group"]["weight"] == 2
+    assert user_records(service) == before
     r = await client.put(f"{Q}/fq/groups/noisy", json={"max_per_second": 100})
     assert r.json()["group"]["weight"] == 2 and r.json()["group"]["max_per_second"] == 100
     for g in ("paying", "free"):
@@ -65,7 +70,7 @@ async def test_put_get_delete_a_group_policy_and_queue_defaults(client: httpx.As
     ("PUT", f"{Q}/fq/groups/g", {"max_per_second": 1_000_001}, 400, "INVALID_REQUEST"),
     ("PUT", f"{Q}/fq/groups/g", {"max_per_second": 1.5}, 400, "INVALID_REQUEST"),
     ("PUT", f"{Q}/fq/groups/g", {"rate": 1}, 400, "INVALID_REQUEST"),
-    ("PUT", f"{Q}/fq/groups/g", {}, 400, "INVALID_GROUP_POLICY"),
+    ("PUT", f"{Q}/fq/groups/g", {"weight": None, "rate": None}, 400, "INVALID_REQUEST"),
     ("PUT", f"{Q}/nope/groups/g", {"weight": 2}, 404, "QUEUE_NOT_FOUND"),
     ("PUT", f"{Q}/dq/groups/g", {"weight": 2}, 409, "NOT_FAIR_QUEUE"),
     ("DELETE", f"{Q}/dq/groups/g", None, 409, "NOT_FAIR_QUEUE"),
@@ -115,7 +120,6 @@ async def test_grpc_set_group_policy_and_list_groups(tmp_path: Path) -> None:
             (pb.SetGroupPolicyRequest(queue_name="fq", group="g", weight=2**32 - 1), grpc.StatusCode.INVALID_ARGUMENT),
             (pb.SetGroupPolicyRequest(queue_name="fq", group="g", max_per_second=2**63),
              grpc.StatusCode.INVALID_ARGUMENT),
-            (pb.SetGroupPolicyRequest(queue_name="fq", group="g"), grpc.StatusCode.INVALID_ARGUMENT),
             (pb.SetGroupPolicyRequest(queue_name="fq", group="g", weight=2, reset=True),
              grpc.StatusCode.INVALID_ARGUMENT),
             (pb.SetGroupPolicyRequest(queue_name="dq", group="g", weight=2), grpc.StatusCode.FAILED_PRECONDITION),
@@ -124,6 +128,9 @@ async def test_grpc_set_group_policy_and_list_groups(tmp_path: Path) -> None:
             with pytest.raises(grpc.aio.AioRpcError) as e:
                 await s.stub.SetGroupPolicy(req)
             assert e.value.code() == code, req
+        assert user_records(s.api) == before
+        r = await s.stub.SetGroupPolicy(pb.SetGroupPolicyRequest(queue_name="fq", group="zz"))  # nothing to set
+        assert (r.group.weight, r.group.max_per_second, r.group.overridden) == (1, 50, False)
         assert user_records(s.api) == before
         r = await s.stub.SetGroupPolicy(pb.SetGroupPolicyRequest(queue_name="fq", group="", reset=True))
         assert (r.group.weight, r.group.overridden) == (1, False)

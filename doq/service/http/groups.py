@@ -57,7 +57,7 @@ def build_groups_router(api: QueueService) -> APIRouter:
            responses=errors(400, 404, 409, 413, 415), openapi_extra=body_doc(GroupPolicyBody))
     async def set_group_policy(name: QueueName, group: GroupName, request: Request) -> Response:
         """Give one group of a fair queue its own `weight` and/or `max_per_second` (either
-        optional, at least one), in place of the queue's `default_group_weight` /
+        optional; an omitted or null one is unchanged), in place of the queue's `default_group_weight` /
         `default_group_max_per_second`. A delayed queue has no groups: 409 NOT_FAIR_QUEUE."""
         b = await read_json(request, GroupPolicyBody)
         g = await api.set_group_policy(name, group, b.weight, b.max_per_second, caller=http_caller(request))
