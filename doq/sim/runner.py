@@ -28,6 +28,7 @@ from doq.raft.types import (
 from doq.sim.checker import Checker
 from doq.sim.network import Faults, Network
 from doq.sim.node import SimNode
+from doq.sim.queue_load import QueueLoad, replay_violations
 
 
 @dataclass(slots=True)
@@ -109,6 +110,8 @@ class Simulation:
         self.next_id = opts.nodes + 1
         self.result = SimResult(seed, 0)
         self._pid = 0
+        # proposals are queue command batches, drawn from a stream of their own
+        self.queue_load = QueueLoad(random.Random(seed ^ 0x5EED_0F_9E0E))
         ids = tuple(f"n{i}" for i in range(1, opts.nodes + 1))
         for nid in ids:
             self._add_node(nid, MemoryStorage(voters=ids))
@@ -249,7 +252,7 @@ class Simulation:
             if leaders:
                 n = rng.choice(leaders)
                 self._pid += 1
-                data = b"p%d" % self._pid
+                data = self.queue_load.batch(self._pid)
                 assert n.core is not None
                 try:
                     n.core.propose(data)
@@ -413,6 +416,9 @@ class Simulation:
             members = self._members(lead)
             if all(m.sm.index >= self.checker.max_acked_index for m in members):
                 self.checker.check_durability(members)
+                log = sorted((i, rec[1]) for i, rec in self.checker.applied.items())
+                for v in replay_violations(log):
+                    self.checker.violation(v)
                 return
         lead = self.leader()
         state = {
