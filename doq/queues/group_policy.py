@@ -7,8 +7,9 @@ Contract:
   else the queue's default (`default_group_weight`, 0 meaning 1;
   `default_group_max_per_second`, 0 meaning no limit).
 - The bucket holds milli-tokens: it refills by `rate` milli-tokens per millisecond of
-  replicated time (exact integers), up to `capacity_mt(rate)` (a tenth of a second's
-  worth, at least one message); a delivery takes 1000. A group whose bucket holds less
+  replicated time (exact integers), up to `capacity_mt(rate)` (one second's worth:
+  a burst of at most `rate` messages, so a consumer that pauses for up to a second
+  loses none of the group's share); a delivery takes 1000. A group whose bucket holds less
   than 1000 is *throttled* until `wake_at` (derived from the bucket alone): the
   rotation skips it without waiting for it. A bucket that is full again is forgotten
   (absent means full), so the state does not grow with groups that went quiet.
@@ -34,8 +35,8 @@ _REC = struct.Struct("<BIqqQ")
 
 
 def capacity_mt(rate: int) -> int:
-    """Bucket size in milli-tokens: a tenth of a second of `rate`, at least one message."""
-    return max(TOKEN_MT, rate * 100)
+    """Bucket size in milli-tokens: one second of `rate` (at least one message)."""
+    return max(TOKEN_MT, rate * 1000)
 
 
 def _ceil_div(a: int, b: int) -> int:

@@ -45,7 +45,7 @@ def backups(tmp_path: Path) -> tuple[StateStore, list[Path]]:
                                                                 default_group_max_per_second=50)),
            c.CreateQueue("dq", "delayed", QueueSettings()),
            c.SetGroupPolicy("fq", "paying", weight=5, max_per_second=0),
-           c.SetGroupPolicy("fq", "noisy", max_per_second=10),
+           c.SetGroupPolicy("fq", "noisy", max_per_second=1),
            c.Enqueue("fq", [c.EnqueueItem(b"m", g) for g in ["paying", "noisy", "free"] * 20]))
     assert _groups(st, 12, 2, T0 + 1) == ["free", "free", "noisy", "paying", "paying", "paying", "paying",
                                           "paying", "free", "free", "paying", "paying"]

@@ -162,10 +162,10 @@ class Reference:
         return o[1] if o is not None and o[1] != -1 else q.settings.default_group_max_per_second
 
     def level(self, q: RQueue, g: str) -> int:
-        """Milli-tokens in the group's bucket now: +rate per ms, at most a tenth of a
+        """Milli-tokens in the group's bucket now: +rate per ms, at most one
         second's worth (at least 1000); no bucket = full."""
         r = self.rate(q, g)
-        cap = max(1000, r * 100)
+        cap = max(1000, r * 1000)
         b = q.buckets.get(g)
         return cap if b is None else min(cap, b[0] + (self.now - b[1]) * r)
 
@@ -181,7 +181,7 @@ class Reference:
 
     def _rebase(self, q: RQueue, g: str, level: int) -> None:
         r = self.rate(q, g)
-        if r <= 0 or level >= max(1000, r * 100):
+        if r <= 0 or level >= max(1000, r * 1000):
             q.buckets.pop(g, None)
         else:
             q.buckets[g] = (level, self.now)

@@ -98,12 +98,12 @@ def test_a_group_limited_to_100_per_second_gets_100_per_second_the_others_the_re
 def test_a_throttled_group_is_skipped_and_wakes_at_its_replicated_time() -> None:
     node = Node()
     node.run(T0, c.CreateQueue("q", "fair", QueueSettings(default_group_max_per_second=10)))
-    node.fill(T0, "q", "a", 5)
-    assert node.groups_of(T0, "q", 5) == ["a"]  # one token (a tenth of a second of 10/s, at least 1)
+    node.fill(T0, "q", "a", 15)
+    assert node.groups_of(T0, "q", 15) == ["a"] * 10  # a full bucket: one second of 10/s
     assert not node.m.has_deliverable("q")
-    assert node.m.next_due_ms() == T0 + 100  # 1000 milli-tokens at 10 per ms... per 100 ms
+    assert node.m.next_due_ms() == T0 + 100  # 1000 milli-tokens at 10 per second: 100 ms
     stats = node.m.group_stats("q")
-    assert stats == [GroupStats("a", 4, 0, 1, 10, True, False)]
+    assert stats == [GroupStats("a", 5, 0, 1, 10, True, False)]
     node.run(T0 + 99, c.Tick())
     assert not node.m.has_deliverable("q")
     node.run(T0 + 100, c.Tick())
@@ -228,7 +228,7 @@ def test_buckets_that_fill_again_are_forgotten() -> None:
     assert len([k for k in node.store.data if k[:1] == b"W"]) == 3
     node.run(T0 + 99, c.Tick())
     assert len([k for k in node.store.data if k[:1] == b"W"]) == 3
-    node.run(T0 + 100, c.Tick())  # full again (1 token at 10/s): nothing to remember
+    node.run(T0 + 100, c.Tick())  # full again (10 tokens at 10/s, one taken): nothing to remember
     assert not [k for k in node.store.data if k[:1] == b"W"]
     assert node.m.next_due_ms() is None
 
