@@ -73,3 +73,15 @@ async def test_async_client_methods(node: NodeProc, queue_name: str) -> None:
         assert (await c.reset_group(queue_name, "t")).overridden is False
         with pytest.raises(InvalidArgument):
             await c.set_group_policy(queue_name, "t", weight=0)
+
+
+def test_a_long_poll_gets_a_throttled_groups_message_when_its_bucket_refills(client: DoqClient,
+                                                                              queue_name: str) -> None:
+    """Nothing else happens on the node: the wake time is a due time of the replicated
+    state, so the node proposes a tick then and the waiting dequeue is served."""
+    client.create_queue(queue_name, "fair", QueueSettings(default_group_max_per_second=1))
+    client.enqueue_batch([enqueue_request(queue_name, b"m", group="a") for _ in range(2)])
+    assert len(client.dequeue(queue_name, max_messages=10, ack=True)) == 1  # a one-message bucket
+    assert client.list_groups(queue_name)[0].throttled
+    got = client.dequeue(queue_name, max_messages=10, ack=True, wait_ms=60_000)
+    assert [m.group for m in got] == ["a"]
