@@ -396,7 +396,8 @@ class QueueMachine:
     def peek_ids(self, queue: str, state: MessageState, offset: int, limit: int) -> list[int]:
         """Ids of `queue`'s messages in `state`, in the order they leave it, without changing
         anything: ready ones in delivery order (what the next dequeues would take: priority
-        then id; for a fair queue the round-robin from the cursor, with the per-group limit),
+        then id; for a fair queue the weighted round-robin from the cursor, with the per-group
+        limit and what the groups' rates allow now),
         delayed ones by due time, in-flight ones by lease expiry. Positions `offset` to
         `offset + limit`; the cost grows with `offset + limit` (callers bound it), and for
         delayed and in-flight messages with the other queues' entries before them."""

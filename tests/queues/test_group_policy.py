@@ -242,3 +242,19 @@ def test_deleting_a_queue_deletes_its_group_records() -> None:
     node.run(T0, c.DeleteQueue("q"))
     assert [k for k in node.store.data if k[:1] != b"G"] == []
     assert node.m.next_due_ms() is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=ops_st, n=st.integers(1, 30), limit=st.sampled_from([0, 1, 3]))
+def test_peek_shows_exactly_what_the_next_dequeue_takes(ops: list[tuple[int, int, int]], n: int, limit: int) -> None:
+    from doq.queues.model import MessageState
+
+    node = Node()
+    _scenario(node, ops)
+    if limit:
+        node.run(node.m.now_ms, c.UpdateQueue("q", QueueSettings(max_unacked_per_group=limit,
+                                                                 default_group_max_per_second=50)))
+    peeked = node.m.peek_ids("q", MessageState.READY, 0, n)
+    got = node.run(node.m.now_ms, c.Dequeue("q", n))[0]
+    assert isinstance(got, list)
+    assert peeked == [v.id for v in got]
