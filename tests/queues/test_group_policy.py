@@ -244,16 +244,25 @@ def test_deleting_a_queue_deletes_its_group_records() -> None:
     assert node.m.next_due_ms() is None
 
 
-@settings(max_examples=60, deadline=None)
-@given(ops=ops_st, n=st.integers(1, 30), limit=st.sampled_from([0, 1, 3]))
-def test_peek_shows_exactly_what_the_next_dequeue_takes(ops: list[tuple[int, int, int]], n: int, limit: int) -> None:
+@settings(max_examples=100, deadline=None)
+@given(ops=ops_st, weights=st.lists(st.integers(1, 4), min_size=4, max_size=4),
+       rates=st.lists(st.sampled_from([-1, 0, 20, 1000]), min_size=4, max_size=4),
+       k=st.integers(0, 25), dt=st.sampled_from([0, 30, 2000]), n=st.integers(1, 40),
+       limit=st.sampled_from([0, 1, 3]))
+def test_peek_shows_exactly_what_the_next_dequeue_takes(
+        ops: list[tuple[int, int, int]], weights: list[int], rates: list[int], k: int, dt: int, n: int,
+        limit: int) -> None:
     from doq.queues.model import MessageState
 
     node = Node()
-    _scenario(node, ops)
-    if limit:
-        node.run(node.m.now_ms, c.UpdateQueue("q", QueueSettings(max_unacked_per_group=limit,
-                                                                 default_group_max_per_second=50)))
+    _scenario(node, ops)  # some history, then a rotation caught in the middle of a turn
+    now = node.m.now_ms
+    node.run(now, c.UpdateQueue("q", QueueSettings(max_unacked_per_group=limit, default_group_max_per_second=50)),
+             *[c.SetGroupPolicy("q", g, w, r) for g, w, r in zip("abcd", weights, rates, strict=True)],
+             *[c.Enqueue("q", [c.EnqueueItem(b"m", g) for _ in range(10)]) for g in "abcd"])
+    if k:
+        node.run(now, c.Dequeue("q", k, ack=True))
+    node.run(now + dt, c.Tick())  # time passes: buckets refill
     peeked = node.m.peek_ids("q", MessageState.READY, 0, n)
     got = node.run(node.m.now_ms, c.Dequeue("q", n))[0]
     assert isinstance(got, list)
