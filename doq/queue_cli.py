@@ -95,6 +95,8 @@ def cmd_create(gw: Gateway, ns: argparse.Namespace) -> tuple[str, Any]:
         ("dead_letter_queue", ns.dead_letter_queue),
         ("max_unacked_per_group", ns.max_unacked_per_group),
         ("dedup_window_ms", ns.dedup_window_ms),
+        ("default_group_weight", ns.default_group_weight),
+        ("default_group_max_per_second", ns.default_group_max_per_second),
     ) if v is not None}
     body: dict[str, Any] = {"name": ns.name, "type": ns.type}
     if settings:
@@ -281,6 +283,10 @@ def add_parsers(sub: Any) -> None:
     create.add_argument("--dead-letter-queue", metavar="QUEUE", help="where messages past max attempts go")
     create.add_argument("--max-unacked-per-group", type=int, help="fair queues: in-flight limit per group")
     create.add_argument("--dedup-window-ms", type=int, help="how long a dedup id is remembered")
+    create.add_argument("--default-group-weight", type=int,
+                        help="fair queues: a group's deliveries per turn unless its own (default 1)")
+    create.add_argument("--default-group-max-per-second", type=int,
+                        help="fair queues: a group's deliveries per second unless its own (0 = no limit)")
     create.set_defaults(run=cmd_create)
     for name, fn, text in (("delete", cmd_delete, "delete a queue and its messages"),
                            ("purge", cmd_purge, "remove every message of a queue"),

@@ -64,6 +64,8 @@ GRPC_RULES: dict[str, Rule] = {DOQ_SERVICE + name: rule for name, rule in {
     "Nack": Rule(("consume",), "queue_name"),
     "Touch": Rule(("consume",), "queue_name"),
     "UpdatePriority": Rule(("produce",), "queue_name"),
+    "SetGroupPolicy": _admin("queue.update", "queue_name"),  # a fair queue group's weight / rate
+    "ListGroups": Rule(READ, "queue_name"),  # counts and policies only, like GetQueue
     "ListServers": ANY_KEY,
     "CreateKey": _admin("key.create"),
     "ListKeys": _admin(),
@@ -92,6 +94,8 @@ HTTP_RULES: dict[tuple[str, str], Rule] = {
     ("POST", _Q + "/redrive"): _admin("queue.redrive", "name"),
     ("DELETE", _Q + "/redrive"): _admin("queue.redrive_cancel", "name"),
     ("GET", _Q + "/redrive"): Rule(READ, "name"),  # progress counts only, like GET queue
+    ("PUT", _Q + "/groups/{group}"): _admin("queue.update", "name"),  # a group's weight / rate
+    ("DELETE", _Q + "/groups/{group}"): _admin("queue.update", "name"),
     ("POST", _Q + "/messages:dequeue"): Rule(("consume",), "name"),
     ("POST", _Q + "/messages:ack"): Rule(("consume",), "name"),
     ("GET", _M): Rule(("consume",), "name"),

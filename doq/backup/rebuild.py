@@ -22,6 +22,7 @@ from doq.backup.format import BackupFormatError, FrameEntry, read_frame
 from doq.queues import keys as K
 from doq.queues import records as R
 from doq.queues import redrive as RD
+from doq.queues.group_policy import decode_group
 from doq.queues.model import QueueType
 from doq.storage import digest as D
 
@@ -140,6 +141,9 @@ def _decode_task(task: Task, partitions: int, counters: tuple[Any, Any] | None) 
                     elif kind == K.REDRIVE:
                         _, name, _ = K.split_name(key)
                         info = RD.decode_task(name, value).moved  # a redrive task: counted in no queue
+                    elif kind == K.GROUP:
+                        decode_group(value)  # a fair-queue group's policy and bucket: checked, counted
+                        info = 0
                     else:
                         raise ValueError("unknown record kind")
                 except Exception as e:  # not a doq record: still part of the state (and its digest)
@@ -219,6 +223,7 @@ def _summarize(items: Iterable[tuple[int, Any]], now_ms: int, n_files: int) -> d
     live = 0
     msgs: dict[bytes, list[int]] = {}  # queue name -> [ready, delayed, in flight, dedup ids]
     queues: dict[bytes, tuple[str, int]] = {}
+    groups: dict[bytes, int] = {}  # queue name -> group records (fair queues' group policies)
     failures: list[Failure] = []
     dropped = 0
     meta_now: int | None = None
@@ -259,9 +264,12 @@ def _summarize(items: Iterable[tuple[int, Any]], now_ms: int, n_files: int) -> d
             if c is None:
                 c = msgs[name] = [0, 0, 0, 0]
             c[3] += info
+        elif kind == K.GROUP:
+            name = key[3 : 3 + int.from_bytes(key[1:3], "big")]
+            groups[name] = groups.get(name, 0) + 1
         elif key == K.META_KEY:
             meta_now = info
-    return {"deltas": [d & D.MASK for d in deltas], "final": final & D.MASK, "live": live, "msgs": msgs,
+    return {"deltas": [d & D.MASK for d in deltas], "final": final & D.MASK, "live": live, "msgs": msgs, "groups": groups,
             "queues": queues, "stats": stats, "failures": failures, "dropped": dropped, "meta_now": meta_now}
 
 

@@ -98,6 +98,7 @@ class QueueCounts:
     in_flight: int = 0
     dead: int = 0
     dedup: int = 0  # dedup ids remembered (a run record counts its ids)
+    groups: int = 0  # group records of a fair queue (weights, rates, token buckets)
     has_record: bool = False
 
     @property
@@ -159,6 +160,7 @@ class VerifyReport:
                 "live_records": self.live_keys,
                 "queues": {n: {"type": q.type, "ready": q.ready, "delayed": q.delayed,
                                "in_flight": q.in_flight, "dead": q.dead, "dedup": q.dedup,
+                               "groups": q.groups,
                                "messages": q.messages}
                            for n, q in sorted(self.queues.items())},
                 "totals": totals,
@@ -385,6 +387,7 @@ def _combine(report: VerifyReport, parts: list[dict[str, Any]], now_ms: int) -> 
     meta_now = None
     msgs: dict[bytes, list[int]] = {}
     queues: dict[bytes, tuple[str, int]] = {}
+    groups: dict[bytes, int] = {}
     for p in parts:
         deltas = [(a + b) & D.MASK for a, b in zip(deltas, p["deltas"], strict=True)]
         final = (final + p["final"]) & D.MASK
@@ -394,6 +397,8 @@ def _combine(report: VerifyReport, parts: list[dict[str, Any]], now_ms: int) -> 
             for i in range(4):
                 acc[i] += c[i]
         queues.update(p["queues"])
+        for name, n in p.get("groups", {}).items():
+            groups[name] = groups.get(name, 0) + n
         if p["meta_now"] is not None:
             meta_now = p["meta_now"]
         report.failures_dropped += p["dropped"]
@@ -432,6 +437,12 @@ def _combine(report: VerifyReport, parts: list[dict[str, Any]], now_ms: int) -> 
         if not q.has_record:
             report.failures.append(Failure("STATE_INCONSISTENT", f"{q.messages} messages and {dedup} dedup "
                                            f"entries of queue {name!r} that has no queue record"))
+    for name, n in groups.items():
+        q = report.queues.setdefault(name.decode(errors="replace"), QueueCounts())
+        q.groups = n
+        if q.type != "fair":
+            report.failures.append(Failure("STATE_INCONSISTENT", f"{n} group records of queue {name!r} that "
+                                           "is not a fair queue"))
     if meta_now is not None and meta_now != now_ms:
         report.failures.append(Failure("STATE_INCONSISTENT", f"the final meta record says now_ms={meta_now}, "
                                        f"the newest one found in the files {now_ms}"))

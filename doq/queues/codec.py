@@ -26,6 +26,13 @@ lease id (u64), holder_only (u8); one without either keeps tag 11.
 Join tokens: `CreateJoinToken` (tag 20): token id
 (bytes), secret hash (bytes), expires_ms (u64); `UseJoinToken` (tag 21): token id,
 secret hash (bytes), node id (string).
+Fair-queue groups (tags 50-59): a `CreateQueue` whose settings name a group default
+(`default_group_weight` or `default_group_max_per_second` not 0) is written with tag 50:
+the fields of tag 30 (max_queues 0 included) then the group defaults (u32 weight, u64
+rate); an `UpdateQueue` with one, tag 51: the fields of tag 2 then the group defaults.
+Without them both keep their older tags, so older entries decode unchanged.
+`SetGroupPolicy` (tag 52): queue, group (strings), a byte of flags (1: weight given,
+2: max_per_second given), weight (u32), max_per_second (i64).
 Redrive (`doq.queues.redrive`): `StartRedrive` (tag 60): queue, to (strings),
 max_per_second (u64); `CancelRedrive` (tag 61): queue. (Tags 60-69 are redrive's.)
 Raises ValueError on malformed input (or struct.error / OverflowError for out-of-range
@@ -34,6 +41,7 @@ values on encode: the service validates ranges first).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import struct
 
@@ -63,6 +71,9 @@ T_DEQ_SEEDED = 40  # a Dequeue with a lease seed (far from the other tags: new o
 T_DEL_HELD = 41  # a DeleteMessage with a lease id or holder_only
 T_REDRIVE_START, T_REDRIVE_CANCEL = 60, 61  # redrive's (60-69)
 _DEL_HELD = struct.Struct("<QQB")
+T_CREATE_GROUPED, T_UPDATE_GROUPED, T_SET_GROUP = 50, 51, 52
+_GROUP_DEFAULTS = struct.Struct("<IQ")
+_GROUP_POLICY = struct.Struct("<BIq")
 _COL_GROUPS, _COL_PRIOS, _COL_MD, _COL_DEDUP, _COL_DELAYS = 1, 2, 4, 8, 16
 
 
@@ -95,6 +106,14 @@ def _settings(out: list[bytes], s: QueueSettings) -> None:
     out.append(_SETTINGS.pack(s.visibility_timeout_ms, s.max_attempts, s.max_unacked_per_group,
                               s.dedup_window_ms))
     _s(out, s.dead_letter_queue)
+
+
+def _grouped(s: QueueSettings) -> bool:
+    return bool(s.default_group_weight or s.default_group_max_per_second)
+
+
+def _group_defaults(out: list[bytes], s: QueueSettings) -> None:
+    out.append(_GROUP_DEFAULTS.pack(s.default_group_weight, s.default_group_max_per_second))
 
 
 def _b(out: list[bytes], b: bytes) -> None:
@@ -207,17 +226,30 @@ def encode_batch(batch: c.CommandBatch) -> bytes:
             ap(b"\x0c")
         elif t is c.CreateQueue:
             assert isinstance(cmd, c.CreateQueue)
-            ap(bytes((T_CREATE_LIMITED,)) if cmd.max_queues else b"\x01")
+            grouped = _grouped(cmd.settings)
+            ap(bytes((T_CREATE_GROUPED if grouped else T_CREATE_LIMITED if cmd.max_queues else 1,)))
             _s(out, cmd.name)
             _s(out, cmd.type)
             _settings(out, cmd.settings)
-            if cmd.max_queues:
+            if cmd.max_queues or grouped:
                 ap(_U64.pack(cmd.max_queues))
+            if grouped:
+                _group_defaults(out, cmd.settings)
         elif t is c.UpdateQueue:
             assert isinstance(cmd, c.UpdateQueue)
-            ap(b"\x02")
+            grouped = _grouped(cmd.settings)
+            ap(bytes((T_UPDATE_GROUPED if grouped else T_UPDATE,)))
             _s(out, cmd.name)
             _settings(out, cmd.settings)
+            if grouped:
+                _group_defaults(out, cmd.settings)
+        elif t is c.SetGroupPolicy:
+            assert isinstance(cmd, c.SetGroupPolicy)
+            ap(bytes((T_SET_GROUP,)))
+            _s(out, cmd.queue)
+            _s(out, cmd.group)
+            ap(_GROUP_POLICY.pack((cmd.weight is not None) | (cmd.max_per_second is not None) << 1,
+                                  cmd.weight or 0, cmd.max_per_second or 0))
         elif t is c.DeleteQueue:
             assert isinstance(cmd, c.DeleteQueue)
             ap(b"\x03")
@@ -343,6 +375,12 @@ class _Reader:
         vis, maxa, maxu, win = self.unpack(_SETTINGS)
         return QueueSettings(vis, maxa, self.s(), maxu, win)
 
+    def group_defaults(self, s: QueueSettings) -> QueueSettings:
+        weight, rate = self.unpack(_GROUP_DEFAULTS)
+        if not weight and not rate:
+            raise ValueError("grouped queue settings without a group default")
+        return dataclasses.replace(s, default_group_weight=weight, default_group_max_per_second=rate)
+
 
 def _decode_columns(r: _Reader) -> c.EnqueueColumns:
     q = r.s()
@@ -417,17 +455,27 @@ def decode_batch(data: bytes) -> c.CommandBatch:
             ap(c.DeleteMessage(q, id_, lease_id, bool(holder_only)))
         elif tag == T_TICK:
             ap(c.Tick())
-        elif tag in (T_CREATE, T_CREATE_LIMITED):
+        elif tag in (T_CREATE, T_CREATE_LIMITED, T_CREATE_GROUPED):
             name = r.s()
             typ = r.s()
             settings = r.settings()
-            limit = r.unpack(_U64)[0] if tag == T_CREATE_LIMITED else 0
+            limit = r.unpack(_U64)[0] if tag != T_CREATE else 0
             if tag == T_CREATE_LIMITED and not limit:
                 raise ValueError("a limited CreateQueue with max_queues 0")
+            if tag == T_CREATE_GROUPED:
+                settings = r.group_defaults(settings)
             ap(c.CreateQueue(name, typ, settings, limit))
-        elif tag == T_UPDATE:
+        elif tag in (T_UPDATE, T_UPDATE_GROUPED):
             name = r.s()
-            ap(c.UpdateQueue(name, r.settings()))
+            settings = r.settings()
+            ap(c.UpdateQueue(name, r.group_defaults(settings) if tag == T_UPDATE_GROUPED else settings))
+        elif tag == T_SET_GROUP:
+            q = r.s()
+            group = r.s()
+            flags, weight, rate = r.unpack(_GROUP_POLICY)
+            if flags & ~3:
+                raise ValueError("unknown SetGroupPolicy flags")
+            ap(c.SetGroupPolicy(q, group, weight if flags & 1 else None, rate if flags & 2 else None))
         elif tag == T_DELETE:
             ap(c.DeleteQueue(r.s()))
         elif tag == T_PURGE:

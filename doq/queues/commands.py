@@ -254,10 +254,24 @@ class UseJoinToken:
     secret_hash: bytes
     node_id: str
 
+@dataclass(frozen=True, slots=True)
+class SetGroupPolicy:
+    """Override a fair queue's defaults for one group (`doq.queues.group_policy`):
+    `weight` 1..MAX_GROUP_WEIGHT (0: back to the queue's default), `max_per_second`
+    0 (no limit)..MAX_GROUP_RATE (-1: back to the queue's default); None leaves that one
+    as it is. Result: the group's `GroupStats` after the command; FailedPrecondition
+    (NOT_FAIR_QUEUE) on a delayed queue."""
+
+    queue: str
+    group: str
+    weight: int | None = None
+    max_per_second: int | None = None
+
+
 Command = (
     CreateQueue | UpdateQueue | DeleteQueue | PurgeQueue | Enqueue | EnqueueColumns | Dequeue | Ack | Nack
     | Touch | UpdatePriority | DeleteMessage | Tick | RestoreChunk | RestoreCommit | RestoreAbort
-    | CreateKey | RevokeKey | CreateJoinToken | UseJoinToken
+    | CreateKey | RevokeKey | CreateJoinToken | UseJoinToken | SetGroupPolicy
     | RedriveCommand
 )
 

@@ -1,16 +1,23 @@
-"""Ready index of a fair queue: round-robin across groups, priority then FIFO inside one.
+"""Ready index of a fair queue: weighted round-robin across groups, priority then FIFO
+inside one.
 
-Rotation is a function of replicated state only: groups are ordered by name, and the next
-turn goes to the first *active* group whose name sorts after `cursor` (the group served
-last), wrapping around. A group is active when it has a ready message and is below the
-queue's `max_unacked_per_group` (0 = no limit). The cursor is persisted with the queue, so
-a rebuilt replica continues the same rotation.
+Rotation is a function of replicated state only: groups are ordered by name, and a turn
+goes to the first *active* group whose name sorts after `cursor` (the group served last),
+wrapping around. A turn is `weight` deliveries (deficit style: `credit` counts the
+deliveries the cursor's group may still make in its turn, and it carries over from one
+dequeue to the next, so batch sizes do not change who gets what); a turn ends early when
+its group is not active at a delivery (the next active group's turn begins). A group is active when it has a ready message,
+is below the queue's `max_unacked_per_group` (0 = no limit) and is not throttled by its
+rate (`doq.queues.group_policy`: it is skipped, the others go on). With every weight 1
+(the default) this is the plain round-robin. The cursor and credit are persisted with
+the queue, so a rebuilt replica continues the same rotation.
 """
 
 from __future__ import annotations
 
 from sortedcontainers import SortedList
 
+from doq.queues.group_policy import GroupPolicies
 from doq.queues.sortedext import extend_sorted
 
 
@@ -25,14 +32,17 @@ class Group:
 
 
 class FairIndex:
-    __slots__ = ("groups", "active", "limit", "cursor", "n_ready")
+    __slots__ = ("groups", "active", "limit", "cursor", "n_ready", "credit", "policy")
 
-    def __init__(self, limit: int = 0, cursor: str = "") -> None:
+    def __init__(self, limit: int = 0, cursor: str = "", credit: int = 0,
+                 policy: GroupPolicies | None = None) -> None:
         self.groups: dict[str, Group] = {}
         self.active: SortedList = SortedList()
         self.limit = limit
         self.cursor = cursor
         self.n_ready = 0
+        self.credit = credit
+        self.policy = policy if policy is not None else GroupPolicies()
 
     def has_ready(self) -> bool:
         return bool(self.active)
@@ -49,7 +59,8 @@ class FairIndex:
         return g
 
     def _refresh(self, g: Group) -> None:
-        want = bool(g.ready) and (self.limit == 0 or g.inflight < self.limit)
+        want = (bool(g.ready) and (self.limit == 0 or g.inflight < self.limit)
+                and not self.policy.is_throttled(g.name))
         if want != g.active:
             g.active = want
             if want:
@@ -80,29 +91,74 @@ class FairIndex:
         self.n_ready -= 1
         self._refresh(g)
 
-    def pop(self, lease: bool) -> tuple[int, str] | None:
-        """Serve the next group in the rotation; `lease` counts the message as in flight."""
+    def pop(self, lease: bool, now_ms: int = 0) -> tuple[int, str] | None:
+        """Serve the cursor's group if its turn goes on, else the next group in the
+        rotation; `lease` counts the message as in flight; a rate-limited group spends a
+        token at `now_ms` (replicated time)."""
         act = self.active
         if not act:
             return None
-        i = act.bisect_right(self.cursor)
-        if i == len(act):
-            i = 0
-        g = self.groups[act[i]]
+        g = self.groups.get(self.cursor) if self.credit > 0 else None
+        if g is not None and g.active:
+            self.credit -= 1
+        else:
+            i = act.bisect_right(self.cursor)
+            if i == len(act):
+                i = 0
+            g = self.groups[act[i]]
+            self.cursor = g.name
+            self.credit = self.policy.weight(g.name) - 1
         key = g.ready.pop(0)
         self.n_ready -= 1
-        self.cursor = g.name
         if lease:
             g.inflight += 1
+        self.policy.take(g.name, now_ms)
         self._refresh(g)
         return key, g.name
 
-    def pop_many(self, n: int, lease: bool) -> list[int]:
-        """The keys of up to `n` `pop(lease)` calls, in order."""
+    def pop_many(self, n: int, lease: bool, now_ms: int = 0) -> list[int]:
+        """The keys of up to `n` `pop(lease, now_ms)` calls, in order."""
         out: list[int] = []
-        while len(out) < n and (picked := self.pop(lease)) is not None:
+        while len(out) < n and (picked := self.pop(lease, now_ms)) is not None:
             out.append(picked[0])
         return out
+
+    def preview(self, n: int, now_ms: int) -> list[int]:
+        """The keys the next `n` pops at `now_ms` would take (with leases, which the
+        per-group limit counts), computed without changing the index."""
+        limit, policy = self.limit, self.policy
+        room: dict[str, int] = {}
+        for name in self.active:
+            g = self.groups[name]
+            r = len(g.ready) if limit == 0 else min(len(g.ready), limit - g.inflight)
+            allowed = policy.allowance(name, now_ms)
+            room[name] = r if allowed is None else min(r, allowed)
+        live = SortedList(name for name, r in room.items() if r > 0)
+        taken: dict[str, int] = {}
+        cursor, credit = self.cursor, self.credit
+        out: list[int] = []
+        while live and len(out) < n:
+            if credit > 0 and cursor in room and room[cursor] > 0:
+                credit -= 1
+            else:
+                i = live.bisect_right(cursor)
+                cursor = live[i if i < len(live) else 0]
+                credit = policy.weight(cursor) - 1
+            i = taken.get(cursor, 0)
+            out.append(self.groups[cursor].ready[i])
+            taken[cursor] = i + 1
+            room[cursor] -= 1
+            if not room[cursor]:
+                live.remove(cursor)
+                credit = 0
+        return out
+
+    def refresh_groups(self, names: list[str]) -> None:
+        """Re-evaluate the named groups (their throttling or weight changed)."""
+        for name in names:
+            g = self.groups.get(name)
+            if g is not None:
+                self._refresh(g)
 
     def unleased(self, group: str) -> None:
         g = self.groups[group]
@@ -122,14 +178,16 @@ class FairIndex:
         for name, n in inflight.items():
             self._group(name).inflight += n
         active = []
+        throttled = self.policy.is_throttled
         for name in sorted(self.groups):
             g = self.groups[name]
-            g.active = bool(g.ready) and (self.limit == 0 or g.inflight < self.limit)
+            g.active = bool(g.ready) and (self.limit == 0 or g.inflight < self.limit) and not throttled(name)
             if g.active:
                 active.append(name)
         self.active = SortedList(active)
 
     def clear(self) -> None:
+        """Drop every message (a purge); the groups' policies stay, the turn ends."""
         self.groups.clear()
         self.active = SortedList()
         self.n_ready = 0

@@ -13,6 +13,8 @@ messages sort by id.
     b"M" + u16 len + name + u64 id          message record
     b"D" + u16 len + name + dedup_id utf-8  dedup record (a run of canonical ids: its first id)
     b"R" + u16 len + name                   redrive task of a (dead-letter) queue (doq.queues.redrive)
+    b"W" + u16 len + name + group utf-8     a fair queue's group: its weight / rate overrides and
+                                            token bucket (doq.queues.group_policy)
     b"J" + 16-byte token id                 join token of an older version: tokens now live beside
                                             the client keys (doq.queues.join_tokens); such a record
                                             (a data dir or backup of before) still loads, and is
@@ -29,6 +31,7 @@ MESSAGE = ord("M")
 DEDUP = ord("D")
 JOIN_TOKEN = ord("J")
 REDRIVE = ord("R")
+GROUP = ord("W")
 META_KEY = META
 
 MAX_NAME_BYTES = 0xFFFF
@@ -67,6 +70,10 @@ def join_token_key(token_id: bytes) -> bytes:
 
 def dedup_key(name: str, dedup_id: str) -> bytes:
     return name_prefix(DEDUP, name) + dedup_id.encode()
+
+
+def group_key(name: str, group: str) -> bytes:
+    return name_prefix(GROUP, name) + group.encode()
 
 
 def split_name(key: bytes) -> tuple[int, str, bytes]:

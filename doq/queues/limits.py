@@ -25,6 +25,10 @@ MAX_ATTEMPTS = 1_000_000
 MAX_UNACKED_PER_GROUP = 1_000_000_000
 MAX_DELAY_MS = 366 * 24 * 3600 * 1000  # enqueue and nack delay_ms
 MAX_DEDUP_WINDOW_MS = MAX_DELAY_MS
+# fair-queue groups (doq.queues.group_policy): a weight is 1.. this (0 in a setting: 1),
+# a rate this many messages per second at most (0: no limit)
+MAX_GROUP_WEIGHT = 10_000
+MAX_GROUP_RATE = 1_000_000
 
 # messages and commands
 PRIORITY_MIN, PRIORITY_MAX = -(2**63), 2**63 - 1  # signed 64-bit

@@ -43,6 +43,11 @@ Semantics (documented rules):
   one record per run of consecutive ids; that changes records, not these rules.
 - `Dequeue(ack=True)` removes the delivered messages; their views have state in_flight,
   lease_id 0 and lease_expires_at_ms 0.
+- Fair queues: weighted round-robin with per-group rate limits (`doq.queues.fair`,
+  `doq.queues.group_policy`), decided from replicated time only. `SetGroupPolicy`
+  overrides a group's weight or rate; the overrides and token buckets are records of
+  their own (`doq.queues.keys.GROUP`), the rotation's cursor and credit part of the
+  queue record, so a rebuilt replica rotates and throttles the same way.
 """
 
 from __future__ import annotations
@@ -73,6 +78,7 @@ from doq.queues.apikeys import KeyRecord, KeyTable
 from doq.queues.dedupruns import CANONICAL_LEN, PRODUCER_LEN, Run, Runs, one_run, parse, run_id
 from doq.queues.delayed import MASK64, PriorityIndex, ready_key
 from doq.queues.fair import FairIndex
+from doq.queues.group_policy import INHERIT_RATE, GroupPolicies
 from doq.queues.join_tokens import JoinTokens
 from doq.queues.leaseids import lease_ids
 from doq.queues.model import (
@@ -121,10 +127,10 @@ class Entry:
 
 class Queue:
     __slots__ = ("name", "qtype", "settings", "qnum", "prefix", "msgs", "index", "n_delayed",
-                 "n_inflight", "dead", "dedup", "runs", "enqueued", "delivered", "acked")
+                 "n_inflight", "dead", "dedup", "runs", "enqueued", "delivered", "acked", "saved_rr")
 
     def __init__(self, name: str, qtype: QueueType, settings: QueueSettings, qnum: int,
-                 dead: int = 0, cursor: str = "") -> None:
+                 dead: int = 0, cursor: str = "", credit: int = 0) -> None:
         self.name = name
         self.qtype = qtype
         self.settings = settings
@@ -132,9 +138,11 @@ class Queue:
         self.prefix = K.name_prefix(K.MESSAGE, name)
         self.msgs: dict[int, Entry] = {}
         self.index: PriorityIndex | FairIndex = (
-            FairIndex(settings.max_unacked_per_group, cursor) if qtype is QueueType.FAIR
-            else PriorityIndex()
+            FairIndex(settings.max_unacked_per_group, cursor, credit, GroupPolicies(
+                settings.default_group_weight, settings.default_group_max_per_second))
+            if qtype is QueueType.FAIR else PriorityIndex()
         )
+        self.saved_rr = (cursor, credit)  # the fair rotation as the queue record holds it
         self.n_delayed = 0
         self.n_inflight = 0
         self.dead = dead
@@ -147,8 +155,13 @@ class Queue:
     def cursor(self) -> str:
         return self.index.cursor if isinstance(self.index, FairIndex) else ""
 
+    @property
+    def credit(self) -> int:
+        return self.index.credit if isinstance(self.index, FairIndex) else 0
+
     def record(self) -> bytes:
-        return R.encode_queue(self.qtype, self.settings, self.dead, self.cursor)
+        self.saved_rr = (self.cursor, self.credit)
+        return R.encode_queue(self.qtype, self.settings, self.dead, self.cursor, self.credit)
 
     def info(self) -> QueueInfo:
         return QueueInfo(self.name, self.qtype, self.settings,
@@ -175,6 +188,8 @@ def _settings(s: object) -> QueueSettings:
     _int(s.max_attempts, 0, L.MAX_ATTEMPTS, "max_attempts")
     _int(s.max_unacked_per_group, 0, L.MAX_UNACKED_PER_GROUP, "max_unacked_per_group")
     _int(s.dedup_window_ms, 0, L.MAX_DEDUP_WINDOW_MS, "dedup_window_ms")
+    _int(s.default_group_weight, 0, L.MAX_GROUP_WEIGHT, "default_group_weight")
+    _int(s.default_group_max_per_second, 0, L.MAX_GROUP_RATE, "default_group_max_per_second")
     if type(s.dead_letter_queue) is not str:
         raise InvalidArgument("invalid dead_letter_queue", reason="INVALID_SETTINGS")
     if s.dead_letter_queue:
@@ -247,33 +262,6 @@ def _metadata(md: object) -> bytes:
         raise InvalidArgument("metadata is not valid unicode", reason="INVALID_METADATA") from None
 
 
-def _round_robin(index: FairIndex, n: int) -> list[int]:
-    """The ids the next `n` deliveries of a fair queue would take (as `FairIndex.pop` with
-    leases, which the per-group limit counts), computed without changing the index."""
-    limit = index.limit
-    turns: list[tuple[str, int]] = []  # (group, deliveries it may still make), in rotation order
-    names = list(index.active)
-    start = index.active.bisect_right(index.cursor) if names else 0
-    for name in names[start:] + names[:start]:
-        g = index.groups[name]
-        room = len(g.ready) if limit == 0 else min(len(g.ready), limit - g.inflight)
-        turns.append((name, room))
-    taken: dict[str, int] = {}
-    out: list[int] = []
-    while turns and len(out) < n:
-        still: list[tuple[str, int]] = []
-        for name, room in turns:
-            i = taken.get(name, 0)
-            out.append(index.groups[name].ready[i] & MASK64)
-            taken[name] = i + 1
-            if i + 1 < room:
-                still.append((name, room))
-            if len(out) == n:
-                break
-        turns = still
-    return out
-
-
 class QueueMachine:
     """The replicated queue state. Only `apply`/`load` mutate it (single writer)."""
 
@@ -309,7 +297,12 @@ class QueueMachine:
             c.UseJoinToken: lambda cmd: self.join_tokens.use(cmd, self.now_ms),
             StartRedrive: lambda cmd: self.redrive.start(self, cmd),
             CancelRedrive: lambda cmd: self.redrive.cancel(self, cmd),
+            c.SetGroupPolicy: self._set_group_policy,
         }
+        # fair queues a command or the clock touched in this batch (their rotation and group
+        # records are written at the end of the batch), and those with group timers
+        self._touched_fair: dict[str, Queue] = {}
+        self._timed: dict[str, Queue] = {}
 
     def _create_key(self, cmd: c.CreateKey) -> KeyRecord:
         return self.keys.create(cmd.id, cmd.secret_hash, cmd.scopes, self.now_ms)
@@ -337,6 +330,8 @@ class QueueMachine:
                 results.append(e)
         if self.redrive.running:
             self.redrive.step(self)
+        if self._touched_fair:
+            self._flush_fair()
         meta = (self.next_id, self.now_ms, self.next_lease)
         if meta != self._meta_written:
             self.store.put(K.META_KEY, R.META_REC.pack(*meta))
@@ -351,6 +346,10 @@ class QueueMachine:
         if self.leases:
             t = self.leases[0] >> 96
             due = t if due is None else min(due, t)
+        for q in self._timed.values():
+            t2 = q.index.policy.wakes[0][0] if isinstance(q.index, FairIndex) and q.index.policy.wakes else None
+            if t2 is not None:
+                due = t2 if due is None else min(due, t2)
         if self.redrive.running:
             r = self.redrive.next_due_ms(self.now_ms)
             if r is not None:
@@ -407,7 +406,8 @@ class QueueMachine:
     def peek_ids(self, queue: str, state: MessageState, offset: int, limit: int) -> list[int]:
         """Ids of `queue`'s messages in `state`, in the order they leave it, without changing
         anything: ready ones in delivery order (what the next dequeues would take: priority
-        then id; for a fair queue the round-robin from the cursor, with the per-group limit),
+        then id; for a fair queue the weighted round-robin from the cursor, with the per-group
+        limit and what the groups' rates allow now),
         delayed ones by due time, in-flight ones by lease expiry. Positions `offset` to
         `offset + limit`; the cost grows with `offset + limit` (callers bound it), and for
         delayed and in-flight messages with the other queues' entries before them."""
@@ -417,7 +417,7 @@ class QueueMachine:
         end = offset + limit
         if state is MessageState.READY:
             if isinstance(q.index, FairIndex):
-                return _round_robin(q.index, end)[offset:]
+                return [k & MASK64 for k in q.index.preview(end, self.now_ms)[offset:]]
             return [k & MASK64 for k in q.index.ready.islice(offset, end)]
         ordered = self.delayed if state is MessageState.DELAYED else self.leases
         out: list[int] = []
@@ -435,15 +435,21 @@ class QueueMachine:
         return out
 
     def group_stats(self, queue: str) -> list[GroupStats]:
-        """Every group of a fair queue with a message ready or in flight, by name ([] for a
-        delayed queue)."""
+        """Every group of a fair queue with a message ready or in flight or a policy of its
+        own or a bucket, by name ([] for a delayed queue)."""
         q = self.queues.get(queue)
         if q is None:
             raise QueueNotFound(f"queue {queue!r} not found")
         if not isinstance(q.index, FairIndex):
             return []
-        groups = q.index.groups
-        return [GroupStats(n, len(groups[n].ready), groups[n].inflight) for n in sorted(groups)]
+        return [self._group_stat(q.index, n) for n in sorted(set(q.index.groups) | q.index.policy.names())]
+
+    @staticmethod
+    def _group_stat(index: FairIndex, name: str) -> GroupStats:
+        g = index.groups.get(name)
+        p = index.policy
+        return GroupStats(name, len(g.ready) if g is not None else 0, g.inflight if g is not None else 0,
+                          p.weight(name), p.rate(name), p.is_throttled(name), name in p.overrides)
 
     def get_message(self, queue: str, id_: int) -> MessageView:
         """Read a message through the store (the caller's current view)."""
@@ -464,6 +470,7 @@ class QueueMachine:
         self.keys, self.join_tokens = keys, join_tokens
         msgs: list[tuple[bytes, bytes]] = []
         dedups: list[tuple[bytes, bytes]] = []
+        groups: list[tuple[bytes, bytes]] = []
         for key, rec in records:
             kind = key[0]
             if key == K.META_KEY:
@@ -471,20 +478,38 @@ class QueueMachine:
                 self._meta_written = (self.next_id, self.now_ms, self.next_lease)
             elif kind == K.QUEUE:
                 _, name, _ = K.split_name(key)
-                qtype, settings, dead, cursor = R.decode_queue(rec)
-                self._add_queue(name, qtype, settings, dead, cursor)
+                qtype, settings, dead, cursor, credit = R.decode_queue_full(rec)
+                self._add_queue(name, qtype, settings, dead, cursor, credit)
             elif kind == K.MESSAGE:
                 msgs.append((key, rec))
             elif kind == K.DEDUP:
                 dedups.append((key, rec))
             elif kind == K.REDRIVE:
                 self.redrive.load(K.split_name(key)[1], rec)
+            elif kind == K.GROUP:
+                groups.append((key, rec))
             elif kind == K.JOIN_TOKEN:
                 pass  # a join token record of an older version (or its backup): inert (doq.queues.keys)
             else:
                 raise ValueError(f"unknown record key {key!r}")
+        self._load_groups(groups)
         self._load_messages(msgs)
         self._load_dedups(dedups)
+        self._touched_fair.clear()
+
+    def _load_groups(self, groups: list[tuple[bytes, bytes]]) -> None:
+        """Group records (overrides, buckets) of fair queues; raises ValueError for a
+        malformed one or one of a queue that is not a fair queue."""
+        for key, rec in groups:
+            _, name, rest = K.split_name(key)
+            q = self.queues.get(name)
+            if q is None or not isinstance(q.index, FairIndex):
+                raise ValueError(f"group record {key!r} of no fair queue")
+            q.index.policy.load(rest.decode(), rec)
+        for name in sorted(self.queues):
+            q = self.queues[name]
+            if isinstance(q.index, FairIndex) and q.index.policy.next_timer_ms() is not None:
+                self._timed[name] = q
 
     def _load_dedups(self, dedups: list[tuple[bytes, bytes]]) -> None:
         """Dedup records: one id each, or (canonical ids) a run of ids; raises ValueError
@@ -563,6 +588,8 @@ class QueueMachine:
 
     # -- time ----------------------------------------------------------------------------
     def _advance(self, now: int) -> None:
+        if self._timed:
+            self._wake_groups(now)
         delayed = self.delayed
         if delayed and delayed[0] >> 96 <= now:
             by_num = self._by_num
@@ -593,6 +620,45 @@ class QueueMachine:
             items = list(dexp.islice(0, i))
             del dexp[:i]
             self._forget_dedups(items)
+
+    def _wake_groups(self, now: int) -> None:
+        """Groups whose rate lets them deliver again by `now` rejoin the rotation; buckets
+        full by `now` are forgotten."""
+        for name in sorted(self._timed):
+            q = self._timed[name]
+            assert isinstance(q.index, FairIndex)
+            t = q.index.policy.next_timer_ms()
+            if t is None or t > now:
+                continue
+            woken = q.index.policy.wake(now)
+            q.index.refresh_groups(woken)
+            self._touched_fair[name] = q
+            if woken:
+                self._changed.add(name)
+
+    def _flush_fair(self) -> None:
+        """Write what this batch changed of the touched fair queues: the rotation (cursor,
+        credit) into the queue record, the group records; track which have timers."""
+        touched, self._touched_fair = self._touched_fair, {}
+        for name in sorted(touched):
+            q = touched[name]
+            if self.queues.get(name) is not q:
+                continue  # deleted in this batch
+            assert isinstance(q.index, FairIndex)
+            if (q.cursor, q.credit) != q.saved_rr:
+                self.store.put(K.queue_key(name), q.record())
+            policy = q.index.policy
+            for group in policy.take_dirty():
+                rec = policy.record(group)
+                key = K.group_key(name, group)
+                if rec is None:
+                    self.store.delete(key)
+                else:
+                    self.store.put(key, rec)
+            if policy.next_timer_ms() is None:
+                self._timed.pop(name, None)
+            else:
+                self._timed[name] = q
 
     def _forget_dedups(self, items: list[tuple[int, str, str]]) -> None:
         """Forget the dedup records of `items` (already out of `dedup_exp`), one store call."""
@@ -743,12 +809,14 @@ class QueueMachine:
         if q is None:
             raise QueueNotFound(f"queue {name!r} not found")
         self._changed.add(q.name)
+        if q.qtype is QueueType.FAIR:
+            self._touched_fair[q.name] = q
         return q
 
     def _add_queue(self, name: str, qtype: QueueType, settings: QueueSettings, dead: int = 0,
-                   cursor: str = "") -> Queue:
+                   cursor: str = "", credit: int = 0) -> Queue:
         self._qnums += 1
-        q = Queue(name, qtype, settings, self._qnums, dead, cursor)
+        q = Queue(name, qtype, settings, self._qnums, dead, cursor, credit)
         self.queues[name] = q
         self._by_num[q.qnum] = q
         self._changed.add(name)
@@ -777,9 +845,25 @@ class QueueMachine:
         settings = _settings(cmd.settings)
         q.settings = settings
         if isinstance(q.index, FairIndex):
+            q.index.refresh_groups(q.index.policy.set_defaults(
+                settings.default_group_weight, settings.default_group_max_per_second, self.now_ms))
             q.index.set_limit(settings.max_unacked_per_group)
         self.store.put(K.queue_key(q.name), q.record())
         return q.info()
+
+    def _set_group_policy(self, cmd: c.SetGroupPolicy) -> GroupStats:
+        q = self._queue(cmd.queue)
+        if not isinstance(q.index, FairIndex):
+            raise FailedPrecondition(f"queue {q.name!r} is a delayed queue: only fair queues have groups",
+                                     reason="NOT_FAIR_QUEUE")
+        _utf8(cmd.group, "group")
+        if cmd.weight is not None:
+            _int(cmd.weight, 0, L.MAX_GROUP_WEIGHT, "weight")
+        if cmd.max_per_second is not None:
+            _int(cmd.max_per_second, INHERIT_RATE, L.MAX_GROUP_RATE, "max_per_second")
+        q.index.policy.set_override(cmd.group, cmd.weight, cmd.max_per_second, self.now_ms)
+        q.index.refresh_groups([cmd.group])
+        return self._group_stat(q.index, cmd.group)
 
     def _purge(self, q: Queue) -> int:
         n = len(q.msgs)
@@ -809,6 +893,12 @@ class QueueMachine:
             self.dedup_exp.remove(it)
         self._forget_dedups(items)
         self.store.delete(K.queue_key(q.name))
+        if isinstance(q.index, FairIndex):
+            for group in sorted(q.index.policy.names() | q.index.policy.dirty):
+                if q.index.policy.record(group) is not None or group in q.index.policy.dirty:
+                    self.store.delete(K.group_key(q.name, group))
+            self._timed.pop(q.name, None)
+            self._touched_fair.pop(q.name, None)
         del self.queues[q.name]
         del self._by_num[q.qnum]
         self.redrive.forget(self, q.name)
@@ -1105,7 +1195,8 @@ class QueueMachine:
         vis = vis or q.settings.effective_visibility_timeout_ms
         ack = cmd.ack
         cursor = q.cursor
-        ids = [k & MASK64 for k in q.index.pop_many(mx, not ack)]
+        ids = [k & MASK64 for k in (q.index.pop_many(mx, not ack, self.now_ms) if isinstance(q.index, FairIndex)
+                                    else q.index.pop_many(mx, not ack))]
         if q.cursor != cursor:
             self.store.put(K.queue_key(q.name), q.record())
         if not ids:

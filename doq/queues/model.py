@@ -35,6 +35,10 @@ class QueueSettings:
     dead_letter_queue: str = ""
     max_unacked_per_group: int = 0  # fair queues only; 0 = no limit
     dedup_window_ms: int = 0
+    # fair queues only (doq.queues.group_policy): a group's turns per round (0 = 1) and its
+    # deliveries per second (0 = no limit), unless the group overrides them
+    default_group_weight: int = 0
+    default_group_max_per_second: int = 0
 
     @property
     def effective_visibility_timeout_ms(self) -> int:
@@ -71,11 +75,16 @@ class QueueCounters:
 
 @dataclass(frozen=True, slots=True)
 class GroupStats:
-    """One group of a fair queue: its backlog (ready to deliver) and its messages in flight."""
+    """One group of a fair queue: its backlog (ready to deliver), its messages in flight
+    and its policy (weight, rate) in effect."""
 
     group: str
     ready: int
     in_flight: int
+    weight: int = 1  # deliveries per turn of the round-robin (the override, else the queue's default)
+    max_per_second: int = 0  # 0 = no limit (the override, else the queue's default)
+    throttled: bool = False  # over its rate now: skipped until its bucket refills
+    overridden: bool = False  # the group has its own weight or rate (PUT .../groups/{group})
 
 
 @dataclass(frozen=True, slots=True)

@@ -154,27 +154,56 @@ def message_view(queue: str, id_: int, rec: bytes, now_ms: int, *, with_content:
 # -- queue record ------------------------------------------------------------------------
 _Q_HDR = struct.Struct("<BQIIQQ")  # type, visibility, max_attempts, max_unacked, dedup_window, dead
 _TYPES = (QueueType.DELAYED, QueueType.FAIR)
+# the extended record (type byte | _EXT): after the dead-letter queue, the cursor is
+# length-prefixed and followed by default_group_weight, default_group_max_per_second and
+# the fair rotation's credit; written only when one of those is not 0, so the record of a
+# queue that uses none of them keeps its older form (and digest)
+_EXT = 0x80
+_Q_EXT = struct.Struct("<IQQ")
 
 
-def encode_queue(qtype: QueueType, s: QueueSettings, dead: int, cursor: str) -> bytes:
+def encode_queue(qtype: QueueType, s: QueueSettings, dead: int, cursor: str, credit: int = 0) -> bytes:
     dlq = s.dead_letter_queue.encode()
     cur = cursor.encode()
-    return b"".join((
-        _Q_HDR.pack(_TYPES.index(qtype), s.visibility_timeout_ms, s.max_attempts,
+    ext = bool(s.default_group_weight or s.default_group_max_per_second or credit)
+    parts = [
+        _Q_HDR.pack(_TYPES.index(qtype) | (_EXT if ext else 0), s.visibility_timeout_ms, s.max_attempts,
                     s.max_unacked_per_group, s.dedup_window_ms, dead),
-        _LEN.pack(len(dlq)), dlq, cur,
-    ))
+        _LEN.pack(len(dlq)), dlq,
+    ]
+    if ext:
+        parts += [_LEN.pack(len(cur)), cur,
+                  _Q_EXT.pack(s.default_group_weight, s.default_group_max_per_second, credit)]
+    else:
+        parts.append(cur)
+    return b"".join(parts)
 
 
 def decode_queue(rec: bytes) -> tuple[QueueType, QueueSettings, int, str]:
     """(type, settings, dead, fair cursor)."""
+    qtype, settings, dead, cursor, _ = decode_queue_full(rec)
+    return qtype, settings, dead, cursor
+
+
+def decode_queue_full(rec: bytes) -> tuple[QueueType, QueueSettings, int, str, int]:
+    """(type, settings, dead, fair cursor, fair credit)."""
     t, vis, maxa, maxu, win, dead = _Q_HDR.unpack_from(rec)
     p = _Q_HDR.size
     n = _LEN.unpack_from(rec, p)[0]
     p += 4
     dlq = rec[p : p + n].decode()
-    cursor = rec[p + n :].decode()
-    return _TYPES[t], QueueSettings(vis, maxa, dlq, maxu, win), dead, cursor
+    p += n
+    if not t & _EXT:
+        return _TYPES[t], QueueSettings(vis, maxa, dlq, maxu, win), dead, rec[p:].decode(), 0
+    n = _LEN.unpack_from(rec, p)[0]
+    p += 4
+    cursor = rec[p : p + n].decode()
+    p += n
+    weight, rate, credit = _Q_EXT.unpack_from(rec, p)
+    if p + _Q_EXT.size != len(rec):
+        raise ValueError("trailing bytes after a queue record")
+    return (_TYPES[t & ~_EXT], QueueSettings(vis, maxa, dlq, maxu, win, weight, rate), dead, cursor,
+            credit)
 
 
 # -- meta and dedup records ----------------------------------------------------------------

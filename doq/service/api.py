@@ -28,6 +28,7 @@ from typing import Any, NamedTuple, TypeVar, cast
 from doq.errors import DoqError, InvalidArgument
 from doq.node.base import Node
 from doq.queues import commands as c
+from doq.queues.group_policy import INHERIT_RATE
 from doq.queues.model import (
     EnqueueColumnsResult,
     EnqueueResult,
@@ -600,6 +601,21 @@ class QueueService:
         v.check_queue_name(queue)
         await self.node.read_barrier()
         return await self.node.inspect(lambda state_: state_.group_stats(queue))
+
+    async def set_group_policy(self, queue: str, group: str, weight: int | None = None,
+                               max_per_second: int | None = None, *, reset: bool = False,
+                               caller: Caller = INTERNAL) -> GroupStats:
+        """Override a fair queue's group defaults for `group`: `weight` (1..MAX_GROUP_WEIGHT
+        turns per round) and/or `max_per_second` (0 = no limit .. MAX_GROUP_RATE); None
+        keeps that one. `reset` drops both overrides (the queue's defaults apply again).
+        Returns the group as it is then; FailedPrecondition NOT_FAIR_QUEUE on a delayed
+        queue, QueueNotFound, InvalidArgument (nothing proposed)."""
+        self.door.admit(caller, Action.UPDATE_QUEUE, queue)
+        v.check_queue_name(queue)
+        v.check_group_policy(group, weight, max_per_second, reset, self.limits)
+        cmd = (c.SetGroupPolicy(queue, group, 0, INHERIT_RATE) if reset
+               else c.SetGroupPolicy(queue, group, weight, max_per_second))
+        return outcomes.expect(await self.node.propose(cmd), GroupStats)
 
     async def delete_message(self, queue: str, id_: int, lease_id: int = 0, *, caller: Caller = INTERNAL) -> None:
         """Delete a message. One in flight (someone holds it) needs its `lease_id` unless the

@@ -13,6 +13,7 @@ from doq.queues.commands import EnqueueColumns, EnqueueItem
 from doq.queues.model import (
     EnqueueColumnsResult,
     EnqueueResult,
+    GroupStats,
     MessageView,
     QueueInfo,
     QueueSettings,
@@ -27,7 +28,14 @@ def settings_from_pb(s: pb.QueueSettings) -> QueueSettings:
         dead_letter_queue=s.dead_letter_queue,
         max_unacked_per_group=s.max_unacked_per_group,
         dedup_window_ms=s.dedup_window_ms,
+        default_group_weight=s.default_group_weight,
+        default_group_max_per_second=s.default_group_max_per_second,
     )
+
+
+def group_to_pb(g: GroupStats) -> pb.GroupInfo:
+    return pb.GroupInfo(group=g.group, ready=g.ready, in_flight=g.in_flight, weight=g.weight,
+                        max_per_second=g.max_per_second, throttled=g.throttled, overridden=g.overridden)
 
 
 def queue_to_pb(q: QueueInfo) -> pb.Queue:
@@ -41,6 +49,8 @@ def queue_to_pb(q: QueueInfo) -> pb.Queue:
             dead_letter_queue=s.dead_letter_queue,
             max_unacked_per_group=s.max_unacked_per_group,
             dedup_window_ms=s.dedup_window_ms,
+            default_group_weight=s.default_group_weight,
+            default_group_max_per_second=s.default_group_max_per_second,
         ),
         stats=pb.QueueStats(
             ready=st.ready, delayed=st.delayed, in_flight=st.in_flight, dead=st.dead, total=st.total

@@ -162,6 +162,20 @@ class DOQServicer(KeyRpcs, pb_grpc.DOQServicer):
     async def PurgeQueue(self, request: pb.PurgeQueueRequest, context: Any) -> pb.PurgeQueueResponse:
         return pb.PurgeQueueResponse(purged=await self.api.purge_queue(request.name, caller=grpc_caller(context)))
 
+    @_unary
+    async def SetGroupPolicy(self, request: pb.SetGroupPolicyRequest, context: Any) -> pb.SetGroupPolicyResponse:
+        g = await self.api.set_group_policy(
+            request.queue_name, request.group,
+            request.weight if request.HasField("weight") else None,
+            request.max_per_second if request.HasField("max_per_second") else None,
+            reset=request.reset, caller=grpc_caller(context))
+        return pb.SetGroupPolicyResponse(success=True, group=cv.group_to_pb(g))
+
+    @_unary
+    async def ListGroups(self, request: pb.ListGroupsRequest, context: Any) -> pb.ListGroupsResponse:
+        groups = await self.api.group_stats(request.queue_name, caller=grpc_caller(context))
+        return pb.ListGroupsResponse(groups=[cv.group_to_pb(g) for g in groups])
+
     # -- redrive (doq.service.grpc_redrive) -------------------------------------------------
     @_unary
     async def StartRedrive(self, request: pb.StartRedriveRequest, context: Any) -> pb.RedriveTask:

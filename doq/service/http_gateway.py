@@ -22,6 +22,7 @@ from doq.service.http.browser_guard import BrowserGuard
 from doq.service.http.cluster import build_cluster_router
 from doq.service.http.docs import install_docs
 from doq.service.http.forward import install_leader_forwarding
+from doq.service.http.groups import build_groups_router
 from doq.service.http.keys import build_keys_router
 from doq.service.http.ops import build_ops_router
 from doq.service.http.problems import install_handlers
@@ -98,7 +99,7 @@ def create_app(api: QueueService, authorizer: Authorizer | None = None, *, loopb
     # Routes are added flat (not as included sub-routers): one route match per request.
     for router in (build_router(api), build_ops_router(api), build_cluster_router(api),
                    build_keys_router(api.node), build_ui_router(api, history=history),
-                   build_redrive_router(api)):
+                   build_redrive_router(api), build_groups_router(api)):
         app.router.routes.extend(router.routes)
     if enrollment is not None:
         from doq.service.http.enroll import build_enroll_router

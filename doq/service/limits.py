@@ -101,12 +101,36 @@ def check_settings(s: QueueSettings) -> QueueSettings:
         ("max_attempts", s.max_attempts, L.MAX_ATTEMPTS),
         ("max_unacked_per_group", s.max_unacked_per_group, L.MAX_UNACKED_PER_GROUP),
         ("dedup_window_ms", s.dedup_window_ms, L.MAX_DEDUP_WINDOW_MS),
+        ("default_group_weight", s.default_group_weight, L.MAX_GROUP_WEIGHT),
+        ("default_group_max_per_second", s.default_group_max_per_second, L.MAX_GROUP_RATE),
     ):
         if not 0 <= value <= hi:
             raise InvalidArgument(f"{what} must be within 0..{hi}", reason="INVALID_SETTINGS")
     if s.dead_letter_queue:
         check_queue_name(s.dead_letter_queue, "dead_letter_queue")
     return s
+
+
+def check_group_policy(group: str, weight: int | None, max_per_second: int | None, reset: bool,
+                       limits: Limits) -> None:
+    """A group override: a group name as messages carry it ("" is the default group), a
+    weight 1..MAX_GROUP_WEIGHT and a rate 0..MAX_GROUP_RATE (None: unchanged), at least one
+    of them (neither: nothing changes), or `reset` alone."""
+    if group:
+        check_label(group, "group", limits.max_group_bytes, "INVALID_GROUP")
+    elif not isinstance(group, str):
+        raise InvalidArgument("group must be a string", reason="INVALID_GROUP")
+    if reset:
+        if weight is not None or max_per_second is not None:
+            raise InvalidArgument("a reset takes no weight and no max_per_second", reason="INVALID_GROUP_POLICY")
+        return
+    if weight is not None and (type(weight) is not int or not 1 <= weight <= L.MAX_GROUP_WEIGHT):
+        raise InvalidArgument(f"weight must be an integer within 1..{L.MAX_GROUP_WEIGHT}",
+                              reason="INVALID_GROUP_POLICY")
+    if max_per_second is not None and (type(max_per_second) is not int
+                                       or not 0 <= max_per_second <= L.MAX_GROUP_RATE):
+        raise InvalidArgument(f"max_per_second must be an integer within 0..{L.MAX_GROUP_RATE} (0: no limit)",
+                              reason="INVALID_GROUP_POLICY")
 
 
 def check_id(id_: int) -> int:

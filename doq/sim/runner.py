@@ -28,6 +28,7 @@ from doq.raft.types import (
 from doq.sim.checker import Checker
 from doq.sim.network import Faults, Network
 from doq.sim.node import SimNode
+from doq.sim.queue_load import QueueLoad, replay_violations
 from doq.sim.queues import QueueWorkload
 
 
@@ -116,6 +117,8 @@ class Simulation:
         self._pid = 0
         self.qwork = QueueWorkload()
         self._tick_proposed = -100
+        # proposals are queue command batches, drawn from a stream of their own
+        self.queue_load = QueueLoad(random.Random(seed ^ 0x5EED_0F_9E0E))
         ids = tuple(f"n{i}" for i in range(1, opts.nodes + 1))
         for nid in ids:
             self._add_node(nid, MemoryStorage(voters=ids))
@@ -259,7 +262,7 @@ class Simulation:
             if leaders:
                 n = rng.choice(leaders)
                 self._pid += 1
-                data = self.qwork.batch(rng, self.now) if self.opts.queues else b"p%d" % self._pid
+                data = self.qwork.batch(rng, self.now) if self.opts.queues else self.queue_load.batch(self._pid)
                 assert n.core is not None
                 try:
                     n.core.propose(data)
@@ -445,6 +448,9 @@ class Simulation:
                         for problem in self.checker.queue_check.problems(m.sm.queues):
                             self.checker.violation(f"{m.id}: {problem}")
                         self.result.redrive_moved = self.checker.queue_check.redrive_moves
+                log = sorted((i, rec[1]) for i, rec in self.checker.applied.items())
+                for v in replay_violations(log):
+                    self.checker.violation(v)
                 return
         lead = self.leader()
         state = {

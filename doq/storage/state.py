@@ -519,6 +519,7 @@ class StateStore:
             K.MESSAGE: self._db[b"state_messages"], K.DEDUP: self._db[b"state_dedup"],
             K.JOIN_TOKEN: self._db[b"state_queues"],  # an older version's (doq.queues.keys): loaded, ignored
             K.REDRIVE: self._db[b"state_queues"],  # redrive tasks (doq.queues.redrive)
+            K.GROUP: self._db[b"state_queues"],  # fair-queue group policies (doq.queues.group_policy)
         }
         self._sink = _TxnSink(self._kind_db, self._versions, self._tombs, self._stale, self._leases, self._gone)
         self._compacting: _Sweep | None = None  # the removals under way (`_sweep`)

@@ -40,7 +40,7 @@ from tests.support.proc import NodeProc
 pytestmark = pytest.mark.integration
 
 NON_ADMIN = ("produce", "consume", "backup", "restore", "metrics")
-PARAMS = {"name": "q", "id": "1", "node_id": "node-9", "key_id": "abc123"}
+PARAMS = {"name": "q", "id": "1", "node_id": "node-9", "key_id": "abc123", "group": "g"}
 SERVICE = pb.DESCRIPTOR.services_by_name["DOQ"]
 
 

@@ -153,8 +153,10 @@ def test_groups_of_a_fair_queue(node: NodeProc) -> None:
     call(node, "POST", f"{Q}/dash-fair/messages:dequeue", {"max_messages": 2})  # a, then b
     status, doc = call(node, "GET", f"{Q}/dash-fair/groups")
     assert status == 200 and doc["total"] == 3 and doc["next_offset"] is None
-    assert doc["groups"] == [{"group": "a", "ready": 2, "in_flight": 1}, {"group": "b", "ready": 0, "in_flight": 1},
-                             {"group": "c", "ready": 1, "in_flight": 0}]
+    policy = {"weight": 1, "max_per_second": 0, "throttled": False, "overridden": False}  # the defaults
+    assert doc["groups"] == [{"group": "a", "ready": 2, "in_flight": 1, **policy},
+                             {"group": "b", "ready": 0, "in_flight": 1, **policy},
+                             {"group": "c", "ready": 1, "in_flight": 0, **policy}]
     status, doc = call(node, "GET", f"{Q}/dash-fair/groups?limit=1&offset=1")
     assert [g["group"] for g in doc["groups"]] == ["b"] and doc["next_offset"] == 2
     _, peek = call(node, "GET", f"{Q}/dash-fair/messages:peek")

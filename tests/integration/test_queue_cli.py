@@ -50,8 +50,10 @@ def test_version() -> None:
 def test_create_list_stats_delete(node: NodeProc) -> None:
     assert doq(node, "queues", "create", "cli-delayed").stdout.strip() == "created delayed queue cli-delayed"
     doc = json.loads(doq(node, "queues", "create", "cli-fair", "--type", "fair", "--max-attempts", "3",
+                         "--default-group-weight", "2", "--default-group-max-per-second", "50",
                          "--json").stdout)
     assert doc["name"] == "cli-fair" and doc["type"] == "fair" and doc["settings"]["max_attempts"] == 3
+    assert (doc["settings"]["default_group_weight"], doc["settings"]["default_group_max_per_second"]) == (2, 50)
 
     table = rows(doq(node, "queues", "list").stdout)
     assert table[0] == ["NAME", "TYPE", "READY", "DELAYED", "IN", "FLIGHT", "DEAD", "TOTAL"]

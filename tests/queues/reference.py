@@ -63,6 +63,9 @@ class RQueue:
     dead: int = 0
     cursor: str = ""
     dedup: dict[str, tuple[int, int]] = field(default_factory=dict)
+    credit: int = 0  # deliveries the cursor's group may still make in its turn
+    overrides: dict[str, tuple[int, int]] = field(default_factory=dict)  # group -> (weight|0, rate|-1)
+    buckets: dict[str, tuple[int, int]] = field(default_factory=dict)  # group -> (milli-tokens, at_ms)
 
     def find(self, id_: int) -> RMsg | None:
         for m in self.msgs:
@@ -143,8 +146,66 @@ class Reference:
 
     def _UpdateQueue(self, cmd: c.UpdateQueue) -> tuple[str, str, QueueSettings]:
         q = self._q(cmd.name)
+        before = {g: self.level(q, g) for g in q.buckets}
         q.settings = cmd.settings
+        for g, level in before.items():
+            self._rebase(q, g, level)
         return (q.name, q.type, q.settings)
+
+    # -- fair-queue groups: weights and token buckets ---------------------------------
+    def weight(self, q: RQueue, g: str) -> int:
+        o = q.overrides.get(g)
+        return o[0] if o is not None and o[0] else (q.settings.default_group_weight or 1)
+
+    def rate(self, q: RQueue, g: str) -> int:
+        o = q.overrides.get(g)
+        return o[1] if o is not None and o[1] != -1 else q.settings.default_group_max_per_second
+
+    def level(self, q: RQueue, g: str) -> int:
+        """Milli-tokens in the group's bucket now: +rate per ms, at most one
+        second's worth (at least 1000); no bucket = full."""
+        r = self.rate(q, g)
+        cap = max(1000, r * 1000)
+        b = q.buckets.get(g)
+        return cap if b is None else min(cap, b[0] + (self.now - b[1]) * r)
+
+    def throttled(self, q: RQueue, g: str) -> bool:
+        return self.rate(q, g) > 0 and self.level(q, g) < 1000
+
+    def wake_at(self, q: RQueue, g: str) -> int | None:
+        if not self.throttled(q, g):
+            return None
+        t, at = q.buckets[g]
+        r = self.rate(q, g)
+        return at + -(-(1000 - t) // r)
+
+    def _rebase(self, q: RQueue, g: str, level: int) -> None:
+        r = self.rate(q, g)
+        if r <= 0 or level >= max(1000, r * 1000):
+            q.buckets.pop(g, None)
+        else:
+            q.buckets[g] = (level, self.now)
+
+    def _SetGroupPolicy(self, cmd: c.SetGroupPolicy) -> tuple[str, int, int, bool]:
+        q = self._q(cmd.queue)
+        if q.type != "fair":
+            raise FailedPrecondition(cmd.queue)
+        if cmd.weight is not None and not 0 <= cmd.weight <= 10_000:
+            raise InvalidArgument("weight")
+        if cmd.max_per_second is not None and not -1 <= cmd.max_per_second <= 1_000_000:
+            raise InvalidArgument("max_per_second")
+        g = cmd.group
+        level = self.level(q, g) if g in q.buckets else None
+        w, r = q.overrides.get(g, (0, -1))
+        w = w if cmd.weight is None else cmd.weight
+        r = r if cmd.max_per_second is None else cmd.max_per_second
+        if (w, r) == (0, -1):
+            q.overrides.pop(g, None)
+        else:
+            q.overrides[g] = (w, r)
+        if level is not None:
+            self._rebase(q, g, level)
+        return (g, self.weight(q, g), self.rate(q, g), self.throttled(q, g))
 
     def _DeleteQueue(self, cmd: c.DeleteQueue) -> None:
         self._q(cmd.name)
@@ -177,11 +238,11 @@ class Reference:
 
     def _pick_preview(self, q: RQueue) -> RMsg | None:
         """What the next dequeue would deliver, without moving the cursor."""
-        cursor = q.cursor
+        cursor, credit, buckets = q.cursor, q.credit, dict(q.buckets)
         try:
             return self._pick(q)
         finally:
-            q.cursor = cursor
+            q.cursor, q.credit, q.buckets = cursor, credit, buckets
 
     def _pick(self, q: RQueue) -> RMsg | None:
         ready = self.ready(q)
@@ -192,13 +253,21 @@ class Reference:
         limit = q.settings.max_unacked_per_group
         groups = sorted({
             m.group for m in ready
-            if not limit or sum(1 for x in q.msgs if x.group == m.group and x.inflight) < limit
+            if (not limit or sum(1 for x in q.msgs if x.group == m.group and x.inflight) < limit)
+            and not self.throttled(q, m.group)
         })
         if not groups:
             return None
-        after = [g for g in groups if g > q.cursor]
-        g = after[0] if after else groups[0]
-        q.cursor = g
+        if q.credit > 0 and q.cursor in groups:  # the cursor's turn goes on
+            g = q.cursor
+            q.credit -= 1
+        else:
+            after = [g for g in groups if g > q.cursor]
+            g = after[0] if after else groups[0]
+            q.cursor = g
+            q.credit = self.weight(q, g) - 1
+        if self.rate(q, g) > 0:
+            q.buckets[g] = (self.level(q, g) - 1000, self.now)
         return min((m for m in ready if m.group == g), key=lambda m: (m.prio, m.id))
 
     def _Dequeue(self, cmd: c.Dequeue) -> list[tuple[int, int, int, int]]:
@@ -290,4 +359,5 @@ class Reference:
         times = [m.lease_exp for q in self.queues.values() for m in q.msgs if m.inflight]
         times += [m.deliver_at for q in self.queues.values() for m in q.msgs
                   if not m.inflight and m.deliver_at > self.now]
+        times += [w for q in self.queues.values() for g in q.buckets if (w := self.wake_at(q, g)) is not None]
         return min(times) if times else None

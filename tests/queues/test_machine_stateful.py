@@ -13,6 +13,7 @@ from doq.queues.machine import QueueMachine
 from doq.queues.model import (
     EnqueueColumnsResult,
     EnqueueResult,
+    GroupStats,
     MessageState,
     MessageView,
     QueueInfo,
@@ -34,6 +35,8 @@ settings_st = st.builds(
     dead_letter_queue=st.sampled_from(["", "dlq", "nope"]),
     max_unacked_per_group=st.sampled_from([0, 1, 2]),
     dedup_window_ms=st.sampled_from([0, 500]),
+    default_group_weight=st.sampled_from([0, 0, 1, 3]),
+    default_group_max_per_second=st.sampled_from([0, 0, 5, 20, 1000]),
 )
 # canonical dedup ids (a producer's stamped ids, remembered as runs) of two producers
 PRODUCERS = ["00000000000000a1-", "00000000000000b2-"]
@@ -59,6 +62,8 @@ def norm(result: object) -> object:
         return (result.id, result.duplicate)
     if isinstance(result, MessageView):
         return result
+    if isinstance(result, GroupStats):
+        return (result.group, result.weight, result.max_per_second, result.throttled)
     if isinstance(result, QueueInfo):  # CreateQueue / UpdateQueue: the queue as it is now
         return (result.name, result.type.value, result.settings)
     return result
@@ -215,6 +220,14 @@ class MachineVsReference(RuleBasedStateMachine):
         got, want = self.run(c.DeleteMessage(q, id_, lease if with_lease else 0, holder_only))
         assert norm(got) == (type(want) if isinstance(want, DoqError) else want)
 
+    @rule(name=MSG_QUEUES, group=st.sampled_from(GROUPS),
+          weight=st.sampled_from([None, 0, 1, 2, 5, -1, 10_001]),
+          rate=st.sampled_from([None, -1, 0, 3, 10, 100, -2, 1_000_001]),
+          dt=st.sampled_from([0, 1, 50]))
+    def set_group_policy(self, name: str, group: str, weight: int | None, rate: int | None, dt: int) -> None:
+        got, want = self.run(c.SetGroupPolicy(name, group, weight, rate), dt)
+        assert norm(got) == (type(want) if isinstance(want, DoqError) else want)
+
     @rule(dt=st.sampled_from([0, 10, 60, 120, 400, 1100, 3000]))
     def tick(self, dt: int) -> None:
         got, want = self.run(c.Tick(), dt)
@@ -261,6 +274,14 @@ class MachineVsReference(RuleBasedStateMachine):
                               MessageState.DELAYED if rm.deliver_at > ref.now else MessageState.READY)
                 assert v.state is want_state
         assert self.m.next_due_ms() == ref.next_due()
+        for info in infos:  # every group's policy in effect, throttling included
+            rq = ref.queues[info.name]
+            if rq.type != "fair":
+                continue
+            live = {m.group for m in rq.msgs if m.inflight or m.deliver_at <= ref.now}
+            got = {g.group: (g.weight, g.max_per_second, g.throttled) for g in self.m.group_stats(info.name)
+                   if g.group in live}
+            assert got == {g: (ref.weight(rq, g), ref.rate(rq, g), ref.throttled(rq, g)) for g in live}
         assert (self.m.next_id, self.m.next_lease) == (ref.next_id, ref.next_lease)
         # every remembered dedup id counted once, runs by their ids
         assert self.m.dedup_n == sum(len(rq.dedup) for rq in ref.queues.values())

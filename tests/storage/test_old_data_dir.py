@@ -28,7 +28,7 @@ LAST_NOW_MS = 1700000016909
 
 def _old_log() -> list[tuple[int, bytes]]:
     """The log the fixture applied."""
-    return [*entries(seed=7, n=300),
+    return [*entries(seed=7, n=300, group_policies=False),
             (301, encode_batch(c.CommandBatch(LAST_NOW_MS, [c.Dequeue("d", 4), c.Dequeue("f", 5), c.Tick()])))]
 
 

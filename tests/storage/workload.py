@@ -12,10 +12,15 @@ T0 = 1_700_000_000_000
 PRODUCER = "00112233aabbccdd-"  # the canonical form of a producer's stamped dedup ids
 
 
-def entries(seed: int, n: int, start_index: int = 1, start_ms: int = T0) -> list[tuple[int, bytes]]:
+def entries(seed: int, n: int, start_index: int = 1, start_ms: int = T0, *,
+            group_policies: bool = True) -> list[tuple[int, bytes]]:
     """`n` log entries (some empty Raft no-ops). Ids are guessed (1..next), so some commands
-    fail: failures must be deterministic too."""
+    fail: failures must be deterministic too. `group_policies`: also fair-queue group
+    weights and rates (`SetGroupPolicy`, group defaults in `UpdateQueue`), drawn from a
+    stream of their own, so without them a seed gives the entries it gave before they
+    existed (what an old data dir was written with)."""
     rnd = random.Random(seed)
+    prnd = random.Random(seed * 7919 + 1)
     out: list[tuple[int, bytes]] = []
     now = start_ms
     guess = 1
@@ -33,6 +38,13 @@ def entries(seed: int, n: int, start_index: int = 1, start_ms: int = T0) -> list
             cmds.append(c.CreateQueue("f", "fair", QueueSettings(visibility_timeout_ms=150,
                                                                    max_unacked_per_group=3,
                                                                    dedup_window_ms=500)))
+        if group_policies and prnd.random() < 0.1:
+            cmds.append(c.SetGroupPolicy(prnd.choice(["f", "f", "f", "d"]), f"g{prnd.randint(0, 3)}",
+                                         prnd.choice([None, 0, 1, 3]), prnd.choice([None, -1, 0, 5, 50])))
+        if group_policies and prnd.random() < 0.02:
+            cmds.append(c.UpdateQueue("f", QueueSettings(
+                visibility_timeout_ms=150, max_unacked_per_group=3, dedup_window_ms=500,
+                default_group_weight=prnd.choice([0, 2]), default_group_max_per_second=prnd.choice([0, 20]))))
         for _ in range(rnd.randint(1, 4)):
             q = rnd.choice(["d", "f"])
             r = rnd.random()

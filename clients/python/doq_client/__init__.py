@@ -46,6 +46,7 @@ from doq_client.retry import FailoverPolicy, RetryPolicy
 from doq_client.types import (
     AckResult,
     EnqueueResult,
+    GroupInfo,
     Message,
     Queue,
     QueueSettings,
@@ -72,6 +73,7 @@ __all__ = [
     "EnqueueResult",
     "FailoverPolicy",
     "FailedPrecondition",
+    "GroupInfo",
     "Internal",
     "InvalidArgument",
     "Message",

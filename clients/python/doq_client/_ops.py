@@ -25,6 +25,7 @@ from doq_client.types import (
     AckResult,
     Content,
     EnqueueResult,
+    GroupInfo,
     Message,
     Queue,
     QueueSettings,
@@ -99,6 +100,24 @@ def list_queues_page(page_token: str = "", max_results: int = 0) -> Op[tuple[lis
         "ListQueues", pb.ListQueuesRequest(page_token=page_token, max_results=max_results),
         lambda r: ([Queue.from_pb(q) for q in r.queues], r.next_page_token), True
     )
+
+
+def set_group_policy(queue: str, group: str, weight: int | None, max_per_second: int | None,
+                     reset: bool) -> Op[GroupInfo]:
+    """A fair queue group's own weight and/or rate (None: unchanged), or `reset` to the
+    queue's defaults. Setting the same values again changes nothing: repeatable."""
+    fields: dict[str, Any] = {"queue_name": queue, "group": group, "reset": reset}
+    if weight is not None:
+        fields["weight"] = weight
+    if max_per_second is not None:
+        fields["max_per_second"] = max_per_second
+    return Op("SetGroupPolicy", build(pb.SetGroupPolicyRequest, **fields),
+              lambda r: GroupInfo.from_pb(r.group), True)
+
+
+def list_groups(queue: str) -> Op[list[GroupInfo]]:
+    return Op("ListGroups", pb.ListGroupsRequest(queue_name=queue),
+              lambda r: [GroupInfo.from_pb(g) for g in r.groups], True)
 
 
 def purge_queue(name: str) -> Op[int]:

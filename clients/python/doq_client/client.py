@@ -31,6 +31,7 @@ from doq_client.types import (
     AckResult,
     Content,
     EnqueueResult,
+    GroupInfo,
     Message,
     Queue,
     QueueSettings,
@@ -209,6 +210,22 @@ class DoqClient:
         at most 1000) after `page_token`; returns (queues, the next page's token, "" on the
         last page)."""
         return self._call(_ops.list_queues_page(page_token, max_results))
+
+    def set_group_policy(self, queue: str, group: str, weight: int | None = None, *,
+                         max_per_second: int | None = None) -> GroupInfo:
+        """Give one group of a fair queue its own `weight` (1..10000 deliveries per turn of
+        the round-robin) and/or `max_per_second` (0 = no limit); None keeps that one. A
+        delayed queue: FailedPrecondition (NOT_FAIR_QUEUE)."""
+        return self._call(_ops.set_group_policy(queue, group, weight, max_per_second, False))
+
+    def reset_group(self, queue: str, group: str) -> GroupInfo:
+        """Drop a group's own weight and rate: the queue's defaults apply again."""
+        return self._call(_ops.set_group_policy(queue, group, None, None, True))
+
+    def list_groups(self, queue: str) -> list[GroupInfo]:
+        """A fair queue's groups (with a message ready or in flight, or a policy of their
+        own), by name, with their weight, rate and throttling ([] for a delayed queue)."""
+        return self._call(_ops.list_groups(queue))
 
     def purge_queue(self, name: str) -> int:
         """Remove every message of a queue; returns how many were removed."""

@@ -81,6 +81,8 @@ class QueueSettings:
     dead_letter_queue: str = ""
     max_unacked_per_group: int = 0
     dedup_window_ms: int = 0
+    default_group_weight: int = 0  # fair queues: a group's turns per round unless its own (0 = 1)
+    default_group_max_per_second: int = 0  # fair queues: a group's rate unless its own (0 = no limit)
 
     def to_pb(self) -> pb.QueueSettings:
         return build(
@@ -90,6 +92,8 @@ class QueueSettings:
             dead_letter_queue=self.dead_letter_queue,
             max_unacked_per_group=self.max_unacked_per_group,
             dedup_window_ms=self.dedup_window_ms,
+            default_group_weight=self.default_group_weight,
+            default_group_max_per_second=self.default_group_max_per_second,
         )
 
     @classmethod
@@ -100,7 +104,28 @@ class QueueSettings:
             s.dead_letter_queue,
             s.max_unacked_per_group,
             s.dedup_window_ms,
+            s.default_group_weight,
+            s.default_group_max_per_second,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class GroupInfo:
+    """A fair queue's group: backlog (`ready`), `in_flight`, and the `weight` (turns per
+    round) and `max_per_second` (0 = no limit) in effect: its own if `overridden`, else
+    the queue's defaults. `throttled`: over its rate now (skipped until it refills)."""
+
+    group: str
+    ready: int = 0
+    in_flight: int = 0
+    weight: int = 1
+    max_per_second: int = 0
+    throttled: bool = False
+    overridden: bool = False
+
+    @classmethod
+    def from_pb(cls, g: pb.GroupInfo) -> GroupInfo:
+        return cls(g.group, g.ready, g.in_flight, g.weight, g.max_per_second, g.throttled, g.overridden)
 
 
 @dataclass(frozen=True, slots=True)

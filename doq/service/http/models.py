@@ -22,7 +22,7 @@ from pydantic_core import to_json
 from doq.errors import DoqError, InvalidArgument
 from doq.queues import limits as L
 from doq.queues.commands import EnqueueItem
-from doq.queues.model import EnqueueResult, MessageView, QueueInfo, QueueSettings
+from doq.queues.model import EnqueueResult, GroupStats, MessageView, QueueInfo, QueueSettings
 from doq.service.limits import Limits
 
 UINT64_MAX = 2**64 - 1
@@ -100,7 +100,8 @@ SUCCESS = Field(True, description="Always true in a 2xx answer (errors are probl
 _QUEUE_EXAMPLE: dict[str, Any] = {
     "name": "user_indexing_queue", "type": "delayed",
     "settings": {"visibility_timeout_ms": 0, "max_attempts": 0, "dead_letter_queue": "",
-                 "max_unacked_per_group": 0, "dedup_window_ms": 0},
+                 "max_unacked_per_group": 0, "dedup_window_ms": 0,
+                 "default_group_weight": 0, "default_group_max_per_second": 0},
     "stats": {"ready": 1, "delayed": 0, "in_flight": 0, "dead": 0, "total": 1},
 }
 _MESSAGE_EXAMPLE: dict[str, Any] = {
@@ -137,6 +138,14 @@ class QueueSettingsModel(_In):
     dedup_window_ms: int = Field(
         0, ge=0, le=L.MAX_DEDUP_WINDOW_MS, description="How long a dedup_id is remembered (0 = 300000 ms)."
     )
+    default_group_weight: int = Field(
+        0, ge=0, le=L.MAX_GROUP_WEIGHT,
+        description="Fair queues: a group's deliveries per turn of the round-robin unless it has its own (0 = 1).",
+    )
+    default_group_max_per_second: int = Field(
+        0, ge=0, le=L.MAX_GROUP_RATE,
+        description="Fair queues: a group's deliveries per second unless it has its own (0 = no limit).",
+    )
 
     def to_domain(self) -> QueueSettings:
         return QueueSettings(
@@ -145,6 +154,8 @@ class QueueSettingsModel(_In):
             dead_letter_queue=self.dead_letter_queue,
             max_unacked_per_group=self.max_unacked_per_group,
             dedup_window_ms=self.dedup_window_ms,
+            default_group_weight=self.default_group_weight,
+            default_group_max_per_second=self.default_group_max_per_second,
         )
 
 
@@ -180,6 +191,10 @@ class QueueSettingsOut(_Out):
     dead_letter_queue: str = Field(description="Queue receiving messages past max_attempts (\"\" = dropped).")
     max_unacked_per_group: int = Field(description="Fair queues: in-flight limit per group (0 = none).")
     dedup_window_ms: int = Field(description="How long a dedup_id is remembered (0 = 300000 ms).")
+    default_group_weight: int = Field(description="Fair queues: a group's turns per round unless it has "
+                                                  "its own (0 = 1).")
+    default_group_max_per_second: int = Field(description="Fair queues: a group's deliveries per second unless "
+                                                          "it has its own (0 = no limit).")
 
 
 class QueueModel(_Out):
@@ -318,12 +333,27 @@ class GroupModel(_Out):
     group: str = Field(description="The group name.")
     ready: int = Field(description="Messages of the group ready to deliver (its backlog).")
     in_flight: int = Field(description="Messages of the group leased and not yet acked.")
+    weight: int = Field(description="Deliveries per turn of the round-robin (its own, else the queue's default).")
+    max_per_second: int = Field(description="Deliveries per second at most (its own, else the queue's default; "
+                                            "0 = no limit).")
+    throttled: bool = Field(description="Over its rate now: skipped (the others go on) until it may deliver again.")
+    overridden: bool = Field(description="The group has its own weight or rate (PUT .../groups/{group}).")
+
+
+_GROUP_EXAMPLE: dict[str, Any] = {"group": "tenant-a", "ready": 12, "in_flight": 2, "weight": 5,
+                                  "max_per_second": 100, "throttled": False, "overridden": True}
+
+
+def group_dict(g: GroupStats) -> dict[str, Any]:
+    return {"group": g.group, "ready": g.ready, "in_flight": g.in_flight, "weight": g.weight,
+            "max_per_second": g.max_per_second, "throttled": g.throttled, "overridden": g.overridden}
 
 
 class GroupList(_Out):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
-        {"groups": [{"group": "tenant-a", "ready": 12, "in_flight": 2}], "total": 1, "next_offset": None}]})
-    groups: list[GroupModel] = Field(description="Groups with a message ready or in flight, by name.")
+        {"groups": [_GROUP_EXAMPLE], "total": 1, "next_offset": None}]})
+    groups: list[GroupModel] = Field(description="Groups with a message ready or in flight, or a weight or "
+                                                 "rate of their own, or a rate's bucket still refilling, by name.")
     total: int = Field(description="How many groups the queue has.")
     next_offset: int | None = Field(description="The offset of the next page; null on the last one.")
 
@@ -499,6 +529,8 @@ def queue_dict(q: QueueInfo) -> dict[str, Any]:
             "dead_letter_queue": s.dead_letter_queue,
             "max_unacked_per_group": s.max_unacked_per_group,
             "dedup_window_ms": s.dedup_window_ms,
+            "default_group_weight": s.default_group_weight,
+            "default_group_max_per_second": s.default_group_max_per_second,
         },
         "stats": {
             "ready": st.ready, "delayed": st.delayed, "in_flight": st.in_flight,

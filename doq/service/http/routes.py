@@ -327,12 +327,13 @@ class QueueRoutes:
         offset: Annotated[int, Query(ge=0, description="Position of the first group (by name).")] = 0,
         limit: Annotated[int, Query(ge=1, le=1000, description="At most this many groups.")] = 100,
     ) -> Response:
-        """Each group with a message ready or in flight: its backlog and its messages in flight
-        (is the round-robin fair?). A delayed queue has no groups: `[]`."""
+        """Each group with a message ready or in flight (or a weight or rate of its own): its
+        backlog, its messages in flight, its weight and rate in effect and whether it is
+        throttled now (is the round-robin fair?). A delayed queue has no groups: `[]`."""
         stats = await self.api.group_stats(name, caller=http_caller(request))
         page = stats[offset:offset + limit]
         return _json({
-            "groups": [{"group": g.group, "ready": g.ready, "in_flight": g.in_flight} for g in page],
+            "groups": [m.group_dict(g) for g in page],
             "total": len(stats),
             "next_offset": offset + limit if offset + limit < len(stats) else None,
         })

@@ -7,18 +7,22 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class QueueSettings(_message.Message):
-    __slots__ = ("visibility_timeout_ms", "max_attempts", "dead_letter_queue", "max_unacked_per_group", "dedup_window_ms")
+    __slots__ = ("visibility_timeout_ms", "max_attempts", "dead_letter_queue", "max_unacked_per_group", "dedup_window_ms", "default_group_weight", "default_group_max_per_second")
     VISIBILITY_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     DEAD_LETTER_QUEUE_FIELD_NUMBER: _ClassVar[int]
     MAX_UNACKED_PER_GROUP_FIELD_NUMBER: _ClassVar[int]
     DEDUP_WINDOW_MS_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_GROUP_WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_GROUP_MAX_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
     visibility_timeout_ms: int
     max_attempts: int
     dead_letter_queue: str
     max_unacked_per_group: int
     dedup_window_ms: int
-    def __init__(self, visibility_timeout_ms: _Optional[int] = ..., max_attempts: _Optional[int] = ..., dead_letter_queue: _Optional[str] = ..., max_unacked_per_group: _Optional[int] = ..., dedup_window_ms: _Optional[int] = ...) -> None: ...
+    default_group_weight: int
+    default_group_max_per_second: int
+    def __init__(self, visibility_timeout_ms: _Optional[int] = ..., max_attempts: _Optional[int] = ..., dead_letter_queue: _Optional[str] = ..., max_unacked_per_group: _Optional[int] = ..., dedup_window_ms: _Optional[int] = ..., default_group_weight: _Optional[int] = ..., default_group_max_per_second: _Optional[int] = ...) -> None: ...
 
 class QueueStats(_message.Message):
     __slots__ = ("ready", "delayed", "in_flight", "dead", "total")
@@ -182,6 +186,58 @@ class PurgeQueueResponse(_message.Message):
     PURGED_FIELD_NUMBER: _ClassVar[int]
     purged: int
     def __init__(self, purged: _Optional[int] = ...) -> None: ...
+
+class GroupInfo(_message.Message):
+    __slots__ = ("group", "ready", "in_flight", "weight", "max_per_second", "throttled", "overridden")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    MAX_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    THROTTLED_FIELD_NUMBER: _ClassVar[int]
+    OVERRIDDEN_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    ready: int
+    in_flight: int
+    weight: int
+    max_per_second: int
+    throttled: bool
+    overridden: bool
+    def __init__(self, group: _Optional[str] = ..., ready: _Optional[int] = ..., in_flight: _Optional[int] = ..., weight: _Optional[int] = ..., max_per_second: _Optional[int] = ..., throttled: _Optional[bool] = ..., overridden: _Optional[bool] = ...) -> None: ...
+
+class SetGroupPolicyRequest(_message.Message):
+    __slots__ = ("queue_name", "group", "weight", "max_per_second", "reset")
+    QUEUE_NAME_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    MAX_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    RESET_FIELD_NUMBER: _ClassVar[int]
+    queue_name: str
+    group: str
+    weight: int
+    max_per_second: int
+    reset: bool
+    def __init__(self, queue_name: _Optional[str] = ..., group: _Optional[str] = ..., weight: _Optional[int] = ..., max_per_second: _Optional[int] = ..., reset: _Optional[bool] = ...) -> None: ...
+
+class SetGroupPolicyResponse(_message.Message):
+    __slots__ = ("success", "group")
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    success: bool
+    group: GroupInfo
+    def __init__(self, success: _Optional[bool] = ..., group: _Optional[_Union[GroupInfo, _Mapping]] = ...) -> None: ...
+
+class ListGroupsRequest(_message.Message):
+    __slots__ = ("queue_name",)
+    QUEUE_NAME_FIELD_NUMBER: _ClassVar[int]
+    queue_name: str
+    def __init__(self, queue_name: _Optional[str] = ...) -> None: ...
+
+class ListGroupsResponse(_message.Message):
+    __slots__ = ("groups",)
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    groups: _containers.RepeatedCompositeFieldContainer[GroupInfo]
+    def __init__(self, groups: _Optional[_Iterable[_Union[GroupInfo, _Mapping]]] = ...) -> None: ...
 
 class EnqueueRequest(_message.Message):
     __slots__ = ("queue_name", "content", "group", "priority", "metadata", "dedup_id", "delay_ms")

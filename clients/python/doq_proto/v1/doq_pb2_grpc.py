@@ -64,6 +64,16 @@ class DOQStub:
                 request_serializer=doq_dot_v1_dot_doq__pb2.PurgeQueueRequest.SerializeToString,
                 response_deserializer=doq_dot_v1_dot_doq__pb2.PurgeQueueResponse.FromString,
                 _registered_method=True)
+        self.SetGroupPolicy = channel.unary_unary(
+                '/doq.v1.DOQ/SetGroupPolicy',
+                request_serializer=doq_dot_v1_dot_doq__pb2.SetGroupPolicyRequest.SerializeToString,
+                response_deserializer=doq_dot_v1_dot_doq__pb2.SetGroupPolicyResponse.FromString,
+                _registered_method=True)
+        self.ListGroups = channel.unary_unary(
+                '/doq.v1.DOQ/ListGroups',
+                request_serializer=doq_dot_v1_dot_doq__pb2.ListGroupsRequest.SerializeToString,
+                response_deserializer=doq_dot_v1_dot_doq__pb2.ListGroupsResponse.FromString,
+                _registered_method=True)
         self.Enqueue = channel.unary_unary(
                 '/doq.v1.DOQ/Enqueue',
                 request_serializer=doq_dot_v1_dot_doq__pb2.EnqueueRequest.SerializeToString,
@@ -210,6 +220,19 @@ class DOQServicer:
         raise NotImplementedError('Method not implemented!')
 
     def PurgeQueue(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetGroupPolicy(self, request, context):
+        """Fair queues: a group's own weight and rate; the groups with their policies.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListGroups(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -384,6 +407,16 @@ def add_DOQServicer_to_server(servicer, server):
                     servicer.PurgeQueue,
                     request_deserializer=doq_dot_v1_dot_doq__pb2.PurgeQueueRequest.FromString,
                     response_serializer=doq_dot_v1_dot_doq__pb2.PurgeQueueResponse.SerializeToString,
+            ),
+            'SetGroupPolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetGroupPolicy,
+                    request_deserializer=doq_dot_v1_dot_doq__pb2.SetGroupPolicyRequest.FromString,
+                    response_serializer=doq_dot_v1_dot_doq__pb2.SetGroupPolicyResponse.SerializeToString,
+            ),
+            'ListGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGroups,
+                    request_deserializer=doq_dot_v1_dot_doq__pb2.ListGroupsRequest.FromString,
+                    response_serializer=doq_dot_v1_dot_doq__pb2.ListGroupsResponse.SerializeToString,
             ),
             'Enqueue': grpc.unary_unary_rpc_method_handler(
                     servicer.Enqueue,
@@ -658,6 +691,60 @@ class DOQ:
             '/doq.v1.DOQ/PurgeQueue',
             doq_dot_v1_dot_doq__pb2.PurgeQueueRequest.SerializeToString,
             doq_dot_v1_dot_doq__pb2.PurgeQueueResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetGroupPolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/doq.v1.DOQ/SetGroupPolicy',
+            doq_dot_v1_dot_doq__pb2.SetGroupPolicyRequest.SerializeToString,
+            doq_dot_v1_dot_doq__pb2.SetGroupPolicyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/doq.v1.DOQ/ListGroups',
+            doq_dot_v1_dot_doq__pb2.ListGroupsRequest.SerializeToString,
+            doq_dot_v1_dot_doq__pb2.ListGroupsResponse.FromString,
             options,
             channel_credentials,
             insecure,
