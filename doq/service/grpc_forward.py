@@ -15,7 +15,7 @@ node just works. The proxy works on raw bytes (nothing is parsed or re-encoded) 
   as they are (`doq-reason`, `doq-retryable`, `doq-leader`, `doq-leader-grpc`).
 
 Served locally instead: on the leader; `grpc.health.v1`, reflection and any other
-service; the reads `GetQueue`, `ListQueues`, `Get`, `Peek`, `GetRedrive` (linearizable on a follower through
+service; the reads `GetQueue`, `ListQueues`, `Get`, `Peek`, `GetRedrive`, `ListGroups` (linearizable on a follower through
 ReadIndex) and `ListServers` (this node's view of the cluster); when no leader is known
 (the node then answers NOT_LEADER or UNAVAILABLE itself). A forwarded call that reaches a
 node that is not the leader is answered NOT_LEADER (with the leader hint), never forwarded
@@ -46,7 +46,7 @@ from doq.service.grpc_server import leader_grpc_addr
 
 SERVICE_PREFIX = "/doq.v1.DOQ/"
 LOCAL_METHODS = frozenset(SERVICE_PREFIX + m for m in (
-    "GetQueue", "ListQueues", "Get", "Peek", "GetRedrive", "ListServers"))
+    "GetQueue", "ListQueues", "Get", "Peek", "GetRedrive", "ListGroups", "ListServers"))
 """Methods a follower serves itself (reads and its own view of the cluster)."""
 FORWARDED_BY = "doq-forwarded-by"
 _CONNECT_FAILED = "failed to connect to all addresses"  # grpc-core: the call was never sent

@@ -93,6 +93,8 @@ def test_unary_calls_on_a_follower_reach_the_leader(cluster: Cluster) -> None:
     assert got.queue.stats.ready == 5
     peeked, call = cluster.stub(f2).Peek.with_call(pb.PeekRequest(queue_name="unary", limit=5), timeout=TIMEOUT_S)
     assert [m.id for m in peeked.messages] == ids and LEADER_GRPC not in metadata(call.initial_metadata())
+    groups, call = cluster.stub(f2).ListGroups.with_call(pb.ListGroupsRequest(queue_name="unary"), timeout=TIMEOUT_S)
+    assert list(groups.groups) == [] and LEADER_GRPC not in metadata(call.initial_metadata())  # a delayed queue
     deq = cluster.stub(f1).Dequeue(pb.DequeueRequest(queue_name="unary", ack=True, max_messages=5), timeout=TIMEOUT_S)
     assert sorted(m.content for m in deq.messages) == [b"m0", b"m1", b"m2", b"m3", b"m4"]
     assert cluster.stats("unary").total == 0
