@@ -131,6 +131,11 @@ def test_the_dashboard_shows_live_queues_browses_and_acts(node: NodeProc, browse
          d.find_elements(By.CSS_SELECTOR, "#message-table tbody tr")] == ids[20:30])
     stats = call(node, "GET", f"{Q}/ui-jobs")["stats"]
     assert (stats["ready"], stats["in_flight"]) == (30, 0)  # browsing took nothing
+    call(node, "PUT", f"{Q}/ui-jobs/groups/a", {"weight": 5, "max_per_second": 250})
+    wait(browser, "group a's weight and rate", lambda d: d.find_element(
+        By.CSS_SELECTOR, '#groups tr[data-group="a"] td[data-col="weight"]').text == "5" and d.find_element(
+        By.CSS_SELECTOR, '#groups tr[data-group="a"] td[data-col="rate"]').text == "250/s")
+    assert browser.find_element(By.CSS_SELECTOR, '#groups tr[data-group="b"] td[data-col="rate"]').text == "no limit"
     shot(browser, "queue")
 
     # a message's details, then the admin actions

@@ -295,11 +295,16 @@ async function loadGroups(name) {
     const box = document.getElementById("groups-box");
     if (!box || route().name !== name) return;
     const rows = doc.groups.map((g) => el("tr", { "data-group": g.group }, el("td", {}, g.group || "(none)"),
-      el("td", { class: "num" }, fmt(g.ready)), el("td", { class: "num" }, fmt(g.in_flight))));
+      el("td", { class: "num" }, fmt(g.ready)), el("td", { class: "num" }, fmt(g.in_flight)),
+      el("td", { class: "num", "data-col": "weight" }, fmt(g.weight)),
+      el("td", { class: "num", "data-col": "rate" }, g.max_per_second ? `${fmt(g.max_per_second)}/s` : "no limit"),
+      el("td", { "data-col": "state" }, g.throttled ? "over its rate: waits" : "", g.overridden ? " (own policy)" : "")));
     put(box, 
-      el("h2", {}, `Groups (${fmt(doc.total)})`, el("span", { class: "muted" }, " — each group with a message gets a turn")),
+      el("h2", {}, `Groups (${fmt(doc.total)})`,
+        el("span", { class: "muted" }, " — each group with a message gets turns of its weight, within its rate")),
       el("table", { id: "groups" }, el("thead", {}, el("tr", {}, el("th", {}, "Group"), el("th", { class: "num" }, "Backlog"),
-        el("th", { class: "num" }, "In flight"))), el("tbody", {}, rows)),
+        el("th", { class: "num" }, "In flight"), el("th", { class: "num" }, "Weight"), el("th", { class: "num" }, "Rate"),
+        el("th", {}, ""))), el("tbody", {}, rows)),
     );
   } catch (e) {
     banner(`groups: ${e.message}`, true);
