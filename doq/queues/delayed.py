@@ -6,6 +6,8 @@ index holds the (priority, id) pairs in a `PairList` (packed arrays, ~16 bytes a
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Sequence
 from itertools import islice
 from operator import le
 
@@ -95,7 +97,7 @@ class PriorityIndex:
     def group_name(self, group: str) -> str:
         return ""
 
-    def load_pairs(self, priorities: list[int], ids: list[int]) -> None:
+    def load_pairs(self, priorities: Sequence[int], ids: Sequence[int]) -> None:
         """Replace the content by the pairs (any order; ids distinct, in ascending order
         among equal priorities, e.g. all ascending)."""
         n = len(ids)
@@ -103,7 +105,8 @@ class PriorityIndex:
             self.ready = PairList.from_sorted(priorities, ids)
             return
         order = sorted(range(n), key=priorities.__getitem__)  # stable: ids stay ascending
-        self.ready = PairList.from_sorted([priorities[i] for i in order], [ids[i] for i in order])
+        self.ready = PairList.from_sorted(array("q", map(priorities.__getitem__, order)),
+                                          array("Q", map(ids.__getitem__, order)))
 
     def bulk_load(self, keys: dict[str, list[int]], inflight: dict[str, int]) -> None:
         ready: list[int] = []

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 PAGE_BITS = 16
 PAGE_MASK = (1 << PAGE_BITS) - 1
@@ -62,6 +62,33 @@ class IdSet:
             offs.append(id_ & PAGE_MASK)
         if offs:
             self._add_offsets(cur_hi, offs)
+
+    def load_sorted(self, ids: Sequence[int]) -> None:
+        """Replace the content by `ids` (ascending, distinct): a page at a time, a dense
+        run of ids as a bitmap filled by bytes."""
+        self.clear()
+        n = len(ids)
+        i = 0
+        while i < n:
+            hi = ids[i] >> PAGE_BITS
+            j = bisect_left(ids, (hi + 1) << PAGE_BITS, i)
+            count = j - i
+            base = hi << PAGE_BITS
+            if count <= SPARSE_MAX:
+                self._pages[hi] = array("H", [x - base for x in ids[i:j]])
+            elif ids[j - 1] - ids[i] == count - 1:
+                bm = bytearray(_BITMAP_BYTES)
+                _fill(bm, ids[i] - base, ids[j - 1] - base + 1)
+                self._pages[hi] = bm
+            else:
+                bm = bytearray(_BITMAP_BYTES)
+                for x in ids[i:j]:
+                    o = x - base
+                    bm[o >> 3] |= 1 << (o & 7)
+                self._pages[hi] = bm
+            self._counts[hi] = count
+            i = j
+        self._len = n
 
     def add_range(self, first: int, n: int) -> None:
         """Add ids first .. first+n-1."""
@@ -161,6 +188,19 @@ class IdSet:
     def nbytes(self) -> int:
         """Bytes held by the pages' items (not counting headers)."""
         return sum(len(p) if type(p) is bytearray else 2 * len(p) for p in self._pages.values())
+
+
+def _fill(bm: bytearray, lo: int, hi: int) -> None:
+    """Set the bits lo .. hi-1 of a bitmap page."""
+    while lo < hi and lo & 7:
+        bm[lo >> 3] |= 1 << (lo & 7)
+        lo += 1
+    full = (hi - lo) >> 3
+    bm[lo >> 3 : (lo >> 3) + full] = b"\xff" * full
+    lo += full << 3
+    while lo < hi:
+        bm[lo >> 3] |= 1 << (lo & 7)
+        lo += 1
 
 
 def _offsets(bm: bytearray) -> list[int]:

@@ -49,8 +49,9 @@ from __future__ import annotations
 
 import itertools
 import struct
+from array import array
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import islice
 from operator import lt
 from typing import Any
@@ -101,6 +102,8 @@ MAX_DEDUP_ENTRIES = 1_000_000
 _U64 = struct.Struct(">Q")
 _HDR = R.MSG_HDR
 _HDR_SIZE = R.HDR_SIZE
+_HDR_HEAD = struct.Struct("<qQ28xB")  # priority, not_before, flags of a MSG_HDR
+assert _HDR_HEAD.size == R.LEASE_END and _HDR_HEAD.unpack(_HDR.pack(-5, 6, 0, 0, 0, 0, 7, 0, 0, 0)[:_HDR_HEAD.size]) == (-5, 6, 7)
 _ts = R.priority_deliver_at
 
 
@@ -288,57 +291,102 @@ def _round_robin(index: FairIndex, n: int) -> list[int]:
 
 
 class _QueueLoad:
-    """What `_Loader` gathers for one queue."""
+    """What `_Loader` gathers for one queue (arrays: no int object per message)."""
 
     __slots__ = ("q", "ids", "ready_p", "ready_i", "ready_keys", "infl", "dl_at", "dl_id", "names")
 
     def __init__(self, q: Queue) -> None:
         self.q = q
-        self.ids: list[int] = []
-        self.ready_p: list[int] = []  # a delayed queue's ready (priority, id), id order
-        self.ready_i: list[int] = []
+        self.ids = array("Q")
+        self.ready_p = array("q")  # a delayed queue's ready (priority, id), in id order
+        self.ready_i = array("Q")
         self.ready_keys: dict[str, list[int]] = {}  # a fair queue's ready keys by group
         self.infl: dict[str, int] = {}
-        self.dl_at: list[int] = []
-        self.dl_id: list[int] = []
+        self.dl_at = array("q")
+        self.dl_id = array("Q")
         self.names: dict[str, str] = {}  # interned group names
 
 
 class _Loader:
-    """Rebuilds the message indexes from message records fed one at a time (a queue's
-    records in key order is fastest): no per-message object but in-flight entries."""
+    """Rebuilds the message indexes from message records (a queue's records in key
+    order is fastest): no per-message object but in-flight entries."""
 
     def __init__(self, m: QueueMachine) -> None:
         self.m = m
         self.per_q: dict[str, _QueueLoad] = {}
-        self.cur: _QueueLoad | None = None
-        self.prefix = b""
         self.leases: list[int] = []
         self.meta_seen = False  # the meta record (now_ms) was loaded
         self.pending: list[tuple[bytes, bytes]] = []  # fed before their queue or the meta
 
-    def feed(self, key: bytes, rec: bytes, *, last: bool = False) -> None:
-        """Index one message record (or keep it for `finish` while its queue record or
-        the meta record is still to come, unless `last`)."""
-        cur = self.cur
-        if cur is None or not key.startswith(self.prefix) or len(key) != len(self.prefix) + 8:
-            _, name, _ = K.split_name(key)
-            cur = self.per_q.get(name)
-            if cur is None:
-                if not last and (not self.meta_seen or name not in self.m.queues):
-                    self.pending.append((key, rec))
-                    return
-                cur = self.per_q[name] = _QueueLoad(self.m.queues[name])
-            self.cur = cur
-            self.prefix = cur.q.prefix
-        id_ = _U64.unpack_from(key, len(self.prefix))[0]
-        prio, not_before, _, lease_exp, lease_id, _, flags, glen, _, _ = _HDR.unpack_from(rec)
-        cur.ids.append(id_)
+    def _queue_of(self, key: bytes, last: bool) -> _QueueLoad | None:
+        _, name, _ = K.split_name(key)
+        cur = self.per_q.get(name)
+        if cur is None:
+            if not last and (not self.meta_seen or name not in self.m.queues):
+                return None
+            cur = self.per_q[name] = _QueueLoad(self.m.queues[name])
+        return cur
+
+    def feed(self, key: bytes, rec: bytes) -> None:
+        self.feed_all(((key, rec),))
+
+    def feed_all(self, items: Iterable[tuple[bytes, bytes]], offset: int = 0,
+                 overrides: Mapping[bytes, bytes | None] | None = None, *, last: bool = False) -> None:
+        """Index message records (key, value): the record is `value[offset:]`; a key in
+        `overrides` has that value instead (None: skip it). A record whose queue record
+        or the meta record is still to come is kept for `finish` (unless `last`)."""
+        unpack = _HDR_HEAD.unpack_from
+        unpack_id = _U64.unpack_from
+        now = self.m.now_ms
+        inflight_flag = R.FLAG_IN_FLIGHT
+        ts_min = R.TS_PRIORITY_MIN
+        cur: _QueueLoad | None = None
+        prefix = b"\xff"
+        plen = klen = 0
+        fair = False
+        ids_ap = rp_ap = ri_ap = dl_at_ap = dl_id_ap = None
+        for key, rec in items:
+            if overrides is not None and key in overrides:
+                o = overrides[key]
+                if o is None:
+                    continue
+                rec = o
+            if len(key) != klen or not key.startswith(prefix):
+                cur = self._queue_of(key, last)
+                if cur is None:
+                    self.pending.append((bytes(key), bytes(rec[offset:])))
+                    prefix = b"\xff"
+                    klen = 0
+                    continue
+                prefix = cur.q.prefix
+                plen = len(prefix)
+                klen = plen + 8
+                fair = cur.q.qtype is QueueType.FAIR
+                ids_ap, rp_ap, ri_ap = cur.ids.append, cur.ready_p.append, cur.ready_i.append
+                dl_at_ap, dl_id_ap = cur.dl_at.append, cur.dl_id.append
+            assert cur is not None and ids_ap is not None and rp_ap is not None and ri_ap is not None
+            id_ = unpack_id(key, plen)[0]
+            prio, not_before, flags = unpack(rec, offset)
+            ids_ap(id_)
+            if flags & inflight_flag or fair:
+                self._other(cur, id_, rec, offset)
+                continue
+            if not_before or prio >= ts_min:
+                at = max(not_before, _ts(prio))
+                if at > now:
+                    dl_at_ap(at)  # type: ignore[misc]
+                    dl_id_ap(id_)  # type: ignore[misc]
+                    continue
+            rp_ap(prio)
+            ri_ap(id_)
+
+    def _other(self, cur: _QueueLoad, id_: int, rec: bytes, offset: int) -> None:
+        """A record in flight, or of a fair queue."""
+        prio, not_before, _, lease_exp, lease_id, _, flags, glen, _, _ = _HDR.unpack_from(rec, offset)
         q = cur.q
-        fair = q.qtype is QueueType.FAIR
         g = ""
-        if fair:
-            g = rec[_HDR_SIZE : _HDR_SIZE + glen].decode()
+        if q.qtype is QueueType.FAIR:
+            g = bytes(rec[offset + _HDR_SIZE : offset + _HDR_SIZE + glen]).decode()
             g = cur.names.setdefault(g, g)
         if flags & R.FLAG_IN_FLIGHT:
             k = (lease_exp << 96) | (id_ << 32) | q.qnum
@@ -346,37 +394,32 @@ class _Loader:
             cur.infl[g] = cur.infl.get(g, 0) + 1
             q.inflight[id_] = Entry(k, g, lease_id)
             return
-        at = max(not_before, _ts(prio)) if not_before or prio >= R.TS_PRIORITY_MIN else 0
+        at = max(not_before, _ts(prio))
         if at > self.m.now_ms:
             cur.dl_at.append(at)
             cur.dl_id.append(id_)
-        elif not fair:
-            cur.ready_p.append(prio)
-            cur.ready_i.append(id_)
-        else:
-            lst = cur.ready_keys.get(g)
-            if lst is None:
-                lst = cur.ready_keys[g] = []
-            lst.append(((prio + (1 << 63)) << 64) | id_)
+            return
+        lst = cur.ready_keys.get(g)
+        if lst is None:
+            lst = cur.ready_keys[g] = []
+        lst.append(((prio + (1 << 63)) << 64) | id_)
 
     def finish(self) -> None:
         m = self.m
-        for key, rec in self.pending:
-            self.feed(key, rec, last=True)
+        pending, self.pending = self.pending, []
+        self.feed_all(pending, last=True)
         for ld in self.per_q.values():
             q = ld.q
             ids = ld.ids
-            if all(map(lt, ids, islice(ids, 1, None))):
-                q.members.update_sorted(ids)
-            else:
-                q.members.update_sorted(sorted(ids))
+            q.members.load_sorted(ids if all(map(lt, ids, islice(ids, 1, None))) else sorted(ids))
             if type(q.index) is PriorityIndex:
                 q.index.load_pairs(ld.ready_p, ld.ready_i)
             else:
                 q.index.bulk_load(ld.ready_keys, ld.infl)
             if ld.dl_at:
-                order = sorted(range(len(ld.dl_at)), key=lambda j: (ld.dl_at[j], ld.dl_id[j]))
-                q.delayed = PairList.from_sorted([ld.dl_at[j] for j in order], [ld.dl_id[j] for j in order])
+                at, di = ld.dl_at, ld.dl_id
+                order = sorted(range(len(at)), key=lambda j: (at[j], di[j]))
+                q.delayed = PairList.from_sorted([at[j] for j in order], [di[j] for j in order])
                 m._sync_due(q)
         m.leases = SortedList(self.leases)
 
@@ -557,9 +600,14 @@ class QueueMachine:
         return R.message_view(queue, id_, rec, self.now_ms)
 
     # -- rebuild -------------------------------------------------------------------------
-    def load(self, records: Iterable[tuple[bytes, bytes]]) -> None:
+    def load(self, records: Iterable[tuple[bytes, bytes]],
+             messages: Iterable[tuple[bytes, bytes]] = (), offset: int = 0,
+             overrides: Mapping[bytes, bytes | None] | None = None) -> None:
         """Rebuild all in-memory state from the records (any order of kinds is fine,
-        but keys of one kind in key order is fastest). Replaces the current state."""
+        but keys of one kind in key order is fastest). Replaces the current state.
+        `messages`, read after `records`: more message records (key, value), the record
+        being `value[offset:]`, or `overrides[key]` for a key there (None: no record);
+        the fast path of a store's rebuild."""
         keys, join_tokens = self.keys, self.join_tokens
         self.__init__(self.store)  # type: ignore[misc]
         self.keys, self.join_tokens = keys, join_tokens
@@ -583,6 +631,7 @@ class QueueMachine:
                 pass  # a join token record of an older version (or its backup): inert (doq.queues.keys)
             else:
                 raise ValueError(f"unknown record key {key!r}")
+        loader.feed_all(messages, offset, overrides)
         loader.finish()
         self._load_dedups(dedups)
 

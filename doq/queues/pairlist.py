@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 LOAD = 1024
 _OFF = 1 << 63
@@ -36,7 +36,7 @@ class PairList:
         self._len = 0
 
     @classmethod
-    def from_sorted(cls, a: list[int] | array[int], b: list[int] | array[int]) -> PairList:
+    def from_sorted(cls, a: Sequence[int], b: Sequence[int]) -> PairList:
         """The list of pairs `zip(a, b)`, which must be in ascending order (not checked)."""
         pl = cls()
         pl._append_sorted(a, b)
@@ -58,7 +58,7 @@ class PairList:
     def last(self) -> tuple[int, int]:
         return self._as[-1][-1], self._bs[-1][-1]
 
-    def _append_sorted(self, a: list[int] | array[int], b: list[int] | array[int]) -> None:
+    def _append_sorted(self, a: Sequence[int], b: Sequence[int]) -> None:
         """Append pairs that are ascending and all after the last one."""
         n = len(a)
         if not n:
@@ -121,7 +121,7 @@ class PairList:
         lo = bisect_left(ca, a)
         hi = bisect_right(ca, a, lo)
         pos = bisect_left(cb, b, lo, hi)
-        if pos == hi:
+        if pos == hi or cb[pos] != b:
             return -1, -1
         return i, pos
 
@@ -205,3 +205,18 @@ class PairList:
     def nbytes(self) -> int:
         """Bytes held by the arrays' items (not counting over-allocation or headers)."""
         return sum(ca.itemsize * len(ca) + cb.itemsize * len(cb) for ca, cb in zip(self._as, self._bs, strict=True))
+
+    def check(self) -> None:
+        """Assert the invariants (tests): chunks non-empty, within 2 * LOAD, pairs ascending,
+        maxes and length right."""
+        prev: tuple[int, int] | None = None
+        n = 0
+        assert len(self._as) == len(self._bs) == len(self._maxes)
+        for ca, cb, mx in zip(self._as, self._bs, self._maxes, strict=True):
+            assert 0 < len(ca) == len(cb) <= 2 * LOAD
+            assert mx == _pk(ca[-1], cb[-1])
+            for pair in zip(ca, cb, strict=True):
+                assert prev is None or pair > prev
+                prev = pair
+            n += len(ca)
+        assert n == self._len

@@ -622,9 +622,27 @@ class StateStore:
         self._sink.gone = {bytes(g[8:]) for g in txn.cursor(db=self._gone).iternext(values=False)}
         self._sink.leased = {bytes(k) for k in txn.cursor(db=self._leases).iternext(values=False)}
         self._compacting = self._collecting = None
-        self.machine.load(self._records(txn))
+        self._load_machine(txn)
         self.machine.keys.load(list(self._key_records(txn)))
         self.machine.join_tokens.load(self._token_records(txn))
+
+    def _load_machine(self, txn: Any) -> None:
+        """`machine.load` of every record: the messages straight from their cursor (the
+        version prefix skipped in place), composed with their lease entries and the gone
+        ones left out through a small map of exceptions."""
+        others = (
+            (k, v[8:]) for name in (b"state_meta", b"state_queues", b"state_dedup")
+            for k, v in self._stored_in(txn, name) if name != b"state_meta" or k[:1] != b"\x00"
+        )
+        overrides: dict[bytes, bytes | None] = dict.fromkeys(self._sink.gone)
+        if self._sink.leased:
+            bodies = self._db[b"state_messages"]
+            for k, lease in txn.cursor(db=self._leases).iternext():
+                body = txn.get(k, db=bodies)
+                if body is not None and k not in overrides:
+                    overrides[k] = _compose(body, lease)
+        msgs = txn.cursor(db=self._db[b"state_messages"]).iternext()
+        self.machine.load(others, msgs, 8, overrides or None)
 
     def _key_records(self, txn: Any) -> Iterator[KeyRecord]:
         cur = txn.cursor(db=self._meta)
