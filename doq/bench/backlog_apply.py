@@ -97,7 +97,6 @@ def run_kind(kind: str, n: int, m: int, batch: int, per_group: int, root: Path,
     written = _written() - w0
     env.close()
     rec = {"kind": kind, "messages": n, "drained": m, "fill_msg_per_s": n / fill_s,
-           
            "drain_msg_per_s": m / drain_s, "drain_cpu_us_per_msg": drain_cpu_s / m * 1e6,
            "fill_cpu_us_per_msg": fill_cpu_s / n * 1e6, "drain_write_bytes_per_msg": written / m,
            "drain_commit_ms": commit_s / commits * 1e3, "drain_longest_commit_ms": longest_s * 1e3}

@@ -1316,7 +1316,7 @@ class QueueMachine:
             remove_many(self.leases, lease_keys)
             prefix = q.prefix
             pack = _U64.pack
-            self.store.pop_many([prefix + pack(i) for i in acked])
+            self.store.delete_many([prefix + pack(i) for i in acked])
         return out
 
     def _nack(self, cmd: c.Nack) -> None:

@@ -396,10 +396,39 @@ class _TxnSink:
         self._remove([key])
 
     def delete_many(self, keys: list[bytes]) -> None:
-        """`delete` of each key (keys of one kind), the tombstones in one C call."""
+        """`delete` of each key (keys of one kind), the tombstones in one C call. Scattered
+        messages with a lease entry (an ack of deliveries) are noted gone without reading
+        their bodies: the entry holds their version."""
         assert self.txn is not None
-        if keys:
-            self._remove(keys)
+        if not keys:
+            return
+        if self.leased and keys[0][0] == _MSG and self.lazy and _scattered(keys):
+            keys = self._note_leased_gone(keys)
+            if not keys:
+                return
+        self._remove(keys)
+
+    def _note_leased_gone(self, keys: list[bytes]) -> list[bytes]:
+        """Delete the messages of `keys` that have a lease entry (scattered: noted gone,
+        see the class docstring), reading only that entry; the other keys, to delete."""
+        txn, leased, noted, ver = self.txn, self.leased, self.gone, self.ver
+        pop, leases = txn.pop, self.leases
+        rest: list[bytes] = []
+        done: list[bytes] = []
+        old_versions: list[bytes] = []
+        for k in keys:
+            if k in leased and k not in noted:
+                leased.discard(k)
+                noted.add(k)
+                old_versions.append(pop(k, db=leases)[:8] + k)
+                done.append(k)
+            else:
+                rest.append(k)
+        if done:
+            txn.cursor(db=self.gone_db).putmulti([(ver + k, b"") for k in done])
+            self._unversion(old_versions)
+            txn.cursor(db=self.tombs).putmulti([(ver + k, b"") for k in done])
+        return rest
 
     def rewrite_many(self, keys: list[bytes], edit: Callable[[list[bytes]], list[bytes]]) -> None:
         """`put` of `edit(old records)` over existing keys of one kind: the records read
