@@ -1051,7 +1051,7 @@ class StateStore:
 
     def sort_known(self, queue: str, ids: list[int]) -> tuple[list[int], list[int], list[int]]:
         """`QueueMachine.sort_known` on the state as applied so far (any thread: it reads
-        the machine's in-memory index, one dict look-up per id, not a published view). On
+        the machine's in-memory index, a look-up or two per id, not a published view). On
         the leader an id it calls gone is gone for good; one it calls unborn may still be
         in entries committed but not applied here (after a leader change): ask again after
         a read barrier."""
