@@ -307,6 +307,12 @@ class _QueueLoad:
         self.names: dict[str, str] = {}  # interned group names
 
 
+def _by_second(a: array[int], b: array[int]) -> tuple[array[int], array[int]]:
+    """The pairs zip(a, b) ordered by b."""
+    order = sorted(range(len(b)), key=b.__getitem__)
+    return array("q", map(a.__getitem__, order)), array("Q", map(b.__getitem__, order))
+
+
 class _Loader:
     """Rebuilds the message indexes from message records (a queue's records in key
     order is fastest): no per-message object but in-flight entries."""
@@ -340,6 +346,7 @@ class _Loader:
         now = self.m.now_ms
         inflight_flag = R.FLAG_IN_FLIGHT
         ts_min = R.TS_PRIORITY_MIN
+        max_ms = R.MAX_MS
         cur: _QueueLoad | None = None
         prefix = b"\xff"
         plen = klen = 0
@@ -371,8 +378,10 @@ class _Loader:
             if flags & inflight_flag or fair:
                 self._other(cur, id_, rec, offset)
                 continue
-            if not_before or prio >= ts_min:
-                at = max(not_before, _ts(prio))
+            if not_before or prio >= ts_min:  # max(not_before, priority_deliver_at(prio)), inline
+                at = (prio * 1000 if prio * 1000 < max_ms else max_ms) if prio >= ts_min else 0
+                if not_before > at:
+                    at = not_before
                 if at > now:
                     dl_at_ap(at)  # type: ignore[misc]
                     dl_id_ap(id_)  # type: ignore[misc]
@@ -411,15 +420,18 @@ class _Loader:
         for ld in self.per_q.values():
             q = ld.q
             ids = ld.ids
-            q.members.load_sorted(ids if all(map(lt, ids, islice(ids, 1, None))) else sorted(ids))
+            ascending = all(map(lt, ids, islice(ids, 1, None)))  # records came in key order
+            q.members.load_sorted(ids if ascending else sorted(ids))
             if type(q.index) is PriorityIndex:
-                q.index.load_pairs(ld.ready_p, ld.ready_i)
+                rp, ri = (ld.ready_p, ld.ready_i) if ascending else _by_second(ld.ready_p, ld.ready_i)
+                q.index.load_pairs(rp, ri)
             else:
                 q.index.bulk_load(ld.ready_keys, ld.infl)
             if ld.dl_at:
-                at, di = ld.dl_at, ld.dl_id
-                order = sorted(range(len(at)), key=lambda j: (at[j], di[j]))
-                q.delayed = PairList.from_sorted([at[j] for j in order], [di[j] for j in order])
+                at, di = (ld.dl_at, ld.dl_id) if ascending else _by_second(ld.dl_at, ld.dl_id)
+                order = sorted(range(len(at)), key=at.__getitem__)  # stable: ids stay ascending
+                q.delayed = PairList.from_sorted(array("q", map(at.__getitem__, order)),
+                                                 array("Q", map(di.__getitem__, order)))
                 m._sync_due(q)
         m.leases = SortedList(self.leases)
 
