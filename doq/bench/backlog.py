@@ -21,13 +21,15 @@ server RSS per queued message after the fill, less the fresh server's (anonymous
 apart: `/proc/PID/status` RssAnon, RssFile), bytes the server wrote to disk per message
 (`/proc/PID/io` write_bytes) during the fill and the drain, and the load average before
 and after; then restarts the server on the same data (the backlog less the drained
-messages) and prints the seconds until it is ready and its RSS per queued message. 100-byte messages unless `--payload-bytes`. `--json FILE` writes the record.
+messages) and prints the seconds until it is ready (and the CPU seconds it used: steadier on a
+shared machine) and its RSS per queued message. 100-byte messages unless `--payload-bytes`. `--json FILE` writes the record.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import tempfile
@@ -49,6 +51,15 @@ def _proc_kb(pid: int, field: str) -> int:
             if line.startswith(field + ":"):
                 return int(line.split()[1])
     return 0
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the process used so far (0 if unreadable)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def _write_bytes(pid: int) -> int:
@@ -148,6 +159,7 @@ def run_kind(kind: str, n: int, m: int, per_group: int, payload: int, root: Path
     with doq_server(root / kind) as server:  # the same data dir: a restart
         restart_s = time.perf_counter() - t0
         rss2, anon2, file2 = (_proc_kb(server.pids[0], f) for f in ("VmRSS", "RssAnon", "RssFile"))
+        restart_cpu_s = _cpu_s(server.pids[0])
     left = n - m
     rec = {
         "kind": kind, "messages": n, "drained": m,
@@ -158,6 +170,7 @@ def run_kind(kind: str, n: int, m: int, per_group: int, payload: int, root: Path
         "fill_write_bytes_per_msg": (w1 - w0) / n, "drain_write_bytes_per_msg": (w2 - w1) / m,
         "restart_s": restart_s, "restart_rss_anon_bytes_per_msg": (anon2 - anon0) * 1024 / max(left, 1),
         "restart_rss_file_bytes_per_msg": (file2 - file0) * 1024 / max(left, 1),
+        "restart_cpu_s": restart_cpu_s,
     }
     return rec
 
@@ -197,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {r['kind']} | {r['fill_msg_per_s'] / 1e3:.1f}k | {fr:.2f} | {r['drain_msg_per_s'] / 1e3:.1f}k "
               f"| {dr:.2f} | {r['rss_bytes_per_msg']:.0f} ({r['rss_anon_bytes_per_msg']:.0f}, "
               f"{r['rss_file_bytes_per_msg']:.0f}) | {r['fill_write_bytes_per_msg']:.0f} / "
-              f"{r['drain_write_bytes_per_msg']:.0f} | {r['restart_s']:.1f} |")
+              f"{r['drain_write_bytes_per_msg']:.0f} | {r['restart_s']:.1f} ({r['restart_cpu_s']:.1f} CPU) |")
     print(f"load average before {record['load_before']}, after {record['load_after']}")
     if ns.json:
         Path(ns.json).write_text(json.dumps(record, indent=1))

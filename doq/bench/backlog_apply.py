@@ -62,14 +62,17 @@ def run_kind(kind: str, n: int, m: int, batch: int, per_group: int, root: Path,
     body = b"x" * 100
     items = list(messages(kind, n, per_group))
     t0 = time.perf_counter()
+    cpu0 = time.process_time()
     for i in range(0, n, 10_000):
         chunk = [items[j : j + 1000] for j in range(i, min(i + 10_000, n), 1000)]
         commit(*[[c.EnqueueColumns("q", [body] * len(part), groups=[g for _, g in part] if qtype == "fair" else [],
                                    priorities=[p for p, _ in part] if kind != "plain" and qtype != "fair" else [])]
                  for part in chunk])
     fill_s = time.perf_counter() - t0
+    fill_cpu_s = time.process_time() - cpu0
     w0 = _written()
     t0 = time.perf_counter()
+    cpu0 = time.process_time()
     commit_s = 0.0
     commits = 0
     longest_s = 0.0
@@ -90,10 +93,12 @@ def run_kind(kind: str, n: int, m: int, batch: int, per_group: int, root: Path,
         taken += len(views)
     commit(*[[c.Ack("q", prev[0], prev[1])]])
     drain_s = time.perf_counter() - t0
+    drain_cpu_s = time.process_time() - cpu0
     written = _written() - w0
     env.close()
     rec = {"kind": kind, "messages": n, "drained": m, "fill_msg_per_s": n / fill_s,
-           "drain_msg_per_s": m / drain_s, "drain_write_bytes_per_msg": written / m,
+           "drain_msg_per_s": m / drain_s, "drain_cpu_us_per_msg": drain_cpu_s / m * 1e6,
+           "fill_cpu_us_per_msg": fill_cpu_s / n * 1e6, "drain_write_bytes_per_msg": written / m,
            "drain_commit_ms": commit_s / commits * 1e3, "drain_longest_commit_ms": longest_s * 1e3}
     if restart:
         rec.update(_reopen(root / kind, n - m))

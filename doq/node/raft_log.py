@@ -69,6 +69,10 @@ MEMBERS_KEY = b"members"
 PEER_IDS_KEY = b"peer_ids"
 MAX_PEER_IDS = 8  # the oldest are forgotten (each online restore adds one)
 DEFAULT_CACHE_ENTRIES = 4096
+# and at most this many bytes of entry data (the newest entry is always kept): entries of
+# a fill carry thousands of messages, and 4096 of them held whole cost ~100 B of memory
+# per queued message of a 1M backlog; older entries are read from LMDB
+DEFAULT_CACHE_BYTES = 32 << 20
 
 
 def _addrs_list(a: MemberAddrs) -> list[str]:
@@ -123,9 +127,11 @@ def _entry(index: int, v: Any) -> Entry:
 class LmdbLogStorage:
     """Durable Raft log, hard state, snapshot and member addresses. See the module docstring."""
 
-    def __init__(self, env: lmdb.Environment, *, cache_entries: int = DEFAULT_CACHE_ENTRIES) -> None:
+    def __init__(self, env: lmdb.Environment, *, cache_entries: int = DEFAULT_CACHE_ENTRIES,
+                 cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         self.env = env
         self.cache_entries = max(1, cache_entries)
+        self.cache_bytes = cache_bytes
         self._log = open_db(env, b"raft_log")
         self._meta = open_db(env, b"raft_meta")
         self.hard_state = HardState()
@@ -139,6 +145,7 @@ class LmdbLogStorage:
         self.peer_cluster_ids: tuple[str, ...] = ()
         self._cache: list[Entry] = []
         self._cache_first = 1
+        self._cache_size = 0  # bytes of entry data in _cache
         self._load()
 
     def reload(self) -> None:
@@ -166,9 +173,12 @@ class LmdbLogStorage:
             lo = max(self._dummy[0] + 1, self._last - self.cache_entries + 1)
             self._cache_first = lo
             self._cache = []
+            self._cache_size = 0
             if lo <= self._last and cur.set_key(_U64.pack(lo)):
                 for k, v in cur.iternext():
                     self._cache.append(_entry(_U64.unpack(k)[0], v))
+                    self._cache_size += len(self._cache[-1].data)
+                    self._trim_cache()
 
     # -- read side (RaftLogStorage) -------------------------------------------------------
     def is_empty(self) -> bool:
@@ -302,15 +312,30 @@ class LmdbLogStorage:
         self._last = entries[-1].index
         # cache: contiguous up to _last
         if self._cache and self._cache_first <= start <= self._cache_first + len(self._cache):
-            del self._cache[start - self._cache_first :]
+            cut = start - self._cache_first
+            self._cache_size -= sum(len(e.data) for e in self._cache[cut:])
+            del self._cache[cut:]
             self._cache.extend(entries)
         else:
             self._cache = list(entries)
             self._cache_first = start
-        extra = len(self._cache) - self.cache_entries
-        if extra > 0:
-            del self._cache[:extra]
-            self._cache_first += extra
+            self._cache_size = 0
+        self._cache_size += sum(len(e.data) for e in entries)
+        self._trim_cache()
+
+    def _trim_cache(self) -> None:
+        """Drop the oldest cached entries beyond `cache_entries` or `cache_bytes` (the
+        newest one stays)."""
+        cache = self._cache
+        drop = max(0, len(cache) - self.cache_entries)
+        size = self._cache_size - sum(len(e.data) for e in cache[:drop])
+        while size > self.cache_bytes and drop < len(cache) - 1:
+            size -= len(cache[drop].data)
+            drop += 1
+        if drop:
+            del cache[:drop]
+            self._cache_first += drop
+            self._cache_size = size
 
     def _delete_range(self, txn: lmdb.Transaction, lo: int, hi: int) -> None:
         """Delete entries lo..hi (inclusive)."""
@@ -342,6 +367,7 @@ class LmdbLogStorage:
         self._set_dummy(txn, snap.meta.index, snap.meta.term)
         self._last = snap.meta.index
         self._cache = []
+        self._cache_size = 0
         self._cache_first = snap.meta.index + 1
 
     def create_snapshot(self, txn: lmdb.Transaction, snap: Snapshot) -> None:
@@ -377,6 +403,7 @@ class LmdbLogStorage:
         self._set_dummy(txn, index, term)
         if self._cache and index >= self._cache_first:
             drop = min(len(self._cache), index - self._cache_first + 1)
+            self._cache_size -= sum(len(e.data) for e in self._cache[:drop])
             del self._cache[:drop]
             self._cache_first += drop
         return count

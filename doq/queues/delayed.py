@@ -1,13 +1,17 @@
 """Ready index of a delayed queue: lowest priority value first, ties FIFO by id.
 
-Keys are single ints `ready_key(priority, id)`, so the index is one SortedList of ints.
+The interface speaks keys `ready_key(priority, id)` (single ints, as `FairIndex`); the
+index holds the (priority, id) pairs in a `PairList` (packed arrays, ~16 bytes a message).
 """
 
 from __future__ import annotations
 
-from sortedcontainers import SortedList
+from array import array
+from collections.abc import Sequence
+from itertools import islice
+from operator import le
 
-from doq.queues.sortedext import extend_sorted, pop_front
+from doq.queues.pairlist import PairList
 
 PRIO_OFFSET = 1 << 63
 MASK64 = (1 << 64) - 1
@@ -24,7 +28,7 @@ class PriorityIndex:
     __slots__ = ("ready",)
 
     def __init__(self) -> None:
-        self.ready: SortedList = SortedList()
+        self.ready = PairList()
 
     @property
     def n_ready(self) -> int:
@@ -34,24 +38,58 @@ class PriorityIndex:
         return bool(self.ready)
 
     def add(self, key: int, group: str) -> None:
-        self.ready.add(key)
+        self.ready.add((key >> 64) - PRIO_OFFSET, key & MASK64)
+
+    def add_pair(self, priority: int, id_: int) -> None:
+        self.ready.add(priority, id_)
+
+    def add_ids(self, priority: int, ids: range | list[int]) -> None:
+        """Add the ascending `ids`, all of one `priority`."""
+        rl = self.ready
+        if ids and (not rl or (priority, ids[0]) > rl.last()):
+            rl._append_sorted([priority] * len(ids), list(ids))  # noqa: SLF001 (same package)
+            return
+        for i in ids:
+            rl.add(priority, i)
+
+    def add_pairs(self, priorities: list[int], ids: list[int]) -> None:
+        """Add the (priority, id) pairs, given in ascending order."""
+        rl = self.ready
+        if ids and (not rl or (priorities[0], ids[0]) > rl.last()):
+            rl._append_sorted(priorities, ids)  # noqa: SLF001
+            return
+        for p, i in zip(priorities, ids, strict=True):
+            rl.add(p, i)
 
     def add_many(self, keys: list[int], group: str) -> None:
         """`add(k, group)` for every key (ascending)."""
-        extend_sorted(self.ready, keys)
+        self.add_pairs([(k >> 64) - PRIO_OFFSET for k in keys], [k & MASK64 for k in keys])
 
     def remove(self, key: int, group: str) -> None:
-        self.ready.remove(key)
+        self.ready.remove((key >> 64) - PRIO_OFFSET, key & MASK64)
 
     def pop(self, lease: bool) -> tuple[int, str] | None:
         """Take the next deliverable key (and its group)."""
         if not self.ready:
             return None
-        return self.ready.pop(0), ""
+        (p,), (i,) = self.ready.pop_front(1)
+        return ready_key(p, i), ""
+
+    def pop_ids(self, n: int) -> list[int]:
+        """The ids of up to `n` `pop` calls, in order, taken at once."""
+        return self.ready.pop_front(n)[1]
 
     def pop_many(self, n: int, lease: bool) -> list[int]:
         """The keys of up to `n` `pop(lease)` calls, in order, taken at once."""
-        return pop_front(self.ready, n)
+        ps, ids = self.ready.pop_front(n)
+        return [ready_key(p, i) for p, i in zip(ps, ids, strict=True)]
+
+    def peek_ids(self, start: int, stop: int) -> list[int]:
+        """The ids at delivery positions start..stop-1, unchanged."""
+        return [i for _, i in self.ready.islice(start, stop)]
+
+    def ids(self) -> list[int]:
+        return list(self.ready.bs())
 
     def unleased(self, group: str) -> None:
         """An in-flight message of `group` left flight (acked, returned, deleted)."""
@@ -59,11 +97,23 @@ class PriorityIndex:
     def group_name(self, group: str) -> str:
         return ""
 
+    def load_pairs(self, priorities: Sequence[int], ids: Sequence[int]) -> None:
+        """Replace the content by the pairs (any order; ids distinct, in ascending order
+        among equal priorities, e.g. all ascending)."""
+        n = len(ids)
+        if all(map(le, priorities, islice(priorities, 1, None))):
+            self.ready = PairList.from_sorted(priorities, ids)
+            return
+        order = sorted(range(n), key=priorities.__getitem__)  # stable: ids stay ascending
+        self.ready = PairList.from_sorted(array("q", map(priorities.__getitem__, order)),
+                                          array("Q", map(ids.__getitem__, order)))
+
     def bulk_load(self, keys: dict[str, list[int]], inflight: dict[str, int]) -> None:
         ready: list[int] = []
         for ks in keys.values():
             ready.extend(ks)
-        self.ready = SortedList(ready)
+        ready.sort()
+        self.ready = PairList.from_sorted([(k >> 64) - PRIO_OFFSET for k in ready], [k & MASK64 for k in ready])
 
     def clear(self) -> None:
-        self.ready = SortedList()
+        self.ready = PairList()

@@ -54,8 +54,11 @@ from __future__ import annotations
 
 import itertools
 import struct
+from array import array
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import islice
+from operator import lt
 from typing import Any
 
 from sortedcontainers import SortedList
@@ -79,6 +82,7 @@ from doq.queues.dedupruns import CANONICAL_LEN, PRODUCER_LEN, Run, Runs, one_run
 from doq.queues.delayed import MASK64, PriorityIndex, ready_key
 from doq.queues.fair import FairIndex
 from doq.queues.group_policy import INHERIT_RATE, GroupPolicies
+from doq.queues.idset import IdSet
 from doq.queues.join_tokens import JoinTokens
 from doq.queues.leaseids import lease_ids
 from doq.queues.model import (
@@ -93,11 +97,11 @@ from doq.queues.model import (
     QueueStats,
     QueueType,
 )
+from doq.queues.pairlist import PairList
 from doq.queues.redrive import CancelRedrive, Redrives, StartRedrive
 from doq.queues.sortedext import extend_sorted, remove_many
 from doq.queues.store import Store
 
-READY, DELAYED, IN_FLIGHT = 0, 1, 2
 MASK32 = (1 << 32) - 1
 INT64_MIN, INT64_MAX = L.PRIORITY_MIN, L.PRIORITY_MAX
 MAX_DELAY_MS = L.MAX_DELAY_MS
@@ -105,29 +109,33 @@ MAX_DEDUP_ENTRIES = 1_000_000
 _U64 = struct.Struct(">Q")
 _HDR = R.MSG_HDR
 _HDR_SIZE = R.HDR_SIZE
+_HDR_HEAD = struct.Struct("<qQ28xB")  # priority, not_before, flags of a MSG_HDR
+assert _HDR_HEAD.size == R.LEASE_END and _HDR_HEAD.unpack(_HDR.pack(-5, 6, 0, 0, 0, 0, 7, 0, 0, 0)[:_HDR_HEAD.size]) == (-5, 6, 7)
 _ts = R.priority_deliver_at
 
 
 class Entry:
-    """In-memory index entry of one message (its record lives in the store).
+    """In-memory entry of one in-flight message (its record lives in the store): its key
+    in the lease index (`expires_at << 96 | id << 32 | qnum`), group and lease id.
 
-    key: READY -> ready_key(prio, id); DELAYED -> global delay key; IN_FLIGHT -> lease key
-    (global keys are `time << 96 | id << 32 | qnum`).
+    A message not in flight has no object: its id is in the queue's `members` and its
+    (priority, id) in the ready index or its (deliver_at, id) in the queue's `delayed`
+    list. Which one follows from its record: delayed exactly while
+    `max(not_before, priority_deliver_at(priority)) > now_ms` (time only grows, and
+    `_advance` makes every due message ready before the commands run).
     """
 
-    __slots__ = ("state", "key", "prio", "group", "lease_id")
+    __slots__ = ("key", "group", "lease_id")
 
-    def __init__(self, state: int, key: int, prio: int, group: str, lease_id: int = 0) -> None:
-        self.state = state
+    def __init__(self, key: int, group: str, lease_id: int) -> None:
         self.key = key
-        self.prio = prio
         self.group = group
         self.lease_id = lease_id
 
 
 class Queue:
-    __slots__ = ("name", "qtype", "settings", "qnum", "prefix", "msgs", "index", "n_delayed",
-                 "n_inflight", "dead", "dedup", "runs", "enqueued", "delivered", "acked", "saved_rr")
+    __slots__ = ("name", "qtype", "settings", "qnum", "prefix", "members", "inflight", "delayed",
+                 "due_key", "index", "dead", "dedup", "runs", "enqueued", "delivered", "acked", "saved_rr")
 
     def __init__(self, name: str, qtype: QueueType, settings: QueueSettings, qnum: int,
                  dead: int = 0, cursor: str = "", credit: int = 0) -> None:
@@ -136,20 +144,29 @@ class Queue:
         self.settings = settings
         self.qnum = qnum
         self.prefix = K.name_prefix(K.MESSAGE, name)
-        self.msgs: dict[int, Entry] = {}
+        self.members = IdSet()  # the ids of every message of the queue (any state)
+        self.inflight: dict[int, Entry] = {}
+        self.delayed = PairList()  # (deliver_at, id) of the delayed messages
+        self.due_key: int | None = None  # its entry in the machine's `due` (first deliver_at)
         self.index: PriorityIndex | FairIndex = (
             FairIndex(settings.max_unacked_per_group, cursor, credit, GroupPolicies(
                 settings.default_group_weight, settings.default_group_max_per_second))
             if qtype is QueueType.FAIR else PriorityIndex()
         )
         self.saved_rr = (cursor, credit)  # the fair rotation as the queue record holds it
-        self.n_delayed = 0
-        self.n_inflight = 0
         self.dead = dead
         self.dedup: dict[str, tuple[int, int]] = {}  # dedup_id -> (id, expires_at_ms), not canonical
         self.runs: dict[str, Runs] = {}  # producer -> its runs of canonical dedup ids
         # QueueCounters: in memory only, never part of the replicated state or its digest
         self.enqueued = self.delivered = self.acked = 0
+
+    @property
+    def n_delayed(self) -> int:
+        return len(self.delayed)
+
+    @property
+    def n_inflight(self) -> int:
+        return len(self.inflight)
 
     @property
     def cursor(self) -> str:
@@ -262,6 +279,152 @@ def _metadata(md: object) -> bytes:
         raise InvalidArgument("metadata is not valid unicode", reason="INVALID_METADATA") from None
 
 
+class _QueueLoad:
+    """What `_Loader` gathers for one queue (arrays: no int object per message)."""
+
+    __slots__ = ("q", "ids", "ready_p", "ready_i", "ready_keys", "infl", "dl_at", "dl_id", "names")
+
+    def __init__(self, q: Queue) -> None:
+        self.q = q
+        self.ids = array("Q")
+        self.ready_p = array("q")  # a delayed queue's ready (priority, id), in id order
+        self.ready_i = array("Q")
+        self.ready_keys: dict[str, list[int]] = {}  # a fair queue's ready keys by group
+        self.infl: dict[str, int] = {}
+        self.dl_at = array("q")
+        self.dl_id = array("Q")
+        self.names: dict[str, str] = {}  # interned group names
+
+
+def _by_second(a: array[int], b: array[int]) -> tuple[array[int], array[int]]:
+    """The pairs zip(a, b) ordered by b."""
+    order = sorted(range(len(b)), key=b.__getitem__)
+    return array("q", map(a.__getitem__, order)), array("Q", map(b.__getitem__, order))
+
+
+class _Loader:
+    """Rebuilds the message indexes from message records (a queue's records in key
+    order is fastest): no per-message object but in-flight entries."""
+
+    def __init__(self, m: QueueMachine) -> None:
+        self.m = m
+        self.per_q: dict[str, _QueueLoad] = {}
+        self.leases: list[int] = []
+        self.meta_seen = False  # the meta record (now_ms) was loaded
+        self.pending: list[tuple[bytes, bytes]] = []  # fed before their queue or the meta
+
+    def _queue_of(self, key: bytes, last: bool) -> _QueueLoad | None:
+        _, name, _ = K.split_name(key)
+        cur = self.per_q.get(name)
+        if cur is None:
+            if not last and (not self.meta_seen or name not in self.m.queues):
+                return None
+            cur = self.per_q[name] = _QueueLoad(self.m.queues[name])
+        return cur
+
+    def feed(self, key: bytes, rec: bytes) -> None:
+        self.feed_all(((key, rec),))
+
+    def feed_all(self, items: Iterable[tuple[bytes, bytes]], offset: int = 0,
+                 overrides: Mapping[bytes, bytes | None] | None = None, *, last: bool = False) -> None:
+        """Index message records (key, value): the record is `value[offset:]`; a key in
+        `overrides` has that value instead (None: skip it). A record whose queue record
+        or the meta record is still to come is kept for `finish` (unless `last`)."""
+        unpack = _HDR_HEAD.unpack_from
+        unpack_id = _U64.unpack_from
+        now = self.m.now_ms
+        inflight_flag = R.FLAG_IN_FLIGHT
+        ts_min = R.TS_PRIORITY_MIN
+        max_ms = R.MAX_MS
+        cur: _QueueLoad | None = None
+        prefix = b"\xff"
+        plen = klen = 0
+        fair = False
+        ids_ap = rp_ap = ri_ap = dl_at_ap = dl_id_ap = None
+        for key, rec in items:
+            if overrides is not None and key in overrides:
+                o = overrides[key]
+                if o is None:
+                    continue
+                rec = o
+            if len(key) != klen or not key.startswith(prefix):
+                cur = self._queue_of(key, last)
+                if cur is None:
+                    self.pending.append((bytes(key), bytes(rec[offset:])))
+                    prefix = b"\xff"
+                    klen = 0
+                    continue
+                prefix = cur.q.prefix
+                plen = len(prefix)
+                klen = plen + 8
+                fair = cur.q.qtype is QueueType.FAIR
+                ids_ap, rp_ap, ri_ap = cur.ids.append, cur.ready_p.append, cur.ready_i.append
+                dl_at_ap, dl_id_ap = cur.dl_at.append, cur.dl_id.append
+            assert cur is not None and ids_ap is not None and rp_ap is not None and ri_ap is not None
+            id_ = unpack_id(key, plen)[0]
+            prio, not_before, flags = unpack(rec, offset)
+            ids_ap(id_)
+            if flags & inflight_flag or fair:
+                self._other(cur, id_, rec, offset)
+                continue
+            if not_before or prio >= ts_min:  # max(not_before, priority_deliver_at(prio)), inline
+                at = (prio * 1000 if prio * 1000 < max_ms else max_ms) if prio >= ts_min else 0
+                if not_before > at:
+                    at = not_before
+                if at > now:
+                    dl_at_ap(at)  # type: ignore[misc]
+                    dl_id_ap(id_)  # type: ignore[misc]
+                    continue
+            rp_ap(prio)
+            ri_ap(id_)
+
+    def _other(self, cur: _QueueLoad, id_: int, rec: bytes, offset: int) -> None:
+        """A record in flight, or of a fair queue."""
+        prio, not_before, _, lease_exp, lease_id, _, flags, glen, _, _ = _HDR.unpack_from(rec, offset)
+        q = cur.q
+        g = ""
+        if q.qtype is QueueType.FAIR:
+            g = bytes(rec[offset + _HDR_SIZE : offset + _HDR_SIZE + glen]).decode()
+            g = cur.names.setdefault(g, g)
+        if flags & R.FLAG_IN_FLIGHT:
+            k = (lease_exp << 96) | (id_ << 32) | q.qnum
+            self.leases.append(k)
+            cur.infl[g] = cur.infl.get(g, 0) + 1
+            q.inflight[id_] = Entry(k, g, lease_id)
+            return
+        at = max(not_before, _ts(prio))
+        if at > self.m.now_ms:
+            cur.dl_at.append(at)
+            cur.dl_id.append(id_)
+            return
+        lst = cur.ready_keys.get(g)
+        if lst is None:
+            lst = cur.ready_keys[g] = []
+        lst.append(((prio + (1 << 63)) << 64) | id_)
+
+    def finish(self) -> None:
+        m = self.m
+        pending, self.pending = self.pending, []
+        self.feed_all(pending, last=True)
+        for ld in self.per_q.values():
+            q = ld.q
+            ids = ld.ids
+            ascending = all(map(lt, ids, islice(ids, 1, None)))  # records came in key order
+            q.members.load_sorted(ids if ascending else sorted(ids))
+            if type(q.index) is PriorityIndex:
+                rp, ri = (ld.ready_p, ld.ready_i) if ascending else _by_second(ld.ready_p, ld.ready_i)
+                q.index.load_pairs(rp, ri)
+            else:
+                q.index.bulk_load(ld.ready_keys, ld.infl)
+            if ld.dl_at:
+                at, di = (ld.dl_at, ld.dl_id) if ascending else _by_second(ld.dl_at, ld.dl_id)
+                order = sorted(range(len(at)), key=at.__getitem__)  # stable: ids stay ascending
+                q.delayed = PairList.from_sorted(array("q", map(at.__getitem__, order)),
+                                                 array("Q", map(di.__getitem__, order)))
+                m._sync_due(q)
+        m.leases = SortedList(self.leases)
+
+
 class QueueMachine:
     """The replicated queue state. Only `apply`/`load` mutate it (single writer)."""
 
@@ -271,7 +434,8 @@ class QueueMachine:
         self.join_tokens = JoinTokens()  # kept by the state store beside the keys (below)
         self._by_num: dict[int, Queue] = {}
         self._qnums = 0  # in-memory handles; never influence ordering (ids are unique)
-        self.delayed: SortedList = SortedList()  # deliver_at << 96 | id << 32 | qnum
+        # first_deliver_at << 32 | qnum of every queue with delayed messages
+        self.due: SortedList = SortedList()
         self.leases: SortedList = SortedList()  # expires_at << 96 | id << 32 | qnum
         # (expires_at, queue, dedup_id): one entry per dedup record (a run: its first id)
         self.dedup_exp: SortedList = SortedList()
@@ -341,8 +505,8 @@ class QueueMachine:
     def next_due_ms(self) -> int | None:
         """Earliest replicated time at which a delay ends or a lease expires (None: never)."""
         due: int | None = None
-        if self.delayed:
-            due = self.delayed[0] >> 96
+        if self.due:
+            due = self.due[0] >> 32
         if self.leases:
             t = self.leases[0] >> 96
             due = t if due is None else min(due, t)
@@ -384,9 +548,9 @@ class QueueMachine:
         ids are never reused; unborn: not assigned yet at this state). For a queue this
         state does not hold, every position is present (the command answers for it)."""
         q = self.queues.get(queue)
-        if q is None or all(map(q.msgs.__contains__, ids)):  # the common case, at C speed
+        if q is None or all(map(q.inflight.__contains__, ids)):  # the common case, at C speed
             return list(range(len(ids))), [], []
-        msgs, next_id = q.msgs, self.next_id
+        msgs, next_id = q.members, self.next_id
         present: list[int] = []
         gone: list[int] = []
         unborn: list[int] = []
@@ -418,10 +582,12 @@ class QueueMachine:
         if state is MessageState.READY:
             if isinstance(q.index, FairIndex):
                 return [k & MASK64 for k in q.index.preview(end, self.now_ms)[offset:]]
-            return [k & MASK64 for k in q.index.ready.islice(offset, end)]
-        ordered = self.delayed if state is MessageState.DELAYED else self.leases
+            return q.index.peek_ids(offset, end)
+        if state is MessageState.DELAYED:
+            return [i for _, i in q.delayed.islice(offset, end)]
+        ordered = self.leases
         out: list[int] = []
-        if (q.n_delayed if state is MessageState.DELAYED else q.n_inflight) <= offset:
+        if q.n_inflight <= offset:
             return out
         qn = q.qnum
         seen = 0
@@ -462,26 +628,32 @@ class QueueMachine:
         return R.message_view(queue, id_, rec, self.now_ms)
 
     # -- rebuild -------------------------------------------------------------------------
-    def load(self, records: Iterable[tuple[bytes, bytes]]) -> None:
+    def load(self, records: Iterable[tuple[bytes, bytes]],
+             messages: Iterable[tuple[bytes, bytes]] = (), offset: int = 0,
+             overrides: Mapping[bytes, bytes | None] | None = None) -> None:
         """Rebuild all in-memory state from the records (any order of kinds is fine,
-        but keys of one kind in key order is fastest). Replaces the current state."""
+        but keys of one kind in key order is fastest). Replaces the current state.
+        `messages`, read after `records`: more message records (key, value), the record
+        being `value[offset:]`, or `overrides[key]` for a key there (None: no record);
+        the fast path of a store's rebuild."""
         keys, join_tokens = self.keys, self.join_tokens
         self.__init__(self.store)  # type: ignore[misc]
         self.keys, self.join_tokens = keys, join_tokens
-        msgs: list[tuple[bytes, bytes]] = []
         dedups: list[tuple[bytes, bytes]] = []
         groups: list[tuple[bytes, bytes]] = []
+        loader = _Loader(self)
         for key, rec in records:
             kind = key[0]
-            if key == K.META_KEY:
+            if kind == K.MESSAGE:
+                loader.feed(key, rec)
+            elif key == K.META_KEY:
                 self.next_id, self.now_ms, self.next_lease = R.META_REC.unpack(rec)
                 self._meta_written = (self.next_id, self.now_ms, self.next_lease)
+                loader.meta_seen = True
             elif kind == K.QUEUE:
                 _, name, _ = K.split_name(key)
                 qtype, settings, dead, cursor, credit = R.decode_queue_full(rec)
                 self._add_queue(name, qtype, settings, dead, cursor, credit)
-            elif kind == K.MESSAGE:
-                msgs.append((key, rec))
             elif kind == K.DEDUP:
                 dedups.append((key, rec))
             elif kind == K.REDRIVE:
@@ -492,8 +664,9 @@ class QueueMachine:
                 pass  # a join token record of an older version (or its backup): inert (doq.queues.keys)
             else:
                 raise ValueError(f"unknown record key {key!r}")
-        self._load_groups(groups)
-        self._load_messages(msgs)
+        self._load_groups(groups)  # before the messages: a throttled group is not active
+        loader.feed_all(messages, offset, overrides)
+        loader.finish()
         self._load_dedups(dedups)
         self._touched_fair.clear()
 
@@ -538,79 +711,36 @@ class QueueMachine:
         self.dedup_exp = SortedList(exp)
         self.dedup_n = n
 
-    def _load_messages(self, msgs: list[tuple[bytes, bytes]]) -> None:
-        now = self.now_ms
-        delayed: list[int] = []
-        leases: list[int] = []
-        per_q: dict[str, tuple[dict[str, list[int]], dict[str, int]]] = {}
-        prefix = b""
-        q: Queue | None = None
-        ready: dict[str, list[int]] = {}
-        infl: dict[str, int] = {}
-        names: dict[str, str] = {}  # interned group names (shared by entries and index)
-        unpack = _HDR.unpack_from
-        for key, rec in msgs:
-            if q is None or not key.startswith(prefix) or len(key) != len(prefix) + 8:
-                _, name, _ = K.split_name(key)
-                q = self.queues[name]
-                prefix = q.prefix
-                ready, infl = per_q.setdefault(name, ({}, {}))
-                names = {}
-            id_ = _U64.unpack_from(key, len(prefix))[0]
-            prio, not_before, _, lease_exp, lease_id, _, flags, glen, _, _ = unpack(rec)
-            g = rec[_HDR_SIZE : _HDR_SIZE + glen].decode() if q.qtype is QueueType.FAIR else ""
-            qn = q.qnum
-            g = names.setdefault(g, g)
-            if flags & R.FLAG_IN_FLIGHT:
-                k = (lease_exp << 96) | (id_ << 32) | qn
-                leases.append(k)
-                infl[g] = infl.get(g, 0) + 1
-                q.msgs[id_] = Entry(IN_FLIGHT, k, prio, g, lease_id)
-                q.n_inflight += 1
-                continue
-            at = max(not_before, _ts(prio))
-            if at > now:
-                k = (at << 96) | (id_ << 32) | qn
-                delayed.append(k)
-                q.msgs[id_] = Entry(DELAYED, k, prio, g)
-                q.n_delayed += 1
-            else:
-                k = ((prio + (1 << 63)) << 64) | id_
-                lst = ready.get(g)
-                if lst is None:
-                    lst = ready[g] = []
-                lst.append(k)
-                q.msgs[id_] = Entry(READY, k, prio, g)
-        for name, (rd, inf) in per_q.items():
-            self.queues[name].index.bulk_load(rd, inf)
-        self.delayed = SortedList(delayed)
-        self.leases = SortedList(leases)
-
     # -- time ----------------------------------------------------------------------------
+    def _sync_due(self, q: Queue) -> None:
+        """Keep `due` holding q's first deliver_at (after a change of `q.delayed`)."""
+        new = (q.delayed.first_a() << 32) | q.qnum if q.delayed else None
+        if new != q.due_key:
+            if q.due_key is not None:
+                self.due.remove(q.due_key)
+            if new is not None:
+                self.due.add(new)
+            q.due_key = new
+
     def _advance(self, now: int) -> None:
         if self._timed:
             self._wake_groups(now)
-        delayed = self.delayed
-        if delayed and delayed[0] >> 96 <= now:
+        due = self.due
+        if due and due[0] >> 32 <= now:
             by_num = self._by_num
-            while delayed and delayed[0] >> 96 <= now:
-                k = delayed.pop(0)
-                q = by_num[k & MASK32]
-                id_ = (k >> 32) & MASK64
-                e = q.msgs[id_]
-                q.n_delayed -= 1
+            while due and due[0] >> 32 <= now:
+                q = by_num[due[0] & MASK32]
+                _, ids = q.delayed.pop_through(now)
+                self._sync_due(q)
                 self._changed.add(q.name)
-                e.state = READY
-                e.key = ready_key(e.prio, id_)
-                q.index.add(e.key, e.group)
+                self._make_ready(q, ids)
         leases = self.leases
         if leases and leases[0] >> 96 <= now:
             while leases and leases[0] >> 96 <= now:
                 k = leases.pop(0)
                 q = self._by_num[k & MASK32]
                 id_ = (k >> 32) & MASK64
-                e = q.msgs[id_]
-                q.n_inflight -= 1
+                e = q.inflight.pop(id_)
                 self._changed.add(q.name)
                 q.index.unleased(e.group)
                 self._return(q, id_, e, 0, None)
@@ -700,33 +830,56 @@ class QueueMachine:
                 self._add_run(q, did[:PRODUCER_LEN], Run(run.first + over, run.count - over, run.id0 + over, exp))
 
     # -- placement -----------------------------------------------------------------------
-    def _place(self, q: Queue, id_: int, e: Entry, deliver_at: int) -> None:
-        """Put a not-in-flight entry into the ready or delayed index."""
+    def _place(self, q: Queue, id_: int, prio: int, group: str, deliver_at: int) -> None:
+        """Put a message that is not in flight into the ready index or `q.delayed`
+        (`group`: the index's name object, `q.index.group_name`)."""
         if deliver_at > self.now_ms:
-            e.state = DELAYED
-            e.key = (deliver_at << 96) | (id_ << 32) | q.qnum
-            self.delayed.add(e.key)
-            q.n_delayed += 1
+            q.delayed.add(deliver_at, id_)
+            self._sync_due(q)
+        elif type(q.index) is PriorityIndex:
+            q.index.add_pair(prio, id_)
         else:
-            e.state = READY
-            e.key = ready_key(e.prio, id_)
-            q.index.add(e.key, e.group)
+            q.index.add(ready_key(prio, id_), group)
 
-    def _unplace(self, q: Queue, e: Entry) -> None:
-        """Remove an entry from whichever index holds it."""
-        if e.state == READY:
-            q.index.remove(e.key, e.group)
-        elif e.state == DELAYED:
-            self.delayed.remove(e.key)
-            q.n_delayed -= 1
+    def _unplace_waiting(self, q: Queue, id_: int, rec: bytes) -> None:
+        """Take a message that is not in flight (record `rec`) out of whichever index
+        holds it (the entry's rule: delayed while its delivery time is ahead)."""
+        h = _HDR.unpack_from(rec)
+        at = max(h[1], _ts(h[0]))
+        if at > self.now_ms:
+            q.delayed.remove(at, id_)
+            self._sync_due(q)
         else:
-            self.leases.remove(e.key)
-            q.n_inflight -= 1
-            q.index.unleased(e.group)
+            q.index.remove(ready_key(h[0], id_), self._group_of(q, rec, h[7]))
+
+    def _group_of(self, q: Queue, rec: bytes, glen: int) -> str:
+        """The group of a message record of `q` as its index names it ("" unless fair)."""
+        if q.qtype is not QueueType.FAIR or not glen:
+            return q.index.group_name("") if q.qtype is QueueType.FAIR else ""
+        return q.index.group_name(rec[_HDR_SIZE : _HDR_SIZE + glen].decode())
+
+    def _make_ready(self, q: Queue, ids: list[int]) -> None:
+        """Messages `ids` of `q` (taken out of `q.delayed`) are due: into the ready index."""
+        get = self.store.get
+        prefix = q.prefix
+        pack = _U64.pack
+        unpack = _HDR.unpack_from
+        if type(q.index) is PriorityIndex:
+            add = q.index.add_pair
+            for id_ in ids:
+                rec = get(prefix + pack(id_))
+                assert rec is not None
+                add(unpack(rec)[0], id_)
+            return
+        for id_ in ids:
+            rec = get(prefix + pack(id_))
+            assert rec is not None
+            h = unpack(rec)
+            q.index.add(ready_key(h[0], id_), self._group_of(q, rec, h[7]))
 
     def _return(self, q: Queue, id_: int, e: Entry, delay_ms: int, prio: int | None) -> None:
         """A message left flight without ack (expiry or nack): requeue or dead-letter.
-        The caller already removed it from the lease index and counters."""
+        The caller already removed it from the lease index, `q.inflight` and counters."""
         mkey = q.prefix + _U64.pack(id_)
         rec = self.store.get(mkey)
         assert rec is not None
@@ -739,13 +892,11 @@ class QueueMachine:
         p = h[0] if prio is None else prio
         not_before = self.now_ms + delay_ms if delay_ms else h[1]
         self.store.put(mkey, R.with_header(rec, p, not_before, 0, 0, attempts, 0))
-        e.lease_id = 0
-        e.prio = p
-        self._place(q, id_, e, max(not_before, _ts(p)))
+        self._place(q, id_, p, e.group, max(not_before, _ts(p)))
 
     def _dead_letter(self, q: Queue, id_: int, mkey: bytes, rec: bytes) -> None:
         self.store.delete(mkey)
-        del q.msgs[id_]
+        q.members.discard(id_)
         q.dead += 1
         self.store.put(K.queue_key(q.name), q.record())
         dlq = self.queues.get(q.settings.dead_letter_queue) if q.settings.dead_letter_queue else None
@@ -766,21 +917,20 @@ class QueueMachine:
         self.next_id = id_ + 1
         self.store.insert(q.prefix + _U64.pack(id_), rec_without_id)
         g = q.index.group_name(group) if q.qtype is QueueType.FAIR else ""
-        e = Entry(READY, 0, prio, g)
-        q.msgs[id_] = e
-        self._place(q, id_, e, max(not_before, _ts(prio)))
+        q.members.add(id_)
+        self._place(q, id_, prio, g, max(not_before, _ts(prio)))
         return id_
 
     # -- redrive (doq.queues.redrive) ------------------------------------------------------
     def redrive_candidates(self, q: Queue, upto_id: int, n: int) -> list[int]:
         """Up to `n` ids of `q`'s messages below `upto_id` that are not in flight, lowest
-        first. (`q.msgs` holds ids in ascending order: ids only grow, and `load` adds a
-        queue's messages in key order, i.e. by id.)"""
+        first (`q.members` iterates its ids in ascending order)."""
         out: list[int] = []
-        for id_, e in q.msgs.items():
+        inflight = q.inflight
+        for id_ in q.members:
             if id_ >= upto_id or len(out) >= n:
                 break
-            if e.state != IN_FLIGHT:
+            if id_ not in inflight:
                 out.append(id_)
         return out
 
@@ -793,7 +943,8 @@ class QueueMachine:
         recs = self.store.pop_many([src.prefix + _U64.pack(i) for i in ids])
         for id_, rec in zip(ids, recs, strict=True):
             assert rec is not None
-            self._unplace(src, src.msgs.pop(id_))
+            self._unplace_waiting(src, id_, rec)
+            src.members.discard(id_)
             h = _HDR.unpack_from(rec)
             group = rec[_HDR_SIZE : _HDR_SIZE + h[7]].decode()
             self._insert(dst, h[0], h[1], group,
@@ -866,18 +1017,19 @@ class QueueMachine:
         return self._group_stat(q.index, cmd.group)
 
     def _purge(self, q: Queue) -> int:
-        n = len(q.msgs)
+        n = len(q.members)
         delete = self.store.delete
         prefix = q.prefix
-        for id_, e in q.msgs.items():
-            if e.state == DELAYED:
-                self.delayed.remove(e.key)
-            elif e.state == IN_FLIGHT:
-                self.leases.remove(e.key)
-            delete(prefix + _U64.pack(id_))
-        q.msgs = {}
+        pack = _U64.pack
+        for e in q.inflight.values():
+            self.leases.remove(e.key)
+        for id_ in q.members:
+            delete(prefix + pack(id_))
+        q.members.clear()
+        q.inflight = {}
+        q.delayed.clear()
+        self._sync_due(q)
         q.index.clear()
-        q.n_delayed = q.n_inflight = 0
         return n
 
     def _purge_queue(self, cmd: c.PurgeQueue) -> int:
@@ -959,11 +1111,12 @@ class QueueMachine:
             self._remember_run(q, run[0], run[1], n, first)
         elif dids:
             self._remember_dedups(q, dids, ids)
-        base = (1 << 63) << 64  # ready_key(0, id) == base | id
-        keys = [base | i for i in ids]
-        g = q.index.group_name("") if q.qtype is QueueType.FAIR else ""
-        q.msgs.update(zip(ids, [Entry(READY, k, 0, g) for k in keys], strict=True))
-        q.index.add_many(keys, g)
+        q.members.add_range(first, n)
+        if type(q.index) is PriorityIndex:
+            q.index.add_ids(0, ids)
+        else:
+            base = (1 << 63) << 64  # ready_key(0, id) == base | id
+            q.index.add_many([base | i for i in ids], q.index.group_name(""))
         q.enqueued += n
         return EnqueueColumnsResult(ids)
 
@@ -1007,41 +1160,43 @@ class QueueMachine:
             self._remember_run(q, run[0], run[1], n, first)
         elif cmd.dedup_ids:
             self._remember_dedups(q, cmd.dedup_ids, ids)
+        q.members.add_range(first, n)
         fair = q.qtype is QueueType.FAIR
-        names: dict[str, str] = {}
-        ready: dict[str, list[int]] = {}
-        delayed: list[int] = []
-        deliver: list[int] = []
-        msgs = q.msgs
-        qn = q.qnum
-        base = 1 << 63
-        for j, id_ in enumerate(ids):
-            p = ps[j]
-            g = ""
-            if fair and groups:
-                g = names.get(groups[j], "")
-                if not g and groups[j]:
-                    g = names[groups[j]] = q.index.group_name(groups[j])
-            at = _ts(p) if p >= R.TS_PRIORITY_MIN else 0
-            deliver.append(at)
-            if at > now:
-                k = (at << 96) | (id_ << 32) | qn
-                msgs[id_] = Entry(DELAYED, k, p, g)
-                delayed.append(k)
+        deliver = [_ts(p) if p >= R.TS_PRIORITY_MIN else 0 for p in ps]
+        late = [j for j, at in enumerate(deliver) if at > now]
+        if late:
+            dl = q.delayed
+            for j in late:
+                dl.add(deliver[j], first + j)
+            self._sync_due(q)
+        if not fair:
+            if late:
+                due = [j for j, at in enumerate(deliver) if at <= now]
+                rp, ri = [ps[j] for j in due], [first + j for j in due]
             else:
-                k = ((p + base) << 64) | id_
-                msgs[id_] = Entry(READY, k, p, g)
+                rp, ri = list(ps), list(ids)
+            order = sorted(range(len(ri)), key=rp.__getitem__)  # stable: ids stay ascending
+            q.index.add_pairs([rp[j] for j in order], [ri[j] for j in order])  # type: ignore[union-attr]
+        else:
+            names: dict[str, str] = {}
+            ready: dict[str, list[int]] = {}
+            base = 1 << 63
+            for j, id_ in enumerate(ids):
+                if deliver[j] > now:
+                    continue
+                g = ""
+                if groups:
+                    g = names.get(groups[j], "")
+                    if not g and groups[j]:
+                        g = names[groups[j]] = q.index.group_name(groups[j])
                 lst = ready.get(g)
                 if lst is None:
                     lst = ready[g] = []
-                lst.append(k)
-        if delayed:
-            self.delayed.update(delayed)
-            q.n_delayed += len(delayed)
-        for g in sorted(ready):
-            keys = ready[g]
-            keys.sort()
-            q.index.add_many(keys, g)
+                lst.append(((ps[j] + base) << 64) | id_)
+            for g in sorted(ready):
+                keys = ready[g]
+                keys.sort()
+                q.index.add_many(keys, g)
         q.enqueued += n
         return EnqueueColumnsResult(ids, deliver_at_ms=deliver if any(deliver) else [])
 
@@ -1095,15 +1250,8 @@ class QueueMachine:
                 _HDR.pack(prio, not_before, now, 0, 0, 0, 0, len(gb), len(db), len(md)),
                 gb, db, md, content)))
             g = q.index.group_name(it.group) if fair else ""
-            if deliver_at > now:
-                k = (deliver_at << 96) | (id_ << 32) | q.qnum
-                q.msgs[id_] = Entry(DELAYED, k, prio, g)
-                self.delayed.add(k)
-                q.n_delayed += 1
-            else:
-                k = ((prio + (1 << 63)) << 64) | id_
-                q.msgs[id_] = Entry(READY, k, prio, g)
-                q.index.add(k, g)
+            q.members.add(id_)
+            self._place(q, id_, prio, g, deliver_at)
             if pr is not None:
                 self._remember_run(q, pr[0], pr[1], 1, id_)
             elif did:
@@ -1194,9 +1342,12 @@ class QueueMachine:
             raise InvalidArgument("ack must be a bool")
         vis = vis or q.settings.effective_visibility_timeout_ms
         ack = cmd.ack
+        seed = 0 if ack else _int(cmd.seed, 0, MASK64, "seed")
         cursor = q.cursor
-        ids = [k & MASK64 for k in (q.index.pop_many(mx, not ack, self.now_ms) if isinstance(q.index, FairIndex)
-                                    else q.index.pop_many(mx, not ack))]
+        if isinstance(q.index, FairIndex):
+            ids = [k & MASK64 for k in q.index.pop_many(mx, not ack, self.now_ms)]
+        else:
+            ids = q.index.pop_ids(mx)
         if q.cursor != cursor:
             self.store.put(K.queue_key(q.name), q.record())
         if not ids:
@@ -1205,15 +1356,12 @@ class QueueMachine:
         prefix = q.prefix
         pack = _U64.pack
         mkeys = [prefix + pack(i) for i in ids]
-        msgs = q.msgs
         if ack:
             q.acked += len(ids)
             recs = self.store.pop_many(mkeys)
-            for id_ in ids:
-                del msgs[id_]
+            q.members.discard_many(ids)
             return self._views(q, ids, recs, 0, None)  # type: ignore[arg-type]
         exp = self.now_ms + vis
-        seed = _int(cmd.seed, 0, MASK64, "seed")
         lid0 = self.next_lease
         self.next_lease = lid0 + len(ids)
         lids = lease_ids(seed, lid0, len(ids))
@@ -1227,14 +1375,13 @@ class QueueMachine:
         self.store.rewrite_many(mkeys, lease)
         hi = exp << 96
         qn = q.qnum
-        lease_keys = []
-        for id_, lid in zip(ids, lids, strict=True):
-            e = msgs[id_]
-            e.state = IN_FLIGHT
-            e.lease_id = lid
-            e.key = k = hi | (id_ << 32) | qn
-            lease_keys.append(k)
-        q.n_inflight += len(ids)
+        lease_keys = [hi | (id_ << 32) | qn for id_ in ids]
+        if q.qtype is QueueType.FAIR:
+            gname = q.index.group_name
+            groups = [gname(v.group) for v in views]
+        else:
+            groups = [""] * len(ids)
+        q.inflight.update(zip(ids, map(Entry, lease_keys, groups, lids), strict=True))
         lease_keys.sort()
         extend_sorted(self.leases, lease_keys)
         return views
@@ -1271,12 +1418,12 @@ class QueueMachine:
     def _in_flight(self, q: Queue, id_: object, lease_id: object) -> Entry:
         """The in-flight entry named by (id, lease) or the error the rules prescribe."""
         _int(lease_id, 0, MASK64, "lease_id")
-        e = q.msgs.get(_int(id_, 1, MASK64, "id"))
-        if e is None:
+        e = q.inflight.get(_int(id_, 1, MASK64, "id"))
+        if e is None and id_ not in q.members:
             raise MessageNotFound(f"message {id_} not found in queue {q.name!r}")
-        if lease_id and (e.state != IN_FLIGHT or lease_id != e.lease_id):
+        if lease_id and (e is None or lease_id != e.lease_id):
             raise StaleLease(f"lease {lease_id} of message {id_} is no longer current")
-        if e.state != IN_FLIGHT:
+        if e is None:
             raise FailedPrecondition(f"message {id_} is not in flight", reason="NOT_IN_FLIGHT")
         return e
 
@@ -1287,14 +1434,17 @@ class QueueMachine:
             raise InvalidArgument("lease_ids must be empty or as long as ids",
                                   reason="INVALID_LEASE_IDS")
         out: list[DoqError | None] = []
-        msgs = q.msgs
+        inflight = q.inflight
         unleased = q.index.unleased if isinstance(q.index, FairIndex) else None
         acked: list[int] = []
         lease_keys: list[int] = []
+        flushed = 0  # acked[:flushed] are out of q.members
         for i, id_ in enumerate(ids):
             lid = lids[i] if lids else 0
-            if not (type(id_) is int and type(lid) is int and lid >= 0 and (e := msgs.get(id_)) is not None
-                    and e.state == IN_FLIGHT and (not lid or lid == e.lease_id)):
+            if not (type(id_) is int and type(lid) is int and lid >= 0 and (e := inflight.get(id_)) is not None
+                    and (not lid or lid == e.lease_id)):
+                q.members.discard_many(acked[flushed:])  # an id acked earlier in this call is gone
+                flushed = len(acked)
                 try:
                     e = self._in_flight(q, id_, lid)  # the error the rules prescribe
                 except DoqError as err:
@@ -1303,17 +1453,17 @@ class QueueMachine:
             lease_keys.append(e.key)
             if unleased is not None:
                 unleased(e.group)
-            del msgs[id_]
+            del inflight[id_]
             acked.append(id_)
             out.append(None)
         if acked:  # the lease index and the records, in bulk
             q.acked += len(acked)
-            q.n_inflight -= len(acked)
+            q.members.discard_many(acked[flushed:])
             lease_keys.sort()
             remove_many(self.leases, lease_keys)
             prefix = q.prefix
             pack = _U64.pack
-            self.store.pop_many([prefix + pack(i) for i in acked])
+            self.store.delete_many([prefix + pack(i) for i in acked])
         return out
 
     def _nack(self, cmd: c.Nack) -> None:
@@ -1326,14 +1476,18 @@ class QueueMachine:
         if cmd.release and (delay or cmd.priority is not None):
             raise InvalidArgument("a release takes no delay_ms and no priority", reason="INVALID_RELEASE")
         e = self._in_flight(q, cmd.id, cmd.lease_id)
-        self.leases.remove(e.key)
-        q.n_inflight -= 1
-        q.index.unleased(e.group)
+        self._unlease(q, cmd.id, e)
         if cmd.release:
             self._release(q, cmd.id, e)
         else:
             self._return(q, cmd.id, e, delay, cmd.priority)
         return None
+
+    def _unlease(self, q: Queue, id_: int, e: Entry) -> None:
+        """Take in-flight message `id_` (entry `e`) out of flight: lease index, entry, count."""
+        self.leases.remove(e.key)
+        del q.inflight[id_]
+        q.index.unleased(e.group)
 
     def _release(self, q: Queue, id_: int, e: Entry) -> None:
         """Undo a delivery (the caller took the entry out of flight): the attempt it
@@ -1344,8 +1498,7 @@ class QueueMachine:
         h = _HDR.unpack_from(rec)
         prio, not_before, attempts = h[0], h[1], h[5]
         self.store.put(mkey, R.with_header(rec, prio, not_before, 0, 0, max(attempts - 1, 0), 0))
-        e.lease_id = 0
-        self._place(q, id_, e, max(not_before, _ts(prio)))
+        self._place(q, id_, prio, e.group, max(not_before, _ts(prio)))
 
     def _touch(self, cmd: c.Touch) -> int:
         q = self._queue(cmd.queue)
@@ -1362,9 +1515,11 @@ class QueueMachine:
         self.store.put(mkey, R.with_header(rec, h[0], h[1], exp, h[4], h[5], h[6]))
         return exp
 
-    def _entry(self, q: Queue, id_: object) -> Entry:
-        e = q.msgs.get(_int(id_, 1, MASK64, "id"))
-        if e is None:
+    def _entry(self, q: Queue, id_: object) -> Entry | None:
+        """The in-flight entry of message `id_` of `q` (None: waiting, ready or delayed);
+        MessageNotFound if `q` holds no such message."""
+        e = q.inflight.get(_int(id_, 1, MASK64, "id"))
+        if e is None and id_ not in q.members:
             raise MessageNotFound(f"message {id_} not found in queue {q.name!r}")
         return e
 
@@ -1373,17 +1528,14 @@ class QueueMachine:
         prio = _int(cmd.priority, INT64_MIN, INT64_MAX, "priority")
         e = self._entry(q, cmd.id)
         mkey = q.prefix + _U64.pack(cmd.id)
-        rec = self.store.get(mkey)
-        assert rec is not None
-        h = _HDR.unpack_from(rec)
-        rec = R.with_header(rec, prio, h[1], h[3], h[4], h[5], h[6])
+        old = self.store.get(mkey)
+        assert old is not None
+        h = _HDR.unpack_from(old)
+        rec = R.with_header(old, prio, h[1], h[3], h[4], h[5], h[6])
         self.store.put(mkey, rec)
-        if e.state != IN_FLIGHT:
-            self._unplace(q, e)
-            e.prio = prio
-            self._place(q, cmd.id, e, max(h[1], _ts(prio)))
-        else:
-            e.prio = prio
+        if e is None:
+            self._unplace_waiting(q, cmd.id, old)
+            self._place(q, cmd.id, prio, self._group_of(q, old, h[7]), max(h[1], _ts(prio)))
         return R.message_view(q.name, cmd.id, rec, self.now_ms, with_content=False)
 
     def _delete_message(self, cmd: c.DeleteMessage) -> None:
@@ -1391,14 +1543,20 @@ class QueueMachine:
         if type(cmd.holder_only) is not bool:
             raise InvalidArgument("holder_only must be a bool")
         if cmd.lease_id:
-            e = self._in_flight(q, cmd.id, cmd.lease_id)
+            e: Entry | None = self._in_flight(q, cmd.id, cmd.lease_id)
         else:
             e = self._entry(q, cmd.id)
-            if cmd.holder_only and e.state == IN_FLIGHT:
+            if cmd.holder_only and e is not None:
                 raise FailedPrecondition(
                     f"message {cmd.id} is in flight: deleting it needs its lease_id (from the delivery) "
                     "or an admin key", reason="MESSAGE_IN_FLIGHT")
-        self._unplace(q, e)
-        del q.msgs[cmd.id]
-        self.store.delete(q.prefix + _U64.pack(cmd.id))
+        mkey = q.prefix + _U64.pack(cmd.id)
+        if e is not None:
+            self._unlease(q, cmd.id, e)
+        else:
+            rec = self.store.get(mkey)
+            assert rec is not None
+            self._unplace_waiting(q, cmd.id, rec)
+        q.members.discard(cmd.id)
+        self.store.delete(mkey)
         return None

@@ -398,10 +398,39 @@ class _TxnSink:
         self._remove([key])
 
     def delete_many(self, keys: list[bytes]) -> None:
-        """`delete` of each key (keys of one kind), the tombstones in one C call."""
+        """`delete` of each key (keys of one kind), the tombstones in one C call. Scattered
+        messages with a lease entry (an ack of deliveries) are noted gone without reading
+        their bodies: the entry holds their version."""
         assert self.txn is not None
-        if keys:
-            self._remove(keys)
+        if not keys:
+            return
+        if self.leased and keys[0][0] == _MSG and self.lazy and _scattered(keys):
+            keys = self._note_leased_gone(keys)
+            if not keys:
+                return
+        self._remove(keys)
+
+    def _note_leased_gone(self, keys: list[bytes]) -> list[bytes]:
+        """Delete the messages of `keys` that have a lease entry (scattered: noted gone,
+        see the class docstring), reading only that entry; the other keys, to delete."""
+        txn, leased, noted, ver = self.txn, self.leased, self.gone, self.ver
+        pop, leases = txn.pop, self.leases
+        rest: list[bytes] = []
+        done: list[bytes] = []
+        old_versions: list[bytes] = []
+        for k in keys:
+            if k in leased and k not in noted:
+                leased.discard(k)
+                noted.add(k)
+                old_versions.append(pop(k, db=leases)[:8] + k)
+                done.append(k)
+            else:
+                rest.append(k)
+        if done:
+            txn.cursor(db=self.gone_db).putmulti([(ver + k, b"") for k in done])
+            self._unversion(old_versions)
+            txn.cursor(db=self.tombs).putmulti([(ver + k, b"") for k in done])
+        return rest
 
     def rewrite_many(self, keys: list[bytes], edit: Callable[[list[bytes]], list[bytes]]) -> None:
         """`put` of `edit(old records)` over existing keys of one kind: the records read
@@ -626,9 +655,27 @@ class StateStore:
         self._sink.gone = {bytes(g[8:]) for g in txn.cursor(db=self._gone).iternext(values=False)}
         self._sink.leased = {bytes(k) for k in txn.cursor(db=self._leases).iternext(values=False)}
         self._compacting = self._collecting = None
-        self.machine.load(self._records(txn))
+        self._load_machine(txn)
         self.machine.keys.load(list(self._key_records(txn)))
         self.machine.join_tokens.load(self._token_records(txn))
+
+    def _load_machine(self, txn: Any) -> None:
+        """`machine.load` of every record: the messages straight from their cursor (the
+        version prefix skipped in place), composed with their lease entries and the gone
+        ones left out through a small map of exceptions."""
+        others = (
+            (k, v[8:]) for name in (b"state_meta", b"state_queues", b"state_dedup")
+            for k, v in self._stored_in(txn, name) if name != b"state_meta" or k[:1] != b"\x00"
+        )
+        overrides: dict[bytes, bytes | None] = dict.fromkeys(self._sink.gone)
+        if self._sink.leased:
+            bodies = self._db[b"state_messages"]
+            for k, lease in txn.cursor(db=self._leases).iternext():
+                body = txn.get(k, db=bodies)
+                if body is not None and k not in overrides:
+                    overrides[k] = _compose(body, lease)
+        msgs = txn.cursor(db=self._db[b"state_messages"]).iternext()
+        self.machine.load(others, msgs, 8, overrides or None)
 
     def _key_records(self, txn: Any) -> Iterator[KeyRecord]:
         cur = txn.cursor(db=self._meta)
@@ -1008,7 +1055,7 @@ class StateStore:
 
     def sort_known(self, queue: str, ids: list[int]) -> tuple[list[int], list[int], list[int]]:
         """`QueueMachine.sort_known` on the state as applied so far (any thread: it reads
-        the machine's in-memory index, one dict look-up per id, not a published view). On
+        the machine's in-memory index, a look-up or two per id, not a published view). On
         the leader an id it calls gone is gone for good; one it calls unborn may still be
         in entries committed but not applied here (after a leader change): ask again after
         a read barrier."""

@@ -263,14 +263,24 @@ op: st.SearchStrategy[tuple[str, int, list[int]]] = st.one_of(
 )
 
 
+def _cache_ok(dur: LmdbLogStorage) -> None:
+    """The cache's byte count is right and within its bounds (the newest entry always kept)."""
+    cache = dur._cache
+    assert dur._cache_size == sum(len(e.data) for e in cache)
+    assert len(cache) <= dur.cache_entries
+    assert len(cache) <= 1 or dur._cache_size <= dur.cache_bytes
+
+
 @settings(max_examples=40, deadline=None)
-@given(st.lists(op, max_size=25), st.integers(1, 6))
-def test_same_behaviour_as_memory_storage(ops: list[tuple[str, int, list[int]]], cache: int) -> None:
+@given(st.lists(op, max_size=25), st.integers(1, 6), st.sampled_from([0, 1, 3, 6, 1 << 20]))
+def test_same_behaviour_as_memory_storage(ops: list[tuple[str, int, list[int]]], cache: int,
+                                          cache_bytes: int) -> None:
+    """Also with a cache bounded by bytes of entry data (reads beyond it go to LMDB)."""
     with tempfile.TemporaryDirectory() as d:
         env = _env(Path(d))
         try:
             mem = MemoryStorage(voters=("a",))
-            dur = LmdbLogStorage(env, cache_entries=cache)
+            dur = LmdbLogStorage(env, cache_entries=cache, cache_bytes=cache_bytes)
             with env.begin(write=True) as txn:
                 dur.apply_snapshot(txn, mem.snapshot())
                 dur.set_hard_state(txn, mem.hard_state)
@@ -297,6 +307,9 @@ def test_same_behaviour_as_memory_storage(ops: list[tuple[str, int, list[int]]],
                     mem.set_hard_state(hs)
                     _write(env, dur.set_hard_state, hs)
                 assert view(dur) == view(mem)
-            assert view(LmdbLogStorage(env, cache_entries=cache)) == view(mem)  # reopened
+                _cache_ok(dur)
+            reopened = LmdbLogStorage(env, cache_entries=cache, cache_bytes=cache_bytes)
+            _cache_ok(reopened)
+            assert view(reopened) == view(mem)
         finally:
             env.close()

@@ -245,7 +245,7 @@ def test_moved_messages_keep_content_group_metadata_dedup_and_reset_attempts() -
     assert isinstance(task, RD.RedriveTask) and task.to == "src" and task.total == 2
     t = h.m.redrive.tasks["dlq"]
     assert (t.state, t.moved) == ("completed", 2)
-    views = [h.m.get_message("src", i) for i in sorted(h.m.queues["src"].msgs)]
+    views = [h.m.get_message("src", i) for i in list(h.m.queues["src"].members)]
     assert [(m.content, m.group, m.metadata, m.dedup_id, m.attempts, m.priority) for m in views] == [
         (b"body", "g", {"a": "1"}, "", 0, 3), (b"two", "h", {"b": "2"}, "y", 0, 0)]
     assert all(m.enqueued_at_ms == t.updated_at_ms for m in views)
@@ -263,7 +263,7 @@ def test_messages_in_flight_or_newer_than_the_start_stay() -> None:
         h.run(c.Tick(), dt=1000)
     t = h.m.redrive.tasks["dlq"]
     assert (t.state, t.moved, t.total) == ("completed", 4, 4)
-    left = sorted(h.m.queues["dlq"].msgs)
+    left = list(h.m.queues["dlq"].members)
     assert isinstance(late, EnqueueResult)
     assert left == sorted([held[0].id, late.id])  # the held one and "late"
     assert h.m.queue_info("other").stats.ready == 4

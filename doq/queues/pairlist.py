@@ -1,0 +1,222 @@
+"""`PairList`: a sorted list of distinct (a, b) integer pairs kept in packed arrays.
+
+a is a signed 64-bit integer, b an unsigned 64-bit one; pairs sort by a, then b. Each
+pair costs ~16 bytes (two array slots) instead of a Python int object and a pointer
+(~60 bytes for a packed 128-bit key in a `SortedList`). Like sortedcontainers' SortedList
+the pairs are held in chunks (here: two arrays each, `'q'` for a and `'Q'` for b, up to
+2 * LOAD pairs), found by bisecting the chunks' largest keys and then, in C, the chunk's
+a-array and, among equal a's, its b-array. Pure, deterministic, no I/O.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterator, Sequence
+
+LOAD = 1024
+_OFF = 1 << 63
+
+
+def _pk(a: int, b: int) -> int:
+    """The pair as one int with the pair's order."""
+    return ((a + _OFF) << 64) | b
+
+
+class PairList:
+    """Sorted distinct (a, b) pairs; `add`/`remove` O(log n + LOAD) (memmove), bulk front
+    pops linear in the pairs taken."""
+
+    __slots__ = ("_as", "_bs", "_maxes", "_len")
+
+    def __init__(self) -> None:
+        self._as: list[array[int]] = []
+        self._bs: list[array[int]] = []
+        self._maxes: list[int] = []  # _pk of each chunk's last pair
+        self._len = 0
+
+    @classmethod
+    def from_sorted(cls, a: Sequence[int], b: Sequence[int]) -> PairList:
+        """The list of pairs `zip(a, b)`, which must be in ascending order (not checked)."""
+        pl = cls()
+        pl._append_sorted(a, b)
+        return pl
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __bool__(self) -> bool:
+        return self._len > 0
+
+    def first(self) -> tuple[int, int]:
+        """The smallest pair (IndexError if empty)."""
+        return self._as[0][0], self._bs[0][0]
+
+    def first_a(self) -> int:
+        return self._as[0][0]
+
+    def last(self) -> tuple[int, int]:
+        return self._as[-1][-1], self._bs[-1][-1]
+
+    def _append_sorted(self, a: Sequence[int], b: Sequence[int]) -> None:
+        """Append pairs that are ascending and all after the last one."""
+        n = len(a)
+        if not n:
+            return
+        i = 0
+        if self._as:  # top the last chunk up to LOAD
+            ca, cb = self._as[-1], self._bs[-1]
+            i = min(n, max(0, LOAD - len(ca)))
+            if i:
+                ca.extend(a[:i])
+                cb.extend(b[:i])
+                self._maxes[-1] = _pk(ca[-1], cb[-1])
+        while i < n:
+            ca = array("q", a[i : i + LOAD])
+            cb = array("Q", b[i : i + LOAD])
+            self._as.append(ca)
+            self._bs.append(cb)
+            self._maxes.append(_pk(ca[-1], cb[-1]))
+            i += LOAD
+        self._len += n
+
+    def add(self, a: int, b: int) -> None:
+        """Insert the pair (it must not be in the list)."""
+        maxes = self._maxes
+        k = _pk(a, b)
+        if not maxes or k > maxes[-1]:
+            if maxes and len(self._as[-1]) < 2 * LOAD:
+                self._as[-1].append(a)
+                self._bs[-1].append(b)
+                maxes[-1] = k
+                self._len += 1
+            else:
+                self._append_sorted([a], [b])
+            return
+        i = bisect_left(maxes, k)
+        ca, cb = self._as[i], self._bs[i]
+        lo = bisect_left(ca, a)
+        hi = bisect_right(ca, a, lo)
+        pos = bisect_left(cb, b, lo, hi) if hi > lo else lo
+        ca.insert(pos, a)
+        cb.insert(pos, b)
+        self._len += 1
+        if len(ca) > 2 * LOAD:
+            self._split(i)
+
+    def _split(self, i: int) -> None:
+        ca, cb = self._as[i], self._bs[i]
+        h = len(ca) >> 1
+        self._as[i : i + 1] = [ca[:h], ca[h:]]
+        self._bs[i : i + 1] = [cb[:h], cb[h:]]
+        self._maxes[i : i + 1] = [_pk(ca[h - 1], cb[h - 1]), self._maxes[i]]
+
+    def _locate(self, a: int, b: int) -> tuple[int, int]:
+        """(chunk, position) of the pair, or (-1, -1) if absent."""
+        maxes = self._maxes
+        i = bisect_left(maxes, _pk(a, b))
+        if i == len(maxes):
+            return -1, -1
+        ca, cb = self._as[i], self._bs[i]
+        lo = bisect_left(ca, a)
+        hi = bisect_right(ca, a, lo)
+        pos = bisect_left(cb, b, lo, hi)
+        if pos == hi or cb[pos] != b:
+            return -1, -1
+        return i, pos
+
+    def __contains__(self, pair: tuple[int, int]) -> bool:
+        return self._locate(*pair)[0] >= 0
+
+    def remove(self, a: int, b: int) -> None:
+        """Remove the pair; ValueError (nothing changed) if it is not in the list."""
+        i, pos = self._locate(a, b)
+        if i < 0:
+            raise ValueError(f"({a}, {b}) not in the list")
+        ca, cb = self._as[i], self._bs[i]
+        del ca[pos]
+        del cb[pos]
+        self._len -= 1
+        if not ca:
+            del self._as[i], self._bs[i], self._maxes[i]
+        elif pos == len(ca):
+            self._maxes[i] = _pk(ca[-1], cb[-1])
+
+    def pop_front(self, n: int) -> tuple[list[int], list[int]]:
+        """Remove and return the `n` smallest pairs (all if fewer) as (a's, b's), in order."""
+        outa: list[int] = []
+        outb: list[int] = []
+        as_, bs = self._as, self._bs
+        while n > 0 and as_:
+            ca, cb = as_[0], bs[0]
+            if len(ca) <= n:
+                outa.extend(ca.tolist())
+                outb.extend(cb.tolist())
+                n -= len(ca)
+                del as_[0], bs[0], self._maxes[0]
+            else:
+                outa.extend(ca[:n].tolist())
+                outb.extend(cb[:n].tolist())
+                del ca[:n]
+                del cb[:n]
+                n = 0
+        self._len -= len(outa)
+        return outa, outb
+
+    def pop_through(self, a_max: int) -> tuple[list[int], list[int]]:
+        """Remove and return every pair whose a is <= `a_max`, in order, as (a's, b's)."""
+        as_ = self._as
+        n = 0
+        for ca in as_:
+            if ca[-1] <= a_max:
+                n += len(ca)
+            else:
+                n += bisect_right(ca, a_max)
+                break
+        return self.pop_front(n)
+
+    def islice(self, start: int, stop: int) -> list[tuple[int, int]]:
+        """The pairs at positions start..stop-1 (clipped), in order."""
+        out: list[tuple[int, int]] = []
+        pos = 0
+        for ca, cb in zip(self._as, self._bs, strict=True):
+            n = len(ca)
+            if pos + n > start:
+                lo = max(0, start - pos)
+                hi = min(n, stop - pos)
+                out.extend(zip(ca[lo:hi], cb[lo:hi], strict=True))
+            pos += n
+            if pos >= stop:
+                break
+        return out
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        for ca, cb in zip(self._as, self._bs, strict=True):
+            yield from zip(ca, cb, strict=True)
+
+    def bs(self) -> Iterator[int]:
+        """Every b, in the pairs' order."""
+        for cb in self._bs:
+            yield from cb
+
+    def clear(self) -> None:
+        self._as, self._bs, self._maxes, self._len = [], [], [], 0
+
+    def nbytes(self) -> int:
+        """Bytes held by the arrays' items (not counting over-allocation or headers)."""
+        return sum(ca.itemsize * len(ca) + cb.itemsize * len(cb) for ca, cb in zip(self._as, self._bs, strict=True))
+
+    def check(self) -> None:
+        """Assert the invariants (tests): chunks non-empty, within 2 * LOAD, pairs ascending,
+        maxes and length right."""
+        prev: tuple[int, int] | None = None
+        n = 0
+        assert len(self._as) == len(self._bs) == len(self._maxes)
+        for ca, cb, mx in zip(self._as, self._bs, self._maxes, strict=True):
+            assert 0 < len(ca) == len(cb) <= 2 * LOAD
+            assert mx == _pk(ca[-1], cb[-1])
+            for pair in zip(ca, cb, strict=True):
+                assert prev is None or pair > prev
+                prev = pair
+            n += len(ca)
+        assert n == self._len

@@ -1,0 +1,198 @@
+"""The compact in-memory index of queued messages (doq.queues.pairlist, doq.queues.idset)
+behaves as the plain structures it replaces (a sorted list of pairs, a set of ints), and
+stays compact: a bound on the bytes a queued message costs that fails if the index went
+back to an object per message."""
+
+from __future__ import annotations
+
+import sys
+import tracemalloc
+from bisect import insort
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from doq.queues import commands as c
+from doq.queues import pairlist
+from doq.queues.idset import PAGE_BITS, IdSet
+from doq.queues.machine import QueueMachine
+from doq.queues.model import QueueSettings
+from doq.queues.pairlist import PairList
+from doq.queues.store import MemoryStore
+
+I64 = st.integers(-(2**63), 2**63 - 1)
+U64 = st.integers(0, 2**64 - 1)
+SMALL_A = st.integers(-3, 3) | I64
+SMALL_B = st.integers(0, 40) | U64
+
+op = st.one_of(
+    st.tuples(st.just("add"), SMALL_A, SMALL_B),
+    st.tuples(st.just("remove"), SMALL_A, SMALL_B),
+    st.tuples(st.just("remove_present"), st.integers(0, 10**6), st.just(0)),
+    st.tuples(st.just("pop_front"), st.integers(0, 30), st.just(0)),
+    st.tuples(st.just("pop_through"), SMALL_A, st.just(0)),
+    st.tuples(st.just("append"), st.integers(1, 40), st.integers(0, 3)),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(op, max_size=80), st.sampled_from([1, 2, 3, 1024]))
+def test_pairlist_is_a_sorted_list_of_pairs(ops: list[tuple[str, int, int]], load: int) -> None:
+    old = pairlist.LOAD
+    pairlist.LOAD = load  # small chunks: splits and chunk removals on every few operations
+    try:
+        pl = PairList()
+        ref: list[tuple[int, int]] = []
+        for name, x, y in ops:
+            if name == "add" and (x, y) not in ref:
+                pl.add(x, y)
+                insort(ref, (x, y))
+            elif name == "remove":
+                if (x, y) in ref:
+                    pl.remove(x, y)
+                    ref.remove((x, y))
+                else:
+                    with pytest.raises(ValueError):
+                        pl.remove(x, y)
+            elif name == "remove_present" and ref:
+                pair = ref.pop(x % len(ref))
+                pl.remove(*pair)
+            elif name == "pop_front":
+                got = pl.pop_front(x)
+                want, ref = ref[:x], ref[x:]
+                assert list(zip(*got, strict=True)) == want
+            elif name == "pop_through":
+                got = pl.pop_through(x)
+                want = [p for p in ref if p[0] <= x]
+                ref = ref[len(want):]
+                assert list(zip(*got, strict=True)) == want
+            elif name == "append":
+                base = ref[-1] if ref else (0, 0)
+                new = [(base[0] + y, base[1] + 1 + i) if y else (base[0], base[1] + 1 + i) for i in range(x)]
+                new = sorted(p for p in new if p > base and -(2**63) <= p[0] < 2**63 and p[1] < 2**64)
+                more = PairList.from_sorted([a for a, _ in ref + new], [b for _, b in ref + new])
+                more.check()
+                assert list(more) == ref + new
+            pl.check()
+            assert list(pl) == ref and len(pl) == len(ref)
+            if ref:
+                assert pl.first() == ref[0] and pl.last() == ref[-1]
+                assert pl.islice(1, 4) == ref[1:4]
+                assert (ref[0] in pl) and ((ref[0][0], ref[0][1] ^ 1) in pl) == ((ref[0][0], ref[0][1] ^ 1) in ref)
+    finally:
+        pairlist.LOAD = old
+
+
+ids_st = st.integers(0, 5) | st.integers(0, 3 << PAGE_BITS) | st.integers(0, 2**64 - 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["add", "discard", "range", "many"]), ids_st,
+                          st.integers(0, 6000)), max_size=40))
+def test_idset_is_a_set(ops: list[tuple[str, int, int]]) -> None:
+    s = IdSet()
+    ref: set[int] = set()
+    for name, x, n in ops:
+        if name == "add":
+            s.add(x)
+            ref.add(x)
+        elif name == "discard":
+            s.discard(x)
+            ref.discard(x)
+        elif name == "range":  # a dense run: bitmap pages, and back to arrays when thinned
+            n = min(n, 2**64 - x)
+            s.add_range(x, n)
+            ref.update(range(x, x + n))
+        else:
+            drop = sorted(ref)[:: max(1, n % 7)]
+            s.discard_many(drop)
+            ref.difference_update(drop)
+        assert len(s) == len(ref)
+        for probe in (x, x + 1, x - 1, x + n, -1, "x"):
+            assert (probe in s) == (probe in ref)
+    assert list(s) == sorted(ref)
+    s.update_sorted(sorted(ref | {7, 1 << 40}))
+    assert list(s) == sorted(ref | {7, 1 << 40})
+
+
+def _queue_bytes(kind: str, n: int) -> tuple[int, int]:
+    """Bytes traced by the machine's in-memory state while `n` messages are queued in one
+    queue (MemoryStore's records left out), and the count."""
+    store = MemoryStore()
+    m = QueueMachine(store)
+    now = 1_800_000_000_000
+    m.apply(1, c.CommandBatch(now, [c.CreateQueue("q", "delayed", QueueSettings())]))
+    prios = {"plain": [0] * n,
+             "random": [(i * 2654435761) % 1_000_000_000 for i in range(n)],
+             "timestamps": [1_800_000_000 + (i * 7919) % 3600 - 1800 for i in range(n)]}[kind]
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    store_before = sys.getsizeof(store.data)
+    for i in range(0, n, 1000):
+        m.apply(2 + i, c.CommandBatch(now, [c.EnqueueColumns("q", [b"x"] * 1000, priorities=prios[i : i + 1000])]))
+    traced = tracemalloc.get_traced_memory()[0] - before
+    # what the store itself holds (dict + keys + records) is not the machine's
+    held = sys.getsizeof(store.data) - store_before + sum(sys.getsizeof(k) + sys.getsizeof(v)
+                                                          for k, v in store.data.items())
+    tracemalloc.stop()
+    return traced - held, n
+
+
+@pytest.mark.parametrize("kind", ["plain", "random", "timestamps"])
+def test_a_queued_message_costs_few_bytes_of_index(kind: str) -> None:
+    """Deterministic (tracemalloc, no clock): the machine's state grows by < 40 bytes per
+    queued message of a delayed queue (an object, dict slot and int per message, as
+    before the compact index, cost > 200)."""
+    traced, n = _queue_bytes(kind, 50_000)
+    assert traced / n < 40, traced / n
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(ids_st, st.integers(1, 70_000)), max_size=4), st.integers(1, 9))
+def test_idset_load_sorted(runs: list[tuple[int, int]], step: int) -> None:
+    """Bulk loading (dense runs as filled bitmaps, thinned runs, sparse ids) = adding."""
+    ref = sorted({x for first, n in runs for x in range(first, min(first + n, 2**64), step if n % 2 else 1)})
+    s = IdSet()
+    s.load_sorted(ref)
+    assert list(s) == ref and len(s) == len(ref)
+    members = set(ref)
+    for x in ref[:50] + [r + 1 for r in ref[-50:]]:
+        assert (x in s) == (x in members)
+    s.discard_many(ref[::2])
+    assert list(s) == ref[1::2]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(-3, 3) | st.integers(1_799_999_990, 1_800_000_010), st.integers(0, 3),
+                          st.sampled_from(["", "g1", "g2"])), min_size=1, max_size=60),
+       st.integers(0, 20), st.randoms(use_true_random=False))
+def test_rebuild_from_records_in_any_order(items: list[tuple[int, int, str]], take: int, rnd: object) -> None:
+    """A machine rebuilt from its records, in key order or shuffled, holds the same
+    messages in the same places (ready order, delayed order, in flight) and goes on the same."""
+    now = 1_800_000_000_000
+    store = MemoryStore()
+    m = QueueMachine(store)
+    m.apply(1, c.CommandBatch(now, [c.CreateQueue("d", "delayed", QueueSettings()),
+                                    c.CreateQueue("f", "fair", QueueSettings())]))
+    for qn in ("d", "f"):
+        m.apply(2, c.CommandBatch(now, [c.Enqueue(qn, [c.EnqueueItem(b"x", group=g, priority=p, delay_ms=d * 1000)
+                                                       for p, d, g in items])]))
+        m.apply(3, c.CommandBatch(now, [c.Dequeue(qn, max(1, take), seed=7)] if take else []))
+    records = list(store.items())
+    rnd.shuffle(records)  # type: ignore[attr-defined]
+
+    def seen(x: QueueMachine) -> list[object]:
+        from doq.queues.model import MessageState as S
+        return [(x.queue_info(qn).stats, [x.peek_ids(qn, s, 0, 1000) for s in (S.READY, S.DELAYED, S.IN_FLIGHT)])
+                for qn in ("d", "f")] + [x.next_due_ms()]
+
+    for recs in (list(store.items()), records):
+        fresh = QueueMachine(MemoryStore())
+        fresh.store.data = dict(store.data)  # type: ignore[attr-defined]
+        fresh.load(recs)
+        assert seen(fresh) == seen(m)
+    for later in (now + 2_000, now + 12_000_000):  # delays end, leases expire
+        for x in (m, fresh):
+            x.apply(4, c.CommandBatch(later, [c.Dequeue("d", 1000, seed=1), c.Dequeue("f", 1000, seed=1)]))
+        assert seen(fresh) == seen(m)
