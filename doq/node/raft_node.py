@@ -15,9 +15,9 @@ leadership loss) is in docs/raft.md, "The node driver"; in short:
   fsync and one AppendEntries per peer carry them all.
 - Per Ready, on the writer thread in ONE LMDB write txn committed with fsync: install the
   snapshot, append the entries, set the hard state, apply the committed entries (and the
-  member addresses of conf changes). Only then: send the messages, apply conf changes to
-  the core, resolve the proposers' futures with the machine's results, serve reads,
-  `advance`.
+  member addresses of conf changes). Only then: send the messages (a leader's appends and
+  heartbeats leave before the write: `_early_messages`), apply conf changes to the core,
+  resolve the proposers' futures with the machine's results, serve reads, `advance`.
 - A proposal resolves when its entry is applied with the term it was proposed in;
   otherwise (another leader's entry won that index, a snapshot covered it, leadership was
   lost, the node stops) it fails with `NotLeader` + the leader hint: it never hangs.
@@ -958,16 +958,20 @@ class RaftNode:
         job = _Job(rd.snapshot, rd.entries, rd.hard_state, rd.committed_entries, None)
         if self._log_pressure():
             job.compact_floor = self._compact_floor(core)
+        messages = rd.messages
         if job.snapshot or job.entries or job.hard_state or job.committed:
             job.own_snapshot, self._own_snapshot = self._own_snapshot, None
+            early, messages = self._early_messages(core, rd)
+            if early:  # replicated while this node persists them (see `_early_messages`)
+                self.transport.send(early)
             await self._write_off_loop(job)
         if job.admitted:
             self.identity = self.identity.ungated()
             core.allow_voting(True)
             log.info("node %s: the cluster admitted store %s; it takes part in elections again",
                      self.node_id, self.identity.store_id)
-        if rd.messages:
-            self.transport.send(rd.messages)
+        if messages:
+            self.transport.send(messages)
         removed = conf_changed = False
         for e in rd.committed_entries:
             if e.type == EntryType.CONF_CHANGE:
@@ -1009,6 +1013,32 @@ class RaftNode:
             log.info("node %s was removed from the cluster", self.node_id)
             self._removed = True
             self._on_soft_state(core.lead, core.role)
+
+    def _early_messages(self, core: RaftCore, rd: Ready) -> tuple[list[Message], list[Message]]:
+        """Split a Ready's messages into those sent before its write and those after.
+
+        A leader replicates its new entries in parallel with persisting them (Raft thesis
+        10.2.1): its appends and heartbeats leave before the write, so a follower persists
+        while the leader does. Safe because the leader counts its own copy in the quorum
+        only once it is durable: the core counts it at append, but the followers' answers
+        are stepped only after this write ends (the core is never stepped during a write).
+        A message whose commit index is past this node's durable log waits for the write
+        (a leader that is its only voter commits at append). Only in the leader's durable
+        term and vote (a Ready that changes them
+        sends everything after the write), and never anything that acknowledges or grants
+        (answers, votes, TimeoutNow): those wait for the write as before."""
+        hs = rd.hard_state
+        durable = self.storage.hard_state
+        if (core.role != Role.LEADER or not rd.messages
+                or (hs is not None and (hs.term != durable.term or hs.vote != durable.vote))):
+            return [], rd.messages
+        last = self.storage.last_index()  # durable: no write runs now
+        early: list[Message] = []
+        late: list[Message] = []
+        for m in rd.messages:
+            ok = m.type in _EARLY and m.term == durable.term and m.commit <= last
+            (early if ok else late).append(m)
+        return early, late
 
     async def _write_off_loop(self, job: _Job) -> None:
         """`_write` on the writer thread; meanwhile heartbeats are answered at once."""
@@ -1366,6 +1396,10 @@ class RaftNode:
         if self._snap_unneeded_ticks >= self.cfg.election_tick:
             self._snap_unneeded_ticks = 0
             self.storage.release_snapshot()
+
+
+_EARLY = frozenset((MessageType.APP, MessageType.HEARTBEAT))
+"""What a leader sends before its Ready is durable (`RaftNode._early_messages`)."""
 
 
 def _reload_log(storage: LmdbLogStorage) -> None:
