@@ -150,6 +150,8 @@ class _Job:
     admitted: bool = False  # this write holds this store's admission: it may vote from now on
     cluster_id_changed: bool = False  # a snapshot or an online restore replaced the state's
     compact_floor: int | None = None  # under log pressure: compact up to here (else keep_entries)
+    durable_committed: int = 0  # how many of `committed` were durable here before this write
+    answer: Callable[[list[Entry], list[list[object]]], None] | None = None  # see `_answer_early`
 
 
 class RaftNode:
@@ -961,6 +963,7 @@ class RaftNode:
         messages = rd.messages
         if job.snapshot or job.entries or job.hard_state or job.committed:
             job.own_snapshot, self._own_snapshot = self._own_snapshot, None
+            self._answer_early(job)
             early, messages = self._early_messages(core, rd)
             if early:  # replicated while this node persists them (see `_early_messages`)
                 self.transport.send(early)
@@ -1013,6 +1016,34 @@ class RaftNode:
             log.info("node %s was removed from the cluster", self.node_id)
             self._removed = True
             self._on_soft_state(core.lead, core.role)
+
+    def _answer_early(self, job: _Job) -> None:
+        """Let the writer answer the proposals of committed entries as soon as it has
+        applied them, before its commit and fsync (`_write`), when every one of those
+        entries was durable here before this write: they are then durable on a quorum
+        (this node's copy counted only once durable, see `_early_messages`), so a crash
+        re-applies them from the log with the same results. Not for entries this write
+        itself persists (a one-voter cluster commits at append), nor with a snapshot.
+        The readers' view of the applied state is published first, so whoever hears an
+        answer reads what it tells."""
+        if not job.committed or job.snapshot is not None or not self._proposals:
+            return
+        last = self.storage.last_index()  # durable: no write runs now
+        n = 0
+        for e in job.committed:
+            if e.index > last or e.type == EntryType.CONF_CHANGE:
+                break  # a conf change is answered once applied to the core too (after the write)
+            n += 1
+        if not n:
+            return
+        job.durable_committed = n
+        loop = asyncio.get_running_loop()
+
+        def answer(committed: list[Entry], results: list[list[object]]) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(self._resolve_committed, committed, results)
+
+        job.answer = answer
 
     def _early_messages(self, core: RaftCore, rd: Ready) -> tuple[list[Message], list[Message]]:
         """Split a Ready's messages into those sent before its write and those after.
@@ -1091,6 +1122,10 @@ class RaftNode:
                 st.set_hard_state(txn, job.hard_state)
             if job.committed:
                 job.results = self._apply(txn, job)
+                if job.answer is not None:  # before the commit (see `_answer_early`)
+                    self.state.publish_applied()  # what the answers tell, readers see
+                    n = job.durable_committed
+                    job.answer(job.committed[:n], job.results[:n])
             if job.own_snapshot is not None:
                 st.create_snapshot(txn, Snapshot(job.own_snapshot))
             snap_index = st.snapshot_meta().index
