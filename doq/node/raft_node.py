@@ -70,9 +70,11 @@ from doq.queues.commands import (
     CommandBatch,
     Enqueue,
     EnqueueColumns,
+    Nack,
     RestoreChunk,
     Tick,
 )
+from doq.queues.model import MessageView
 from doq.raft import codec
 from doq.raft.config import RaftConfig
 from doq.raft.core import RaftCore
@@ -998,6 +1000,8 @@ class RaftNode:
             self._fail_proposals_upto(rd.snapshot.meta.index, "a snapshot from the leader replaced "
                                       "this node's log before the proposal's fate was known here")
         self._resolve_committed(rd.committed_entries, job.results)
+        if job.results and core.role == Role.LEADER:
+            self._release_ended_leases(job.results)
         if rd.soft_state is not None:  # after resolving what this Ready applied
             self._on_soft_state(rd.soft_state.lead, rd.soft_state.role)
         for rs in rd.read_states:
@@ -1222,6 +1226,31 @@ class RaftNode:
                 assert p.batch is not None  # every command proposal keeps its batch
                 done.extend(zip(p.batch.commands, p.futs, res, strict=True))
         resolve_results(done)
+
+    def _release_ended_leases(self, results: list[list[object]]) -> None:
+        """Leader: a dequeue applied after its lease had ended by this node's clock (it
+        committed late, e.g. through a quorum loss, maybe proposed by another member that
+        cannot settle it now) handed nobody its messages (the proposing service does not
+        hand them out either): release them (`Nack(release=True)`), so they are ready at
+        once with no attempt counted; the machine lets such a release win over the lease's
+        expiry in its batch. A release the proposing service also made fails harmlessly."""
+        now_ms = 0
+        for res in results:
+            for r in res:
+                if type(r) is not list or not r or type(r[0]) is not MessageView:
+                    continue
+                first = r[0]
+                if not first.lease_id:
+                    continue  # removed on delivery: nothing to release
+                now_ms = now_ms or self._clock_ms()
+                if first.lease_expires_at_ms > now_ms:
+                    continue  # one dequeue's messages share one lease end
+                for m in r:
+                    try:
+                        fut = self.propose_nowait(Nack(m.queue_name, m.id, m.lease_id, release=True))
+                    except DoqError:
+                        return  # not taken now: the leases end by themselves
+                    fut.add_done_callback(_ignore_result)
 
     def _add_proposal(self, index: int, prop: _Proposal) -> None:
         """Wait for the entry at `index` (this node just appended it as leader). A proposal
