@@ -49,6 +49,7 @@ class Net:
         self.envs: dict[str, lmdb.Environment] = {}
         self.blocked: set[tuple[str, str]] = set()
         self.violations: list[str] = []
+        self.early_appends = 0  # appends sent before their entries were durable (allowed)
         self._dbs: dict[str, tuple[Any, Any, Any]] = {}  # node -> (env, raft_meta, raft_log)
         self.sent = 0
         self.drop_rate = 0.0
@@ -101,8 +102,20 @@ class Net:
                 # copy in the quorum only once durable
                 if m.type in (MT.APP, MT.HEARTBEAT) and m.commit > last:
                     self.violations.append(f"{nid}: commit index {m.commit} sent, durable last {last}")
+                if m.type == MT.APP and m.entries and m.entries[-1].index > last:
+                    self.early_appends += 1
                 if m.type == MT.APP_RESP and not m.reject and m.index > last:
                     self.violations.append(f"{nid}: ack of {m.index} sent, durable last {last}")
+
+
+    def durable_last(self, nid: str) -> int:
+        """The last log index in `nid`'s LMDB files (a fresh read transaction)."""
+        env = self.envs[nid]
+        with env.begin() as txn:
+            log = env.open_db(b"raft_log", txn=txn, create=False)
+            first = txn.get(FIRST_KEY, db=env.open_db(b"raft_meta", txn=txn, create=False))
+            cur = txn.cursor(db=log)
+            return max(_U64.unpack_from(first)[0] if first else 0, _U64.unpack(cur.key())[0] if cur.last() else 0)
 
 
 class FakeTransport:
