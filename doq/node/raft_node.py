@@ -1027,8 +1027,8 @@ class RaftNode:
         entries was durable here before this write: they are then durable on a quorum
         (this node's copy counted only once durable, see `_early_messages`), so a crash
         re-applies them from the log with the same results. Not for entries this write
-        itself persists (a one-voter cluster commits at append), nor with a snapshot.
-        The readers' view of the applied state is published first, so whoever hears an
+        itself persists (a one-voter cluster commits at append), with a snapshot, or from
+        a conf change on (answered once applied to the core, after the write). The readers' view of the applied state is published first, so whoever hears an
         answer reads what it tells."""
         if not job.committed or job.snapshot is not None or not self._proposals:
             return
@@ -1059,9 +1059,9 @@ class RaftNode:
         are stepped only after this write ends (the core is never stepped during a write).
         A message whose commit index is past this node's durable log waits for the write
         (a leader that is its only voter commits at append). Only in the leader's durable
-        term and vote (a Ready that changes them
-        sends everything after the write), and never anything that acknowledges or grants
-        (answers, votes, TimeoutNow): those wait for the write as before."""
+        term and vote (a Ready that changes them sends everything after the write), and
+        never anything that acknowledges or grants (answers, votes, TimeoutNow): those wait
+        for the write as before."""
         hs = rd.hard_state
         durable = self.storage.hard_state
         if (core.role != Role.LEADER or not rd.messages
