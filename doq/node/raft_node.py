@@ -1059,12 +1059,13 @@ class RaftNode:
         are stepped only after this write ends (the core is never stepped during a write).
         A message whose commit index is past this node's durable log waits for the write
         (a leader that is its only voter commits at append). Only in the leader's durable
-        term and vote (a Ready that changes them sends everything after the write), and
-        never anything that acknowledges or grants (answers, votes, TimeoutNow): those wait
-        for the write as before."""
+        term and vote, and not in the Ready that makes it leader (it takes requests from
+        when that Ready is done: its followers must not name it leader before); such a
+        Ready sends everything after the write. Never anything that acknowledges or grants
+        (answers, votes, TimeoutNow): those wait for the write as before."""
         hs = rd.hard_state
         durable = self.storage.hard_state
-        if (core.role != Role.LEADER or not rd.messages
+        if (core.role != Role.LEADER or not rd.messages or rd.soft_state is not None
                 or (hs is not None and (hs.term != durable.term or hs.vote != durable.vote))):
             return [], rd.messages
         last = self.storage.last_index()  # durable: no write runs now
