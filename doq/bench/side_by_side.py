@@ -18,6 +18,10 @@ persistent messages), both in temp dirs on 127.0.0.1, and runs in one go:
   clock, shared by the processes of this machine). Both producers start on an open
   connection (RabbitMQ: connection, channel and queue declared; doq: a `get_queue`
   answered).
+- `calls`: one call at a time, each waiting for its confirmation (a web handler enqueuing
+  a job): doq `c.enqueue(q, body)` in a loop; RabbitMQ: pika's `BlockingConnection` with
+  `confirm_delivery()`, `basic_publish` in a loop (each returns once confirmed). Latency
+  per call (p50 / p99) and calls per second; `--calls-count` calls per run.
 
 Every client runs in its own child process (one per run), the systems alternate run by
 run, and each figure is the median of `--runs`. 100-byte messages unless
@@ -368,6 +372,20 @@ def doq_e2e_producer(target: str, queue: str, count: int, payload: int, rate: fl
         p.close()
 
 
+def doq_calls(target: str, queue: str, count: int, payload: int) -> list[float]:
+    """`count` enqueues one at a time, each waiting for its confirmation; ms per call."""
+    _doq_queue(target, queue)
+    body = b"x" * payload
+    lat: list[float] = []
+    with _doq(target) as c:
+        c.get_queue(queue)  # connected before the first timed call, as pika is
+        for _ in range(count):
+            t0 = time.perf_counter_ns()
+            c.enqueue(queue, body)
+            lat.append((time.perf_counter_ns() - t0) / 1e6)
+    return lat
+
+
 # -- RabbitMQ clients (pika, as its users write them) --------------------------------------
 _QQ = {"x-queue-type": "quorum"}
 
@@ -441,6 +459,26 @@ def rabbit_publish(port: int, queue: str, count: int, payload: int, rate: float 
     return {"messages": count, "seconds": st["t1"] - st["t0"], "errors": st["nacked"]}
 
 
+def rabbit_calls(port: int, queue: str, count: int, payload: int) -> list[float]:
+    """`count` persistent publishes one at a time on a confirming channel (each
+    `basic_publish` returns once the broker confirmed it); ms per call."""
+    import pika
+
+    body = b"x" * payload
+    props = pika.BasicProperties(delivery_mode=2)
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
+    ch = conn.channel()
+    ch.queue_declare(queue, durable=True, arguments=_QQ)
+    ch.confirm_delivery()
+    lat: list[float] = []
+    for _ in range(count):
+        t0 = time.perf_counter_ns()
+        ch.basic_publish("", queue, body, props, mandatory=False)
+        lat.append((time.perf_counter_ns() - t0) / 1e6)
+    conn.close()
+    return lat
+
+
 def rabbit_consume(port: int, queue: str, count: int) -> dict[str, Any]:
     import pika
 
@@ -511,6 +549,16 @@ def _child(ns: argparse.Namespace) -> int:
             out = rabbit_consume(port, ns.queue, ns.count)
         else:
             out = doq_consume(addr, ns.queue, ns.count)
+    elif workload == "calls":
+        if system == "rabbitmq":
+            lat = rabbit_calls(port, ns.queue, ns.count, ns.payload_bytes)
+        else:
+            lat = doq_calls(addr, ns.queue, ns.count, ns.payload_bytes)
+        seconds = sum(lat) / 1000
+        lat.sort()
+        out = {"messages": len(lat), "calls_per_s": round(len(lat) / seconds, 1) if seconds else None,
+               "p50_ms": _pct(lat, 50), "p90_ms": _pct(lat, 90), "p99_ms": _pct(lat, 99),
+               "max_ms": round(lat[-1], 3) if lat else None}
     elif workload == "e2e-consumer":
         def ready() -> None:
             print("ready", flush=True)
@@ -562,10 +610,11 @@ class Args:
     count: int = 100_000
     consume_count: int = 50_000
     e2e_count: int = 5_000
+    calls_count: int = 3_000
     rate: float = 1000.0
     payload_bytes: int = 100
     runs: int = 3
-    workloads: tuple[str, ...] = ("producer", "consumer", "e2e")
+    workloads: tuple[str, ...] = ("producer", "consumer", "e2e", "calls")
     nodes: int = 1
 
 
@@ -601,6 +650,8 @@ def run_once(system: str, server: Server, workload: str, run: int, args: Args) -
         if workload == "consumer":
             _run_child(_child_cmd(system, "prefill", addr, queue, args.consume_count, args))
             return _measured(server, _child_cmd(system, "consumer", addr, queue, args.consume_count, args))
+        if workload == "calls":
+            return _run_child(_child_cmd(system, "calls", addr, queue, args.calls_count, args))
         if workload == "e2e":
             if system == "rabbitmq":
                 _rabbit_declare(int(addr), queue)
@@ -671,7 +722,8 @@ def summarize(runs: dict[str, list[dict[str, Any]]], systems: list[str],
               workloads: tuple[str, ...]) -> list[dict[str, Any]]:
     rows = []
     for w in workloads:
-        keys = ["msg_per_s", "server_cpu_us_per_msg"] if w != "e2e" else ["p50_ms", "p99_ms"]
+        keys = (["p50_ms", "p99_ms"] if w == "e2e" else ["p50_ms", "p99_ms", "calls_per_s"] if w == "calls"
+                else ["msg_per_s", "server_cpu_us_per_msg"])
         for key in keys:
             row: dict[str, Any] = {"workload": w, "figure": key}
             for s in systems:
@@ -702,10 +754,13 @@ def main(argv: list[str] | None = None) -> int:
                                 + ": RabbitMQ, without which doq is measured alone")
     p.add_argument("--systems", default="doq,rabbitmq",
                    help="comma separated: doq, doq-tls (doq serve --secure: TLS, clients with the CA), rabbitmq")
-    p.add_argument("--workloads", default="producer,consumer,e2e")
+    p.add_argument("--workloads", default="producer,consumer,e2e,calls",
+                   help="comma separated: producer, consumer, e2e, calls")
     p.add_argument("--count", type=int, default=Args.count, help="messages per producer run")
     p.add_argument("--consume-count", type=int, default=Args.consume_count, help="messages per consumer run")
     p.add_argument("--e2e-count", type=int, default=Args.e2e_count, help="messages per e2e run")
+    p.add_argument("--calls-count", type=int, default=Args.calls_count,
+                   help="calls per `calls` run (one at a time)")
     p.add_argument("--rate", type=float, default=Args.rate, help="e2e producer rate, msg/s")
     p.add_argument("--payload-bytes", type=int, default=Args.payload_bytes)
     p.add_argument("--runs", type=int, default=Args.runs)
@@ -726,8 +781,8 @@ def main(argv: list[str] | None = None) -> int:
         systems.remove("rabbitmq")
     if not systems:
         return 2
-    args = Args(ns.count, ns.consume_count, ns.e2e_count, ns.rate, ns.payload_bytes, ns.runs,
-                tuple(w for w in ns.workloads.split(",") if w), ns.nodes)
+    args = Args(ns.count, ns.consume_count, ns.e2e_count, ns.calls_count, ns.rate, ns.payload_bytes,
+                ns.runs, tuple(w for w in ns.workloads.split(",") if w), ns.nodes)
     record = side_by_side(args, systems)
     print(format_summary(record, systems))
     if ns.json:

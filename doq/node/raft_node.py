@@ -15,9 +15,9 @@ leadership loss) is in docs/raft.md, "The node driver"; in short:
   fsync and one AppendEntries per peer carry them all.
 - Per Ready, on the writer thread in ONE LMDB write txn committed with fsync: install the
   snapshot, append the entries, set the hard state, apply the committed entries (and the
-  member addresses of conf changes). Only then: send the messages, apply conf changes to
-  the core, resolve the proposers' futures with the machine's results, serve reads,
-  `advance`.
+  member addresses of conf changes). Only then: send the messages (a leader's appends and
+  heartbeats leave before the write: `_early_messages`), apply conf changes to the core,
+  resolve the proposers' futures with the machine's results, serve reads, `advance`.
 - A proposal resolves when its entry is applied with the term it was proposed in;
   otherwise (another leader's entry won that index, a snapshot covered it, leadership was
   lost, the node stops) it fails with `NotLeader` + the leader hint: it never hangs.
@@ -70,9 +70,11 @@ from doq.queues.commands import (
     CommandBatch,
     Enqueue,
     EnqueueColumns,
+    Nack,
     RestoreChunk,
     Tick,
 )
+from doq.queues.model import MessageView
 from doq.raft import codec
 from doq.raft.config import RaftConfig
 from doq.raft.core import RaftCore
@@ -150,6 +152,8 @@ class _Job:
     admitted: bool = False  # this write holds this store's admission: it may vote from now on
     cluster_id_changed: bool = False  # a snapshot or an online restore replaced the state's
     compact_floor: int | None = None  # under log pressure: compact up to here (else keep_entries)
+    durable_committed: int = 0  # how many of `committed` were durable here before this write
+    answer: Callable[[list[Entry], list[list[object]]], None] | None = None  # see `_answer_early`
 
 
 class RaftNode:
@@ -958,16 +962,21 @@ class RaftNode:
         job = _Job(rd.snapshot, rd.entries, rd.hard_state, rd.committed_entries, None)
         if self._log_pressure():
             job.compact_floor = self._compact_floor(core)
+        messages = rd.messages
         if job.snapshot or job.entries or job.hard_state or job.committed:
             job.own_snapshot, self._own_snapshot = self._own_snapshot, None
+            self._answer_early(job)
+            early, messages = self._early_messages(core, rd)
+            if early:  # replicated while this node persists them (see `_early_messages`)
+                self.transport.send(early)
             await self._write_off_loop(job)
         if job.admitted:
             self.identity = self.identity.ungated()
             core.allow_voting(True)
             log.info("node %s: the cluster admitted store %s; it takes part in elections again",
                      self.node_id, self.identity.store_id)
-        if rd.messages:
-            self.transport.send(rd.messages)
+        if messages:
+            self.transport.send(messages)
         removed = conf_changed = False
         for e in rd.committed_entries:
             if e.type == EntryType.CONF_CHANGE:
@@ -991,6 +1000,8 @@ class RaftNode:
             self._fail_proposals_upto(rd.snapshot.meta.index, "a snapshot from the leader replaced "
                                       "this node's log before the proposal's fate was known here")
         self._resolve_committed(rd.committed_entries, job.results)
+        if job.results and core.role == Role.LEADER:
+            self._release_ended_leases(job.results)
         if rd.soft_state is not None:  # after resolving what this Ready applied
             self._on_soft_state(rd.soft_state.lead, rd.soft_state.role)
         for rs in rd.read_states:
@@ -1009,6 +1020,61 @@ class RaftNode:
             log.info("node %s was removed from the cluster", self.node_id)
             self._removed = True
             self._on_soft_state(core.lead, core.role)
+
+    def _answer_early(self, job: _Job) -> None:
+        """Let the writer answer the proposals of committed entries as soon as it has
+        applied them, before its commit and fsync (`_write`), when every one of those
+        entries was durable here before this write: they are then durable on a quorum
+        (this node's copy counted only once durable, see `_early_messages`), so a crash
+        re-applies them from the log with the same results. Not for entries this write
+        itself persists (a one-voter cluster commits at append), with a snapshot, or from
+        a conf change on (answered once applied to the core, after the write). The readers' view of the applied state is published first, so whoever hears an
+        answer reads what it tells."""
+        if not job.committed or job.snapshot is not None or not self._proposals:
+            return
+        last = self.storage.last_index()  # durable: no write runs now
+        n = 0
+        for e in job.committed:
+            if e.index > last or e.type == EntryType.CONF_CHANGE:
+                break  # a conf change is answered once applied to the core too (after the write)
+            n += 1
+        if not n:
+            return
+        job.durable_committed = n
+        loop = asyncio.get_running_loop()
+
+        def answer(committed: list[Entry], results: list[list[object]]) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(self._resolve_committed, committed, results)
+
+        job.answer = answer
+
+    def _early_messages(self, core: RaftCore, rd: Ready) -> tuple[list[Message], list[Message]]:
+        """Split a Ready's messages into those sent before its write and those after.
+
+        A leader replicates its new entries in parallel with persisting them (Raft thesis
+        10.2.1): its appends and heartbeats leave before the write, so a follower persists
+        while the leader does. Safe because the leader counts its own copy in the quorum
+        only once it is durable: the core counts it at append, but the followers' answers
+        are stepped only after this write ends (the core is never stepped during a write).
+        A message whose commit index is past this node's durable log waits for the write
+        (a leader that is its only voter commits at append). Only in the leader's durable
+        term and vote, and not in the Ready that makes it leader (it takes requests from
+        when that Ready is done: its followers must not name it leader before); such a
+        Ready sends everything after the write. Never anything that acknowledges or grants
+        (answers, votes, TimeoutNow): those wait for the write as before."""
+        hs = rd.hard_state
+        durable = self.storage.hard_state
+        if (core.role != Role.LEADER or not rd.messages or rd.soft_state is not None
+                or (hs is not None and (hs.term != durable.term or hs.vote != durable.vote))):
+            return [], rd.messages
+        last = self.storage.last_index()  # durable: no write runs now
+        early: list[Message] = []
+        late: list[Message] = []
+        for m in rd.messages:
+            ok = m.type in _EARLY and m.term == durable.term and m.commit <= last
+            (early if ok else late).append(m)
+        return early, late
 
     async def _write_off_loop(self, job: _Job) -> None:
         """`_write` on the writer thread; meanwhile heartbeats are answered at once."""
@@ -1061,6 +1127,10 @@ class RaftNode:
                 st.set_hard_state(txn, job.hard_state)
             if job.committed:
                 job.results = self._apply(txn, job)
+                if job.answer is not None:  # before the commit (see `_answer_early`)
+                    self.state.publish_applied()  # what the answers tell, readers see
+                    n = job.durable_committed
+                    job.answer(job.committed[:n], job.results[:n])
             if job.own_snapshot is not None:
                 st.create_snapshot(txn, Snapshot(job.own_snapshot))
             snap_index = st.snapshot_meta().index
@@ -1157,6 +1227,31 @@ class RaftNode:
                 assert p.batch is not None  # every command proposal keeps its batch
                 done.extend(zip(p.batch.commands, p.futs, res, strict=True))
         resolve_results(done)
+
+    def _release_ended_leases(self, results: list[list[object]]) -> None:
+        """Leader: a dequeue applied after its lease had ended by this node's clock (it
+        committed late, e.g. through a quorum loss, maybe proposed by another member that
+        cannot settle it now) handed nobody its messages (the proposing service does not
+        hand them out either): release them (`Nack(release=True)`), so they are ready at
+        once with no attempt counted; the machine lets such a release win over the lease's
+        expiry in its batch. A release the proposing service also made fails harmlessly."""
+        now_ms = 0
+        for res in results:
+            for r in res:
+                if type(r) is not list or not r or type(r[0]) is not MessageView:
+                    continue
+                first = r[0]
+                if not first.lease_id:
+                    continue  # removed on delivery: nothing to release
+                now_ms = now_ms or self._clock_ms()
+                if first.lease_expires_at_ms > now_ms:
+                    continue  # one dequeue's messages share one lease end
+                for m in r:
+                    try:
+                        fut = self.propose_nowait(Nack(m.queue_name, m.id, m.lease_id, release=True))
+                    except DoqError:
+                        return  # not taken now: the leases end by themselves
+                    fut.add_done_callback(_ignore_result)
 
     def _add_proposal(self, index: int, prop: _Proposal) -> None:
         """Wait for the entry at `index` (this node just appended it as leader). A proposal
@@ -1366,6 +1461,10 @@ class RaftNode:
         if self._snap_unneeded_ticks >= self.cfg.election_tick:
             self._snap_unneeded_ticks = 0
             self.storage.release_snapshot()
+
+
+_EARLY = frozenset((MessageType.APP, MessageType.HEARTBEAT))
+"""What a leader sends before its Ready is durable (`RaftNode._early_messages`)."""
 
 
 def _reload_log(storage: LmdbLogStorage) -> None:

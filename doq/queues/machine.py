@@ -4,7 +4,8 @@ Contract:
 - `apply(index, batch)` applies one `CommandBatch` at log index `index` and returns one
   result per command. Replicated time is `max(last_now_ms, batch.now_ms)`; before the
   commands run, due delayed messages become ready, due leases expire (redelivery or
-  dead-lettering) and due dedup entries are forgotten.
+  dead-lettering; not a lease the batch releases with `Nack(release=True)`, so that
+  release undoes the delivery) and due dedup entries are forgotten.
 - A failed command returns its `DoqError` instance (never raised) and changes nothing;
   `Enqueue` returns a list with one `EnqueueResult | DoqError` per item, `Ack` one
   `None | DoqError` per id, `Dequeue` a `list[MessageView]` (with content).
@@ -480,7 +481,7 @@ class QueueMachine:
         now = batch.now_ms if type(batch.now_ms) is int else 0
         now = min(max(self.now_ms, now), R.MAX_MS >> 1)
         self.now_ms = now
-        self._advance(now)
+        self._advance(now, _released(batch.commands))
         results: list[object] = []
         handlers = self._handlers
         for cmd in batch.commands:
@@ -722,7 +723,13 @@ class QueueMachine:
                 self.due.add(new)
             q.due_key = new
 
-    def _advance(self, now: int) -> None:
+    def _advance(self, now: int, spared: frozenset[tuple[str, int, int]] = frozenset()) -> None:
+        """Replicated time reaches `now`: due delays end, due leases expire, due dedup
+        records are forgotten. A due lease the batch releases (`spared`: (queue, id,
+        lease id) of its `Nack(release=True)` commands) does not expire: the release
+        undoes its delivery, no attempt counted (a dequeue that committed after its
+        lease's end, e.g. through a quorum loss, is released by the service that never
+        handed it out; its release must not lose to the expiry)."""
         if self._timed:
             self._wake_groups(now)
         due = self.due
@@ -736,14 +743,21 @@ class QueueMachine:
                 self._make_ready(q, ids)
         leases = self.leases
         if leases and leases[0] >> 96 <= now:
+            kept: list[int] = []
             while leases and leases[0] >> 96 <= now:
                 k = leases.pop(0)
                 q = self._by_num[k & MASK32]
                 id_ = (k >> 32) & MASK64
-                e = q.inflight.pop(id_)
+                e = q.inflight[id_]
+                if spared and (q.name, id_, e.lease_id) in spared:
+                    kept.append(k)
+                    continue
+                del q.inflight[id_]
                 self._changed.add(q.name)
                 q.index.unleased(e.group)
                 self._return(q, id_, e, 0, None)
+            if kept:
+                leases.update(kept)
         dexp = self.dedup_exp
         if dexp and dexp[0][0] <= now:
             i = dexp.bisect_left((now + 1,))  # every record expired by now, at once
@@ -1560,3 +1574,11 @@ class QueueMachine:
         q.members.discard(cmd.id)
         self.store.delete(mkey)
         return None
+
+
+def _released(commands: Sequence[c.Command]) -> frozenset[tuple[str, int, int]]:
+    """(queue, id, lease id) of the well-formed `Nack(release=True)` among `commands`."""
+    out = [(cmd.queue, cmd.id, cmd.lease_id) for cmd in commands
+           if type(cmd) is c.Nack and cmd.release is True and type(cmd.queue) is str
+           and type(cmd.id) is int and type(cmd.lease_id) is int and cmd.lease_id]
+    return frozenset(out) if out else frozenset()

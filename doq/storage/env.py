@@ -68,7 +68,17 @@ def open_env(path: str | os.PathLike[str], *, map_size: int = DEFAULT_MAP_SIZE) 
 
 
 def open_db(env: lmdb.Environment, name: bytes) -> lmdb._Database:
-    """Open (creating) a reserved named database."""
+    """Open (creating) a reserved named database.
+
+    An existing one is opened in a read transaction: py-lmdb waits for the environment's
+    write lock without releasing the GIL, so opening through a write transaction while
+    another thread writes (a node's writer) would deadlock the process. Only a database
+    that does not exist yet (a new data dir: before any writer runs) takes a write
+    transaction."""
     if name not in DB_NAMES:
         raise ValueError(f"unreserved database name {name!r}; add it to DB_NAMES")
-    return env.open_db(name, create=True)
+    try:
+        with env.begin() as txn:
+            return env.open_db(name, txn=txn, create=False)
+    except lmdb.NotFoundError:
+        return env.open_db(name, create=True)

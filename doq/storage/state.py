@@ -595,7 +595,15 @@ class StateStore:
             self._broken = True
             raise StoreBroken(f"committed, but the readers' view could not be refreshed: {e}") from e
 
-    def _publish(self) -> None:
+    def publish_applied(self) -> None:
+        """Publish the view of what the open write has applied, before it commits (writer
+        thread): for a Raft leader answering entries already durable on a quorum before its
+        own commit. If that commit fails, memory is rebuilt and the next write applies the
+        same entries again. The view's `applied_index` stays the committed one until the
+        commit (what is durable here: reads that wait for an index wait for the commit)."""
+        self._publish(self.view.applied_index)
+
+    def _publish(self, applied_index: int | None = None) -> None:
         """Publish the view of the committed state (writer thread, after a commit)."""
         m = self.machine
         changed = m.take_changed()
@@ -612,7 +620,8 @@ class StateStore:
             queues = fresh
         else:
             queues = self.view.queues
-        self.view = StateView(self.applied_index, queues, m.next_due_ms(), m.redrive.tasks)
+        self.view = StateView(self.applied_index if applied_index is None else applied_index,
+                              queues, m.next_due_ms(), m.redrive.tasks)
         if self._keys_changed:
             m.keys.publish()
             m.join_tokens.publish()

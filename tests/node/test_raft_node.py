@@ -102,6 +102,72 @@ async def test_group_commit_puts_a_burst_into_few_entries(tmp_path: Path) -> Non
     assert n1.state.applied_index - before <= 3  # 1000 commands, one entry per Ready
 
 
+async def test_a_leader_replicates_its_entries_while_it_persists_them(tmp_path: Path) -> None:
+    """Raft thesis 10.2.1: the leader's appends leave before its write makes their entries
+    durable (the network sees entries past the sender's durable log), yet no commit index
+    past its durable log is ever sent and every replica ends identical."""
+    cl = await three(tmp_path)
+    leader = await cl.wait_leader()
+    before = cl.net.early_appends
+    for i in range(30):
+        await leader.propose(enq(i))
+    assert cl.net.early_appends > before
+    await cl.converged()
+    assert len(set(cl.digests().values())) == 1
+    assert not cl.net.violations, cl.net.violations[:5]
+
+
+class HoldsCommitUntilAnswered(RaftNode):
+    """Its writer, having handed the loop the answers of its own proposals (before its
+    commit), waits until the test saw one of them answered: an answer that came only after
+    the commit would find the commit done."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.answered = threading.Event()
+
+    def _write(self, job: Any) -> None:
+        early = job.answer
+        if early is not None:
+            def answer(committed: Any, results: Any) -> None:
+                mine = any(e.index in self._proposals for e in committed)
+                early(committed, results)
+                if mine:
+                    self.answered.wait(60)
+                    self.answered.clear()
+            job.answer = answer
+        super()._write(job)
+
+
+async def test_a_leader_answers_once_applied_before_its_own_commit_and_only_what_a_quorum_holds(
+        tmp_path: Path) -> None:
+    """The leader answers a committed entry as soon as it has applied it, before the
+    write that applies it commits (the readers' committed applied index is still behind
+    then), but never before the entry is durable on a quorum: at each answer, a majority of
+    the nodes' LMDB files hold the log up to the applied entry."""
+    cl = await three(tmp_path, node_cls=HoldsCommitUntilAnswered)
+    leader = await cl.wait_leader()
+    assert isinstance(leader, HoldsCommitUntilAnswered)
+    seen: list[tuple[bool, int]] = []  # (answered before the commit, nodes holding the entry)
+
+    def at_answer(_fut: object) -> None:
+        applied = leader.state.applied_index  # in memory: includes the answered entry
+        durable = sum(cl.net.durable_last(nid) >= applied for nid in cl.nodes)
+        seen.append((leader.applied_index < applied, durable))
+        leader.answered.set()
+
+    for i in range(20):
+        fut = leader.propose_nowait(enq(i))
+        fut.add_done_callback(at_answer)
+        await fut
+    assert len(seen) == 20
+    assert all(early for early, _ in seen), seen  # each answered before its apply committed
+    assert all(durable >= 2 for _, durable in seen), seen  # on a majority of 3 at every answer
+    await cl.converged()
+    assert len(set(cl.digests().values())) == 1
+    assert not cl.net.violations, cl.net.violations[:5]
+
+
 class SendsBeforePersisting(RaftNode):
     """A planted bug: messages leave before the Ready is durable."""
 

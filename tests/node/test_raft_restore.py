@@ -109,6 +109,7 @@ async def test_writes_after_the_restore_get_higher_versions_and_back_up_exactly(
     out = await retry(lambda: leader.propose(c.Enqueue("jobs", [c.EnqueueItem(b"after")])))
     new_id = out[0].id  # type: ignore[index]
     await retry(lambda: leader.propose(c.CreateQueue("more", "delayed", QueueSettings())))
+    await leader.read_barrier()  # as `POST /db/backup` does: the answers' commit is readable
     buf = io.BytesIO()
     last = write_backup(leader.state, res.to_version + 1, buf)
     assert last > res.to_version

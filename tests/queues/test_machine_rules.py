@@ -401,6 +401,26 @@ def test_release_undoes_the_delivery(h: Harness) -> None:
     assert [(v.id, v.attempts) for v in again] == [(a, 1), (b, 1)]  # priority order as before
 
 
+def test_a_release_in_the_batch_that_finds_the_lease_due_undoes_the_delivery(h: Harness) -> None:
+    """A dequeue that commits after its lease's end (it waited through a quorum loss) is
+    released by the service, which never hands it out; the batch carrying that release
+    finds the lease due: the release wins over the expiry, so the attempt is not counted
+    and a `max_attempts=1` message is not dead-lettered. Another due lease in the same
+    batch still expires."""
+    h.create("dlq")
+    h.create(max_attempts=1, visibility_timeout_ms=1_000, dead_letter_queue="dlq")
+    a, b = h.enqueue("q", item(b"a"), item(b"b"))
+    [va, vb] = h.dequeue("q", 2)
+    late = T0 + 5_000  # both leases ended 4 s ago
+    assert h.run(c.Nack("q", a, va.lease_id, release=True), at=late) == [None]
+    ma = h.m.get_message("q", a)
+    assert (ma.state, ma.attempts, ma.lease_id) == (MessageState.READY, 0, 0)
+    stats = h.m.queue_info("q").stats
+    assert (stats.ready, stats.in_flight, stats.dead) == (1, 0, 1)  # b expired: dead-lettered
+    assert [v.content for v in h.dequeue("dlq")] == [b"b"]
+    assert [(v.id, v.attempts) for v in h.dequeue("q")] == [(a, 1)]
+
+
 def test_release_refuses_delay_priority_and_stale_leases(h: Harness) -> None:
     h.create()
     [a] = h.enqueue("q", item())
