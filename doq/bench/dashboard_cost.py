@@ -6,7 +6,7 @@ reading every event while the clients run).
 
     python -m doq.bench.dashboard_cost [--runs 3] [--count 100000] [--consume-count 50000] [--json FILE]
 
-Prints the medians of the rate and of the server's CPU time per message, with the
+Prints the median rate and the mean server CPU time per message, with the
 differences to "no page"; `--json FILE` writes every run.
 """
 
@@ -16,7 +16,6 @@ import argparse
 import contextlib
 import http.client
 import json
-import statistics
 import sys
 import tempfile
 import threading
@@ -24,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from doq.bench import alternating
 from doq.bench import side_by_side as sbs
 
 NAMES = ("no page", "page open")
@@ -94,18 +94,8 @@ def main(argv: list[str] | None = None) -> int:
                     runs[name].setdefault(workload, []).append(r)
                     print(f"{name:9} {workload:8} run {run}: {r['msg_per_s']:,.0f} msg/s, server "
                           f"{r['server_cpu_us_per_msg']} us/msg, {events[0]} events read", file=sys.stderr)
-    summary: dict[str, dict[str, Any]] = {}
-    for workload in args.workloads:
-        base = statistics.median(r["msg_per_s"] for r in runs["no page"][workload])
-        base_cpu = statistics.mean(r["server_cpu_us_per_msg"] or 0 for r in runs["no page"][workload])
-        parts = []
-        for name in NAMES:
-            rate = statistics.median(r["msg_per_s"] for r in runs[name][workload])
-            cpu = statistics.mean(r["server_cpu_us_per_msg"] or 0 for r in runs[name][workload])
-            summary.setdefault(workload, {})[name] = {"msg_per_s": rate, "server_cpu_us_per_msg_mean": cpu}
-            parts.append(f"{name} {rate:,.0f} msg/s ({(rate - base) / base * 100:+.1f} %), server {cpu:.2f} us/msg"
-                         + (f" ({(cpu - base_cpu) / base_cpu * 100:+.1f} %)" if base_cpu else ""))
-        print(f"{workload}: " + "; ".join(parts))
+    summary, lines = alternating.summarize(runs, NAMES, args.workloads)
+    print("\n".join(lines))
     if ns.json:
         Path(ns.json).write_text(json.dumps({"runs": runs, "summary": summary}, indent=2))
     return 0

@@ -11,7 +11,7 @@ request), so the check itself is measured on one node: "keys off" (no key), "key
 costliest check, a prefix test per request frame). A fourth client, "secure", runs against
 a second node started with `--secure` (TLS on every port, keys required) with a
 `produce`+`consume` key: the whole price of security, encryption included. Prints the
-medians of the rate and of the server's CPU time per message, with the differences to
+median rate and the mean server CPU time per message, with the differences to
 "keys off"; `--json FILE` writes every run.
 """
 
@@ -22,7 +22,6 @@ import contextlib
 import json
 import os
 import ssl
-import statistics
 import sys
 import tempfile
 import urllib.request
@@ -30,6 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from doq.bench import alternating
 from doq.bench import side_by_side as sbs
 
 
@@ -112,18 +112,8 @@ def main(argv: list[str] | None = None) -> int:
                     runs[name].setdefault(workload, []).append(r)
                     print(f"{name:10} {workload:8} run {run}: {r['msg_per_s']:,.0f} msg/s, server "
                           f"{r['server_cpu_us_per_msg']} us/msg", file=sys.stderr)
-    summary: dict[str, dict[str, Any]] = {}
-    for workload in args.workloads:
-        base = statistics.median(r["msg_per_s"] for r in runs["keys off"][workload])
-        base_cpu = statistics.median(r["server_cpu_us_per_msg"] or 0 for r in runs["keys off"][workload])
-        line = []
-        for name in names:
-            rate = statistics.median(r["msg_per_s"] for r in runs[name][workload])
-            cpu = statistics.median(r["server_cpu_us_per_msg"] or 0 for r in runs[name][workload])
-            summary.setdefault(workload, {})[name] = {"msg_per_s": rate, "server_cpu_us_per_msg": cpu}
-            line.append(f"{name} {rate:,.0f} msg/s ({(rate - base) / base * 100:+.1f} %), "
-                        f"server {cpu} us/msg ({(cpu - base_cpu) / base_cpu * 100:+.1f} %)" if base_cpu else "")
-        print(f"{workload}: " + "; ".join(line))
+    summary, lines = alternating.summarize(runs, names, args.workloads)
+    print("\n".join(lines))
     if ns.json:
         Path(ns.json).write_text(json.dumps({"runs": runs, "summary": summary}, indent=2))
     return 0
