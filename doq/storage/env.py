@@ -68,17 +68,7 @@ def open_env(path: str | os.PathLike[str], *, map_size: int = DEFAULT_MAP_SIZE) 
 
 
 def open_db(env: lmdb.Environment, name: bytes) -> lmdb._Database:
-    """Open (creating) a reserved named database.
-
-    An existing one is opened in a read transaction: py-lmdb waits for the environment's
-    write lock without releasing the GIL, so opening through a write transaction while
-    another thread writes (a node's writer) would deadlock the process. Only a database
-    that does not exist yet (a new data dir: before any writer runs) takes a write
-    transaction."""
+    """Open (creating) a reserved named database."""
     if name not in DB_NAMES:
         raise ValueError(f"unreserved database name {name!r}; add it to DB_NAMES")
-    try:
-        with env.begin() as txn:
-            return env.open_db(name, txn=txn, create=False)
-    except lmdb.NotFoundError:
-        return env.open_db(name, create=True)
+    return env.open_db(name, create=True)

@@ -178,8 +178,12 @@ async def test_a_members_alarm_reaches_the_leader_which_refuses_growth_until_it_
         await leader.propose(c.CreateQueue("q", "delayed", QueueSettings()))
         follower = cluster.nodes["n3"]
         disk = _Disk(1 << 20)
-        follower.gauge = StorageGauge(follower.env, tmp_path, node_id="n3", max_data_bytes=1 << 40,
-                                      disk_free_limit_bytes=64 << 20, statvfs=disk)
+        loop = asyncio.get_running_loop()
+        # built on the node's writer thread: opening the gauge's databases takes LMDB's write
+        # lock, which py-lmdb waits for holding the GIL (beside a running writer: a deadlock)
+        follower.gauge = await loop.run_in_executor(follower._writer, lambda: StorageGauge(
+            follower.env, tmp_path, node_id="n3", max_data_bytes=1 << 40, disk_free_limit_bytes=64 << 20,
+            statvfs=disk))
         follower.gauge.check_disk()
         follower._refresh_alarms()
 
@@ -187,8 +191,8 @@ async def test_a_members_alarm_reaches_the_leader_which_refuses_growth_until_it_
             leader._refresh_alarms()
             return True if leader.alarms() else None
 
-        leader.gauge = StorageGauge(leader.env, tmp_path, node_id="n1", max_data_bytes=1 << 40,
-                                    disk_free_limit_bytes=0)
+        leader.gauge = await loop.run_in_executor(leader._writer, lambda: StorageGauge(
+            leader.env, tmp_path, node_id="n1", max_data_bytes=1 << 40, disk_free_limit_bytes=0))
         await eventually(refused, 10, "the leader hears of n3's alarm")
         assert [(a.node_id, a.reason) for a in leader.alarms()] == [("n3", "DISK_FREE_LIMIT")]
         with pytest.raises(StorageFull, match="node n3"):
