@@ -682,7 +682,13 @@ class QueueMachine:
             q.index.policy.load(rest.decode(), rec)
         for name in sorted(self.queues):
             q = self.queues[name]
-            if isinstance(q.index, FairIndex) and q.index.policy.next_timer_ms() is not None:
+            if not isinstance(q.index, FairIndex):
+                continue
+            # timers derived from a bucket may lie behind the replicated time: a live replica
+            # passed them at its last batch (the group woke), so pass them here too
+            q.index.policy.wake(self.now_ms)
+            q.index.policy.take_dirty()
+            if q.index.policy.next_timer_ms() is not None:
                 self._timed[name] = q
 
     def _load_dedups(self, dedups: list[tuple[bytes, bytes]]) -> None:
