@@ -146,10 +146,13 @@ class Reference:
 
     def _UpdateQueue(self, cmd: c.UpdateQueue) -> tuple[str, str, QueueSettings]:
         q = self._q(cmd.name)
-        before = {g: self.level(q, g) for g in q.buckets}
+        before = {g: self.settle(q, g) for g in q.buckets}
         q.settings = cmd.settings
         for g, level in before.items():
-            self._rebase(q, g, level)
+            if level is None:
+                del q.buckets[g]
+            else:
+                self._rebase(q, g, level)
         return (q.name, q.type, q.settings)
 
     # -- fair-queue groups: weights and token buckets ---------------------------------
@@ -168,6 +171,14 @@ class Reference:
         cap = max(1000, r * 1000)
         b = q.buckets.get(g)
         return cap if b is None else min(cap, b[0] + (self.now - b[1]) * r)
+
+    def settle(self, q: RQueue, g: str) -> int | None:
+        """The bucket's level now, None if it is full (a full bucket is full under any
+        rate: a group that went quiet bursts at its new rate)."""
+        if g not in q.buckets:
+            return None
+        level = self.level(q, g)
+        return None if level >= max(1000, self.rate(q, g) * 1000) else level
 
     def throttled(self, q: RQueue, g: str) -> bool:
         return self.rate(q, g) > 0 and self.level(q, g) < 1000
@@ -195,7 +206,7 @@ class Reference:
         if cmd.max_per_second is not None and not -1 <= cmd.max_per_second <= 1_000_000:
             raise InvalidArgument("max_per_second")
         g = cmd.group
-        level = self.level(q, g) if g in q.buckets else None
+        level = self.settle(q, g)
         w, r = q.overrides.get(g, (0, -1))
         w = w if cmd.weight is None else cmd.weight
         r = r if cmd.max_per_second is None else cmd.max_per_second
@@ -203,7 +214,9 @@ class Reference:
             q.overrides.pop(g, None)
         else:
             q.overrides[g] = (w, r)
-        if level is not None:
+        if level is None:
+            q.buckets.pop(g, None)
+        else:
             self._rebase(q, g, level)
         return (g, self.weight(q, g), self.rate(q, g), self.throttled(q, g))
 

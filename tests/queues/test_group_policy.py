@@ -233,6 +233,24 @@ def test_buckets_that_fill_again_are_forgotten() -> None:
     assert node.m.next_due_ms() is None
 
 
+@pytest.mark.parametrize("raise_by", ["override", "default"])
+def test_a_group_whose_bucket_filled_again_bursts_at_its_new_rate(raise_by: str) -> None:
+    """A full bucket is full under any rate: raising the rate of a group that went quiet
+    gives it the new rate's whole burst (as a group never seen), not the old one's."""
+    node = Node()
+    node.run(T0, c.CreateQueue("q", "fair", QueueSettings(default_group_max_per_second=5)))
+    node.fill(T0, "q", "a", 1)
+    assert node.groups_of(T0, "q", 1) == ["a"]  # 4 of 5 tokens left
+    node.run(T0 + 300, c.Tick())  # full again at T0 + 200: forgotten
+    if raise_by == "override":
+        node.run(T0 + 300, c.SetGroupPolicy("q", "a", max_per_second=10))
+    else:
+        node.run(T0 + 300, c.UpdateQueue("q", QueueSettings(default_group_max_per_second=10)))
+    node.fill(T0 + 300, "q", "a", 12)
+    assert node.groups_of(T0 + 300, "q", 12) == ["a"] * 10
+    assert node.m.next_due_ms() == T0 + 400
+
+
 def test_deleting_a_queue_deletes_its_group_records() -> None:
     node = Node()
     node.run(T0, c.CreateQueue("q", "fair", QueueSettings()))
