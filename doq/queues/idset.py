@@ -174,6 +174,34 @@ class IdSet:
             if type(p) is bytearray and c < DENSE_MIN:
                 pages[hi] = array("H", _offsets(p))
 
+    def first(self) -> int | None:
+        """The lowest id (None: empty); O(pages) plus one page. Safe from any thread while
+        the writer changes the set: the answer is then an id present at some moment of
+        the call (None if the set emptied meanwhile)."""
+        pages = self._pages
+        for _ in range(64):  # a retry per page the writer empties under us
+            if not pages:
+                return None
+            try:
+                hi = min(pages)  # one C call: the writer cannot run in between
+            except ValueError:
+                return None
+            p = pages.get(hi)
+            if p is None:
+                continue  # emptied and dropped since the min
+            if type(p) is bytearray:
+                j = len(p) - len(p.lstrip(b"\x00"))
+                if j == len(p):
+                    continue
+                v = p[j]
+                return (hi << PAGE_BITS) | (j << 3) | ((v & -v).bit_length() - 1)
+            if len(p):
+                try:
+                    return (hi << PAGE_BITS) | p[0]
+                except IndexError:
+                    continue
+        return None
+
     def __iter__(self) -> Iterator[int]:
         """The ids in ascending order."""
         for hi in sorted(self._pages):

@@ -542,6 +542,12 @@ class QueueMachine:
         q = self.queues.get(queue)
         return q.index.n_ready if q is not None and q.index.has_ready() else 0
 
+    def oldest_id(self, queue: str) -> int | None:
+        """The id of `queue`'s oldest message in any state (ids only grow, so the lowest);
+        None without messages or queue. Any thread (`IdSet.first`)."""
+        q = self.queues.get(queue)
+        return None if q is None else q.members.first()
+
     def sort_known(self, queue: str, ids: list[int]) -> tuple[list[int], list[int], list[int]]:
         """Positions of `ids` as this state knows them: (present: in `queue` in any state;
         gone: assigned — below `next_id` — and no longer in `queue`, so an ack, nack or

@@ -1070,6 +1070,23 @@ class StateStore:
         a read barrier."""
         return self.machine.sort_known(queue, ids)
 
+    def oldest_enqueued_ms(self, queues: Iterable[str]) -> dict[str, int]:
+        """When each of `queues`' oldest message was enqueued (replicated ms), for those
+        that hold messages: one look-up per queue in one read txn. Any thread (the oldest
+        id comes from the machine's index, `QueueMachine.oldest_id`; a message taken
+        meanwhile may still answer: an approximate age, as SQS's)."""
+        out: dict[str, int] = {}
+        db = self._kind_db[K.MESSAGE]
+        with self.env.begin() as txn:
+            for name in queues:
+                id_ = self.machine.oldest_id(name)
+                if id_ is None:
+                    continue
+                v = txn.get(K.message_key(name, id_), db=db)
+                if v is not None:
+                    out[name] = R.MSG_HDR.unpack_from(v, 8)[2]
+        return out
+
     def get_message(self, queue: str, id_: int) -> MessageView:
         """The message as last committed (one read txn; a message the machine's index
         already calls gone, `sort_known`, is not found). Raises QueueNotFound / MessageNotFound."""

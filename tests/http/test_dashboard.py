@@ -96,6 +96,44 @@ def test_events_stream_snapshots_with_counts_and_counters(node: NodeProc) -> Non
         events.close()
 
 
+def test_events_give_the_age_of_each_queues_oldest_message_in_any_state(node: NodeProc) -> None:
+    """`oldest_age_ms` is the snapshot's time less the enqueue time of the queue's oldest
+    message, whether it is ready, delayed or in flight; null when the queue is empty."""
+    call(node, "POST", Q, {"name": "dash-age", "type": "delayed"})
+    ids = []
+    for body in ({"content": "a", "delay_ms": 600_000}, {"content": "b"}, {"content": "c"}):
+        status, got = call(node, "POST", f"{Q}/dash-age/messages", body)
+        assert status in (200, 201), got
+        ids.append(got["id"])
+    enqueued = {i: call(node, "GET", f"{Q}/dash-age/messages/{i}")[1]["enqueued_at_ms"] for i in ids}
+    events = EventReader(node)
+
+    def row_when(cond: Any) -> tuple[dict[str, Any], int]:
+        for _ in range(10):  # one event a second: the next ones show a change
+            snap = events.next()
+            row = next(q for q in snap["queues"] if q["name"] == "dash-age")
+            if cond(row):
+                return row, snap["time_ms"]
+        raise AssertionError(f"no snapshot with the expected row: {row}")
+
+    try:
+        row, t = row_when(lambda r: r["total"] == 3)
+        assert row["oldest_age_ms"] == t - enqueued[ids[0]] >= 0  # the delayed one
+        assert call(node, "DELETE", f"{Q}/dash-age/messages/{ids[0]}")[0] == 200
+        status, got = call(node, "POST", f"{Q}/dash-age/messages:dequeue", {"max_messages": 1})
+        assert status == 200 and [m["id"] for m in got["messages"]] == [ids[1]]
+        row, t = row_when(lambda r: r["total"] == 2 and r["in_flight"] == 1)
+        assert row["oldest_age_ms"] == t - enqueued[ids[1]]  # in flight, still the oldest
+        assert call(node, "POST", f"{Q}/dash-age/messages/{ids[1]}/ack")[0] == 200
+        row, t = row_when(lambda r: r["total"] == 1)
+        assert row["oldest_age_ms"] == t - enqueued[ids[2]]
+        call(node, "POST", f"{Q}/dash-age/purge")
+        row, _ = row_when(lambda r: r["total"] == 0)
+        assert row["oldest_age_ms"] is None
+    finally:
+        events.close()
+
+
 def test_peek_lists_in_delivery_order_pages_and_takes_nothing(node: NodeProc) -> None:
     call(node, "POST", Q, {"name": "dash-peek", "type": "delayed"})
     prios = [5, 1, 3, 1, 9, 0]

@@ -109,6 +109,7 @@ def test_idset_is_a_set(ops: list[tuple[str, int, int]]) -> None:
             s.discard_many(drop)
             ref.difference_update(drop)
         assert len(s) == len(ref)
+        assert s.first() == (min(ref) if ref else None)  # the oldest message of a queue
         for probe in (x, x + 1, x - 1, x + n, -1, "x"):
             assert (probe in s) == (probe in ref)
     assert list(s) == sorted(ref)
@@ -156,6 +157,7 @@ def test_idset_load_sorted(runs: list[tuple[int, int]], step: int) -> None:
     s = IdSet()
     s.load_sorted(ref)
     assert list(s) == ref and len(s) == len(ref)
+    assert s.first() == (ref[0] if ref else None)
     members = set(ref)
     for x in ref[:50] + [r + 1 for r in ref[-50:]]:
         assert (x in s) == (x in members)

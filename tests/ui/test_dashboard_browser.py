@@ -11,6 +11,7 @@ kept in build/test-artifacts/ui/ (looked at, not compared)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import urllib.error
 import urllib.request
@@ -107,6 +108,13 @@ def test_the_dashboard_shows_live_queues_browses_and_acts(node: NodeProc, browse
     call(node, "POST", f"{Q}/ui-jobs/messages:batch",
          {"messages": [{"content": f"job {i}", "group": "ab"[i % 2], "priority": i % 5} for i in range(30)]})
     wait(browser, "ready count 30", lambda d: cell(d, "ui-jobs", "ready") == "30")
+    # the age of the oldest message: counting up while it waits, a dash for an empty queue
+    wait(browser, "the oldest message's age", lambda d: re.fullmatch(r"\d+ (ms|s)", cell(d, "ui-jobs", "oldest_age_ms")))
+    assert cell(browser, "ui-other", "oldest_age_ms") == "–"
+    assert browser.execute_script(
+        "const f = window.doqDashboard.fmtAge;"
+        "return [f(850), f(42_000), f(192_000), f(3_600_000), f(18_240_000), f(198_000_000), f(null)];"
+    ) == ["850 ms", "42 s", "3 min 12 s", "1 h", "5 h 4 min", "2 d 7 h", "–"]
     wait(browser, "a non-zero enqueue rate in the page's history", lambda d: d.execute_script(
         "const h = window.doqDashboard.history.get('ui-jobs') || [];"
         "return h.some((s, i) => i > 0 && s.enqueued > h[i - 1].enqueued);"))
@@ -121,6 +129,8 @@ def test_the_dashboard_shows_live_queues_browses_and_acts(node: NodeProc, browse
     # a queue's page: cards, groups, the message browser in delivery order
     click(browser, '#queues tr[data-queue="ui-jobs"]')
     wait(browser, "the queue page", lambda d: d.find_element(By.ID, "queue-name").text == "ui-jobs")
+    wait(browser, "the oldest message's card", lambda d: re.fullmatch(
+        r"\d+ (ms|s)", d.find_element(By.CSS_SELECTOR, '[data-card="oldest message"] .v').text))
     wait(browser, "the groups table", lambda d: len(d.find_elements(By.CSS_SELECTOR, "#groups tr[data-group]")) == 2)
     expected = call(node, "GET", f"{Q}/ui-jobs/messages:peek?limit=40")["messages"]
     ids = [m["id"] for m in expected]
@@ -158,6 +168,7 @@ def test_the_dashboard_shows_live_queues_browses_and_acts(node: NodeProc, browse
     click(browser, "#purge")
     wait(browser, "the purge confirmation", lambda d: d.switch_to.alert).accept()
     wait(browser, "an empty queue", lambda d: d.find_element(By.CSS_SELECTOR, '[data-card="total"] .v').text == "0")
+    assert browser.find_element(By.CSS_SELECTOR, '[data-card="oldest message"] .v').text == "–"
     assert call(node, "GET", f"{Q}/ui-jobs")["stats"]["total"] == 0
 
     # the cluster page

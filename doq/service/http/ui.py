@@ -46,12 +46,15 @@ Only = Callable[[str], bool] | None
 """The queue names a subscriber may see (None: every queue)."""
 
 
-def queue_row(q: QueueInfo) -> dict[str, Any]:
+def queue_row(q: QueueInfo, oldest_age_ms: int | None = None) -> dict[str, Any]:
+    """A queue's row of a snapshot; `oldest_age_ms`: how long its oldest message has been
+    in it (None: it holds none)."""
     s, n = q.stats, q.counters
     return {
         "name": q.name, "type": q.type.value, "ready": s.ready, "delayed": s.delayed,
         "in_flight": s.in_flight, "dead": s.dead, "total": s.total,
         "enqueued": n.enqueued, "delivered": n.delivered, "acked": n.acked,
+        "oldest_age_ms": oldest_age_ms,
     }
 
 
@@ -127,13 +130,18 @@ def build_ui_router(api: QueueService, interval_s: float = 1.0, history: RateHis
         queues = node.state.list_queues()
         if only is not None:  # a key limited to queue prefixes sees only its queues
             queues = [q for q in queues if only(q.name)]
+        total = len(queues)
+        queues = queues[:MAX_EVENT_QUEUES]
+        now_ms = time.time_ns() // 1_000_000
+        oldest = node.state.oldest_enqueued_ms(q.name for q in queues if q.stats.total)
         return {
-            "time_ms": time.time_ns() // 1_000_000,
+            "time_ms": now_ms,
             "node": {"node_id": status.node_id, "role": status.role, "leader_id": status.leader_id,
                      "term": status.term, "commit_index": status.commit_index,
                      "applied_index": status.applied_index, "ready": node.is_ready()},
-            "queues_total": len(queues),
-            "queues": [queue_row(q) for q in queues[:MAX_EVENT_QUEUES]],
+            "queues_total": total,
+            "queues": [queue_row(q, max(0, now_ms - oldest[q.name]) if q.name in oldest else None)
+                       for q in queues],
         }
 
     feed = EventFeed(snapshot, interval_s)
@@ -156,7 +164,9 @@ def build_ui_router(api: QueueService, interval_s: float = 1.0, history: RateHis
         """Server-Sent Events: each `snapshot` event's data is one JSON object, `{"time_ms",
         "node": {node_id, role, leader_id, term, commit_index, applied_index, ready},
         "queues_total", "queues": [{name, type, ready, delayed, in_flight, dead, total,
-        enqueued, delivered, acked}]}` (at most 1000 queues, by name). `enqueued`,
+        enqueued, delivered, acked, oldest_age_ms}]}` (at most 1000 queues, by name;
+        `oldest_age_ms`: how long the queue's oldest message, in any state, has been in it,
+        null when it holds none). `enqueued`,
         `delivered` and `acked` count since the node started: a rate is the difference of
         two events divided by the time between them. The dashboard at `/ui` reads it."""
         stream = feed.stream(visible_queue(current_principal.get()))

@@ -36,6 +36,19 @@ function put(node, ...kids) {
 }
 const fmt = (n) => (n === undefined || n === null ? "–" : Number(n).toLocaleString("en-US"));
 const fmtRate = (r) => (r === undefined ? "–" : r < 10 ? r.toFixed(1) : Math.round(r).toLocaleString("en-US"));
+// an age in ms as its two largest units: "850 ms", "42 s", "3 min 12 s", "5 h 4 min", "2 d 7 h"
+function fmtAge(ms) {
+  if (ms === undefined || ms === null) return "–";
+  if (ms < 1000) return `${ms} ms`;
+  const s = Math.floor(ms / 1000);
+  if (s < 60) return `${s} s`;
+  const units = [["d", 86400], ["h", 3600], ["min", 60], ["s", 1]];
+  const i = units.findIndex(([, n]) => s >= n);
+  const [u1, n1] = units[i], [u2, n2] = units[i + 1];
+  const a = Math.floor(s / n1), b = Math.floor((s % n1) / n2);
+  return b ? `${a} ${u1} ${b} ${u2}` : `${a} ${u1}`;
+}
+state.fmtAge = fmtAge; // the browser test checks the units
 
 function headers(extra) {
   const h = Object.assign({}, extra || {});
@@ -148,6 +161,7 @@ function render(navigated) {
 const COLUMNS = [
   ["name", "Queue", false], ["type", "Type", false], ["ready", "Ready", true], ["delayed", "Delayed", true],
   ["in_flight", "In flight", true], ["dead", "Dead-lettered", true], ["total", "Total", true],
+  ["oldest_age_ms", "Oldest", true],
   ["enq", "Enqueued/s", true], ["deq", "Delivered/s", true], ["ack", "Acked/s", true],
 ];
 
@@ -169,7 +183,8 @@ function renderQueues() {
   const body = rows.map((q) => el("tr", { class: "clickable", "data-queue": q.name,
     onclick: () => { location.hash = "#/queue/" + encodeURIComponent(q.name); } },
   COLUMNS.map(([k, , num]) => el("td", { class: num ? "num" : "", "data-col": k },
-    k === "enq" || k === "deq" || k === "ack" ? fmtRate(q[k]) : num ? fmt(q[k]) : q[k]))));
+    k === "enq" || k === "deq" || k === "ack" ? fmtRate(q[k]) : k === "oldest_age_ms" ? fmtAge(q[k])
+      : num ? fmt(q[k]) : q[k]))));
   const more = snap && snap.queues_total > snap.queues.length
     ? el("p", { class: "muted" }, `showing ${snap.queues.length} of ${snap.queues_total} queues`) : null;
   put(view, 
@@ -223,7 +238,7 @@ function renderQueue(name, navigated) {
     const r = state.rates.get(name) || {};
     put(document.getElementById("cards"), ...[
       ["ready", q.ready], ["delayed", q.delayed], ["in flight", q.in_flight], ["dead-lettered", q.dead],
-      ["total", q.total], ["enqueued/s", fmtRate(r.enq)], ["delivered/s", fmtRate(r.deq)], ["acked/s", fmtRate(r.ack)],
+      ["total", q.total], ["oldest message", fmtAge(q.oldest_age_ms)], ["enqueued/s", fmtRate(r.enq)], ["delivered/s", fmtRate(r.deq)], ["acked/s", fmtRate(r.ack)],
     ].map(([k, v]) => el("div", { class: "card", "data-card": k }, el("div", { class: "v" }, typeof v === "number" ? fmt(v) : v),
       el("div", { class: "k" }, k))));
     drawChart(name);
