@@ -11,6 +11,7 @@ takes values from clients without a bound: per-queue series are capped
 from __future__ import annotations
 
 import heapq
+import time
 from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import (
@@ -106,15 +107,22 @@ class QueueDepthCollector(Collector):
     Bounded whatever the number of queues: `doq_queue_messages` has series of their own for
     the `max_queue_series` queues holding the most messages (ready + delayed + in flight +
     dead; ties by name), and one `queue="_other"` series per state summing the others (only
-    when there are others); `doq_queues` counts them all."""
+    when there are others); `doq_queues` counts them all.
+    `doq_queue_oldest_message_age_seconds` (with `oldest_enqueued_ms`, `State.oldest_enqueued_ms`)
+    has a series for each of those queues that holds a message, `_other` the oldest of the
+    rest: one record read per queue holding messages, per scrape."""
 
     def __init__(self, list_queues: Callable[[], Iterable[QueueInfo]], is_leader: Callable[[], bool],
                  long_polls_waiting: Callable[[], int] = lambda: 0, *,
-                 max_queue_series: int = MAX_QUEUE_SERIES) -> None:
+                 max_queue_series: int = MAX_QUEUE_SERIES,
+                 oldest_enqueued_ms: Callable[[Iterable[str]], dict[str, int]] | None = None,
+                 now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000) -> None:
         self._list_queues = list_queues
         self._is_leader = is_leader
         self._long_polls_waiting = long_polls_waiting
         self._max_series = max_queue_series
+        self._oldest = oldest_enqueued_ms
+        self._now_ms = now_ms
 
     def collect(self) -> Iterator[Metric]:
         depth = GaugeMetricFamily(
@@ -132,6 +140,8 @@ class QueueDepthCollector(Collector):
             other = [sum(col) for col in zip(*(_counts(q) for q in all_queues if q.name not in shown), strict=True)]
             for state, n in zip(_STATES, other, strict=True):
                 depth.add_metric([OTHER_QUEUES, state], n)
+        if self._oldest is not None:
+            yield self._ages(all_queues, {q.name for q in top})
         queues = GaugeMetricFamily("doq_queues", "Queues on this node")
         queues.add_metric([], len(all_queues))
         leader = GaugeMetricFamily("doq_node_is_leader", "1 if this node is the leader")
@@ -142,6 +152,25 @@ class QueueDepthCollector(Collector):
         yield queues
         yield leader
         yield waiting
+
+    def _ages(self, all_queues: list[QueueInfo], shown: set[str]) -> Metric:
+        assert self._oldest is not None
+        family = GaugeMetricFamily(
+            "doq_queue_oldest_message_age_seconds",
+            "How long the queue's oldest message (any state) has been in it; queue=\"_other\" "
+            "is the oldest of the queues past the largest " + str(self._max_series),
+            labels=["queue"])
+        enqueued = self._oldest(q.name for q in all_queues if q.stats.total)
+        now = self._now_ms()
+        other: int | None = None
+        for name in sorted(enqueued):
+            if name in shown:
+                family.add_metric([name], max(0, now - enqueued[name]) / 1000)
+            elif other is None or enqueued[name] < other:
+                other = enqueued[name]
+        if other is not None:
+            family.add_metric([OTHER_QUEUES], max(0, now - other) / 1000)
+        return family
 
     def describe(self) -> Iterator[Metric]:
         return iter(())  # collected at scrape time only

@@ -127,6 +127,10 @@ def test_events_give_the_age_of_each_queues_oldest_message_in_any_state(node: No
         assert call(node, "POST", f"{Q}/dash-age/messages/{ids[1]}/ack")[0] == 200
         row, t = row_when(lambda r: r["total"] == 1)
         assert row["oldest_age_ms"] == t - enqueued[ids[2]]
+        with urllib.request.urlopen(node.http_url + "/metrics", timeout=30) as r:
+            text = r.read().decode()
+        age = re.search(r'^doq_queue_oldest_message_age_seconds\{queue="dash-age"\} (\S+)$', text, re.M)
+        assert age is not None and float(age.group(1)) >= (t - enqueued[ids[2]]) / 1000
         call(node, "POST", f"{Q}/dash-age/purge")
         row, _ = row_when(lambda r: r["total"] == 0)
         assert row["oldest_age_ms"] is None

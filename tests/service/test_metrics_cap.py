@@ -34,3 +34,20 @@ def test_the_largest_queues_have_series_and_the_rest_are_summed() -> None:
 def test_no_other_series_when_every_queue_fits_and_ties_go_by_name() -> None:
     assert {q for q, _ in _series([_q("b", 1), _q("a", 1)], cap=5)} == {"a", "b"}
     assert {q for q, _ in _series([_q("c", 0), _q("b", 0), _q("a", 0)], cap=2)} == {"a", "b", OTHER_QUEUES}
+
+
+def test_the_oldest_message_age_of_the_largest_queues_and_the_oldest_of_the_rest() -> None:
+    queues = [_q(f"q{i}", ready=i) for i in range(6)]  # q0 holds nothing: no age
+    enqueued = {f"q{i}": 1_000_000 - 1000 * i for i in range(1, 6)}  # q5 is the oldest
+    asked: list[str] = []
+
+    def oldest(names: object) -> dict[str, int]:
+        asked.extend(names)  # type: ignore[call-overload]
+        return {n: enqueued[n] for n in asked}
+
+    families = list(QueueDepthCollector(lambda: queues, lambda: True, max_queue_series=3,
+                                        oldest_enqueued_ms=oldest, now_ms=lambda: 1_010_000).collect())
+    ages = next(f for f in families if f.name == "doq_queue_oldest_message_age_seconds")
+    assert asked == ["q1", "q2", "q3", "q4", "q5"]
+    assert {s.labels["queue"]: s.value for s in ages.samples} == {
+        "q3": 13.0, "q4": 14.0, "q5": 15.0, OTHER_QUEUES: 12.0}

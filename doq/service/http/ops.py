@@ -97,7 +97,8 @@ def build_ops_router(api: QueueService) -> APIRouter:
     node = api.node
     registry = CollectorRegistry(auto_describe=False)
     registry.register(metrics.QueueDepthCollector(
-        node.state.list_queues, lambda: bool(node.is_leader), api.long_polls.waiting))
+        node.state.list_queues, lambda: bool(node.is_leader), api.long_polls.waiting,
+        oldest_enqueued_ms=node.state.oldest_enqueued_ms))
     registry.register(metrics.AlarmCollector(node.alarms))
     registry.register(RedriveCollector(lambda: node.state.view))
 
