@@ -25,6 +25,7 @@ from doq import cluster_client as cc
 from doq.client_cli import add_json_argument, add_server_argument, server_url
 from doq.errors import InvalidArgument
 from doq.node.cluster import ClusterStatus
+from doq.units import format_size
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -99,5 +100,10 @@ def format_status(s: ClusterStatus) -> str:
                      m.addrs.raft_addr or "-", m.addrs.grpc_addr or "-", m.addrs.http_addr or "-"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    if s.storage is not None:
+        u = s.storage
+        free = "not measured yet" if u.disk_free_bytes is None else f"{format_size(u.disk_free_bytes)} free"
+        lines.append(f"storage of {s.node_id}: {format_size(u.used_bytes)} of {format_size(u.max_bytes)} "
+                     f"used; disk {free} (limit {format_size(u.disk_free_limit_bytes)})")
     lines += [f"ALARM {node} {reason}: {message}" for node, reason, message in s.alarms]
     return "\n".join(lines)

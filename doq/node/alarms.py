@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import lmdb
 
 from doq.errors import StorageFull
+from doq.node.cluster import StorageUsage
 from doq.queues.commands import (
     Ack,
     CancelRedrive,
@@ -219,6 +220,11 @@ class StorageGauge:
         return free >= RETRY_FREE_BYTES or free - self._free_at_failure >= RETRY_FREE_BYTES // 4
 
     # -- any thread ------------------------------------------------------------------------
+    def usage(self) -> StorageUsage:
+        """The last measures (of the last write, and the last disk check)."""
+        return StorageUsage(self.used_bytes, self.max_data_bytes, self.disk_free_bytes,
+                            self.disk_free_limit_bytes)
+
     def check_disk(self, *, force: bool = True) -> bool:
         """Re-read the free space of the data dir's file system (unless checked less than
         `disk_check_s` ago and not `force`); True if the alarms changed."""

@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from doq.node.cluster import ClusterAdmin, ClusterStatus
+from doq.node.cluster import ClusterAdmin, ClusterStatus, StorageUsage
 from doq.queues.commands import Command, Dequeue
 from doq.storage.state import StateStore
 
@@ -140,6 +140,10 @@ class Node(Protocol):
     def liveness_problems(self) -> list[str]:
         """Why this node can no longer make progress by itself ([] while it can): a failed
         Raft loop, a broken store. `/livez` then fails, so a supervisor restarts it."""
+        ...
+
+    def storage_usage(self) -> StorageUsage | None:
+        """What this node's store takes and has left (None: it measures none)."""
         ...
 
     def alarms(self) -> list[Alarm]:

@@ -48,6 +48,16 @@ class Member:
 
 
 @dataclass(frozen=True, slots=True)
+class StorageUsage:
+    """What one node's store takes and has left (`doq.node.alarms.StorageGauge`)."""
+
+    used_bytes: int  # pages its trees use (the data size `--max-data-size` limits)
+    max_bytes: int  # its `--max-data-size`
+    disk_free_bytes: int | None  # free on the data dir's file system (None: not measured yet)
+    disk_free_limit_bytes: int  # its `--disk-free-limit`
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterStatus:
     """One node's view of the cluster (`GET /cluster`)."""
 
@@ -60,6 +70,7 @@ class ClusterStatus:
     members: list[Member] = field(default_factory=list)
     cluster_id: str = ""  # the replicated state's (StateStore.cluster_id); "" if it has none
     alarms: tuple[tuple[str, str, str], ...] = ()  # storage alarms on: (node id, reason, message)
+    storage: StorageUsage | None = None  # the answering node's (None: it measures none)
 
 
 @dataclass(frozen=True, slots=True)

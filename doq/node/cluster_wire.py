@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from doq.node.cluster import ClusterStatus, Member, MemberAddrs, NodeIdentity
+from doq.node.cluster import ClusterStatus, Member, MemberAddrs, NodeIdentity, StorageUsage
 
 LEADER_HEADER = "X-Doq-Leader"
 """Response header: the leader's HTTP address (HOST:PORT), on NOT_LEADER answers and on
@@ -38,6 +38,10 @@ def status_to_json(s: ClusterStatus) -> dict[str, Any]:
              "lag": m.lag}
             for m in s.members
         ],
+        "storage": None if s.storage is None else {
+            "used_bytes": s.storage.used_bytes, "max_bytes": s.storage.max_bytes,
+            "disk_free_bytes": s.storage.disk_free_bytes,
+            "disk_free_limit_bytes": s.storage.disk_free_limit_bytes},
     }
 
 
@@ -55,9 +59,17 @@ def status_from_json(d: dict[str, Any]) -> ClusterStatus:
             commit_index=int(d["commit_index"]), applied_index=int(d["applied_index"]), role=str(d["role"]),
             members=members, cluster_id=str(d.get("cluster_id", "")),  # absent from older nodes
             alarms=tuple((str(a["node_id"]), str(a["reason"]), str(a["message"])) for a in d.get("alarms", ())),
+            storage=_storage(d.get("storage")),  # absent from older nodes
         )
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"not a cluster status: {e!r}") from None
+
+
+def _storage(d: Any) -> StorageUsage | None:
+    if d is None:
+        return None
+    return StorageUsage(int(d["used_bytes"]), int(d["max_bytes"]), _opt(d.get("disk_free_bytes"), int),
+                        int(d["disk_free_limit_bytes"]))
 
 
 def _opt(value: Any, kind: type) -> Any:

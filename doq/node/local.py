@@ -28,7 +28,7 @@ from typing import TypeVar
 from doq.errors import Overloaded, Unavailable
 from doq.node.alarms import Alarm
 from doq.node.base import ProposalFuture, resolve_results
-from doq.node.cluster import ClusterAdmin, ClusterStatus, Member, MemberAddrs
+from doq.node.cluster import ClusterAdmin, ClusterStatus, Member, MemberAddrs, StorageUsage
 from doq.queues.commands import Command, CommandBatch, Tick
 from doq.storage.chunks import DEFAULT_CHUNK_BYTES
 from doq.storage.state import StateStore, StoreBroken
@@ -84,6 +84,10 @@ class LocalNode:
     @property
     def leader_hint(self) -> str:
         return self.node_id
+
+    def storage_usage(self) -> StorageUsage | None:
+        """A `LocalNode` measures no storage."""
+        return None
 
     def alarms(self) -> list[Alarm]:
         """A `LocalNode` measures no storage: never an alarm."""

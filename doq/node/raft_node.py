@@ -53,7 +53,7 @@ from doq.errors import (
 from doq.node import member_input, peer_door, store_identity
 from doq.node.alarms import Alarm, StorageGauge, grows_state, refusal
 from doq.node.base import ProposalFuture, resolve_results
-from doq.node.cluster import ClusterStatus, Member, MemberAddrs, NodeIdentity
+from doq.node.cluster import ClusterStatus, Member, MemberAddrs, NodeIdentity, StorageUsage
 from doq.node.local import MAX_PENDING_COMMANDS, _take_count, wall_clock_ms
 from doq.node.raft_log import LmdbLogStorage, decode_addrs, encode_addrs
 from doq.node.raft_snapshot import (
@@ -468,6 +468,9 @@ class RaftNode:
         return self.cfg.restore_chunk_bytes
 
     # -- storage alarms ----------------------------------------------------------------------
+    def storage_usage(self) -> StorageUsage | None:
+        return None if self.gauge is None else self.gauge.usage()
+
     def alarms(self) -> list[Alarm]:
         """The storage alarms on now: this node's, and on a leader its members' too (any
         of them makes the leader refuse writes that grow the state)."""
@@ -631,6 +634,7 @@ class RaftNode:
             applied_index=self.applied_index, role=role, members=members,
             cluster_id=self.state.cluster_id,
             alarms=tuple((a.node_id, a.reason, a.message) for a in self._alarms),
+            storage=self.storage_usage(),
         )
 
     def identity_of_store(self) -> NodeIdentity:

@@ -26,6 +26,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from doq.node.alarms import Alarm
+from doq.node.cluster import StorageUsage
 from doq.queues.model import QueueInfo
 
 COMMIT_SECONDS = Histogram(
@@ -190,6 +191,35 @@ class AlarmCollector(Collector):
         for a in self._alarms():
             family.add_metric([a.node_id, a.reason], 1.0)
         yield family
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+
+class StorageCollector(Collector):
+    """This node's store, read at scrape time (`doq.node.cluster.StorageUsage`; no series
+    for a node that measures none): `doq_storage_used_bytes`, `doq_storage_limit_bytes`
+    (`--max-data-size`), `doq_disk_free_bytes` (once measured), `doq_disk_free_limit_bytes`."""
+
+    def __init__(self, usage: Callable[[], StorageUsage | None]) -> None:
+        self._usage = usage
+
+    def collect(self) -> Iterator[Metric]:
+        u = self._usage()
+        if u is None:
+            return
+        for name, doc, value in (
+            ("doq_storage_used_bytes", "What this node's store takes (the data size --max-data-size limits)",
+             u.used_bytes),
+            ("doq_storage_limit_bytes", "This node's --max-data-size", u.max_bytes),
+            ("doq_disk_free_bytes", "Free bytes on the file system of this node's data directory",
+             u.disk_free_bytes),
+            ("doq_disk_free_limit_bytes", "This node's --disk-free-limit", u.disk_free_limit_bytes),
+        ):
+            if value is not None:
+                family = GaugeMetricFamily(name, doc)
+                family.add_metric([], value)
+                yield family
 
     def describe(self) -> Iterator[Metric]:
         return iter(())

@@ -196,3 +196,20 @@ def test_openapi_documents_the_cluster_operations() -> None:
     assert ops[("/cluster/transfer-leader", "post")]["requestBody"]["required"] is False
     assert all(op["tags"] == ["cluster"] and op["summary"] for op in ops.values())
 
+
+
+@pytest.mark.parametrize("free", [123 << 20, None])
+def test_a_status_with_storage_round_trips_and_prints(free: int | None) -> None:
+    from doq.cluster_cli import format_status
+    from doq.node.cluster import ClusterStatus, StorageUsage
+    from doq.node.cluster_wire import status_to_json
+
+    usage = StorageUsage(3 << 20, 16 << 20, free, 50 << 20)
+    status = ClusterStatus("node-1", "node-1", 2, 9, 9, "leader", three_members(), storage=usage)
+    assert status_from_json(status_to_json(status)) == status
+    line = format_status(status).splitlines()[-1]
+    assert line == ("storage of node-1: 3.0 MiB of 16.0 MiB used; disk "
+                    f"{'123.0 MiB free' if free else 'not measured yet'} (limit 50.0 MiB)")
+    old = status_to_json(status)
+    del old["storage"]  # an older node's answer
+    assert status_from_json(old).storage is None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -98,6 +99,18 @@ def _metrics(node: NodeProc) -> str:
         return str(r.read().decode())
 
 
+def _gauge(metrics_text: str, name: str) -> float:
+    found = re.search(rf"^{name} (\S+)$", metrics_text, re.M)
+    assert found is not None, name
+    return float(found.group(1))
+
+
+def _storage(node: NodeProc) -> dict[str, int]:
+    status, body = call(node, "GET", "/cluster")
+    assert status == 200 and body["storage"] is not None, body
+    return dict(body["storage"])
+
+
 def _grpc_enqueue_code(node: NodeProc) -> grpc.StatusCode:
     with grpc.insecure_channel(node.grpc_addr) as ch:
         try:
@@ -140,7 +153,14 @@ def test_a_node_past_its_max_data_size_refuses_growth_serves_drains_and_resumes_
         assert 100 < taken < 4 * 2**20 // len(CONTENT), taken  # the limit, not the disk, stopped it
         _assert_refusal(refusal, "DATA_SIZE_LIMIT")
         assert [a["reason"] for a in _readyz(node)["alarms"]] == ["DATA_SIZE_LIMIT"]
-        assert 'doq_storage_alarm{node="node-1",reason="DATA_SIZE_LIMIT"} 1.0' in _metrics(node)
+        text = _metrics(node)
+        assert 'doq_storage_alarm{node="node-1",reason="DATA_SIZE_LIMIT"} 1.0' in text
+        # what the store takes, as /cluster, `doq cluster status` and the dashboard show it
+        assert "\ndoq_storage_limit_bytes 4.194304e+06\n" in text
+        full = _storage(node)
+        assert full["max_bytes"] == 4 * 2**20 and 2 * 2**20 < full["used_bytes"] <= 4 * 2**20 + 2**20, full
+        assert full["disk_free_bytes"] > 0 and full["disk_free_limit_bytes"] == 0
+        assert _gauge(text, "doq_storage_used_bytes") > 2 * 2**20
         assert _grpc_enqueue_code(node) == grpc.StatusCode.RESOURCE_EXHAUSTED
         with doq_client.DoqClient(node.grpc_addr) as client, pytest.raises(doq_client.StorageFull) as refused:
             client.enqueue("bulk", b"z")
@@ -157,6 +177,7 @@ def test_a_node_past_its_max_data_size_refuses_growth_serves_drains_and_resumes_
         _resumes(node, "bulk")
         assert _readyz(node)["alarms"] == []
         assert "doq_storage_alarm{" not in _metrics(node)
+        assert _storage(node)["used_bytes"] < full["used_bytes"] - 2**20  # the purge gave its pages back
         _canary_intact(node, canary)
         assert node.proc.pid == pid and node.proc.poll() is None  # no restart
 
@@ -280,6 +301,9 @@ def test_one_full_member_stops_the_clusters_growth_until_its_space_is_freed(tmp_
         human = subprocess.run([sys.executable, "-m", "doq", "cluster", "status", "--server", lead.http_url],
                                capture_output=True, text=True, timeout=60, env={**os.environ}).stdout
         assert "ALARM node-3 DATA_SIZE_LIMIT: the store holds" in human, human
+        own = subprocess.run([sys.executable, "-m", "doq", "cluster", "status", "--server", n3.http_url],
+                             capture_output=True, text=True, timeout=60, env={**os.environ}).stdout
+        assert re.search(r"^storage of node-3: \d+\.\d MiB of 4\.0 MiB used; disk \S+ \S+ free", own, re.M), own
         for n in cluster:
             status, body = _enqueue(n, "bulk")
             assert status == 507, body

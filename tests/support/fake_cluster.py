@@ -114,6 +114,9 @@ class Follower:
     def alarms(self) -> list[Any]:
         return []
 
+    def storage_usage(self) -> None:
+        return None
+
     @property
     def applied_index(self) -> int:
         return self.leader.applied_index

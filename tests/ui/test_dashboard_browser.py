@@ -175,6 +175,17 @@ def test_the_dashboard_shows_live_queues_browses_and_acts(node: NodeProc, browse
     browser.get(node.http_url + "/ui#/cluster")
     wait(browser, "the members table", lambda d: d.find_elements(By.CSS_SELECTOR, '#members tr[data-member="node-1"]'))
     assert "leader" in browser.find_element(By.CSS_SELECTOR, '#members tr[data-member="node-1"]').text
+    member = {td.get_attribute("data-col"): td.text for td in
+              browser.find_elements(By.CSS_SELECTOR, '#members tr[data-member="node-1"] td')}
+    status = call(node, "GET", "/cluster")
+    assert member["reachable"] == "yes" and member["contact"] == "–", member  # itself
+    assert int(member["match"].replace(",", "")) >= 1 and member["lag"] == "0", member
+    assert re.fullmatch(r"\d+\.\d (KiB|MiB) of \d+\.\d GiB", browser.find_element(
+        By.CSS_SELECTOR, '[data-card="data used"] .v').text), status["storage"]
+    assert "free" not in browser.find_element(By.CSS_SELECTOR, '[data-card="disk free"] .v').text
+    assert re.fullmatch(r"\d+\.\d [KMGT]iB \(limit \d+\.\d [KMG]iB\)", browser.find_element(
+        By.CSS_SELECTOR, '[data-card="disk free"] .v').text)
+    assert browser.find_element(By.ID, "alarms").text == "None: writes are accepted."
     shot(browser, "cluster")
 
     # nothing the page loaded came from anywhere but the node

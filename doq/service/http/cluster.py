@@ -51,6 +51,15 @@ class MemberModel(BaseModel):
     lag: int | None = Field(None, description="Entries it is behind: the commit index less its match index.")
 
 
+class StorageModel(BaseModel):
+    used_bytes: int = Field(description="What the answering node's store takes (the pages its trees use: "
+                                        "what `--max-data-size` limits).")
+    max_bytes: int = Field(description="Its `--max-data-size`.")
+    disk_free_bytes: int | None = Field(None, description="Free on its data directory's file system "
+                                                          "(null: not measured yet).")
+    disk_free_limit_bytes: int = Field(description="Its `--disk-free-limit`.")
+
+
 class ClusterStatusModel(BaseModel):
     model_config = ConfigDict(json_schema_extra={"examples": [{
         "node_id": "node-2", "cluster_id": "0b6f7a3e-5c1d-4e8a-9f52-7d0c3a1e6b94", "role": "follower", "leader_id": "node-1", "term": 3,
@@ -75,6 +84,8 @@ class ClusterStatusModel(BaseModel):
     alarms: list[dict[str, str]] = Field(default_factory=list, description=(
         "Storage alarms on (node_id, reason, message): this node's, and on the leader its members' "
         "(while any is on, writes that grow the state are refused with 507)."))
+    storage: StorageModel | None = Field(None, description="The answering node's store: what it takes and the "
+                                                           "disk it has left.")
 
 
 class JoinBody(BaseModel):

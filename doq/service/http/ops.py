@@ -100,6 +100,7 @@ def build_ops_router(api: QueueService) -> APIRouter:
         node.state.list_queues, lambda: bool(node.is_leader), api.long_polls.waiting,
         oldest_enqueued_ms=node.state.oldest_enqueued_ms))
     registry.register(metrics.AlarmCollector(node.alarms))
+    registry.register(metrics.StorageCollector(node.storage_usage))
     registry.register(RedriveCollector(lambda: node.state.view))
 
     @r.get(

@@ -36,6 +36,13 @@ function put(node, ...kids) {
 }
 const fmt = (n) => (n === undefined || n === null ? "–" : Number(n).toLocaleString("en-US"));
 const fmtRate = (r) => (r === undefined ? "–" : r < 10 ? r.toFixed(1) : Math.round(r).toLocaleString("en-US"));
+// bytes in the largest binary unit that keeps them whole-ish (as the CLI's format_size)
+function fmtBytes(n) {
+  for (const [u, s] of [["TiB", 2 ** 40], ["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 2 ** 10]]) {
+    if (n >= s) return `${(n / s).toFixed(1)} ${u}`;
+  }
+  return `${n} B`;
+}
 // an age in ms as its two largest units: "850 ms", "42 s", "3 min 12 s", "5 h 4 min", "2 d 7 h"
 function fmtAge(ms) {
   if (ms === undefined || ms === null) return "–";
@@ -464,22 +471,36 @@ async function renderCluster() {
     ready = await r.json();
   } catch (e) { ready = null; }
   if (route().view !== "cluster") return;
-  const known = ["node_id", "role", "raft_addr", "grpc_addr", "http_addr", "addrs"];
-  const extra = [...new Set(doc.members.flatMap((m) => Object.keys(m)).filter((k) => !known.includes(k)))];
   const addr = (m, k) => m[k] || (m.addrs || {})[k] || "–";
-  const rows = doc.members.map((m) => el("tr", { "data-member": m.node_id },
-    el("td", {}, m.node_id, m.node_id === doc.leader_id ? el("span", { class: "badge leader" }, " leader") : null),
-    el("td", {}, m.role), el("td", {}, addr(m, "raft_addr")), el("td", {}, addr(m, "grpc_addr")), el("td", {}, addr(m, "http_addr")),
-    extra.map((k) => el("td", {}, typeof m[k] === "object" ? JSON.stringify(m[k]) : m[k]))));
+  // health fields are null where the answering node cannot know (a follower knows itself and its leader)
+  const yesNo = (v) => (v === true ? "yes" : v === false ? "NO" : "?");
+  const ago = (ms) => (ms === null || ms === undefined ? "?" : ms === 0 ? "–" : fmtAge(ms) + " ago");
+  const cols = [["node", "Node"], ["role", "Role"], ["reachable", "Reachable"], ["contact", "Last contact"],
+    ["match", "Match index"], ["lag", "Lag"], ["raft", "Raft"], ["grpc", "gRPC"], ["http", "HTTP"]];
+  const rows = doc.members.map((m) => el("tr", { "data-member": m.node_id, class: m.reachable === false ? "bad" : "" },
+    el("td", { "data-col": "node" }, m.node_id, m.node_id === doc.leader_id ? el("span", { class: "badge leader" }, " leader") : null),
+    el("td", { "data-col": "role" }, m.role), el("td", { "data-col": "reachable" }, yesNo(m.reachable)),
+    el("td", { "data-col": "contact" }, ago(m.last_contact_ms)),
+    el("td", { "data-col": "match", class: "num" }, fmt(m.match_index)), el("td", { "data-col": "lag", class: "num" }, fmt(m.lag)),
+    el("td", { "data-col": "raft" }, addr(m, "raft_addr")), el("td", { "data-col": "grpc" }, addr(m, "grpc_addr")),
+    el("td", { "data-col": "http" }, addr(m, "http_addr"))));
+  const s = doc.storage;
   const summary = [["leader", doc.leader_id || "none"], ["term", doc.term], ["commit", fmt(doc.commit_index)],
-    ["applied", fmt(doc.applied_index)], ["cluster id", doc.cluster_id || "–"], ["this node", `${doc.node_id} (${doc.role})`]];
+    ["applied", fmt(doc.applied_index)], ["cluster id", doc.cluster_id || "–"], ["this node", `${doc.node_id} (${doc.role})`],
+    ["data used", s ? `${fmtBytes(s.used_bytes)} of ${fmtBytes(s.max_bytes)}` : "–"],
+    ["disk free", s && s.disk_free_bytes !== null ? `${fmtBytes(s.disk_free_bytes)} (limit ${fmtBytes(s.disk_free_limit_bytes)})` : "–"]];
+  const alarms = doc.alarms || [];
   put(view, 
     el("h1", {}, "Cluster"),
-    el("div", { class: "cards", id: "cluster-cards" }, summary.map(([k, v]) => el("div", { class: "card" },
+    el("div", { class: "cards", id: "cluster-cards" }, summary.map(([k, v]) => el("div", { class: "card", "data-card": k },
       el("div", { class: "v" }, v), el("div", { class: "k" }, k)))),
     el("h2", {}, "Members"),
-    el("table", { id: "members" }, el("thead", {}, el("tr", {}, ["Node", "Role", "Raft", "gRPC", "HTTP", ...extra].map((h) => el("th", {}, h)))),
+    el("table", { id: "members" }, el("thead", {}, el("tr", {}, cols.map(([k, h]) => el("th", { "data-key": k }, h)))),
       el("tbody", {}, rows)),
+    el("h2", {}, "Storage alarms"),
+    alarms.length
+      ? el("ul", { id: "alarms" }, alarms.map((a) => el("li", { class: "bad", "data-alarm": a.reason }, `${a.node_id} ${a.reason}: ${a.message}`)))
+      : el("p", { class: "muted", id: "alarms" }, "None: writes are accepted."),
     el("h2", {}, "This node's readiness"),
     el("pre", { id: "readiness" }, ready ? JSON.stringify(ready, null, 2) : "unknown"),
   );
