@@ -78,9 +78,8 @@ class Node(Protocol):
     `propose` resolves only after the command's log entry is durable (fsynced on a
     majority) and applied; it returns the state machine's result for that command (a
     `DoqError` instance when the command was rejected by the machine). It raises
-    `NotLeader` (with a leader hint) on a follower, `Unavailable` while stopping or when
-    the entry's commit failed (reason COMMIT_FAILED: nothing of it was applied; retry),
-    and `OutcomeUnknown` when it lost track of an entry in its log (another leader may still
+    `NotLeader` (with a leader hint) on a follower, `Unavailable` while stopping (nothing of it
+    was applied; retry), and `OutcomeUnknown` when it lost track of an entry in its log (another leader may still
     commit it). A proposal whose future
     is cancelled before the node takes it into an entry is dropped (never applied).
 
@@ -162,7 +161,7 @@ class Node(Protocol):
 
     def cluster_admin(self) -> ClusterAdmin | None:
         """The node's membership operations (`/cluster`), or None for a node that cannot
-        change its membership (a lone `LocalNode`)."""
+        change its membership (the tests' lone `LocalNode`)."""
         ...
 
     def propose_alone(self, command: Command) -> asyncio.Future[object]:

@@ -6,9 +6,9 @@ addresses travel with the member's conf change through the log, so every member 
 every other one and can point clients at the leader.
 
 `ClusterAdmin` is what a clustered node offers on top of `doq.node.base.Node` (its
-`cluster_admin()`); the HTTP `/cluster` endpoints and `doq cluster` call it. A
-single-process `LocalNode` has none (`cluster_admin()` is None, `/cluster` is 404); its
-`cluster_status()` (on `Node`) answers as a one-member cluster.
+`cluster_admin()`); the HTTP `/cluster` endpoints and `doq cluster` call it. A node
+without membership (the tests' single-process `LocalNode`) has none (`cluster_admin()` is
+None, `/cluster` is 404); its `cluster_status()` (on `Node`) answers as a one-member cluster.
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ from doq.node import member_input, peer_door, store_identity
 from doq.node.alarms import Alarm, StorageGauge, grows_state, refusal
 from doq.node.base import ProposalFuture, resolve_results
 from doq.node.cluster import ClusterStatus, Member, MemberAddrs, NodeIdentity, StorageUsage
-from doq.node.local import MAX_PENDING_COMMANDS, _take_count, wall_clock_ms
+from doq.node.proposals import MAX_PENDING_COMMANDS, take_count, wall_clock_ms
 from doq.node.raft_log import LmdbLogStorage, decode_addrs, encode_addrs
 from doq.node.raft_snapshot import (
     close_state_read,
@@ -932,7 +932,7 @@ class RaftNode:
         groups: list[list[Fut]] = []
         now_ms = self._stamp_ms()
         while pending:
-            count = _take_count(pending)
+            count = take_count(pending)
             taken, pending = pending[:count], pending[count:]
             batch = CommandBatch(now_ms, [cmd for cmd, _ in taken])
             try:
@@ -1373,7 +1373,7 @@ class RaftNode:
 
     # -- time and snapshots ------------------------------------------------------------------
     def _schedule_lease_tick(self) -> None:
-        """Leader only: propose a Tick when replicated time must move (as LocalNode)."""
+        """Leader only: propose a Tick when replicated time must move."""
         if self._lease_handle:
             self._lease_handle.cancel()
             self._lease_handle = None

@@ -15,7 +15,7 @@ import asyncio
 
 from doq.errors import DoqError, MessageNotFound
 from doq.node.base import Node
-from doq.node.local import wall_clock_ms
+from doq.node.proposals import wall_clock_ms
 from doq.queues import commands as c
 from doq.queues.model import MessageView
 from doq.service import outcomes

@@ -14,11 +14,11 @@ from doq.backup.format import BackupReader
 from doq.backup.online import restore_online
 from doq.backup.ops import write_backup
 from doq.errors import FailedPrecondition, InvalidArgument, NotLeader, QueueNotFound
-from doq.node.local import LocalNode
 from doq.queues.commands import EnqueueItem
 from doq.service.api import QueueService
 from doq.storage.env import open_env
 from doq.storage.state import StateStore
+from tests.support.local_node import LocalNode
 
 
 async def _node(path: Path, cls: type[LocalNode] = LocalNode) -> LocalNode:

@@ -11,12 +11,12 @@ import pytest
 
 from doq.errors import Unavailable
 from doq.node.cluster import MemberAddrs
-from doq.node.local import LocalNode
 from doq.queues import commands as c
 from doq.queues.model import QueueSettings
 from doq.service.api import QueueService
 from doq.storage.env import open_env
 from doq.storage.state import StateStore
+from tests.support.local_node import LocalNode
 
 
 async def _started(path: Path, *, map_size: int = 64 * 1024**2, **kw: object) -> LocalNode:

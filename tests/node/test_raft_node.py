@@ -537,9 +537,9 @@ async def test_a_new_leader_never_stamps_a_time_before_one_already_applied(tmp_p
 async def test_single_node_data_becomes_a_raft_cluster_and_replicates(tmp_path: Path) -> None:
     """A data dir written without Raft (LocalNode, offline restore) bootstraps at its applied
     index; a node added later receives that state by snapshot."""
-    from doq.node.local import LocalNode
     from doq.storage.env import open_env
     from doq.storage.state import StateStore
+    from tests.support.local_node import LocalNode
 
     env = open_env(tmp_path / "n1", map_size=1 << 30)
     local = LocalNode(StateStore(env))
@@ -605,7 +605,10 @@ async def test_open_raft_node_bootstraps_joins_and_restarts_without_joining_agai
 
 
 async def test_a_stopping_leader_hands_over_leadership_first(tmp_path: Path) -> None:
-    cl = await three(tmp_path)
+    # the hand-over is bounded by 3 election timeouts (then the node stops anyway): a long
+    # election timeout gives a loaded machine the time to catch the target up; the hand-over
+    # itself does not wait for it
+    cl = await three(tmp_path, dataclasses.replace(FAST, election_tick=80))
     old = await cl.wait_leader()
     await cl.converged()
     pending = [old.propose_nowait(enq(i)) for i in range(20)]

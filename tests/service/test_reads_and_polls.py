@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from doq.errors import InvalidArgument, QueueNotFound
-from doq.node.local import LocalNode
 from doq.queues import commands as c
 from doq.queues.model import QueueInfo, QueueSettings
 from doq.service.api import QueueService
 from doq.storage.env import open_env
 from doq.storage.state import StateStore
+from tests.support.local_node import LocalNode
 
 
 class Counted:

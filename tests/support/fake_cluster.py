@@ -26,12 +26,12 @@ import grpc
 
 from doq.errors import NotLeader, OutcomeUnknown
 from doq.node.cluster import ClusterAdmin, ClusterStatus, Member, MemberAddrs
-from doq.node.local import LocalNode
 from doq.queues.commands import Command
 from doq.service.api import QueueService
 from doq.service.grpc_server import build_server
 from doq.storage.env import open_env
 from doq.storage.state import StateStore
+from tests.support.local_node import LocalNode
 from tests.support.proc import free_port
 
 T = TypeVar("T")

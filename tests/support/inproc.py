@@ -19,7 +19,6 @@ import httpx
 import lmdb
 from doq_proto.v1 import doq_pb2_grpc as pb_grpc
 
-from doq.node.local import LocalNode
 from doq.service import metrics
 from doq.service.api import QueueService
 from doq.service.grpc_server import build_server
@@ -27,6 +26,7 @@ from doq.service.http_gateway import create_app
 from doq.service.limits import Limits
 from doq.storage.env import open_env
 from doq.storage.state import DUMP_MAGIC, StateStore
+from tests.support.local_node import LocalNode
 
 _DUMP_REC = struct.Struct(">BII")
 _META_TAG = 1  # the machine meta record: every applied command stamps replicated time

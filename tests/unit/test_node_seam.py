@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from doq.node.base import Node
-from doq.node.local import LocalNode
+from tests.support.local_node import LocalNode
 
 ROOT = Path(__file__).resolve().parents[2]
 USERS = sorted([*(ROOT / "doq" / "service").rglob("*.py"), *(ROOT / "doq" / "backup").rglob("*.py")])

@@ -1,4 +1,4 @@
-"""Single-node log: group commit of proposals into one fsynced LMDB transaction.
+"""A test node: a single-node log with group commit of proposals into one fsynced LMDB transaction.
 
 Proposals queue up while the previous batch is being written; the batcher then takes
 everything pending (bounded), stamps it with the wall clock (`now_ms`, kept monotonic),
@@ -29,20 +29,14 @@ from doq.errors import Overloaded, Unavailable
 from doq.node.alarms import Alarm
 from doq.node.base import ProposalFuture, resolve_results
 from doq.node.cluster import ClusterAdmin, ClusterStatus, Member, MemberAddrs, StorageUsage
+from doq.node.proposals import MAX_PENDING_COMMANDS, take_count, wall_clock_ms
 from doq.queues.commands import Command, CommandBatch, Tick
 from doq.storage.chunks import DEFAULT_CHUNK_BYTES
 from doq.storage.state import StateStore, StoreBroken
 
 log = logging.getLogger(__name__)
 
-MAX_COMMANDS_PER_ENTRY = 4096
-MAX_BATCH_BYTES = 8 * 1024 * 1024
-MAX_PENDING_COMMANDS = 200_000
 NO_ADDRS = MemberAddrs("", "", "")  # a node built without listen addresses (tests, tools)
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 T = TypeVar("T")
@@ -201,7 +195,7 @@ class LocalNode:
                 await self._wakeup.wait()
                 continue
             async with self._commit_lock:
-                count = _take_count(self._pending)
+                count = take_count(self._pending)
                 taken = [p for p in self._pending[:count] if not p[1].cancelled()]
                 del self._pending[:count]
                 for _, fut in taken:
@@ -291,16 +285,3 @@ class LocalNode:
 def _consume(fut: asyncio.Future[object]) -> None:
     if not fut.cancelled():
         fut.exception()
-
-
-def _take_count(pending: Sequence[tuple[Command, object]]) -> int:
-    """How many pending commands go into the next entry (bounded by count and bytes)."""
-    size = 0
-    for n, (cmd, _) in enumerate(pending[:MAX_COMMANDS_PER_ENTRY]):
-        items = getattr(cmd, "items", None)
-        contents: list[bytes] = getattr(cmd, "contents", None) or []
-        if items or contents:
-            size += sum(len(it.content) for it in items) if items else sum(map(len, contents))
-            if size > MAX_BATCH_BYTES and n > 0:
-                return n
-    return min(len(pending), MAX_COMMANDS_PER_ENTRY)
