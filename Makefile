@@ -10,7 +10,7 @@ SERVER_STAMP := $(VENV)/.installed-server
 DEV_STAMP := $(VENV)/.installed-dev
 # Budget for the slow suites (long simulations) in CI.
 SLOW_SEEDS ?= 300
-# `make chaos`: kill -9s of a real cluster under load, checked (python -m doq.chaos --help).
+# `make chaos`: kill -9s of a real cluster under load, checked (python -m tools.chaos --help).
 CHAOS_NODES ?= 3
 CHAOS_KILLS ?= 50
 CHAOS_DURATION ?= 400
@@ -39,7 +39,7 @@ check-proto: $(DEV_STAMP)
 
 lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy doq
+	$(VENV)/bin/mypy doq tools
 	PYTHONPATH=.:clients/python $(VENV)/bin/lint-imports
 
 test-fast: $(DEV_STAMP)
@@ -49,10 +49,10 @@ test: check-proto lint test-fast
 	DOQ_SIM_SEEDS=$(SLOW_SEEDS) $(PY) -m pytest -q -m slow -x
 
 sim: $(DEV_STAMP)
-	$(PY) -m doq.sim --seeds 0:5000 --nodes 5
+	$(PY) -m tools.sim --seeds 0:5000 --nodes 5
 
 chaos: $(SERVER_STAMP)
-	$(PY) -m doq.chaos --nodes $(CHAOS_NODES) --kills $(CHAOS_KILLS) --duration $(CHAOS_DURATION)
+	$(PY) -m tools.chaos --nodes $(CHAOS_NODES) --kills $(CHAOS_KILLS) --duration $(CHAOS_DURATION)
 
 # The doq package as a zip for `spark-submit --py-files` (backup/README.md).
 backup-zip: $(SERVER_STAMP)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 KNOWN_BUGS = frozenset({"commit-old-term", "no-persist-vote", "skip-prev-check"})
-"""Deliberate bugs the simulator must catch; only ever enabled by tests and `doq.sim`."""
+"""Deliberate bugs the simulator must catch; only ever enabled by tests and `tools.sim`."""
 
 
 @dataclass(slots=True, frozen=True)

@@ -1,4 +1,4 @@
-"""`python -m doq.chaos` against real `doq serve` processes: short runs with kill -9s and
+"""`python -m tools.chaos` against real `doq serve` processes: short runs with kill -9s and
 a pause find no anomaly, on one node and on a three-node cluster (leader and follower
 kills, a leader paused longer than the election timeout), and the one-node run against a
 server with a planted bug (acks before commit) is caught by the checker."""
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from doq.chaos.nemesis import KILL_FOLLOWER, KILL_LEADER, PAUSE_LEADER, make_plan
+from tools.chaos.nemesis import KILL_FOLLOWER, KILL_LEADER, PAUSE_LEADER, make_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 PLANTED = Path(__file__).with_name("planted_server.py")
@@ -24,7 +24,7 @@ PLANTED = Path(__file__).with_name("planted_server.py")
 def chaos(tmp_path: Path, *args: str) -> tuple[int, dict[str, Any], str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(ROOT), str(ROOT / "clients" / "python"), os.environ.get("PYTHONPATH", "")])}
-    r = subprocess.run([sys.executable, "-m", "doq.chaos", "--workdir", str(tmp_path), *args],
+    r = subprocess.run([sys.executable, "-m", "tools.chaos", "--workdir", str(tmp_path), *args],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     lines = r.stdout.strip().splitlines()
     assert lines, f"no summary; stderr:\n{r.stderr[-3000:]}"

@@ -4,7 +4,7 @@ of an earlier lease) is not reported as one."""
 
 from __future__ import annotations
 
-from doq.chaos.checker import Op, Report, check, failover_times_ms
+from tools.chaos.checker import Op, Report, check, failover_times_ms
 
 Q = "q"
 VIS = 1000

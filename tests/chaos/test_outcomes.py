@@ -6,8 +6,8 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from doq.chaos.workload import outcome_of
 from doq_client.errors import make_error
+from tools.chaos.workload import outcome_of
 
 S = grpc.StatusCode
 

@@ -1,6 +1,6 @@
 """A voter that comes back with an empty store (its disk was lost), in the pure core.
 
-Real `RaftCore`s in the deterministic simulator (`doq.sim.harness.Cluster`, with its
+Real `RaftCore`s in the deterministic simulator (`tools.sim.harness.Cluster`, with its
 invariant checker); the "wipe" replaces a node's storage by an empty one. The rule under
 test: the driver disables voting (`RaftCore.allow_voting(False)`) on such a node until it
 is re-admitted; then it can neither elect a leader that lacks acknowledged entries nor
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from doq.raft import Message, MessageType, RaftCore, Role
 from doq.raft.storage import MemoryStorage
-from doq.sim.harness import Cluster
+from tools.sim.harness import Cluster
 
 MT = MessageType
 

@@ -27,9 +27,9 @@ from doq.raft import (
     SnapshotTemporarilyUnavailable,
     codec,
 )
-from doq.sim.harness import Cluster
-from doq.sim.node import SimNode
-from doq.sim.runner import SimOptions, run_seed
+from tools.sim.harness import Cluster
+from tools.sim.node import SimNode
+from tools.sim.runner import SimOptions, run_seed
 
 MT = MessageType
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from doq.sim.__main__ import main
-from doq.sim.runner import SimOptions, run_seed
+from tools.sim.__main__ import main
+from tools.sim.runner import SimOptions, run_seed
 
 CLEAN_SEEDS = 60
 """Clean 5-node seeds in the default run; the slow suite runs DOQ_SIM_SEEDS more."""
@@ -40,7 +40,7 @@ def test_replay_is_identical_across_processes_and_hash_seeds() -> None:
 
     def run(hash_seed: str) -> str:
         env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(root)}
-        cmd = [sys.executable, "-m", "doq.sim", "--seeds", "11:13", "--steps", "2000", "-v"]
+        cmd = [sys.executable, "-m", "tools.sim", "--seeds", "11:13", "--steps", "2000", "-v"]
         out = subprocess.run(cmd, env=env, cwd=root, capture_output=True, text=True, check=True)
         return "\n".join(line for line in out.stdout.splitlines() if line.startswith("seed="))
 
@@ -96,7 +96,7 @@ def test_cli_summary_and_replay_command(capsys: pytest.CaptureFixture[str]) -> N
     assert main(["--seeds", "0:50", "--bug", "skip-prev-check"]) == 1
     captured = capsys.readouterr()
     assert "violations=1" in captured.out
-    assert "python -m doq.sim --seeds" in captured.err and "--bug skip-prev-check" in captured.err
+    assert "python -m tools.sim --seeds" in captured.err and "--bug skip-prev-check" in captured.err
 
 
 @pytest.mark.slow

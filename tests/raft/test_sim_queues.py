@@ -1,4 +1,4 @@
-"""The simulator's queue workload (doq.sim.queues): the real queue state machine with
+"""The simulator's queue workload (tools.sim.queues): the real queue state machine with
 redrives under the simulated faults (crashes, partitions, leader changes, snapshots)
 stays identical on every replica and conserves every payload; and the check catches a
 redrive that duplicates messages or that paces by something other than replicated state."""
@@ -11,7 +11,7 @@ import pytest
 
 from doq.queues import redrive as RD
 from doq.queues.machine import QueueMachine
-from doq.sim.runner import SimOptions, run_seed
+from tools.sim.runner import SimOptions, run_seed
 
 SEEDS = range(12)
 

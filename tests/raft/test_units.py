@@ -19,7 +19,7 @@ from doq.raft import (
 )
 from doq.raft.log import RaftLog
 from doq.raft.progress import Inflights, Progress, ProgressState, quorum_index, vote_result
-from doq.sim.harness import Cluster
+from tools.sim.harness import Cluster
 
 
 def ents(*terms: int, start: int = 2) -> list[Entry]:

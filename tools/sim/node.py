@@ -23,7 +23,7 @@ from doq.raft.types import (
     Snapshot,
     SoftState,
 )
-from doq.sim.queues import QueueReplica
+from tools.sim.queues import QueueReplica
 
 ZERO_HASH = bytes(16)
 LEADER_MESSAGES = frozenset({MessageType.APP, MessageType.HEARTBEAT, MessageType.SNAP})
@@ -31,7 +31,7 @@ LEADER_MESSAGES = frozenset({MessageType.APP, MessageType.HEARTBEAT, MessageType
 
 class ToyStateMachine:
     """Hash chain over every applied entry; snapshot = (index, hash). With `queues` (the
-    queue workload, doq.sim.queues) it also applies the queue state machine, folds its
+    queue workload, tools.sim.queues) it also applies the queue state machine, folds its
     digest into the chain and carries its records in the snapshot."""
 
     __slots__ = ("index", "hash", "count", "queues")

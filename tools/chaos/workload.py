@@ -33,7 +33,6 @@ from typing import Any
 
 import grpc
 
-from doq.chaos.checker import ACK, DELIVER, ENQUEUE, FAIL, INFO, INVOKE, OK, Op
 from doq_client import (
     AlreadyExists,
     Consumer,
@@ -49,6 +48,7 @@ from doq_client import (
     TooLarge,
 )
 from doq_client.retry import NOT_APPLIED_REASONS
+from tools.chaos.checker import ACK, DELIVER, ENQUEUE, FAIL, INFO, INVOKE, OK, Op
 
 #: errors after which the request certainly did not take effect (besides NOT_APPLIED_REASONS)
 _REFUSED = (InvalidArgument, NotFound, FailedPrecondition, StaleLease, TooLarge, AlreadyExists)

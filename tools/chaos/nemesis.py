@@ -14,7 +14,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from doq.chaos.procs import Cluster, HarnessError, NodeProcess
+from tools.chaos.procs import Cluster, HarnessError, NodeProcess
 
 KILL_LEADER, KILL_FOLLOWER, PAUSE_LEADER = "kill-leader", "kill-follower", "pause-leader"
 

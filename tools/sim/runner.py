@@ -25,11 +25,11 @@ from doq.raft.types import (
     RaftError,
     Role,
 )
-from doq.sim.checker import Checker
-from doq.sim.network import Faults, Network
-from doq.sim.node import SimNode
-from doq.sim.queue_load import QueueLoad, replay_violations
-from doq.sim.queues import QueueWorkload
+from tools.sim.checker import Checker
+from tools.sim.network import Faults, Network
+from tools.sim.node import SimNode
+from tools.sim.queue_load import QueueLoad, replay_violations
+from tools.sim.queues import QueueWorkload
 
 
 @dataclass(slots=True)
@@ -57,7 +57,7 @@ class SimOptions:
     p_isolate_on_commit: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6)
     """Per-seed choice: chance that a leader is isolated right as it advances its commit."""
     queues: bool = False
-    """The queue workload (doq.sim.queues): proposals are queue commands (redrives
+    """The queue workload (tools.sim.queues): proposals are queue commands (redrives
     included) applied by the real queue state machine, checked for conservation."""
 
     def __post_init__(self) -> None:

@@ -1,4 +1,4 @@
-"""``python -m doq.sim --seeds A:B [--nodes N] [--steps K] [--bug NAME]``
+"""``python -m tools.sim --seeds A:B [--nodes N] [--steps K] [--bug NAME]``
 
 Runs seeds A..B-1, prints one summary line, and on a violation prints the seed, the
 violations and a replay command; exits 1 if any seed violated an invariant.
@@ -11,7 +11,7 @@ import sys
 import time
 
 from doq.raft.config import KNOWN_BUGS
-from doq.sim.runner import SimOptions, run_seed
+from tools.sim.runner import SimOptions, run_seed
 
 
 def parse_seeds(text: str) -> range:
@@ -22,13 +22,13 @@ def parse_seeds(text: str) -> range:
 
 
 def replay_command(seed: int, opts: SimOptions) -> str:
-    cmd = f"python -m doq.sim --seeds {seed}:{seed + 1} --nodes {opts.nodes} --steps {opts.steps}"
+    cmd = f"python -m tools.sim --seeds {seed}:{seed + 1} --nodes {opts.nodes} --steps {opts.steps}"
     return cmd + (f" --bug {opts.bug}" if opts.bug else "") + (" --queues" if opts.queues else "")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m doq.sim", description=__doc__,
+        prog="python -m tools.sim", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument("--seeds", default="0:100", help="A:B runs seeds A..B-1 (default 0:100)")

@@ -1,4 +1,4 @@
-"""One chaos run end to end: ``python -m doq.chaos --nodes 1|3 --kills N --duration S``.
+"""One chaos run end to end: ``python -m tools.chaos --nodes 1|3 --kills N --duration S``.
 
 Starts `--nodes` real `doq serve` processes on 127.0.0.1 (free ports, a temporary data
 directory), creates the queues, runs the workload for `--duration` seconds while the
@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from doq.chaos.checker import ANOMALIES, Op, check, failover_times_ms
-from doq.chaos.nemesis import KILL_LEADER, PAUSE_LEADER, Nemesis, make_plan
-from doq.chaos.procs import DEFAULT_SERVER_CMD, Cluster, HarnessError
-from doq.chaos.workload import Endpoint, History, Targets, Workload, WorkloadConfig
 from doq_client import DoqClientError
+from tools.chaos.checker import ANOMALIES, Op, check, failover_times_ms
+from tools.chaos.nemesis import KILL_LEADER, PAUSE_LEADER, Nemesis, make_plan
+from tools.chaos.procs import DEFAULT_SERVER_CMD, Cluster, HarnessError
+from tools.chaos.workload import Endpoint, History, Targets, Workload, WorkloadConfig
 
 EXIT_OK, EXIT_ANOMALY, EXIT_ERROR = 0, 1, 2
 
@@ -136,7 +136,7 @@ def run(cfg: ChaosConfig, workdir: Path) -> Outcome:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m doq.chaos", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m tools.chaos", description=__doc__.split("\n\n")[0])
     a = p.add_argument
     a("--nodes", type=int, default=1, help="doq serve processes (1, or 3 for a cluster)")
     a("--kills", type=int, default=3, help="kill -9s (a quarter of followers with several nodes)")

@@ -2,7 +2,7 @@
 
 Messages go through one FIFO queue; nothing happens unless the test ticks, proposes or
 calls :meth:`Cluster.stabilize`. Every node runs the real Ready loop of
-:class:`~doq.sim.node.SimNode`, and the invariant :class:`~doq.sim.checker.Checker`
+:class:`~tools.sim.node.SimNode`, and the invariant :class:`~tools.sim.checker.Checker`
 observes all of them, so every scenario also checks the Raft safety properties.
 """
 
@@ -15,8 +15,8 @@ from doq.raft.config import RaftConfig
 from doq.raft.core import RaftCore
 from doq.raft.storage import MemoryStorage
 from doq.raft.types import ConfChange, ConfChangeType, EntryType, Message, Role
-from doq.sim.checker import Checker
-from doq.sim.node import SimNode
+from tools.sim.checker import Checker
+from tools.sim.node import SimNode
 
 MessageFilter = Callable[[Message], bool]
 """Return False to drop a message."""

@@ -8,7 +8,7 @@
   index on every node;
 - linearizable reads: a ReadState index covers every write acknowledged before the read;
 - durability: every acknowledged proposal is applied by every live member at the end;
-- with the queue workload (doq.sim.queues): the queue state's digest is part of the
+- with the queue workload (tools.sim.queues): the queue state's digest is part of the
   state-machine hash, and payloads are conserved (none lost, none twice).
 """
 
@@ -18,10 +18,10 @@ from hashlib import blake2b
 from typing import TYPE_CHECKING
 
 from doq.raft.types import Entry, ReadState, Role, Snapshot, SoftState
-from doq.sim.queues import QueueCheck
+from tools.sim.queues import QueueCheck
 
 if TYPE_CHECKING:
-    from doq.sim.node import SimNode
+    from tools.sim.node import SimNode
 
 BOOT_PREFIX = b"bootstrap-prefix"
 

@@ -1,5 +1,0 @@
-import sys
-
-from doq.chaos.runner import main
-
-sys.exit(main())

@@ -1,0 +1,31 @@
+"""The installed `doq` package is the product: the chaos tester and the simulator live in
+`tools/`, the harnesses of one-off measurements in `bench/`, the test node in `tests/`;
+nothing in `doq` imports them (an installed doq would fail), and the package list of the
+distribution holds none of them."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from setuptools import find_packages
+
+ROOT = Path(__file__).resolve().parents[2]
+OUTSIDE = {"tools", "tests", "bench", "backup"}
+
+
+def test_nothing_in_doq_imports_what_is_not_installed() -> None:
+    bad = []
+    for path in sorted((ROOT / "doq").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else [])
+            bad += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] in OUTSIDE]
+    assert bad == []
+
+
+def test_the_distribution_holds_the_product_only() -> None:
+    packages = find_packages(str(ROOT), include=["doq*", "doq_proto*", "doq_client*"])
+    assert "doq" in packages and "doq.service" in packages
+    assert not [p for p in packages if p.split(".")[0] in OUTSIDE or p in ("doq.chaos", "doq.sim")]
+    assert not (ROOT / "doq" / "node" / "local.py").exists()  # the test node is in tests/support

@@ -1,0 +1,5 @@
+import sys
+
+from tools.chaos.runner import main
+
+sys.exit(main())
