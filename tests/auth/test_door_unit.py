@@ -172,7 +172,7 @@ def _every_route(service: QueueService) -> tuple[set[tuple[str, str]], list[str]
         if isinstance(route, Mount):
             mounts.append(route.path)
             continue
-        ops |= {(m, route.path) for m in getattr(route, "methods", None) or () if m != "HEAD"}
+        ops |= {(m, getattr(route, "path_format", route.path)) for m in getattr(route, "methods", None) or () if m != "HEAD"}
     return ops, mounts
 
 

@@ -60,6 +60,28 @@ async def test_put_get_delete_a_group_policy_and_queue_defaults(client: httpx.As
     assert [g["weight"] for g in (await client.get(f"{Q}/fq/groups")).json()["groups"]] == [3, 3, 3]
 
 
+async def test_the_default_group_and_groups_holding_a_slash_are_addressed_over_http(
+        client: httpx.AsyncClient) -> None:
+    """`.../groups/` is the default group "" (messages sent without a group); a `/` in a
+    group's name may come percent-encoded or as it is."""
+    await _fair(client)
+    r = await client.put(f"{Q}/fq/groups/", json={"max_per_second": 7})
+    assert r.status_code == 200 and r.json()["group"]["group"] == "" and r.json()["group"]["max_per_second"] == 7
+    r = await client.put(f"{Q}/fq/groups/tenant%2Fa", json={"weight": 4})
+    assert r.status_code == 200 and r.json()["group"]["group"] == "tenant/a", r.text
+    r = await client.put(f"{Q}/fq/groups/tenant/b/c", json={"weight": 2})
+    assert r.status_code == 200 and r.json()["group"]["group"] == "tenant/b/c", r.text
+    r = await client.post(f"{Q}/fq/messages:batch", json={"messages": [{"content": "x"}, {"content": "y"}]})
+    assert r.status_code == 200, r.text
+    groups = {g["group"]: g for g in (await client.get(f"{Q}/fq/groups")).json()["groups"]}
+    assert (groups[""]["ready"], groups[""]["max_per_second"]) == (2, 7)
+    assert groups["tenant/a"]["weight"] == 4 and groups["tenant/b/c"]["weight"] == 2
+    r = await client.delete(f"{Q}/fq/groups/")
+    assert r.status_code == 200 and r.json()["group"]["max_per_second"] == 0 and not r.json()["group"]["overridden"]
+    r = await client.delete(f"{Q}/fq/groups/tenant/a")
+    assert r.status_code == 200 and r.json()["group"]["group"] == "tenant/a" and not r.json()["group"]["overridden"]
+
+
 @pytest.mark.parametrize(("method", "path", "body", "status", "reason"), [
     ("PUT", f"{Q}/fq/groups/g", {"weight": 0}, 400, "INVALID_REQUEST"),
     ("PUT", f"{Q}/fq/groups/g", {"weight": -1}, 400, "INVALID_REQUEST"),

@@ -57,7 +57,9 @@ class RouteRules:
                 ms = frozenset(methods)
                 for m in ms:
                     if m != "HEAD":
-                        out.append((frozenset((m,)), regex, HTTP_RULES.get((m, r.path), UNLISTED)))
+                        # keyed by the documented path (`{group}`, not `{group:path}`)
+                        path = getattr(r, "path_format", r.path)
+                        out.append((frozenset((m,)), regex, HTTP_RULES.get((m, path), UNLISTED)))
         return out
 
     def match(self, method: str, path: str) -> tuple[Rule, dict[str, str]] | None:

@@ -1,5 +1,8 @@
 """`/API/v1/queues/{name}/groups/{group}`: a fair queue's per-group weight and rate.
 
+`{group}` takes the rest of the path (a group may hold `/`), and may be empty: the default
+group "" of messages sent without one is `.../groups/`.
+
 `PUT` overrides the queue's defaults (`default_group_weight`,
 `default_group_max_per_second`) for one group, `DELETE` drops the overrides (the
 defaults apply again). Both answer the group as it is then (its backlog, in flight,
@@ -25,8 +28,9 @@ if TYPE_CHECKING:
     from doq.service.api import QueueService
 
 GroupName = Annotated[str, Path(
-    description="The group name as messages carry it (a group named \"\" or holding \"/\" is set over gRPC).",
-    examples=["tenant-a"], json_schema_extra={"pattern": m.NO_NUL, "minLength": 1},
+    description="The group name as messages carry it, percent-encoded (a `/` in it may also be sent as it "
+                "is); the default group (messages sent without one) is the empty name: `.../groups/`.",
+    examples=["tenant-a"], json_schema_extra={"pattern": m.NO_NUL},
 )]
 JSON = "application/json"
 
@@ -52,7 +56,7 @@ class GroupResult(m._Out):
 def build_groups_router(api: QueueService) -> APIRouter:
     r = APIRouter(prefix="/API/v1", generate_unique_id_function=operation_id, route_class=LeanRoute)
 
-    @r.put("/queues/{name}/groups/{group}", tags=["queues"], response_model=GroupResult,
+    @r.put("/queues/{name}/groups/{group:path}", tags=["queues"], response_model=GroupResult,
            summary="Set a group's weight or rate", response_description="The group with its weight and rate now.",
            responses=errors(400, 404, 409, 413, 415), openapi_extra=body_doc(GroupPolicyBody))
     async def set_group_policy(name: QueueName, group: GroupName, request: Request) -> Response:
@@ -63,7 +67,7 @@ def build_groups_router(api: QueueService) -> APIRouter:
         g = await api.set_group_policy(name, group, b.weight, b.max_per_second, caller=http_caller(request))
         return Response(m.dumps({"success": True, "group": m.group_dict(g)}), media_type=JSON)
 
-    @r.delete("/queues/{name}/groups/{group}", tags=["queues"], response_model=GroupResult,
+    @r.delete("/queues/{name}/groups/{group:path}", tags=["queues"], response_model=GroupResult,
               summary="Drop a group's own weight and rate", response_description="The group with the queue's "
               "defaults.", responses=errors(400, 404, 409))
     async def reset_group_policy(name: QueueName, group: GroupName, request: Request) -> Response:
