@@ -542,6 +542,12 @@ class QueueMachine:
         q = self.queues.get(queue)
         return q.index.n_ready if q is not None and q.index.has_ready() else 0
 
+    def throttled_groups(self, queue: str) -> int:
+        """How many of a fair queue's groups wait for their rate now (0 for a delayed or
+        unknown queue). Any thread (the length of one dict)."""
+        q = self.queues.get(queue)
+        return len(q.index.policy.throttled) if q is not None and isinstance(q.index, FairIndex) else 0
+
     def oldest_id(self, queue: str) -> int | None:
         """The id of `queue`'s oldest message in any state (ids only grow, so the lowest);
         None without messages or queue. Any thread (`IdSet.first`)."""

@@ -27,7 +27,7 @@ from prometheus_client.registry import Collector
 
 from doq.node.alarms import Alarm
 from doq.node.cluster import StorageUsage
-from doq.queues.model import QueueInfo
+from doq.queues.model import QueueInfo, QueueType
 
 COMMIT_SECONDS = Histogram(
     "doq_commit_seconds",
@@ -109,6 +109,8 @@ class QueueDepthCollector(Collector):
     the `max_queue_series` queues holding the most messages (ready + delayed + in flight +
     dead; ties by name), and one `queue="_other"` series per state summing the others (only
     when there are others); `doq_queues` counts them all.
+    `doq_queue_groups_throttled` (with `throttled_groups`) counts, for those of them that are
+    fair queues, the groups over their rate now.
     `doq_queue_oldest_message_age_seconds` (with `oldest_enqueued_ms`, `State.oldest_enqueued_ms`)
     has a series for each of those queues that holds a message, `_other` the oldest of the
     rest: one record read per queue holding messages, per scrape."""
@@ -117,12 +119,14 @@ class QueueDepthCollector(Collector):
                  long_polls_waiting: Callable[[], int] = lambda: 0, *,
                  max_queue_series: int = MAX_QUEUE_SERIES,
                  oldest_enqueued_ms: Callable[[Iterable[str]], dict[str, int]] | None = None,
+                 throttled_groups: Callable[[Iterable[str]], dict[str, int]] | None = None,
                  now_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000) -> None:
         self._list_queues = list_queues
         self._is_leader = is_leader
         self._long_polls_waiting = long_polls_waiting
         self._max_series = max_queue_series
         self._oldest = oldest_enqueued_ms
+        self._throttled = throttled_groups
         self._now_ms = now_ms
 
     def collect(self) -> Iterator[Metric]:
@@ -143,6 +147,13 @@ class QueueDepthCollector(Collector):
                 depth.add_metric([OTHER_QUEUES, state], n)
         if self._oldest is not None:
             yield self._ages(all_queues, {q.name for q in top})
+        if self._throttled is not None:
+            throttled = GaugeMetricFamily(
+                "doq_queue_groups_throttled", "A fair queue's groups waiting for their rate (max_per_second) now; "
+                "series for the largest queues that have any", labels=["queue"])
+            for name, n in sorted(self._throttled(q.name for q in top if q.type is QueueType.FAIR).items()):
+                throttled.add_metric([name], n)
+            yield throttled
         queues = GaugeMetricFamily("doq_queues", "Queues on this node")
         queues.add_metric([], len(all_queues))
         leader = GaugeMetricFamily("doq_node_is_leader", "1 if this node is the leader")

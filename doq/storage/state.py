@@ -1070,6 +1070,11 @@ class StateStore:
         a read barrier."""
         return self.machine.sort_known(queue, ids)
 
+    def throttled_groups(self, queues: Iterable[str]) -> dict[str, int]:
+        """For each of `queues` that has any, how many of its groups wait for their rate
+        (`QueueMachine.throttled_groups`; any thread)."""
+        return {name: n for name in queues if (n := self.machine.throttled_groups(name))}
+
     def oldest_enqueued_ms(self, queues: Iterable[str]) -> dict[str, int]:
         """When each of `queues`' oldest message was enqueued (replicated ms), for those
         that hold messages: one look-up per queue in one read txn. Any thread (the oldest

@@ -131,6 +131,8 @@ def test_events_give_the_age_of_each_queues_oldest_message_in_any_state(node: No
             text = r.read().decode()
         age = re.search(r'^doq_queue_oldest_message_age_seconds\{queue="dash-age"\} (\S+)$', text, re.M)
         assert age is not None and float(age.group(1)) >= (t - enqueued[ids[2]]) / 1000
+        assert "# TYPE doq_queue_groups_throttled gauge" in text  # wired (series only while throttled)
+        assert "# TYPE doq_storage_used_bytes gauge" in text
         call(node, "POST", f"{Q}/dash-age/purge")
         row, _ = row_when(lambda r: r["total"] == 0)
         assert row["oldest_age_ms"] is None

@@ -101,6 +101,7 @@ def test_a_throttled_group_is_skipped_and_wakes_at_its_replicated_time() -> None
     node.fill(T0, "q", "a", 15)
     assert node.groups_of(T0, "q", 15) == ["a"] * 10  # a full bucket: one second of 10/s
     assert not node.m.has_deliverable("q")
+    assert node.m.throttled_groups("q") == 1
     assert node.m.next_due_ms() == T0 + 100  # 1000 milli-tokens at 10 per second: 100 ms
     stats = node.m.group_stats("q")
     assert stats == [GroupStats("a", 5, 0, 1, 10, True, False)]
@@ -108,6 +109,7 @@ def test_a_throttled_group_is_skipped_and_wakes_at_its_replicated_time() -> None
     assert not node.m.has_deliverable("q")
     node.run(T0 + 100, c.Tick())
     assert node.m.has_deliverable("q") and "q" in node.m.take_changed()
+    assert node.m.throttled_groups("q") == 0
     assert node.groups_of(T0 + 100, "q", 5) == ["a"]
 
 

@@ -51,3 +51,19 @@ def test_the_oldest_message_age_of_the_largest_queues_and_the_oldest_of_the_rest
     assert asked == ["q1", "q2", "q3", "q4", "q5"]
     assert {s.labels["queue"]: s.value for s in ages.samples} == {
         "q3": 13.0, "q4": 14.0, "q5": 15.0, OTHER_QUEUES: 12.0}
+
+
+def test_throttled_groups_of_the_largest_fair_queues() -> None:
+    queues = [QueueInfo(f"f{i}", QueueType.FAIR, QueueSettings(), QueueStats(10 + i, 0, 0, 0)) for i in range(3)]
+    queues.append(_q("d", ready=100))  # a delayed queue has no groups: not asked
+    asked: list[str] = []
+
+    def throttled(names: object) -> dict[str, int]:
+        asked.extend(names)  # type: ignore[call-overload]
+        return {n: 4 for n in asked if n == "f2"}
+
+    families = list(QueueDepthCollector(lambda: queues, lambda: True, max_queue_series=3,
+                                        throttled_groups=throttled).collect())
+    fam = next(f for f in families if f.name == "doq_queue_groups_throttled")
+    assert sorted(asked) == ["f1", "f2"]  # the largest three: d, f2, f1
+    assert {s.labels["queue"]: s.value for s in fam.samples} == {"f2": 4.0}

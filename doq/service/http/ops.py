@@ -98,7 +98,7 @@ def build_ops_router(api: QueueService) -> APIRouter:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(metrics.QueueDepthCollector(
         node.state.list_queues, lambda: bool(node.is_leader), api.long_polls.waiting,
-        oldest_enqueued_ms=node.state.oldest_enqueued_ms))
+        oldest_enqueued_ms=node.state.oldest_enqueued_ms, throttled_groups=node.state.throttled_groups))
     registry.register(metrics.AlarmCollector(node.alarms))
     registry.register(metrics.StorageCollector(node.storage_usage))
     registry.register(RedriveCollector(lambda: node.state.view))
