@@ -36,6 +36,7 @@ serve: $(SERVER_STAMP)
 
 check-proto: $(DEV_STAMP)
 	$(PY) proto/generate.py --check
+	$(PY) clients/python/unasync.py --check
 
 lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check .

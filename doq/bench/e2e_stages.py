@@ -105,7 +105,7 @@ def install() -> None:
         return f
 
     wrap(producer._Base, "_take", take)
-    wrap(consumer, "_frame_messages", received)
+    wrap(consumer, "frame_messages", received)  # what the consumers call
 
     from doq.node import raft_node
     from doq.queues.commands import EnqueueColumns

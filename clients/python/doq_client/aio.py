@@ -1,8 +1,18 @@
 """`AsyncDoqClient`: the asyncio client (one `grpc.aio.Channel` per node address).
 
-Same methods and semantics as `doq_client.DoqClient` (leader following and retries
-included), as coroutines. Create and use it inside one running event loop. Streaming
-helpers: `producer()` and `consumer()`.
+Every method is one unary call; failures raise `doq_client.errors.DoqClientError`
+subclasses. The methods are coroutines: create and use the client in one running event loop.
+A call answered through a follower (which relays it to the leader and names the leader in
+the answer's initial metadata) moves the client to the leader for the next calls; a call
+refused by a follower, or cut off with its node, goes to the leader and is tried again
+when that is safe; with `retry=RetryPolicy(...)` other retryable failures are retried too
+(`doq_client.retry` says exactly when). Streaming helpers: `producer()` and `consumer()`;
+they follow the leader too.
+
+One source for both clients: `doq_client.client` (`DoqClient`) is generated from
+`doq_client.aio` by `clients/python/unasync.py` (edit `aio.py`, then run it; `--check`
+fails while the generated file is stale). What a call sends and how its answer reads is
+`doq_client._ops`; where gRPC's sync and asyncio APIs differ, `doq_client._transport`.
 """
 
 from __future__ import annotations
@@ -15,18 +25,23 @@ from typing import Any, TypeVar, cast, overload
 import grpc
 
 from doq_client import _handle, _ops, _redrive
-from doq_client._auth import aio_interceptors, check_key_transport, resolve_key
+from doq_client._auth import resolve_key
 from doq_client._redrive import RedriveTask
 from doq_client._routing import Router, parse_targets
-from doq_client._worker_core import worker_options
-from doq_client.aio_worker import AsyncHandler, AsyncWorker
-from doq_client.client import (
-    CHANNEL_OPTIONS,
+from doq_client._transport import CHANNEL_OPTIONS as CHANNEL_OPTIONS
+from doq_client._transport import (
     DEFAULT_TARGET,
     LIST_SERVERS_TIMEOUT_S,
-    _tls_credentials,
+    AioChannel,
+    checked,
+    given_channel_aio,
     initial_metadata,
+    tls_credentials,
+    unary_aio,
 )
+from doq_client._transport import open_channel_aio as _open_channel
+from doq_client._worker_core import worker_options
+from doq_client.aio_worker import AsyncHandler, AsyncWorker
 from doq_client.consumer import AsyncConsumer
 from doq_client.errors import DoqClientError, from_rpc_error
 from doq_client.producer import AsyncProducer
@@ -47,15 +62,27 @@ log = logging.getLogger(__name__)
 
 
 class AsyncDoqClient:
-    """asyncio doq client; see `DoqClient` for the parameters and each method's contract
-    (with `channel=`, the key is not added: give the channel `interceptors=
-    doq_client.key_interceptors(key)`)."""
+    """asyncio doq client: each method is a coroutine; use it inside one running event loop.
+
+    `targets`: the nodes' gRPC addresses, ``"HOST:PORT"``, several comma-separated, or a
+    list; the first is tried first, and the client remembers the leader once it knows it.
+    `channel`: use this channel as the only target instead (it is not closed by
+    `close()`); the synchronous client adds the key to a `grpc.Channel`'s calls, the
+    asyncio client sends on a `grpc.aio.Channel` what it was made to send (make it with
+    `interceptors=doq_client.key_interceptors(key)`). `timeout_s` is the deadline of
+    each unary call attempt (None = no deadline; long polls add their `wait_ms`).
+    `failover` bounds the search for a leader (default `FailoverPolicy()`: 15 s); `retry`
+    enables retries of other retryable errors (see `doq_client.retry`). `ca_file`: connect
+    with TLS and verify the nodes' certificates with this CA (PEM; a secure cluster's
+    `ca.crt`); None: plain gRPC. `key`: the client key sent with every call and stream
+    (default `$DOQ_KEY`; none: for a node that requires no key).
+    """
 
     def __init__(
         self,
         targets: str | Sequence[str] = DEFAULT_TARGET,
         *,
-        channel: grpc.aio.Channel | None = None,
+        channel: AioChannel | None = None,
         timeout_s: float | None = 30.0,
         retry: RetryPolicy | None = None,
         failover: FailoverPolicy | None = None,
@@ -65,18 +92,18 @@ class AsyncDoqClient:
         self._own_channels = channel is None
         self.key = resolve_key(key)
         if channel is None:
-            tls = _tls_credentials(ca_file)
-            self.router: Router[grpc.aio.Channel] = Router(
-                _checked(parse_targets(targets), self.key, tls), lambda addr: _open_channel(addr, tls, self.key))
+            tls = tls_credentials(ca_file)
+            self.router: Router[AioChannel] = Router(
+                checked(parse_targets(targets), self.key, tls), lambda addr: _open_channel(addr, tls, self.key))
         else:
-            given = channel
+            given = given_channel_aio(channel, self.key)
             self.router = Router(["(channel)"], lambda _: given, fixed=True)
         self.timeout_s = timeout_s
         self.retry = retry or NO_RETRY
         self.failover = failover or FailoverPolicy()
 
     @property
-    def channel(self) -> grpc.aio.Channel:
+    def channel(self) -> AioChannel:
         """The channel to the current target (the leader, once known)."""
         return self.router.channel(self.router.current)
 
@@ -86,6 +113,7 @@ class AsyncDoqClient:
         return self.router.pick()[1]
 
     async def close(self) -> None:
+        """Close the channels the client opened (not a `channel` it was given)."""
         opened = self.router.close()
         if self._own_channels:
             for ch in opened:
@@ -103,9 +131,8 @@ class AsyncDoqClient:
         tries = Attempts(self.retry, self.failover, op.repeatable)
         while True:
             addr, stub = self.router.pick()
-            call = getattr(stub, op.method)(op.request, timeout=timeout)
             try:
-                response = await call
+                response, metadata = await unary_aio(stub, op, timeout)
             except grpc.RpcError as e:
                 err = from_rpc_error(e)
                 if tries.unknown and err.reason in op.gone:
@@ -118,12 +145,14 @@ class AsyncDoqClient:
                     raise err from None
                 await asyncio.sleep(delay)
                 continue
-            self.router.follow(addr, await call.initial_metadata())
+            self.router.follow(addr, metadata)
             value = op.convert(response)
             return op.repeat(value) if tries.unknown and op.repeat else value
 
     async def _redirect(self, err: DoqClientError, failed: str) -> bool:
-        """See `DoqClient._redirect`."""
+        """After a failover error from `failed`: move to the leader (see `Router.moved`);
+        when the error names the leader by id only, ask `failed` (alive: it answered) for
+        the members' addresses first. True if the new target is a named leader."""
         if err.leader_hint and not err.leader_addr and not self.router.knows(err.leader_hint):
             try:
                 self.router.learn(
@@ -182,8 +211,9 @@ class AsyncDoqClient:
         last page)."""
         return await self._call(_ops.list_queues_page(page_token, max_results))
 
-    async def set_group_policy(self, queue: str, group: str, weight: int | None = None, *,
-                               max_per_second: int | None = None) -> GroupInfo:
+    async def set_group_policy(
+        self, queue: str, group: str, weight: int | None = None, *, max_per_second: int | None = None
+    ) -> GroupInfo:
         """Give one group of a fair queue its own `weight` (1..10000 deliveries per turn of
         the round-robin) and/or `max_per_second` (0 = no limit); None keeps that one. A
         delayed queue: FailedPrecondition (NOT_FAIR_QUEUE)."""
@@ -346,31 +376,17 @@ class AsyncDoqClient:
 
     def worker(self, queue: str, handler: AsyncHandler | None = None, /, *, concurrency: int = 1,
                **options: Any) -> AsyncWorker | Callable[[AsyncHandler], AsyncWorker]:
-        """A `AsyncWorker` running `handler` on `queue`'s messages, at most `concurrency` at once,
-        its leases extended while it runs, nacked with backoff when it raises (see
-        `doq_client.aio_worker`); without `handler`, a decorator that makes one. `options`:
-        `visibility_timeout_ms`, `backoff` (a `Backoff`), `extend_at`, `grace_s`,
-        `poll_wait_ms`, `hooks` (a `WorkerHooks`), `rng`."""
+        """A worker (`AsyncWorker`) running `handler` on `queue`'s messages, at most
+        `concurrency` at once, its leases extended while it runs, nacked with backoff when
+        it raises (see `doq_client.aio_worker`); without `handler`, a decorator that makes
+        one. `options`: `visibility_timeout_ms`, `backoff` (a `Backoff`), `extend_at`,
+        `grace_s`, `poll_wait_ms`, `hooks` (a `WorkerHooks`), `rng`."""
         opts, own = worker_options(concurrency, options)
 
         def make(fn: AsyncHandler) -> AsyncWorker:
             return AsyncWorker(self, queue, fn, opts, **own)  # type: ignore[arg-type]
 
         return make if handler is None else make(handler)
-
-
-def _checked(targets: list[str], key: str | None, tls: object) -> list[str]:
-    """`targets`, once none would get the key in clear (`check_key_transport`)."""
-    for addr in targets:
-        check_key_transport(addr, key, tls is not None)
-    return targets
-
-
-def _open_channel(addr: str, tls: grpc.ChannelCredentials | None = None, key: str | None = None) -> grpc.aio.Channel:
-    check_key_transport(addr, key, tls is not None)  # a leader learned later too
-    if tls is not None:
-        return grpc.aio.secure_channel(addr, tls, options=CHANNEL_OPTIONS, interceptors=aio_interceptors(key))
-    return grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS, interceptors=aio_interceptors(key))
 
 
 _handle.provide("async", AsyncDoqClient)

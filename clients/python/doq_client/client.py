@@ -1,12 +1,22 @@
+# Generated from doq_client/aio.py by clients/python/unasync.py: do not edit.
+# Edit aio.py, then run `python clients/python/unasync.py`.
+# The imports keep the source's order:
+# ruff: noqa: I001
 """`DoqClient`: the synchronous client (thread-safe; one `grpc.Channel` per node address).
 
 Every method is one unary call; failures raise `doq_client.errors.DoqClientError`
-subclasses. A call answered through a follower (which relays it to the leader and names
-the leader in the answer's initial metadata) moves the client to the leader for the next
-calls; a call refused by a follower, or cut off with its node, goes to the leader
-and is tried again when that is safe; with `retry=RetryPolicy(...)` other retryable
-failures are retried too (`doq_client.retry` says exactly when). Streaming helpers:
-`producer()` and `consumer()`; they follow the leader too.
+subclasses.
+A call answered through a follower (which relays it to the leader and names the leader in
+the answer's initial metadata) moves the client to the leader for the next calls; a call
+refused by a follower, or cut off with its node, goes to the leader and is tried again
+when that is safe; with `retry=RetryPolicy(...)` other retryable failures are retried too
+(`doq_client.retry` says exactly when). Streaming helpers: `producer()` and `consumer()`;
+they follow the leader too.
+
+One source for both clients: `doq_client.client` (`DoqClient`) is generated from
+`doq_client.aio` by `clients/python/unasync.py` (edit `aio.py`, then run it; `--check`
+fails while the generated file is stale). What a call sends and how its answer reads is
+`doq_client._ops`; where gRPC's sync and asyncio APIs differ, `doq_client._transport`.
 """
 
 from __future__ import annotations
@@ -19,10 +29,23 @@ from typing import Any, TypeVar, cast, overload
 import grpc
 
 from doq_client import _handle, _ops, _redrive
-from doq_client._auth import check_key_transport, resolve_key, sync_channel
+from doq_client._auth import resolve_key
 from doq_client._redrive import RedriveTask
 from doq_client._routing import Router, parse_targets
+from doq_client._transport import CHANNEL_OPTIONS as CHANNEL_OPTIONS
+from doq_client._transport import (
+    DEFAULT_TARGET,
+    LIST_SERVERS_TIMEOUT_S,
+    SyncChannel,
+    checked,
+    given_channel_sync,
+    initial_metadata,
+    tls_credentials,
+    unary_sync,
+)
+from doq_client._transport import open_channel_sync as _open_channel
 from doq_client._worker_core import worker_options
+from doq_client.worker import Handler, Worker
 from doq_client.consumer import Consumer
 from doq_client.errors import DoqClientError, from_rpc_error
 from doq_client.producer import Producer
@@ -36,46 +59,26 @@ from doq_client.types import (
     Queue,
     QueueSettings,
 )
-from doq_client.worker import Handler, Worker
 from doq_proto.v1 import doq_pb2 as pb
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
-DEFAULT_TARGET = "127.0.0.1:10000"
-KEEPALIVE_TIME_MS = 1_000
-PING_TIMEOUT_MS = 2_000
-CHANNEL_OPTIONS: list[tuple[str, Any]] = [
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-    ("grpc.max_send_message_length", 64 * 1024 * 1024),
-    # a restarted node is dialled again within a second (gRPC's default backoff grows to 2 min)
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-    # a node that stops answering (a paused process, a frozen VM) fails the calls open on
-    # it within ~3 s, so the client moves to the new leader instead of waiting for its
-    # deadline: HTTP/2 pings every second while calls are open, 2 s for their answer
-    # (gRPC waits for a ping's answer `ping_timeout_ms`, 1 minute by default, whatever
-    # `keepalive_timeout_ms` says)
-    ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
-    ("grpc.keepalive_timeout_ms", PING_TIMEOUT_MS),
-    ("grpc.http2.ping_timeout_ms", PING_TIMEOUT_MS),
-    ("grpc.http2.max_pings_without_data", 0),
-]
-LIST_SERVERS_TIMEOUT_S = 5.0
-
 
 class DoqClient:
-    """Synchronous doq client.
+    """Synchronous doq client; thread-safe.
 
     `targets`: the nodes' gRPC addresses, ``"HOST:PORT"``, several comma-separated, or a
-    list; the first is tried first, and the client remembers the leader once it knows it
-    (ignored when `channel` is given: then that channel is the only target, and it is not
-    closed by `close()`). `timeout_s` is the deadline of each unary call attempt (None =
-    no deadline; long polls add their `wait_ms`). `failover` bounds the search for a
-    leader (default `FailoverPolicy()`: 15 s); `retry` enables retries of other retryable
-    errors (see `doq_client.retry`). `ca_file`: connect with TLS and verify the nodes'
-    certificates with this CA (PEM; a secure cluster's `ca.crt`); None: plain gRPC.
-    errors (see `doq_client.retry`). `key`: the client key sent with every call and stream
+    list; the first is tried first, and the client remembers the leader once it knows it.
+    `channel`: use this channel as the only target instead (it is not closed by
+    `close()`); the synchronous client adds the key to a `grpc.Channel`'s calls, the
+    asyncio client sends on a `grpc.aio.Channel` what it was made to send (make it with
+    `interceptors=doq_client.key_interceptors(key)`). `timeout_s` is the deadline of
+    each unary call attempt (None = no deadline; long polls add their `wait_ms`).
+    `failover` bounds the search for a leader (default `FailoverPolicy()`: 15 s); `retry`
+    enables retries of other retryable errors (see `doq_client.retry`). `ca_file`: connect
+    with TLS and verify the nodes' certificates with this CA (PEM; a secure cluster's
+    `ca.crt`); None: plain gRPC. `key`: the client key sent with every call and stream
     (default `$DOQ_KEY`; none: for a node that requires no key).
     """
 
@@ -83,7 +86,7 @@ class DoqClient:
         self,
         targets: str | Sequence[str] = DEFAULT_TARGET,
         *,
-        channel: grpc.Channel | None = None,
+        channel: SyncChannel | None = None,
         timeout_s: float | None = 30.0,
         retry: RetryPolicy | None = None,
         failover: FailoverPolicy | None = None,
@@ -93,18 +96,18 @@ class DoqClient:
         self._own_channels = channel is None
         self.key = resolve_key(key)
         if channel is None:
-            tls = _tls_credentials(ca_file)
-            self.router: Router[grpc.Channel] = Router(
-                _checked(parse_targets(targets), self.key, tls), lambda addr: _open_channel(addr, tls, self.key))
+            tls = tls_credentials(ca_file)
+            self.router: Router[SyncChannel] = Router(
+                checked(parse_targets(targets), self.key, tls), lambda addr: _open_channel(addr, tls, self.key))
         else:
-            given = sync_channel(channel, self.key)
+            given = given_channel_sync(channel, self.key)
             self.router = Router(["(channel)"], lambda _: given, fixed=True)
         self.timeout_s = timeout_s
         self.retry = retry or NO_RETRY
         self.failover = failover or FailoverPolicy()
 
     @property
-    def channel(self) -> grpc.Channel:
+    def channel(self) -> SyncChannel:
         """The channel to the current target (the leader, once known)."""
         return self.router.channel(self.router.current)
 
@@ -114,6 +117,7 @@ class DoqClient:
         return self.router.pick()[1]
 
     def close(self) -> None:
+        """Close the channels the client opened (not a `channel` it was given)."""
         opened = self.router.close()
         if self._own_channels:
             for ch in opened:
@@ -132,7 +136,7 @@ class DoqClient:
         while True:
             addr, stub = self.router.pick()
             try:
-                response, call = getattr(stub, op.method).with_call(op.request, timeout=timeout)
+                response, metadata = unary_sync(stub, op, timeout)
             except grpc.RpcError as e:
                 err = from_rpc_error(e)
                 if tries.unknown and err.reason in op.gone:
@@ -145,7 +149,7 @@ class DoqClient:
                     raise err from None
                 time.sleep(delay)
                 continue
-            self.router.follow(addr, call.initial_metadata())
+            self.router.follow(addr, metadata)
             value = op.convert(response)
             return op.repeat(value) if tries.unknown and op.repeat else value
 
@@ -211,8 +215,9 @@ class DoqClient:
         last page)."""
         return self._call(_ops.list_queues_page(page_token, max_results))
 
-    def set_group_policy(self, queue: str, group: str, weight: int | None = None, *,
-                         max_per_second: int | None = None) -> GroupInfo:
+    def set_group_policy(
+        self, queue: str, group: str, weight: int | None = None, *, max_per_second: int | None = None
+    ) -> GroupInfo:
         """Give one group of a fair queue its own `weight` (1..10000 deliveries per turn of
         the round-robin) and/or `max_per_second` (0 = no limit); None keeps that one. A
         delayed queue: FailedPrecondition (NOT_FAIR_QUEUE)."""
@@ -357,8 +362,9 @@ class DoqClient:
         return self._call(_ops.update_priority(queue, id, priority))
 
     # -- streams ----------------------------------------------------------------------
-    def producer(self, *, window: int = 1024, batch: int | None = None, auto_dedup: bool = True,
-                 **kw: Any) -> Producer:
+    def producer(
+        self, *, window: int = 1024, batch: int | None = None, auto_dedup: bool = True, **kw: Any
+    ) -> Producer:
         """A pipelined producer that follows this client's leader and coalesces messages into
         frames (`batch=0`: one message per frame; see `doq_client.producer`)."""
         return Producer(self, window=window, batch=batch, auto_dedup=auto_dedup, **kw)
@@ -374,45 +380,17 @@ class DoqClient:
 
     def worker(self, queue: str, handler: Handler | None = None, /, *, concurrency: int = 1,
                **options: Any) -> Worker | Callable[[Handler], Worker]:
-        """A `Worker` running `handler` on `queue`'s messages, at most `concurrency` at once,
-        its leases extended while it runs, nacked with backoff when it raises (see
-        `doq_client.worker`); without `handler`, a decorator that makes one. `options`:
-        `visibility_timeout_ms`, `backoff` (a `Backoff`), `extend_at`, `grace_s`,
-        `poll_wait_ms`, `hooks` (a `WorkerHooks`), `rng`."""
+        """A worker (`Worker`) running `handler` on `queue`'s messages, at most
+        `concurrency` at once, its leases extended while it runs, nacked with backoff when
+        it raises (see `doq_client.worker`); without `handler`, a decorator that makes
+        one. `options`: `visibility_timeout_ms`, `backoff` (a `Backoff`), `extend_at`,
+        `grace_s`, `poll_wait_ms`, `hooks` (a `WorkerHooks`), `rng`."""
         opts, own = worker_options(concurrency, options)
 
         def make(fn: Handler) -> Worker:
             return Worker(self, queue, fn, opts, **own)  # type: ignore[arg-type]
 
         return make if handler is None else make(handler)
-
-
-def _checked(targets: list[str], key: str | None, tls: object) -> list[str]:
-    """`targets`, once none would get the key in clear (`check_key_transport`)."""
-    for addr in targets:
-        check_key_transport(addr, key, tls is not None)
-    return targets
-
-
-def _open_channel(addr: str, tls: grpc.ChannelCredentials | None = None, key: str | None = None) -> grpc.Channel:
-    check_key_transport(addr, key, tls is not None)  # a leader learned later too
-    if tls is not None:
-        return sync_channel(grpc.secure_channel(addr, tls, options=CHANNEL_OPTIONS), key)
-    return sync_channel(grpc.insecure_channel(addr, options=CHANNEL_OPTIONS), key)
-
-
-def _tls_credentials(ca_file: str | None) -> grpc.ChannelCredentials | None:
-    """TLS credentials verifying servers with the CA in `ca_file` (None: no TLS)."""
-    if ca_file is None:
-        return None
-    with open(ca_file, "rb") as f:
-        return grpc.ssl_channel_credentials(root_certificates=f.read())
-
-
-def initial_metadata(e: grpc.RpcError) -> Any:
-    """The initial metadata of a failed call (None if the error carries none)."""
-    fn = getattr(e, "initial_metadata", None)
-    return fn() if callable(fn) else None
 
 
 _handle.provide("sync", DoqClient)

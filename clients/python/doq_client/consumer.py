@@ -67,253 +67,34 @@ import logging
 import queue as queue_mod
 import threading
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator, Sequence
 from typing import Any
 
 import grpc
 
-from doq_client import _ops
+from doq_client._consumer_core import (
+    ACK_INTERVAL_S,
+    ConsumerBase,
+    MsgOrId,
+    Received,
+    Settlements,
+    frame_messages,
+    release_request,
+    settlement_ops,
+    stream_ended,
+)
 from doq_client._handle import AsyncClient, SyncClient, client_on
-from doq_client.errors import DoqClientError, Unavailable, from_rpc_error, invalid_argument
+from doq_client.errors import DoqClientError, from_rpc_error
 from doq_client.retry import NO_RETRY, Attempts, is_failover
-from doq_client.types import Message, MessageRow, build, nack_request, rows_from_columns
+from doq_client.types import Message
 from doq_proto.v1 import doq_pb2 as pb
 
 log = logging.getLogger(__name__)
 
-_MsgOrId = Message | int
-_Received = pb.Message | MessageRow  # a message of a received frame
-_U64 = 2**64
-_ACKS_PER_CALL = 1000  # ids per unary AckBatch of settlements after a failover
-ACK_INTERVAL_S = 0.01  # longest an ack waits to be coalesced with others
+__all__ = ["ACK_INTERVAL_S", "AsyncConsumer", "Consumer"]
 
 
-class _Settlements:
-    """Pending acks (one lease id each, 0 = any), nacks and releases, merged into one
-    `DequeueStreamRequest`."""
-
-    __slots__ = ("acks", "lease_ids", "nacks")
-
-    def __init__(self) -> None:
-        self.acks: list[int] = []
-        self.lease_ids: list[int] = []
-        self.nacks: list[pb.NackRequest] = []
-
-    def __bool__(self) -> bool:
-        return bool(self.acks or self.nacks)
-
-    def take(self) -> pb.DequeueStreamRequest:
-        req = pb.DequeueStreamRequest(ack_ids=self.acks, ack_lease_ids=self.lease_ids, nacks=self.nacks)
-        self.acks, self.lease_ids, self.nacks = [], [], []
-        return req
-
-
-def _stream_ended() -> DoqClientError:
-    return Unavailable("the dequeue stream ended before the consumer closed it", retryable=True)
-
-
-def _settlement_ops(queue: str, s: _Settlements) -> list[_ops.Op[Any]]:
-    """Unary calls that carry settlements meant for a stream that failed."""
-    ops: list[_ops.Op[Any]] = [
-        _ops.ack_batch(queue, s.acks[i : i + _ACKS_PER_CALL], s.lease_ids[i : i + _ACKS_PER_CALL])
-        for i in range(0, len(s.acks), _ACKS_PER_CALL)
-    ]
-    ops.extend(_ops.nack_pb(n) for n in s.nacks)
-    return ops
-
-
-def _release_request(queue: str, m: _Received) -> pb.NackRequest:
-    return pb.NackRequest(queue_name=queue, id=m.id, lease_id=m.lease_id, release=True)
-
-
-def _frame_messages(resp: Any, batched: bool) -> Sequence[_Received]:
-    """The messages of a received frame (a batch frame in columns or in messages)."""
-    if not batched:
-        return (resp,)
-    return rows_from_columns(resp.columns) if resp.HasField("columns") else resp.messages
-
-
-class _ConsumerBase:
-    def __init__(
-        self,
-        queue: str,
-        *,
-        prefetch: int,
-        ack: bool,
-        batched: bool,
-        max_batch: int,
-        visibility_timeout_ms: int,
-        close_grace_s: float,
-    ) -> None:
-        if prefetch < 1:  # beyond uint32: `build` below refuses it
-            raise invalid_argument(f"prefetch must be an integer within 1..{2**32 - 1}, not {prefetch}")
-        self.queue = queue
-        self.prefetch = prefetch
-        self.auto_ack = ack
-        self.batched = batched
-        self.close_grace_s = close_grace_s
-        # On the wire the stream always leases (ack=False), so that what was not handed
-        # to the application can be released; ack=True acks at hand-over (see above).
-        self._first = build(
-            pb.DequeueStreamRequest,
-            queue_name=queue,
-            ack=False,
-            prefetch=prefetch,
-            visibility_timeout_ms=visibility_timeout_ms,
-            max_batch=max_batch,
-            auto_credit=True,
-            columns=batched,  # frames in columns: no protobuf object per message
-        )
-        self._pending = _Settlements()
-        self._ack_due = 0  # acks pending since the last request frame
-        self._ack_step = max(1, prefetch // 4)
-        # messages received on the current stream / settled by request frames taken for it
-        # (each written by one thread): the server's credits are prefetch - the difference
-        self._received_n = 0
-        self._settled_n = 0
-        self._urgent = False  # send what is pending now (see the module docstring)
-        self._buffer: deque[_Received] = deque()  # received, not handed out yet
-        self._closing = False
-        self._ending = False  # end the current stream: send what is pending, then half-close
-        self._half_closed = False  # the current stream's requests have ended
-        self._gen = 0  # stream generation: the request iterator of an older one stops
-        self._addr = ""  # where the current stream goes
-        self._tries: Attempts | None = None  # the failover in progress
-        # The current stream's tag, given to every Message it hands out (None: it has
-        # delivered nothing yet); a held message with another tag came from an earlier stream
-        # (or from elsewhere) and is settled by a unary call. Lease ids say nothing of order.
-        self._tag: object | None = None
-
-    def _wakeup(self) -> None:
-        raise NotImplementedError
-
-    def _settle_by_call(self, s: _Settlements) -> None:
-        """Send settlements of messages from a failed stream by unary calls."""
-        raise NotImplementedError
-
-    def _first_frame(self, msgs: Sequence[_Received]) -> None:
-        """The current stream's first frame is handed out: it gets its tag."""
-        self._tag = object()
-
-    def _restart(self) -> _Settlements:
-        """The stream failed: drop what it sent and was not handed out (their leases end),
-        stop its request iterator, and return the settlements it did not send."""
-        orphans, self._pending = self._pending, _Settlements()
-        self._buffer.clear()
-        self._ack_due = 0
-        self._urgent = False
-        self._tag = None
-        self._gen += 1
-        self._settled_n = self._received_n
-        return orphans
-
-    def _acks_added(self, n: int, first: bool) -> None:
-        """`n` acks were queued (`first`: nothing was pending): wake the sender when they
-        make a batch (`_ack_step`), or so that it starts the interval (`ACK_INTERVAL_S`)."""
-        self._ack_due += n
-        if self._ack_due >= self._ack_step:
-            self._urgent = True
-            self._wakeup()
-        elif first:
-            self._wakeup()
-
-    def _took(self) -> pb.DequeueStreamRequest:
-        """The request frame of everything pending (the sender holds the lock)."""
-        self._ack_due = 0
-        self._urgent = False
-        p = self._pending
-        self._settled_n += len(p.acks) + len(p.nacks)  # a credit back for each (auto_credit)
-        return p.take()
-
-    def _handed_one(self, m: _Received) -> None:
-        """ack=True: the application was given `m`; ack it (in a coming frame)."""
-        p = self._pending
-        first = not p
-        p.acks.append(m.id)
-        p.lease_ids.append(m.lease_id)
-        self._acks_added(1, first)
-
-    def _handed(self, msgs: list[_Received]) -> None:
-        """ack=True: the application was given `msgs` (a frame); ack them."""
-        p = self._pending
-        first = not p
-        p.acks.extend(m.id for m in msgs)
-        p.lease_ids.extend(m.lease_id for m in msgs)
-        self._acks_added(len(msgs), first)
-
-    def _before_wait(self) -> None:
-        """About to wait for messages: send the acks still held back if the server is short
-        of credits (see the module docstring); else they wait for their batch or interval."""
-        if self._pending and not self._urgent and (self._received_n - self._settled_n) * 2 >= self.prefetch:
-            self._urgent = True
-            self._wakeup()
-
-    def _check_open(self) -> None:
-        if self.auto_ack:
-            raise ValueError("an ack=True consumer acks each message as it hands it out")
-        if self._closing and self._half_closed:
-            raise ValueError("the consumer is closed: settle with the client's ack/nack calls")
-
-    def _add_ack(self, items: Iterable[_MsgOrId]) -> _Settlements | None:
-        """Queue acks: a Message's with its lease id, a bare id's with 0 (any lease).
-        A bad id refuses the whole call (nothing is queued). Returns the acks of messages
-        from a failed stream (to send by a unary call), or None."""
-        self._check_open()
-        ids: list[int] = []
-        lease_ids: list[int] = []
-        old: _Settlements | None = None
-        tag = self._tag
-        for m in items:
-            if isinstance(m, Message):
-                if m.stream_tag is not tag or tag is None:
-                    old = old or _Settlements()
-                    old.acks.append(m.id)
-                    old.lease_ids.append(m.lease_id)
-                    continue
-                ids.append(m.id)
-                lease_ids.append(m.lease_id)
-            elif type(m) is int and 0 <= m < _U64:
-                ids.append(m)
-                lease_ids.append(0)
-            else:
-                raise invalid_argument(
-                    f"a message id must be an integer within 0..{_U64 - 1}, not {m!r}", "INVALID_ID"
-                )
-        if ids:
-            first = not self._pending
-            self._pending.acks.extend(ids)
-            self._pending.lease_ids.extend(lease_ids)
-            self._acks_added(len(ids), first)
-        return old
-
-    def _add_nack(self, msg: _MsgOrId, delay_ms: int, priority: int | None) -> _Settlements | None:
-        """Queue a nack; returns it instead if the message came from a failed stream."""
-        self._check_open()
-        lease_id = 0 if isinstance(msg, int) else msg.lease_id
-        mid = msg if isinstance(msg, int) else msg.id
-        req = nack_request(self.queue, mid, lease_id=lease_id, delay_ms=delay_ms, priority=priority)
-        if isinstance(msg, Message) and (msg.stream_tag is not self._tag or self._tag is None):
-            old = _Settlements()
-            old.nacks.append(req)
-            return old
-        self._pending.nacks.append(req)
-        self._urgent = True
-        self._wakeup()
-        return None
-
-    def _release(self, msgs: Iterable[_Received]) -> None:
-        """Queue releases of messages the application will not be given (in-stream)."""
-        self._pending.nacks.extend(_release_request(self.queue, m) for m in msgs)
-        self._urgent = True
-
-    def _release_buffer(self) -> None:
-        """On close: release what was received but never handed out."""
-        self._release(self._buffer)
-        self._buffer.clear()
-
-
-class AsyncConsumer(_ConsumerBase):
+class AsyncConsumer(ConsumerBase):
     """asyncio consumer on an `AsyncDoqClient` (or one `grpc.aio.Channel`, reopened on that
     channel only). Use `async with` and `async for`.
 
@@ -370,8 +151,8 @@ class AsyncConsumer(_ConsumerBase):
     def _wakeup(self) -> None:
         self._wake.set()
 
-    def _settle_by_call(self, s: _Settlements) -> None:
-        for op in _settlement_ops(self.queue, s):
+    def _settle_by_call(self, s: Settlements) -> None:
+        for op in settlement_ops(self.queue, s):
             task = asyncio.ensure_future(_settle(self._client._call(op)))
             self._calls.add(task)
             task.add_done_callback(self._calls.discard)
@@ -413,7 +194,7 @@ class AsyncConsumer(_ConsumerBase):
             else:
                 if resp is not grpc.aio.EOF:
                     self._tries = None
-                    msgs = _frame_messages(resp, self.batched)
+                    msgs = frame_messages(resp, self.batched)
                     if self._tag is None and msgs:  # the stream's first frame
                         if self._client.router.follow(self._addr, await self._call.initial_metadata()):
                             await self._move(msgs)
@@ -426,7 +207,7 @@ class AsyncConsumer(_ConsumerBase):
                     return True
                 if self._closing:
                     return False
-                err = _stream_ended()
+                err = stream_ended()
             if self._closing or not is_failover(err):
                 raise err
             await self._reconnect(err)
@@ -479,20 +260,20 @@ class AsyncConsumer(_ConsumerBase):
             tag = self._tag
             yield [Message(m, tag) for m in got]
 
-    def ack(self, *messages: _MsgOrId) -> None:
+    def ack(self, *messages: MsgOrId) -> None:
         """Acknowledge messages (or ids) through the stream; returns at once."""
         self.ack_many(messages)
 
-    def ack_many(self, messages: Iterable[_MsgOrId]) -> None:
+    def ack_many(self, messages: Iterable[MsgOrId]) -> None:
         if (old := self._add_ack(messages)) is not None:
             self._settle_by_call(old)
 
-    def nack(self, message: _MsgOrId, *, delay_ms: int = 0, priority: int | None = None) -> None:
+    def nack(self, message: MsgOrId, *, delay_ms: int = 0, priority: int | None = None) -> None:
         """Return a message to the queue through the stream (after `delay_ms`, re-prioritised)."""
         if (old := self._add_nack(message, delay_ms, priority)) is not None:
             self._settle_by_call(old)
 
-    async def _move(self, msgs: Sequence[_Received]) -> None:
+    async def _move(self, msgs: Sequence[Received]) -> None:
         """`msgs`, the current stream's first frame, came through a follower that named the
         leader (now the client's target): nothing of this stream was handed out, so release
         it all and end the stream (`_end_stream`), then open the next one on the leader."""
@@ -533,11 +314,11 @@ class AsyncConsumer(_ConsumerBase):
         self._release_buffer()
         self._wake.set()
         call = self._call
-        late: list[_Received] = []  # arrived after the half-close
+        late: list[Received] = []  # arrived after the half-close
 
         async def drain() -> None:
             while (resp := await call.read()) is not grpc.aio.EOF:
-                got = _frame_messages(resp, self.batched)
+                got = frame_messages(resp, self.batched)
                 if self._half_closed:
                     late.extend(got)
                 else:
@@ -555,7 +336,7 @@ class AsyncConsumer(_ConsumerBase):
                 stub = self._client.router.stub(self._addr)
                 for m in late:
                     task = asyncio.ensure_future(
-                        _settle(stub.Nack(_release_request(self.queue, m), timeout=self.close_grace_s))
+                        _settle(stub.Nack(release_request(self.queue, m), timeout=self.close_grace_s))
                     )
                     self._calls.add(task)
                     task.add_done_callback(self._calls.discard)
@@ -572,7 +353,7 @@ async def _settle(call: Awaitable[Any]) -> None:
         log.debug("settlement by unary call failed: %s", e)
 
 
-class Consumer(_ConsumerBase):
+class Consumer(ConsumerBase):
     """Synchronous consumer on a `DoqClient` (or one `grpc.Channel`, reopened on that
     channel only); iterate it in one thread.
 
@@ -627,8 +408,8 @@ class Consumer(_ConsumerBase):
     def _wakeup(self) -> None:
         self._signal.put(None)
 
-    def _settle_by_call(self, s: _Settlements) -> None:
-        for op in _settlement_ops(self.queue, s):
+    def _settle_by_call(self, s: Settlements) -> None:
+        for op in settlement_ops(self.queue, s):
             try:
                 self._client._call(op)
             except (DoqClientError, ValueError) as e:  # ValueError: the client was closed
@@ -679,12 +460,12 @@ class Consumer(_ConsumerBase):
             except StopIteration:
                 if self._closing:
                     return False
-                err = _stream_ended()
+                err = stream_ended()
             except grpc.RpcError as e:
                 err = from_rpc_error(e)
             else:
                 self._tries = None
-                msgs = _frame_messages(resp, self.batched)
+                msgs = frame_messages(resp, self.batched)
                 if self._tag is None and msgs:  # the stream's first frame
                     if self._client.router.follow(self._addr, self._call.initial_metadata()):
                         self._move(msgs)
@@ -697,7 +478,7 @@ class Consumer(_ConsumerBase):
                 raise err
             self._reconnect(err)
 
-    def _move(self, msgs: Sequence[_Received]) -> None:
+    def _move(self, msgs: Sequence[Received]) -> None:
         """See `AsyncConsumer._move`."""
         with self._lock:
             self._buffer.extend(msgs)
@@ -757,17 +538,17 @@ class Consumer(_ConsumerBase):
             tag = self._tag
             yield [Message(m, tag) for m in got]
 
-    def ack(self, *messages: _MsgOrId) -> None:
+    def ack(self, *messages: MsgOrId) -> None:
         """Acknowledge messages (or ids) through the stream; returns at once."""
         self.ack_many(messages)
 
-    def ack_many(self, messages: Iterable[_MsgOrId]) -> None:
+    def ack_many(self, messages: Iterable[MsgOrId]) -> None:
         with self._lock:
             old = self._add_ack(messages)
         if old is not None:
             self._settle_by_call(old)
 
-    def nack(self, message: _MsgOrId, *, delay_ms: int = 0, priority: int | None = None) -> None:
+    def nack(self, message: MsgOrId, *, delay_ms: int = 0, priority: int | None = None) -> None:
         """Return a message to the queue through the stream (after `delay_ms`, re-prioritised)."""
         with self._lock:
             old = self._add_nack(message, delay_ms, priority)
@@ -793,13 +574,13 @@ class Consumer(_ConsumerBase):
         self._wakeup()
         call = self._call
         assert self._responses is not None
-        late: list[_Received] = []  # arrived after the half-close
+        late: list[Received] = []  # arrived after the half-close
         timer = threading.Timer(self.close_grace_s, call.cancel)
         timer.daemon = True
         timer.start()
         try:
             for resp in self._responses:
-                got = _frame_messages(resp, self.batched)
+                got = frame_messages(resp, self.batched)
                 with self._lock:
                     if self._half_closed:
                         late.extend(got)
@@ -815,7 +596,7 @@ class Consumer(_ConsumerBase):
             return
         try:
             stub = self._client.router.stub(self._addr)
-            futures = [stub.Nack.future(_release_request(self.queue, m), timeout=self.close_grace_s) for m in late]
+            futures = [stub.Nack.future(release_request(self.queue, m), timeout=self.close_grace_s) for m in late]
         except ValueError:  # the client was closed: their leases end instead
             return
         for f in futures:

@@ -1,0 +1,119 @@
+"""The synchronous and asyncio clients cannot drift apart.
+
+- `doq_client/client.py` is what `clients/python/unasync.py` generates from
+  `doq_client/aio.py` (the one source of both clients);
+- each sync/asyncio pair (client, producer, consumer, worker) offers the methods listed
+  here, with the same parameters (names, kinds, defaults), the asyncio one as coroutines
+  where the sync one blocks; the few differences are listed and nothing else differs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+import doq_client
+from tests.client.conftest import CLIENT_DIR
+
+CLIENT_METHODS = {
+    "ack", "ack_batch", "cancel_redrive", "close", "create_key", "create_queue", "delete",
+    "delete_queue", "dequeue", "enqueue", "enqueue_batch", "get", "get_queue", "get_redrive",
+    "list_groups", "list_keys", "list_queues", "list_queues_page", "nack", "peek",
+    "purge_queue", "redrive", "reset_group", "revoke_key", "set_group_policy", "touch",
+    "update_priority", "update_queue",
+}
+# name: (the sync class's public methods, those of the asyncio one that are coroutines
+# (or async generators), those that are plain methods on both)
+PAIRS: dict[str, tuple[type, type, set[str], set[str]]] = {
+    "client": (doq_client.DoqClient, doq_client.AsyncDoqClient, CLIENT_METHODS,
+               {"producer", "consumer", "worker"}),
+    "producer": (doq_client.Producer, doq_client.AsyncProducer,
+                 {"enqueue", "send", "enqueue_many", "flush", "close"}, set()),
+    "consumer": (doq_client.Consumer, doq_client.AsyncConsumer, {"next", "batches", "close"},
+                 {"ack", "ack_many", "nack"}),
+    "worker": (doq_client.Worker, doq_client.AsyncWorker, {"run"}, {"stop"}),
+}
+# where the pair differs on purpose: the sync producer's waits take a timeout; a sync
+# worker can also run in its own thread
+SIGNATURE_DIFFERENCES = {("producer", "flush"), ("producer", "close")}
+SYNC_ONLY = {"worker": {"start", "join"}}
+SYNC_ONLY_PROTOCOLS = {"worker": {"__enter__", "__exit__"}}  # with worker: start, then stop and join
+PROTOCOLS = {"__enter__": "__aenter__", "__exit__": "__aexit__", "__iter__": "__aiter__"}
+
+
+def _unasync() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("doq_unasync", CLIENT_DIR / "unasync.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _public(cls: type) -> dict[str, Any]:
+    """Public methods defined by `cls` (or a base of the client package)."""
+    return {n: getattr(cls, n) for n in dir(cls)
+            if not n.startswith("_") and callable(getattr(cls, n))
+            and not isinstance(inspect.getattr_static(cls, n), property)}
+
+
+def _params(fn: Any) -> list[tuple[str, Any, Any]]:
+    return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
+
+
+def test_the_sync_client_is_generated_from_the_asyncio_one() -> None:
+    unasync = _unasync()
+    source = (CLIENT_DIR / "doq_client" / "aio.py").read_text()
+    assert (CLIENT_DIR / "doq_client" / "client.py").read_text() == unasync.generate(source)
+    assert unasync.main(["--check"]) == 0
+
+
+def test_a_stale_rule_of_the_generator_is_an_error() -> None:
+    unasync = _unasync()
+    with pytest.raises(ValueError, match="matches nothing"):
+        unasync.generate("class AsyncDoqClient: ...\n")
+
+
+def test_the_generated_client_differs_from_its_source_only_by_the_rules() -> None:
+    # a method added to the source is in the generated client, blocking
+    unasync = _unasync()
+    source = (CLIENT_DIR / "doq_client" / "aio.py").read_text()
+    marker = "    # -- queues ---"
+    added = source.replace(marker, "    async def ping(self) -> None:\n"
+                                   "        await self._call(_ops.list_keys())\n\n" + marker)
+    generated = unasync.generate(added)
+    assert "    def ping(self) -> None:\n        self._call(_ops.list_keys())\n" in generated
+
+
+@pytest.mark.parametrize("name", sorted(PAIRS))
+def test_the_pair_offers_the_same_methods(name: str) -> None:
+    sync_cls, async_cls, blocking, plain = PAIRS[name]
+    sync_methods, async_methods = _public(sync_cls), _public(async_cls)
+    assert set(sync_methods) == blocking | plain | SYNC_ONLY.get(name, set())
+    assert set(async_methods) == blocking | plain
+    for method in blocking | plain:
+        s, a = sync_methods[method], async_methods[method]
+        if (name, method) not in SIGNATURE_DIFFERENCES:
+            assert _params(s) == _params(a), (name, method)
+        is_async = inspect.iscoroutinefunction(a) or inspect.isasyncgenfunction(a)
+        assert is_async == (method in blocking), (name, method)
+        assert not inspect.iscoroutinefunction(s) and not inspect.isasyncgenfunction(s)
+    assert _params(sync_cls.__init__) == _params(async_cls.__init__), name  # type: ignore[misc]
+    for sync_name, async_name in PROTOCOLS.items():
+        if sync_name in SYNC_ONLY_PROTOCOLS.get(name, set()):
+            assert hasattr(sync_cls, sync_name) and not hasattr(async_cls, async_name)
+        else:
+            assert hasattr(sync_cls, sync_name) == hasattr(async_cls, async_name), (name, sync_name)
+
+
+def test_the_listed_differences_are_real() -> None:
+    # so the exceptions above cannot outlive what they excuse
+    for name, method in SIGNATURE_DIFFERENCES:
+        sync_cls, async_cls, _, _ = PAIRS[name]
+        assert _params(getattr(sync_cls, method)) != _params(getattr(async_cls, method))
+    for name, methods in SYNC_ONLY.items():
+        assert not any(hasattr(PAIRS[name][1], m) for m in methods)
+
