@@ -6,10 +6,12 @@
     doq tls status [--json]                     each member's certificate, expiry, trusted CAs
     doq tls renew [--node ID ...]               new key and certificate, served at once (no restart)
     doq tls reload [--node ID ...]              take tls/ files replaced by hand
-    doq tls ca-rotate begin --out bundle.crt    1. a new CA on the leader; every member trusts old+new
+    doq tls ca-rotate begin --out bundle.crt    1. a new CA on the CA holder; every member trusts old+new
     doq tls ca-rotate reissue                   2. the new CA signs; every member's certificate renewed
     doq tls ca-rotate finish --out ca.crt       3. every member drops the old CA
 
+The CA holder is the member that holds `tls/ca.key` (the leader if it does; during a
+rotation, the member where it began): it makes the next CA and signs every renewal.
 Between the steps, give clients the file `begin` wrote as `--ca-file` (it verifies old and
 new certificates); after `finish`, the new CA alone. Each step can be run again after a
 failure (a member that was down): it does again only what is left. Exit status: 0 done,
@@ -95,11 +97,19 @@ def _members(server: str, timeout_s: float) -> tuple[list[dict[str, Any]], str]:
     return members, str(doc.get("leader_id") or "")
 
 
-def _leader(members: list[dict[str, Any]], leader_id: str) -> dict[str, Any]:
-    for m in members:
-        if m["node_id"] == leader_id:
-            return m
-    raise Failed("no leader is known right now: try again in a moment")
+def _statuses(members: list[dict[str, Any]], timeout_s: float) -> dict[str, dict[str, Any]]:
+    return {m["node_id"]: _call(m["url"], "GET", "/cluster/tls", timeout_s=timeout_s) for m in members}
+
+
+def _holder(members: list[dict[str, Any]], leader_id: str, statuses: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The member that signs: the one where a CA rotation waits (`next_ca`), else the leader
+    if it holds a CA key, else the first member (by id) that holds one."""
+    waiting = [m for m in members if statuses[m["node_id"]].get("next_ca")]
+    holders = [m for m in members if statuses[m["node_id"]].get("signing_ca")]
+    for m in (*waiting, *(m for m in holders if m["node_id"] == leader_id), *sorted(holders, key=lambda m: m["node_id"])):
+        return m
+    raise Failed("no member holds a CA key (tls/ca.key): certificates cannot be signed in this cluster "
+                 "(in Kubernetes the Pulumi stack holds it: see docs/deploy.md)")
 
 
 def _selected(members: list[dict[str, Any]], only: list[str]) -> list[dict[str, Any]]:
@@ -136,10 +146,13 @@ def _status(ns: argparse.Namespace, server: str) -> dict[str, Any]:
 
 
 def _each(ns: argparse.Namespace, server: str, path: str) -> dict[str, Any]:
-    members, _ = _members(server, ns.timeout)
+    members, leader_id = _members(server, ns.timeout)
+    body = None
+    if path.endswith("/renew"):
+        body = {"signer": _holder(members, leader_id, _statuses(members, ns.timeout))["node_id"]}
     done = []
     for m in _selected(members, ns.node):
-        doc = _call(m["url"], "POST", path, timeout_s=ns.timeout)
+        doc = _call(m["url"], "POST", path, body, timeout_s=ns.timeout)
         done.append(doc)
         if not ns.json:
             print(f"{doc['node_id']}: certificate until {_days(doc['node_cert'])}, issuer "
@@ -163,44 +176,43 @@ def _write(path: str | None, pem: str) -> None:
 
 def _ca_rotate(ns: argparse.Namespace, server: str) -> dict[str, Any]:
     members, leader_id = _members(server, ns.timeout)
-    leader = _leader(members, leader_id)
+    statuses = _statuses(members, ns.timeout)
     say = (lambda s: None) if ns.json else print
     if ns.step == "begin":
-        bundle = str(_call(leader["url"], "POST", "/cluster/tls/ca/begin", timeout_s=ns.timeout)["bundle"])
+        holder = _holder(members, leader_id, statuses)
+        bundle = str(_call(holder["url"], "POST", "/cluster/tls/ca/begin", timeout_s=ns.timeout)["bundle"])
         for m in members:
-            if m is not leader:
+            if m is not holder:
                 _call(m["url"], "PUT", "/cluster/tls/trust", {"bundle": bundle}, timeout_s=ns.timeout)
                 say(f"{m['node_id']}: trusts the current and the next CA")
         _write(ns.out, bundle)
-        say(f"step 1 of 3 done: every member trusts both CAs. Give clients {ns.out or 'this bundle'} as --ca-file, "
-            "then run `doq tls ca-rotate reissue` (with it as --ca-file).")
+        say(f"step 1 of 3 done: every member trusts both CAs ({holder['node_id']} holds the next CA's key). Give "
+            f"clients {ns.out or 'this bundle'} as --ca-file, then run `doq tls ca-rotate reissue` with it as --ca-file.")
         return {"bundle": bundle}
     if ns.step == "reissue":
-        try:
-            _call(leader["url"], "POST", "/cluster/tls/ca/promote", timeout_s=ns.timeout)
-        except Failed as e:
-            if "NO_ROTATION" not in str(e):
-                raise
-            # promoted already by an earlier run: then the leader signs with a CA that is
-            # not the only one it trusts
-            st = _call(leader["url"], "GET", "/cluster/tls", timeout_s=ns.timeout)
-            if not st["signing_ca"] or len(st["trusted_cas"]) < 2:
-                raise Failed("no CA rotation is under way: run `doq tls ca-rotate begin` first") from None
-        say(f"{leader['node_id']}: signs with the next CA")
-        ordered = [m for m in members if m is not leader] + [leader]
+        holder = _holder(members, leader_id, statuses)
+        if statuses[holder["node_id"]].get("next_ca"):
+            _call(holder["url"], "POST", "/cluster/tls/ca/promote", timeout_s=ns.timeout)
+            say(f"{holder['node_id']}: signs with the next CA")
+        elif len(statuses[holder["node_id"]]["trusted_cas"]) < 2:
+            raise Failed("no CA rotation is under way: run `doq tls ca-rotate begin` first")
+        # else: promoted by an earlier run; renew what is left
         renewed = []
-        for m in ordered:
-            doc = _call(m["url"], "POST", "/cluster/tls/renew", timeout_s=ns.timeout)
+        for m in [m for m in members if m is not holder] + [holder]:
+            doc = _call(m["url"], "POST", "/cluster/tls/renew", {"signer": holder["node_id"]}, timeout_s=ns.timeout)
             renewed.append(doc)
             say(f"{m['node_id']}: new certificate of {doc['node_cert']['issuer'][:16]}")
         say("step 2 of 3 done: every member holds a certificate of the new CA. Run `doq tls ca-rotate finish`.")
         return {"nodes": renewed}
-    st = _call(leader["url"], "GET", "/cluster/tls", timeout_s=ns.timeout)
-    signing = st["signing_ca"]
-    if not signing:
-        raise Failed(f"the leader {leader['node_id']} holds no CA key: move leadership to the member that does")
-    new_ca = next((str(ca["pem"]) for ca in st["trusted_cas"] if ca["fingerprint"] == signing), "")
-    for m in [m for m in members if m is not leader] + [leader]:
+    # finish: every member's certificate must be of one CA (the new one), trusted alone from now on
+    issuers = {st["node_cert"]["issuer"] for st in statuses.values()}
+    if any(st.get("next_ca") for st in statuses.values()) or len(issuers) != 1 or "" in issuers:
+        raise Failed("the members' certificates are not all of one trusted CA: run `doq tls ca-rotate reissue` "
+                     "(again) first")
+    [issuer] = issuers
+    new_ca = next((str(ca["pem"]) for st in statuses.values() for ca in st["trusted_cas"]
+                   if ca["fingerprint"] == issuer), "")
+    for m in members:
         _call(m["url"], "PUT", "/cluster/tls/trust", {"bundle": new_ca}, timeout_s=ns.timeout)
         say(f"{m['node_id']}: trusts the new CA only")
     _write(ns.out, new_ca)

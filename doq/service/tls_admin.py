@@ -3,13 +3,13 @@ behind the admin routes of `doq.service.http.tls_routes` and the `doq tls` comma
 
 - `status`: this node's certificate, its issuer, the CAs it trusts, its signing CA and
   the warnings ahead of expiry;
-- `renew`: a new key made here and a certificate for it, signed by this node if it holds
-  the signing CA key, else by the leader (`POST /cluster/tls/sign`, with the caller's
-  admin key, over HTTPS verified with this node's trust bundle); served from the next
-  handshake on, no restart (`doq.tls.live`);
-- `sign` (the leader's): a certificate for a current member's CSR, for exactly that node
-  id and the hosts of its member addresses (and the names it asks for, none of them
-  another member's id);
+- `renew`: a new key made here and a certificate for it, signed by the member `signer`
+  names (default: this node if it holds the signing CA key, else the leader) through
+  `POST /cluster/tls/sign` with the caller's admin key, over HTTPS verified with this
+  node's trust bundle; served from the next handshake on, no restart (`doq.tls.live`);
+- `sign` (a member holding the CA key; no leadership needed): a certificate for a
+  current member's CSR, for exactly that node id and the hosts of its member addresses
+  (and the names it asks for, none of them another member's id);
 - `set_trust`, `begin_ca`, `promote_ca`, `reload`: this node's trust bundle and CA
   rotation steps (`doq.tls.rotation`).
 
@@ -34,7 +34,6 @@ from prometheus_client import Gauge
 
 from doq.errors import DoqError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from doq.node.base import Node
-from doq.node.cluster_wire import leader_http_addr
 from doq.tls import rotation
 from doq.tls.certs import CsrError, NodeTls, TlsSetupError, csr_hosts, key_certificate, make_csr
 from doq.tls.creds import ssl_client_context
@@ -110,15 +109,17 @@ class TlsAdmin:
             self._reload()
             return self.status()
 
-    async def renew(self, authorization: str) -> dict[str, Any]:
-        """A new key and certificate for this node, served from the next handshake on."""
+    async def renew(self, authorization: str, signer: str = "") -> dict[str, Any]:
+        """A new key and certificate for this node, served from the next handshake on;
+        signed by member `signer` ("": this node if it holds the signing CA key, else the
+        leader)."""
         async with self._lock:
             m = self.live.current
             csr, key = make_csr(self.node.node_id, self.hosts)
-            if key_certificate(m.ca_cert, m.ca_key) is not None:
+            if signer == self.node.node_id or (not signer and key_certificate(m.ca_cert, m.ca_key) is not None):
                 cert = self._sign_here(m, csr, self.node.node_id)
             else:
-                cert = await self._sign_at_leader(m, csr, authorization)
+                cert = await self._sign_at(signer, m, csr, authorization)
             try:
                 rotation.install_renewed(m, cert, key)
             except CsrError as e:
@@ -134,19 +135,23 @@ class TlsAdmin:
         except CsrError as e:
             raise InvalidArgument(str(e), reason="INVALID_CSR") from None
 
-    async def _sign_at_leader(self, m: NodeTls, csr: bytes, authorization: str) -> bytes:
+    async def _sign_at(self, signer: str, m: NodeTls, csr: bytes, authorization: str) -> bytes:
         admin = self.node.cluster_admin()
         status = admin.cluster_status() if admin else None
-        target = leader_http_addr(status) if status else ""
-        if status is None or not target or status.leader_id == self.node.node_id:
+        target = signer or (status.leader_id if status else "")
+        addr = next((mb.addrs.http_addr for mb in status.members if mb.node_id == target), "") if status else ""
+        if not target or target == self.node.node_id:
             raise FailedPrecondition(
-                f"this node ({self.node.node_id}) holds no CA key and no other leader is known to sign its "
-                "certificate: renew it when the member that holds tls/ca.key leads", reason="NO_CA_KEY")
+                f"this node ({self.node.node_id}) holds no CA key and no leader is known to sign its certificate: "
+                "name the member that holds tls/ca.key (doq tls renew finds it)", reason="NO_CA_KEY")
+        if not addr:
+            raise NotFound(f"{target[:64]!r} is not a member with an HTTP address", reason="NOT_MEMBER")
         body = json.dumps({"node_id": self.node.node_id, "csr": csr.decode()}).encode()
-        return await asyncio.to_thread(_post_sign, target, body, authorization, m.ca_cert)
+        return await asyncio.to_thread(_post_sign, addr, body, authorization, m.ca_cert)
 
     async def sign(self, node_id: str, csr: bytes) -> bytes:
-        """(The leader's.) A certificate for member `node_id`'s CSR from the signing CA."""
+        """A certificate for member `node_id`'s CSR from this node's signing CA (a member
+        as this node's configuration has it)."""
         admin = self.node.cluster_admin()
         members = {mb.node_id: mb for mb in admin.cluster_status().members} if admin else {}
         member = members.get(node_id)
@@ -196,7 +201,7 @@ class TlsAdmin:
 
 
 def _post_sign(target: str, body: bytes, authorization: str, ca_pem: bytes) -> bytes:
-    """POST /cluster/tls/sign at the leader (blocking; run in a thread)."""
+    """POST /cluster/tls/sign at the signer (blocking; run in a thread)."""
     url = (target if "://" in target else f"https://{target}") + "/cluster/tls/sign"
     headers = {"Content-Type": "application/json"}
     if authorization:
@@ -211,9 +216,9 @@ def _post_sign(target: str, body: bytes, authorization: str, ca_pem: bytes) -> b
         except ValueError:
             doc = {}
         err: DoqError = (Unavailable if e.code == 503 else FailedPrecondition)(
-            f"the leader refused to sign: {doc.get('detail', f'HTTP {e.code}')}",
+            f"{target} refused to sign: {doc.get('detail', f'HTTP {e.code}')}",
             reason=str(doc.get("reason") or "SIGN_REFUSED"))
         raise err from None
     except (OSError, ValueError, KeyError) as e:
-        raise Unavailable(f"cannot reach the leader at {target} to sign the certificate: "
-                          f"{getattr(e, 'reason', type(e).__name__)}", reason="LEADER_UNREACHABLE") from None
+        raise Unavailable(f"cannot reach the signer at {target} to sign the certificate: "
+                          f"{getattr(e, 'reason', type(e).__name__)}", reason="SIGNER_UNREACHABLE") from None

@@ -4,7 +4,7 @@ key; node-2 and node-3 enrolled with join tokens and hold none), real TLS handsh
 real `doq tls` CLI.
 
 - `doq tls renew` gives a node a new key and certificate (an enrolled node's is signed by
-  the leader) that its HTTPS port, gRPC port and Raft port serve at the next handshake,
+  node-1, which holds the CA key, whoever leads) that its HTTPS port, gRPC port and Raft port serve at the next handshake,
   same process, no restart.
 - `doq tls ca-rotate begin | reissue | finish` moves the cluster from CA1 to CA2 while a
   client keeps enqueuing and consuming: no acknowledged message is lost, every failed call
@@ -112,7 +112,7 @@ def test_a_renewed_certificate_is_served_without_a_restart(cluster: list[NodePro
     new = file_serial(tls_dir(n2) / "node.crt")
     assert new != old and format(new, "x") == out["nodes"][0]["node_cert"]["serial"]
     assert (tls_dir(n2) / "node.key").read_bytes() != old_key  # a new key, made on node-2
-    assert not (tls_dir(n2) / "ca.key").exists()  # signed by the leader: no CA key came to node-2
+    assert not (tls_dir(n2) / "ca.key").exists()  # signed by node-1, the CA holder: no CA key came to node-2
     # every port serves it at the next handshake, from the same process
     assert served_serial(n2.http_port, ca) == new
     assert served_serial(n2.grpc_port, ca) == new
@@ -123,15 +123,15 @@ def test_a_renewed_certificate_is_served_without_a_restart(cluster: list[NodePro
 
 
 def test_a_removed_or_unknown_node_gets_no_certificate(cluster: list[NodeProc]) -> None:
-    n1 = cluster[0]
-    leader = https(n1, "GET", "/cluster")[1]["leader_id"]
-    leader_node = next(n for n in cluster if n.node_id == leader)
+    n1, n2, _ = cluster
     csr, _ = make_csr("node-9", [])
-    status, body = https(leader_node, "POST", "/cluster/tls/sign", {"node_id": "node-9", "csr": csr.decode()})
+    status, body = https(n1, "POST", "/cluster/tls/sign", {"node_id": "node-9", "csr": csr.decode()})
     assert (status, body["reason"]) == (404, "NOT_MEMBER"), body
-    status, body = https(leader_node, "POST", "/cluster/tls/sign", {"node_id": "node-2", "csr": csr.decode()},
+    status, body = https(n1, "POST", "/cluster/tls/sign", {"node_id": "node-2", "csr": csr.decode()},
                          key="doq_000000000000_" + "x" * 43)
     assert status == 401, body
+    status, body = https(n2, "POST", "/cluster/tls/sign", {"node_id": "node-3", "csr": csr.decode()})
+    assert (status, body["reason"]) == (409, "NO_CA_KEY"), body  # an enrolled member holds no CA key
 
 
 class Workload:

@@ -39,10 +39,11 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 FORWARDED_HEADER = "X-Doq-Forwarded-By"
 """Request header set on a forwarded request: the id of the node that forwarded it."""
 _DEQUEUE_PATH = re.compile(r"^/API/v1/queues/[^/]+/messages$")
-# join-tokens: loopback only (enroll.py); /cluster/tls/*: this node's own TLS files
-# (doq.service.http.tls_routes), except /cluster/tls/sign, the leader's work
-_LOCAL_WRITES = frozenset({"/db/backup", "/cluster/join-tokens", "/cluster/tls/renew", "/cluster/tls/trust",
-                           "/cluster/tls/ca/begin", "/cluster/tls/ca/promote", "/cluster/tls/reload"})
+# join-tokens: loopback only (enroll.py); /cluster/tls/*: this node's own TLS files and
+# CA key (doq.service.http.tls_routes): no leadership needed
+_LOCAL_WRITES = frozenset({"/db/backup", "/cluster/join-tokens", "/cluster/tls/renew", "/cluster/tls/sign",
+                           "/cluster/tls/trust", "/cluster/tls/ca/begin", "/cluster/tls/ca/promote",
+                           "/cluster/tls/reload"})
 _SAFE = frozenset({"GET", "HEAD", "OPTIONS"})  # methods that change nothing
 _HOP_BY_HOP = frozenset({
     b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"te", b"trailer", b"upgrade",

@@ -1,13 +1,13 @@
 """Certificate routes of a secure node (`doq.service.tls_admin`; docs/security.md,
 "Rotating certificates"). All need an admin key except `GET /cluster/tls` (any key),
-and all but `POST /cluster/tls/sign` act on the node addressed (a follower does not
-forward them: `doq.service.http.forward`):
+and all act on the node addressed (a follower does not forward them to its leader:
+`doq.service.http.forward`):
 
 - `GET /cluster/tls`: this node's certificate, issuer, trusted CAs, signing CA, warnings;
-- `POST /cluster/tls/renew`: this node gets a new key and certificate (signed here or by
-  the leader), served from the next handshake on;
-- `POST /cluster/tls/sign {"node_id", "csr"}` → `{"node_cert"}`: the leader signs a
-  member's renewal;
+- `POST /cluster/tls/renew {"signer"}`: this node gets a new key and certificate (signed
+  by `signer`, default here or the leader), served from the next handshake on;
+- `POST /cluster/tls/sign {"node_id", "csr"}` → `{"node_cert"}`: a member holding the CA
+  key signs a member's renewal;
 - `PUT /cluster/tls/trust {"bundle"}`: this node trusts exactly these CAs;
 - `POST /cluster/tls/ca/begin` → `{"bundle", ...}`: (the CA holder) a next CA, trusted
   beside the current one, not signing yet;
@@ -38,6 +38,13 @@ class SignBody(BaseModel):
     csr: str = Field(max_length=8192, description="A PEM certificate signing request for its new key (ECDSA P-256).")
 
 
+class RenewBody(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+    signer: str = Field("", pattern=f"^$|{NODE_ID_PATTERN}", description=(
+        "The member that signs (it holds tls/ca.key); default: this node if it holds the "
+        "signing CA key, else the leader."))
+
+
 class TrustBody(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
     bundle: str = Field(max_length=65536, description="PEM: the CA certificates this node trusts (1..8).")
@@ -56,17 +63,19 @@ def build_tls_router(admin: TlsAdmin) -> APIRouter:
         return ok(admin.status())
 
     @r.post("/cluster/tls/renew", tags=["cluster"], summary="Renew this node's certificate",
-            responses=errors(401, 403, 409, 503))
+            responses=errors(400, 401, 403, 404, 409, 413, 415, 503),
+            openapi_extra=body_doc(RenewBody, required=False))
     async def tls_renew(request: Request) -> Response:
         """A new key (made on this node) and a certificate for it from the signing CA,
         served from the next TLS handshake on: no restart."""
-        return ok(await admin.renew(request.headers.get("authorization", "")))
+        b = await read_json(request, RenewBody, required=False)
+        return ok(await admin.renew(request.headers.get("authorization", ""), b.signer))
 
     @r.post("/cluster/tls/sign", tags=["cluster"], summary="Sign a member's renewal",
             responses=errors(400, 401, 403, 404, 409, 413, 415), openapi_extra=body_doc(SignBody))
     async def tls_sign(request: Request) -> Response:
-        """(The leader.) A certificate for a member's new key, for exactly its node id and
-        the hosts of its addresses."""
+        """(A member holding the CA key.) A certificate for a member's new key, for exactly
+        its node id and the hosts of its addresses."""
         b = await read_json(request, SignBody)
         return ok({"node_cert": (await admin.sign(b.node_id, b.csr.encode())).decode()})
 
