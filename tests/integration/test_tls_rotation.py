@@ -182,10 +182,10 @@ class Workload:
         self.drain(c, wait_ms=0)
 
     def drain(self, c: DoqClient, wait_ms: int) -> int:
-        got = c.dequeue("rot", max_messages=8, wait_ms=wait_ms, visibility_timeout_ms=5000)
+        got = c.dequeue("rot", max_messages=8, wait_ms=wait_ms, visibility_timeout_ms=30_000)
         for m in got:
+            self.consumed.add(bytes(m.content).decode())  # delivered (an ack that fails: delivered again)
             c.ack("rot", m.id, lease_id=m.lease_id)
-            self.consumed.add(bytes(m.content).decode())
         return len(got)
 
 
