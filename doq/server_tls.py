@@ -37,14 +37,6 @@ class ServingTls:
         own = (self.cert_file, self.key_file) if self.cert_file != self.node.cert_file else None
         object.__setattr__(self, "live", LiveTls(self.node, own))
 
-    @property
-    def client_cert(self) -> bytes:
-        return self.cert_file.read_bytes()
-
-    @property
-    def client_key(self) -> bytes:
-        return self.key_file.read_bytes()
-
 
 def config_hosts(config: ServeConfig) -> list[str]:
     """The hosts the node listens on and announces (SANs of its certificate)."""

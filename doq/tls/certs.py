@@ -12,7 +12,7 @@ Layout (in the node directory, `tls/`, 0700; every file 0600, doq/storage/files.
 
 `ca.crt` is a trust bundle: one CA certificate, or several while a CA rotation is under
 way (`doq.tls.rotation`). The *signing CA* is the bundle's certificate whose public key
-is `ca.key`'s (`signing_ca`); on a node that holds it, it comes first in the bundle. A
+is `ca.key`'s (`key_certificate`); on a node that holds it, it comes first in the bundle. A
 rotation's next CA key waits in `ca-next.key` on the node that made it.
 
 Keys are ECDSA P-256 (fast handshakes). The CA lives `CA_DAYS`, a node certificate
@@ -293,8 +293,6 @@ def key_certificate(bundle_pem: bytes, key_pem: bytes | None) -> bytes | None:
             return pem_of(ca)
     return None
 
-
-signing_ca = key_certificate
 
 
 def check_trust_bundle(bundle_pem: bytes) -> list[x509.Certificate]:

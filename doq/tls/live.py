@@ -54,8 +54,11 @@ class LiveTls:
         return self._material.directory
 
     def _read_client_pair(self) -> tuple[bytes, bytes]:
+        return self._read_client_pair_of(self._material)
+
+    def _read_client_pair_of(self, m: NodeTls) -> tuple[bytes, bytes]:
         if self._client_files is None:
-            return self._material.node_cert, self._material.node_key
+            return m.node_cert, m.node_key
         cert, key = self._client_files
         return cert.read_bytes(), key.read_bytes()
 
@@ -73,19 +76,18 @@ class LiveTls:
         together; raises TlsSetupError (nothing changes) if they do not."""
         try:
             new = read_node_tls(self.directory)
+            client = self._read_client_pair_of(new)
         except OSError as e:
-            raise TlsSetupError(f"cannot read the TLS files in {self.directory}: {e}") from None
+            raise TlsSetupError(f"cannot read the TLS files ({type(e).__name__}: {e.strerror})") from None
         if issuer_in(new.node_cert, new.ca_cert) is None:
             raise TlsSetupError("the node certificate is signed by none of the CAs in ca.crt")
         if not key_matches(new.node_cert, new.node_key):
             raise TlsSetupError("node.key is not the key of node.crt")
+        if not key_matches(*client):
+            raise TlsSetupError("the --tls-key file is not the key of the --tls-cert file")
         with self._lock:
             self._material = new
-            try:
-                self._client_pair = self._read_client_pair()
-            except OSError as e:
-                log.warning("cannot read --tls-cert/--tls-key again (%s): the client ports keep the "
-                            "certificate they serve", type(e).__name__)
+            self._client_pair = client
             self.generation += 1
         for fn in self._subscribers:
             try:

@@ -31,7 +31,7 @@ import grpc
 import pytest
 from cryptography import x509
 
-from doq.tls.certs import fingerprint, make_csr
+from doq.tls.certs import fingerprint, generate_ca, issue_node_cert, make_csr
 from doq_client import DoqClient
 from doq_client.errors import DoqClientError
 from tests.integration.test_join_token import create_token, joiner
@@ -279,3 +279,40 @@ def serialization_pem() -> Any:
     from cryptography.hazmat.primitives import serialization
 
     return serialization.Encoding.PEM
+
+
+def test_the_operators_own_client_certificate_is_reloaded_without_a_restart(tmp_path: Path) -> None:
+    """`--tls-cert/--tls-key` (a certificate of the operator's CA on the client ports):
+    replaced on disk, `doq tls reload` makes both client ports serve it at the next
+    handshake; a key that is not the certificate's is refused and the node keeps serving."""
+    org_ca, org_key = generate_ca("the operator's CA")
+    ca = tmp_path / "org-ca.crt"
+    ca.write_bytes(org_ca)
+    cert, key = tmp_path / "client-port.crt", tmp_path / "client-port.key"
+
+    def install(pair: tuple[bytes, bytes]) -> int:
+        cert.write_bytes(pair[0])
+        key.write_bytes(pair[1])
+        return x509.load_pem_x509_certificate(pair[0]).serial_number
+
+    first = install(issue_node_cert(org_ca, org_key, "doq.example", ["127.0.0.1"]))
+    n = NodeProc(tmp_path / "data", extra_args=["--tls-cert", str(cert), "--tls-key", str(key)])
+    try:
+        n.extra_args = ["--secure", *n.extra_args]
+        n.launch()
+        until("ready over HTTPS", lambda: https(n, "GET", "/readyz", ca=ca)[0] == 200, 60)
+        until("admin key", lambda: admin_key(n) is not None and https(n, "GET", "/cluster/tls", ca=ca)[0] == 200, 60)
+        assert served_serial(n.http_port, ca) == served_serial(n.grpc_port, ca) == first
+        second = install(issue_node_cert(org_ca, org_key, "doq.example", ["127.0.0.1"]))
+        assert served_serial(n.http_port, ca) == first  # not before the reload
+        status, body = https(n, "POST", "/cluster/tls/reload", ca=ca)
+        assert status == 200, body
+        assert served_serial(n.http_port, ca) == served_serial(n.grpc_port, ca) == second
+        _, other_key = issue_node_cert(org_ca, org_key, "doq.example", ["127.0.0.1"])
+        key.write_bytes(other_key)  # a half-done copy
+        status, body = https(n, "POST", "/cluster/tls/reload", ca=ca)
+        assert (status, body["reason"]) == (409, "TLS_FILES") and other_key.decode() not in json.dumps(body)
+        assert served_serial(n.http_port, ca) == served_serial(n.grpc_port, ca) == second
+        assert n.proc is not None and n.proc.poll() is None
+    finally:
+        n.kill9()
