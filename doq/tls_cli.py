@@ -206,7 +206,9 @@ def _ca_rotate(ns: argparse.Namespace, server: str) -> dict[str, Any]:
         return {"nodes": renewed}
     # finish: every member's certificate must be of one CA (the new one), trusted alone from now on
     issuers = {st["node_cert"]["issuer"] for st in statuses.values()}
-    if any(st.get("next_ca") for st in statuses.values()) or len(issuers) != 1 or "" in issuers:
+    if any(st.get("next_ca") for st in statuses.values()):
+        raise Failed("the next CA does not sign yet: run `doq tls ca-rotate reissue` first")
+    if len(issuers) != 1 or "" in issuers:
         raise Failed("the members' certificates are not all of one trusted CA: run `doq tls ca-rotate reissue` "
                      "(again) first")
     [issuer] = issuers
