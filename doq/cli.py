@@ -1,5 +1,5 @@
 """The `doq` command: serve | k8s-start | bench | backup | restore | verify | cluster | keys |
-join-token | queues | enqueue | dequeue | peek | top."""
+join-token | tls | queues | enqueue | dequeue | peek | top."""
 
 from __future__ import annotations
 
@@ -138,6 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     from doq import keys_cli  # doq keys create | list | revoke
 
     keys_cli.add_parser(sub)
+    from doq import tls_cli  # doq tls status | renew | reload | ca-rotate
+
+    tls_cli.add_parser(sub)
     from doq import queue_cli  # doq queues ... | enqueue | dequeue | top
 
     queue_cli.add_parsers(sub)

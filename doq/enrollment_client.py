@@ -16,7 +16,7 @@ from typing import Any
 
 from doq.cluster_client import ClusterError, request_json, status_from_json
 from doq.node.cluster import ClusterStatus, MemberAddrs
-from doq.tls.certs import fingerprint, make_csr
+from doq.tls.certs import bundle_certs, fingerprint, make_csr, pem_of
 from doq.tls.enrollment import decode_token
 from doq.tls.mode import is_loopback
 
@@ -27,7 +27,8 @@ class EnrollError(Exception):
 
 def fetch_ca(addr: str, want_fingerprint: str, timeout_s: float = 10.0) -> bytes:
     """The cluster CA certificate from `addr` (HOST:PORT or https URL), accepted only if
-    its fingerprint is `want_fingerprint`."""
+    its fingerprint is `want_fingerprint` (`GET /cluster/ca` answers the trust bundle: the
+    certificate of that fingerprint in it)."""
     url = _url(addr) + "/cluster/ca"
     ctx = ssl.create_default_context()
     ctx.check_hostname = False
@@ -38,13 +39,20 @@ def fetch_ca(addr: str, want_fingerprint: str, timeout_s: float = 10.0) -> bytes
     except (OSError, ValueError) as e:
         raise EnrollError(f"cannot fetch the cluster CA from {url}: {getattr(e, 'reason', e)}") from None
     try:
-        got = fingerprint(pem)
+        pinned = pinned_ca(pem, want_fingerprint)
     except ValueError:
         raise EnrollError(f"{url} did not answer a certificate") from None
-    if got != want_fingerprint:
-        raise EnrollError(f"the CA certificate of {url} is not the join token's (fingerprint {got[:16]}..., "
-                          f"the token pins {want_fingerprint[:16]}...): refusing to join")
-    return pem
+    if pinned is None:
+        raise EnrollError(f"the CA certificate of {url} is not the join token's (fingerprint "
+                          f"{fingerprint(pem)[:16]}..., the token pins {want_fingerprint[:16]}...): refusing to join")
+    return pinned
+
+
+def pinned_ca(bundle_pem: bytes, want_fingerprint: str) -> bytes | None:
+    """The certificate of the bundle whose fingerprint is `want_fingerprint` (None: none).
+    Only that one is trusted until the enrollment answers, over HTTPS verified with it
+    (a bundle of a CA rotation holds two; an added certificate pins nothing)."""
+    return next((pem_of(c) for c in bundle_certs(bundle_pem) if fingerprint(pem_of(c)) == want_fingerprint), None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +111,7 @@ def enroll(token: str, join_addrs: list[str], node_id: str, addrs: MemberAddrs, 
                     raise EnrollError(f"{addr} answered for cluster {status.cluster_id}, not {cluster_id}: "
                                       "refusing to join")
                 node_cert = doc["node_cert"].encode()
-                if fingerprint(doc["ca_cert"].encode()) != t.ca_fingerprint:
+                if pinned_ca(doc["ca_cert"].encode(), t.ca_fingerprint) is None:
                     raise EnrollError(f"{addr} answered another CA than the token's: refusing to join")
                 return Enrolled(status, doc["ca_cert"].encode(), node_cert, node_key)
             except ClusterError as e:

@@ -9,7 +9,7 @@ import gc
 import logging
 import signal
 import ssl
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ from doq.errors import InvalidArgument
 from doq.node import alarms, k8s_leader
 from doq.node.base import Node
 from doq.node.cluster import ClusterStatus
-from doq.server_tls import ServingTls, enroll_node, needs_enrollment, node_tls
+from doq.server_tls import ServingTls, config_hosts, enroll_node, needs_enrollment, node_tls
 from doq.service.api import QueueService
 from doq.service.grpc_forward import LeaderForwarder
 from doq.service.grpc_server import build_server, grpc_frame_limit, set_serving
@@ -38,7 +38,7 @@ from doq.storage.env import node_dir, open_env
 from doq.storage.files import DIR_MODE, tighten
 from doq.storage.state import StateStore
 from doq.tls.certs import TlsSetupError
-from doq.tls.creds import ca_channel_credentials, client_port_credentials, ssl_client_context
+from doq.tls.creds import ca_channel_credentials, ssl_client_context
 from doq.tls.mode import host_of, is_loopback
 
 log = logging.getLogger("doq.server")
@@ -120,7 +120,6 @@ async def open_runtime(config: ServeConfig) -> Runtime:
         from doq.cluster_client import ClusterError, join_cluster
         from doq.node.build import ClusterMismatch, open_raft_node
         from doq.node.raft_node import RaftNodeConfig
-        from doq.node.transport import GrpcRaftTransport
         from doq.service import metrics
 
         raft_config = RaftNodeConfig(election_tick=config.election_timeout_ms // RaftNodeConfig().tick_ms,
@@ -136,8 +135,7 @@ async def open_runtime(config: ServeConfig) -> Runtime:
             node = await open_raft_node(
                 state, node_id=config.node_id, addrs=config.member_addrs(), join_addrs=config.join,
                 join_cluster=join, cluster_id=config.cluster_id, on_commit=metrics.observe_commit, config=raft_config, gauge=gauge,
-                transport=lambda on_messages: GrpcRaftTransport(config.node_id, config.raft_addr, on_messages,
-                                                                tls=tls.node if tls else None),
+                transport=lambda on_messages: _transport(config, on_messages, tls),
             )
         except ClusterError as e:
             raise StartupError(f"cannot join the cluster at {', '.join(config.join)}: {e}") from e
@@ -152,6 +150,14 @@ async def open_runtime(config: ServeConfig) -> Runtime:
         lock.release()
         raise
     return Runtime(config, lock, env, state, node, api, tls)
+
+
+def _transport(config: ServeConfig, on_messages: Any, tls: ServingTls | None) -> Any:
+    """The Raft transport; a secure node's follows its live TLS material (doq.tls.live)."""
+    from doq.node.transport import GrpcRaftTransport
+
+    t = GrpcRaftTransport(config.node_id, config.raft_addr, on_messages, tls=tls.live if tls else None)
+    return t
 
 
 async def _enroll(config: ServeConfig, env: lmdb.Environment, node_path: Path) -> ClusterStatus:
@@ -194,6 +200,10 @@ async def _hold_http_while_joining(config: ServeConfig, state: StateStore,
         raise StartupError(f"cannot listen on HTTP address {config.http_addr}: {e}") from e
 
 
+def _client_pair_files(tls: ServingTls) -> tuple[str, str]:
+    return str(tls.cert_file), str(tls.key_file)
+
+
 class _QuietUvicornServer:
     """uvicorn.Server without its own signal handling (the node handles SIGTERM), bounded by
     the node's `Limits`: uvicorn's own connection count and keep-alive settings, and the
@@ -226,7 +236,25 @@ class _QuietUvicornServer:
             limit_concurrency=limits.max_connections,
             timeout_keep_alive=limits.keep_alive_ms / 1000,  # type: ignore[arg-type]  # a float works
         )
+        if tls is not None:  # a renewed certificate is served from the next handshake on (doq.tls.live)
+            cfg.load()
+            ssl_ctx = cfg.ssl
+            assert ssl_ctx is not None
+            tls.live.subscribe(lambda _m: ssl_ctx.load_cert_chain(*_client_pair_files(tls)))
         return Server(cfg)
+
+
+def _forward_ssl(tls: ServingTls) -> Callable[[], ssl.SSLContext]:
+    """The follower's HTTPS context to its leader, for the current trust bundle."""
+    made: dict[int, ssl.SSLContext] = {}
+
+    def context() -> ssl.SSLContext:
+        gen = tls.live.generation
+        if gen not in made:
+            made.clear()
+            made[gen] = ssl_client_context(ca_pem=tls.live.current.ca_cert)
+        return made[gen]
+    return context
 
 
 def _split(addr: str) -> tuple[str, int]:
@@ -241,6 +269,7 @@ class _Listeners:
     forwarder: LeaderForwarder | None  # gRPC follower forwarding (a clustered node)
     http: Any  # the uvicorn server
     http_task: asyncio.Task[None]
+    tls_admin: Any = None  # a secure node's doq.service.tls_admin.TlsAdmin
 
 
 async def _listen(rt: Runtime, authz: Authorizer) -> _Listeners:
@@ -250,12 +279,15 @@ async def _listen(rt: Runtime, authz: Authorizer) -> _Listeners:
     if rt.node.cluster_admin() is not None:
         forwarder = LeaderForwarder(rt.node, max_message_bytes=grpc_frame_limit(rt.api.limits),
                                     credentials=ca_channel_credentials(tls.node.ca_cert) if tls else None)
+        if tls is not None:  # a new trust bundle: verify the leader with it from the next call on
+            fw = forwarder
+            tls.live.subscribe(lambda m: fw.set_credentials(ca_channel_credentials(m.ca_cert)))
     # the client door: keys checked first; admin actions audited where they are served
     interceptors = [AuthInterceptor(authz), *([forwarder] if forwarder else []), AuditInterceptor(authz, config.node_id)]
     try:
         grpc_server, grpc_port = build_server(
             rt.api, config.grpc_addr, interceptors=interceptors,
-            credentials=client_port_credentials(tls.client_cert, tls.client_key) if tls else None)
+            credentials=tls.live.server_credentials(peer=False) if tls else None)
     except (OSError, RuntimeError) as e:
         raise StartupError(f"cannot listen on gRPC address {config.grpc_addr}: {e}") from e
     await grpc_server.start()
@@ -264,14 +296,17 @@ async def _listen(rt: Runtime, authz: Authorizer) -> _Listeners:
     from doq.service.http_gateway import create_app
 
     host, port = _split(config.http_addr)
-    forward_ssl = ssl_client_context(ca_pem=tls.node.ca_cert) if tls else None
-    enrollment = None
+    forward_ssl = _forward_ssl(tls) if tls else None
+    enrollment = tls_admin = None
     if tls is not None and rt.node.cluster_admin() is not None:
         from doq.service.enrollment import Enrollment
+        from doq.service.tls_admin import TlsAdmin
 
-        enrollment = Enrollment(rt.node, tls.node, rt.state.join_tokens)
+        enrollment = Enrollment(rt.node, tls.live, rt.state.join_tokens)
+        tls_admin = TlsAdmin(rt.node, tls.live, config_hosts(config))
     app = create_app(rt.api, authz, forward_ssl=forward_ssl, enrollment=enrollment,
-                     loopback_http=is_loopback(host_of(config.http_addr)), history=rt.rate_history)
+                     loopback_http=is_loopback(host_of(config.http_addr)), history=rt.rate_history,
+                     tls_admin=tls_admin)
     http = _QuietUvicornServer.make(app, host, port, config.log_level, rt.api.limits, tls)
 
     async def serve_http() -> None:
@@ -288,7 +323,7 @@ async def _listen(rt: Runtime, authz: Authorizer) -> _Listeners:
                 await forwarder.close()
             raise StartupError(f"cannot listen on HTTP address {config.http_addr}")
         await asyncio.sleep(0.01)
-    return _Listeners(grpc_server, grpc_port, forwarder, http, http_task)
+    return _Listeners(grpc_server, grpc_port, forwarder, http, http_task, tls_admin)
 
 
 async def serve(config: ServeConfig, *, ready: asyncio.Event | None = None) -> None:
@@ -327,6 +362,8 @@ async def serve(config: ServeConfig, *, ready: asyncio.Event | None = None) -> N
         rt.close(discard=True)
         raise
     sampler = asyncio.create_task(run_sampler(rt.rate_history, rt.state.list_queues), name="doq-rate-history")
+    # certificate expiry: the metric, and a warning ahead of it (doq.service.tls_admin)
+    expiry = asyncio.create_task(listeners.tls_admin.watch(), name="doq-tls-expiry") if listeners.tls_admin else None
     admin_key = asyncio.create_task(ensure_admin_key(
         rt.node, config.data_dir, provided=provided_key,
         print_key=True if config.print_admin_key else None)) if authz.required else None
@@ -350,6 +387,8 @@ async def serve(config: ServeConfig, *, ready: asyncio.Event | None = None) -> N
     await stop.wait()
     log.info("shutting down")
     sampler.cancel()
+    if expiry is not None:
+        expiry.cancel()
     if admin_key is not None:
         admin_key.cancel()
         with contextlib.suppress(BaseException):

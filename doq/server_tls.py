@@ -4,7 +4,7 @@ its enrollment with a join token (`doq.enrollment_client`), and its material
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from doq.auth.mode import runs_secure
@@ -20,6 +20,7 @@ from doq.tls.certs import (
     ensure_node_tls,
     install_enrolled,
 )
+from doq.tls.live import LiveTls
 from doq.tls.mode import host_of, non_loopback
 
 
@@ -27,17 +28,14 @@ from doq.tls.mode import host_of, non_loopback
 class ServingTls:
     """What a secure node serves with: its cluster material and the client ports' files."""
 
-    node: NodeTls
+    node: NodeTls  # as at start; `live` has the current material (doq.tls.live)
     cert_file: Path  # client ports (gRPC and HTTP): --tls-cert, else the node's certificate
     key_file: Path
+    live: LiveTls = field(init=False)
 
-    @property
-    def client_cert(self) -> bytes:
-        return self.cert_file.read_bytes()
-
-    @property
-    def client_key(self) -> bytes:
-        return self.key_file.read_bytes()
+    def __post_init__(self) -> None:
+        own = (self.cert_file, self.key_file) if self.cert_file != self.node.cert_file else None
+        object.__setattr__(self, "live", LiveTls(self.node, own))
 
 
 def config_hosts(config: ServeConfig) -> list[str]:

@@ -91,6 +91,7 @@ class Settings:
     spread: str = "required"  # one pod per node: "required", or "preferred" (small clusters)
     log_level: str = "info"
     ca_generation: int = 1  # raise it to replace the cluster CA and every pod certificate
+    ca_rotation: str = ""  # a rolling CA rotation's step: "", "begin", "reissue" (see ClusterTls)
 
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -127,6 +128,7 @@ def load_settings(cfg: pulumi.Config) -> Settings:
         spread=text("spread", d.spread),
         log_level=text("logLevel", d.log_level),
         ca_generation=number("caGeneration", d.ca_generation),
+        ca_rotation=text("caRotation", d.ca_rotation),
     )
     _check(s)
     return s
@@ -157,6 +159,8 @@ def _check(s: Settings) -> None:
         raise pulumi.RunError(f"doq:logLevel must be debug, info, warning or error, got {s.log_level!r}")
     if s.ca_generation < 1:
         raise pulumi.RunError(f"doq:caGeneration must be an integer >= 1, got {s.ca_generation}")
+    if s.ca_rotation not in ("", "begin", "reissue"):
+        raise pulumi.RunError(f"doq:caRotation must be 'begin' or 'reissue' (or unset), got {s.ca_rotation!r}")
 
 
 # -- names and numbers derived from the settings ----------------------------------------
@@ -341,8 +345,13 @@ def pod_spec(s: Settings, service_account: pulumi.Input[str]) -> k8s.core.v1.Pod
 # - ClusterTls: the cluster CA and one certificate per pod. Created once; `pulumi up`
 #   issues certificates for new pods (scale up) and again for pods whose names changed or
 #   whose certificate expires within RENEW_DAYS, with the same CA; a new doq:caGeneration
-#   replaces the CA and every certificate. Its private key is in no pod: pods cannot issue
-#   certificates, so only this stack can admit a member.
+#   replaces the CA and every certificate at once. doq:caRotation rotates the CA in rolling
+#   steps (a rolling restart of the pods after each `pulumi up`): "begin" makes a next CA
+#   and the pods trust both (certificates unchanged); "reissue" signs every certificate
+#   with the next CA (still trusting both); unset again, the next CA is the CA and the old
+#   one is trusted no more (unset after "begin": the rotation is abandoned). Pods of two
+#   neighbouring steps always accept each other's certificates. The private keys are in
+#   no pod: pods cannot issue certificates, so only this stack can admit a member.
 # - AdminKey: the first admin key (`doq_<id>_<secret>`, as doq makes them). The bootstrap
 #   registers it (DOQ_ADMIN_KEY_FILE); it never changes with `pulumi up`. The pods get it
 #   unless the secret config doq:adminKey gives another (`admin_token`: how it is rotated).
@@ -425,25 +434,53 @@ def _tls_expires_soon(cert_pem: str) -> bool:
     return left < datetime.timedelta(days=RENEW_DAYS)
 
 
+def _tls_issued_by(cert_pem: str, ca_cert_pem: str) -> bool:
+    from cryptography import x509
+
+    try:
+        x509.load_pem_x509_certificate(cert_pem.encode()).verify_directly_issued_by(
+            x509.load_pem_x509_certificate(ca_cert_pem.encode()))
+    except Exception:  # noqa: BLE001 - another issuer, whatever cryptography raises for it
+        return False
+    return True
+
+
 def _tls_outputs(news: dict[str, Any], olds: dict[str, Any] | None) -> dict[str, Any]:
-    """The CA (kept from `olds` unless there are none or the generation changed) and a
-    certificate per pod of `news["nodes"]` (kept when its names are the same and it is not
-    about to expire)."""
+    """The CA (kept from `olds` unless there are none or the generation changed), a
+    rolling rotation's next CA (doq:caRotation, above), the trust bundle the pods get
+    (the signing CA first), and a certificate per pod of `news["nodes"]` from the signing
+    CA (kept when its names are the same, it is of the signing CA and not about to expire)."""
     same_ca = olds is not None and olds.get("ca_generation") == news["ca_generation"] and olds.get("ca_key")
     if same_ca:
         assert olds is not None
         ca_cert, ca_key = olds["ca_cert"], olds["ca_key"]
     else:
         ca_cert, ca_key = _tls_new_ca()
+    rotation = news.get("ca_rotation") or ""
+    was = (olds or {}).get("ca_rotation") or ""
+    nxt = (olds["next_ca_cert"], olds["next_ca_key"]) if same_ca and olds and olds.get("next_ca_key") else None
+    if rotation == "" and nxt is not None:
+        if was == "reissue":  # the rotation's end: the next CA is the CA, the old one goes
+            ca_cert, ca_key = nxt
+        nxt = None  # (after "begin": abandoned)
+    elif rotation == "begin" and nxt is None:
+        nxt = _tls_new_ca()
+    elif rotation == "reissue" and nxt is None:
+        raise Exception("doq:caRotation reissue needs a rotation begun: set doq:caRotation begin, pulumi up, "
+                        "and restart the pods (kubectl rollout restart) first")
+    sign_cert, sign_key = nxt if rotation == "reissue" and nxt else (ca_cert, ca_key)
+    trust = [sign_cert, *(c for c in (ca_cert, nxt[0] if nxt else None) if c and c != sign_cert)]
     certs, keys = {}, {}
     for pod, hosts in news["nodes"].items():
-        if same_ca and olds is not None and olds["nodes"].get(pod) == hosts and pod in olds.get("certs", {}) \
-                and not _tls_expires_soon(olds["certs"][pod]):
-            certs[pod], keys[pod] = olds["certs"][pod], olds["keys"][pod]
+        old = (olds or {}).get("certs", {}).get(pod)
+        if same_ca and olds is not None and olds["nodes"].get(pod) == hosts and old \
+                and _tls_issued_by(old, sign_cert) and not _tls_expires_soon(old):
+            certs[pod], keys[pod] = old, olds["keys"][pod]
         else:
-            certs[pod], keys[pod] = _tls_issue(ca_cert, ca_key, pod, hosts)
-    return {"nodes": news["nodes"], "ca_generation": news["ca_generation"], "ca_cert": ca_cert, "ca_key": ca_key,
-            "certs": certs, "keys": keys}
+            certs[pod], keys[pod] = _tls_issue(sign_cert, sign_key, pod, hosts)
+    return {"nodes": news["nodes"], "ca_generation": news["ca_generation"], "ca_rotation": rotation,
+            "ca_cert": ca_cert, "ca_key": ca_key, "next_ca_cert": nxt[0] if nxt else None,
+            "next_ca_key": nxt[1] if nxt else None, "trust_bundle": "".join(trust), "certs": certs, "keys": keys}
 
 
 class _ClusterTlsProvider(pulumi.dynamic.ResourceProvider):
@@ -452,7 +489,8 @@ class _ClusterTlsProvider(pulumi.dynamic.ResourceProvider):
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.DiffResult:
         renew = any(_tls_expires_soon(c) for c in olds.get("certs", {}).values())
-        changed = olds.get("nodes") != news["nodes"] or olds.get("ca_generation") != news["ca_generation"]
+        changed = (olds.get("nodes") != news["nodes"] or olds.get("ca_generation") != news["ca_generation"]
+                   or (olds.get("ca_rotation") or "") != (news.get("ca_rotation") or ""))
         return pulumi.dynamic.DiffResult(changes=changed or renew, replaces=[], delete_before_replace=False)
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.UpdateResult:
@@ -464,16 +502,18 @@ class ClusterTls(pulumi.dynamic.Resource):
 
     ca_cert: pulumi.Output[str]
     ca_key: pulumi.Output[str]
+    trust_bundle: pulumi.Output[str]  # the pods' ca.crt and the output caCert: the CA, or both in a rotation
     certs: pulumi.Output[dict[str, str]]
     keys: pulumi.Output[dict[str, str]]
 
-    def __init__(self, name: str, nodes: dict[str, list[str]], ca_generation: int,
+    def __init__(self, name: str, nodes: dict[str, list[str]], ca_generation: int, ca_rotation: str = "",
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(_ClusterTlsProvider(), name,
-                         {"nodes": nodes, "ca_generation": ca_generation, "ca_cert": None, "ca_key": None,
-                          "certs": None, "keys": None},
+                         {"nodes": nodes, "ca_generation": ca_generation, "ca_rotation": ca_rotation,
+                          "ca_cert": None, "ca_key": None, "next_ca_cert": None, "next_ca_key": None,
+                          "trust_bundle": None, "certs": None, "keys": None},
                          pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
-                             additional_secret_outputs=["ca_key", "keys"])))
+                             additional_secret_outputs=["ca_key", "next_ca_key", "keys"])))
 
 
 class _AdminKeyProvider(pulumi.dynamic.ResourceProvider):
@@ -505,7 +545,8 @@ def cert_hosts(s: Settings, pod: str) -> list[str]:
 
 
 def tls_secret(s: Settings, ns: pulumi.Input[str], tls: ClusterTls) -> k8s.core.v1.Secret:
-    """ca.crt, and <pod>.crt / <pod>.key for every pod: never the CA's key."""
+    """ca.crt (the trust bundle: the CA, or both CAs during a rolling rotation), and
+    <pod>.crt / <pod>.key for every pod: never a CA's key."""
     def files(args: list[Any]) -> dict[str, str]:
         ca_cert, certs, keys = args
         out = {"ca.crt": ca_cert}
@@ -513,7 +554,7 @@ def tls_secret(s: Settings, ns: pulumi.Input[str], tls: ClusterTls) -> k8s.core.
             out[f"{pod}.crt"], out[f"{pod}.key"] = certs[pod], keys[pod]
         return out
 
-    data: pulumi.Output[Any] = pulumi.Output.all(tls.ca_cert, tls.certs, tls.keys).apply(files)
+    data: pulumi.Output[Any] = pulumi.Output.all(tls.trust_bundle, tls.certs, tls.keys).apply(files)
     return k8s.core.v1.Secret("doq-tls-secret", metadata=metadata(ns, TLS_SECRET), type="Opaque",
                               string_data=pulumi.Output.secret(data))
 
@@ -680,7 +721,7 @@ def main() -> dict[str, Any]:
     binding = role_binding(s, ns, r, sa)
     internal = internal_service(s, ns)
     tls = ClusterTls("doq-cluster-tls", {pod_name(i): cert_hosts(s, pod_name(i)) for i in range(s.replicas)},
-                     s.ca_generation)
+                     s.ca_generation, s.ca_rotation)
     admin = AdminKey("doq-admin-key")
     tls_sec = tls_secret(s, ns, tls)
     token = admin_token(cfg, admin)
@@ -702,7 +743,7 @@ def main() -> dict[str, Any]:
     # the pods have the admin key in $DOQ_KEY and the CA certificate at TLS_MOUNT
     pulumi.export("clusterStatus", f"kubectl -n {s.namespace} exec {pod_name(0)} -- doq cluster status "
                                    f"--server https://{local} --ca-file {TLS_MOUNT}/ca.crt")
-    pulumi.export("caCert", tls.ca_cert)  # public: clients verify the nodes with it (--ca-file)
+    pulumi.export("caCert", tls.trust_bundle)  # public: clients verify the nodes with it (--ca-file)
     pulumi.export("adminKey", token)  # `pulumi stack output adminKey --show-secrets`
     return {"settings": s, "service_account": sa, "role": r, "role_binding": binding, "internal_service": internal,
             "stateful_set": sts, "leader_service": leader, "pdb": pdb, "cluster_tls": tls, "admin_key": admin,

@@ -25,7 +25,10 @@ Implements `doq.node.transport_base.RaftTransport`. Contract:
   sender checks that the receiver's certificate names the node it means; the receiver
   refuses a stream without a certificate of the cluster CA (in the TLS handshake) or
   whose certificate's common name is not the stream's sender (PERMISSION_DENIED, counted
-  as `doq_raft_streams_refused_total{reason="certificate"}`).
+  as `doq_raft_streams_refused_total{reason="certificate"}`). The material is live
+  (`doq.tls.live`): a renewed certificate or a new trust bundle is used from the next
+  handshake on, and an inbound stream opened under another trust bundle is ended
+  (UNAVAILABLE) at its next frame, so its sender handshakes again against the new one.
 - Every frame carries the sender's storage alarms (`set_local_alarms`); the receiver keeps
   each peer's last report with its time (`peer_alarms`).
 - `stop()` gives connected peers up to `flush_timeout_s` to receive what is queued
@@ -56,8 +59,8 @@ from doq.tls.creds import (
     peer_channel_credentials,
     peer_channel_options,
     peer_common_name,
-    peer_server_credentials,
 )
+from doq.tls.live import LiveTls
 
 log = logging.getLogger(__name__)
 _remote_log = RateLimitedLog(log)  # what a remote party can cause at will
@@ -175,10 +178,10 @@ class GrpcRaftTransport:
         backoff_max_s: float = 2.0,
         flush_timeout_s: float = 0.5,
         rng: random.Random | None = None,
-        tls: NodeTls | None = None,
+        tls: NodeTls | LiveTls | None = None,
     ) -> None:
         self.node_id = node_id
-        self.tls = tls
+        self._live = tls if isinstance(tls, LiveTls) or tls is None else LiveTls(tls)
         self.listen_addr = listen_addr
         self.port = 0
         self._on_messages = on_messages
@@ -254,13 +257,18 @@ class GrpcRaftTransport:
             peer.queue.clear()
             peer.queued_bytes = 0
 
+    @property
+    def tls(self) -> NodeTls | None:
+        """The node's TLS material now (None: plaintext)."""
+        return self._live.current if self._live is not None else None
+
     async def start(self) -> None:
         """Listen on `listen_addr` and connect to the peers set so far."""
         server = grpc.aio.server(options=_SERVER_OPTIONS)
         raft_pb2_grpc.add_RaftTransportServicer_to_server(_Servicer(self), server)
         try:
-            if self.tls is not None:
-                self.port = server.add_secure_port(self.listen_addr, peer_server_credentials(self.tls))
+            if self._live is not None:  # each handshake gets the material current then (doq.tls.live)
+                self.port = server.add_secure_port(self.listen_addr, self._live.server_credentials(peer=True))
             else:
                 self.port = server.add_insecure_port(self.listen_addr)
         except RuntimeError as e:
@@ -367,9 +375,10 @@ class GrpcRaftTransport:
                 await asyncio.wait_for(self._closing.wait(), delay_s)
 
     def _channel(self, peer: _Peer) -> grpc.aio.Channel:
-        if self.tls is None:
+        tls = self.tls
+        if tls is None:
             return grpc.aio.insecure_channel(peer.addr, options=_CHANNEL_OPTIONS)
-        return grpc.aio.secure_channel(peer.addr, peer_channel_credentials(self.tls),
+        return grpc.aio.secure_channel(peer.addr, peer_channel_credentials(tls),
                                        options=[*_CHANNEL_OPTIONS, *peer_channel_options(peer.node_id)])
 
     async def _pump(self, peer: _Peer, call: grpc.aio.StreamUnaryCall) -> None:
@@ -437,7 +446,15 @@ class _Servicer(raft_pb2_grpc.RaftTransportServicer):
             )
         await context.send_initial_metadata(((ACCEPTED_KEY, self._t.node_id),))
         frames = messages = 0
+        live = self._t._live
+        trusted = live.current.ca_cert if live is not None else b""
         async for frame in request_iterator:
+            if live is not None and (now := live.current.ca_cert) is not trusted:
+                if now != trusted:
+                    # the trust bundle changed since this stream's handshake: the sender
+                    # reconnects and its certificate is checked against the new one
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, "this node's trusted CAs changed: reconnect")
+                trusted = now
             try:
                 batch = [decode_message(b) for b in frame.messages]
             except DecodeError as e:

@@ -28,7 +28,8 @@ from doq.node.cluster import ClusterAdmin, MemberAddrs
 from doq.node.cluster_wire import status_to_json
 from doq.queues.commands import CreateJoinToken, UseJoinToken
 from doq.queues.join_tokens import TokenRecord, accepts
-from doq.tls.certs import CsrError, NodeTls, csr_hosts, fingerprint, sign_csr
+from doq.tls import rotation
+from doq.tls.certs import CsrError, NodeTls, csr_hosts, fingerprint, key_certificate
 from doq.tls.enrollment import (
     DEFAULT_TTL_S,
     MAX_TTL_S,
@@ -37,6 +38,7 @@ from doq.tls.enrollment import (
     encode_token,
     secret_hash,
 )
+from doq.tls.live import LiveTls
 from doq.tls.mode import host_of
 
 Tokens = Callable[[], dict[bytes, TokenRecord]]
@@ -55,11 +57,22 @@ class Enrollment:
     """The server side, on a secure node: creating tokens and enrolling nodes. `tokens`
     is the committed join-token table (`StateStore.join_tokens`)."""
 
-    def __init__(self, node: Node, tls: NodeTls, tokens: Tokens) -> None:
+    def __init__(self, node: Node, tls: NodeTls | LiveTls, tokens: Tokens) -> None:
         self.node = node
-        self.tls = tls
+        self._tls = tls  # a LiveTls: the material current at each call (a CA rotation changes it)
         self.tokens = tokens
-        self.fingerprint = fingerprint(tls.ca_cert)
+
+    @property
+    def tls(self) -> NodeTls:
+        return self._tls.current if isinstance(self._tls, LiveTls) else self._tls
+
+    @property
+    def fingerprint(self) -> str:
+        """The fingerprint of the CA this node signs with (the bundle's first without a
+        CA key): what a token pins."""
+        tls = self.tls
+        signer = key_certificate(tls.ca_cert, tls.ca_key) if tls.ca_key is not None else None
+        return fingerprint(signer or tls.ca_cert)
 
     @property
     def ca_cert(self) -> bytes:
@@ -124,13 +137,16 @@ class Enrollment:
         admin = self.node.cluster_admin()
         if admin is None:
             raise FailedPrecondition("this node cannot enroll members", reason="NO_CA_KEY")
-        ca_key = self._ca_key()
+        self._ca_key()
         hosts = self._check(t, node_id, addrs, csr, admin)
         state_cluster = admin.cluster_status().cluster_id
         if cluster_id and cluster_id != state_cluster:  # refused before the token is spent
             raise FailedPrecondition(f"this is cluster {state_cluster or '(no id)'}, not {cluster_id}: refused",
                                      reason="CLUSTER_MISMATCH")
-        cert = sign_csr(self.tls.ca_cert, ca_key, csr, node_id, hosts)
+        try:
+            cert = rotation.sign(self.tls, csr, node_id, hosts)
+        except rotation.NoCaKey as e:
+            raise FailedPrecondition(str(e), reason="NO_CA_KEY") from None
         who = f"jointoken:{t.token_id.hex()}"
         try:
             _raise_result(await self.node.propose(UseJoinToken(t.token_id, secret_hash(self.fingerprint, t.secret),

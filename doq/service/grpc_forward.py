@@ -85,6 +85,14 @@ class LeaderForwarder(grpc.aio.ServerInterceptor):
         ]
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._proxies: dict[tuple[str, str], grpc.RpcMethodHandler] = {}
+        self._retired: list[grpc.aio.Channel] = []
+
+    def set_credentials(self, credentials: grpc.ChannelCredentials) -> None:
+        """Verify the leader with new credentials (a new trust bundle) from the next call
+        on: new channels; calls under way finish on the old ones (closed at `close`)."""
+        self._credentials = credentials
+        self._retired.extend(self._channels.values())
+        self._channels, self._proxies = {}, {}
 
     async def intercept_service(
         self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
@@ -121,7 +129,8 @@ class LeaderForwarder(grpc.aio.ServerInterceptor):
 
     async def close(self) -> None:
         """Close every channel (in-flight forwarded calls are cancelled)."""
-        channels, self._channels, self._proxies = list(self._channels.values()), {}, {}
+        channels, self._channels, self._proxies = [*self._channels.values(), *self._retired], {}, {}
+        self._retired = []
         await asyncio.gather(*(ch.close() for ch in channels), return_exceptions=True)
 
 

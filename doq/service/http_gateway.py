@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import ssl
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
@@ -35,6 +36,7 @@ from doq.service.rate_history import RateHistory
 if TYPE_CHECKING:
     from doq.service.api import QueueService
     from doq.service.enrollment import Enrollment
+    from doq.service.tls_admin import TlsAdmin
 
 RESTORE_PATH = "/db/restore"
 
@@ -68,12 +70,13 @@ _NO_TELEMETRY: dict[str, Any] = (
 
 
 def create_app(api: QueueService, authorizer: Authorizer | None = None, *, loopback_http: bool = False,
-               forward_ssl: ssl.SSLContext | None = None, enrollment: Enrollment | None = None,
-               history: RateHistory | None = None) -> FastAPI:
+               forward_ssl: ssl.SSLContext | Callable[[], ssl.SSLContext] | None = None,
+               enrollment: Enrollment | None = None, history: RateHistory | None = None,
+               tls_admin: TlsAdmin | None = None) -> FastAPI:
     """The gateway application for one service facade: `authorizer` checks client keys
     (default: keys not required, a presented key checked; see doq.auth), `forward_ssl` is
     how a follower reaches its leader over HTTPS, and `enrollment` serves the join-token
-    routes on a secure node; `history` (the node's `RateHistory`) answers
+    routes on a secure node, `tls_admin` its certificate routes; `history` (the node's `RateHistory`) answers
     `GET /API/v1/queues/{name}/history`. A node that requires no keys refuses browsers of other sites
     (`doq.service.http.browser_guard`; `loopback_http`: its HTTP address is loopback, so
     only loopback Host names are answered)."""
@@ -105,6 +108,10 @@ def create_app(api: QueueService, authorizer: Authorizer | None = None, *, loopb
         from doq.service.http.enroll import build_enroll_router
 
         app.router.routes.extend(build_enroll_router(enrollment, loopback_only=not authorizer.required).routes)
+    if tls_admin is not None:  # a secure node's certificate routes (doq.service.http.tls_routes)
+        from doq.service.http.tls_routes import build_tls_router
+
+        app.router.routes.extend(build_tls_router(tls_admin).routes)
     install_docs(app)
     # The document lists paths in declaration order; requests try the hot routes first.
     app.state.openapi_routes = list(app.router.routes)

@@ -10,6 +10,11 @@ Layout (in the node directory, `tls/`, 0700; every file 0600, doq/storage/files.
   localhost, 127.0.0.1, ::1, the host names and IPs it listens on and announces) and key.
   It serves the client ports and both ends of the mutual TLS between peers.
 
+`ca.crt` is a trust bundle: one CA certificate, or several while a CA rotation is under
+way (`doq.tls.rotation`). The *signing CA* is the bundle's certificate whose public key
+is `ca.key`'s (`key_certificate`); on a node that holds it, it comes first in the bundle. A
+rotation's next CA key waits in `ca-next.key` on the node that made it.
+
 Keys are ECDSA P-256 (fast handshakes). The CA lives `CA_DAYS`, a node certificate
 `NODE_DAYS`; a node certificate is issued again at start when it is missing, expires
 within `RENEW_DAYS`, or does not cover the node's current addresses, if the CA key is
@@ -38,6 +43,9 @@ NODE_DAYS = 825
 RENEW_DAYS = 30
 TLS_DIR = "tls"
 CA_CERT, CA_KEY, NODE_CERT, NODE_KEY = "ca.crt", "ca.key", "node.crt", "node.key"
+CA_NEXT_KEY = "ca-next.key"
+NEXT = ".next"  # a node pair being installed: node.key.next, node.crt.next (install_node_pair)
+MAX_BUNDLE_CERTS = 8
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 MAX_CSR_NAMES = 64
 
@@ -205,13 +213,13 @@ def fingerprint(cert_pem: bytes) -> str:
 
 
 def _covers(cert_pem: bytes, ca_cert_pem: bytes, node_id: str, hosts: Iterable[str]) -> bool:
-    """Is `cert_pem` a certificate of this CA for `node_id`, valid beyond `RENEW_DAYS`,
+    """Is `cert_pem` a certificate of a CA of the bundle `ca_cert_pem` for `node_id`, valid beyond `RENEW_DAYS`,
     naming every host?"""
     try:
         cert = x509.load_pem_x509_certificate(cert_pem)
-        ca = x509.load_pem_x509_certificate(ca_cert_pem)
-        cert.verify_directly_issued_by(ca)
-    except (ValueError, TypeError, InvalidSignature):
+    except ValueError:
+        return False
+    if issuer_in(cert_pem, ca_cert_pem) is None:
         return False
     if cert.not_valid_after_utc - _now() < datetime.timedelta(days=RENEW_DAYS):
         return False
@@ -243,6 +251,134 @@ def install_enrolled(directory: Path, ca_cert: bytes, node_cert: bytes, node_key
     write_private(directory / CA_CERT, ca_cert)
 
 
+def bundle_certs(bundle_pem: bytes) -> list[x509.Certificate]:
+    """The certificates of a PEM bundle, in order (ValueError if there is none)."""
+    return x509.load_pem_x509_certificates(bundle_pem)
+
+
+def pem_of(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def issuer_in(cert_pem: bytes, bundle_pem: bytes) -> x509.Certificate | None:
+    """The CA of the bundle that signed `cert_pem` (None: none of them)."""
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+        cas = bundle_certs(bundle_pem)
+    except ValueError:
+        return None
+    for ca in cas:
+        try:
+            cert.verify_directly_issued_by(ca)
+            return ca
+        except (ValueError, TypeError, InvalidSignature):
+            continue
+    return None
+
+
+def _public_der(key: object) -> bytes:
+    assert isinstance(key, ec.EllipticCurvePublicKey), "doq's keys are ECDSA"
+    return key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def key_certificate(bundle_pem: bytes, key_pem: bytes | None) -> bytes | None:
+    """The certificate (PEM) of the bundle whose public key is `key_pem`'s (None: none,
+    or no key). On a CA holder with `ca.key`, the signing CA."""
+    if key_pem is None:
+        return None
+    key = serialization.load_pem_private_key(key_pem, password=None)
+    want = _public_der(key.public_key())
+    for ca in bundle_certs(bundle_pem):
+        if _public_der(ca.public_key()) == want:
+            return pem_of(ca)
+    return None
+
+
+
+def check_trust_bundle(bundle_pem: bytes) -> list[x509.Certificate]:
+    """The CA certificates of a trust bundle, checked: 1..MAX_BUNDLE_CERTS certificates,
+    each a CA (basic constraints). Raises CsrError with the reason."""
+    try:
+        cas = bundle_certs(bundle_pem)
+    except ValueError:
+        raise CsrError("not a PEM bundle of CA certificates") from None
+    if not 1 <= len(cas) <= MAX_BUNDLE_CERTS:
+        raise CsrError(f"a trust bundle holds 1..{MAX_BUNDLE_CERTS} CA certificates")
+    for ca in cas:
+        try:
+            is_ca = ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+        except x509.ExtensionNotFound:
+            is_ca = False
+        if not is_ca:
+            raise CsrError(f"{fingerprint(pem_of(ca))[:16]}... is not a CA certificate")
+    return cas
+
+
+def join_bundle(*bundles: bytes) -> bytes:
+    """The certificates of `bundles`, in order, each once (by fingerprint)."""
+    out: list[bytes] = []
+    seen: set[str] = set()
+    for b in bundles:
+        for ca in bundle_certs(b):
+            pem = pem_of(ca)
+            fp = fingerprint(pem)
+            if fp not in seen:
+                seen.add(fp)
+                out.append(pem)
+    return b"".join(out)
+
+
+def signing_first(bundle_pem: bytes, ca_key: bytes | None) -> bytes:
+    """The bundle with the certificate of `ca_key` (the signing CA) first, if present."""
+    first = key_certificate(bundle_pem, ca_key)
+    return join_bundle(first, bundle_pem) if first else bundle_pem
+
+
+def _replace(path: Path, data: bytes) -> None:
+    """Write `path` (0600) whole or not at all: a temporary file renamed over it."""
+    tmp = path.with_name(path.name + ".tmp")
+    write_private(tmp, data)
+    tmp.replace(path)
+
+
+def install_node_pair(directory: Path, cert: bytes, key: bytes) -> None:
+    """Replace the node's certificate and key. Both are written whole first
+    (`node.key.next`, `node.crt.next`), then renamed key first: a crash between the two
+    renames is finished at the next load (`_finish_pair`), so the files never end up a
+    certificate of another key."""
+    _replace(directory / (NODE_CERT + NEXT), cert)
+    _replace(directory / (NODE_KEY + NEXT), key)
+    (directory / (NODE_KEY + NEXT)).replace(directory / NODE_KEY)
+    (directory / (NODE_CERT + NEXT)).replace(directory / NODE_CERT)
+
+
+def _finish_pair(directory: Path) -> None:
+    """Finish or drop an `install_node_pair` a crash interrupted."""
+    key_next, cert_next = directory / (NODE_KEY + NEXT), directory / (NODE_CERT + NEXT)
+    if cert_next.exists() and not key_next.exists():  # the key was renamed: finish
+        cert_next.replace(directory / NODE_CERT)
+    else:  # nothing renamed yet (or nothing to do): the old pair stands
+        cert_next.unlink(missing_ok=True)
+        key_next.unlink(missing_ok=True)
+
+
+def replace_bundle(directory: Path, bundle_pem: bytes) -> None:
+    """Replace `ca.crt` (whole or not at all)."""
+    _replace(directory / CA_CERT, bundle_pem)
+
+
+def replace_file(path: Path, data: bytes) -> None:
+    """Replace a file of `tls/` (0600, whole or not at all)."""
+    _replace(path, data)
+
+
+def read_node_tls(directory: Path) -> NodeTls:
+    """The material in `directory` as it is now (OSError if a file is missing)."""
+    ca_key_path = directory / CA_KEY
+    return NodeTls(directory, (directory / CA_CERT).read_bytes(), (directory / NODE_CERT).read_bytes(),
+                   (directory / NODE_KEY).read_bytes(), ca_key_path.read_bytes() if ca_key_path.exists() else None)
+
+
 def ensure_node_tls(directory: Path, node_id: str, hosts: Iterable[str], *, may_create_ca: bool) -> NodeTls:
     """Load, and create what is missing of, the node's TLS material in `directory`.
 
@@ -254,6 +390,7 @@ def ensure_node_tls(directory: Path, node_id: str, hosts: Iterable[str], *, may_
     private_dir(directory)
     for p in directory.iterdir():
         tighten(p)
+    _finish_pair(directory)
     ca_path, ca_key_path = directory / CA_CERT, directory / CA_KEY
     if not ca_path.exists():
         if not may_create_ca:
@@ -270,7 +407,10 @@ def ensure_node_tls(directory: Path, node_id: str, hosts: Iterable[str], *, may_
                 raise TlsSetupError(f"no certificate for node {node_id} in {directory} and no CA key "
                                     "to issue one")
         else:
-            cert, key = issue_node_cert(ca_cert, ca_key, node_id, hosts)
-            write_private(key_path, key)
-            write_private(cert_path, cert)
+            signer = key_certificate(ca_cert, ca_key)
+            if signer is None:
+                raise TlsSetupError(f"{directory / CA_KEY} is the key of none of the CA certificates in "
+                                    f"{ca_path}")
+            cert, key = issue_node_cert(signer, ca_key, node_id, hosts)
+            install_node_pair(directory, cert, key)
     return NodeTls(directory, ca_cert, cert_path.read_bytes(), key_path.read_bytes(), ca_key)

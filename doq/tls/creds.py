@@ -1,13 +1,14 @@
 """gRPC credentials and SSL contexts built from a node's TLS material (`certs.NodeTls`)
 or a client's CA file.
 
-- Peer port: mutual TLS. The server requires a client certificate signed by the cluster
-  CA (`peer_server_credentials`); a sender presents its node certificate and checks that
+- Peer port: mutual TLS. The server requires a client certificate signed by a CA the
+  node trusts (its server credentials are live: `doq.tls.live.LiveTls.server_credentials`);
+  a sender presents its node certificate and checks that
   the receiver's certificate names the node id it means (`peer_channel`: the TLS target
   name is the peer's node id, a SAN of every node certificate). The receiver then checks
   that the certificate's common name is the stream's sender (doq/node/transport.py).
 - Client ports: TLS with the node certificate (or the operator's `--tls-cert/--tls-key`),
-  no client certificate (clients authenticate with keys).
+  no client certificate (clients authenticate with keys); live as well.
 - Clients (CLI, Python client, a follower forwarding to its leader, a node joining):
   verify the server against the cluster CA (`--ca-file`).
 """
@@ -24,11 +25,6 @@ import grpc
 from doq.tls.certs import NodeTls
 
 
-def peer_server_credentials(tls: NodeTls) -> grpc.ServerCredentials:
-    return grpc.ssl_server_credentials([(tls.node_key, tls.node_cert)], root_certificates=tls.ca_cert,
-                                       require_client_auth=True)
-
-
 def peer_channel_credentials(tls: NodeTls) -> grpc.ChannelCredentials:
     return grpc.ssl_channel_credentials(root_certificates=tls.ca_cert, private_key=tls.node_key,
                                         certificate_chain=tls.node_cert)
@@ -37,10 +33,6 @@ def peer_channel_credentials(tls: NodeTls) -> grpc.ChannelCredentials:
 def peer_channel_options(peer_node_id: str) -> list[tuple[str, Any]]:
     """The receiver's certificate must name `peer_node_id` (not the address's host)."""
     return [("grpc.ssl_target_name_override", peer_node_id)]
-
-
-def client_port_credentials(cert_pem: bytes, key_pem: bytes) -> grpc.ServerCredentials:
-    return grpc.ssl_server_credentials([(key_pem, cert_pem)])
 
 
 def ca_channel_credentials(ca_pem: bytes | None) -> grpc.ChannelCredentials:

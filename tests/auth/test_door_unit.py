@@ -126,7 +126,8 @@ def test_every_admin_action_of_the_table_is_audited() -> None:
         rule.audit for rule in HTTP_RULES.values() if rule.audit}
     assert audited == {"queue.create", "queue.update", "queue.delete", "queue.purge", "queue.redrive",
                        "queue.redrive_cancel", "key.create", "key.revoke",
-                       "member.add", "member.remove", "leader.transfer", "backup", "restore", "join_token.create"}
+                       "member.add", "member.remove", "leader.transfer", "backup", "restore", "join_token.create",
+                       "tls.renew", "tls.sign", "tls.trust", "tls.ca_begin", "tls.ca_promote", "tls.reload"}
     for name, rule in GRPC_RULES.items():
         if rule.scopes == ("admin",) and not name.endswith("/ListKeys"):
             assert rule.audit, name
@@ -157,14 +158,15 @@ class _Enrollment:  # the join-token routes exist only on a secure node; their h
 def _every_route(service: QueueService) -> tuple[set[tuple[str, str]], list[str]]:
     """(method, path) of every route the gateway can serve, in or out of the OpenAPI
     document (the dashboard, the docs pages), the `/cluster` routes of a clustered node
-    and the join-token routes of a secure one; and the paths of mounted file trees."""
+    and the join-token and certificate routes of a secure one; and the paths of mounted
+    file trees."""
     from types import SimpleNamespace
 
     from starlette.routing import Mount
 
     from doq.service.http.cluster import build_cluster_router
 
-    app = create_app(service, enrollment=_Enrollment())  # type: ignore[arg-type]
+    app = create_app(service, enrollment=_Enrollment(), tls_admin=object())  # type: ignore[arg-type]
     clustered = SimpleNamespace(node=SimpleNamespace(cluster_admin=lambda: object()))
     ops: set[tuple[str, str]] = set()
     mounts: list[str] = []
@@ -183,6 +185,7 @@ async def test_every_route_of_the_gateway_is_in_the_table_and_no_rule_is_stale(s
 
     ops, mounts = _every_route(service)
     assert {("GET", "/ui"), ("GET", "/events"), ("POST", "/cluster/enroll"), ("GET", "/cluster/identity"),
+            ("POST", "/cluster/tls/renew"),
             ("GET", "/API/v1/queues/{name}/messages:peek")} <= ops
     assert not sorted(ops - HTTP_RULES.keys()), "routes missing from doq.auth.table.HTTP_RULES"
     assert not sorted(HTTP_RULES.keys() - ops), "rules for routes that do not exist"

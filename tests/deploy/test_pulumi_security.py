@@ -274,3 +274,104 @@ def test_the_admin_key_is_rotated_with_the_secret_config_doq_admin_key(default: 
     with pytest.raises(Exception, match="doq:adminKey must be a doq key") as e:
         deploy({"adminKey": "not-a-key-s3cr3t"})
     assert "s3cr3t" not in str(e.value)
+
+
+def _pod_tls(d: Deployment, pod: str, where: Path) -> tuple[Path, Path, bytes]:
+    """What doq makes of the Secret in `pod` (`doq k8s-start` installs it, `doq serve`
+    loads it): its certificate, key and trusted CAs."""
+    secret_dir = where / "secret"
+    secret_dir.mkdir(parents=True)
+    for name, value in d.secrets["doq-tls"].items():
+        (secret_dir / name).write_text(value)
+    config = replace(_serve_config(d, pod), data_dir=str(where / "data"))
+    ca_file = install_tls(config, secret_dir)
+    tls = ensure_node_tls(ca_file.parent, config.node_id, config_hosts(config), may_create_ca=False)
+    assert tls.node_cert.decode() == d.secrets["doq-tls"][f"{pod}.crt"]  # used as it is
+    return tls.cert_file, tls.key_file, tls.ca_cert
+
+
+def _mutual_handshake(server: tuple[Path, Path, bytes], client: tuple[Path, Path, bytes], server_name: str) -> None:
+    """A real mutual TLS handshake (as between two members' Raft ports): raises ssl.SSLError
+    if either side refuses the other's certificate."""
+    import socket
+    import ssl
+    import threading
+
+    def ctx(side: tuple[Path, Path, bytes], purpose: ssl.Purpose) -> ssl.SSLContext:
+        c = ssl.create_default_context(purpose, cadata=side[2].decode())
+        c.load_cert_chain(side[0], side[1])
+        c.verify_mode = ssl.CERT_REQUIRED
+        return c
+
+    s_ctx, c_ctx = ctx(server, ssl.Purpose.CLIENT_AUTH), ctx(client, ssl.Purpose.SERVER_AUTH)
+    a, b = socket.socketpair()
+    failed: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            with s_ctx.wrap_socket(a, server_side=True) as t:
+                t.recv(1)
+        except (ssl.SSLError, OSError) as e:
+            failed.append(e)
+
+    th = threading.Thread(target=serve)
+    th.start()
+    try:
+        with c_ctx.wrap_socket(b, server_hostname=server_name) as t:
+            t.sendall(b"x")
+    finally:
+        b.close()
+        th.join(30)
+        a.close()
+    if failed:
+        raise failed[0]
+
+
+def test_a_rolling_ca_rotation_keeps_pods_of_neighbouring_steps_talking(default: Deployment, tmp_path: Path) -> None:
+    """doq:caRotation begin, reissue, unset: after each `pulumi up` the pods are restarted
+    one at a time, so a pod of one step must accept a pod of the next and the reverse, in
+    a real mutual TLS handshake with what doq makes of the Secret. The admin key stays, the
+    new CA's key is in no Secret and no output."""
+    begin = deploy({"caRotation": "begin"}, previous=default)
+    reissue = deploy({"caRotation": "reissue"}, previous=begin)
+    done = deploy({}, previous=reissue)
+    steps = [default, begin, reissue, done]
+    old_ca, new_ca = default.dynamic["doq-cluster-tls"]["ca_cert"], begin.dynamic["doq-cluster-tls"]["next_ca_cert"]
+    assert new_ca and new_ca != old_ca
+    # begin: both trusted, certificates kept; reissue: every certificate of the new CA; done: the new CA alone
+    assert begin.secrets["doq-tls"]["ca.crt"] == old_ca + new_ca
+    assert all(begin.secrets["doq-tls"][f"{p}.crt"] == default.secrets["doq-tls"][f"{p}.crt"] for p in PODS)
+    assert reissue.secrets["doq-tls"]["ca.crt"] == new_ca + old_ca
+    for pod in PODS:
+        _cert(reissue.secrets["doq-tls"][f"{pod}.crt"]).verify_directly_issued_by(_cert(new_ca))
+        assert done.secrets["doq-tls"][f"{pod}.crt"] == reissue.secrets["doq-tls"][f"{pod}.crt"]
+    assert done.secrets["doq-tls"]["ca.crt"] == new_ca == done.outputs["caCert"]
+    assert done.dynamic["doq-cluster-tls"]["ca_cert"] == new_ca and not done.dynamic["doq-cluster-tls"]["next_ca_key"]
+    assert [s.outputs["caCert"] for s in steps] == [s.secrets["doq-tls"]["ca.crt"] for s in steps]
+    new_public = _public(begin.dynamic["doq-cluster-tls"]["next_ca_key"])
+    for step in steps:
+        assert step.secrets["doq-admin-key"] == default.secrets["doq-admin-key"]
+        for value in [v for data in step.secrets.values() for v in data.values()] + [
+                v for v in step.outputs.values() if isinstance(v, str)]:
+            assert "PRIVATE KEY" not in value or _public(value) != new_public
+
+    pods = {(i, pod): _pod_tls(step, pod, tmp_path / f"{i}-{pod}") for i, step in enumerate(steps)
+            for pod in ("doq-0", "doq-1")}
+    for i in range(len(steps) - 1):  # a restarted pod (step i+1) and one not yet restarted (step i)
+        _mutual_handshake(pods[(i, "doq-0")], pods[(i + 1, "doq-1")], "doq-0")
+        _mutual_handshake(pods[(i + 1, "doq-1")], pods[(i, "doq-0")], "doq-1")
+    import ssl
+
+    with pytest.raises(ssl.SSLError):  # the first step's pods and the last's: the old CA is gone
+        _mutual_handshake(pods[(3, "doq-1")], pods[(0, "doq-0")], "doq-1")
+
+
+def test_a_ca_rotation_step_out_of_order_is_refused(default: Deployment) -> None:
+    with pytest.raises(Exception, match="caRotation reissue needs a rotation begun"):
+        deploy({"caRotation": "reissue"}, previous=default)
+    with pytest.raises(Exception, match="doq:caRotation must be"):
+        deploy({"caRotation": "finish"})
+    begin = deploy({"caRotation": "begin"}, previous=default)
+    abandoned = deploy({}, previous=begin)  # unset after begin: the old CA stays, the next is dropped
+    assert abandoned.secrets["doq-tls"] == default.secrets["doq-tls"]
+    assert not abandoned.dynamic["doq-cluster-tls"]["next_ca_key"]

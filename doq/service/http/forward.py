@@ -39,7 +39,11 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 FORWARDED_HEADER = "X-Doq-Forwarded-By"
 """Request header set on a forwarded request: the id of the node that forwarded it."""
 _DEQUEUE_PATH = re.compile(r"^/API/v1/queues/[^/]+/messages$")
-_LOCAL_WRITES = frozenset({"/db/backup", "/cluster/join-tokens"})  # the latter: loopback only (enroll.py)
+# join-tokens: loopback only (enroll.py); /cluster/tls/*: this node's own TLS files and
+# CA key (doq.service.http.tls_routes): no leadership needed
+_LOCAL_WRITES = frozenset({"/db/backup", "/cluster/join-tokens", "/cluster/tls/renew", "/cluster/tls/sign",
+                           "/cluster/tls/trust", "/cluster/tls/ca/begin", "/cluster/tls/ca/promote",
+                           "/cluster/tls/reload"})
 _SAFE = frozenset({"GET", "HEAD", "OPTIONS"})  # methods that change nothing
 _HOP_BY_HOP = frozenset({
     b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"te", b"trailer", b"upgrade",
@@ -61,12 +65,19 @@ class LeaderForwardMiddleware:
     """See the module docstring. `node` offers `is_leader`, `node_id` and `cluster_status()`."""
 
     def __init__(self, app: ASGIApp, node: Any, connect_timeout_s: float = 5.0, read_timeout_s: float = 300.0,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 ssl_context: ssl.SSLContext | Callable[[], ssl.SSLContext] | None = None) -> None:
         self.app = app
         self.node = node
-        self.ssl_context = ssl_context  # a secure node: HTTPS to the leader, verified by the cluster CA
+        # a secure node: HTTPS to the leader, verified by the cluster CA (a callable: the
+        # context of the node's current trust bundle, doq.tls.live)
+        self._ssl_context = ssl_context
         self.connect_timeout_s = connect_timeout_s
         self.read_timeout_s = read_timeout_s
+
+    @property
+    def ssl_context(self) -> ssl.SSLContext | None:
+        ctx = self._ssl_context
+        return ctx() if callable(ctx) else ctx
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or self.node.is_leader or not must_lead(scope["method"], scope["path"]):
@@ -90,10 +101,11 @@ class _Forward:
 
     async def run(self) -> None:
         host, _, port = self.target.rpartition(":")
+        ctx = self.mw.ssl_context
         try:
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host.strip("[]"), int(port), ssl=self.mw.ssl_context,
-                                        server_hostname=host.strip("[]") if self.mw.ssl_context else None),
+                asyncio.open_connection(host.strip("[]"), int(port), ssl=ctx,
+                                        server_hostname=host.strip("[]") if ctx else None),
                 self.mw.connect_timeout_s)
         except (OSError, ValueError, TimeoutError) as e:
             return await self._unreachable(e)
@@ -199,7 +211,8 @@ class _ClientGone(Exception):
     """The client disconnected while its request was being sent on."""
 
 
-def install_leader_forwarding(app: Any, node: Any, ssl_context: ssl.SSLContext | None = None) -> None:
+def install_leader_forwarding(app: Any, node: Any,
+                              ssl_context: ssl.SSLContext | Callable[[], ssl.SSLContext] | None = None) -> None:
     """Add `LeaderForwardMiddleware` to a Starlette/FastAPI `app` when `node` has a
     `ClusterAdmin` (`cluster_admin()`); call it before adding the body limit so the limit
     runs first."""

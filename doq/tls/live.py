@@ -1,0 +1,121 @@
+"""A running node's TLS material, replaceable without a restart (docs/security.md,
+"Rotating certificates").
+
+`LiveTls` holds the node's current `NodeTls` (read from NODE_DIR/tls) and a generation
+that grows with every change. Whoever serves or connects with the material reads it
+where it uses it, so a change takes effect at the next TLS handshake:
+
+- the gRPC servers (peer port, client port) use dynamic credentials whose fetcher
+  (`server_credentials`) hands gRPC the new certificate and trust bundle when the
+  generation moved: every new connection then gets them, open ones keep theirs;
+- subscribers (`subscribe`) are told after each change: the Raft transport (its next
+  outbound streams, and it ends inbound streams opened under older material so their
+  senders handshake again), the HTTP server's SSL context, the follower's forwarding.
+
+`reload` reads the files again (after `doq.tls.rotation` or an operator replaced them);
+a set of files that does not hold together (a node certificate of none of the trusted
+CAs, a key that is not the certificate's) is refused and the material stays as it was.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+
+from doq.tls.certs import NodeTls, TlsSetupError, issuer_in, read_node_tls
+from doq.tls.expiry import key_matches
+
+log = logging.getLogger(__name__)
+
+
+class LiveTls:
+    """The node's current TLS material; thread-safe reads (gRPC calls the fetchers from its
+    own threads)."""
+
+    def __init__(self, material: NodeTls, client_files: tuple[Path, Path] | None = None) -> None:
+        self._lock = threading.Lock()
+        self._material = material
+        self._client_files = client_files  # --tls-cert/--tls-key: the client ports' own pair
+        self._client_pair = self._read_client_pair()
+        self.generation = 1
+        self._subscribers: list[Callable[[NodeTls], object]] = []
+
+    @property
+    def current(self) -> NodeTls:
+        with self._lock:
+            return self._material
+
+    @property
+    def directory(self) -> Path:
+        return self._material.directory
+
+    def _read_client_pair(self) -> tuple[bytes, bytes]:
+        return self._read_client_pair_of(self._material)
+
+    def _read_client_pair_of(self, m: NodeTls) -> tuple[bytes, bytes]:
+        if self._client_files is None:
+            return m.node_cert, m.node_key
+        cert, key = self._client_files
+        return cert.read_bytes(), key.read_bytes()
+
+    def client_pair(self) -> tuple[bytes, bytes]:
+        """(certificate, key) the client ports serve."""
+        with self._lock:
+            return self._client_pair
+
+    def subscribe(self, fn: Callable[[NodeTls], object]) -> None:
+        """Call `fn(material)` after each change (on the changing thread)."""
+        self._subscribers.append(fn)
+
+    def reload(self) -> NodeTls:
+        """Read NODE_DIR/tls (and --tls-cert/--tls-key) again and take them if they hold
+        together; raises TlsSetupError (nothing changes) if they do not."""
+        try:
+            new = read_node_tls(self.directory)
+            client = self._read_client_pair_of(new)
+        except OSError as e:
+            raise TlsSetupError(f"cannot read the TLS files ({type(e).__name__}: {e.strerror})") from None
+        if issuer_in(new.node_cert, new.ca_cert) is None:
+            raise TlsSetupError("the node certificate is signed by none of the CAs in ca.crt")
+        if not key_matches(new.node_cert, new.node_key):
+            raise TlsSetupError("node.key is not the key of node.crt")
+        if not key_matches(*client):
+            raise TlsSetupError("the --tls-key file is not the key of the --tls-cert file")
+        with self._lock:
+            self._material = new
+            self._client_pair = client
+            self.generation += 1
+        for fn in self._subscribers:
+            try:
+                fn(new)
+            except Exception:
+                log.exception("a TLS subscriber failed to take the new material")
+        return new
+
+    def server_credentials(self, *, peer: bool) -> grpc.ServerCredentials:
+        """Dynamic gRPC server credentials: the peer port's (node certificate, client
+        certificates of the trusted CAs required) or a client port's (the client pair, no
+        client certificate). Each new connection gets the material current at its
+        handshake."""
+        def config() -> grpc.ServerCertificateConfiguration:
+            m = self.current
+            if peer:
+                return grpc.ssl_server_certificate_configuration([(m.node_key, m.node_cert)],
+                                                                 root_certificates=m.ca_cert)
+            cert, key = self.client_pair()
+            return grpc.ssl_server_certificate_configuration([(key, cert)])
+
+        served = [self.generation]
+
+        def fetch() -> grpc.ServerCertificateConfiguration | None:
+            gen = self.generation
+            if gen == served[0]:
+                return None  # unchanged: gRPC keeps what it has
+            served[0] = gen
+            return config()
+
+        return grpc.dynamic_ssl_server_credentials(config(), fetch, require_client_authentication=peer)
