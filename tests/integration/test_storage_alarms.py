@@ -82,10 +82,17 @@ def _assert_refusal(body: dict[str, Any], reason: str) -> None:
 
 
 def _readyz(node: NodeProc, *, ready: bool = True) -> dict[str, Any]:
-    status, body = call(node, "GET", "/readyz")
-    if ready:
-        assert status == 200, body  # an alarm alone does not make a node unready (it serves drains)
-    return dict(body)
+    """`/readyz`'s body; with `ready`, once it answers 200 (an alarm alone does not make a
+    node unready: it serves drains; it is briefly not ready while it applies what its
+    leader committed, which a loaded machine stretches)."""
+    got: list[tuple[int, Any]] = []
+
+    def answered() -> bool:
+        got[:] = [call(node, "GET", "/readyz")]
+        return not ready or got[0][0] == 200
+
+    until("ready", answered, timeout_s=60)
+    return dict(got[0][1])
 
 
 def _alarm_reasons(node: NodeProc) -> list[str]:
