@@ -168,6 +168,69 @@ async def test_a_leader_answers_once_applied_before_its_own_commit_and_only_what
     assert not cl.net.violations, cl.net.violations[:5]
 
 
+class HoldsAppliedCommit(RaftNode):
+    """While `hold` is set, its writer, having let the loop go on after applying an
+    apply-only write (before that write's commit), waits for `go` before committing: a
+    slow fsync of the apply."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.hold = threading.Event()
+        self.go = threading.Event()
+        self.held = 0
+
+    def _write(self, job: Any) -> None:
+        release = getattr(job, "release", None)
+        if release is not None:
+            def held_release() -> None:
+                release()
+                if self.hold.is_set():
+                    self.held += 1
+                    self.go.wait(60)
+            job.release = held_release
+        super()._write(job)
+
+
+async def test_a_leader_goes_on_while_an_apply_commits_and_answers_only_what_a_quorum_holds(
+        tmp_path: Path) -> None:
+    """A write that only applies committed entries lets the loop go on once applied: while
+    its commit is held, the leader's next Ready is made and its appends reach the
+    followers' files (the leader's own copy waits behind the held commit). Yet the next
+    entry is answered only once a majority of the LMDB files hold it, no message depends
+    on anything not durable in its sender's files, and every replica ends identical."""
+    cl = await three(tmp_path, node_cls=HoldsAppliedCommit)
+    leader = await cl.wait_leader()
+    assert isinstance(leader, HoldsAppliedCommit)
+    await leader.propose(enq(0))
+    await cl.converged()
+    followers = [nid for nid in cl.nodes if nid != leader.node_id]
+    leader.hold.set()
+    await leader.propose(enq(1))  # answered once applied; its apply's commit is then held
+    await eventually(lambda: _async(leader.held == 1), 10, "the apply's commit held")
+    first = leader.state.applied_index  # in memory: the applied entry
+    assert leader.applied_index < first  # its commit has not happened
+    assert cl.net.durable_last(leader.node_id) == first
+    seen: list[int] = []
+
+    def at_answer(_fut: object) -> None:
+        index = leader.state.applied_index
+        seen.append(sum(cl.net.durable_last(nid) >= index for nid in cl.nodes))
+
+    second = leader.propose_nowait(enq(2))
+    second.add_done_callback(at_answer)
+    await eventually(lambda: _async(all(cl.net.durable_last(f) > first for f in followers)), 10,
+                     "the next entry on both followers while the leader's apply commit is held")
+    assert cl.net.durable_last(leader.node_id) == first  # the leader's own append waits
+    assert leader.applied_index < first and not second.done()
+    leader.hold.clear()
+    leader.go.set()
+    await second
+    assert seen and all(n >= 2 for n in seen), seen  # on a majority of 3 at the answer
+    await cl.converged()
+    assert len(set(cl.digests().values())) == 1
+    assert not cl.net.violations, cl.net.violations[:5]
+
+
 class SendsBeforePersisting(RaftNode):
     """A planted bug: messages leave before the Ready is durable."""
 
