@@ -971,10 +971,16 @@ class RaftNode:
         if job.snapshot or job.entries or job.hard_state or job.committed:
             job.own_snapshot, self._own_snapshot = self._own_snapshot, None
             self._answer_early(job)
-            early, messages = self._early_messages(core, rd)
+            apply_only = self._apply_only(job)
+            if apply_only and not any(m.entries for m in messages):
+                # nothing to replicate (commit indexes, heartbeats): sent once applied, so
+                # the writer applies (and answers) first, not behind the loop's sending
+                early: list[Message] = []
+            else:
+                early, messages = self._early_messages(core, rd)
             if early:  # replicated while this node persists them (see `_early_messages`)
                 self.transport.send(early)
-            await self._write_off_loop(job, apply_only=self._apply_only(job))
+            await self._write_off_loop(job, apply_only=apply_only)
         if job.admitted:
             self.identity = self.identity.ungated()
             core.allow_voting(True)
