@@ -18,6 +18,8 @@ leadership loss) is in docs/raft.md, "The node driver"; in short:
   member addresses of conf changes). Only then: send the messages (a leader's appends and
   heartbeats leave before the write: `_early_messages`), apply conf changes to the core,
   resolve the proposers' futures with the machine's results, serve reads, `advance`.
+  A write that only applies (`_apply_only`) lets the loop go on once applied, before its
+  commit; the next write waits for that commit (`_finish_tail`).
 - A proposal resolves when its entry is applied with the term it was proposed in;
   otherwise (another leader's entry won that index, a snapshot covered it, leadership was
   lost, the node stops) it fails with `NotLeader` + the leader hint: it never hangs.
@@ -449,7 +451,9 @@ class RaftNode:
             problems.append("no_leader")
         elif self._role != Role.LEADER and core.election_elapsed >= self.cfg.election_tick:
             problems.append("leader_unreachable")
-        if self.applied_index < core.log.committed:
+        # what the writer applied, its commit maybe still under way (`_apply_only`): a node
+        # that keeps up is not "applying" while each apply commits
+        if self.state.applied_index < core.log.committed:
             problems.append("applying")
         return problems
 

@@ -210,6 +210,7 @@ async def test_a_leader_goes_on_while_an_apply_commits_and_answers_only_what_a_q
     first = leader.state.applied_index  # in memory: the applied entry
     assert leader.applied_index < first  # its commit has not happened
     assert cl.net.durable_last(leader.node_id) == first
+    assert "applying" not in leader.readiness_problems()  # it keeps up: ready while it commits
     seen: list[int] = []
 
     def at_answer(_fut: object) -> None:
