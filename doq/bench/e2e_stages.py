@@ -151,8 +151,8 @@ def install() -> None:
         return f
 
     def write_off_loop(orig: Any) -> Any:
-        async def f(self: Any, job: Any, *a: Any, **kw: Any) -> Any:
-            out = await orig(self, job, *a, **kw)
+        async def f(self: Any, job: Any) -> Any:
+            out = await orig(self, job)
             rec("s_back", job_contents.pop(id(job), []))
             return out
         return f

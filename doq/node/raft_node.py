@@ -18,8 +18,6 @@ leadership loss) is in docs/raft.md, "The node driver"; in short:
   member addresses of conf changes). Only then: send the messages (a leader's appends and
   heartbeats leave before the write: `_early_messages`), apply conf changes to the core,
   resolve the proposers' futures with the machine's results, serve reads, `advance`.
-  A write that only applies (`_apply_only`) lets the loop go on once applied, before its
-  commit; the next write waits for that commit (`_finish_tail`).
 - A proposal resolves when its entry is applied with the term it was proposed in;
   otherwise (another leader's entry won that index, a snapshot covered it, leadership was
   lost, the node stops) it fails with `NotLeader` + the leader hint: it never hangs.
@@ -156,7 +154,6 @@ class _Job:
     compact_floor: int | None = None  # under log pressure: compact up to here (else keep_entries)
     durable_committed: int = 0  # how many of `committed` were durable here before this write
     answer: Callable[[list[Entry], list[list[object]]], None] | None = None  # see `_answer_early`
-    release: Callable[[], None] | None = None  # an apply-only write: see `_apply_only`
 
 
 class RaftNode:
@@ -210,9 +207,6 @@ class RaftNode:
         # during a long write resets the election clock the ticks before it advanced
         self._inbox: list[Message | None] = []
         self._ack_term = 0  # while the writer works: the durable term heartbeats are answered in
-        # an apply-only write that let the loop go on once applied, while it commits
-        # (`_apply_only`): its job and the future of its end; every later write waits for it
-        self._tail: tuple[_Job, asyncio.Future[None]] | None = None
         self._pending: list[tuple[Command, ProposalFuture]] = []
         self._admin: list[Callable[[RaftCore], None]] = []
         self._proposals: dict[int, _Proposal] = {}
@@ -451,9 +445,7 @@ class RaftNode:
             problems.append("no_leader")
         elif self._role != Role.LEADER and core.election_elapsed >= self.cfg.election_tick:
             problems.append("leader_unreachable")
-        # what the writer applied, its commit maybe still under way (`_apply_only`): a node
-        # that keeps up is not "applying" while each apply commits
-        if self.state.applied_index < core.log.committed:
+        if self.applied_index < core.log.committed:
             problems.append("applying")
         return problems
 
@@ -891,7 +883,6 @@ class RaftNode:
                     # idles, not against it for the GIL at every LMDB call (measured:
                     # shorter commits, and frames not held behind the next Ready)
                     await asyncio.sleep(0)
-            await self._finish_tail()
         except BaseException as e:
             if not isinstance(e, asyncio.CancelledError):
                 log.exception("Raft node %s failed; it stops taking requests", self.node_id)
@@ -975,16 +966,10 @@ class RaftNode:
         if job.snapshot or job.entries or job.hard_state or job.committed:
             job.own_snapshot, self._own_snapshot = self._own_snapshot, None
             self._answer_early(job)
-            apply_only = self._apply_only(job)
-            if apply_only and not any(m.entries for m in messages):
-                # nothing to replicate (commit indexes, heartbeats): sent once applied, so
-                # the writer applies (and answers) first, not behind the loop's sending
-                early: list[Message] = []
-            else:
-                early, messages = self._early_messages(core, rd)
+            early, messages = self._early_messages(core, rd)
             if early:  # replicated while this node persists them (see `_early_messages`)
                 self.transport.send(early)
-            await self._write_off_loop(job, apply_only=apply_only)
+            await self._write_off_loop(job)
         if job.admitted:
             self.identity = self.identity.ungated()
             core.allow_voting(True)
@@ -1091,117 +1076,35 @@ class RaftNode:
             (early if ok else late).append(m)
         return early, late
 
-    def _apply_only(self, job: _Job) -> bool:
-        """May the loop go on as soon as this write has applied its committed entries,
-        before its commit and fsync (so the next Ready is made, and a leader's appends
-        leave, while it syncs)? Only for a write that makes nothing durable a message
-        depends on (no entries, snapshot, term or vote: its hard state changes at most the
-        commit index, recomputed after a crash anyway) and after which the loop reads
-        nothing it changes (no conf change, own snapshot or compaction: the log's
-        in-memory view the core reads stays as it is). Every entry it applies is committed
-        (durable on a quorum) and was durable here before it, so a crash before its commit
-        only applies them again from the log, with the same results. Every later write
-        waits for its commit first (`_finish_tail`)."""
-        if job.snapshot is not None or job.entries or not job.committed or job.own_snapshot is not None:
-            return False
-        hs, durable = job.hard_state, self.storage.hard_state
-        if hs is not None and (hs.term != durable.term or hs.vote != durable.vote):
-            return False
-        if any(e.type == EntryType.CONF_CHANGE for e in job.committed):
-            return False
-        compact_to, _ = self._compact_target(job)
-        return compact_to < self.storage.first_index()
-
-    async def _write_off_loop(self, job: _Job, *, apply_only: bool = False) -> None:
-        """`_write` on the writer thread; meanwhile heartbeats are answered at once. First
-        the commit of an apply-only write still under way (`_finish_tail`); an apply-only
-        `job` returns once applied and commits on as the next `_tail`."""
-        self._ack_term = self.storage.hard_state.term  # durable (a tail changes no term)
+    async def _write_off_loop(self, job: _Job) -> None:
+        """`_write` on the writer thread; meanwhile heartbeats are answered at once."""
+        self._ack_term = self.storage.hard_state.term  # durable: no other write is running
         try:
-            await self._finish_tail()
-            await self._write_retrying(job, apply_only)
+            delay_s, max_delay_s = 0.05, self.cfg.nospace_retry_max_ms / 1000
+            while True:
+                try:
+                    await self._writer.call(self._write, job)
+                    break
+                except Exception as e:
+                    if self.gauge is None or self._stopping or not self.gauge.write_failed(e):
+                        raise
+                # for want of space: nothing of the write was kept (one aborted txn; the
+                # store rebuilt its memory), so reload the log's view and try the same
+                # Ready again until space is freed (meanwhile heartbeats are answered)
+                await self._writer.call(_reload_log, self.storage)
+                self._refresh_alarms()
+                if delay_s < max_delay_s:  # the first tries only: no log line every 2 s
+                    log.warning("node %s: write failed for want of space (%s); retrying until "
+                                "space is freed", self.node_id, self.gauge.alarms[-1].message)
+                await asyncio.sleep(delay_s)
+                delay_s = min(delay_s * 2, max_delay_s)
+                while not self.gauge.worth_retrying() and not self._stopping:
+                    await asyncio.sleep(delay_s)  # the disk is still full: no rebuild for nothing
         finally:
             self._ack_term = 0
-            if self.gauge is not None and self._tail is None:
+            if self.gauge is not None:
                 self._admitted_bytes = 0
                 self._refresh_alarms()
-
-    async def _write_retrying(self, job: _Job, apply_only: bool = False) -> None:
-        delay_s, max_delay_s = 0.05, self.cfg.nospace_retry_max_ms / 1000
-        while True:
-            try:
-                await self._write_once(job, apply_only)
-                break
-            except Exception as e:
-                if self.gauge is None or self._stopping or not self.gauge.write_failed(e):
-                    raise
-            # for want of space: nothing of the write was kept (one aborted txn; the
-            # store rebuilt its memory), so reload the log's view and try the same
-            # Ready again until space is freed (meanwhile heartbeats are answered)
-            apply_only = False  # applied again: wait for the commit this time
-            await self._writer.call(_reload_log, self.storage)
-            self._refresh_alarms()
-            if delay_s < max_delay_s:  # the first tries only: no log line every 2 s
-                log.warning("node %s: write failed for want of space (%s); retrying until "
-                            "space is freed", self.node_id, self.gauge.alarms[-1].message)
-            await asyncio.sleep(delay_s)
-            delay_s = min(delay_s * 2, max_delay_s)
-            while not self.gauge.worth_retrying() and not self._stopping:
-                await asyncio.sleep(delay_s)  # the disk is still full: no rebuild for nothing
-
-    async def _write_once(self, job: _Job, apply_only: bool) -> None:
-        """`_write(job)`; an apply-only job returns once applied, its commit going on as
-        `_tail` (unless it ended first: then as any write)."""
-        if not apply_only:
-            job.release = None
-            await self._writer.call(self._write, job)
-            return
-        loop = asyncio.get_running_loop()
-        released: asyncio.Future[None] = loop.create_future()
-
-        def release() -> None:  # writer thread: applied, the commit follows
-            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
-                loop.call_soon_threadsafe(_settle_once, released)
-
-        job.release = release
-        done = self._writer.call(self._write, job)
-        done.add_done_callback(lambda _f: _settle_once(released))
-        await released
-        if done.done():
-            done.result()  # raises what the write raised
-            return
-        self._tail = (job, done)
-        done.add_done_callback(self._tail_done)
-
-    def _tail_done(self, done: asyncio.Future[None]) -> None:
-        """The tail's commit ended (loop): reads waiting for its applied index are served."""
-        if done.cancelled() or done.exception() is not None:
-            return  # `_finish_tail` handles it
-        if self._read_waits:
-            self._serve_reads()
-        if self.gauge is not None:
-            self._admitted_bytes = 0
-            self._refresh_alarms()
-
-    async def _finish_tail(self) -> None:
-        """Wait for the commit of the apply-only write that let the loop go on, if any.
-        One that failed for want of space is written again (the same entries, applied
-        again: their answers, given once, are the same) before anything else; any other
-        failure stops the node, as a failed write does."""
-        tail, self._tail = self._tail, None
-        if tail is None:
-            return
-        job, done = tail
-        try:
-            await done
-            return
-        except Exception as e:
-            if self.gauge is None or self._stopping or not self.gauge.write_failed(e):
-                raise
-        job.answer = None  # answered when it was first applied
-        await self._writer.call(_reload_log, self.storage)
-        self._refresh_alarms()
-        await self._write_retrying(job)
 
     def _write(self, job: _Job) -> None:
         """Writer thread: the Ready's durable part and the apply, in ONE txn (fsync)."""
@@ -1228,13 +1131,15 @@ class RaftNode:
                     self.state.publish_applied()  # what the answers tell, readers see
                     n = job.durable_committed
                     job.answer(job.committed[:n], job.results[:n])
-                if job.release is not None and job.members is None and self.state.cluster_id == cluster_id:
-                    if job.answer is None:
-                        self.state.publish_applied()
-                    job.release()  # the loop goes on (`_apply_only`); this commit is its `_tail`
             if job.own_snapshot is not None:
                 st.create_snapshot(txn, Snapshot(job.own_snapshot))
-            compact_to, per_write = self._compact_target(job)
+            snap_index = st.snapshot_meta().index
+            per_write = self.cfg.compact_entries_per_write
+            if job.compact_floor is None:
+                compact_to = snap_index - self.cfg.keep_entries
+            else:  # a storage alarm or a large log: keep only what followers need
+                compact_to = min(snap_index, job.compact_floor)
+                per_write = self.cfg.compact_entries_under_alarm
             if compact_to >= st.first_index():  # a few entries per write: never one large txn
                 job.compacted = st.compact(txn, compact_to, per_write)
             if self.state.cluster_id != cluster_id:
@@ -1249,15 +1154,6 @@ class RaftNode:
         if self._on_commit:  # every durable write, also one that only appends or votes
             t2 = time.perf_counter()
             self._on_commit(sum(len(r) for r in job.results) if job.committed else 0, t2 - t0, t2 - t1)
-
-    def _compact_target(self, job: _Job) -> tuple[int, int]:
-        """Up to where `job`'s write discards the log, and at most how many entries (a
-        few per write: never one large txn): `keep_entries` behind the snapshot, or under
-        a storage alarm or a large log (`compact_floor`) only what followers need."""
-        snap_index = self.storage.snapshot_meta().index
-        if job.compact_floor is None:
-            return snap_index - self.cfg.keep_entries, self.cfg.compact_entries_per_write
-        return min(snap_index, job.compact_floor), self.cfg.compact_entries_under_alarm
 
     def _admits_this_store(self, installed: dict[str, MemberAddrs] | None, entries: list[Entry]) -> bool:
         """Does this write give the node the conf change that admitted its store (a
@@ -1590,11 +1486,6 @@ def _raise_if_error(result: object) -> None:
     """A proposal's result that is a `DoqError` (the machine's or the store's refusal) is raised."""
     if isinstance(result, DoqError):
         raise result
-
-
-def _settle_once(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
 
 
 def _resolve(fut: Fut, value: object) -> None:
