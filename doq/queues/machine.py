@@ -98,7 +98,7 @@ from doq.queues.model import (
     QueueStats,
     QueueType,
 )
-from doq.queues.pairlist import PairList
+from doq.queues.pairlist import PairList, sorted_pairs
 from doq.queues.redrive import CancelRedrive, Redrives, StartRedrive
 from doq.queues.sortedext import extend_sorted, remove_many
 from doq.queues.store import Store
@@ -297,12 +297,6 @@ class _QueueLoad:
         self.names: dict[str, str] = {}  # interned group names
 
 
-def _by_second(a: array[int], b: array[int]) -> tuple[array[int], array[int]]:
-    """The pairs zip(a, b) ordered by b."""
-    order = sorted(range(len(b)), key=b.__getitem__)
-    return array("q", map(a.__getitem__, order)), array("Q", map(b.__getitem__, order))
-
-
 class _Loader:
     """Rebuilds the message indexes from message records (a queue's records in key
     order is fastest): no per-message object but in-flight entries."""
@@ -413,15 +407,11 @@ class _Loader:
             ascending = all(map(lt, ids, islice(ids, 1, None)))  # records came in key order
             q.members.load_sorted(ids if ascending else sorted(ids))
             if type(q.index) is PriorityIndex:
-                rp, ri = (ld.ready_p, ld.ready_i) if ascending else _by_second(ld.ready_p, ld.ready_i)
-                q.index.load_pairs(rp, ri)
+                q.index.load_pairs(ld.ready_p, ld.ready_i)
             else:
                 q.index.bulk_load(ld.ready_keys, ld.infl)
             if ld.dl_at:
-                at, di = (ld.dl_at, ld.dl_id) if ascending else _by_second(ld.dl_at, ld.dl_id)
-                order = sorted(range(len(at)), key=at.__getitem__)  # stable: ids stay ascending
-                q.delayed = PairList.from_sorted(array("q", map(at.__getitem__, order)),
-                                                 array("Q", map(di.__getitem__, order)))
+                q.delayed = PairList.from_sorted(*sorted_pairs(ld.dl_at, ld.dl_id))
                 m._sync_due(q)
         m.leases = SortedList(self.leases)
 

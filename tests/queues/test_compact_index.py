@@ -18,7 +18,7 @@ from doq.queues import pairlist
 from doq.queues.idset import PAGE_BITS, IdSet
 from doq.queues.machine import QueueMachine
 from doq.queues.model import QueueSettings
-from doq.queues.pairlist import PairList
+from doq.queues.pairlist import PairList, sorted_pairs
 from doq.queues.store import MemoryStore
 
 I64 = st.integers(-(2**63), 2**63 - 1)
@@ -163,8 +163,35 @@ def test_idset_load_sorted(runs: list[tuple[int, int]], step: int) -> None:
     assert list(s) == ref[1::2]
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(-3, 3) | I64, st.integers(0, 40) | U64), unique_by=lambda t: t[1], max_size=60),
+       st.randoms(use_true_random=False))
+def test_sorted_pairs_sorts_pairs_in_any_order(pairs: list[tuple[int, int]], rnd: object) -> None:
+    """`sorted_pairs` is `sorted(pairs)` as two arrays, whatever the input order, on both of
+    its paths (packed keys within 53 bits sorted as floats, wider ones as ints)."""
+    want = sorted(pairs)
+    shuffled = list(pairs)
+    rnd.shuffle(shuffled)  # type: ignore[attr-defined]
+    for order in (pairs, shuffled, want):
+        a, b = sorted_pairs([x for x, _ in order], [y for _, y in order])
+        assert (a.typecode, b.typecode) == ("q", "Q")
+        assert list(zip(a, b, strict=True)) == want
+
+
+def test_sorted_pairs_float_path_is_exact_at_its_edge() -> None:
+    """Keys of exactly 53 bits (the float path) and of 54 (the int path) come out exact:
+    a pair that differs from its neighbour in the lowest bit keeps its place."""
+    for a_bits in (30, 31):  # with b spanning 23 bits: 53 and 54 bits
+        top = (1 << a_bits) - 1
+        bs = [(1 << 23) - 1, 0, (1 << 23) - 2, 1]
+        as_ = [top, top, 0, 0]
+        a, b = sorted_pairs(as_, bs)
+        assert list(zip(a, b, strict=True)) == sorted(zip(as_, bs, strict=True))
+
+
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.integers(-3, 3) | st.integers(1_799_999_990, 1_800_000_010), st.integers(0, 3),
+@given(st.lists(st.tuples(st.integers(-3, 3) | st.integers(1_799_999_990, 1_800_000_010)
+                          | st.sampled_from([-(2**63), 2**62, 2**63 - 1]), st.integers(0, 3),
                           st.sampled_from(["", "g1", "g2"])), min_size=1, max_size=60),
        st.integers(0, 20), st.randoms(use_true_random=False))
 def test_rebuild_from_records_in_any_order(items: list[tuple[int, int, str]], take: int, rnd: object) -> None:
