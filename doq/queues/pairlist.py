@@ -44,17 +44,20 @@ def sorted_pairs(a: Sequence[int], b: Sequence[int]) -> tuple[array[int], array[
     amin, bmin = min(a), min(b)
     shift = (max(b) - bmin).bit_length()
     mask = (1 << shift) - 1
+    keys: Sequence[int]
     if (max(a) - amin).bit_length() + shift <= _FLOAT_EXACT_BITS:
-        fkeys = [float(((x - amin) << shift) | (y - bmin)) for x, y in zip(a, b, strict=True)]
+        scale = float(1 << shift)  # int * float, + int: floats, exact below 2**53
+        fkeys = [(x - amin) * scale + (y - bmin) for x, y in zip(a, b, strict=True)]
         fkeys.sort()
-        keys: Sequence[int] = array("Q", map(int, array("d", fkeys)))  # array("d"): one C pass
+        keys = array("Q", map(int, array("d", fkeys)))  # array("d"): one C pass
         del fkeys
     else:
         ikeys = [((x - amin) << shift) | (y - bmin) for x, y in zip(a, b, strict=True)]
         ikeys.sort()
         keys = ikeys
-    return (array("q", [(k >> shift) + amin for k in keys]),
-            array("Q", [(k & mask) + bmin for k in keys]))
+    a_out = array("q", map(amin.__add__, map(shift.__rrshift__, keys)) if amin else map(shift.__rrshift__, keys))
+    b_out = array("Q", map(bmin.__add__, map(mask.__and__, keys)) if bmin else map(mask.__and__, keys))
+    return a_out, b_out
 
 
 class PairList:

@@ -223,3 +223,87 @@ def test_rebuild_from_records_in_any_order(items: list[tuple[int, int, str]], ta
         for x in (m, fresh):
             x.apply(4, c.CommandBatch(later, [c.Dequeue("d", 1000, seed=1), c.Dequeue("f", 1000, seed=1)]))
         assert seen(fresh) == seen(m)
+
+
+def _seen(x: QueueMachine, names: tuple[str, ...]) -> list[object]:
+    from doq.queues.model import MessageState as S
+    return [(x.queue_info(qn).stats, [x.peek_ids(qn, s, 0, 10_000) for s in (S.READY, S.DELAYED, S.IN_FLIGHT)])
+            for qn in names] + [x.next_due_ms(), list(x.leases)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(-3, 3) | st.integers(1_799_999_990, 1_800_000_010)
+                          | st.sampled_from([-(2**63), 2**62]), st.integers(0, 3),
+                          st.sampled_from(["a", "b", "f"])), min_size=1, max_size=80),
+       st.integers(0, 30), st.integers(1, 40), st.sets(st.integers(0, 200), max_size=30),
+       st.sets(st.integers(0, 200), max_size=10))
+def test_rebuild_from_columns_equals_record_by_record(
+        items: list[tuple[int, int, str]], take: int, chunk: int,
+        drop: set[int], swap: set[int]) -> None:
+    """The store's fast rebuild (message records fed in chunks, taken as columns where a
+    chunk qualifies, with a map of overridden records: left out, or another value) builds
+    the same state as feeding each record (with the overrides applied) one by one: over
+    delayed and fair queues, chunks that straddle queues, in-flight, delayed and
+    timestamp-priority records, whatever the chunk size."""
+    from doq.queues import machine as M
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(M, "_CHUNK", chunk)
+        _columns_vs_rows(items, take, drop, swap)
+
+
+def _columns_vs_rows(items: list[tuple[int, int, str]], take: int, drop: set[int], swap: set[int]) -> None:
+    now = 1_800_000_000_000
+    store = MemoryStore()
+    m = QueueMachine(store)
+    names = ("a", "b", "f")
+    m.apply(1, c.CommandBatch(now, [c.CreateQueue("a", "delayed", QueueSettings()),
+                                    c.CreateQueue("b", "delayed", QueueSettings()),
+                                    c.CreateQueue("f", "fair", QueueSettings())]))
+    for qn in names:
+        m.apply(2, c.CommandBatch(now, [c.Enqueue(qn, [c.EnqueueItem(b"x", group="g" if q == "f" else "",
+                                                                       priority=p, delay_ms=d * 1000)
+                                                        for p, d, q in items if q == qn])]))
+        if take:
+            m.apply(3, c.CommandBatch(now, [c.Dequeue(qn, take, seed=7)]))
+    msgs = sorted((k, v) for k, v in store.data.items() if k[0] == ord("M"))
+    others = sorted((k, v) for k, v in store.data.items() if k[0] != ord("M"))
+    # overrides: some records left out, some replaced by another message's record
+    overrides: dict[bytes, bytes | None] = {msgs[i % len(msgs)][0]: None for i in drop}
+    for i in swap:  # another record of the same queue (e.g. in flight for a ready one)
+        k, other = msgs[i % len(msgs)][0], msgs[(i + 1) % len(msgs)]
+        if other[0][:-8] == k[:-8]:
+            overrides[k] = b"v" * 8 + other[1]
+    applied = sorted([(k, v) for k, v in msgs if k not in overrides]
+                     + [(k, v[8:]) for k, v in overrides.items() if v is not None])
+    one_by_one = QueueMachine(MemoryStore())
+    one_by_one.load(others + applied)
+    columns = QueueMachine(MemoryStore())
+    columns.load(others, [(k, b"v" * 8 + v) for k, v in msgs], 8, overrides)
+    for x in (one_by_one, columns):
+        x.store.data = dict(others + applied)  # type: ignore[attr-defined]
+    assert _seen(columns, names) == _seen(one_by_one, names)
+    for later in (now + 2_000, now + 12_000_000):  # delays end, leases expire
+        for x in (one_by_one, columns):
+            x.apply(4, c.CommandBatch(later, [c.Dequeue(qn, 1000, seed=1) for qn in names]))
+        assert _seen(columns, names) == _seen(one_by_one, names)
+
+
+def test_a_chunk_of_ready_records_is_taken_as_columns() -> None:
+    """A chunk of one delayed queue's ready records (with records left out by the
+    overrides) is indexed as columns, and holds what the records say."""
+    from doq.queues import machine as M
+    store = MemoryStore()
+    m = QueueMachine(store)
+    m.apply(1, c.CommandBatch(1000, [c.CreateQueue("d", "delayed", QueueSettings())]))
+    m.apply(2, c.CommandBatch(1000, [c.Enqueue("d", [c.EnqueueItem(b"x", priority=(7 * i) % 5) for i in range(50)])]))
+    msgs = sorted((k, v) for k, v in store.data.items() if k[0] == ord("M"))
+    others = sorted((k, v) for k, v in store.data.items() if k[0] != ord("M"))
+    fresh = QueueMachine(MemoryStore())
+    fresh.load(others)
+    loader = M._Loader(fresh)  # noqa: SLF001
+    loader.meta_seen = True
+    assert loader._feed_columns(msgs, 0, {msgs[3][0]: None})  # noqa: SLF001
+    got = loader.per_q["d"]
+    ids = [int.from_bytes(k[-8:], "big") for k, _ in msgs]
+    assert list(got.ids) == list(got.ready_i) == ids[:3] + ids[4:]
+    assert list(got.ready_p) == [(7 * i) % 5 for i in range(50) if i != 3]
