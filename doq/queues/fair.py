@@ -15,10 +15,14 @@ the queue, so a rebuilt replica continues the same rotation.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from itertools import islice
+from operator import le, lt
+
 from sortedcontainers import SortedList
 
 from doq.queues.group_policy import GroupPolicies
-from doq.queues.pairlist import PairList
+from doq.queues.pairlist import PairList, sorted_pairs
 
 _OFF = 1 << 63  # ready_key(priority, id) = (priority + _OFF) << 64 | id (doq.queues.delayed)
 _MASK64 = (1 << 64) - 1
@@ -192,12 +196,17 @@ class FairIndex:
         for name in sorted(self.groups):
             self._refresh(self.groups[name])
 
-    def bulk_load(self, keys: dict[str, list[int]], inflight: dict[str, int]) -> None:
-        for name, ks in keys.items():
+    def load_groups(self, pairs: Mapping[str, tuple[Sequence[int], Sequence[int]]],
+                    inflight: Mapping[str, int]) -> None:
+        """Load the groups' ready (priorities, ids) columns (any order; ids distinct) and
+        their counts in flight, then the rotation."""
+        for name, (ps, ids) in pairs.items():
             g = self._group(name)
-            ks = sorted(ks)
-            g.ready = PairList.from_sorted([(k >> 64) - _OFF for k in ks], [k & _MASK64 for k in ks])
-            self.n_ready += len(ks)
+            if all(map(le, ps, islice(ps, 1, None))) and all(map(lt, ids, islice(ids, 1, None))):
+                g.ready = PairList.from_sorted(ps, ids)
+            else:
+                g.ready = PairList.from_sorted(*sorted_pairs(ps, ids))
+            self.n_ready += len(ids)
         for name, n in inflight.items():
             self._group(name).inflight += n
         active = []

@@ -280,7 +280,7 @@ def _metadata(md: object) -> bytes:
         raise InvalidArgument("metadata is not valid unicode", reason="INVALID_METADATA") from None
 
 
-_CHUNK = 4096  # records `_Loader.feed_all` takes at a time
+_CHUNK = 1024  # records `_Loader.feed_all` takes at a time
 _FLAGS_AT = struct.calcsize("<qQ28x")  # the flags byte in a `_HDR_HEAD`
 _IN_FLIGHT_BIT = bytes(1 if b & R.FLAG_IN_FLIGHT else 0 for b in range(256))  # a translate table
 _NOT_BEFORE = struct.Struct("<8xQ")  # the not-before field of a `_HDR_HEAD`
@@ -311,7 +311,8 @@ class _QueueLoad:
         self.ids = array("Q")
         self.ready_p = array("q")  # a delayed queue's ready (priority, id), in id order
         self.ready_i = array("Q")
-        self.ready_keys: dict[str, list[int]] = {}  # a fair queue's ready keys by group
+        # a fair queue's ready (priorities, ids) by group
+        self.ready_keys: dict[str, tuple[array[int], array[int]]] = {}
         self.infl: dict[str, int] = {}
         self.dl_at = array("q")
         self.dl_id = array("Q")
@@ -512,10 +513,11 @@ class _Loader:
             cur.dl_at.append(at)
             cur.dl_id.append(id_)
             return
-        lst = cur.ready_keys.get(g)
-        if lst is None:
-            lst = cur.ready_keys[g] = []
-        lst.append(((prio + (1 << 63)) << 64) | id_)
+        pair = cur.ready_keys.get(g)
+        if pair is None:
+            pair = cur.ready_keys[g] = (array("q"), array("Q"))
+        pair[0].append(prio)
+        pair[1].append(id_)
 
     def finish(self) -> None:
         m = self.m
@@ -526,10 +528,10 @@ class _Loader:
             ids = ld.ids
             ascending = all(map(lt, ids, islice(ids, 1, None)))  # records came in key order
             q.members.load_sorted(ids if ascending else sorted(ids))
-            if type(q.index) is PriorityIndex:
-                q.index.load_pairs(ld.ready_p, ld.ready_i)
+            if isinstance(q.index, FairIndex):
+                q.index.load_groups(ld.ready_keys, ld.infl)
             else:
-                q.index.bulk_load(ld.ready_keys, ld.infl)
+                q.index.load_pairs(ld.ready_p, ld.ready_i)
             if ld.dl_at:
                 q.delayed = PairList.from_sorted(*sorted_pairs(ld.dl_at, ld.dl_id))
                 m._sync_due(q)
