@@ -372,8 +372,8 @@ class _Loader:
             hits = overrides.keys() & set(keys)
             if hits:  # the chunk with the overridden records replaced (or left out: None)
                 at = sorted(bisect_left(keys, h) for h in hits)
-                if any(p >= len(keys) or keys[p] not in hits for p in at):
-                    return False  # keys not in order
+                if any(p >= len(keys) for p in at) or {keys[p] for p in at} != hits:
+                    return False  # keys not in order: record by record
                 kept: list[tuple[bytes, bytes]] = []
                 prev = 0
                 for p in at:

@@ -5,6 +5,7 @@ back to an object per message."""
 
 from __future__ import annotations
 
+import random
 import sys
 import tracemalloc
 from bisect import insort
@@ -17,7 +18,7 @@ from doq.queues import commands as c
 from doq.queues import pairlist
 from doq.queues.idset import PAGE_BITS, IdSet
 from doq.queues.machine import QueueMachine
-from doq.queues.model import QueueSettings
+from doq.queues.model import MessageState, QueueSettings
 from doq.queues.pairlist import PairList, sorted_pairs
 from doq.queues.store import MemoryStore
 
@@ -291,6 +292,11 @@ def _columns_vs_rows(items: list[tuple[int, int, str]], take: int, drop: set[int
     one_by_one.load(others + applied)
     columns = QueueMachine(MemoryStore())
     columns.load(others, [(k, b"v" * 8 + v) for k, v in msgs], 8, overrides)
+    shuffled = [(k, b"v" * 8 + v) for k, v in msgs]
+    random.Random(len(items) + take).shuffle(shuffled)  # chunks out of key order: the same
+    out_of_order = QueueMachine(MemoryStore())
+    out_of_order.load(others, shuffled, 8, overrides)
+    assert _seen(out_of_order, names) == _seen(one_by_one, names)
     for x in (one_by_one, columns):
         x.store.data = dict(others + applied)  # type: ignore[attr-defined]
     assert _seen(columns, names) == _seen(one_by_one, names)
@@ -319,3 +325,19 @@ def test_a_chunk_of_ready_records_is_taken_as_columns() -> None:
     ids = [int.from_bytes(k[-8:], "big") for k, _ in msgs]
     assert list(got.ids) == list(got.ready_i) == ids[:3] + ids[4:]
     assert list(got.ready_p) == [(7 * i) % 5 for i in range(50) if i != 3]
+
+
+def test_overrides_in_a_chunk_out_of_key_order_apply_to_their_own_records() -> None:
+    """Message records out of key order, each overridden: every override applies to its
+    own record (a chunk whose keys are not in order is not spliced by position)."""
+    store = MemoryStore()
+    m = QueueMachine(store)
+    m.apply(1, c.CommandBatch(1000, [c.CreateQueue("d", "delayed", QueueSettings())]))
+    m.apply(2, c.CommandBatch(1000, [c.Enqueue("d", [c.EnqueueItem(b"x", priority=p) for p in (5, 3, 4)])]))
+    msgs = sorted((k, v) for k, v in store.data.items() if k[0] == ord("M"))
+    others = sorted((k, v) for k, v in store.data.items() if k[0] != ord("M"))
+    fresh = QueueMachine(MemoryStore())
+    # keys 0, 2, 1 with 1 and 2 left out: bisecting this chunk finds position 1 for both
+    fresh.load(others, [msgs[0], msgs[2], msgs[1]], 0, {msgs[1][0]: None, msgs[2][0]: None})
+    assert fresh.queue_info("d").stats.ready == 1
+    assert fresh.peek_ids("d", MessageState.READY, 0, 10) == [int.from_bytes(msgs[0][0][-8:], "big")]
