@@ -6,12 +6,11 @@ index holds the (priority, id) pairs in a `PairList` (packed arrays, ~16 bytes a
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Sequence
 from itertools import islice
-from operator import le
+from operator import le, lt
 
-from doq.queues.pairlist import PairList
+from doq.queues.pairlist import PairList, sorted_pairs
 
 PRIO_OFFSET = 1 << 63
 MASK64 = (1 << 64) - 1
@@ -98,15 +97,11 @@ class PriorityIndex:
         return ""
 
     def load_pairs(self, priorities: Sequence[int], ids: Sequence[int]) -> None:
-        """Replace the content by the pairs (any order; ids distinct, in ascending order
-        among equal priorities, e.g. all ascending)."""
-        n = len(ids)
-        if all(map(le, priorities, islice(priorities, 1, None))):
+        """Replace the content by the pairs (any order; ids distinct)."""
+        if all(map(le, priorities, islice(priorities, 1, None))) and all(map(lt, ids, islice(ids, 1, None))):
             self.ready = PairList.from_sorted(priorities, ids)
             return
-        order = sorted(range(n), key=priorities.__getitem__)  # stable: ids stay ascending
-        self.ready = PairList.from_sorted(array("q", map(priorities.__getitem__, order)),
-                                          array("Q", map(ids.__getitem__, order)))
+        self.ready = PairList.from_sorted(*sorted_pairs(priorities, ids))
 
     def bulk_load(self, keys: dict[str, list[int]], inflight: dict[str, int]) -> None:
         ready: list[int] = []

@@ -15,18 +15,37 @@ the queue, so a rebuilt replica continues the same rotation.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from itertools import islice
+from operator import le, lt
+
 from sortedcontainers import SortedList
 
 from doq.queues.group_policy import GroupPolicies
-from doq.queues.sortedext import extend_sorted
+from doq.queues.pairlist import PairList, sorted_pairs
+
+_OFF = 1 << 63  # ready_key(priority, id) = (priority + _OFF) << 64 | id (doq.queues.delayed)
+_MASK64 = (1 << 64) - 1
+
+
+def _pair(key: int) -> tuple[int, int]:
+    """The (priority, id) of a ready key."""
+    return (key >> 64) - _OFF, key & _MASK64
+
+
+def _key(priority: int, id_: int) -> int:
+    return ((priority + _OFF) << 64) | id_
 
 
 class Group:
+    """A group's ready messages as (priority, id) pairs (a `PairList`: ~16 bytes a
+    message), its count in flight, and whether it is in the rotation."""
+
     __slots__ = ("name", "ready", "inflight", "active")
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.ready: SortedList = SortedList()
+        self.ready = PairList()
         self.inflight = 0
         self.active = False
 
@@ -75,19 +94,25 @@ class FairIndex:
         if not keys:
             return
         g = self._group(group)
-        extend_sorted(g.ready, keys)
+        rl = g.ready
+        pairs = [_pair(k) for k in keys]
+        if not rl or pairs[0] > rl.last():
+            rl._append_sorted([p for p, _ in pairs], [i for _, i in pairs])  # noqa: SLF001 (same package)
+        else:
+            for p, i in pairs:
+                rl.add(p, i)
         self.n_ready += len(keys)
         self._refresh(g)
 
     def add(self, key: int, group: str) -> None:
         g = self._group(group)
-        g.ready.add(key)
+        g.ready.add(*_pair(key))
         self.n_ready += 1
         self._refresh(g)
 
     def remove(self, key: int, group: str) -> None:
         g = self.groups[group]
-        g.ready.remove(key)
+        g.ready.remove(*_pair(key))
         self.n_ready -= 1
         self._refresh(g)
 
@@ -108,7 +133,8 @@ class FairIndex:
             g = self.groups[act[i]]
             self.cursor = g.name
             self.credit = self.policy.weight(g.name) - 1
-        key = g.ready.pop(0)
+        (p,), (i,) = g.ready.pop_front(1)
+        key = _key(p, i)
         self.n_ready -= 1
         if lease:
             g.inflight += 1
@@ -145,7 +171,7 @@ class FairIndex:
                 cursor = live[i if i < len(live) else 0]
                 credit = policy.weight(cursor) - 1
             i = taken.get(cursor, 0)
-            out.append(self.groups[cursor].ready[i])
+            out.append(_key(*self.groups[cursor].ready.islice(i, i + 1)[0]))
             taken[cursor] = i + 1
             room[cursor] -= 1
             if not room[cursor]:
@@ -170,11 +196,17 @@ class FairIndex:
         for name in sorted(self.groups):
             self._refresh(self.groups[name])
 
-    def bulk_load(self, keys: dict[str, list[int]], inflight: dict[str, int]) -> None:
-        for name, ks in keys.items():
+    def load_groups(self, pairs: Mapping[str, tuple[Sequence[int], Sequence[int]]],
+                    inflight: Mapping[str, int]) -> None:
+        """Load the groups' ready (priorities, ids) columns (any order; ids distinct) and
+        their counts in flight, then the rotation."""
+        for name, (ps, ids) in pairs.items():
             g = self._group(name)
-            g.ready = SortedList(ks)
-            self.n_ready += len(ks)
+            if all(map(le, ps, islice(ps, 1, None))) and all(map(lt, ids, islice(ids, 1, None))):
+                g.ready = PairList.from_sorted(ps, ids)
+            else:
+                g.ready = PairList.from_sorted(*sorted_pairs(ps, ids))
+            self.n_ready += len(ids)
         for name, n in inflight.items():
             self._group(name).inflight += n
         active = []

@@ -59,7 +59,7 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import islice
-from operator import lt
+from operator import itemgetter, lt
 from typing import Any
 
 from sortedcontainers import SortedList
@@ -98,7 +98,7 @@ from doq.queues.model import (
     QueueStats,
     QueueType,
 )
-from doq.queues.pairlist import PairList
+from doq.queues.pairlist import PairList, sorted_pairs
 from doq.queues.redrive import CancelRedrive, Redrives, StartRedrive
 from doq.queues.sortedext import extend_sorted, remove_many
 from doq.queues.store import Store
@@ -280,6 +280,27 @@ def _metadata(md: object) -> bytes:
         raise InvalidArgument("metadata is not valid unicode", reason="INVALID_METADATA") from None
 
 
+_CHUNK = 1024  # records `_Loader.feed_all` takes at a time
+_FLAGS_AT = struct.calcsize("<qQ28x")  # the flags byte in a `_HDR_HEAD`
+_IN_FLIGHT_BIT = bytes(1 if b & R.FLAG_IN_FLIGHT else 0 for b in range(256))  # a translate table
+_NOT_BEFORE = struct.Struct("<8xQ")  # the not-before field of a `_HDR_HEAD`
+_HOST_LITTLE = array("H", [1]).tobytes()[0] == 1
+
+
+def _column(buf: bytes, at: int, stride: int, typecode: str, *, little: bool) -> array[int]:
+    """The 8-byte integers at `at`, `at + stride`, ... of `buf` (little- or big-endian)
+    as an array of `typecode`: eight strided byte copies, no per-item Python."""
+    n = len(buf) // stride
+    out = bytearray(8 * n)
+    for j in range(8):
+        out[j::8] = buf[at + j :: stride]
+    col = array(typecode)
+    col.frombytes(out)
+    if little != _HOST_LITTLE:
+        col.byteswap()
+    return col
+
+
 class _QueueLoad:
     """What `_Loader` gathers for one queue (arrays: no int object per message)."""
 
@@ -290,17 +311,12 @@ class _QueueLoad:
         self.ids = array("Q")
         self.ready_p = array("q")  # a delayed queue's ready (priority, id), in id order
         self.ready_i = array("Q")
-        self.ready_keys: dict[str, list[int]] = {}  # a fair queue's ready keys by group
+        # a fair queue's ready (priorities, ids) by group
+        self.ready_keys: dict[str, tuple[array[int], array[int]]] = {}
         self.infl: dict[str, int] = {}
         self.dl_at = array("q")
         self.dl_id = array("Q")
         self.names: dict[str, str] = {}  # interned group names
-
-
-def _by_second(a: array[int], b: array[int]) -> tuple[array[int], array[int]]:
-    """The pairs zip(a, b) ordered by b."""
-    order = sorted(range(len(b)), key=b.__getitem__)
-    return array("q", map(a.__getitem__, order)), array("Q", map(b.__getitem__, order))
 
 
 class _Loader:
@@ -324,13 +340,112 @@ class _Loader:
         return cur
 
     def feed(self, key: bytes, rec: bytes) -> None:
-        self.feed_all(((key, rec),))
+        self._feed_rows(((key, rec),))
 
     def feed_all(self, items: Iterable[tuple[bytes, bytes]], offset: int = 0,
                  overrides: Mapping[bytes, bytes | None] | None = None, *, last: bool = False) -> None:
         """Index message records (key, value): the record is `value[offset:]`; a key in
         `overrides` has that value instead (None: skip it). A record whose queue record
-        or the meta record is still to come is kept for `finish` (unless `last`)."""
+        or the meta record is still to come is kept for `finish` (unless `last`).
+
+        Taken in chunks of `_CHUNK`: a chunk of one delayed queue's records that are all
+        ready (no not-before, no timestamp priority, none in flight, none overridden) is
+        indexed as columns (`_feed_columns`, C-level byte slicing, no per-record Python);
+        any other chunk record by record (`_feed_rows`). Both index the same."""
+        it = iter(items)
+        while chunk := list(islice(it, _CHUNK)):
+            if last or not self._feed_columns(chunk, offset, overrides):
+                self._feed_rows(chunk, offset, overrides, last=last)
+
+    def _feed_columns(self, chunk: list[tuple[bytes, bytes]], offset: int,
+                      overrides: Mapping[bytes, bytes | None] | None) -> bool:
+        """Index the chunk as columns if it qualifies (see `feed_all`); False (nothing
+        done) if not."""
+        try:
+            cur = self._queue_of(chunk[0][0], False)
+        except ValueError:
+            return False
+        if cur is None or cur.q.qtype is QueueType.FAIR:
+            return False
+        keys, vals = zip(*chunk, strict=True)
+        if overrides:
+            hits = overrides.keys() & set(keys)
+            if hits:  # the chunk with the overridden records replaced (or left out: None)
+                at = sorted(bisect_left(keys, h) for h in hits)
+                if any(p >= len(keys) for p in at) or {keys[p] for p in at} != hits:
+                    return False  # keys not in order: record by record
+                kept: list[tuple[bytes, bytes]] = []
+                prev = 0
+                for p in at:
+                    kept.extend(chunk[prev:p])
+                    o = overrides[keys[p]]
+                    if o is not None:
+                        kept.append((keys[p], o))
+                    prev = p + 1
+                kept.extend(chunk[prev:])
+                if not kept:
+                    return True
+                chunk = kept
+                keys, vals = zip(*chunk, strict=True)
+        n = len(keys)
+        prefix = cur.q.prefix
+        plen = len(prefix)
+        klen = plen + 8
+        kb = b"".join(keys)
+        if len(kb) != n * klen or any(kb[i::klen] != prefix[i : i + 1] * n for i in range(plen)):
+            return False  # keys of other queues (or malformed): record by record
+        hs = _HDR_HEAD.size
+        heads = b"".join(map(itemgetter(slice(offset, offset + hs)), vals))
+        if len(heads) != n * hs:
+            return False
+        ps = _column(heads, 0, hs, "q", little=True)
+        ids = _column(kb, plen, klen, "Q", little=False)
+        # the records that are not plainly ready: in flight, with a not-before time, or a
+        # timestamp priority (found in C but for the last two, rare in most queues)
+        special: set[int] = set()
+        flags = heads[_FLAGS_AT::hs].translate(_IN_FLIGHT_BIT)
+        j = flags.find(1)
+        while j >= 0:
+            special.add(j)
+            j = flags.find(1, j + 1)
+        if any(heads[8 + b :: hs].count(0) != n for b in range(8)):
+            nb = _NOT_BEFORE.unpack_from
+            special.update(j for j in range(n) if nb(heads, j * hs)[0])
+        if max(ps) >= R.TS_PRIORITY_MIN:
+            ts_min = R.TS_PRIORITY_MIN
+            special.update(j for j, p in enumerate(ps) if p >= ts_min)
+        cur.ids.extend(ids)
+        if not special:
+            cur.ready_p.extend(ps)
+            cur.ready_i.extend(ids)
+            return True
+        prev = 0
+        for j in sorted(special):
+            cur.ready_p.extend(ps[prev:j])
+            cur.ready_i.extend(ids[prev:j])
+            self._place(cur, ids[j], vals[j], offset)
+            prev = j + 1
+        cur.ready_p.extend(ps[prev:])
+        cur.ready_i.extend(ids[prev:])
+        return True
+
+    def _place(self, cur: _QueueLoad, id_: int, rec: bytes, offset: int) -> None:
+        """Index one record of a delayed queue (its id already counted)."""
+        prio, not_before, flags = _HDR_HEAD.unpack_from(rec, offset)
+        if flags & R.FLAG_IN_FLIGHT:
+            self._other(cur, id_, rec, offset)
+            return
+        at = max(not_before, _ts(prio))
+        if at > self.m.now_ms:
+            cur.dl_at.append(at)
+            cur.dl_id.append(id_)
+            return
+        cur.ready_p.append(prio)
+        cur.ready_i.append(id_)
+
+    def _feed_rows(self, items: Iterable[tuple[bytes, bytes]], offset: int = 0,
+                   overrides: Mapping[bytes, bytes | None] | None = None, *, last: bool = False) -> None:
+        """`feed_all`, one record at a time."""
         unpack = _HDR_HEAD.unpack_from
         unpack_id = _U64.unpack_from
         now = self.m.now_ms
@@ -398,10 +513,11 @@ class _Loader:
             cur.dl_at.append(at)
             cur.dl_id.append(id_)
             return
-        lst = cur.ready_keys.get(g)
-        if lst is None:
-            lst = cur.ready_keys[g] = []
-        lst.append(((prio + (1 << 63)) << 64) | id_)
+        pair = cur.ready_keys.get(g)
+        if pair is None:
+            pair = cur.ready_keys[g] = (array("q"), array("Q"))
+        pair[0].append(prio)
+        pair[1].append(id_)
 
     def finish(self) -> None:
         m = self.m
@@ -412,16 +528,12 @@ class _Loader:
             ids = ld.ids
             ascending = all(map(lt, ids, islice(ids, 1, None)))  # records came in key order
             q.members.load_sorted(ids if ascending else sorted(ids))
-            if type(q.index) is PriorityIndex:
-                rp, ri = (ld.ready_p, ld.ready_i) if ascending else _by_second(ld.ready_p, ld.ready_i)
-                q.index.load_pairs(rp, ri)
+            if isinstance(q.index, FairIndex):
+                q.index.load_groups(ld.ready_keys, ld.infl)
             else:
-                q.index.bulk_load(ld.ready_keys, ld.infl)
+                q.index.load_pairs(ld.ready_p, ld.ready_i)
             if ld.dl_at:
-                at, di = (ld.dl_at, ld.dl_id) if ascending else _by_second(ld.dl_at, ld.dl_id)
-                order = sorted(range(len(at)), key=at.__getitem__)  # stable: ids stay ascending
-                q.delayed = PairList.from_sorted(array("q", map(at.__getitem__, order)),
-                                                 array("Q", map(di.__getitem__, order)))
+                q.delayed = PairList.from_sorted(*sorted_pairs(ld.dl_at, ld.dl_id))
                 m._sync_due(q)
         m.leases = SortedList(self.leases)
 

@@ -23,6 +23,43 @@ def _pk(a: int, b: int) -> int:
     return ((a + _OFF) << 64) | b
 
 
+_FLOAT_EXACT_BITS = 53  # a float holds every integer below 2**53 exactly
+
+
+def sorted_pairs(a: Sequence[int], b: Sequence[int]) -> tuple[array[int], array[int]]:
+    """The pairs `zip(a, b)` in ascending (a, b) order, as a `'q'` array of a's and a `'Q'`
+    array of b's (any input order; a as in a `PairList`: signed 64-bit, b unsigned).
+
+    Each pair is packed into one number, `(a - min a) << bits(b's span) | (b - min b)`, and
+    the numbers are sorted: when they fit in 53 bits (e.g. priorities below 2**30 and ids
+    spanning below 2**23) as floats, whose comparison CPython's sort does inline (the
+    cheapest sort of 5M random pairs this found; an index permutation sorted by key costs
+    twice as much), else as ints. The result does not depend on the input order.
+    """
+    n = len(a)
+    if n != len(b):
+        raise ValueError("a and b differ in length")
+    if not n:
+        return array("q"), array("Q")
+    amin, bmin = min(a), min(b)
+    shift = (max(b) - bmin).bit_length()
+    mask = (1 << shift) - 1
+    keys: Sequence[int]
+    if (max(a) - amin).bit_length() + shift <= _FLOAT_EXACT_BITS:
+        scale = float(1 << shift)  # int * float, + int: floats, exact below 2**53
+        fkeys = [(x - amin) * scale + (y - bmin) for x, y in zip(a, b, strict=True)]
+        fkeys.sort()
+        keys = array("Q", map(int, array("d", fkeys)))  # array("d"): one C pass
+        del fkeys
+    else:
+        ikeys = [((x - amin) << shift) | (y - bmin) for x, y in zip(a, b, strict=True)]
+        ikeys.sort()
+        keys = ikeys
+    a_out = array("q", map(amin.__add__, map(shift.__rrshift__, keys)) if amin else map(shift.__rrshift__, keys))
+    b_out = array("Q", map(bmin.__add__, map(mask.__and__, keys)) if bmin else map(mask.__and__, keys))
+    return a_out, b_out
+
+
 class PairList:
     """Sorted distinct (a, b) pairs; `add`/`remove` O(log n + LOAD) (memmove), bulk front
     pops linear in the pairs taken."""
