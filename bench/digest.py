@@ -1,8 +1,8 @@
 """What the state digest costs the node, both ways (not a test):
-`python -m doq.bench.digest [--messages 200000] [--batch 1000] [--rounds 3]`.
+`python bench/digest.py [--messages 200000] [--batch 1000] [--rounds 3]`.
 
 1. Maintained incrementally on every write (NOT what doq does; measured to decide): the
-   apply loop of `python -m doq.bench.apply` (enqueue, dequeue, ack of `--messages`
+   apply loop of `python bench/apply_throughput.py` (enqueue, dequeue, ack of `--messages`
    100-byte messages in batches of `--batch`, one log entry per batch, real LMDB), side by
    side with a prototype sink that adds/subtracts `doq.storage.digest.item_hash_stored` of
    every record it writes or deletes and stores the 32-byte sum once per entry. Prints
@@ -17,9 +17,14 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "clients" / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/NAME.py`: this checkout first
 
 from doq.queues import commands as c
 from doq.queues.codec import encode_batch
