@@ -42,3 +42,23 @@ def test_doq_bench_holds_only_the_command() -> None:
         tree = ast.parse((ROOT / "doq" / "bench" / name).read_text())
         imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert {m for m in imported if m.startswith("doq.bench")} == {"doq.bench.args", "doq.bench.grpc_load"}
+
+
+def test_the_harnesses_are_imported_from_bench() -> None:
+    """Scripts, tools and tests import a harness as `bench.NAME` (a `doq.bench.NAME` import
+    of one would fail: only the command's modules are there)."""
+    command = {"doq.bench", "doq.bench.args", "doq.bench.cli", "doq.bench.grpc_load"}
+    bad = []
+    for path in sorted([*(ROOT / "bench").rglob("*.py"), *(ROOT / "tools").rglob("*.py"),
+                        *(ROOT / "tests").rglob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names
+                                         if node.module == "doq.bench"]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            bad += [f"{path.relative_to(ROOT)}: {n}" for n in names
+                    if n.startswith("doq.bench") and n not in command and n != "doq.bench"]
+    assert bad == []
