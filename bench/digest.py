@@ -85,7 +85,8 @@ class _DigestSink(_TxnSink):
         self._drop(keys)
         return super().pop_many(keys)
 
-    def rewrite_many(self, keys: list[bytes], edit: Callable[[list[bytes]], list[bytes]]) -> None:
+    def rewrite_many(self, keys: list[bytes], edit: Callable[[list[bytes]], list[bytes]],
+                     **options: Any) -> None:
         self._drop(keys)
         written: list[bytes] = []
 
@@ -93,7 +94,7 @@ class _DigestSink(_TxnSink):
             written.extend(edit(old))
             return written
 
-        super().rewrite_many(keys, edit_and_note)
+        super().rewrite_many(keys, edit_and_note, **options)
         ver = self.ver
         self.acc += sum(D.item_hash_stored(k, ver + v) for k, v in zip(keys, written, strict=True))
 
