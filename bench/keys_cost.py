@@ -1,8 +1,8 @@
 """What checking client keys costs the data path: the per-message producer and consumer of
-`doq.bench.side_by_side` (one enqueue and one confirmation per message; one ack per
+`bench/side_by_side.py` (one enqueue and one confirmation per message; one ack per
 message), alternating run by run in one run.
 
-    python -m doq.bench.keys_cost [--runs 3] [--count 100000] [--consume-count 50000]
+    python bench/keys_cost.py [--runs 3] [--count 100000] [--consume-count 50000]
 
 A loopback node without `--secure` requires no key but checks a presented one exactly as a
 secure node does (authentication once per call or stream, scopes and queue prefixes per
@@ -29,8 +29,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from doq.bench import alternating
-from doq.bench import side_by_side as sbs
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "clients" / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/NAME.py`: this checkout first
+
+from bench import alternating
+from bench import side_by_side as sbs
 
 
 @contextlib.contextmanager

@@ -1,10 +1,10 @@
 """What an open dashboard costs the data path: the per-message producer and consumer of
-`doq.bench.side_by_side` (one enqueue and one confirmation per message; one ack per
+`bench/side_by_side.py` (one enqueue and one confirmation per message; one ack per
 message) against one node, alternating run by run between "no page" and "page open" (a
 reader of the node's `GET /events` stream, the one the dashboard at `/ui` keeps open,
 reading every event while the clients run).
 
-    python -m doq.bench.dashboard_cost [--runs 3] [--count 100000] [--consume-count 50000] [--json FILE]
+    python bench/dashboard_cost.py [--runs 3] [--count 100000] [--consume-count 50000] [--json FILE]
 
 Prints the median rate and the mean server CPU time per message, with the
 differences to "no page"; `--json FILE` writes every run.
@@ -23,8 +23,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from doq.bench import alternating
-from doq.bench import side_by_side as sbs
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "clients" / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/NAME.py`: this checkout first
+
+from bench import alternating
+from bench import side_by_side as sbs
 
 NAMES = ("no page", "page open")
 
@@ -71,7 +74,7 @@ def _http_of(root: Path) -> tuple[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m doq.bench.dashboard_cost", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python bench/dashboard_cost.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--count", type=int, default=100_000)
     p.add_argument("--consume-count", type=int, default=50_000)
