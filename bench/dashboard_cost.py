@@ -65,14 +65,6 @@ def open_page(http_host: str, http_port: int) -> Iterator[list[int]]:
         conn.close()  # only once the reader is done with the response (no race on its file)
 
 
-def _http_of(root: Path) -> tuple[str, int]:
-    for line in (root / "doq-1.log").read_text().splitlines():
-        if "ready: grpc=" in line:
-            host, port = line.rsplit("http=", 1)[1].strip().rsplit(":", 1)
-            return host, int(port)
-    raise RuntimeError(f"no ready line in {root / 'doq-1.log'}")
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python bench/dashboard_cost.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=3)
@@ -84,12 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {name: {} for name in NAMES}
     with tempfile.TemporaryDirectory(prefix="doq-dashboard-cost-") as tmp, \
             sbs.doq_server(Path(tmp) / "node") as server:
-        host, port = _http_of(Path(tmp) / "node")
+        host, port = server.http_url.split("://", 1)[1].rsplit(":", 1)
         for run in range(ns.runs):
             for workload in args.workloads:
                 for i, name in enumerate(NAMES if run % 2 == 0 else NAMES[::-1]):
                     run_id = run * 10 + i
-                    with open_page(host, port) if name == "page open" else contextlib.nullcontext([0]) as events:
+                    with open_page(host, int(port)) if name == "page open" else contextlib.nullcontext([0]) as events:
                         r = sbs.run_once("doq", server, workload, run_id, args)
                     r["events_read"] = events[0]
                     if name == "page open" and events[0] == 0 and r["seconds"] > 2:

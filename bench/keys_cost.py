@@ -95,12 +95,12 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="doq-keys-cost-") as tmp, \
             sbs.doq_server(Path(tmp) / "open") as open_node, \
             sbs.doq_server(Path(tmp) / "secure", secure=True) as secure_node:
-        open_url = _http_of(Path(tmp) / "open")
+        open_url = open_node.http_url
         client_key = _create_key(open_url, "", ["produce:sbs-", "consume:sbs-"])
         produce_consume = _create_key(open_url, "", ["produce", "consume"])
         admin = (Path(tmp) / "secure" / "data" / "admin.key").read_text().strip()
         assert secure_node.ca_file
-        secure_key = _create_key(_http_of(Path(tmp) / "secure"), admin, ["produce", "consume"],
+        secure_key = _create_key(secure_node.http_url, admin, ["produce", "consume"],
                                  ssl.create_default_context(cafile=secure_node.ca_file))
         systems = [("keys off", open_node, "", ""), ("keys on", open_node, produce_consume, ""),
                    ("prefix key", open_node, client_key, ""), ("secure", secure_node, secure_key, admin)]
@@ -120,15 +120,6 @@ def main(argv: list[str] | None = None) -> int:
     if ns.json:
         Path(ns.json).write_text(json.dumps({"runs": runs, "summary": summary}, indent=2))
     return 0
-
-
-def _http_of(root: Path) -> str:
-    """The HTTP URL of the node `doq_server` started under `root` (from its log line)."""
-    for line in (root / "doq-1.log").read_text().splitlines():
-        if "ready: grpc=" in line:
-            scheme = "https" if "TLS on every port" in (root / "doq-1.log").read_text() else "http"
-            return f"{scheme}://" + line.rsplit("http=", 1)[1].strip()
-    raise RuntimeError(f"no ready line in {root / 'doq-1.log'}")
 
 
 if __name__ == "__main__":

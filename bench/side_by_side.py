@@ -102,6 +102,7 @@ class Server:
     addr: str
     pids: tuple[int, ...]
     ca_file: str | None = None  # a secure doq's cluster CA
+    http_url: str = ""  # doq: the first node's HTTP gateway (answered /readyz 200 before the yield)
 
     def cpu_s(self) -> float:
         """CPU time (user + system) its processes (every node of a cluster) have used so far."""
@@ -197,7 +198,7 @@ def doq_server(root: Path, nodes: int = 1, launcher: Sequence[str] = (), secure:
         _wait(f"a {nodes}-node doq cluster", formed, procs[0], 120, root / "doq-1.log")
         if secure:
             DOQ_CA[grpc_addrs[0]] = ca_file
-        yield Server(grpc_addrs[0], tuple(p.pid for p in procs), ca_file if secure else None)
+        yield Server(grpc_addrs[0], tuple(p.pid for p in procs), ca_file if secure else None, http_urls[0])
     finally:
         for proc in procs:
             _stop(proc)
