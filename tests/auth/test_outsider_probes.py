@@ -1,0 +1,109 @@
+"""Attacks of an outsider or a low-privilege client on one real secure node (`doq serve
+--secure` on 127.0.0.1: TLS, keys required, real LMDB; nothing faked). Each test is one
+hole that was found open, and the proof that it is closed."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from doq_proto.v1 import doq_pb2 as pb
+from doq_proto.v1 import doq_pb2_grpc as pb_grpc
+
+from tests.support.cluster import until
+from tests.support.proc import NodeProc
+
+pytestmark = pytest.mark.integration
+
+
+def http(node: NodeProc, method: str, path: str, key: str | None = None, body: Any = None) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json"}
+    if key is not None:
+        headers["Authorization"] = f"Bearer {key}"
+    req = urllib.request.Request(node.http_url + path, data=data, method=method, headers=headers)
+    try:
+        with node.urlopen(req, timeout=60) as r:
+            content = r.read()
+            return r.status, json.loads(content) if content else None
+    except urllib.error.HTTPError as e:
+        content = e.read()
+        return e.code, json.loads(content) if content else None
+
+
+def ok(node: NodeProc, method: str, path: str, key: str, body: Any = None) -> Any:
+    status, doc = http(node, method, path, key, body)
+    assert 200 <= status < 300, (method, path, status, doc)
+    return doc
+
+
+class Node:
+    def __init__(self, proc: NodeProc, admin: str) -> None:
+        self.proc = proc
+        self.admin = admin
+
+    def key(self, *scopes: str) -> str:
+        return str(ok(self.proc, "POST", "/API/v1/keys", self.admin, {"scopes": list(scopes)})["key"])
+
+    def queue(self, name: str) -> None:
+        ok(self.proc, "POST", "/API/v1/queues", self.admin, {"name": name})
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    data = tmp_path_factory.mktemp("probes")
+    proc = NodeProc(data, node_id="node-1", extra_args=["--secure"])
+    try:
+        proc.start()
+        key_file = data / "admin.key"
+        until("the admin key file", key_file.exists)
+        yield Node(proc, key_file.read_text().strip())
+    finally:
+        proc.kill9()
+
+
+def _md(key: str) -> list[tuple[str, str]]:
+    return [("authorization", f"Bearer {key}")]
+
+
+# -- a delivery's lease id is the holder's alone ---------------------------------------------
+def test_get_and_peek_do_not_hand_out_another_consumers_lease_id(node: Node) -> None:
+    """Two consumers of one queue: the second must not learn the first's lease id by
+    looking at the message (HTTP GET / peek, gRPC Get / Peek) or changing its priority (a
+    producer's answer), so it cannot nack, touch, ack or delete the first one's delivery."""
+    q = "lease.q"
+    node.queue(q)
+    holder, other = node.key("consume:lease.", "produce:lease."), node.key("consume:lease.", "produce:lease.")
+    n = node.proc
+    base = f"/API/v1/queues/{q}/messages"
+    ok(n, "POST", base, holder, {"content": "m"})
+    held = ok(n, "GET", base, holder)  # leased to the holder
+    lease = int(held["lease_id"])
+    assert lease != 0
+
+    seen = [ok(n, "GET", f"{base}/{held['id']}", other),
+            *ok(n, "GET", f"{base}:peek?state=in_flight", other)["messages"],
+            ok(n, "PUT", f"{base}/{held['id']}/priority", other, {"priority": 1})["message"]]
+    with n.grpc_channel() as ch:
+        stub = pb_grpc.DOQStub(ch)
+        got = stub.Get(pb.GetRequest(queue_name=q, id=int(held["id"])), metadata=_md(other))
+        peeked = stub.Peek(pb.PeekRequest(queue_name=q, state="in_flight"), metadata=_md(other)).messages
+        changed = stub.UpdatePriority(pb.UpdatePriorityRequest(queue_name=q, id=int(held["id"]), priority=2),
+                                      metadata=_md(other)).message
+        assert [m.lease_id for m in [got, *peeked, changed]] == [0, 0, 0]
+    assert [(m["state"], m["lease_id"]) for m in seen] == [("in_flight", "0")] * 3
+
+    # whatever it saw, the other consumer cannot settle the holder's delivery
+    for path, body in ((f"{base}/{held['id']}/nack", {"lease_id": seen[0]["lease_id"]}),
+                       (f"{base}/{held['id']}/touch", {"lease_id": seen[1]["lease_id"]})):
+        status, doc = http(n, "POST", path, other, body)
+        assert status in (400, 409), (path, status, doc)
+    status, doc = http(n, "DELETE", f"{base}/{held['id']}?lease_id={seen[0]['lease_id']}", other)
+    assert status == 409, (status, doc)
+    assert ok(n, "GET", f"{base}/{held['id']}", node.admin)["lease_id"] == str(lease)  # an admin sees it
+    ok(n, "POST", f"{base}/{held['id']}/nack", holder, {"lease_id": str(lease)})  # the holder settles it
+
