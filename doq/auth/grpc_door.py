@@ -57,22 +57,17 @@ async def abort(context: grpc.aio.ServicerContext, err: DoqError) -> None:
     await context.abort(grpc.StatusCode[status_of(err).grpc_code], err.message)
 
 
-def _refusing(handler: grpc.RpcMethodHandler, err: DoqError) -> grpc.RpcMethodHandler:
-    """A handler of `handler`'s kind that ends the call with `err`, reading nothing."""
-    if handler.response_streaming:
-        async def refuse_stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
-            await abort(context, err)
-            yield b""  # unreachable: makes this an async generator
-
-        factory = grpc.stream_stream_rpc_method_handler if handler.request_streaming else grpc.unary_stream_rpc_method_handler
-        return factory(refuse_stream)
-
-    async def refuse(request: Any, context: grpc.aio.ServicerContext) -> bytes:
+def _refusing(err: DoqError) -> grpc.RpcMethodHandler:
+    """A handler that ends the call with `err` at once, reading nothing. It takes the
+    request as a stream whatever the method's kind (the wire is the same for every kind):
+    for a unary method, gRPC would otherwise receive the whole request (up to the message
+    limit, 16 MiB by default) before the handler runs, so anyone who reaches the port could
+    make the node read and hold that much per call without a key."""
+    async def refuse(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
         await abort(context, err)
-        raise AssertionError("unreachable")
+        yield b""  # unreachable: makes this an async generator
 
-    factory = grpc.stream_unary_rpc_method_handler if handler.request_streaming else grpc.unary_unary_rpc_method_handler
-    return factory(refuse)
+    return grpc.stream_stream_rpc_method_handler(refuse)
 
 
 def _rebuilt(handler: grpc.RpcMethodHandler, behavior: Any) -> grpc.RpcMethodHandler:
@@ -210,7 +205,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             who = authz.authenticate(authorization)
             authz.check_call(who, rule)
         except DoqError as e:
-            return _refusing(handler, e)
+            return _refusing(e)
         current_principal.set(who)  # the call's own task: its handler (the service) reads it
         if who.unrestricted(rule) or handler.request_deserializer is None:  # None: relayed as bytes
             return handler
