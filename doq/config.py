@@ -99,7 +99,8 @@ _HELP = {
                      "space is freed",
     "disk_free_limit": "free disk space under which this node refuses writes that grow the "
                        "state, e.g. 64MiB (0: only a full disk stops them)",
-    "max_connections": "HTTP connections served at once; past it requests are answered 503",
+    "max_connections": "HTTP connections served at once (past it requests are answered 503); also the most "
+                       "gRPC connections held (past it new ones are closed)",
     "max_header_bytes": "largest HTTP request line and headers together; past it 431",
     "max_headers": "most HTTP request header fields; past it 431",
     "read_timeout_ms": "an HTTP request whose headers are not all in this long after its first "
