@@ -19,6 +19,7 @@ import pytest
 from doq_proto.v1 import doq_pb2 as pb
 from doq_proto.v1 import doq_pb2_grpc as pb_grpc
 
+from doq.auth.grpc_door import MAX_OPEN_CALLS
 from tests.support.cluster import until
 from tests.support.proc import NodeProc
 
@@ -134,15 +135,19 @@ def test_a_unary_call_without_a_valid_key_is_refused_before_its_request_is_read(
 
 
 class _Never:
-    """A request iterator that sends nothing until `stop` (then ends)."""
+    """A request iterator that sends `first` (if any), then nothing until `stop` (then ends)."""
 
-    def __init__(self) -> None:
+    def __init__(self, first: bytes | None = None) -> None:
         self._stop = threading.Event()
+        self._first = first
 
     def __iter__(self) -> _Never:
         return self
 
     def __next__(self) -> bytes:
+        if self._first is not None:
+            first, self._first = self._first, None
+            return first
         self._stop.wait(30)
         raise StopIteration
 
@@ -211,3 +216,57 @@ def test_the_grpc_port_holds_at_most_max_connections_and_no_unfinished_handshake
                 s.close()
     finally:
         proc.kill9()
+
+
+# -- calls of the services that need no key are bounded -------------------------------------
+def test_calls_of_the_services_that_need_no_key_are_bounded(node: Node) -> None:
+    """Health and reflection need no key, and their calls last as long as the client likes
+    (`Health/Watch`, `ServerReflectionInfo` streams; a request of up to the message limit
+    still being sent): without a bound, a client without a key could hold any number (5000
+    Watch streams on one connection took a node from 92 MB to 207 MB; 40 15 MB
+    `Health/Check` requests from 207 MB to 995 MB). At most `MAX_OPEN_CALLS` are in
+    progress at once (past it: RESOURCE_EXHAUSTED, before the request is read), and a slot
+    is free again once its call ends."""
+    with node.proc.grpc_channel() as ch:
+        watch = ch.unary_stream("/grpc.health.v1.Health/Watch", request_serializer=bytes,
+                                response_deserializer=bytes)
+        reflect = ch.stream_stream("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+                                   request_serializer=bytes, response_deserializer=bytes)
+        check = ch.stream_unary("/grpc.health.v1.Health/Check", request_serializer=bytes,
+                                response_deserializer=bytes)
+        never = [_Never(first=b"\x3a\x00") for _ in range(2)]  # list_services, then nothing
+        held = [reflect(n, timeout=120) for n in never]
+        held += [watch(b"", timeout=120) for _ in range(MAX_OPEN_CALLS - len(held))]
+        try:
+            for call in held:
+                next(call)  # an answer: the call is in progress
+            with pytest.raises(grpc.RpcError) as e:
+                next(watch(b"", timeout=120))
+            assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, e.value
+            unsent = _Never()  # a Check whose request never comes: refused all the same
+            with pytest.raises(grpc.RpcError) as e:
+                check(unsent, timeout=20)
+            assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, e.value
+            unsent.stop()
+            held[-1].cancel()
+            until("a slot freed by a call that ended", lambda: _opens(watch), 60)
+        finally:
+            for n in never:
+                n.stop()
+            for call in held:
+                call.cancel()
+    with node.proc.grpc_channel() as ch:  # every slot free again: probes work
+        until("a health check", lambda: ch.unary_unary("/grpc.health.v1.Health/Check")(
+            b"", timeout=20) is not None, 60)
+
+
+def _opens(watch: Any) -> bool:
+    call = watch(b"", timeout=120)
+    try:
+        next(call)
+        return True
+    except grpc.RpcError as e:
+        assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, e
+        return False
+    finally:
+        call.cancel()
