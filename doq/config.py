@@ -106,7 +106,8 @@ _HELP = {
     "read_timeout_ms": "an HTTP request whose headers are not all in this long after its first "
                        "byte, or whose body pauses this long, is closed (408), as is a connection "
                        "that sends no request",
-    "keep_alive_ms": "an idle HTTP keep-alive connection is closed after this",
+    "keep_alive_ms": "an idle HTTP keep-alive connection is closed after this (a gRPC connection without a "
+                     "call: after this or --read-timeout-ms, whichever is longer)",
     "max_restore_size": "largest POST /db/restore upload (spooled to disk; past it 413), e.g. 4GiB",
     "max_queues": "most queues the cluster holds: creating one more is refused (429 / "
                   "RESOURCE_EXHAUSTED QUEUE_LIMIT_REACHED) until one is deleted; the leader's "

@@ -191,22 +191,17 @@ def _closed_by_server(s: socket.socket) -> bool:
         return True
 
 
-def test_the_grpc_port_holds_at_most_max_connections_and_no_unfinished_handshake(tmp_path: Path) -> None:
+def test_the_grpc_port_holds_at_most_max_connections(tmp_path: Path) -> None:
     """Without a bound, anyone who reaches the gRPC port could hold any number of
     connections without a key (3000 idle ones took a node from 105 MB to 229 MB and 3000
     file descriptors, of its 20000: past them it cannot open a Raft connection or a file).
     `--max-connections` bounds the gRPC port as it bounds the HTTP port: the node closes
-    the connections past it; and a connection that does not finish its handshake is closed
-    after `--read-timeout-ms` (gRPC's own default: 120 s)."""
+    the connections past it (here, long before any timeout could close one)."""
     limit = 20
-    proc = NodeProc(tmp_path, node_id="node-1",
-                    extra_args=["--secure", "--max-connections", str(limit), "--read-timeout-ms", "1000"])
+    proc = NodeProc(tmp_path, node_id="node-1", extra_args=[
+        "--secure", "--max-connections", str(limit), "--read-timeout-ms", "3600000", "--keep-alive-ms", "3600000"])
     try:
         proc.start()
-        with socket.create_connection(("127.0.0.1", proc.grpc_port), timeout=90) as mute:  # no TLS hello
-            mute.setblocking(False)
-            until("the node closes a connection that never starts its handshake",
-                  lambda: _closed_by_server(mute), 60)  # type: ignore[arg-type]
         socks, refused = _idle_connections(proc, 3 * limit)
         try:
             until("the node closes the connections past --max-connections",
@@ -214,6 +209,36 @@ def test_the_grpc_port_holds_at_most_max_connections_and_no_unfinished_handshake
         finally:
             for s in socks:
                 s.close()
+    finally:
+        proc.kill9()
+
+
+def test_the_grpc_port_closes_unfinished_handshakes_and_idle_connections(tmp_path: Path) -> None:
+    """A connection that never finishes its TLS and HTTP/2 handshake is closed after
+    `--read-timeout-ms` (gRPC's own default: 120 s), and one that makes no call after
+    `--keep-alive-ms` (or `--read-timeout-ms` if longer; gRPC's own default: never), so a
+    client without a key cannot fill the `--max-connections` slots with idle connections
+    and keep every other client out."""
+    proc = NodeProc(tmp_path, node_id="node-1",
+                    extra_args=["--secure", "--read-timeout-ms", "1000", "--keep-alive-ms", "1000"])
+    try:
+        proc.start()
+        with socket.create_connection(("127.0.0.1", proc.grpc_port), timeout=90) as mute:  # no TLS hello
+            mute.setblocking(False)
+            until("the node closes a connection that never starts its handshake", lambda: _closed_by_server(mute), 60)
+        socks, _ = _idle_connections(proc, 3)
+        try:
+            until("the node closes connections that make no call", lambda: all(_closed_by_server(s) for s in socks), 60)
+        finally:
+            for s in socks:
+                s.close()
+        with proc.grpc_channel() as ch:  # a client's channel that went idle just reconnects
+            check = ch.unary_unary("/grpc.health.v1.Health/Check")
+            check(b"", timeout=30)
+            states: list[grpc.ChannelConnectivity] = []
+            ch.subscribe(states.append)
+            until("the idle channel closed by the node", lambda: grpc.ChannelConnectivity.IDLE in states, 60)
+            assert check(b"", timeout=30) is not None
     finally:
         proc.kill9()
 
