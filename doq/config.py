@@ -99,13 +99,15 @@ _HELP = {
                      "space is freed",
     "disk_free_limit": "free disk space under which this node refuses writes that grow the "
                        "state, e.g. 64MiB (0: only a full disk stops them)",
-    "max_connections": "HTTP connections served at once; past it requests are answered 503",
+    "max_connections": "HTTP connections served at once (past it requests are answered 503); also the most "
+                       "gRPC connections held (past it new ones are closed)",
     "max_header_bytes": "largest HTTP request line and headers together; past it 431",
     "max_headers": "most HTTP request header fields; past it 431",
     "read_timeout_ms": "an HTTP request whose headers are not all in this long after its first "
                        "byte, or whose body pauses this long, is closed (408), as is a connection "
                        "that sends no request",
-    "keep_alive_ms": "an idle HTTP keep-alive connection is closed after this",
+    "keep_alive_ms": "an idle HTTP keep-alive connection is closed after this (a gRPC connection without a "
+                     "call: after this or --read-timeout-ms, whichever is longer)",
     "max_restore_size": "largest POST /db/restore upload (spooled to disk; past it 413), e.g. 4GiB",
     "max_queues": "most queues the cluster holds: creating one more is refused (429 / "
                   "RESOURCE_EXHAUSTED QUEUE_LIMIT_REACHED) until one is deleted; the leader's "

@@ -16,12 +16,14 @@ itself): logs and counts the admin actions (`doq.auth.audit`).
 The principal of an admitted call is put in `current_principal` (the call's own task),
 so the service knows the caller's scopes (a prefix key lists only its queues).
 
-Calls of other services (grpc.health.v1, reflection) are open. A node that requires no
-key lets a call without `authorization` through untouched (no wrapper, no cost).
+Calls of other services (grpc.health.v1, reflection) are open, and bounded (`OpenCalls`:
+at most `MAX_OPEN_CALLS` in progress at once). A node that requires no key lets a call
+of the doq service without `authorization` through untouched (no wrapper, no cost).
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
@@ -31,7 +33,7 @@ from doq_proto.v1 import doq_pb2 as pb
 from doq.auth import audit
 from doq.auth.authorizer import Authorizer, Principal, current_principal
 from doq.auth.table import BATCH_QUEUES, DOQ_SERVICE, GRPC_RULES, UNLISTED, Rule
-from doq.errors import DoqError, status_of
+from doq.errors import DoqError, Overloaded, status_of
 
 Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]]
 
@@ -57,22 +59,17 @@ async def abort(context: grpc.aio.ServicerContext, err: DoqError) -> None:
     await context.abort(grpc.StatusCode[status_of(err).grpc_code], err.message)
 
 
-def _refusing(handler: grpc.RpcMethodHandler, err: DoqError) -> grpc.RpcMethodHandler:
-    """A handler of `handler`'s kind that ends the call with `err`, reading nothing."""
-    if handler.response_streaming:
-        async def refuse_stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
-            await abort(context, err)
-            yield b""  # unreachable: makes this an async generator
-
-        factory = grpc.stream_stream_rpc_method_handler if handler.request_streaming else grpc.unary_stream_rpc_method_handler
-        return factory(refuse_stream)
-
-    async def refuse(request: Any, context: grpc.aio.ServicerContext) -> bytes:
+def _refusing(err: DoqError) -> grpc.RpcMethodHandler:
+    """A handler that ends the call with `err` at once, reading nothing. It takes the
+    request as a stream whatever the method's kind (the wire is the same for every kind):
+    for a unary method, gRPC would otherwise receive the whole request (up to the message
+    limit, 16 MiB by default) before the handler runs, so anyone who reaches the port could
+    make the node read and hold that much per call without a key."""
+    async def refuse(requests: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
         await abort(context, err)
-        raise AssertionError("unreachable")
+        yield b""  # unreachable: makes this an async generator
 
-    factory = grpc.stream_unary_rpc_method_handler if handler.request_streaming else grpc.unary_unary_rpc_method_handler
-    return factory(refuse)
+    return grpc.stream_stream_rpc_method_handler(refuse)
 
 
 def _rebuilt(handler: grpc.RpcMethodHandler, behavior: Any) -> grpc.RpcMethodHandler:
@@ -188,16 +185,84 @@ def _queue_checked(handler: grpc.RpcMethodHandler, authz: Authorizer, who: Princ
     return _rebuilt(handler, unary)
 
 
+MAX_OPEN_CALLS = 16
+"""Calls of the services that need no key (health, reflection) in progress at once on a
+node: they are probes and tools. Past it a call is refused RESOURCE_EXHAUSTED
+(`OPEN_CALLS_LIMIT`) before its request is read."""
+
+
+class OpenCalls:
+    """Bounds the calls of the services that need no key (`MAX_OPEN_CALLS`): without a
+    bound, anyone who reaches the port could hold any number of `Health/Watch` or
+    reflection streams, or of requests of up to the message limit being received, without
+    a key. Each call's handler takes its request as a stream (so gRPC reads nothing before
+    the handler runs), takes a slot first (or refuses), and frees it when it ends."""
+
+    def __init__(self, capacity: int = MAX_OPEN_CALLS) -> None:
+        self.capacity = capacity
+        self.in_progress = 0
+
+    def _take(self) -> bool:
+        if self.in_progress >= self.capacity:
+            return False
+        self.in_progress += 1
+        return True
+
+    def _refused(self) -> DoqError:
+        return Overloaded(f"too many calls of health or reflection in progress on this node (at most "
+                          f"{self.capacity})", reason="OPEN_CALLS_LIMIT")
+
+    def bounded(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        """`handler` (of any kind) as a stream-request handler that holds a slot."""
+        inner = _original(handler)
+        unary_in, streams_out = not handler.request_streaming, handler.response_streaming
+        calls = self
+
+        async def requests_of(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+            if not unary_in:
+                return requests
+            async for r in requests:
+                return r
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the call ended without its request")
+
+        if streams_out and inspect.isasyncgenfunction(inner):
+            async def gen(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+                if not calls._take():
+                    await abort(context, calls._refused())
+                try:
+                    async for r in inner(await requests_of(requests, context), context):
+                        yield r
+                finally:
+                    calls.in_progress -= 1
+            behavior: Any = gen
+        else:
+            async def call(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+                if not calls._take():
+                    await abort(context, calls._refused())
+                try:
+                    return await inner(await requests_of(requests, context), context)
+                finally:
+                    calls.in_progress -= 1
+            behavior = call
+        factory = grpc.stream_stream_rpc_method_handler if streams_out else grpc.stream_unary_rpc_method_handler
+        return factory(behavior, request_deserializer=handler.request_deserializer,
+                       response_serializer=handler.response_serializer)
+
+
 class AuthInterceptor(grpc.aio.ServerInterceptor):
     """See the module docstring."""
 
     def __init__(self, authorizer: Authorizer) -> None:
         self.authz = authorizer
+        self.open_calls = OpenCalls()
 
     async def intercept_service(self, continuation: Continuation,
                                 handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         rule = rule_of(handler_call_details.method)  # type: ignore[attr-defined]
-        if rule is None or rule.open:
+        if rule is None:  # health, reflection: open, and bounded
+            handler = await continuation(handler_call_details)
+            return None if handler is None else self.open_calls.bounded(handler)
+        if rule.open:
             return await continuation(handler_call_details)
         authorization = _authorization(handler_call_details)
         authz = self.authz
@@ -210,7 +275,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             who = authz.authenticate(authorization)
             authz.check_call(who, rule)
         except DoqError as e:
-            return _refusing(handler, e)
+            return _refusing(e)
         current_principal.set(who)  # the call's own task: its handler (the service) reads it
         if who.unrestricted(rule) or handler.request_deserializer is None:  # None: relayed as bytes
             return handler

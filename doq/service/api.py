@@ -40,7 +40,16 @@ from doq.queues.model import (
 )
 from doq.service import limits as v
 from doq.service import outcomes, paging
-from doq.service.door import INTERNAL, Action, AdmittedQueues, Caller, Door, deletes_any, visible
+from doq.service.door import (
+    INTERNAL,
+    Action,
+    AdmittedQueues,
+    Caller,
+    Door,
+    deletes_any,
+    visible,
+    without_leases,
+)
 from doq.service.leases import Leases
 from doq.service.longpoll import LongPolls
 from doq.service.pipeline import ProducerSession, finish
@@ -570,14 +579,15 @@ class QueueService:
         v.check_queue_name(queue)
         v.check_id(id_)
         v.check_priority(priority)
-        return outcomes.expect(await self.node.propose(c.UpdatePriority(queue, id_, priority)), MessageView)
+        view = outcomes.expect(await self.node.propose(c.UpdatePriority(queue, id_, priority)), MessageView)
+        return without_leases(caller, [view])[0]
 
     async def get_message(self, queue: str, id_: int, *, caller: Caller = INTERNAL) -> MessageView:
         self.door.admit(caller, Action.GET_MESSAGE, queue)
         v.check_queue_name(queue)
         v.check_id(id_)
         await self.node.read_barrier()
-        return self.node.state.get_message(queue, id_)
+        return without_leases(caller, [self.node.state.get_message(queue, id_)])[0]
 
     async def peek(self, queue: str, state: MessageState = MessageState.READY, offset: int = 0,
                    limit: int = 20, *, caller: Caller = INTERNAL) -> list[MessageView]:
@@ -593,7 +603,7 @@ class QueueService:
             raise InvalidArgument(f"offset must be within 0..{MAX_PEEK_WINDOW - 1}", reason="INVALID_ARGUMENT")
         limit = min(limit, MAX_PEEK_WINDOW - offset)
         await self.node.read_barrier()
-        return await self.node.inspect(lambda state_: state_.peek(queue, state, offset, limit))
+        return without_leases(caller, await self.node.inspect(lambda state_: state_.peek(queue, state, offset, limit)))
 
     async def group_stats(self, queue: str, *, caller: Caller = INTERNAL) -> list[GroupStats]:
         """A fair queue's groups (backlog and in flight), by name; [] for a delayed queue."""

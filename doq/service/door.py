@@ -22,13 +22,14 @@ keep it O(1) (a dict look-up), never blocking.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from doq.auth.authorizer import Principal, visible_queue
 from doq.auth.authorizer import current_principal as _auth_principal
-from doq.queues.model import QueueInfo
+from doq.queues.model import MessageView, QueueInfo
 from doq.service import metrics
 from doq.service.limits import Limits
 
@@ -83,6 +84,16 @@ def deletes_any(caller: Caller) -> bool:
     requires no keys, where such a caller may do everything, as `doq.auth` treats it)."""
     principal = caller.principal
     return principal is None or (isinstance(principal, Principal) and principal.is_admin)
+
+
+def without_leases(caller: Caller, views: list[MessageView]) -> list[MessageView]:
+    """The messages of a look (`Get`, `Peek`, the answer of `UpdatePriority`) as this caller may see them: a delivery's lease
+    id is the capability to settle it (ack, nack, touch, delete), so only the dequeue that
+    made the delivery hands it out; a look shows it (else 0) only to a caller that may
+    settle any delivery anyway (`deletes_any`: an admin key, or no key checked)."""
+    if deletes_any(caller):
+        return views
+    return [dataclasses.replace(m, lease_id=0) if m.lease_id else m for m in views]
 
 
 def visible(caller: Caller, queues: list[QueueInfo]) -> list[QueueInfo]:

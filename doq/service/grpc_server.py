@@ -391,6 +391,14 @@ def build_server(
             # clients ping every second while they have calls open (doq_client's keepalive:
             # how they notice a node that stops answering); more often is a strike
             ("grpc.http2.min_ping_interval_without_data_ms", CLIENT_PING_INTERVAL_MIN_MS),
+            # connections are taken before any key is checked: bound them as the HTTP port's
+            # (--max-connections; past it the node closes new ones), give a connection
+            # --read-timeout-ms to finish its TLS and HTTP/2 handshake (gRPC's default: 120 s),
+            # and close one without a call for --keep-alive-ms (at least --read-timeout-ms;
+            # gRPC's default: never), so idle connections cannot hold every slot
+            ("grpc.max_allowed_incoming_connections", api.limits.max_connections),
+            ("grpc.server_handshake_timeout_ms", api.limits.read_timeout_ms),
+            ("grpc.max_connection_idle_ms", max(api.limits.keep_alive_ms, api.limits.read_timeout_ms)),
         ]
     )
     pb_grpc.add_DOQServicer_to_server(DOQServicer(api), server)

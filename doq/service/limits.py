@@ -62,7 +62,7 @@ class Limits:
     stream_window_frames: int = 64
     stream_admitted_queues: int = 1024
     # -- connections (HTTP) and whole requests (HTTP and gRPC) --
-    max_connections: int = 1000  # HTTP connections; past it requests are answered 503
+    max_connections: int = 1000  # HTTP connections (past it: 503); gRPC connections (past it: closed)
     max_header_bytes: int = 64 * 1024  # request line and headers; past it 431, connection closed
     max_headers: int = 100
     read_timeout_ms: int = 30_000  # a request's headers or body idle this long: connection closed
