@@ -45,6 +45,7 @@ class ServeConfig:
     max_data_size: int = DEFAULT_MAP_SIZE  # the LMDB map: the most the store may hold
     disk_free_limit: int = 64 << 20  # free disk under which writes that grow the state stop
     max_connections: int = 1000  # as doq.service.limits.Limits (the HTTP connection limits)
+    max_calls: int = 4096  # as doq.service.limits.Limits (gRPC calls in progress)
     max_header_bytes: int = 64 * 1024
     max_headers: int = 100
     read_timeout_ms: int = 30_000
@@ -101,6 +102,8 @@ _HELP = {
                        "state, e.g. 64MiB (0: only a full disk stops them)",
     "max_connections": "HTTP connections served at once (past it requests are answered 503); also the most "
                        "gRPC connections held (past it new ones are closed)",
+    "max_calls": "gRPC calls in progress at once on the client port (streams included, long polls "
+                 "too); past it a new call is refused RESOURCE_EXHAUSTED",
     "max_header_bytes": "largest HTTP request line and headers together; past it 431",
     "max_headers": "most HTTP request header fields; past it 431",
     "read_timeout_ms": "an HTTP request whose headers are not all in this long after its first "
@@ -129,6 +132,7 @@ _INT_RANGES: dict[str, tuple[int, int | None]] = {
     "max_stream_prefetch": (1, 10_000_000),
     "max_stream_pending_acks": (1, 1_000_000),
     "max_connections": (1, 1_000_000),
+    "max_calls": (1, 1_000_000),
     "max_header_bytes": (1024, 16 * 1024 * 1024),
     "max_headers": (8, 100_000),
     "read_timeout_ms": (100, 3_600_000),

@@ -74,6 +74,7 @@ def node_limits(config: ServeConfig) -> Limits:
     return Limits(
         max_message_bytes=config.max_message_bytes, max_stream_prefetch=config.max_stream_prefetch,
         max_stream_pending_acks=config.max_stream_pending_acks, max_connections=config.max_connections,
+        max_calls=config.max_calls,
         max_header_bytes=config.max_header_bytes, max_headers=config.max_headers,
         read_timeout_ms=config.read_timeout_ms, keep_alive_ms=config.keep_alive_ms,
         max_restore_bytes=config.max_restore_size, max_queues=config.max_queues)

@@ -384,6 +384,9 @@ def build_server(
     INVALID_ARGUMENT (`doq.service.grpc_decode`). With `credentials`, the port serves TLS only."""
     server = grpc.aio.server(
         interceptors=[UndecodableRequests(), *interceptors],
+        # every call holds memory until it ends (a long poll waits up to max_wait_ms, a stream
+        # lives as long as its client): --max-calls bounds them node-wide, whoever makes them
+        maximum_concurrent_rpcs=api.limits.max_calls,
         options=[
             ("grpc.max_receive_message_length", grpc_receive_limit(api.limits)),
             ("grpc.max_send_message_length", grpc_frame_limit(api.limits)),

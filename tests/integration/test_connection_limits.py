@@ -4,7 +4,7 @@ gRPC channel on 127.0.0.1): half-open connections and trickled bodies are closed
 many headers answered 431, connections past `--max-connections` answered 503, a restore
 upload past `--max-restore-size` refused early with 413 (by its Content-Length before a
 byte of it is read, or cut while it streams), a gRPC message past the batch body limit
-refused RESOURCE_EXHAUSTED, undecodable protobuf refused INVALID_ARGUMENT. No assertion
+refused RESOURCE_EXHAUSTED, undecodable protobuf refused INVALID_ARGUMENT, gRPC calls past `--max-calls` refused RESOURCE_EXHAUSTED. No assertion
 on speed: each socket waits up to a minute for what must come (it never would without
 the bound)."""
 
@@ -13,13 +13,16 @@ from __future__ import annotations
 import contextlib
 import socket
 import time
+import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import pytest
 from doq_proto.v1 import doq_pb2 as pb
 from doq_proto.v1 import doq_pb2_grpc as pb_grpc
 
+from tests.support.cluster import until
 from tests.support.proc import NodeProc, running_node
 
 pytestmark = pytest.mark.integration
@@ -189,3 +192,35 @@ def test_undecodable_protobuf_is_refused_invalid_argument(node: NodeProc) -> Non
         # the server serves on: a valid call works
         assert pb_grpc.DOQStub(ch).ListQueues(pb.ListQueuesRequest(), timeout=WAIT_S) is not None
 
+
+
+def test_grpc_calls_past_max_calls_are_refused_resource_exhausted_until_some_end(tmp_path: Path) -> None:
+    """Every gRPC call holds memory while it lasts (a long poll up to its `wait_ms`, a
+    stream as long as its client keeps it), so one client opening calls without end
+    (10,000 long polls took a node up by ~300 MB) is bounded node-wide by `--max-calls`:
+    past it a new call, from any client, is refused RESOURCE_EXHAUSTED; once calls end
+    new ones are served again."""
+    limit = 8
+    with running_node(tmp_path / "data", extra_args=["--max-calls", str(limit)]) as n:
+        req = urllib.request.Request(n.http_url + "/API/v1/queues", method="POST", data=b'{"name": "polls"}',
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=WAIT_S) as r:
+            assert r.status == 201
+        with grpc.insecure_channel(n.grpc_addr) as polls, grpc.insecure_channel(n.grpc_addr) as other:
+            poll = pb_grpc.DOQStub(polls).Dequeue
+            waiting = [poll.future(pb.DequeueRequest(queue_name="polls", wait_ms=60_000), timeout=180)
+                       for _ in range(limit)]
+            probe = pb_grpc.DOQStub(other).ListQueues
+
+            def refused() -> bool:
+                try:
+                    probe(pb.ListQueuesRequest(), timeout=WAIT_S)
+                    return False
+                except grpc.RpcError as e:
+                    assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, e
+                    return True
+
+            until("a call past --max-calls is refused", refused, WAIT_S)
+            for f in waiting:
+                f.cancel()
+            until("calls are served again once the polls ended", lambda: not refused(), WAIT_S)
