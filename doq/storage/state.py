@@ -232,6 +232,21 @@ def _scattered(keys: list[bytes]) -> bool:
     return max(ids) - min(ids) > 4 * len(keys)
 
 
+def _adjacent(entries: list[bytes]) -> bool:
+    """Versions entries (version + key) that are (nearly) adjacent in the index, so that
+    deleting them in place writes few pages: all of one version (a batch's writes, e.g.
+    the deliveries an ack ends), or at least 8 per version and, of messages, not
+    scattered by id (a version's message entries follow their ids: entries of many
+    versions picked across the id range, e.g. a fair queue's round-robin over groups
+    filled as blocks, would each write a page)."""
+    versions = {e[:8] for e in entries}
+    if len(versions) == 1:
+        return True
+    if len(entries) < 8 * len(versions):
+        return False
+    return entries[0][8] != _MSG or not _scattered([e[8:] for e in entries])
+
+
 class _TxnSink:
     """The machine's `Store`, bound to the caller's write txn and the entry's version.
 
@@ -284,7 +299,7 @@ class _TxnSink:
         if not entries:
             return
         txn, ver = self.txn, self.ver
-        if not self.lazy or len(entries) >= 8 * len({e[:8] for e in entries}):
+        if not self.lazy or _adjacent(entries):
             _walk(txn.cursor(db=self.versions), sorted(entries), pop=True)
             return
         now = [e for e in entries if e[:8] == ver]
