@@ -234,17 +234,15 @@ def _scattered(keys: list[bytes]) -> bool:
 
 def _adjacent(entries: list[bytes]) -> bool:
     """Versions entries (version + key) that are (nearly) adjacent in the index, so that
-    deleting them in place writes few pages: all of one version (a batch's writes, e.g.
-    the deliveries an ack ends), or at least 8 per version and, of messages, not
-    scattered by id (a version's message entries follow their ids: entries of many
+    deleting them in place writes few pages: at least 8 per version, and all of one
+    version (a batch's writes, e.g. the deliveries an ack ends) or, of messages, not
+    scattered by id (a version's message entries follow their ids: entries of several
     versions picked across the id range, e.g. a fair queue's round-robin over groups
     filled as blocks, would each write a page)."""
     versions = {e[:8] for e in entries}
-    if len(versions) == 1:
-        return True
     if len(entries) < 8 * len(versions):
         return False
-    return entries[0][8] != _MSG or not _scattered([e[8:] for e in entries])
+    return len(versions) == 1 or entries[0][8] != _MSG or not _scattered([e[8:] for e in entries])
 
 
 class _TxnSink:
