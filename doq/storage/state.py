@@ -427,28 +427,23 @@ class _TxnSink:
         """Delete the messages of `keys` that have a lease entry (scattered: noted gone,
         see the class docstring), reading only that entry; the other keys, to delete."""
         txn, leased, noted, ver = self.txn, self.leased, self.gone, self.ver
-        pop, leases = txn.pop, self.leases
-        rest: list[bytes] = []
-        done: list[bytes] = []
-        old_versions: list[bytes] = []
-        for k in keys:
-            if k in leased and k not in noted:
-                leased.discard(k)
-                noted.add(k)
-                old_versions.append(pop(k, db=leases)[:8] + k)
-                done.append(k)
-            else:
-                rest.append(k)
-        if done:
-            txn.cursor(db=self.gone_db).putmulti([(ver + k, b"") for k in done])
-            self._unversion(old_versions)
-            txn.cursor(db=self.tombs).putmulti([(ver + k, b"") for k in done])
-        return rest
+        done = sorted({k for k in keys if k in leased} - noted)
+        if not done:
+            return keys
+        leased.difference_update(done)
+        noted.update(done)
+        olds = _walk(txn.cursor(db=self.leases), done, pop=True)
+        txn.cursor(db=self.gone_db).putmulti([(ver + k, b"") for k in done])
+        self._unversion([o[:8] + k for k, o in zip(done, olds, strict=True)])  # type: ignore[index]
+        txn.cursor(db=self.tombs).putmulti([(ver + k, b"") for k in done])
+        return [k for k in keys if k not in noted]
 
-    def rewrite_many(self, keys: list[bytes], edit: Callable[[list[bytes]], list[bytes]]) -> None:
+    def rewrite_many(self, keys: list[bytes], edit: Callable[[list[bytes]], list[bytes]], *,
+                     lease_only: bool = False) -> None:
         """`put` of `edit(old records)` over existing keys of one kind: the records read
         through a cursor; the bodies (or, lease fields only of scattered messages, the
-        lease entries) and the new version entries written by one C call per database."""
+        lease entries) and the new version entries written by one C call per database.
+        `lease_only`: every edit changes lease fields only (not compared again)."""
         txn = self.txn
         assert txn is not None
         if not keys:
@@ -462,14 +457,18 @@ class _TxnSink:
             olds = [_compose(o, get(k, db=leases)) if k in leased else o for k, o in zip(keys, olds, strict=True)]
         news = edit([o[8:] for o in olds])
         ver = self.ver
-        if kind == _MSG and self.lazy and _scattered(keys):
-            lease_only = R.lease_only
+        if kind == _MSG and self.lazy and lease_only and _scattered(keys):
+            at, end = R.LEASE_AT, R.LEASE_END
+            txn.cursor(db=self.leases).putmulti([(k, ver + n[at:end]) for k, n in zip(keys, news, strict=True)])
+            leased.update(keys)
+        elif kind == _MSG and self.lazy and _scattered(keys):
+            is_lease = R.lease_only
             at, end = R.LEASE_AT, R.LEASE_END
             leases = self.leases
             bodies = []
             lease_items = []
             for k, o, n in zip(keys, olds, news, strict=True):
-                if lease_only(o[8:], n):
+                if is_lease(o[8:], n):
                     lease_items.append((k, ver + n[at:end]))
                     leased.add(k)
                 else:
