@@ -47,7 +47,8 @@ class NullStore:
     def delete_many(self, keys: list[bytes]) -> None:
         pass
 
-    def rewrite_many(self, keys: list[bytes], edit: Callable[[list[bytes]], list[bytes]]) -> None:
+    def rewrite_many(self, keys: list[bytes], edit: Callable[[list[bytes]], list[bytes]], *,
+                     lease_only: bool = False) -> None:
         edit([self.rec] * len(keys))
 
     def pop_many(self, keys: list[bytes]) -> list[bytes | None]:

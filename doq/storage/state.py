@@ -133,13 +133,15 @@ CLUSTER_KEY = b"\x00cluster"
 MAX_CLUSTER_ID_BYTES = 128
 PRUNE_EVERY = 1024
 # stale versions entries are collected once there are MIN_COLLECT of them and at least
-# 1/COLLECT_FRACTION of the index (each collection rewrites most pages of the index)
+# 1/COLLECT_FRACTION of the index (each collection rewrites most pages of the index: the
+# larger the fraction, the fewer page writes per entry, the larger the index meanwhile)
 MIN_COLLECT = 1 << 16
-COLLECT_FRACTION = 16
+COLLECT_FRACTION = 8
 # the bodies of deleted messages are removed once MIN_COMPACT of them wait, and at least
-# 1/COMPACT_FRACTION of the bodies kept (each compaction rewrites most pages of the bodies)
+# 1/COMPACT_FRACTION of the bodies kept (each compaction rewrites most pages of the bodies;
+# a quarter: at most a third more bodies than live ones, and their keys in `_TxnSink.gone`)
 MIN_COMPACT = 1 << 16
-COMPACT_FRACTION = 8
+COMPACT_FRACTION = 4
 SWEEP_CHUNK = 1 << 14  # keys a commit removes at most, of a compaction or a collection
 DEFAULT_TOMBSTONE_RETENTION = 1_000_000
 DUMP_MAGIC = b"DOQSTATE1"
@@ -228,8 +230,10 @@ def _scattered(keys: list[bytes]) -> bool:
     rewriting them in place would write about a page each."""
     if len(keys) < 2:
         return False
-    ids = [_V.unpack_from(k, len(k) - 8)[0] for k in keys]
-    return max(ids) - min(ids) > 4 * len(keys)
+    lo, hi = min(keys), max(keys)  # a queue's keys sort by id (its prefix, then u64 BE)
+    if len(lo) != len(hi) or lo[:-8] != hi[:-8]:
+        return True  # keys of several queues
+    return _V.unpack_from(hi, len(hi) - 8)[0] - _V.unpack_from(lo, len(lo) - 8)[0] > 4 * len(keys)
 
 
 def _adjacent(entries: list[bytes]) -> bool:
@@ -514,6 +518,15 @@ def _walk(cur: Any, keys: list[bytes], *, pop: bool) -> list[bytes | None]:
         ap(value())
         step()
     return out
+
+
+def _drop_keys(cur: Any, keys: list[bytes]) -> None:
+    """Delete `keys` (ascending; absent ones skipped) through the cursor `cur`: `_walk`
+    with `pop`, without reading the values."""
+    key, set_key, delete = cur.key, cur.set_key, cur.delete
+    for k in keys:
+        if key() == k or set_key(k):
+            delete()
 
 
 class _Sweep:
@@ -957,7 +970,7 @@ class StateStore:
         if self._compacting is not None:
             sw = self._compacting
             chunk = sw.take()
-            _walk(txn.cursor(db=msgs), chunk, pop=True)
+            _drop_keys(txn.cursor(db=msgs), chunk)
             sink.gone.difference_update(chunk)
             if sw.done:
                 self._drop_notes(txn, self._gone, sw.upto)
@@ -977,7 +990,7 @@ class StateStore:
         """Delete the versions `entries` (sorted) noted stale. None can be live again: a
         key's later writes have later versions (a restore, whose records may come in any
         order, writes through a sink that notes nothing)."""
-        _walk(txn.cursor(db=self._versions), entries, pop=True)
+        _drop_keys(txn.cursor(db=self._versions), entries)
 
     @staticmethod
     def _drop_notes(txn: Any, db: Any, upto: bytes) -> int:
