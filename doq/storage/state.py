@@ -269,7 +269,7 @@ class _TxnSink:
       bodies in key order, in chunks.
     - Versions: a versions entry that stops being live (record rewritten or deleted) is
       noted in state_stale (this version + the entry: an append) unless the entries of
-      the call are dense (few versions: adjacent in the index) or of this very version
+      the call are adjacent in the index (`_adjacent`) or of this very version
       (the same key may be written again in this version); `StateStore._sweep` deletes
       the noted entries in key order, in chunks. Readers of the index skip an entry
       whose record is absent or at another version.
