@@ -40,14 +40,16 @@ check-proto: $(DEV_STAMP)
 
 lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy doq tools
+	$(VENV)/bin/mypy doq tools bench
 	PYTHONPATH=.:clients/python $(VENV)/bin/lint-imports
 
+# The failed tests are printed again last, from the JUnit report: CI shows a log's tail.
 test-fast: $(DEV_STAMP)
-	$(PY) -m pytest -q
+	@mkdir -p build
+	$(PY) -m pytest -q --durations=10 --junitxml=build/junit-default.xml || { $(PY) -m tools.failed_tests build/junit-default.xml; exit 1; }
 
 test: check-proto lint test-fast
-	DOQ_SIM_SEEDS=$(SLOW_SEEDS) $(PY) -m pytest -q -m slow -x
+	DOQ_SIM_SEEDS=$(SLOW_SEEDS) $(PY) -m pytest -q -m slow -x --junitxml=build/junit-slow.xml || { $(PY) -m tools.failed_tests build/junit-slow.xml; exit 1; }
 
 sim: $(DEV_STAMP)
 	$(PY) -m tools.sim --seeds 0:5000 --nodes 5

@@ -1,10 +1,224 @@
-"""From a checkout: `python bench/backlog.py ...` runs `python -m doq.bench.backlog ...`
-(the code lives in doq/bench/backlog.py; see its docstring for options)."""
+"""Fill and drain cost of each queue kind with a large backlog, clients as users write them.
 
-import runpy
+`python bench/backlog.py --messages 1000000 --drain 100000` runs, for each kind, a fresh
+`doq serve` (one node, durable) in a temp dir, fills one queue to `--messages` with a
+producer as users write it (`p = c.producer(); p.enqueue(q, body, priority=...,
+group=...)` per message, every future's result read), then drains `--drain` messages
+with a consumer acking each (`for m in c.consumer(q, prefetch=1000): cons.ack(m)`), and
+stops the server. Kinds:
+
+- `plain`: a delayed queue, priority 0 (the reference: delivery order = id order);
+- `random`: a delayed queue, random priorities in 0..1e9-1;
+- `timestamps`: a delayed queue whose priorities are Unix timestamps (seconds), half in
+  the past (due, delivered in timestamp order), half an hour or more in the future;
+  the drain takes only due ones (`--drain` is capped at half the backlog);
+- `fair-blocks`: a fair queue, `--per-group` messages per group, each group filled as a
+  block (all of group 0, then group 1, ...): round-robin delivery jumps between blocks;
+- `fair-interleaved`: a fair queue, the same groups filled round-robin.
+
+Per kind it prints: fill and drain msg/s, and their ratio to `plain` of the same run;
+server RSS per queued message after the fill, less the fresh server's (anonymous memory and mapped file pages
+apart: `/proc/PID/status` RssAnon, RssFile), bytes the server wrote to disk per message
+(`/proc/PID/io` write_bytes) during the fill and the drain, and the load average before
+and after; then restarts the server on the same data (the backlog less the drained
+messages) and prints the seconds until it is ready (and the CPU seconds it used: steadier on a
+shared machine) and its RSS per queued message. 100-byte messages unless `--payload-bytes`. `--json FILE` writes the record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
 import sys
+import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "clients" / "python")]
-runpy.run_module("doq.bench.backlog", run_name="__main__", alter_sys=True)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "clients" / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/NAME.py`: this checkout first
+
+from bench.side_by_side import _doq, doq_server
+
+KINDS = ("plain", "random", "timestamps", "fair-blocks", "fair-interleaved")
+PREFETCH = 1000
+WINDOW = 1024
+
+
+def _proc_kb(pid: int, field: str) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the process used so far (0 if unreadable)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def _write_bytes(pid: int) -> int:
+    """Bytes the process caused to be written to storage so far (0 if unreadable)."""
+    try:
+        with open(f"/proc/{pid}/io") as f:
+            for line in f:
+                if line.startswith("write_bytes:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def messages(kind: str, n: int, per_group: int, seed: int = 1) -> Iterator[tuple[int, str]]:
+    """(priority, group) of the `n` messages of `kind`, in fill order."""
+    rnd = random.Random(seed)
+    if kind == "plain":
+        for _ in range(n):
+            yield 0, ""
+    elif kind == "random":
+        for _ in range(n):
+            yield rnd.randrange(1_000_000_000), ""
+    elif kind == "timestamps":
+        now_s = int(time.time())
+        for i in range(n):
+            if i % 2:
+                yield now_s + 3600 + rnd.randrange(86_400), ""
+            else:
+                yield now_s - 1 - rnd.randrange(86_400), ""
+    elif kind == "fair-blocks":
+        for i in range(n):
+            yield 0, f"g{i // per_group:07d}"
+    elif kind == "fair-interleaved":
+        groups = max(1, n // per_group)
+        for i in range(n):
+            yield 0, f"g{i % groups:07d}"
+    else:
+        raise ValueError(f"unknown kind {kind!r}")
+
+
+def fill(addr: str, queue: str, kind: str, n: int, per_group: int, payload: int) -> float:
+    """Seconds to enqueue the `n` messages of `kind`, one `enqueue` each, all confirmed."""
+    body = b"x" * payload
+    with _doq(addr) as c:
+        c.create_queue(queue, "fair" if kind.startswith("fair") else "delayed")
+        p = c.producer(window=WINDOW)
+        t0 = time.perf_counter()
+        pending = []
+        for prio, group in messages(kind, n, per_group):
+            pending.append(p.enqueue(queue, body, priority=prio, group=group))
+            if len(pending) >= 10_000:
+                for f in pending:
+                    f.result()
+                pending.clear()
+        for f in pending:
+            f.result()
+        seconds = time.perf_counter() - t0
+        p.close()
+    return seconds
+
+
+def drain(addr: str, queue: str, count: int) -> float:
+    """Seconds to take and ack `count` messages, one `ack` each, until the server has them."""
+    with _doq(addr) as c:
+        before = c.get_queue(queue).stats.total
+        n = 0
+        t0 = time.perf_counter()
+        cons = c.consumer(queue, prefetch=PREFETCH)
+        for m in cons:
+            cons.ack(m)
+            n += 1
+            if n == count:
+                break
+        cons.close()
+        deadline = time.monotonic() + 120
+        while c.get_queue(queue).stats.total > before - count and time.monotonic() < deadline:
+            time.sleep(0.001)
+        return time.perf_counter() - t0
+
+
+def run_kind(kind: str, n: int, m: int, per_group: int, payload: int, root: Path) -> dict[str, Any]:
+    queue = "bench"
+    if kind == "timestamps":
+        m = min(m, n // 2)
+    with doq_server(root / kind) as server:
+        pid = server.pids[0]
+        rss0, anon0, file0 = (_proc_kb(pid, f) for f in ("VmRSS", "RssAnon", "RssFile"))
+        w0 = _write_bytes(pid)
+        fill_s = fill(server.addr, queue, kind, n, per_group, payload)
+        time.sleep(1.0)  # let the last commits land before reading memory
+        w1 = _write_bytes(pid)
+        rss1, anon1, file1 = (_proc_kb(pid, f) for f in ("VmRSS", "RssAnon", "RssFile"))
+        drain_s = drain(server.addr, queue, m)
+        w2 = _write_bytes(pid)
+    t0 = time.perf_counter()
+    with doq_server(root / kind) as server:  # the same data dir: a restart
+        restart_s = time.perf_counter() - t0
+        rss2, anon2, file2 = (_proc_kb(server.pids[0], f) for f in ("VmRSS", "RssAnon", "RssFile"))
+        restart_cpu_s = _cpu_s(server.pids[0])
+    left = n - m
+    rec = {
+        "kind": kind, "messages": n, "drained": m,
+        "fill_msg_per_s": n / fill_s, "drain_msg_per_s": m / drain_s,
+        "rss_bytes_per_msg": (rss1 - rss0) * 1024 / n,
+        "rss_anon_bytes_per_msg": (anon1 - anon0) * 1024 / n,
+        "rss_file_bytes_per_msg": (file1 - file0) * 1024 / n,
+        "fill_write_bytes_per_msg": (w1 - w0) / n, "drain_write_bytes_per_msg": (w2 - w1) / m,
+        "restart_s": restart_s, "restart_rss_anon_bytes_per_msg": (anon2 - anon0) * 1024 / max(left, 1),
+        "restart_rss_file_bytes_per_msg": (file2 - file0) * 1024 / max(left, 1),
+        "restart_cpu_s": restart_cpu_s,
+    }
+    return rec
+
+
+def loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="backlog", description=__doc__.split("\n\n")[0])
+    p.add_argument("--messages", type=int, default=100_000, help="backlog to fill (N)")
+    p.add_argument("--drain", type=int, default=50_000, help="messages to drain (M)")
+    p.add_argument("--kinds", default=",".join(KINDS), help=f"comma separated, of {', '.join(KINDS)}")
+    p.add_argument("--per-group", type=int, default=100, help="fair queues: messages per group")
+    p.add_argument("--payload-bytes", type=int, default=100)
+    p.add_argument("--json", metavar="FILE", help="also write the record here")
+    ns = p.parse_args(argv)
+    kinds = [k for k in ns.kinds.split(",") if k]
+    for k in kinds:
+        if k not in KINDS:
+            p.error(f"unknown kind {k!r}")
+    record: dict[str, Any] = {"messages": ns.messages, "drain": ns.drain, "load_before": loadavg(), "runs": []}
+    print(f"backlog {ns.messages}, drain {ns.drain}, load average {record['load_before']}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="doq-backlog-") as tmp:
+        for kind in kinds:
+            rec = run_kind(kind, ns.messages, ns.drain, ns.per_group, ns.payload_bytes, Path(tmp))
+            rec["load_after"] = loadavg()
+            record["runs"].append(rec)
+            print(json.dumps(rec), flush=True)
+    record["load_after"] = loadavg()
+    plain = next((r for r in record["runs"] if r["kind"] == "plain"), None)
+    print("\n| kind | fill msg/s | vs plain | drain msg/s | vs plain | RSS B/msg (anon, file) "
+          "| written B/msg fill / drain | restart s |\n| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in record["runs"]:
+        fr = r["fill_msg_per_s"] / plain["fill_msg_per_s"] if plain else float("nan")
+        dr = r["drain_msg_per_s"] / plain["drain_msg_per_s"] if plain else float("nan")
+        print(f"| {r['kind']} | {r['fill_msg_per_s'] / 1e3:.1f}k | {fr:.2f} | {r['drain_msg_per_s'] / 1e3:.1f}k "
+              f"| {dr:.2f} | {r['rss_bytes_per_msg']:.0f} ({r['rss_anon_bytes_per_msg']:.0f}, "
+              f"{r['rss_file_bytes_per_msg']:.0f}) | {r['fill_write_bytes_per_msg']:.0f} / "
+              f"{r['drain_write_bytes_per_msg']:.0f} | {r['restart_s']:.1f} ({r['restart_cpu_s']:.1f} CPU) |")
+    print(f"load average before {record['load_before']}, after {record['load_after']}")
+    if ns.json:
+        Path(ns.json).write_text(json.dumps(record, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -14,6 +14,8 @@ from doq import __version__
 from doq.config import ServeConfig, add_serve_arguments, load_config
 from doq.errors import DoqError
 
+DEFAULT_SECRET_POLL_S = 10.0  # how often a pod looks for an updated TLS Secret (kubelet: ~1 min)
+
 
 def _cmd_serve(ns: argparse.Namespace) -> int:
     try:
@@ -40,18 +42,32 @@ def _cmd_k8s_start(ns: argparse.Namespace) -> int:
     logging.basicConfig(
         level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    secret = None
     try:
         if tls_dir := ns.tls_secret_dir or os.environ.get("DOQ_K8S_TLS_DIR"):
             k8s_start.install_tls(config, Path(tls_dir))
+            poll_s = ns.tls_secret_poll_s or _positive_seconds(os.environ.get("DOQ_K8S_TLS_POLL_S")
+                                                               or str(DEFAULT_SECRET_POLL_S))
+            secret = (Path(tls_dir), poll_s)
         config, decision = k8s_start.plan(config, seed)
-    except ValueError as e:
+    except (ValueError, argparse.ArgumentTypeError) as e:
         print(f"doq k8s-start: {e}", file=sys.stderr)
         return 2
     print(f"doq k8s-start: {config.node_id} (seed {seed}): {decision.action}: {decision.why}", flush=True)
-    return _serve(config)
+    return _serve(config, tls_secret=secret)
 
 
-def _serve(config: ServeConfig) -> int:
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
+def _serve(config: ServeConfig, tls_secret: tuple[Path, float] | None = None) -> int:
     import asyncio
 
     from doq.server import StartupError, serve
@@ -63,7 +79,7 @@ def _serve(config: ServeConfig) -> int:
     except ImportError:
         pass
     try:
-        asyncio.run(serve(config))
+        asyncio.run(serve(config, tls_secret=tls_secret))
     except StartupError as e:
         print(f"doq serve: {e}", file=sys.stderr)
         return 1
@@ -118,7 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
                                                   "default: ordinal 0 of --node-id, e.g. doq-0)")
     k8s.add_argument("--tls-secret-dir", default=None,
                      help="directory of the cluster's TLS Secret (ca.crt, NODE_ID.crt, NODE_ID.key), installed "
-                          "as this node's tls/ at every start (env DOQ_K8S_TLS_DIR; docs/deploy.md)")
+                          "as this node's tls/ at every start and taken again when kubelet updates it "
+                          "(env DOQ_K8S_TLS_DIR; docs/deploy.md)")
+    k8s.add_argument("--tls-secret-poll-s", type=_positive_seconds, default=None,
+                     help="how often to look for an updated --tls-secret-dir while serving (env "
+                          f"DOQ_K8S_TLS_POLL_S; default {DEFAULT_SECRET_POLL_S:g})")
     k8s.set_defaults(func=_cmd_k8s_start)
     from doq.bench import cli as bench_cli
 

@@ -30,8 +30,9 @@ writes its store (rule 1 from then on), a join records the cluster (rule 2).
 Secure pods (docs/deploy.md, "Keys and certificates in Kubernetes"): with `--tls-secret-dir DIR` (the
 Secret the Pulumi program mounts: `ca.crt`, `<node id>.crt`, `<node id>.key`) the pod's
 certificate and the cluster CA certificate are installed as the node's `tls/` before
-anything else (`install_tls`: replaced at every start, so a rotated Secret takes effect on
-the next restart; no CA key is ever there), and the seed asks the other replicas over
+anything else (`install_tls`: replaced at every start; no CA key is ever there; while the
+node runs, a Secret kubelet updates in place is taken within `--tls-secret-poll-s`:
+`TlsAdmin.follow_secret`), and the seed asks the other replicas over
 HTTPS, verifying them with that CA.
 """
 
@@ -51,9 +52,10 @@ from doq.config import ServeConfig
 from doq.node.cluster import NodeIdentity
 from doq.node.cluster_wire import identity_from_json
 from doq.storage.env import node_dir
-from doq.storage.files import private_dir, write_private
-from doq.tls.certs import CA_CERT, CA_KEY, NODE_CERT, NODE_KEY, TLS_DIR
+from doq.storage.files import private_dir
+from doq.tls.certs import CA_CERT, TLS_DIR
 from doq.tls.creds import ssl_client_context
+from doq.tls.secret_dir import install, read_secret
 
 log = logging.getLogger(__name__)
 
@@ -112,24 +114,12 @@ def default_seed(node_id: str) -> str:
 
 def install_tls(config: ServeConfig, secret_dir: Path) -> Path:
     """Install the cluster TLS material mounted at `secret_dir` (`ca.crt`, `<node id>.crt`,
-    `<node id>.key`: one Secret for every pod) as this node's NODE_DIR/tls (`ca.crt`,
-    `node.crt`, `node.key`; the directory 0700, the files 0600), replacing what was there,
-    and remove a `ca.key` left there: the CA key stays where the Secret was made. Returns
-    the CA certificate's path. Raises ValueError naming a missing file (never a content)."""
-    sources = {CA_CERT: secret_dir / CA_CERT, NODE_CERT: secret_dir / f"{config.node_id}.crt",
-               NODE_KEY: secret_dir / f"{config.node_id}.key"}
-    data = {}
-    for name, src in sources.items():
-        try:
-            data[name] = src.read_bytes()
-        except OSError as e:
-            raise ValueError(f"--tls-secret-dir: cannot read {src} ({type(e).__name__}): the Secret "
-                             f"needs ca.crt, {config.node_id}.crt and {config.node_id}.key") from None
+    `<node id>.key`: one Secret for every pod) as this node's NODE_DIR/tls
+    (`doq.tls.secret_dir.install`). Returns the CA certificate's path. Raises ValueError
+    naming a missing file (never a content)."""
+    material = read_secret(secret_dir, config.node_id)  # nothing is created without it
     directory = private_dir(node_dir(config.data_dir, config.node_id)) / TLS_DIR
-    private_dir(directory)
-    for name, content in data.items():
-        write_private(directory / name, content)
-    (directory / CA_KEY).unlink(missing_ok=True)
+    install(directory, material)
     return directory / CA_CERT
 
 

@@ -326,8 +326,11 @@ async def _listen(rt: Runtime, authz: Authorizer) -> _Listeners:
     return _Listeners(grpc_server, grpc_port, forwarder, http, http_task, tls_admin)
 
 
-async def serve(config: ServeConfig, *, ready: asyncio.Event | None = None) -> None:
-    """Run a node until SIGTERM/SIGINT, then shut down gracefully.
+async def serve(config: ServeConfig, *, ready: asyncio.Event | None = None,
+                tls_secret: tuple[Path, float] | None = None) -> None:
+    """Run a node until SIGTERM/SIGINT, then shut down gracefully. `tls_secret`: (the
+    directory of a mounted TLS Secret, seconds between looks) for a secure node to take an
+    updated Secret while it runs (`TlsAdmin.follow_secret`).
 
     Raises StartupError if the node cannot start (its directory held by another process,
     storage unusable, an address in use); a failed start leaves no directory behind that
@@ -364,6 +367,8 @@ async def serve(config: ServeConfig, *, ready: asyncio.Event | None = None) -> N
     sampler = asyncio.create_task(run_sampler(rt.rate_history, rt.state.list_queues), name="doq-rate-history")
     # certificate expiry: the metric, and a warning ahead of it (doq.service.tls_admin)
     expiry = asyncio.create_task(listeners.tls_admin.watch(), name="doq-tls-expiry") if listeners.tls_admin else None
+    secret_watch = asyncio.create_task(listeners.tls_admin.follow_secret(*tls_secret), name="doq-tls-secret") \
+        if listeners.tls_admin and tls_secret else None
     admin_key = asyncio.create_task(ensure_admin_key(
         rt.node, config.data_dir, provided=provided_key,
         print_key=True if config.print_admin_key else None)) if authz.required else None
@@ -389,6 +394,8 @@ async def serve(config: ServeConfig, *, ready: asyncio.Event | None = None) -> N
     sampler.cancel()
     if expiry is not None:
         expiry.cancel()
+    if secret_watch is not None:
+        secret_watch.cancel()
     if admin_key is not None:
         admin_key.cancel()
         with contextlib.suppress(BaseException):

@@ -467,7 +467,7 @@ def _tls_outputs(news: dict[str, Any], olds: dict[str, Any] | None) -> dict[str,
         nxt = _tls_new_ca()
     elif rotation == "reissue" and nxt is None:
         raise Exception("doq:caRotation reissue needs a rotation begun: set doq:caRotation begin, pulumi up, "
-                        "and restart the pods (kubectl rollout restart) first")
+                        "and let every pod take it (doq tls status) first")
     sign_cert, sign_key = nxt if rotation == "reissue" and nxt else (ca_cert, ca_key)
     trust = [sign_cert, *(c for c in (ca_cert, nxt[0] if nxt else None) if c and c != sign_cert)]
     certs, keys = {}, {}

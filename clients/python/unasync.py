@@ -1,17 +1,23 @@
 #!/usr/bin/env python3
-"""Generate the synchronous client from the asyncio one: one source for both.
+"""Generate the synchronous client and worker from the asyncio ones: one source for each pair.
 
-`doq_client/aio.py` (`AsyncDoqClient`) is the source; `doq_client/client.py`
-(`DoqClient`) is written from it by the substitutions below (the approach of httpcore's
+- `doq_client/aio.py` (`AsyncDoqClient`) is the source of `doq_client/client.py`
+  (`DoqClient`); each `doq_client._transport.*_aio` helper becomes its `*_sync` twin
+  (where gRPC's two APIs differ in more than `await`).
+- `doq_client/aio_worker.py` (`AsyncWorker`, tasks) is the source of
+  `doq_client/worker.py` (`Worker`, threads): asyncio's lock, conditions and event become
+  threading's, and each `doq_client._worker_io.*_aio` step its `*_sync` twin.
+
+Each is written by the substitutions below (the approach of httpcore's
 `scripts/unasync.py`): `async def` -> `def`, no `await`, the asyncio names to their
-synchronous twins, and each `doq_client._transport.*_aio` helper to its `*_sync` twin
-(where gRPC's two APIs differ in more than `await`). Every substitution must apply at
-least once, so a rule that no longer matches the source is an error, not a silent skip.
+synchronous twins. Every substitution must apply at least once, so a rule that no longer
+matches its source is an error, not a silent skip.
 
-    python clients/python/unasync.py           # write doq_client/client.py
-    python clients/python/unasync.py --check   # exit 1 if client.py is not what it generates
+    python clients/python/unasync.py           # write client.py and worker.py
+    python clients/python/unasync.py --check   # exit 1 if either is not what it generates
 
-Edit `aio.py` (or `_transport.py`), never `client.py`.
+Edit `aio.py`, `aio_worker.py` (or `_transport.py`, `_worker_io.py`), never `client.py`
+or `worker.py`.
 """
 
 from __future__ import annotations
@@ -21,18 +27,26 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SOURCE = HERE / "doq_client" / "aio.py"
-TARGET = HERE / "doq_client" / "client.py"
+PKG = HERE / "doq_client"
 
-HEADER = (
-    "# Generated from doq_client/aio.py by clients/python/unasync.py: do not edit.\n"
-    "# Edit aio.py, then run `python clients/python/unasync.py`.\n"
-    "# The imports keep the source's order:\n"
-    "# ruff: noqa: I001\n"
-)
+
+def _header(source: str) -> str:
+    return (
+        f"# Generated from doq_client/{source} by clients/python/unasync.py: do not edit.\n"
+        f"# Edit {source}, then run `python clients/python/unasync.py`.\n"
+        "# The imports keep the source's order:\n"
+        "# ruff: noqa: I001\n"
+    )
+
+
+# the language, as both sources use it
+_LANGUAGE: list[tuple[str, str]] = [
+    (r"\basync def ", "def "),
+    (r"\bawait ", ""),
+]
 
 # (pattern, replacement); applied in order, to code and docstrings alike.
-SUBSTITUTIONS: list[tuple[str, str]] = [
+CLIENT_RULES: list[tuple[str, str]] = [
     # prose that differs (whole phrases of the source's docstrings)
     (r"the asyncio client \(one `grpc\.aio\.Channel` per node address\)",
      "the synchronous client (thread-safe; one `grpc.Channel` per node address)"),
@@ -40,8 +54,7 @@ SUBSTITUTIONS: list[tuple[str, str]] = [
     (r"asyncio doq client: each method is a coroutine; use it inside one running event loop\.",
      "Synchronous doq client; thread-safe."),
     # the language
-    (r"\basync def ", "def "),
-    (r"\bawait ", ""),
+    *_LANGUAGE,
     (r"\b__aenter__\b", "__enter__"),
     (r"\b__aexit__\b", "__exit__"),
     (r"^import asyncio\n", ""),
@@ -59,27 +72,69 @@ SUBSTITUTIONS: list[tuple[str, str]] = [
     (r'_handle\.provide\("async", ', '_handle.provide("sync", '),
 ]
 
+WORKER_RULES: list[tuple[str, str]] = [
+    # prose that differs
+    (r'^"""`AsyncWorker`: runs a coroutine function on a queue\'s messages with a concurrency '
+     r"\(tasks\)\.\n\nThis file is also the source of the synchronous `doq_client\.worker\.Worker` "
+     r"\(threads\),\nwhich `clients/python/unasync\.py` writes from it: edit this one\. ",
+     '"""`Worker`: runs a handler on a queue\'s messages with a concurrency (threads).\n\n'
+     "Generated from the asyncio worker, `doq_client/aio_worker.py`: one source. "),
+    (r"Runs `await handler\(msg\)`", "Runs `handler(msg)`"),
+    (r"Make it with `AsyncDoqClient\.worker\(\.\.\.\)`, `await worker\.run\(\)`;\n"
+     r"    `stop\(\)` ends it gracefully\.",
+     "Make it with `DoqClient.worker(...)`; `run()` it (blocks), or\n"
+     "    `start()` it in a background thread and `stop()` / `join()` it (or use it as a\n"
+     "    context manager); `stop()` ends it gracefully."),
+    # the language
+    *_LANGUAGE,
+    (r"\basync with ", "with "),
+    (r"^import asyncio\n", ""),
+    (r"^import time\n", "import threading\nimport time\n"),
+    (r"\basyncio\.Lock\(\)", "threading.RLock()  # RLock: stop() may run in a signal handler"),
+    (r"\basyncio\.Condition\b", "threading.Condition"),
+    (r"\basyncio\.Event\b", "threading.Event"),
+    (r"^from collections\.abc import Awaitable, Callable\n", "from collections.abc import Callable\n"),
+    (r"Awaitable\[Any\]", "Any"),
+    # the worker's own names
+    (r"\bAsyncWorker\b", "Worker"),
+    (r"\bAsyncHandler\b", "Handler"),
+    (r"\bAsyncClient\b", "SyncClient"),
+    (r"\bAioShell\b", "ThreadShell"),
+    (r"\b(abandon|check_handler|here|interrupted_grace_s|signals|spawn|stop|wait|wait_event)_aio\b",
+     r"\1_sync"),
+]
 
-def generate(source: str) -> str:
-    """The synchronous client's text from the asyncio client's `source`."""
+# source -> (target, rules): each sync module written from its asyncio source
+JOBS: dict[str, tuple[str, list[tuple[str, str]]]] = {
+    "aio.py": ("client.py", CLIENT_RULES),
+    "aio_worker.py": ("worker.py", WORKER_RULES),
+}
+
+
+def generate(source: str, name: str = "aio.py") -> str:
+    """The synchronous module's text from the asyncio module `name`'s `source`."""
     out = source
-    for pattern, replacement in SUBSTITUTIONS:
+    for pattern, replacement in JOBS[name][1]:
         out, n = re.subn(pattern, replacement, out, flags=re.MULTILINE)
         if n == 0:
-            raise ValueError(f"unasync: {pattern!r} matches nothing in {SOURCE.name}: update the rules")
-    return HEADER + out
+            raise ValueError(f"unasync: {pattern!r} matches nothing in {name}: update the rules")
+    return _header(name) + out
 
 
 def main(argv: list[str]) -> int:
     check = "--check" in argv
-    text = generate(SOURCE.read_text())
-    if check:
-        if not TARGET.exists() or TARGET.read_text() != text:
-            print(f"{TARGET} is not generated from {SOURCE.name}: run `python {Path(__file__).name}`",
-                  file=sys.stderr)
-            return 1
-        return 0
-    TARGET.write_text(text)
+    stale = []
+    for name, (target_name, _) in JOBS.items():
+        target = PKG / target_name
+        text = generate((PKG / name).read_text(), name)
+        if check:
+            if not target.exists() or target.read_text() != text:
+                stale.append(f"{target} is not generated from {name}")
+        else:
+            target.write_text(text)
+    if stale:
+        print("\n".join(stale) + f": run `python {Path(__file__).name}`", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -11,7 +11,9 @@ behind the admin routes of `doq.service.http.tls_routes` and the `doq tls` comma
   current member's CSR, for exactly that node id and the hosts of its member addresses
   (and the names it asks for, none of them another member's id);
 - `set_trust`, `begin_ca`, `promote_ca`, `reload`: this node's trust bundle and CA
-  rotation steps (`doq.tls.rotation`).
+  rotation steps (`doq.tls.rotation`);
+- `follow_secret` (a pod started with `--tls-secret-dir`): a Kubernetes Secret updated in
+  place is taken without a restart.
 
 Operations on one node run one at a time. The expiry of every certificate is exported as
 `doq_tls_certificate_expiry_timestamp_seconds{cert,fingerprint}` and a warning is logged
@@ -28,6 +30,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import Gauge
@@ -40,6 +43,7 @@ from doq.tls.creds import ssl_client_context
 from doq.tls.expiry import report
 from doq.tls.live import LiveTls
 from doq.tls.mode import host_of
+from doq.tls.secret_dir import SecretMaterial, check_material, install, read_secret
 
 log = logging.getLogger("doq.tls")
 
@@ -108,6 +112,49 @@ class TlsAdmin:
         async with self._lock:
             self._reload()
             return self.status()
+
+    async def follow_secret(self, secret_dir: Path, poll_s: float) -> None:
+        """Take the Secret mounted at `secret_dir` (`doq.tls.secret_dir`) each time kubelet
+        updates it, checking every `poll_s` (a task for the node's lifetime). A version
+        that differs from what the node serves is checked first: one that does not hold
+        together (a certificate of no CA in the bundle, a key not its certificate's) or
+        cannot be read is logged once and not installed, and the node keeps its material.
+        A version that holds together is installed as NODE_DIR/tls and served from the
+        next handshake on, as `doq tls reload` would."""
+        node_id = self.node.node_id
+        seen = ""
+        while True:
+            try:
+                material = await asyncio.to_thread(read_secret, secret_dir, node_id)
+            except ValueError as e:
+                if seen != "unreadable":
+                    log.warning("node %s: %s; keeping the TLS material it has", node_id, e)
+                seen = "unreadable"
+            else:
+                if material.digest != seen:
+                    seen = material.digest
+                    async with self._lock:
+                        await asyncio.to_thread(self._take_secret, material, secret_dir)
+            await asyncio.sleep(poll_s)
+
+    def _take_secret(self, material: SecretMaterial, secret_dir: Path) -> None:
+        m = self.live.current
+        if (material.ca_cert, material.node_cert, material.node_key) == (m.ca_cert, m.node_cert, m.node_key):
+            return
+        try:
+            check_material(material.ca_cert, material.node_cert, material.node_key)
+        except TlsSetupError as e:
+            log.warning("node %s: the TLS Secret in %s changed but does not hold together (%s); "
+                        "keeping the TLS material it has", self.node.node_id, secret_dir, e)
+            return
+        install(m.directory, material)
+        try:
+            self.live.reload()
+        except TlsSetupError as e:  # e.g. --tls-cert/--tls-key no longer a pair: nothing taken
+            log.warning("node %s: the TLS Secret in %s was installed but not taken (%s)",
+                        self.node.node_id, secret_dir, e)
+            return
+        log.info("node %s: took the updated TLS Secret in %s", self.node.node_id, secret_dir)
 
     async def renew(self, authorization: str, signer: str = "") -> dict[str, Any]:
         """A new key and certificate for this node, served from the next handshake on;

@@ -26,8 +26,9 @@ from pathlib import Path
 
 import grpc
 
-from doq.tls.certs import NodeTls, TlsSetupError, issuer_in, read_node_tls
+from doq.tls.certs import NodeTls, TlsSetupError, read_node_tls
 from doq.tls.expiry import key_matches
+from doq.tls.secret_dir import check_material
 
 log = logging.getLogger(__name__)
 
@@ -79,10 +80,7 @@ class LiveTls:
             client = self._read_client_pair_of(new)
         except OSError as e:
             raise TlsSetupError(f"cannot read the TLS files ({type(e).__name__}: {e.strerror})") from None
-        if issuer_in(new.node_cert, new.ca_cert) is None:
-            raise TlsSetupError("the node certificate is signed by none of the CAs in ca.crt")
-        if not key_matches(new.node_cert, new.node_key):
-            raise TlsSetupError("node.key is not the key of node.crt")
+        check_material(new.ca_cert, new.node_cert, new.node_key)
         if not key_matches(*client):
             raise TlsSetupError("the --tls-key file is not the key of the --tls-cert file")
         with self._lock:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from doq.bench.chain import ChainFile, generate
+from bench.chain import ChainFile, generate
 from tests.support.proc import free_port
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
+from bench.chain import ChainFile, generate
 from doq import cli
 from doq.backup.format import BackupReader
 from doq.backup.ops import restore_offline
 from doq.backup.verify import VerifyReport, verify
-from doq.bench.chain import ChainFile, generate
 from doq.storage import digest as D
 from doq.storage.env import node_dir, open_env
 from doq.storage.state import StateStore

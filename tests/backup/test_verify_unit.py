@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from bench.chain import generate
 from doq.backup.format import BackupReader, write_records
 from doq.backup.rebuild import _FIXED, _LIVE, _history, decode_task, summarize
 from doq.backup.verify import (
@@ -21,7 +22,6 @@ from doq.backup.verify import (
     open_files,
     plan_tasks,
 )
-from doq.bench.chain import generate
 from doq.storage import digest as D
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from doq.bench.e2e_stages import ORDER, run_once
+from bench.e2e_stages import ORDER, run_once
 
 pytestmark = pytest.mark.integration
 

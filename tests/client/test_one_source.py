@@ -1,7 +1,8 @@
 """The synchronous and asyncio clients cannot drift apart.
 
 - `doq_client/client.py` is what `clients/python/unasync.py` generates from
-  `doq_client/aio.py` (the one source of both clients);
+  `doq_client/aio.py` (the one source of both clients), and `doq_client/worker.py` what it
+  generates from `doq_client/aio_worker.py` (the one source of both workers);
 - each sync/asyncio pair (client, producer, consumer, worker) offers the methods listed
   here, with the same parameters (names, kinds, defaults), the asyncio one as coroutines
   where the sync one blocks; the few differences are listed and nothing else differs.
@@ -117,3 +118,25 @@ def test_the_listed_differences_are_real() -> None:
     for name, methods in SYNC_ONLY.items():
         assert not any(hasattr(PAIRS[name][1], m) for m in methods)
 
+
+
+def test_the_sync_worker_is_generated_from_the_asyncio_one() -> None:
+    unasync = _unasync()
+    source = (CLIENT_DIR / "doq_client" / "aio_worker.py").read_text()
+    assert (CLIENT_DIR / "doq_client" / "worker.py").read_text() == unasync.generate(source, "aio_worker.py")
+    with pytest.raises(ValueError, match="matches nothing in aio_worker.py"):
+        unasync.generate("class AsyncWorker: ...\n", "aio_worker.py")
+
+
+def test_a_step_added_to_the_asyncio_worker_is_in_the_sync_one_with_its_twins() -> None:
+    # the asyncio lock and waits become threading's; a `_worker_io` step its `*_sync` twin
+    unasync = _unasync()
+    source = (CLIENT_DIR / "doq_client" / "aio_worker.py").read_text()
+    marker = "    async def _serve(self) -> None:"
+    added = source.replace(marker, "    async def _idle(self) -> None:\n"
+                                   "        async with self._lock:\n"
+                                   "            await wait_aio(self._changed, MAIN_WAIT_S)\n\n" + marker)
+    generated = unasync.generate(added, "aio_worker.py")
+    assert ("    def _idle(self) -> None:\n        with self._lock:\n"
+            "            wait_sync(self._changed, MAIN_WAIT_S)\n") in generated
+    assert not [w for w in ("asyncio.", "_aio(", "async def", "async with", "await ") if w in generated]

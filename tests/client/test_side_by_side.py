@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from doq.bench.side_by_side import Args, format_summary, side_by_side
+from bench.side_by_side import Args, format_summary, side_by_side
 
 pytestmark = pytest.mark.integration
 
@@ -49,13 +49,13 @@ def test_side_by_side_script_without_rabbitmq_says_how_to_get_it() -> None:
 
 
 def test_keys_cost_runs_every_client_to_the_end(tmp_path: Path) -> None:
-    """`python -m doq.bench.keys_cost` (tiny counts): the open node's three clients and the
+    """`python bench/keys_cost.py` (tiny counts): the open node's three clients and the
     secure node's all complete and are summarized (it broke silently once when the secure
     node moved to TLS)."""
-    from doq.bench.side_by_side import child_env
+    from bench.side_by_side import child_env
 
     out = tmp_path / "keys.json"
-    proc = subprocess.run([sys.executable, "-m", "doq.bench.keys_cost", "--runs", "1", "--count", "200",
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "keys_cost.py"), "--runs", "1", "--count", "200",
                            "--consume-count", "200", "--json", str(out)],
                           capture_output=True, text=True, timeout=300, check=False, env=child_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -67,14 +67,14 @@ def test_keys_cost_runs_every_client_to_the_end(tmp_path: Path) -> None:
 
 
 def test_dashboard_cost_reads_events_while_the_clients_run(tmp_path: Path) -> None:
-    """`python -m doq.bench.dashboard_cost` (tiny counts): both clients complete with and
+    """`python bench/dashboard_cost.py` (tiny counts): both clients complete with and
     without a page open, and the open page read the node's events."""
-    from doq.bench.dashboard_cost import open_page
-    from doq.bench.side_by_side import child_env
+    from bench.dashboard_cost import open_page
+    from bench.side_by_side import child_env
     from tests.support.proc import running_node
 
     out = tmp_path / "dash.json"
-    proc = subprocess.run([sys.executable, "-m", "doq.bench.dashboard_cost", "--runs", "1", "--count", "200",
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "dashboard_cost.py"), "--runs", "1", "--count", "200",
                            "--consume-count", "200", "--json", str(out)],
                           capture_output=True, text=True, timeout=300, check=False, env=child_env())
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import ssl
 import subprocess
@@ -160,6 +161,7 @@ class LocalStatefulSet:
     api_env: dict[str, str]
     secrets: dict[str, dict[str, str]] = field(default_factory=dict)  # Secret name -> its data
     translated: dict[str, set[str]] = field(default_factory=dict)  # pod -> variables rewritten
+    secret_dirs: dict[str, Path] = field(default_factory=dict)  # Secret name -> its local volume (after pods())
 
     @property
     def container(self) -> dict[str, Any]:
@@ -202,8 +204,8 @@ class LocalStatefulSet:
         return out
 
     def _secret_volumes(self) -> dict[str, Path]:
-        """Write each Secret volume's files (as kubelet does, with the volume's defaultMode)
-        into a local directory; mount path -> directory."""
+        """Write each Secret volume's files as kubelet lays them out (`write_secret`) into a
+        local directory; mount path -> directory."""
         volumes = {v["name"]: v["secret"] for v in self.statefulset["spec"]["template"]["spec"]["volumes"]
                    if "secret" in v}
         out = {}
@@ -212,10 +214,39 @@ class LocalStatefulSet:
                 continue
             source = volumes[m["name"]]
             directory = self.root / f"secret-{source['secretName']}"
-            directory.mkdir(parents=True, exist_ok=True)
-            for name, value in self.secrets[source["secretName"]].items():
-                path = directory / name
-                path.write_text(value)
-                path.chmod(source.get("defaultMode", 0o644))
+            write_secret(directory, self.secrets[source["secretName"]], source.get("defaultMode", 0o644))
             out[m["mountPath"]] = directory
+        self.secret_dirs = {volumes[m["name"]]["secretName"]: out[m["mountPath"]]
+                            for m in self.container["volumeMounts"] if m["name"] in volumes}
         return out
+
+    def update_secret(self, name: str, data: dict[str, str]) -> None:
+        """Replace Secret `name`'s files in every pod's volume at once, as kubelet does when
+        the Secret changes (the pods keep running)."""
+        [source] = [v["secret"] for v in self.statefulset["spec"]["template"]["spec"]["volumes"]
+                    if v.get("secret", {}).get("secretName") == name]
+        write_secret(self.secret_dirs[name], data, source.get("defaultMode", 0o644))
+
+
+def write_secret(directory: Path, data: dict[str, str], mode: int) -> None:
+    """A Secret volume as kubelet's atomic writer keeps it: the files in a fresh hidden
+    directory, `..data` a symlink to it, each key a symlink through `..data`. A change
+    writes a new directory and swaps `..data` in one rename, so a reader sees the old set
+    or the new one, never a mix."""
+    directory.mkdir(parents=True, exist_ok=True)
+    version = directory / f"..{time.strftime('%Y_%m_%d_%H_%M_%S')}.{time.monotonic_ns()}"
+    version.mkdir()
+    for key, value in data.items():
+        path = version / key
+        path.write_text(value)
+        path.chmod(mode)
+    old = os.readlink(directory / "..data") if (directory / "..data").is_symlink() else None
+    tmp = directory / "..data_tmp"
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(version.name)
+    os.replace(tmp, directory / "..data")
+    for key in data:
+        if not (directory / key).is_symlink():
+            (directory / key).symlink_to(Path("..data") / key)
+    if old:
+        shutil.rmtree(directory / old)

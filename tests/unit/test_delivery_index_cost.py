@@ -1,4 +1,4 @@
-"""Smoke test of `doq.bench.delivery_index_cost` (the figures themselves are in
+"""Smoke test of `bench/delivery_index_cost.py` (the figures themselves are in
 docs/benchmarks.md): both fills run and report every figure."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from doq.bench import delivery_index_cost as D
+from bench import delivery_index_cost as D
 
 
 def test_both_fills_run_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

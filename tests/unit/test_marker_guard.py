@@ -20,7 +20,7 @@ def test_server_commands_are_recognized(args: object) -> None:
 
 @pytest.mark.parametrize("args", [
     ["python", "-m", "doq", "bench", "--count", "10"],
-    ["python", "-m", "doq.bench.keys_cost"],
+    ["python", "bench/keys_cost.py"],
     ["python", "-m", "doq", "backup", "-o", "serve.bak"],
     ["git", "status"],
 ])

@@ -10,8 +10,8 @@
 - `WorkerHooks`: the metrics callbacks.
 - `WorkerOptions`: the validated settings both loops read.
 
-The loops (`doq_client.worker`, `doq_client.aio_worker`) only add threads or tasks and
-the calls to the client around these.
+The loops (`doq_client.aio_worker`, and `doq_client.worker` generated from it) only add
+tasks or threads and the calls to the client around these.
 """
 
 from __future__ import annotations

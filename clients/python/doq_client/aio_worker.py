@@ -1,19 +1,44 @@
-"""`AsyncWorker`: the asyncio twin of `doq_client.worker.Worker` (same contract; read its
-module docstring). The handler is a coroutine function, run as one task per message; each
-running message's lease is kept by a task beside it. After the grace period the handlers
-still running are released and then cancelled.
+"""`AsyncWorker`: runs a coroutine function on a queue's messages with a concurrency (tasks).
+
+This file is also the source of the synchronous `doq_client.worker.Worker` (threads),
+which `clients/python/unasync.py` writes from it: edit this one. Both keep one contract
+(the README shows both):
+- At most `concurrency` handlers run at once, and the worker holds (has leased) at most
+  `concurrency` messages: it long-polls (`Dequeue`, `wait_ms=poll_wait_ms`) for as many
+  messages as it has free slots, never more: nothing is buffered.
+- While a handler runs, its message's lease is extended (`Touch` with the delivery's lease
+  id) once `extend_at` (1/3) of the lease has passed (`LeasePlan`); extending stops when
+  the handler returns. A touch that finds the lease gone stops extending it (the ack
+  will then fail with `StaleLease`: the message was or will be delivered again).
+- The handler returns: the message is acked. It raises: the message is nacked with the
+  `Backoff` delay for its attempt; on the queue's `max_attempts`-th attempt the server
+  dead-letters it on that nack.
+- `stop()` (any thread, or SIGTERM/SIGINT while `run()` runs in the main thread): no new
+  message is taken (what a poll returns after the stop is released at once); running
+  handlers have `grace_s` to finish and be settled; the messages of those still running
+  then are *released* (ready again at once, the attempt not counted) and their handlers'
+  outcomes ignored: an asyncio handler is cancelled; a thread's handler runs on in its
+  daemon thread, and the process may exit under it. Nothing is lost: a release or ack
+  that fails leaves the message leased, and it comes back when its lease ends.
+  Cancelling an asyncio `run()` is a stop without grace.
+- Acks, nacks, touches and releases are unary calls with the delivery's lease id, so the
+  client's failover rules retry them safely (`doq_client.retry`). Acks are coalesced: one
+  `AckBatch` call carries every ack that came while the previous one was out; a message's
+  slot is free once its ack is answered.
+
+The loops: `concurrency` handler loops take the messages the poll loop (`run`) brings in;
+one lease keeper touches the running handlers' messages when due; one ack sender sends
+the acks. Where tasks and threads differ in more than `await`, `doq_client._worker_io`
+has an `*_aio` / `*_sync` pair.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import inspect
 import logging
 import random
-import signal
-import threading
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -33,19 +58,34 @@ from doq_client._worker_core import (
     retry_in_ms,
     take_acks,
 )
+from doq_client._worker_io import (
+    MAIN_WAIT_S,
+    SIGNALS,
+    AioShell,
+    abandon_aio,
+    check_handler_aio,
+    here_aio,
+    interrupted_grace_s_aio,
+    signals_aio,
+    spawn_aio,
+    stop_aio,
+    wait_aio,
+    wait_event_aio,
+)
 from doq_client.errors import DoqClientError
 from doq_client.types import AckResult, Message
 
 log = logging.getLogger("doq_client.worker")
 
 AsyncHandler = Callable[[Message], Awaitable[Any]]
-SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+__all__ = ["SIGNALS", "AsyncHandler", "AsyncWorker"]
 
 
-class AsyncWorker:
-    """Runs `await handler(msg)` on `queue`'s messages, at most `concurrency` at once; make
-    it with `AsyncDoqClient.worker(...)` and `await worker.run()`; `stop()` ends it
-    gracefully (see `doq_client.worker`)."""
+class AsyncWorker(AioShell):
+    """Runs `await handler(msg)` on `queue`'s messages, at most `concurrency` at once; see
+    the module docstring. Make it with `AsyncDoqClient.worker(...)`, `await worker.run()`;
+    `stop()` ends it gracefully."""
 
     def __init__(
         self,
@@ -57,147 +97,167 @@ class AsyncWorker:
         hooks: WorkerHooks | None = None,
         rng: Callable[[], float] = random.random,
     ) -> None:
-        if not inspect.iscoroutinefunction(handler) and not inspect.iscoroutinefunction(
-            getattr(handler, "__call__", None)  # noqa: B004 - an object with an async __call__
-        ):
-            raise TypeError("an AsyncWorker's handler must be a coroutine function (async def)")
+        check_handler_aio(handler)
         self.client = client
         self.queue = queue
         self.handler = handler
         self.options = options
         self.hooks = hooks or WorkerHooks()
         self._rng = rng
-        self._stopping = False
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread_id = 0
-        self._wake: asyncio.Event | None = None  # a slot freed or a stop
-        self._tasks: dict[Held, asyncio.Task[None]] = {}
+        self._lock = asyncio.Lock()
+        self._changed = asyncio.Condition(self._lock)  # a slot freed, a stop, a message settled
+        self._keeper_wake = asyncio.Condition(self._lock)
+        self._acks_ready = asyncio.Condition(self._lock)
+        self._job_ready = asyncio.Condition(self._lock)
+        self._stop = asyncio.Event()
+        self._held: set[Held] = set()
+        self._settling = 0  # messages whose handler returned and whose ack/nack is under way
+        self._jobs: deque[Held | None] = deque()
         self._acks: list[Held] = []  # handlers returned: to ack (see _send_acks)
-        self._acks_done: dict[Held, asyncio.Future[None]] = {}
-        self._acks_ready = asyncio.Event()
+        self._finished = False  # shut down: the ack sender ends once nothing is pending
+        self._loops: list[Any] = []  # the handler loops, the lease keeper, the ack sender
+        self._loop: Any = None  # where run() runs (see _worker_io.stop_aio)
+        self._loop_thread = 0
         self._plan: LeasePlan | None = None
         self._max_attempts = 0
 
+    # -- control -----------------------------------------------------------------------
     def stop(self) -> None:
-        """Stop taking messages and shut down gracefully; returns at once. Safe from any thread."""
-        loop = self._loop
-        if loop is not None and threading.get_ident() != self._loop_thread_id:
-            loop.call_soon_threadsafe(self.stop)
-            return
-        self._stopping = True
-        if self._wake is not None:
-            self._wake.set()
+        """Stop taking messages and shut down gracefully (see the module docstring).
+        Returns at once; safe from any thread (and from a signal handler)."""
+        stop_aio(self)
 
     @property
     def running(self) -> int:
         """Handlers running now."""
-        return sum(1 for h in self._tasks if h.state is State.RUNNING)
+        return sum(1 for h in list(self._held) if h.state is State.RUNNING)
 
+    # -- the loop ------------------------------------------------------------------------
     async def run(self, *, handle_signals: bool = True) -> None:
         """Work until `stop()`, then stop gracefully and return. With `handle_signals` and in
         the main thread, SIGTERM and SIGINT call `stop()` meanwhile. Raises a poll's error
         that retrying cannot cure (e.g. `QueueNotFound`), after the graceful stop."""
-        self._loop = asyncio.get_running_loop()
-        self._loop_thread_id = threading.get_ident()
-        self._wake = asyncio.Event()
+        self._loop, self._loop_thread = here_aio()
         q = await self.client._call(_ops.get_queue(self.queue))
         self._plan = self.options.plan(q.settings)
         self._max_attempts = q.settings.max_attempts
-        installed = handle_signals and threading.current_thread() is threading.main_thread()
-        if installed:
-            for s in SIGNALS:
-                self._loop.add_signal_handler(s, self.stop)
-        sender = asyncio.ensure_future(self._send_acks())
-        try:
+        n = self.options.concurrency
+        self._loops = [spawn_aio(self._serve, f"doq-worker-{i}") for i in range(n)]
+        self._loops.append(spawn_aio(self._keep_leases, "doq-worker-leases"))
+        self._loops.append(spawn_aio(self._send_acks, "doq-worker-acks"))
+        error: DoqClientError | None = None
+        grace_s = interrupted_grace_s_aio(self.options.grace_s)
+        with signals_aio(handle_signals, self.stop):
             try:
                 error = await self._poll()
-            except asyncio.CancelledError:  # run() cancelled: hand back at once what it holds
-                self._stopping = True
-                await self._shut_down(0)
-                raise
-            await self._shut_down(self.options.grace_s)
-        finally:
-            sender.cancel()
-            if installed:
-                for s in SIGNALS:
-                    self._loop.remove_signal_handler(s)
+                grace_s = self.options.grace_s
+            finally:
+                await self._shut_down(n, grace_s)
         if error is not None:
             raise error
 
     async def _poll(self) -> DoqClientError | None:
-        assert self._plan is not None and self._wake is not None
+        """Take messages for the free slots until a stop; returns a fatal poll error."""
+        assert self._plan is not None
         n = self.options.concurrency
         while True:
-            while not self._stopping and len(self._tasks) >= n:
-                self._wake.clear()
-                await self._wake.wait()
-            if self._stopping:
-                return None
+            async with self._lock:
+                while not self._stop.is_set() and len(self._held) >= n:
+                    await wait_aio(self._changed, MAIN_WAIT_S)
+                if self._stop.is_set():
+                    return None
+                free = n - len(self._held)
             sent_s = time.monotonic()
             try:
                 msgs = await self.client._call(
-                    _ops.dequeue(self.queue, False, n - len(self._tasks), self.options.poll_wait_ms,
-                                 self._plan.lease_ms),
+                    _ops.dequeue(self.queue, False, free, self.options.poll_wait_ms, self._plan.lease_ms),
                     self.options.poll_wait_ms / 1000)
             except DoqClientError as e:
                 if not poll_retryable(e):
-                    self._stopping = True
+                    self.stop()
                     return e
                 log.warning("worker poll of %r failed (%s); trying again", self.queue, e)
-                self._wake.clear()
-                if not self._stopping:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._wake.wait(), RETRY_POLL_S)
+                await wait_event_aio(self._stop, RETRY_POLL_S)
                 continue
-            for m in msgs:
-                h = Held(m, sent_s, self._plan.next_extend_s(sent_s))
-                if self._stopping:
-                    h.state = State.RELEASED
-                    await self._release(h)
-                    continue
-                self._tasks[h] = asyncio.ensure_future(self._work(h))
+            late: list[Held] = []
+            async with self._lock:
+                for m in msgs:
+                    h = Held(m, sent_s, self._plan.next_extend_s(sent_s))
+                    if self._stop.is_set():
+                        late.append(h)
+                        continue
+                    self._held.add(h)
+                    self._jobs.append(h)
+                    self._job_ready.notify()
+                self._keeper_wake.notify()
+            for h in late:
+                await self._release(h)
 
-    async def _shut_down(self, grace_s: float) -> None:
-        """After the poll loop: `grace_s` for the running handlers, then release the rest
-        (and cancel their handlers); acks and nacks under way are awaited."""
-        if self._tasks and grace_s > 0:
-            await asyncio.wait(list(self._tasks.values()), timeout=grace_s)
-        unfinished = [(h, t) for h, t in self._tasks.items() if h.claim(State.RELEASED)]
-        for h, t in unfinished:
+    async def _shut_down(self, n: int, grace_s: float) -> None:
+        """After the poll loop: release what no handler started yet, give the running
+        handlers `grace_s`, then release the rest; acks and nacks under way are awaited."""
+        self._stop.set()
+        async with self._lock:
+            not_started = [h for h in self._jobs if h is not None and h.claim(State.RELEASED)]
+            self._jobs.clear()
+            self._held.difference_update(not_started)
+        for h in not_started:
             await self._release(h)
-            t.cancel()
-        if self._tasks:
-            await asyncio.wait(list(self._tasks.values()))
+        deadline = time.monotonic() + grace_s
+        async with self._lock:
+            while self._held and (left := deadline - time.monotonic()) > 0:
+                await wait_aio(self._changed, min(left, MAIN_WAIT_S))
+            unfinished = [h for h in self._held if h.claim(State.RELEASED)]
+        for h in unfinished:
+            await self._release(h)
+        async with self._lock:
+            while self._settling:  # acks and nacks under way: bounded by the client's timeouts
+                await wait_aio(self._changed, MAIN_WAIT_S)
+            self._finished = True
+            self._acks_ready.notify_all()
+            self._held.clear()
+            self._jobs.extend([None] * n)  # the idle handler loops end
+            self._job_ready.notify_all()
+            self._keeper_wake.notify_all()
+        await abandon_aio(self._loops)
+
+    async def _serve(self) -> None:
+        """A handler loop: runs the jobs it is given until a None."""
+        while True:
+            async with self._lock:
+                while not self._jobs:
+                    await self._job_ready.wait()
+                h = self._jobs.popleft()
+            if h is None:
+                return
+            await self._work(h)
 
     async def _work(self, h: Held) -> None:
-        assert self._plan is not None and self._wake is not None
         call_hook(self.hooks.on_start, h.msg)
         h.started_s = time.monotonic()
-        keeper = asyncio.ensure_future(self._keep_lease(h, self._plan))
         error: Exception | None = None
         try:
-            try:
-                await self.handler(h.msg)
-            except asyncio.CancelledError:
-                if h.claim(State.RELEASED):  # cancelled by its caller, not by a stop: hand it back
-                    await self._release(h)
-                    raise
-            except Exception as e:
-                error = e
-            finally:
-                keeper.cancel()
-            if h.claim(State.SETTLING):
-                if error is None:  # the ack sender acks it; the slot is free once it is answered
-                    done = asyncio.get_running_loop().create_future()
-                    self._acks.append(h)
-                    self._acks_done[h] = done
-                    self._acks_ready.set()
-                    await asyncio.shield(done)
-                else:
-                    await self._nack(h, error)
+            await self.handler(h.msg)
+        except Exception as e:
+            error = e
+        async with self._lock:
+            if not h.claim(State.SETTLING):
+                return  # released by a stop meanwhile
+            self._settling += 1
+            if error is None:  # the ack sender acks it, and frees its slot then
+                self._acks.append(h)
+                self._acks_ready.notify()
+                return
+        try:
+            await self._nack(h, error)
         finally:
-            del self._tasks[h]
-            self._wake.set()
+            await self._settled([h])
+
+    async def _settled(self, done: list[Held]) -> None:
+        async with self._lock:
+            self._settling -= len(done)
+            self._held.difference_update(done)
+            self._changed.notify_all()
 
     async def _nack(self, h: Held, error: Exception) -> None:
         m = h.msg
@@ -205,19 +265,21 @@ class AsyncWorker:
         log.info("handler failed on message %d of %r (attempt %d): %r", m.id, self.queue, m.attempts, error)
         try:
             await self.client._call(_ops.nack(self.queue, m.id, m.lease_id, delay or 0, None, False))
-        except DoqClientError as e:
+        except DoqClientError as e:  # the lease is gone or the cluster unreachable: it comes back
             log.warning("nack of message %d of %r failed: %s (it will be delivered again)", m.id, self.queue, e)
             return
         call_hook(self.hooks.on_failure, m, error, delay)
 
     async def _send_acks(self) -> None:
-        """The ack sender task (see `doq_client.worker.Worker._send_acks`); cancelled once
-        the worker has shut down (nothing is pending then)."""
+        """The ack sender: one AckBatch call for all acks pending (those that come while it
+        is out go in the next), until the worker has shut down."""
         while True:
-            while not self._acks:
-                self._acks_ready.clear()
-                await self._acks_ready.wait()
-            batch, op = take_acks(self._acks, self.queue)
+            async with self._lock:
+                while not self._acks:
+                    if self._finished:
+                        return
+                    await self._acks_ready.wait()
+                batch, op = take_acks(self._acks, self.queue)
             try:
                 results: list[AckResult] | Exception = await self.client._call(op)
             except Exception as e:  # e.g. the client was closed: never leave a slot taken
@@ -226,10 +288,10 @@ class AsyncWorker:
             for h, err in ack_outcomes(batch, results):
                 if err is None:
                     call_hook(self.hooks.on_success, h.msg, now - h.started_s)
-                else:
+                else:  # the lease is gone or the cluster unreachable: it comes back
                     log.warning("ack of message %d of %r failed: %s (it will be delivered again)",
                                 h.msg.id, self.queue, err)
-                self._acks_done.pop(h).set_result(None)
+            await self._settled(batch)
 
     async def _release(self, h: Held) -> None:
         m = h.msg
@@ -241,17 +303,31 @@ class AsyncWorker:
             return
         call_hook(self.hooks.on_release, m)
 
-    async def _keep_lease(self, h: Held, plan: LeasePlan) -> None:
-        """Beside a running handler: extends its message's lease when due (cancelled when
-        the handler ends)."""
+    async def _keep_leases(self) -> None:
+        """The lease keeper: touches each running handler's message when due."""
+        plan = self._plan
+        assert plan is not None
+        while True:
+            async with self._lock:
+                while True:
+                    if self._stop.is_set() and not self._held:
+                        return
+                    now = time.monotonic()
+                    due = [h for h in self._held if h.wants_extend(now)]
+                    if due:
+                        break
+                    waits = [h.next_extend_s - now for h in self._held if h.state is State.RUNNING and not h.lost]
+                    await wait_aio(self._keeper_wake, min(waits) if waits else None)
+            for h in due:
+                await self._extend(h, plan)
+
+    async def _extend(self, h: Held, plan: LeasePlan) -> None:
         m = h.msg
-        while h.state is State.RUNNING and not h.lost:
-            await asyncio.sleep(max(0.0, h.next_extend_s - time.monotonic()))
-            sent_s = time.monotonic()
-            try:
-                outcome: int | Exception = await self.client._call(
-                    _ops.touch(self.queue, m.id, m.lease_id, plan.lease_ms))
-            except Exception as e:  # e.g. the client was closed
-                outcome = e
-            if note_touch(h, plan, self.queue, sent_s, outcome, time.monotonic()):
-                call_hook(self.hooks.on_extend, m, outcome)
+        sent_s = time.monotonic()
+        try:
+            outcome: int | Exception = await self.client._call(
+                _ops.touch(self.queue, m.id, m.lease_id, plan.lease_ms))
+        except Exception as e:  # e.g. the client was closed: the keeper goes on
+            outcome = e
+        if note_touch(h, plan, self.queue, sent_s, outcome, time.monotonic()):
+            call_hook(self.hooks.on_extend, m, outcome)

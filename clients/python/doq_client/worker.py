@@ -1,6 +1,11 @@
+# Generated from doq_client/aio_worker.py by clients/python/unasync.py: do not edit.
+# Edit aio_worker.py, then run `python clients/python/unasync.py`.
+# The imports keep the source's order:
+# ruff: noqa: I001
 """`Worker`: runs a handler on a queue's messages with a concurrency (threads).
 
-Contract (the asyncio `AsyncWorker` keeps the same one; the README shows both):
+Generated from the asyncio worker, `doq_client/aio_worker.py`: one source. Both keep one contract
+(the README shows both):
 - At most `concurrency` handlers run at once, and the worker holds (has leased) at most
   `concurrency` messages: it long-polls (`Dequeue`, `wait_ms=poll_wait_ms`) for as many
   messages as it has free slots, never more: nothing is buffered.
@@ -15,25 +20,29 @@ Contract (the asyncio `AsyncWorker` keeps the same one; the README shows both):
   message is taken (what a poll returns after the stop is released at once); running
   handlers have `grace_s` to finish and be settled; the messages of those still running
   then are *released* (ready again at once, the attempt not counted) and their handlers'
-  outcomes ignored. Nothing is lost: a release or ack that fails leaves the message
-  leased, and it comes back when its lease ends. A handler still running after the grace
-  period runs on in its daemon thread; the process may exit under it.
+  outcomes ignored: an asyncio handler is cancelled; a thread's handler runs on in its
+  daemon thread, and the process may exit under it. Nothing is lost: a release or ack
+  that fails leaves the message leased, and it comes back when its lease ends.
+  Cancelling an asyncio `run()` is a stop without grace.
 - Acks, nacks, touches and releases are unary calls with the delivery's lease id, so the
   client's failover rules retry them safely (`doq_client.retry`). Acks are coalesced: one
   `AckBatch` call carries every ack that came while the previous one was out; a message's
   slot is free once its ack is answered.
+
+The loops: `concurrency` handler loops take the messages the poll loop (`run`) brings in;
+one lease keeper touches the running handlers' messages when due; one ack sender sends
+the acks. Where tasks and threads differ in more than `await`, `doq_client._worker_io`
+has an `*_aio` / `*_sync` pair.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 from doq_client import _ops
@@ -52,20 +61,35 @@ from doq_client._worker_core import (
     retry_in_ms,
     take_acks,
 )
+from doq_client._worker_io import (
+    MAIN_WAIT_S,
+    SIGNALS,
+    ThreadShell,
+    abandon_sync,
+    check_handler_sync,
+    here_sync,
+    interrupted_grace_s_sync,
+    signals_sync,
+    spawn_sync,
+    stop_sync,
+    wait_sync,
+    wait_event_sync,
+)
 from doq_client.errors import DoqClientError
 from doq_client.types import AckResult, Message
 
 log = logging.getLogger("doq_client.worker")
 
 Handler = Callable[[Message], Any]
-SIGNALS = (signal.SIGTERM, signal.SIGINT)
-_MAIN_WAIT_S = 0.2  # the main thread's waits wake up this often, so a signal is never missed
+
+__all__ = ["SIGNALS", "Handler", "Worker"]
 
 
-class Worker:
-    """Runs `handler(msg)` on `queue`'s messages with `concurrency` threads; see the module
-    docstring. Make it with `DoqClient.worker(...)`; `run()` it (blocks), or `start()` it in
-    a background thread and `stop()` / `join()` it (or use it as a context manager)."""
+class Worker(ThreadShell):
+    """Runs `handler(msg)` on `queue`'s messages, at most `concurrency` at once; see
+    the module docstring. Make it with `DoqClient.worker(...)`; `run()` it (blocks), or
+    `start()` it in a background thread and `stop()` / `join()` it (or use it as a
+    context manager); `stop()` ends it gracefully."""
 
     def __init__(
         self,
@@ -77,6 +101,7 @@ class Worker:
         hooks: WorkerHooks | None = None,
         rng: Callable[[], float] = random.random,
     ) -> None:
+        check_handler_sync(handler)
         self.client = client
         self.queue = queue
         self.handler = handler
@@ -86,96 +111,54 @@ class Worker:
         self._lock = threading.RLock()  # RLock: stop() may run in a signal handler
         self._changed = threading.Condition(self._lock)  # a slot freed, a stop, a message settled
         self._keeper_wake = threading.Condition(self._lock)
+        self._acks_ready = threading.Condition(self._lock)
+        self._job_ready = threading.Condition(self._lock)
         self._stop = threading.Event()
         self._held: set[Held] = set()
         self._settling = 0  # messages whose handler returned and whose ack/nack is under way
         self._jobs: deque[Held | None] = deque()
         self._acks: list[Held] = []  # handlers returned: to ack (see _send_acks)
-        self._acks_ready = threading.Condition(self._lock)
         self._finished = False  # shut down: the ack sender ends once nothing is pending
-        self._job_ready = threading.Condition(self._lock)
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
+        self._loops: list[Any] = []  # the handler loops, the lease keeper, the ack sender
+        self._loop: Any = None  # where run() runs (see _worker_io.stop_sync)
+        self._loop_thread = 0
         self._plan: LeasePlan | None = None
         self._max_attempts = 0
 
     # -- control -----------------------------------------------------------------------
     def stop(self) -> None:
         """Stop taking messages and shut down gracefully (see the module docstring).
-        Returns at once; safe from any thread and from a signal handler."""
-        self._stop.set()
-        with self._lock:
-            self._changed.notify_all()
-
-    def start(self) -> Worker:
-        """Run the worker in a background thread (no signal handlers); `stop()` and `join()` it."""
-        def main() -> None:
-            try:
-                self.run(handle_signals=False)
-            except BaseException as e:  # re-raised by join()
-                self._error = e
-
-        self._thread = threading.Thread(target=main, name=f"doq-worker-{self.queue}", daemon=True)
-        self._thread.start()
-        return self
-
-    def join(self, timeout_s: float | None = None) -> bool:
-        """Wait for a started worker to end; True if it ended (re-raises what stopped it)."""
-        assert self._thread is not None, "join() a worker that was start()ed"
-        self._thread.join(timeout_s)
-        if self._thread.is_alive():
-            return False
-        if self._error is not None:
-            raise self._error
-        return True
-
-    def __enter__(self) -> Worker:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-        self.join()
+        Returns at once; safe from any thread (and from a signal handler)."""
+        stop_sync(self)
 
     @property
     def running(self) -> int:
         """Handlers running now."""
-        with self._lock:
-            return sum(1 for h in self._held if h.state is State.RUNNING)
+        return sum(1 for h in list(self._held) if h.state is State.RUNNING)
 
     # -- the loop ------------------------------------------------------------------------
     def run(self, *, handle_signals: bool = True) -> None:
         """Work until `stop()`, then stop gracefully and return. With `handle_signals` and in
         the main thread, SIGTERM and SIGINT call `stop()` meanwhile. Raises a poll's error
         that retrying cannot cure (e.g. `QueueNotFound`), after the graceful stop."""
+        self._loop, self._loop_thread = here_sync()
         q = self.client._call(_ops.get_queue(self.queue))
         self._plan = self.options.plan(q.settings)
         self._max_attempts = q.settings.max_attempts
         n = self.options.concurrency
-        threads = [threading.Thread(target=self._serve, name=f"doq-worker-{i}", daemon=True) for i in range(n)]
-        threads.append(threading.Thread(target=self._keep_leases, name="doq-worker-leases", daemon=True))
-        threads.append(threading.Thread(target=self._send_acks, name="doq-worker-acks", daemon=True))
-        for t in threads:
-            t.start()
+        self._loops = [spawn_sync(self._serve, f"doq-worker-{i}") for i in range(n)]
+        self._loops.append(spawn_sync(self._keep_leases, "doq-worker-leases"))
+        self._loops.append(spawn_sync(self._send_acks, "doq-worker-acks"))
         error: DoqClientError | None = None
-        with self._signals(handle_signals):
+        grace_s = interrupted_grace_s_sync(self.options.grace_s)
+        with signals_sync(handle_signals, self.stop):
             try:
                 error = self._poll()
+                grace_s = self.options.grace_s
             finally:
-                self._shut_down(n)
+                self._shut_down(n, grace_s)
         if error is not None:
             raise error
-
-    @contextmanager
-    def _signals(self, enabled: bool) -> Iterator[None]:
-        if not enabled or threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        old = {s: signal.signal(s, lambda *_: self.stop()) for s in SIGNALS}
-        try:
-            yield
-        finally:
-            for s, h in old.items():
-                signal.signal(s, h)
 
     def _poll(self) -> DoqClientError | None:
         """Take messages for the free slots until a stop; returns a fatal poll error."""
@@ -184,7 +167,7 @@ class Worker:
         while True:
             with self._lock:
                 while not self._stop.is_set() and len(self._held) >= n:
-                    self._changed.wait(_MAIN_WAIT_S)
+                    wait_sync(self._changed, MAIN_WAIT_S)
                 if self._stop.is_set():
                     return None
                 free = n - len(self._held)
@@ -198,7 +181,7 @@ class Worker:
                     self.stop()
                     return e
                 log.warning("worker poll of %r failed (%s); trying again", self.queue, e)
-                self._stop.wait(RETRY_POLL_S)
+                wait_event_sync(self._stop, RETRY_POLL_S)
                 continue
             late: list[Held] = []
             with self._lock:
@@ -214,34 +197,36 @@ class Worker:
             for h in late:
                 self._release(h)
 
-    def _shut_down(self, n: int) -> None:
+    def _shut_down(self, n: int, grace_s: float) -> None:
         """After the poll loop: release what no handler started yet, give the running
-        handlers `grace_s`, then release the rest."""
+        handlers `grace_s`, then release the rest; acks and nacks under way are awaited."""
+        self._stop.set()
         with self._lock:
             not_started = [h for h in self._jobs if h is not None and h.claim(State.RELEASED)]
             self._jobs.clear()
             self._held.difference_update(not_started)
         for h in not_started:
             self._release(h)
-        deadline = time.monotonic() + self.options.grace_s
+        deadline = time.monotonic() + grace_s
         with self._lock:
             while self._held and (left := deadline - time.monotonic()) > 0:
-                self._changed.wait(min(left, _MAIN_WAIT_S))
+                wait_sync(self._changed, min(left, MAIN_WAIT_S))
             unfinished = [h for h in self._held if h.claim(State.RELEASED)]
         for h in unfinished:
             self._release(h)
         with self._lock:
             while self._settling:  # acks and nacks under way: bounded by the client's timeouts
-                self._changed.wait(_MAIN_WAIT_S)
+                wait_sync(self._changed, MAIN_WAIT_S)
             self._finished = True
             self._acks_ready.notify_all()
             self._held.clear()
-            self._jobs.extend([None] * n)  # the idle threads end; busy ones run on (daemon)
+            self._jobs.extend([None] * n)  # the idle handler loops end
             self._job_ready.notify_all()
             self._keeper_wake.notify_all()
+        abandon_sync(self._loops)
 
     def _serve(self) -> None:
-        """A handler thread: runs the jobs it is given until a None."""
+        """A handler loop: runs the jobs it is given until a None."""
         while True:
             with self._lock:
                 while not self._jobs:
@@ -263,7 +248,7 @@ class Worker:
             if not h.claim(State.SETTLING):
                 return  # released by a stop meanwhile
             self._settling += 1
-            if error is None:  # the ack sender thread acks it, and frees its slot then
+            if error is None:  # the ack sender acks it, and frees its slot then
                 self._acks.append(h)
                 self._acks_ready.notify()
                 return
@@ -290,8 +275,8 @@ class Worker:
         call_hook(self.hooks.on_failure, m, error, delay)
 
     def _send_acks(self) -> None:
-        """The ack sender thread: one AckBatch call for all acks pending (those that come
-        while it is out go in the next), until the worker has shut down."""
+        """The ack sender: one AckBatch call for all acks pending (those that come while it
+        is out go in the next), until the worker has shut down."""
         while True:
             with self._lock:
                 while not self._acks:
@@ -323,7 +308,7 @@ class Worker:
         call_hook(self.hooks.on_release, m)
 
     def _keep_leases(self) -> None:
-        """The lease keeper thread: touches each running handler's message when due."""
+        """The lease keeper: touches each running handler's message when due."""
         plan = self._plan
         assert plan is not None
         while True:
@@ -336,7 +321,7 @@ class Worker:
                     if due:
                         break
                     waits = [h.next_extend_s - now for h in self._held if h.state is State.RUNNING and not h.lost]
-                    self._keeper_wake.wait(min(waits) if waits else None)
+                    wait_sync(self._keeper_wake, min(waits) if waits else None)
             for h in due:
                 self._extend(h, plan)
 
@@ -344,8 +329,9 @@ class Worker:
         m = h.msg
         sent_s = time.monotonic()
         try:
-            outcome: int | Exception = self.client._call(_ops.touch(self.queue, m.id, m.lease_id, plan.lease_ms))
-        except Exception as e:  # e.g. the client was closed: the keeper thread goes on
+            outcome: int | Exception = self.client._call(
+                _ops.touch(self.queue, m.id, m.lease_id, plan.lease_ms))
+        except Exception as e:  # e.g. the client was closed: the keeper goes on
             outcome = e
         if note_touch(h, plan, self.queue, sent_s, outcome, time.monotonic()):
             call_hook(self.hooks.on_extend, m, outcome)

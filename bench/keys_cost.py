@@ -1,8 +1,8 @@
 """What checking client keys costs the data path: the per-message producer and consumer of
-`doq.bench.side_by_side` (one enqueue and one confirmation per message; one ack per
+`bench/side_by_side.py` (one enqueue and one confirmation per message; one ack per
 message), alternating run by run in one run.
 
-    python -m doq.bench.keys_cost [--runs 3] [--count 100000] [--consume-count 50000]
+    python bench/keys_cost.py [--runs 3] [--count 100000] [--consume-count 50000]
 
 A loopback node without `--secure` requires no key but checks a presented one exactly as a
 secure node does (authentication once per call or stream, scopes and queue prefixes per
@@ -29,8 +29,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from doq.bench import alternating
-from doq.bench import side_by_side as sbs
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "clients" / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/NAME.py`: this checkout first
+
+from bench import alternating
+from bench import side_by_side as sbs
 
 
 @contextlib.contextmanager
@@ -92,12 +95,12 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="doq-keys-cost-") as tmp, \
             sbs.doq_server(Path(tmp) / "open") as open_node, \
             sbs.doq_server(Path(tmp) / "secure", secure=True) as secure_node:
-        open_url = _http_of(Path(tmp) / "open")
+        open_url = open_node.http_url
         client_key = _create_key(open_url, "", ["produce:sbs-", "consume:sbs-"])
         produce_consume = _create_key(open_url, "", ["produce", "consume"])
         admin = (Path(tmp) / "secure" / "data" / "admin.key").read_text().strip()
         assert secure_node.ca_file
-        secure_key = _create_key(_http_of(Path(tmp) / "secure"), admin, ["produce", "consume"],
+        secure_key = _create_key(secure_node.http_url, admin, ["produce", "consume"],
                                  ssl.create_default_context(cafile=secure_node.ca_file))
         systems = [("keys off", open_node, "", ""), ("keys on", open_node, produce_consume, ""),
                    ("prefix key", open_node, client_key, ""), ("secure", secure_node, secure_key, admin)]
@@ -117,15 +120,6 @@ def main(argv: list[str] | None = None) -> int:
     if ns.json:
         Path(ns.json).write_text(json.dumps({"runs": runs, "summary": summary}, indent=2))
     return 0
-
-
-def _http_of(root: Path) -> str:
-    """The HTTP URL of the node `doq_server` started under `root` (from its log line)."""
-    for line in (root / "doq-1.log").read_text().splitlines():
-        if "ready: grpc=" in line:
-            scheme = "https" if "TLS on every port" in (root / "doq-1.log").read_text() else "http"
-            return f"{scheme}://" + line.rsplit("http=", 1)[1].strip()
-    raise RuntimeError(f"no ready line in {root / 'doq-1.log'}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """A big backup chain, quickly, for `doq verify` figures (not a test):
-`python -m doq.bench.chain --dir DIR [--messages 10000000] [--files 4] [--value-bytes 100]`.
+`python bench/chain.py --dir DIR [--messages 10000000] [--files 4] [--value-bytes 100]`.
 
 Writes DIR/000000-full.bak and DIR/00000N-since-V.bak (the layout of `doq backup --dir`)
 straight from a synthetic history, without a node: records encoded by doq.queues (the
@@ -23,10 +23,14 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "clients" / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/NAME.py`: this checkout first
 
 from doq.backup.format import DEFAULT_FRAME_BYTES, BackupWriter, Record
 from doq.queues import keys as K

@@ -1,5 +1,5 @@
 """What the client door adds per frame and per call, measured on the handler objects the
-gRPC interceptor builds (no network, no node): `python -m doq.bench.door_micro`.
+gRPC interceptor builds (no network, no node): `python bench/door_micro.py`.
 
 A stream handler that answers each request frame is run over 200k frames, bare and as
 `doq.auth.grpc_door._queue_checked` wraps it for a prefix-limited key (CPU time per
@@ -7,10 +7,16 @@ frame); then `Authorizer.authenticate` (once per call or stream)."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import grpc
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "clients" / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/NAME.py`: this checkout first
+
 from doq_proto.v1 import doq_pb2 as pb
 
 from doq.auth import tokens

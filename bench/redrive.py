@@ -1,6 +1,6 @@
 """How fast a redrive moves a dead-letter queue's messages, and how closely it keeps its rate.
 
-`python -m doq.bench.redrive --server URL --messages 20000 [--rate 0,500,2000]`: for each
+`python bench/redrive.py --server URL --messages 20000 [--rate 0,500,2000]`: for each
 rate (0: no limit), on the node at URL (any member), creates `redrive_bench_src` (which
 dead-letters into `redrive_bench_dlq`) and the DLQ, fills the DLQ with `--messages`
 messages (batches of 1000, `--payload-bytes` each), starts a redrive, follows it with
@@ -64,7 +64,7 @@ def run_one(base: str, messages: int, rate: int, payload_bytes: int, poll_s: flo
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m doq.bench.redrive", description=__doc__,
+    p = argparse.ArgumentParser(prog="python bench/redrive.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--server", default="http://127.0.0.1:8000")
     p.add_argument("--messages", type=int, default=20_000)

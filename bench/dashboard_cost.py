@@ -1,10 +1,10 @@
 """What an open dashboard costs the data path: the per-message producer and consumer of
-`doq.bench.side_by_side` (one enqueue and one confirmation per message; one ack per
+`bench/side_by_side.py` (one enqueue and one confirmation per message; one ack per
 message) against one node, alternating run by run between "no page" and "page open" (a
 reader of the node's `GET /events` stream, the one the dashboard at `/ui` keeps open,
 reading every event while the clients run).
 
-    python -m doq.bench.dashboard_cost [--runs 3] [--count 100000] [--consume-count 50000] [--json FILE]
+    python bench/dashboard_cost.py [--runs 3] [--count 100000] [--consume-count 50000] [--json FILE]
 
 Prints the median rate and the mean server CPU time per message, with the
 differences to "no page"; `--json FILE` writes every run.
@@ -23,8 +23,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from doq.bench import alternating
-from doq.bench import side_by_side as sbs
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "clients" / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/NAME.py`: this checkout first
+
+from bench import alternating
+from bench import side_by_side as sbs
 
 NAMES = ("no page", "page open")
 
@@ -62,16 +65,8 @@ def open_page(http_host: str, http_port: int) -> Iterator[list[int]]:
         conn.close()  # only once the reader is done with the response (no race on its file)
 
 
-def _http_of(root: Path) -> tuple[str, int]:
-    for line in (root / "doq-1.log").read_text().splitlines():
-        if "ready: grpc=" in line:
-            host, port = line.rsplit("http=", 1)[1].strip().rsplit(":", 1)
-            return host, int(port)
-    raise RuntimeError(f"no ready line in {root / 'doq-1.log'}")
-
-
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m doq.bench.dashboard_cost", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python bench/dashboard_cost.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--count", type=int, default=100_000)
     p.add_argument("--consume-count", type=int, default=50_000)
@@ -81,12 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {name: {} for name in NAMES}
     with tempfile.TemporaryDirectory(prefix="doq-dashboard-cost-") as tmp, \
             sbs.doq_server(Path(tmp) / "node") as server:
-        host, port = _http_of(Path(tmp) / "node")
+        host, port = server.http_url.split("://", 1)[1].rsplit(":", 1)
         for run in range(ns.runs):
             for workload in args.workloads:
                 for i, name in enumerate(NAMES if run % 2 == 0 else NAMES[::-1]):
                     run_id = run * 10 + i
-                    with open_page(host, port) if name == "page open" else contextlib.nullcontext([0]) as events:
+                    with open_page(host, int(port)) if name == "page open" else contextlib.nullcontext([0]) as events:
                         r = sbs.run_once("doq", server, workload, run_id, args)
                     r["events_read"] = events[0]
                     if name == "page open" and events[0] == 0 and r["seconds"] > 2:

@@ -1,5 +1,5 @@
 """The summary of benches that alternate clients run by run against one baseline
-(`doq.bench.keys_cost`, `doq.bench.dashboard_cost`): per workload and client, the median
+(`bench/keys_cost.py`, `bench/dashboard_cost.py`): per workload and client, the median
 rate and the mean server CPU time per message, each with its difference to the baseline."""
 
 from __future__ import annotations
