@@ -1516,7 +1516,7 @@ class QueueMachine:
             views.extend(self._views(q, ids, recs, exp, lids, news))
             return news
 
-        self.store.rewrite_many(mkeys, lease)
+        self.store.rewrite_many(mkeys, lease, lease_only=True)
         hi = exp << 96
         qn = q.qnum
         lease_keys = [hi | (id_ << 32) | qn for id_ in ids]

@@ -200,6 +200,15 @@ class PairList:
         self._len -= len(outa)
         return outa, outb
 
+    def pop_first(self) -> tuple[int, int]:
+        """Remove and return the smallest pair (IndexError if empty)."""
+        ca, cb = self._as[0], self._bs[0]
+        a, b = ca.pop(0), cb.pop(0)
+        if not ca:
+            del self._as[0], self._bs[0], self._maxes[0]
+        self._len -= 1
+        return a, b
+
     def pop_through(self, a_max: int) -> tuple[list[int], list[int]]:
         """Remove and return every pair whose a is <= `a_max`, in order, as (a's, b's)."""
         as_ = self._as

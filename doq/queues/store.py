@@ -31,9 +31,12 @@ class Store(Protocol):
         """`delete` of each key (keys of one kind)."""
         ...
 
-    def rewrite_many(self, keys: list[bytes], edit: Callable[[list[bytes]], list[bytes]]) -> None:
+    def rewrite_many(self, keys: list[bytes], edit: Callable[[list[bytes]], list[bytes]], *,
+                     lease_only: bool = False) -> None:
         """Put record `keys[i]` = `edit(old)[i]`, `old` being the current records of `keys`
-        (distinct keys of one kind, each of which exists); `edit` is called once."""
+        (distinct keys of one kind, each of which exists); `edit` is called once.
+        `lease_only`: the caller's word that `edit` changes only the lease fields of
+        message records (`doq.queues.records.lease_only`), so a store need not compare."""
         ...
 
     def pop_many(self, keys: list[bytes]) -> list[bytes | None]:
@@ -68,7 +71,8 @@ class MemoryStore:
         for k in keys:
             self.data.pop(k, None)
 
-    def rewrite_many(self, keys: list[bytes], edit: Callable[[list[bytes]], list[bytes]]) -> None:
+    def rewrite_many(self, keys: list[bytes], edit: Callable[[list[bytes]], list[bytes]], *,
+                     lease_only: bool = False) -> None:
         news = edit([self.data[k] for k in keys])
         self.data.update(zip(keys, news, strict=True))
 

@@ -133,13 +133,15 @@ CLUSTER_KEY = b"\x00cluster"
 MAX_CLUSTER_ID_BYTES = 128
 PRUNE_EVERY = 1024
 # stale versions entries are collected once there are MIN_COLLECT of them and at least
-# 1/COLLECT_FRACTION of the index (each collection rewrites most pages of the index)
+# 1/COLLECT_FRACTION of the index (each collection rewrites most pages of the index: the
+# larger the fraction, the fewer page writes per entry, the larger the index meanwhile)
 MIN_COLLECT = 1 << 16
-COLLECT_FRACTION = 16
+COLLECT_FRACTION = 8
 # the bodies of deleted messages are removed once MIN_COMPACT of them wait, and at least
-# 1/COMPACT_FRACTION of the bodies kept (each compaction rewrites most pages of the bodies)
+# 1/COMPACT_FRACTION of the bodies kept (each compaction rewrites most pages of the bodies;
+# a quarter: at most a third more bodies than live ones, and their keys in `_TxnSink.gone`)
 MIN_COMPACT = 1 << 16
-COMPACT_FRACTION = 8
+COMPACT_FRACTION = 4
 SWEEP_CHUNK = 1 << 14  # keys a commit removes at most, of a compaction or a collection
 DEFAULT_TOMBSTONE_RETENTION = 1_000_000
 DUMP_MAGIC = b"DOQSTATE1"
@@ -228,8 +230,23 @@ def _scattered(keys: list[bytes]) -> bool:
     rewriting them in place would write about a page each."""
     if len(keys) < 2:
         return False
-    ids = [_V.unpack_from(k, len(k) - 8)[0] for k in keys]
-    return max(ids) - min(ids) > 4 * len(keys)
+    lo, hi = min(keys), max(keys)  # a queue's keys sort by id (its prefix, then u64 BE)
+    if len(lo) != len(hi) or lo[:-8] != hi[:-8]:
+        return True  # keys of several queues
+    return _V.unpack_from(hi, len(hi) - 8)[0] - _V.unpack_from(lo, len(lo) - 8)[0] > 4 * len(keys)
+
+
+def _adjacent(entries: list[bytes]) -> bool:
+    """Versions entries (version + key) that are (nearly) adjacent in the index, so that
+    deleting them in place writes few pages: at least 8 per version, and all of one
+    version (a batch's writes, e.g. the deliveries an ack ends) or, of messages, not
+    scattered by id (a version's message entries follow their ids: entries of several
+    versions picked across the id range, e.g. a fair queue's round-robin over groups
+    filled as blocks, would each write a page)."""
+    versions = {e[:8] for e in entries}
+    if len(entries) < 8 * len(versions):
+        return False
+    return len(versions) == 1 or entries[0][8] != _MSG or not _scattered([e[8:] for e in entries])
 
 
 class _TxnSink:
@@ -252,7 +269,7 @@ class _TxnSink:
       bodies in key order, in chunks.
     - Versions: a versions entry that stops being live (record rewritten or deleted) is
       noted in state_stale (this version + the entry: an append) unless the entries of
-      the call are dense (few versions: adjacent in the index) or of this very version
+      the call are adjacent in the index (`_adjacent`) or of this very version
       (the same key may be written again in this version); `StateStore._sweep` deletes
       the noted entries in key order, in chunks. Readers of the index skip an entry
       whose record is absent or at another version.
@@ -284,7 +301,7 @@ class _TxnSink:
         if not entries:
             return
         txn, ver = self.txn, self.ver
-        if not self.lazy or len(entries) >= 8 * len({e[:8] for e in entries}):
+        if not self.lazy or _adjacent(entries):
             _walk(txn.cursor(db=self.versions), sorted(entries), pop=True)
             return
         now = [e for e in entries if e[:8] == ver]
@@ -414,28 +431,23 @@ class _TxnSink:
         """Delete the messages of `keys` that have a lease entry (scattered: noted gone,
         see the class docstring), reading only that entry; the other keys, to delete."""
         txn, leased, noted, ver = self.txn, self.leased, self.gone, self.ver
-        pop, leases = txn.pop, self.leases
-        rest: list[bytes] = []
-        done: list[bytes] = []
-        old_versions: list[bytes] = []
-        for k in keys:
-            if k in leased and k not in noted:
-                leased.discard(k)
-                noted.add(k)
-                old_versions.append(pop(k, db=leases)[:8] + k)
-                done.append(k)
-            else:
-                rest.append(k)
-        if done:
-            txn.cursor(db=self.gone_db).putmulti([(ver + k, b"") for k in done])
-            self._unversion(old_versions)
-            txn.cursor(db=self.tombs).putmulti([(ver + k, b"") for k in done])
-        return rest
+        done = sorted({k for k in keys if k in leased} - noted)
+        if not done:
+            return keys
+        leased.difference_update(done)
+        noted.update(done)
+        olds = _walk(txn.cursor(db=self.leases), done, pop=True)
+        txn.cursor(db=self.gone_db).putmulti([(ver + k, b"") for k in done])
+        self._unversion([o[:8] + k for k, o in zip(done, olds, strict=True)])  # type: ignore[index]
+        txn.cursor(db=self.tombs).putmulti([(ver + k, b"") for k in done])
+        return [k for k in keys if k not in noted]
 
-    def rewrite_many(self, keys: list[bytes], edit: Callable[[list[bytes]], list[bytes]]) -> None:
+    def rewrite_many(self, keys: list[bytes], edit: Callable[[list[bytes]], list[bytes]], *,
+                     lease_only: bool = False) -> None:
         """`put` of `edit(old records)` over existing keys of one kind: the records read
         through a cursor; the bodies (or, lease fields only of scattered messages, the
-        lease entries) and the new version entries written by one C call per database."""
+        lease entries) and the new version entries written by one C call per database.
+        `lease_only`: every edit changes lease fields only (not compared again)."""
         txn = self.txn
         assert txn is not None
         if not keys:
@@ -449,14 +461,18 @@ class _TxnSink:
             olds = [_compose(o, get(k, db=leases)) if k in leased else o for k, o in zip(keys, olds, strict=True)]
         news = edit([o[8:] for o in olds])
         ver = self.ver
-        if kind == _MSG and self.lazy and _scattered(keys):
-            lease_only = R.lease_only
+        if kind == _MSG and self.lazy and lease_only and _scattered(keys):
+            at, end = R.LEASE_AT, R.LEASE_END
+            txn.cursor(db=self.leases).putmulti([(k, ver + n[at:end]) for k, n in zip(keys, news, strict=True)])
+            leased.update(keys)
+        elif kind == _MSG and self.lazy and _scattered(keys):
+            is_lease = R.lease_only
             at, end = R.LEASE_AT, R.LEASE_END
             leases = self.leases
             bodies = []
             lease_items = []
             for k, o, n in zip(keys, olds, news, strict=True):
-                if lease_only(o[8:], n):
+                if is_lease(o[8:], n):
                     lease_items.append((k, ver + n[at:end]))
                     leased.add(k)
                 else:
@@ -502,6 +518,15 @@ def _walk(cur: Any, keys: list[bytes], *, pop: bool) -> list[bytes | None]:
         ap(value())
         step()
     return out
+
+
+def _drop_keys(cur: Any, keys: list[bytes]) -> None:
+    """Delete `keys` (ascending; absent ones skipped) through the cursor `cur`: `_walk`
+    with `pop`, without reading the values."""
+    key, set_key, delete = cur.key, cur.set_key, cur.delete
+    for k in keys:
+        if key() == k or set_key(k):
+            delete()
 
 
 class _Sweep:
@@ -945,7 +970,7 @@ class StateStore:
         if self._compacting is not None:
             sw = self._compacting
             chunk = sw.take()
-            _walk(txn.cursor(db=msgs), chunk, pop=True)
+            _drop_keys(txn.cursor(db=msgs), chunk)
             sink.gone.difference_update(chunk)
             if sw.done:
                 self._drop_notes(txn, self._gone, sw.upto)
@@ -965,18 +990,20 @@ class StateStore:
         """Delete the versions `entries` (sorted) noted stale. None can be live again: a
         key's later writes have later versions (a restore, whose records may come in any
         order, writes through a sink that notes nothing)."""
-        _walk(txn.cursor(db=self._versions), entries, pop=True)
+        _drop_keys(txn.cursor(db=self._versions), entries)
 
     @staticmethod
     def _drop_notes(txn: Any, db: Any, upto: bytes) -> int:
-        """Delete the notes of `db` written before version `upto` (its first keys); their count."""
+        """Delete the notes of `db` written before version `upto` (its first keys); their
+        count. The notes after them (written while a sweep went on: few) are kept aside,
+        the table emptied at once and they put back: no walk over the notes dropped."""
         cur = txn.cursor(db=db)
-        n = 0
-        if cur.first():
-            while cur.key()[:8] < upto:
-                n += 1
-                if not cur.delete():
-                    break
+        kept = list(cur.iternext(values=False)) if cur.set_range(upto) else []
+        n = txn.stat(db)["entries"] - len(kept)
+        if n:
+            txn.drop(db, delete=False)
+            if kept:
+                txn.cursor(db=db).putmulti([(bytes(k), b"") for k in kept], append=True)
         return n
 
     def _settle_before(self, txn: Any, cutoff: bytes) -> None:

@@ -603,3 +603,28 @@ def test_removals_spread_over_commits_chunk_by_chunk(tmp_path: Path, monkeypatch
     assert st._compacting is None and st._collecting is None
     assert _db_items(env, b"state_gone") == {} and _versions_index(env) == (_live_versions(st), 0)
     assert set(_db_items(env, b"state_messages")) == {k for k, _, _ in _live(st) if k[0] == K.MESSAGE}
+
+
+def test_round_robin_deliveries_across_block_filled_groups_note_their_old_versions(tmp_path: Path) -> None:
+    """A fair queue's groups filled as blocks, delivered round-robin: the messages' old
+    versions entries are few per version but spread across the index (one per group), so
+    they are noted stale (an append), not deleted in place (a page each); an ack of the
+    deliveries deletes their entries (all of one version: adjacent) in place."""
+    env, st = _open(tmp_path / "a")
+    fill = [_batch(1, T0, c.CreateQueue("q", "fair", QueueSettings()))]
+    for v in (2, 3):  # two versions of ten groups of ten messages each (ids 1..200)
+        groups = [f"g{v}{g}" for g in range(10) for _ in range(10)]
+        fill.append(_batch(v, T0, c.EnqueueColumns("q", [b"m"] * 100, groups=groups)))
+    apply(env, st, fill)
+    out = apply(env, st, [_batch(4, T0, c.Dequeue("q", 20))])[0][0]
+    ids = [m.id for m in out]  # type: ignore[attr-defined]
+    assert sorted(ids) == list(range(1, 200, 10))  # one per group
+    old = {(2 if i <= 100 else 3).to_bytes(8, "big") + K.message_key("q", i) for i in ids}
+    noted = {k[8:] for k in _db_items(env, b"state_stale")}
+    assert old <= noted
+    assert old <= _versions_index(env)[0]  # left in the index, skipped by readers
+    assert {k for k, _, ver in _live(st) if k[0] == K.MESSAGE and ver == 4} == {K.message_key("q", i) for i in ids}
+    apply(env, st, [_batch(5, T0, c.Ack("q", ids, [m.lease_id for m in out]))])  # type: ignore[attr-defined]
+    index, _ = _versions_index(env)
+    assert not {e for e in index if e[:8] == (4).to_bytes(8, "big") and e[8] == K.MESSAGE}
+    assert {k[8:] for k in _db_items(env, b"state_stale")} == noted
