@@ -122,6 +122,9 @@ class RaftNodeConfig:
     read_timeout_ms: int = 5_000  # ReadIndex not served by then -> Unavailable
     admin_timeout_ms: int = 10_000  # membership change / transfer not applied by then
     max_inflight_msgs: int = 256
+    # the commit index rides the next append or heartbeat (RaftConfig.broadcast_commit):
+    # a follower applies it in the write of its next entries, not in a write of its own
+    broadcast_commit: bool = False
     max_msg_bytes: int = 4 << 20
     snapshot_chunk_bytes: int = 1 << 20
     restore_chunk_bytes: int = DEFAULT_CHUNK_BYTES  # records per RestoreChunk entry (uncompressed)
@@ -589,6 +592,7 @@ class RaftNode:
             id=self.node_id, election_tick=self.cfg.election_tick,
             heartbeat_tick=self.cfg.heartbeat_tick, max_inflight_msgs=self.cfg.max_inflight_msgs,
             max_msg_bytes=self.cfg.max_msg_bytes, snapshot_chunk_bytes=self.cfg.snapshot_chunk_bytes,
+            broadcast_commit=self.cfg.broadcast_commit,
         )
         core = RaftCore(rcfg, self.storage, random.Random(self._rng.getrandbits(64)))
         if core.voters == (self.node_id,):
