@@ -63,3 +63,41 @@ async def test_shutdown_finishes_earlier_jobs_then_refuses() -> None:
     assert not stopper.is_alive() and ran == [1]
     with pytest.raises(RuntimeError):
         w.call(ran.append, 2)
+
+
+async def test_run_here_runs_on_the_calling_thread_when_no_job_runs() -> None:
+    w = WriterThread("test-writer")
+    assert await w.call(len, "ab") == 2  # the thread exists and is idle
+    ran, value = w.run_here(lambda x: (x, threading.current_thread().name), 7)
+    assert ran and value == (7, threading.current_thread().name)
+    with pytest.raises(ValueError, match="boom"):
+        w.run_here(int, "boom")
+    w.shutdown()
+
+
+async def test_run_here_refuses_while_a_job_runs_and_a_job_never_overlaps_it() -> None:
+    w = WriterThread("test-writer")
+    started, gate = threading.Event(), threading.Event()
+
+    def long_job(_: object) -> None:
+        started.set()
+        gate.wait(30)
+
+    first = w.call(long_job, None)
+    assert await asyncio.to_thread(started.wait, 30)
+    assert w.run_here(len, "abc") == (False, None)  # a job runs: nothing ran here
+    gate.set()
+    await first
+    # a job given while `run_here` runs starts only once it is done
+    order: list[str] = []
+    later: list[asyncio.Future[None]] = []
+
+    def here(_: object) -> None:
+        later.append(w.call(order.append, "job"))
+        assert not threading.Event().wait(0.2)  # give the thread time to (wrongly) start it
+        order.append("here")
+
+    assert w.run_here(here, None)[0]
+    await later[0]
+    assert order == ["here", "job"]
+    w.shutdown()
