@@ -107,8 +107,6 @@ TransportFactory = Callable[[OnMessages], RaftTransport]
 
 
 T = TypeVar("T")
-INLINE_MAX_BYTES = 64 << 10  # a follower's write of at most this much entry data runs on its loop
-INLINE_MAX_ENTRIES = 64  # ... and applies at most this many entries (`RaftNode._inline`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1093,8 +1091,6 @@ class RaftNode:
             delay_s, max_delay_s = 0.05, self.cfg.nospace_retry_max_ms / 1000
             while True:
                 try:
-                    if self._inline(job) and self._writer.run_here(self._write, job)[0]:
-                        break
                     await self._writer.call(self._write, job)
                     break
                 except Exception as e:
@@ -1117,20 +1113,6 @@ class RaftNode:
             if self.gauge is not None:
                 self._admitted_bytes = 0
                 self._refresh_alarms()
-
-    def _inline(self, job: _Job) -> bool:
-        """Is this write a follower's small one, run on the event loop itself (no hand-off
-        to the writer thread and back: two thread wake-ups fewer before its answer to the
-        leader)? A follower's loop has nothing to do meanwhile but queue the next frames
-        (gRPC's threads read them) and answer heartbeats (a few ms late at worst). Not a
-        leader's (its loop sends its appends while it writes), nor a snapshot, nor a write
-        over `INLINE_MAX_BYTES` or under log pressure."""
-        core = self.core
-        if (core is None or core.role != Role.FOLLOWER or job.snapshot is not None
-                or job.compact_floor is not None or len(job.committed) > INLINE_MAX_ENTRIES):
-            return False
-        size = sum(len(e.data) for e in job.entries) + sum(len(e.data) for e in job.committed)
-        return size <= INLINE_MAX_BYTES
 
     def _write(self, job: _Job) -> None:
         """Writer thread: the Ready's durable part and the apply, in ONE txn (fsync)."""

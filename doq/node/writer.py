@@ -21,9 +21,7 @@ class WriterThread(concurrent.futures.Executor):
     `call_soon_threadsafe` to end (`run_in_executor` chains a `concurrent.futures.Future`
     and more work on both threads). As an `Executor` (`submit`) it serves
     `run_in_executor` for the rest. The thread starts with the first job; `shutdown`
-    lets the jobs given before it finish. `run_here(fn, arg)` runs `fn(arg)` on the calling
-    thread instead, at once, when no job is running (no hand-off at all; a job given
-    meanwhile starts after it): a job and such a run never overlap."""
+    lets the jobs given before it finish."""
 
     def __init__(self, name: str) -> None:
         self._name = name
@@ -31,7 +29,6 @@ class WriterThread(concurrent.futures.Executor):
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._closed = False
-        self._exclusive = threading.Lock()  # held by the running job or `run_here`
 
     def call(self, fn: Callable[[T], R], arg: T) -> asyncio.Future[R]:
         """Run `fn(arg)` on the thread; the future (of the running loop) gets its result
@@ -49,17 +46,6 @@ class WriterThread(concurrent.futures.Executor):
 
         self._put(job)
         return fut
-
-    def run_here(self, fn: Callable[[T], R], arg: T) -> tuple[bool, R | None]:
-        """`(True, fn(arg))` run on the calling thread if no job is running now (a job
-        dequeued meanwhile waits for it to end); `(False, None)`, without running `fn`,
-        if one is. An exception of `fn` propagates. `fn` must not wait for this thread."""
-        if not self._exclusive.acquire(blocking=False):
-            return False, None
-        try:
-            return True, fn(arg)
-        finally:
-            self._exclusive.release()
 
     def submit(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[R]:
         f: concurrent.futures.Future[R] = concurrent.futures.Future()
@@ -97,8 +83,7 @@ class WriterThread(concurrent.futures.Executor):
 
     def _work(self) -> None:
         while (job := self._jobs.get()) is not None:
-            with self._exclusive:
-                job()
+            job()
 
 
 def _settle(fut: asyncio.Future[Any], result: object, error: BaseException | None) -> None:

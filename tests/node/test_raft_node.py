@@ -738,38 +738,3 @@ async def test_the_commit_metrics_observe_every_durable_write(tmp_path: Path) ->
         assert n.writes > 0 and len(n.observed) == n.writes, (n.node_id, n.writes, len(n.observed))
         assert 0 in n.observed  # some writes appended (or voted) without applying
     assert isinstance(leader, CountsWrites) and sum(leader.observed) >= 20
-
-
-class RecordsWriteThreads(RaftNode):
-    """Records, for each durable write, the node's role and whether it ran on the loop."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.write_threads: list[tuple[str, bool]] = []
-
-    def _write(self, job: Any) -> None:
-        role = self.core.role.name if self.core is not None else "?"
-        self.write_threads.append((role, threading.current_thread() is threading.main_thread()))
-        super()._write(job)
-
-
-async def test_a_follower_writes_small_readies_on_its_loop_a_leader_on_its_writer(tmp_path: Path) -> None:
-    """A follower's small write runs on its event loop (`RaftNode._inline`: no hand-off to
-    the writer thread and back before its answer); a leader's on its writer thread (its
-    loop sends its appends meanwhile). What the followers answer is still durable first
-    (`Net` checks every message against the sender's files)."""
-    cl = await three(tmp_path, node_cls=RecordsWriteThreads)
-    leader = await cl.wait_leader()
-    for n in cl.nodes.values():
-        assert isinstance(n, RecordsWriteThreads)
-        n.write_threads.clear()
-    for i in range(20):  # one call at a time
-        await leader.propose(enq(i))
-    await cl.converged()
-    assert isinstance(leader, RecordsWriteThreads)
-    assert leader.write_threads and all(r == ("LEADER", False) for r in leader.write_threads)
-    for n in cl.nodes.values():
-        if n is not leader:
-            assert isinstance(n, RecordsWriteThreads)
-            assert n.write_threads and all(r == ("FOLLOWER", True) for r in n.write_threads), n.write_threads
-    assert not cl.net.violations, cl.net.violations[:5]
