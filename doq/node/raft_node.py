@@ -977,7 +977,15 @@ class RaftNode:
             early, messages = self._early_messages(core, rd)
             if early:  # replicated while this node persists them (see `_early_messages`)
                 self.transport.send(early)
+            apply = self._apply_after_answering(core, job)
             await self._write_off_loop(job)
+            if apply is not None:  # the entries are durable: answer the leader, then apply
+                if messages:
+                    self.transport.send(messages)
+                    messages = []
+                await self._write_off_loop(apply)
+                job.results, job.members = apply.results, apply.members
+                job.cluster_id_changed, job.compacted = apply.cluster_id_changed, job.compacted + apply.compacted
         if job.admitted:
             self.identity = self.identity.ungated()
             core.allow_voting(True)
@@ -1028,6 +1036,21 @@ class RaftNode:
             log.info("node %s was removed from the cluster", self.node_id)
             self._removed = True
             self._on_soft_state(core.lead, core.role)
+
+    def _apply_after_answering(self, core: RaftCore, job: _Job) -> _Job | None:
+        """A follower whose Ready brings new entries and committed ones persists the
+        entries first (its answers to the leader acknowledge only them) and applies the
+        committed entries in a second write, after sending its answers: the leader's commit
+        does not wait for this follower's apply (the commit index reaches it with the next
+        entries, `RaftConfig.broadcast_commit`). Takes the apply out of `job` and returns
+        it (None: one write does both, as for a leader, a snapshot or a Ready without both).
+        A crash between the two writes re-applies the committed entries from the log."""
+        if core.role != Role.FOLLOWER or not job.entries or not job.committed or job.snapshot is not None:
+            return None
+        apply = _Job(None, [], None, job.committed, job.own_snapshot, compact_floor=job.compact_floor,
+                     durable_committed=job.durable_committed, answer=job.answer)
+        job.committed, job.own_snapshot, job.answer, job.durable_committed = [], None, None, 0
+        return apply
 
     def _answer_early(self, job: _Job) -> None:
         """Let the writer answer the proposals of committed entries as soon as it has
