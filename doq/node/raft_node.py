@@ -16,7 +16,9 @@ leadership loss) is in docs/raft.md, "The node driver"; in short:
 - Per Ready, on the writer thread in ONE LMDB write txn committed with fsync: install the
   snapshot, append the entries, set the hard state, apply the committed entries (and the
   member addresses of conf changes). Only then: send the messages (a leader's appends and
-  heartbeats leave before the write: `_early_messages`), apply conf changes to the core,
+  heartbeats leave before the write: `_early_messages`; a follower with new entries and
+  committed ones answers after persisting the entries and applies in a second write:
+  `_apply_after_answering`), apply conf changes to the core,
   resolve the proposers' futures with the machine's results, serve reads, `advance`.
 - A proposal resolves when its entry is applied with the term it was proposed in;
   otherwise (another leader's entry won that index, a snapshot covered it, leadership was
