@@ -125,7 +125,8 @@ class RaftNodeConfig:
     admin_timeout_ms: int = 10_000  # membership change / transfer not applied by then
     max_inflight_msgs: int = 256
     # the commit index rides the next append or heartbeat (RaftConfig.broadcast_commit):
-    # a follower applies it in the write of its next entries, not in a write of its own
+    # a follower applies it with its next entries (after answering them), not in a Ready
+    # of its own
     broadcast_commit: bool = False
     max_msg_bytes: int = 4 << 20
     snapshot_chunk_bytes: int = 1 << 20

@@ -26,8 +26,8 @@ class RaftConfig:
       (etcd-raft's behaviour). ``False``: the commit index rides the next append or
       heartbeat (Raft paper §5.3: "it includes that index in future AppendEntries RPCs
       (including heartbeats)"), so a follower learns it at most one heartbeat later and
-      applies it in the write that persists its next entries: one message each way and
-      one durable write per follower fewer per commit.
+      applies it in the Ready that persists its next entries: one message each way and
+      one Ready per follower fewer per commit.
     - ``bugs``: names from :data:`KNOWN_BUGS`; empty in production.
     """
 
