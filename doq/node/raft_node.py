@@ -1045,8 +1045,9 @@ class RaftNode:
         """A follower whose Ready brings new entries and committed ones persists the
         entries first (its answers to the leader acknowledge only them) and applies the
         committed entries in a second write, after sending its answers: the leader's commit
-        does not wait for this follower's apply (the commit index reaches it with the next
-        entries, `RaftConfig.broadcast_commit`). Takes the apply out of `job` and returns
+        does not wait for this follower's apply (a commit index reaches it with new entries
+        when a broadcast carries entries proposed meanwhile, and always with
+        `broadcast_commit=False`). Takes the apply out of `job` and returns
         it (None: one write does both, as for a leader, a snapshot or a Ready without both).
         A crash between the two writes re-applies the committed entries from the log."""
         if core.role != Role.FOLLOWER or not job.entries or not job.committed or job.snapshot is not None:
