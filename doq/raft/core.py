@@ -452,7 +452,7 @@ class RaftCore:
             pr.become_replicate()
         elif pr.state == ProgressState.REPLICATE:
             pr.inflights.free_le(m.index)
-        if self._maybe_commit():
+        if self._maybe_commit() and self.cfg.broadcast_commit:
             self._bcast_append()
         elif old_paused:
             self._send_append(m.frm)

@@ -738,3 +738,45 @@ async def test_the_commit_metrics_observe_every_durable_write(tmp_path: Path) ->
         assert n.writes > 0 and len(n.observed) == n.writes, (n.node_id, n.writes, len(n.observed))
         assert 0 in n.observed  # some writes appended (or voted) without applying
     assert isinstance(leader, CountsWrites) and sum(leader.observed) >= 20
+
+
+class HoldsApplyOnly(RaftNode):
+    """While `holding`, its writes that only apply (no entries) wait until released."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.holding = False
+        self.held = threading.Event()
+        self.release = threading.Event()
+
+    def _write(self, job: Any) -> None:
+        if self.holding and job.committed and not job.entries:
+            self.held.set()
+            self.release.wait(60)
+        super()._write(job)
+
+
+async def test_a_follower_answers_once_its_entries_are_durable_before_it_applies(tmp_path: Path) -> None:
+    """A follower's Ready that brings new entries and the commit of earlier ones persists
+    the entries, answers the leader, then applies (`_apply_after_answering`): with both
+    followers' applies held, the leader still commits and answers the next proposal.
+    Heartbeats are rare here (every 5 s), so the commit reaches the followers with the
+    next append (`broadcast_commit=False`). Every answer is still durable first (`Net`)."""
+    cfg = dataclasses.replace(FAST, election_tick=800, heartbeat_tick=200, broadcast_commit=False)
+    cl = await three(tmp_path, cfg, node_cls=HoldsApplyOnly)
+    leader = await cl.wait_leader()
+    await leader.propose(enq(0))  # its commit reaches the followers with the next append
+    followers = [n for n in cl.nodes.values() if n is not leader]
+    for f in followers:
+        assert isinstance(f, HoldsApplyOnly)
+        f.holding = True
+    res = await asyncio.wait_for(leader.propose(enq(1)), 30)  # answered while both applies are held
+    assert isinstance(res, list) and res[0].id  # type: ignore[attr-defined]
+    for f in followers:
+        assert isinstance(f, HoldsApplyOnly)
+        assert f.held.is_set()  # its apply of entry 0 was held, after its answer
+        f.holding = False
+        f.release.set()
+    await cl.converged()
+    assert len(set(cl.digests().values())) == 1
+    assert not cl.net.violations, cl.net.violations[:5]

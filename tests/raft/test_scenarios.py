@@ -626,6 +626,58 @@ def test_proposals_are_batched_into_one_append_per_follower() -> None:
     ok(c)
 
 
+def test_commit_is_broadcast_at_once_by_default() -> None:
+    c = Cluster(("a", "b", "c"))
+    c.elect("a")
+    c.filters.append(lambda m: not (m.type == MT.APP_RESP and m.frm == "c"))  # b's answer commits
+    c.delivered.clear()
+    i = c.propose("a", b"x")
+    assert c.core("a").log.committed == i
+    # the commit index left at once, in an append of its own (no entries) to each follower
+    bcast = [m for m in c.delivered if m.type == MT.APP and not m.entries and m.commit == i]
+    assert sorted(m.to for m in bcast) == ["b", "c"]
+    assert c.core("b").log.committed == c.core("c").log.committed == i
+    ok(c)
+
+
+def test_lazy_commit_rides_the_next_append_or_heartbeat() -> None:
+    """`broadcast_commit=False`: a commit sends nothing by itself; followers learn the
+    commit index from the leader's next append (applied in the Ready that persists it)
+    or its next heartbeat (Raft paper 5.3)."""
+    c = Cluster(("a", "b", "c"), broadcast_commit=False)
+    c.elect("a")
+    c.tick(1)  # the new leader's empty entry: its commit reaches the followers
+    c.delivered.clear()
+    i = c.propose("a", b"x")
+    assert c.core("a").log.committed == i
+    assert [m for m in c.delivered if m.type == MT.APP and not m.entries] == []
+    assert c.core("b").log.committed == c.core("c").log.committed == i - 1
+    assert c.nodes["b"].sm.hash != c.nodes["a"].sm.hash  # not applied on b yet
+    # the next entry carries the commit: b persists i + 1 and applies i in one Ready
+    seen: list[tuple[list[int], list[int]]] = []
+    orig = c.nodes["b"].handle_ready
+
+    def spy() -> list[Message]:
+        rd_entries = [e.index for e in c.core("b").log.unstable_entries()]
+        applied_before = c.core("b").log.applied
+        out = orig()
+        seen.append((rd_entries, list(range(applied_before + 1, c.core("b").log.applied + 1))))
+        return out
+
+    c.nodes["b"].handle_ready = spy  # type: ignore[method-assign]
+    j = c.propose("a", b"y")
+    assert (seen[0][0], seen[0][1][:1]) == ([j], [i])
+    assert c.core("b").log.committed == j - 1
+    c.nodes["b"].handle_ready = orig  # type: ignore[method-assign]
+    # with nothing more to append, the heartbeat brings the last commit
+    c.delivered.clear()
+    c.tick(1)
+    assert any(m.type == MT.HEARTBEAT and m.commit == j for m in c.delivered)
+    assert c.core("b").log.committed == c.core("c").log.committed == j
+    assert c.nodes["b"].sm.hash == c.nodes["c"].sm.hash == c.nodes["a"].sm.hash
+    ok(c)
+
+
 def test_inflight_window_bounds_pipelined_appends() -> None:
     c = Cluster(("a", "b", "c"), max_inflight_msgs=2, max_entries_per_msg=1)
     c.elect("a")

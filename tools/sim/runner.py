@@ -56,6 +56,9 @@ class SimOptions:
     """Per-seed choice: chance that a freshly elected leader is soon crashed or isolated."""
     p_isolate_on_commit: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6)
     """Per-seed choice: chance that a leader is isolated right as it advances its commit."""
+    broadcast_commit: tuple[bool, ...] = (True, False)
+    """Per-seed choice (drawn apart from the run's stream: a seed that draws True replays
+    as before): `RaftConfig.broadcast_commit`, False as doq's node runs it."""
     queues: bool = False
     """The queue workload (tools.sim.queues): proposals are queue commands (redrives
     included) applied by the real queue state machine, checked for conservation."""
@@ -107,6 +110,7 @@ class Simulation:
         self.kill_at: dict[str, int] = {}
         self.p_isolate_on_commit = rng.choice(opts.p_isolate_on_commit)
         self.bugs = frozenset({opts.bug}) if opts.bug else frozenset()
+        self.broadcast_commit = random.Random(seed ^ 0xB0_CA57).choice(opts.broadcast_commit)
         self.nodes: dict[str, SimNode] = {}
         self.phase: dict[str, int] = {}
         self.retired: set[str] = set()
@@ -132,6 +136,7 @@ class Simulation:
             max_inflight_msgs=4,
             max_entries_per_msg=self.max_entries,
             snapshot_chunk_bytes=8 if not self.opts.queues else 4096,  # queue state: kilobytes
+            broadcast_commit=self.broadcast_commit,
             bugs=self.bugs,
         )
         node = SimNode(
