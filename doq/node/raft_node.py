@@ -16,9 +16,9 @@ leadership loss) is in docs/raft.md, "The node driver"; in short:
 - Per Ready, on the writer thread in ONE LMDB write txn committed with fsync: install the
   snapshot, append the entries, set the hard state, apply the committed entries (and the
   member addresses of conf changes). Only then: send the messages (a leader's appends and
-  heartbeats leave before the write: `_early_messages`; a follower with new entries and
-  committed ones answers after persisting the entries and applies in a second write:
-  `_apply_after_answering`), apply conf changes to the core,
+  heartbeats leave before the write: `_early_messages`; with `apply_after_answering`, a
+  follower with new entries and committed ones answers after persisting the entries and
+  applies in a second write: `_apply_after_answering`), apply conf changes to the core,
   resolve the proposers' futures with the machine's results, serve reads, `advance`.
 - A proposal resolves when its entry is applied with the term it was proposed in;
   otherwise (another leader's entry won that index, a snapshot covered it, leadership was
@@ -129,6 +129,12 @@ class RaftNodeConfig:
     # of its own; measured faster one call at a time, but a follower's state (and its
     # storage alarm) then lags up to a heartbeat (docs/benchmarks.md, "third pass")
     broadcast_commit: bool = True
+    # True: a follower whose Ready brings new entries and committed ones answers once the
+    # entries are durable and applies in a second write (`_apply_after_answering`). Off by
+    # default: its state (and storage alarm) then trails its answers by that write, which
+    # the one-full-member storage alarm test showed under load; measured gains were small
+    # (docs/benchmarks.md, "third pass")
+    apply_after_answering: bool = False
     max_msg_bytes: int = 4 << 20
     snapshot_chunk_bytes: int = 1 << 20
     restore_chunk_bytes: int = DEFAULT_CHUNK_BYTES  # records per RestoreChunk entry (uncompressed)
@@ -1050,7 +1056,8 @@ class RaftNode:
         `broadcast_commit=False`). Takes the apply out of `job` and returns
         it (None: one write does both, as for a leader, a snapshot or a Ready without both).
         A crash between the two writes re-applies the committed entries from the log."""
-        if core.role != Role.FOLLOWER or not job.entries or not job.committed or job.snapshot is not None:
+        if (not self.cfg.apply_after_answering or core.role != Role.FOLLOWER or not job.entries
+                or not job.committed or job.snapshot is not None):
             return None
         apply = _Job(None, [], None, job.committed, job.own_snapshot, compact_floor=job.compact_floor,
                      durable_committed=job.durable_committed, answer=job.answer)

@@ -762,7 +762,8 @@ async def test_a_follower_answers_once_its_entries_are_durable_before_it_applies
     followers' applies held, the leader still commits and answers the next proposal.
     Heartbeats are rare here (every 5 s), so the commit reaches the followers with the
     next append (`broadcast_commit=False`). Every answer is still durable first (`Net`)."""
-    cfg = dataclasses.replace(FAST, election_tick=800, heartbeat_tick=200, broadcast_commit=False)
+    cfg = dataclasses.replace(FAST, election_tick=800, heartbeat_tick=200, broadcast_commit=False,
+                              apply_after_answering=True)
     cl = await three(tmp_path, cfg, node_cls=HoldsApplyOnly)
     leader = await cl.wait_leader()
     await leader.propose(enq(0))  # its commit reaches the followers with the next append
