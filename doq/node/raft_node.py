@@ -16,9 +16,7 @@ leadership loss) is in docs/raft.md, "The node driver"; in short:
 - Per Ready, on the writer thread in ONE LMDB write txn committed with fsync: install the
   snapshot, append the entries, set the hard state, apply the committed entries (and the
   member addresses of conf changes). Only then: send the messages (a leader's appends and
-  heartbeats leave before the write: `_early_messages`; with `apply_after_answering`, a
-  follower with new entries and committed ones answers after persisting the entries and
-  applies in a second write: `_apply_after_answering`), apply conf changes to the core,
+  heartbeats leave before the write: `_early_messages`), apply conf changes to the core,
   resolve the proposers' futures with the machine's results, serve reads, `advance`.
 - A proposal resolves when its entry is applied with the term it was proposed in;
   otherwise (another leader's entry won that index, a snapshot covered it, leadership was
@@ -125,16 +123,10 @@ class RaftNodeConfig:
     admin_timeout_ms: int = 10_000  # membership change / transfer not applied by then
     max_inflight_msgs: int = 256
     # False: the commit index rides the next append or heartbeat (RaftConfig.broadcast_commit):
-    # a follower applies it with its next entries (after answering them), not in a Ready
+    # a follower applies it with its next entries, not in a Ready
     # of its own; measured faster one call at a time, but a follower's state (and its
     # storage alarm) then lags up to a heartbeat (docs/benchmarks.md, "third pass")
     broadcast_commit: bool = True
-    # True: a follower whose Ready brings new entries and committed ones answers once the
-    # entries are durable and applies in a second write (`_apply_after_answering`). Off by
-    # default: its state (and storage alarm) then trails its answers by that write, which
-    # the one-full-member storage alarm test showed under load; measured gains were small
-    # (docs/benchmarks.md, "third pass")
-    apply_after_answering: bool = False
     max_msg_bytes: int = 4 << 20
     snapshot_chunk_bytes: int = 1 << 20
     restore_chunk_bytes: int = DEFAULT_CHUNK_BYTES  # records per RestoreChunk entry (uncompressed)
@@ -987,15 +979,7 @@ class RaftNode:
             early, messages = self._early_messages(core, rd)
             if early:  # replicated while this node persists them (see `_early_messages`)
                 self.transport.send(early)
-            apply = self._apply_after_answering(core, job)
             await self._write_off_loop(job)
-            if apply is not None:  # the entries are durable: answer the leader, then apply
-                if messages:
-                    self.transport.send(messages)
-                    messages = []
-                await self._write_off_loop(apply)
-                job.results, job.members = apply.results, apply.members
-                job.cluster_id_changed, job.compacted = apply.cluster_id_changed, job.compacted + apply.compacted
         if job.admitted:
             self.identity = self.identity.ungated()
             core.allow_voting(True)
@@ -1046,23 +1030,6 @@ class RaftNode:
             log.info("node %s was removed from the cluster", self.node_id)
             self._removed = True
             self._on_soft_state(core.lead, core.role)
-
-    def _apply_after_answering(self, core: RaftCore, job: _Job) -> _Job | None:
-        """A follower whose Ready brings new entries and committed ones persists the
-        entries first (its answers to the leader acknowledge only them) and applies the
-        committed entries in a second write, after sending its answers: the leader's commit
-        does not wait for this follower's apply (a commit index reaches it with new entries
-        when a broadcast carries entries proposed meanwhile, and always with
-        `broadcast_commit=False`). Takes the apply out of `job` and returns
-        it (None: one write does both, as for a leader, a snapshot or a Ready without both).
-        A crash between the two writes re-applies the committed entries from the log."""
-        if (not self.cfg.apply_after_answering or core.role != Role.FOLLOWER or not job.entries
-                or not job.committed or job.snapshot is not None):
-            return None
-        apply = _Job(None, [], None, job.committed, job.own_snapshot, compact_floor=job.compact_floor,
-                     durable_committed=job.durable_committed, answer=job.answer)
-        job.committed, job.own_snapshot, job.answer, job.durable_committed = [], None, None, 0
-        return apply
 
     def _answer_early(self, job: _Job) -> None:
         """Let the writer answer the proposals of committed entries as soon as it has
