@@ -116,3 +116,14 @@ def test_a_prefetch_out_of_range_is_invalid_argument(prefetch: int) -> None:
 
     with grpc.insecure_channel("127.0.0.1:1") as ch, pytest.raises(e.InvalidArgument):
         Consumer(ch, "jobs", prefetch=prefetch)
+
+
+def test_the_not_applied_reasons_are_reasons_the_server_sends() -> None:
+    """The client retries any call after a "not applied" reason, so each must be one the
+    server really answers with (a reason it never sends would be a retry rule for nothing)."""
+    from pathlib import Path
+
+    from doq_client.retry import NOT_APPLIED_REASONS
+
+    server = "".join(p.read_text() for p in (Path(__file__).parents[2] / "doq").rglob("*.py"))
+    assert NOT_APPLIED_REASONS and all(f'"{reason}"' in server for reason in NOT_APPLIED_REASONS)

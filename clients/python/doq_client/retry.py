@@ -38,7 +38,7 @@ from doq_client.errors import DoqClientError
 log = logging.getLogger("doq_client")
 
 #: reasons that prove the command was not applied (and never will be)
-NOT_APPLIED_REASONS = frozenset({"OVERLOADED", "COMMIT_FAILED", "NOT_LEADER"})
+NOT_APPLIED_REASONS = frozenset({"OVERLOADED", "NOT_LEADER"})
 
 
 def _backoff_s(attempt: int, initial_s: float, multiplier: float, max_s: float) -> float:
