@@ -136,7 +136,7 @@ def install() -> None:
             contents: list[bytes] = []
             kinds: list[str] = []
             for e in job.committed:
-                p = self._proposals.get(e.index)
+                p = self._proposals.by_index.get(e.index)
                 for cmd in p.batch.commands if p is not None and p.batch is not None else ():
                     kinds.append(type(cmd).__name__)
                     if isinstance(cmd, EnqueueColumns):
