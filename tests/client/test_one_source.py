@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import re
 from types import ModuleType
 from typing import Any
 
@@ -140,3 +141,51 @@ def test_a_step_added_to_the_asyncio_worker_is_in_the_sync_one_with_its_twins() 
     assert ("    def _idle(self) -> None:\n        with self._lock:\n"
             "            wait_sync(self._changed, MAIN_WAIT_S)\n") in generated
     assert not [w for w in ("asyncio.", "_aio(", "async def", "async with", "await ") if w in generated]
+
+
+# -- adding a field to one RPC -------------------------------------------------------------
+_GENERATED = {"client.py", "worker.py"}  # written by unasync.py: never edited by hand
+
+
+def _hand_written() -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted((CLIENT_DIR / "doq_client").glob("*.py"))
+            if p.name not in _GENERATED}
+
+
+def test_a_field_added_to_one_rpc_touches_one_client_source() -> None:
+    """Adding a field to `Peek` (a parameter of both clients' `peek`) is one edit of the
+    clients' one source, `aio.py`, beside the request it builds in the sans-IO `_ops.py`:
+    no other hand-written client module names Peek's request or op, and the sync client
+    gets the field by generation (checked here on a source with the field added)."""
+    files = _hand_written()
+    assert [n for n, t in files.items() if "pb.PeekRequest" in t] == ["_ops.py"]
+    assert [n for n, t in files.items() if "_ops.peek(" in t] == ["aio.py"]
+    source = files["aio.py"]
+    old_sig = 'async def peek(self, queue: str, limit: int = 20, *, state: str = "ready", offset: int = 0)'
+    old_call = "await self._call(_ops.peek(queue, state, offset, limit))"
+    assert old_sig in source and old_call in source
+    added = source.replace(old_sig, old_sig.replace("offset: int = 0)", "offset: int = 0, since_ms: int = 0)"))
+    added = added.replace(old_call, "await self._call(_ops.peek(queue, state, offset, limit, since_ms))")
+    generated = _unasync().generate(added)
+    assert 'def peek(self, queue: str, limit: int = 20, *, state: str = "ready", offset: int = 0, ' \
+           "since_ms: int = 0)" in generated
+    assert "return self._call(_ops.peek(queue, state, offset, limit, since_ms))" in generated
+
+
+def test_every_unary_request_is_built_in_one_place_and_called_from_one_client_source() -> None:
+    """For every unary RPC of the client: its request type is built only in `_ops.py` and
+    its op is called from `aio.py` (and the worker's and consumer's own settles), but for
+    the enqueues and nacks, whose requests streams build too (from one helper,
+    `types.enqueue_request` / `types.nack_request`; a consumer settles a built nack with
+    `nack_pb`)."""
+    files = _hand_written()
+    ops = files["_ops.py"]
+    shared_requests = {"Enqueue", "EnqueueBatch", "Nack"}  # the streams' frames carry them too
+    for method in sorted(set(re.findall(r'Op\(\s*"(\w+)"', ops)) - shared_requests):
+        builders = [n for n, t in files.items() if f"pb.{method}Request" in t]
+        assert builders == ["_ops.py"], (method, builders)
+    uses = {"aio.py", "aio_worker.py", "_worker_core.py", "_consumer_core.py"}
+    for fn in set(re.findall(r"^def ([a-z]\w*)\(", ops, flags=re.MULTILINE)) - {"nack_pb"}:
+        callers = {n for n, t in files.items() if f"_ops.{fn}(" in t}
+        assert callers <= uses and "aio.py" in callers, (fn, callers)
+    assert {n for n, t in files.items() if "_ops.nack_pb(" in t} == {"_consumer_core.py"}
