@@ -89,7 +89,7 @@ def install() -> None:
     def wrap(owner: Any, name: str, make: Callable[[Any], Any]) -> None:
         setattr(owner, name, make(getattr(owner, name)))
 
-    from doq_client import consumer, producer
+    from doq_client import _producer_core, consumer
 
     def take(orig: Any) -> Any:
         def f(self: Any) -> Any:
@@ -107,7 +107,7 @@ def install() -> None:
             return msgs
         return f
 
-    wrap(producer._Base, "_take", take)
+    wrap(_producer_core.ProducerCore, "_take", take)
     wrap(consumer, "frame_messages", received)  # what the consumers call
 
     from doq.node import raft_node

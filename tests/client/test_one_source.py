@@ -1,8 +1,10 @@
 """The synchronous and asyncio clients cannot drift apart.
 
 - `doq_client/client.py` is what `clients/python/unasync.py` generates from
-  `doq_client/aio.py` (the one source of both clients), and `doq_client/worker.py` what it
-  generates from `doq_client/aio_worker.py` (the one source of both workers);
+  `doq_client/aio.py` (the one source of both clients), `doq_client/producer.py` what it
+  generates from `doq_client/aio_producer.py` (the one source of both producers), and
+  `doq_client/worker.py` what it generates from `doq_client/aio_worker.py` (the one source
+  of both workers);
 - each sync/asyncio pair (client, producer, consumer, worker) offers the methods listed
   here, with the same parameters (names, kinds, defaults), the asyncio one as coroutines
   where the sync one blocks; the few differences are listed and nothing else differs.
@@ -39,9 +41,8 @@ PAIRS: dict[str, tuple[type, type, set[str], set[str]]] = {
                  {"ack", "ack_many", "nack"}),
     "worker": (doq_client.Worker, doq_client.AsyncWorker, {"run"}, {"stop"}),
 }
-# where the pair differs on purpose: the sync producer's waits take a timeout; a sync
-# worker can also run in its own thread
-SIGNATURE_DIFFERENCES = {("producer", "flush"), ("producer", "close")}
+# where the pair differs on purpose: a sync worker can also run in its own thread
+SIGNATURE_DIFFERENCES: set[tuple[str, str]] = set()
 SYNC_ONLY = {"worker": {"start", "join"}}
 SYNC_ONLY_PROTOCOLS = {"worker": {"__enter__", "__exit__"}}  # with worker: start, then stop and join
 PROTOCOLS = {"__enter__": "__aenter__", "__exit__": "__aexit__", "__iter__": "__aiter__"}
@@ -189,3 +190,30 @@ def test_every_unary_request_is_built_in_one_place_and_called_from_one_client_so
         callers = {n for n, t in files.items() if f"_ops.{fn}(" in t}
         assert callers <= uses and "aio.py" in callers, (fn, callers)
     assert {n for n, t in files.items() if "_ops.nack_pb(" in t} == {"_consumer_core.py"}
+
+
+def test_the_sync_producer_is_generated_from_the_asyncio_one() -> None:
+    unasync = _unasync()
+    source = (CLIENT_DIR / "doq_client" / "aio_producer.py").read_text()
+    assert (CLIENT_DIR / "doq_client" / "producer.py").read_text() == unasync.generate(source, "aio_producer.py")
+    with pytest.raises(ValueError, match="matches nothing in aio_producer.py"):
+        unasync.generate("class AsyncProducer: ...\n", "aio_producer.py")
+
+
+def test_a_step_added_to_the_asyncio_producer_is_in_the_sync_one_with_its_lock_and_twins() -> None:
+    # the asyncio producer's no-op lock is the sync one's RLock, its signals conditions of
+    # it, and a `_producer_io` step its `*_sync` twin
+    unasync = _unasync()
+    source = (CLIENT_DIR / "doq_client" / "aio_producer.py").read_text()
+    marker = "    async def _stream(self) -> None:"
+    added = source.replace(marker, "    async def _idle(self) -> bool:\n"
+                                   "        with self._lock:\n"
+                                   "            return await wait_for_aio(self._results, self._flushed, 1.0)\n\n"
+                                   + marker)
+    generated = unasync.generate(added, "aio_producer.py")
+    assert ("    def _idle(self) -> bool:\n        with self._lock:\n"
+            "            return wait_for_sync(self._results, self._flushed, 1.0)\n") in generated
+    assert "self._lock = threading.RLock()" in generated
+    assert "self._results = ThreadSignal(self._lock)" in generated
+    assert not [w for w in ("asyncio.", "_aio(", "async def", "async for", "await ", "NoLock", "AioSignal")
+                if w in generated]
