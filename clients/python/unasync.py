@@ -9,8 +9,8 @@
   threading's, and each `doq_client._worker_io.*_aio` step its `*_sync` twin.
 - `doq_client/aio_producer.py` (`AsyncProducer`, a task) is the source of
   `doq_client/producer.py` (`Producer`, threads): its `NoLock` becomes an `RLock`, its
-  `AioSignal`s conditions of that lock, each `doq_client._producer_io.*_aio` step its
-  `*_sync` twin.
+  `AioSignal`s conditions of that lock, its loop's futures `LazyFuture`s, each
+  `doq_client._producer_io.*_aio` step its `*_sync` twin.
 
 Each is written by the substitutions below (the approach of httpcore's
 `scripts/unasync.py`): `async def` -> `def`, no `await`, the asyncio names to their
@@ -130,6 +130,8 @@ PRODUCER_RULES: list[tuple[str, str]] = [
     (r"\b__aexit__\b", "__exit__"),
     (r"^import asyncio\n", "import concurrent.futures\nimport threading\nimport time\n"),
     (r"\basyncio\.sleep\b", "time.sleep"),
+    (r"\basyncio\.get_running_loop\(\)\.create_future\(\)", "LazyFuture()"),  # inline: a call per message
+    (r"^from doq_client\._producer_io import", "from doq_client._future import LazyFuture\nfrom doq_client._producer_io import"),
     (r"\basyncio\.Future\b", "concurrent.futures.Future"),
     (r"\basyncio\.Task\[None\]", "threading.Thread"),
     (r"\bAsyncIterator\b", "Iterator"),
@@ -141,7 +143,7 @@ PRODUCER_RULES: list[tuple[str, str]] = [
     (r"\bAsyncProducer\b", "Producer"),
     (r"\bAsyncClient\b", "SyncClient"),
     (r"\bAioSignal\b", "ThreadSignal"),
-    (r"\b(CANCELLED|join|new_future|spawn|wait_for)_aio\b", r"\1_sync"),
+    (r"\b(CANCELLED|join|spawn|wait_for)_aio\b", r"\1_sync"),
     (r"for request in frame:\n\s+yield request\n", "yield from frame\n"),  # no `yield from` in async
 ]
 

@@ -16,13 +16,10 @@ The thread producer's lock is an `RLock` and its signals conditions of that lock
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import threading
 from collections.abc import Callable
 from typing import Any
-
-from doq_client._future import LazyFuture
 
 
 class NoLock:
@@ -71,15 +68,6 @@ class ThreadSignal:
 CANCELLED_aio: tuple[type[BaseException], ...] = (asyncio.CancelledError,)
 """What ends the stream's task from outside (the producer's loop closed under it)."""
 CANCELLED_sync: tuple[type[BaseException], ...] = ()  # nothing cancels a thread
-
-
-def new_future_aio() -> asyncio.Future[Any]:
-    """A submit's future: of the running loop."""
-    return asyncio.get_running_loop().create_future()
-
-
-def new_future_sync() -> concurrent.futures.Future[Any]:
-    return LazyFuture()
 
 
 def spawn_aio(fn: Callable[[], Any], name: str) -> asyncio.Task[None]:

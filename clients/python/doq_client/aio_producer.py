@@ -65,7 +65,6 @@ from doq_client._producer_io import (
     CANCELLED_aio,
     NoLock,
     join_aio,
-    new_future_aio,
     spawn_aio,
     wait_for_aio,
 )
@@ -142,7 +141,7 @@ class AsyncProducer(ProducerCore):
                 if self._inflight == 0 or self._inflight + n <= self.window:
                     break
                 await self._results.wait()
-            fut = new_future_aio()
+            fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             chunk.future = fut
             self._inflight += n
             wake = not self._outbox

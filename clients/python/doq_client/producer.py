@@ -65,11 +65,11 @@ from doq_client._producer_core import (
     open_stream,
     stream_closed,
 )
+from doq_client._future import LazyFuture
 from doq_client._producer_io import (
     ThreadSignal,
     CANCELLED_sync,
     join_sync,
-    new_future_sync,
     spawn_sync,
     wait_for_sync,
 )
@@ -147,7 +147,7 @@ class Producer(ProducerCore):
                 if self._inflight == 0 or self._inflight + n <= self.window:
                     break
                 self._results.wait()
-            fut = new_future_sync()
+            fut: concurrent.futures.Future[Any] = LazyFuture()
             chunk.future = fut
             self._inflight += n
             wake = not self._outbox
