@@ -89,7 +89,7 @@ def install() -> None:
     def wrap(owner: Any, name: str, make: Callable[[Any], Any]) -> None:
         setattr(owner, name, make(getattr(owner, name)))
 
-    from doq_client import consumer, producer
+    from doq_client import _producer_core, consumer
 
     def take(orig: Any) -> Any:
         def f(self: Any) -> Any:
@@ -107,7 +107,7 @@ def install() -> None:
             return msgs
         return f
 
-    wrap(producer._Base, "_take", take)
+    wrap(_producer_core.ProducerCore, "_take", take)
     wrap(consumer, "frame_messages", received)  # what the consumers call
 
     from doq.node import raft_node
@@ -136,7 +136,7 @@ def install() -> None:
             contents: list[bytes] = []
             kinds: list[str] = []
             for e in job.committed:
-                p = self._proposals.get(e.index)
+                p = self._proposals.by_index.get(e.index)
                 for cmd in p.batch.commands if p is not None and p.batch is not None else ():
                     kinds.append(type(cmd).__name__)
                     if isinstance(cmd, EnqueueColumns):

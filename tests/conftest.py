@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from doq_client import _ledger as ledger_mod
-from doq_client import producer as producer_mod
+from doq_client import _producer_core as producer_mod
 from tests.support import marker_guard
 from tests.support.proc import NodeProc, running_node
 

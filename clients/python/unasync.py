@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate the synchronous client and worker from the asyncio ones: one source for each pair.
+"""Generate the synchronous client, producer and worker from the asyncio ones: one source for each pair.
 
 - `doq_client/aio.py` (`AsyncDoqClient`) is the source of `doq_client/client.py`
   (`DoqClient`); each `doq_client._transport.*_aio` helper becomes its `*_sync` twin
@@ -7,17 +7,21 @@
 - `doq_client/aio_worker.py` (`AsyncWorker`, tasks) is the source of
   `doq_client/worker.py` (`Worker`, threads): asyncio's lock, conditions and event become
   threading's, and each `doq_client._worker_io.*_aio` step its `*_sync` twin.
+- `doq_client/aio_producer.py` (`AsyncProducer`, a task) is the source of
+  `doq_client/producer.py` (`Producer`, threads): its `NoLock` becomes an `RLock`, its
+  `AioSignal`s conditions of that lock, its loop's futures `LazyFuture`s, each
+  `doq_client._producer_io.*_aio` step its `*_sync` twin.
 
 Each is written by the substitutions below (the approach of httpcore's
 `scripts/unasync.py`): `async def` -> `def`, no `await`, the asyncio names to their
 synchronous twins. Every substitution must apply at least once, so a rule that no longer
 matches its source is an error, not a silent skip.
 
-    python clients/python/unasync.py           # write client.py and worker.py
-    python clients/python/unasync.py --check   # exit 1 if either is not what it generates
+    python clients/python/unasync.py           # write client.py, producer.py and worker.py
+    python clients/python/unasync.py --check   # exit 1 if one is not what it generates
 
-Edit `aio.py`, `aio_worker.py` (or `_transport.py`, `_worker_io.py`), never `client.py`
-or `worker.py`.
+Edit `aio.py`, `aio_producer.py`, `aio_worker.py` (or `_transport.py`, `_producer_io.py`,
+`_worker_io.py`), never `client.py`, `producer.py` or `worker.py`.
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ CLIENT_RULES: list[tuple[str, str]] = [
     (r"\bAsyncWorker\b", "Worker"),
     (r"\bAsyncHandler\b", "Handler"),
     (r"\bdoq_client\.aio_worker\b", "doq_client.worker"),
+    (r"\bdoq_client\.aio_producer\b", "doq_client.producer"),
     (r"\bAioChannel\b", "SyncChannel"),
     (r"\b(open_channel|given_channel|unary)_aio\b", r"\1_sync"),
     (r'_handle\.provide\("async", ', '_handle.provide("sync", '),
@@ -104,10 +109,49 @@ WORKER_RULES: list[tuple[str, str]] = [
      r"\1_sync"),
 ]
 
+PRODUCER_RULES: list[tuple[str, str]] = [
+    # prose that differs
+    (r'^"""`AsyncProducer`: many enqueues in flight on one EnqueueBatchStream / EnqueueStream '
+     r"\(a task\)\.\n\nThis file is also the source of the synchronous `doq_client\.producer\.Producer` "
+     r"\(threads\),\nwhich `clients/python/unasync\.py` writes from it: edit this one\. ",
+     '"""`Producer`: many enqueues in flight on one EnqueueBatchStream / EnqueueStream (threads).\n\n'
+     "Generated from the asyncio producer, `doq_client/aio_producer.py`: one source. "),
+    (r"asyncio producer over a stream of an `AsyncDoqClient` \(or of one `grpc\.aio\.Channel`,\n"
+     r"    retried on that channel only\); use it in one event loop\.\n\n"
+     r"    A task reads responses \(and reconnects\); `enqueue` waits only while the window is full\.",
+     "Thread-safe synchronous producer over a stream of a `DoqClient` (or of one\n"
+     "    `grpc.Channel`, retried on that channel only).\n\n"
+     "    A background thread reads responses (and reconnects); `enqueue` blocks only while the\n"
+     "    window is full."),
+    # the language
+    *_LANGUAGE,
+    (r"\basync for ", "for "),
+    (r"\b__aenter__\b", "__enter__"),
+    (r"\b__aexit__\b", "__exit__"),
+    (r"^import asyncio\n", "import concurrent.futures\nimport threading\nimport time\n"),
+    (r"\basyncio\.sleep\b", "time.sleep"),
+    (r"\basyncio\.get_running_loop\(\)\.create_future\(\)", "LazyFuture()"),  # inline: a call per message
+    (r"^from doq_client\._producer_io import", "from doq_client._future import LazyFuture\nfrom doq_client._producer_io import"),
+    (r"\basyncio\.Future\b", "concurrent.futures.Future"),
+    (r"\basyncio\.Task\[None\]", "threading.Thread"),
+    (r"\bAsyncIterator\b", "Iterator"),
+    (r"\bgrpc\.aio\.Channel\b", "grpc.Channel"),
+    (r'\bclient_on\(client, "async"\)', 'client_on(client, "sync")'),
+    (r"^    NoLock,\n", ""),
+    (r"\bNoLock\(\)", "threading.RLock()"),
+    # the producer's own names
+    (r"\bAsyncProducer\b", "Producer"),
+    (r"\bAsyncClient\b", "SyncClient"),
+    (r"\bAioSignal\b", "ThreadSignal"),
+    (r"\b(CANCELLED|join|spawn|wait_for)_aio\b", r"\1_sync"),
+    (r"for request in frame:\n\s+yield request\n", "yield from frame\n"),  # no `yield from` in async
+]
+
 # source -> (target, rules): each sync module written from its asyncio source
 JOBS: dict[str, tuple[str, list[tuple[str, str]]]] = {
     "aio.py": ("client.py", CLIENT_RULES),
     "aio_worker.py": ("worker.py", WORKER_RULES),
+    "aio_producer.py": ("producer.py", PRODUCER_RULES),
 }
 
 

@@ -16,78 +16,88 @@ leadership loss) is in docs/raft.md, "The node driver"; in short:
 - Per Ready, on the writer thread in ONE LMDB write txn committed with fsync: install the
   snapshot, append the entries, set the hard state, apply the committed entries (and the
   member addresses of conf changes). Only then: send the messages (a leader's appends and
-  heartbeats leave before the write: `_early_messages`), apply conf changes to the core,
+  heartbeats leave before the write: `write_overlap.split_early`), apply conf changes to the core,
   resolve the proposers' futures with the machine's results, serve reads, `advance`.
 - A proposal resolves when its entry is applied with the term it was proposed in;
   otherwise (another leader's entry won that index, a snapshot covered it, leadership was
   lost, the node stops) it fails with `NotLeader` + the leader hint: it never hangs.
+
+This module is the loop and the `Node` surface; each other concern is a module of its own
+that the loop calls between two Readies (or, for `log_start`, before the first):
+
+- `doq.node.membership`: membership and leadership changes (`ClusterAdmin`'s mutations),
+  an orchestration over the driver primitives `check_serving`, `run_on_core`,
+  `add_proposal` and `wait_leader_change`;
+- `doq.node.snapshot_keeper`: this node's snapshot metas and the snapshot data a
+  follower behind the compacted log needs;
+- `doq.node.read_index`: the linearizable reads in flight (`read_barrier`);
+- `doq.node.storage_admission`: the storage alarms and the proposals they refuse;
+- `doq.node.write_overlap`: what may be sent while the writer persists a Ready;
+- `doq.node.log_start`: bootstrap, rebase and a joiner's first write.
+
+An online restore is not the node's business: `doq.backup.online` orchestrates it over
+`propose_alone` (a command alone in its entry), the one primitive it needs.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import dataclasses
-import itertools
 import logging
 import random
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import lmdb
 from prometheus_client import Counter
 
 from doq.errors import (
     DoqError,
-    FailedPrecondition,
-    NotFound,
     NotLeader,
-    OutcomeUnknown,
     Overloaded,
     Unavailable,
 )
-from doq.node import member_input, peer_door, store_identity
-from doq.node.alarms import Alarm, StorageGauge, grows_state, refusal
-from doq.node.base import ProposalFuture, resolve_results
+from doq.node import late_dequeues, log_start, peer_door, store_identity, write_overlap
+from doq.node.alarms import Alarm, StorageGauge
+from doq.node.base import ProposalFuture
 from doq.node.cluster import ClusterStatus, Member, MemberAddrs, NodeIdentity, StorageUsage
-from doq.node.proposals import MAX_PENDING_COMMANDS, take_count, wall_clock_ms
-from doq.node.raft_log import LmdbLogStorage, decode_addrs, encode_addrs
-from doq.node.raft_snapshot import (
-    close_state_read,
-    install_snapshot_data,
-    write_state_snapshot,
+from doq.node.membership import Membership, promote_caught_up_learner
+from doq.node.proposal_book import ProposalBook
+from doq.node.proposals import (
+    MAX_PENDING_COMMANDS,
+    Proposal,
+    fail_future,
+    ignore_result,
+    take_count,
+    wall_clock_ms,
 )
+from doq.node.raft_log import LmdbLogStorage, decode_addrs
+from doq.node.raft_snapshot import install_snapshot_data
 from doq.node.rate_log import RateLimitedLog
+from doq.node.read_index import ReadIndexWaits
+from doq.node.snapshot_keeper import SnapshotKeeper
+from doq.node.storage_admission import StorageAdmission, compact_floor
 from doq.node.transport_base import OnMessages, PeerFrame, RaftTransport
 from doq.node.writer import WriterThread
 from doq.queues.codec import encode_batch
 from doq.queues.commands import (
     Command,
     CommandBatch,
-    Enqueue,
-    EnqueueColumns,
-    Nack,
-    RestoreChunk,
     Tick,
 )
-from doq.queues.model import MessageView
 from doq.raft import codec
 from doq.raft.config import RaftConfig
 from doq.raft.core import RaftCore
 from doq.raft.types import (
     NONE,
-    ConfChange,
     ConfChangeType,
-    ConfState,
     Entry,
     EntryType,
     HardState,
     Message,
-    MessageType,
     ProposalDropped,
     Ready,
     Role,
@@ -132,14 +142,6 @@ class RaftNodeConfig:
     restore_chunk_bytes: int = DEFAULT_CHUNK_BYTES  # records per RestoreChunk entry (uncompressed)
     compact_entries_under_alarm: int = 4096  # log entries discarded per write under a storage alarm
     nospace_retry_max_ms: int = 2_000  # a write that failed for want of space: longest wait between tries
-
-
-@dataclass(slots=True)
-class _Proposal:
-    term: int
-    futs: list[Fut]
-    conf: bool = False
-    batch: CommandBatch | None = None  # what the entry's data encodes (applied without decoding)
 
 
 @dataclass(slots=True)
@@ -205,7 +207,6 @@ class RaftNode:
         self.transport = transport(self._on_messages)
         self.core: RaftCore | None = None
         self._writer = WriterThread("doq-raft-writer")
-        self._snapshotter = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="doq-raft-snap")
         self._wake = asyncio.Event()
         self._listeners: list[Callable[[], None]] = []
         # messages and ticks (None) in the order they happened: a heartbeat that arrived
@@ -214,10 +215,8 @@ class RaftNode:
         self._ack_term = 0  # while the writer works: the durable term heartbeats are answered in
         self._pending: list[tuple[Command, ProposalFuture]] = []
         self._admin: list[Callable[[RaftCore], None]] = []
-        self._proposals: dict[int, _Proposal] = {}
-        self._reads: dict[bytes, Fut] = {}
-        self._read_waits: list[tuple[int, Fut]] = []
-        self._read_ctx = itertools.count(1)
+        self._proposals = ProposalBook()
+        self._reads = ReadIndexWaits()
         self._last_stamp_ms = 0
         self._lead = NONE
         self._announced_lead = NONE  # the leader _lead_changed waiters last heard of
@@ -230,24 +229,21 @@ class RaftNode:
         self._stopping = False
         self._failed: BaseException | None = None
         self._removed = False
-        self._snap_running = False  # snapshot data being produced for the core to send
-        self._snap_unneeded_ticks = 0  # ticks the offered snapshot data was needed by no follower
-        self._own_snapshot: SnapshotMeta | None = None  # recorded by the next write
-        self._snap_task: asyncio.Task[None] | None = None
         self._peers_set: set[str] = set()
         self._ready_lock = asyncio.Lock()
+        self._membership = Membership(self, admin_timeout_ms=self.cfg.admin_timeout_ms)
+        self._snapshots = SnapshotKeeper(self.storage, state, node_id, snapshot_every=self.cfg.snapshot_every,
+                                         election_tick=self.cfg.election_tick, ready_lock=self._ready_lock)
         self._store_db = store_identity.meta_db(self.env)
         self.identity = store_identity.StoreIdentity("")  # `start` loads (or creates) it
         # the peer door (doq/node/peer_door.py): refreshed when the configuration or ids change
         self._own_cluster_ids: tuple[str, ...] = ()
         self._door_members: frozenset[str] = frozenset()
         self._refused_log = RateLimitedLog(log)
-        # storage alarms (doq.node.alarms): this node's gauge, the alarms the leader refuses
-        # growth for (its own and its members' reports), the growth admitted since the last
-        # measure (counted only near the limit)
-        self.gauge = gauge
-        self._alarms: tuple[Alarm, ...] = ()
-        self._admitted_bytes = 0
+        # storage alarms (doq.node.alarms): this node's gauge and the alarms the leader
+        # refuses growth for (its own and its members' reports)
+        self._admission = StorageAdmission(gauge, self.transport, self._leading_core,
+                                           fresh_s=self.cfg.election_tick * self.cfg.tick_ms / 1000)
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -256,15 +252,18 @@ class RaftNode:
         self.addrs = dataclasses.replace(self.addrs, store_id=self.identity.store_id)
         if self.storage.is_empty():
             if not self._join:
-                await loop.run_in_executor(self._writer, self._bootstrap)
+                await loop.run_in_executor(self._writer, log_start.bootstrap, self.env, self.storage,
+                                           self.state, self.node_id, self.addrs, self._rng)
             elif self._join_cluster_id:
-                await loop.run_in_executor(self._writer, self._remember_join_cluster_id)
+                await loop.run_in_executor(self._writer, log_start.remember_join_cluster_id, self.env,
+                                           self.storage, self._join_cluster_id)
         elif self.state.applied_index > self.storage.last_index():
             # the state is ahead of the log (an offline restore into a member, or an online
             # restore of an older doq, which rebased the log of a one-member cluster, cut
             # short by a crash): entries it already holds must not be reused
             conf = self.storage.snapshot_meta().conf_state
-            await loop.run_in_executor(self._writer, self._rebase, conf)
+            await loop.run_in_executor(self._writer, log_start.rebase, self.env, self.storage,
+                                       self.state, conf, self.node_id)
         self.core = self._new_core()
         if self.identity.voting_gated:
             self.core.allow_voting(False)
@@ -290,30 +289,7 @@ class RaftNode:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.cfg.admin_timeout_ms / 1000
         while self._role != Role.LEADER and not task.done() and loop.time() < deadline:
-            changed = self._lead_changed
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), 0.05)
-
-    def _bootstrap(self) -> None:
-        """Writer thread: a new one-node cluster. The bootstrap snapshot (index 1, or the
-        state's applied index when the state already holds data, e.g. after an offline
-        restore) makes this node its only voter and carries its addresses and the cluster
-        id (created now, unless a restore brought one), which joining nodes adopt."""
-        members = {self.node_id: self.addrs}
-        index = max(1, self.state.applied_index)
-        self.state.ensure_cluster_id(  # random from the node's seed: a seed replays
-            lambda: str(uuid.UUID(int=self._rng.getrandbits(128), version=4)))
-        snap = Snapshot(SnapshotMeta(index, 1, ConfState((self.node_id,), ())))  # data: the state's
-        with self.env.begin(write=True) as txn:
-            self.storage.apply_snapshot(txn, snap)
-            self.storage.set_hard_state(txn, HardState(1, NONE, index))
-            self.storage.set_members(txn, members)
-
-    def _remember_join_cluster_id(self) -> None:
-        """Writer thread: a joiner answers to the cluster it was told to join (persisted, so
-        a restart before its first snapshot keeps its door shut to other clusters)."""
-        with self.env.begin(write=True) as txn:
-            self.storage.add_peer_cluster_id(txn, self._join_cluster_id)
+            await self.wait_leader_change(0.05)
 
     async def stop(self, *, transfer_leadership: bool = True) -> None:
         """Leave well: a leader with other voters first hands leadership to the most
@@ -342,12 +318,11 @@ class RaftNode:
                 await self._task
             except Exception:  # already logged by _run
                 pass
-        if self._snap_task:
-            self._snap_task.cancel()
+        self._snapshots.cancel()
         self._fail_all(Unavailable("node is shutting down", reason="SHUTTING_DOWN"))
         await self.transport.stop()
         self._writer.shutdown(wait=True)
-        self._snapshotter.shutdown(wait=True)
+        self._snapshots.shutdown()
 
     # -- Node protocol -----------------------------------------------------------------------
     @property
@@ -373,9 +348,10 @@ class RaftNode:
         """Queue a command for the next entry. Raises at once on a follower (`NotLeader` +
         hint), while stopping (`Unavailable`) or when too many wait (`Overloaded`)."""
         if self._role != Role.LEADER or self._stopping or self._removed or self._failed is not None:
-            self._check_serving()  # raises the right error
-        if self.gauge is not None:
-            self._admit(command)
+            self.check_serving()  # raises the right error
+        admission = self._admission
+        if admission.gauge is not None:
+            admission.admit(command)
         pending = self._pending
         if len(pending) >= MAX_PENDING_COMMANDS:
             raise Overloaded("too many commands waiting for commit; retry later")
@@ -393,24 +369,7 @@ class RaftNode:
             raise Unavailable("node is shutting down", reason="SHUTTING_DOWN")
         if self._lead == NONE:
             raise NotLeader("no leader known", leader_hint="")
-        ctx = next(self._read_ctx).to_bytes(8, "big")
-        fut: Fut = asyncio.get_running_loop().create_future()
-        self._reads[ctx] = fut
-
-        def request(core: RaftCore) -> None:
-            try:
-                core.read_index(ctx)
-            except CoreNotLeader as e:
-                self._reads.pop(ctx, None)
-                _fail(fut, NotLeader("no leader known", leader_hint=e.leader_hint or ""))
-
-        self._admin.append(request)
-        self._wake.set()
-        try:
-            await asyncio.wait_for(asyncio.shield(fut), self.cfg.read_timeout_ms / 1000)
-        except TimeoutError:
-            self._reads.pop(ctx, None)
-            raise Unavailable("read not confirmed by a quorum in time", reason="READ_TIMEOUT") from None
+        await self._reads.wait(self.run_on_core, self.cfg.read_timeout_ms / 1000)
 
     async def inspect(self, fn: Callable[[StateStore], T]) -> T:
         """Run `fn(state)` on the writer thread between writes (see `Node.inspect`)."""
@@ -479,94 +438,49 @@ class RaftNode:
     def alarms(self) -> list[Alarm]:
         """The storage alarms on now: this node's, and on a leader its members' too (any
         of them makes the leader refuse writes that grow the state)."""
-        return list(self._alarms)
+        return list(self._admission.alarms)
 
-    def _admit(self, command: Command) -> None:
-        """Raise `StorageFull` for a command that grows the state while an alarm is on,
-        or that would take the store past its limit (near it, the growth admitted since
-        the last measure is counted: twice its content, for the log entry and the record)."""
-        if not grows_state(command):
-            return
-        if self._alarms:
-            raise refusal(self._alarms)
-        gauge = self.gauge
-        assert gauge is not None
-        headroom = gauge.headroom_bytes
-        if headroom < 2 * gauge.reserve_bytes:  # near the limit only: no cost otherwise
-            self._admitted_bytes += 2 * _content_bytes(command)
-            if self._admitted_bytes >= headroom:  # it would pass the limit: the alarm goes on
-                gauge.refused_near_limit()
-                self._refresh_alarms()
-                raise refusal(self._alarms)
+    @property
+    def gauge(self) -> StorageGauge | None:
+        """This node's storage measure (None: it measures nothing, refuses nothing)."""
+        return self._admission.gauge
+
+    @gauge.setter
+    def gauge(self, gauge: StorageGauge | None) -> None:
+        self._admission.gauge = gauge
 
     def _refresh_alarms(self) -> None:
-        """Recompute the alarms: this node's gauge and, on a leader, the alarms members
-        reported in their recent frames (within an election timeout; a member silent for
-        longer takes no entries meanwhile); tell the peers ours."""
-        gauge = self.gauge
-        if gauge is None:
-            return
-        own = gauge.alarms
-        self.transport.set_local_alarms([(a.reason, a.message) for a in own])
-        alarms = list(own)
-        core = self.core
-        if core is not None and self._role == Role.LEADER:
-            fresh_s = self.cfg.election_tick * self.cfg.tick_ms / 1000
-            members = set(core.voters) | set(core.learners)
-            for nid, reported in sorted(self.transport.peer_alarms(fresh_s).items()):
-                if nid in members:
-                    alarms.extend(Alarm(nid, reason, msg) for reason, msg in reported)
-        alarms_t = tuple(alarms)
-        if [(a.node_id, a.reason) for a in alarms_t] != [(a.node_id, a.reason) for a in self._alarms]:
-            if alarms_t:
-                log.warning("storage alarms on: %s", "; ".join(f"{a.node_id}: {a.reason}: {a.message}"
-                                                                for a in alarms_t))
-            else:
-                log.info("storage alarms cleared: writes that grow the state are taken again")
-        self._alarms = alarms_t
+        """Recompute the storage alarms (`StorageAdmission.refresh`)."""
+        self._admission.refresh()
 
-    def _log_pressure(self) -> bool:
-        """Compact the log at once (not every `snapshot_every` entries): a storage alarm
-        is on here, or the log holds more than an eighth of the store's limit."""
-        gauge = self.gauge
-        return gauge is not None and (bool(gauge.alarms) or gauge.log_bytes > gauge.max_data_bytes // 8)
-
-    def _compact_floor(self, core: RaftCore) -> int:
-        """Under log pressure, the log may be discarded up to here: a follower keeps no
-        entries for others; a leader keeps those its recently active followers still need
-        (the others will get a snapshot)."""
-        if core.role != Role.LEADER:
-            return core.log.applied
-        floor = core.log.applied
-        for nid, pr in core.prs.items():
-            if nid != self.node_id and pr.recent_active:
-                floor = min(floor, pr.match)
-        return floor
+    def _leading_core(self) -> RaftCore | None:
+        """The core while this node leads (its members' storage alarms count then)."""
+        return self.core if self._role == Role.LEADER else None
 
     def propose_alone(self, command: Command) -> Fut:
         """Propose `command` as the only command of its own entry (restore commands: the
         store applies such an entry itself; see `Node.propose_alone`). Resolves as
         `propose_nowait`'s future; raises at once as it does when this node cannot take it."""
-        self._check_serving()
-        if self.gauge is not None:
-            self._admit(command)
+        self.check_serving()
+        admission = self._admission
+        if admission.gauge is not None:
+            admission.admit(command)
         fut: Fut = asyncio.get_running_loop().create_future()
 
         def request(core: RaftCore) -> None:
             if core.role != Role.LEADER:
-                _fail(fut, NotLeader("not the leader", leader_hint=core.lead))
+                fail_future(fut, NotLeader("not the leader", leader_hint=core.lead))
                 return
             batch = CommandBatch(self._stamp_ms(), [command])
             try:
                 index = core.propose_batch([encode_batch(batch)])[0]
             except (CoreNotLeader, ProposalDropped) as e:
                 hint = (e.leader_hint or "") if isinstance(e, CoreNotLeader) else core.lead_transferee
-                _fail(fut, NotLeader(f"proposal refused: {e}", leader_hint=hint))
+                fail_future(fut, NotLeader(f"proposal refused: {e}", leader_hint=hint))
                 return
-            self._add_proposal(index, _Proposal(core.term, [fut], batch=batch))
+            self.add_proposal(index, Proposal(core.term, [fut], batch=batch))
 
-        self._admin.append(request)
-        self._wake.set()
+        self.run_on_core(request)
         return fut
 
     def _stamp_ms(self) -> int:
@@ -574,20 +488,6 @@ class RaftNode:
         now_ms = max(self._last_stamp_ms, self.state.machine.now_ms, self._clock_ms())
         self._last_stamp_ms = now_ms
         return now_ms
-
-    def _rebase(self, conf: ConfState) -> None:
-        """Writer thread, at start: the state is ahead of the log, so replace the log by a
-        snapshot of the state at its applied index (new entries follow it). One txn."""
-        st = self.storage
-        applied = self.state.applied_index
-        hs = st.hard_state
-        term = max(hs.term, 1)
-        snap = Snapshot(SnapshotMeta(applied, term, conf))  # data: the state's, on demand
-        with self.env.begin(write=True) as txn:
-            st.apply_snapshot(txn, snap)
-            st.set_hard_state(txn, HardState(term, hs.vote if hs.term == term else NONE, applied))
-        log.info("node %s: the Raft log now starts after the state's applied index %d",
-                 self.node_id, applied)
 
     def _new_core(self) -> RaftCore:
         rcfg = RaftConfig(
@@ -639,7 +539,7 @@ class RaftNode:
             commit_index=core.log.committed if core else 0,
             applied_index=self.applied_index, role=role, members=members,
             cluster_id=self.state.cluster_id,
-            alarms=tuple((a.node_id, a.reason, a.message) for a in self._alarms),
+            alarms=tuple((a.node_id, a.reason, a.message) for a in self._admission.alarms),
             storage=self.storage_usage(),
         )
 
@@ -650,135 +550,16 @@ class RaftNode:
 
     async def add_member(self, node_id: str, addrs: MemberAddrs, *, empty: bool = False,
                          cluster_id: str = "") -> ClusterStatus:
-        """See `ClusterAdmin.add_member`. The replacement of a member that came back with a
-        new (or an empty) store is two conf changes, each committed by the current
-        configuration: removing it (its stale progress goes with it; refused by Raft
-        itself, not committed, while the other voters are no quorum), then adding it as
-        a learner under its new store; `_maybe_promote` makes it a voter once caught up."""
-        self._check_serving()
-        core = self.core
-        assert core is not None
-        if cluster_id and cluster_id != self.state.cluster_id:
-            raise FailedPrecondition(
-                f"this is cluster {self.state.cluster_id or '(no id)'}, not {cluster_id}: refused",
-                reason="CLUSTER_MISMATCH")
-        member_input.check_node_id(node_id)  # 400 for a malformed id or address
-        member_input.check_member_addrs(addrs)
-        if node_id in core.voters or node_id in core.learners:
-            known = self.storage.members.get(node_id)
-            new_store = bool(addrs.store_id) and (known is None or known.store_id != addrs.store_id)
-            if new_store or (empty and node_id in core.voters):
-                await self._replace_member(core, node_id, addrs, known)
-                return self.cluster_status()
-            if known is not None and known == addrs:  # the addresses (not the store)
-                return self.cluster_status()
-            raise FailedPrecondition(
-                f"{node_id} is already a member with other addresses; remove it first",
-                reason="MEMBER_EXISTS")
-        members = {nid: self.storage.members.get(nid) or MemberAddrs("", "", "")
-                   for nid in (*core.voters, *core.learners)}
-        member_input.check_new_member(node_id, addrs, members)  # 409 for an address in use
-        cc = ConfChange(ConfChangeType.ADD_LEARNER, node_id, encode_addrs(addrs))
-        await self._conf_change(cc)
-        return self.cluster_status()
-
-    async def _replace_member(self, core: RaftCore, node_id: str, addrs: MemberAddrs,
-                              known: MemberAddrs | None) -> None:
-        if node_id == self.node_id:
-            raise FailedPrecondition("the leader cannot replace itself", reason="MEMBER_EXISTS")
-        log.warning("member %s came back with %s store %s (admitted with %s): replacing it "
-                    "(remove, then add as a learner with fresh progress)", node_id,
-                    "a new" if addrs.store_id else "an empty", addrs.store_id or "-",
-                    (known.store_id if known else "") or "-")
-        await self._conf_change(ConfChange(ConfChangeType.REMOVE_NODE, node_id))
-        await self._conf_change(ConfChange(ConfChangeType.ADD_LEARNER, node_id, encode_addrs(addrs)))
+        """See `ClusterAdmin.add_member` and `doq.node.membership`."""
+        return await self._membership.add_member(node_id, addrs, empty=empty, cluster_id=cluster_id)
 
     async def remove_member(self, node_id: str) -> None:
-        self._check_serving()
-        core = self.core
-        assert core is not None
-        if node_id not in core.voters and node_id not in core.learners:
-            raise NotFound(f"{node_id!r} is not a member of the cluster", reason="NOT_FOUND")
-        if core.voters == (node_id,):
-            raise FailedPrecondition(f"{node_id!r} is the last voter: a cluster needs one (add another "
-                                     "member first)", reason="LAST_VOTER")
-        await self._conf_change(ConfChange(ConfChangeType.REMOVE_NODE, node_id))
+        """See `doq.node.membership.Membership.remove_member`."""
+        await self._membership.remove_member(node_id)
 
     async def transfer_leader(self, target_id: str | None = None) -> str:
-        self._check_serving()
-        core = self.core
-        assert core is not None
-        if target_id is None:
-            target_id = self._best_transferee(core)
-            if target_id is None:
-                raise FailedPrecondition("no other voter to transfer leadership to",
-                                         reason="NO_TRANSFER_TARGET")
-        if target_id == self.node_id:
-            return self.node_id
-        if target_id not in core.voters:
-            raise FailedPrecondition(f"{target_id} is not a voter", reason="NOT_A_VOTER")
-        target = target_id
-        done: Fut = asyncio.get_running_loop().create_future()
-
-        def request(core: RaftCore) -> None:
-            try:
-                core.transfer_leadership(target)
-                _resolve(done, None)
-            except CoreNotLeader as e:
-                _fail(done, NotLeader("not the leader", leader_hint=e.leader_hint or ""))
-            except ProposalDropped as e:
-                _fail(done, FailedPrecondition(str(e), reason="TRANSFER_REFUSED"))
-
-        self._admin.append(request)
-        self._wake.set()
-        await done
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.cfg.admin_timeout_ms / 1000
-        while self._lead != target:
-            left = deadline - loop.time()
-            if left <= 0:
-                raise Unavailable(f"leadership did not move to {target} in time",
-                                  reason="TRANSFER_TIMEOUT")
-            changed = self._lead_changed
-            try:
-                await asyncio.wait_for(changed.wait(), left)
-            except TimeoutError:
-                pass
-        return target
-
-    def _best_transferee(self, core: RaftCore) -> str | None:
-        """The most up-to-date other voter that was heard from recently (then the highest
-        match index; ties by id). None without another voter."""
-        best: tuple[bool, int, str] | None = None
-        for nid in core.voters:
-            pr = core.prs.get(nid)
-            if nid == self.node_id or pr is None:
-                continue
-            key = (pr.recent_active, pr.match, nid)
-            if best is None or key[:2] > best[:2]:
-                best = key
-        return best[2] if best else None
-
-    async def _conf_change(self, cc: ConfChange) -> None:
-        fut: Fut = asyncio.get_running_loop().create_future()
-
-        def request(core: RaftCore) -> None:
-            try:
-                index = core.propose_conf_change(cc)
-                self._add_proposal(index, _Proposal(core.term, [fut], conf=True))
-            except CoreNotLeader as e:
-                _fail(fut, NotLeader("not the leader", leader_hint=e.leader_hint or ""))
-            except ProposalDropped as e:
-                _fail(fut, Unavailable(f"membership change refused for now: {e}",
-                                       reason="CONF_CHANGE_PENDING"))
-
-        self._admin.append(request)
-        self._wake.set()
-        try:
-            await asyncio.wait_for(asyncio.shield(fut), self.cfg.admin_timeout_ms / 1000)
-        except TimeoutError:
-            raise Unavailable("membership change not applied in time",
-                              reason="CONF_CHANGE_TIMEOUT") from None
+        """See `ClusterAdmin.transfer_leader` and `doq.node.membership`."""
+        return await self._membership.transfer_leader(target_id)
 
     # -- inputs (event loop) -----------------------------------------------------------------
     def _on_messages(self, frame: PeerFrame) -> None:
@@ -786,7 +567,7 @@ class RaftNode:
         sender, membership) drops what may not reach the core, counted and logged at most
         once a minute per reason; the rest is queued for the core (stepped between two
         Readies). While the writer works, a follower answers its leader's heartbeats at
-        once (`_ack_heartbeats`)."""
+        once (`write_overlap.heartbeat_acks`)."""
         if self._stopping:
             return
         msgs, refused = peer_door.admit(self.node_id, self._own_cluster_ids, self._door_members,
@@ -795,8 +576,10 @@ class RaftNode:
             self._count_refused(frame, refused)
             if not msgs:
                 return
-        if self._ack_term:
-            self._ack_heartbeats(msgs)
+        if self._ack_term:  # the writer works: answer the leader's heartbeats now
+            acks = write_overlap.heartbeat_acks(self.core, self._ack_term, self.node_id, msgs)
+            if acks:
+                self.transport.send(acks)
         self._inbox.extend(msgs)
         self._wake.set()
 
@@ -821,55 +604,47 @@ class RaftNode:
             self._own_cluster_ids = own
             self.transport.set_cluster_ids(own)
 
-    def _heartbeat_while_writing(self) -> None:
-        """A leader whose writer is busy (see `_ack_heartbeats`) still sends a heartbeat
-        every tick, as the core's own (commit index capped by each peer's match; no read
-        context), so followers do not start an election meanwhile. Only in its durable term."""
-        core = self.core
-        if core is None or core.role != Role.LEADER or core.term != self._ack_term:
-            return
-        committed = core.log.committed
-        self.transport.send([
-            Message(MessageType.HEARTBEAT, to=pid, frm=self.node_id, term=core.term,
-                    commit=min(pr.match, committed))
-            for pid, pr in core.prs.items() if pid != self.node_id])
-
-    def _ack_heartbeats(self, msgs: list[Message]) -> None:
-        """During a write (which can outlast the election timeout: a large purge, a slow
-        fsync), answer the current leader's heartbeats as the core will when it steps them
-        after the write (it then takes their commit index and answers again: a duplicate
-        answer is harmless). Without this, a leader whose followers are all busy writing
-        hears from no quorum and steps down. Only in the follower's durable term; the core
-        is only read here (it is stepped on this loop, never during a write)."""
-        core = self.core
-        if core is None or core.role != Role.FOLLOWER or core.term != self._ack_term or not core.lead:
-            return
-        acks = [Message(MessageType.HEARTBEAT_RESP, to=m.frm, frm=self.node_id, term=m.term,
-                        context=m.context)
-                for m in msgs
-                if m.type == MessageType.HEARTBEAT and m.term == core.term and m.frm == core.lead]
-        if acks:
-            self.transport.send(acks)
-
     def _on_tick(self) -> None:
         if self._stopping:
             return
         self._inbox.append(None)
-        if self._ack_term:
-            self._heartbeat_while_writing()
+        if self._ack_term:  # the writer works: keep the followers' election clocks reset
+            beats = write_overlap.heartbeats_while_writing(self.core, self._ack_term, self.node_id)
+            if beats:
+                self.transport.send(beats)
         if self.gauge is not None:
             self.gauge.check_disk(force=False)  # a disk freed while no write runs lifts its alarm
             self._refresh_alarms()
         self._wake.set()
         self._tick_handle = asyncio.get_running_loop().call_later(self.cfg.tick_ms / 1000, self._on_tick)
 
-    def _check_serving(self) -> None:
+    # -- driver primitives (what `doq.node.membership` orchestrates) -------------------------
+    def check_serving(self) -> None:
+        """Raise unless this node is the serving leader: `Unavailable` SHUTTING_DOWN while
+        stopping or failed, `NotLeader` + hint when removed or not the leader."""
         if self._stopping or self._failed is not None:
             raise Unavailable("node is shutting down", reason="SHUTTING_DOWN")
         if self._removed:
             raise NotLeader("this node was removed from the cluster", leader_hint=self._lead)
         if self._role != Role.LEADER:
             raise NotLeader("not the leader", leader_hint=self._lead)
+
+    def run_on_core(self, request: Callable[[RaftCore], None]) -> None:
+        """Run `request(core)` on the loop task between two Readies (it wakes the loop)."""
+        self._admin.append(request)
+        self._wake.set()
+
+    def add_proposal(self, index: int, prop: Proposal) -> None:
+        """Wait for the entry at `index` (this node just appended it as leader). A proposal
+        of an earlier term still waiting there lost its entry (this leader's log, which
+        holds every committed entry, has another one at that index): never applied."""
+        self._proposals.add(index, prop, self._lead)
+
+    async def wait_leader_change(self, timeout_s: float) -> None:
+        """Return when the leader this node knows of changes, or after `timeout_s`."""
+        changed = self._lead_changed
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(changed.wait(), timeout_s)
 
     # -- the loop ----------------------------------------------------------------------------
     async def _run(self) -> None:
@@ -885,8 +660,8 @@ class RaftNode:
                     if handled:
                         await self._handle_ready(core, core.ready())
                         self._wake.set()  # more may have arrived meanwhile
-                    if self.storage.snapshot_wanted and not self._snap_running:
-                        self._produce_snapshot(core)
+                    if self.storage.snapshot_wanted and not self._snapshots.producing:
+                        self._snapshots.produce(core, self._writer)
                 if handled:
                     # the tasks its results woke (frames first, then confirmations) send
                     # before the next Ready is made: its writer then runs while this loop
@@ -913,9 +688,9 @@ class RaftNode:
                 else:
                     core.step(m)
             if ticks and core.role == Role.LEADER:
-                self._maybe_promote(core)
+                promote_caught_up_learner(core, self.storage.members)
             if ticks and self.storage.compaction_hold is not None:
-                self._age_offered_snapshot(core, ticks)
+                self._snapshots.age(core, ticks)
         if self._admin:
             admin, self._admin = self._admin, []
             for fn in admin:
@@ -931,7 +706,7 @@ class RaftNode:
             self._pending = []
             err = NotLeader("not the leader", leader_hint=core.lead)
             for _, fut in pending:
-                _fail(fut, err)
+                fail_future(fut, err)
             return
         datas: list[bytes] = []
         batches: list[CommandBatch] = []
@@ -946,7 +721,7 @@ class RaftNode:
             except Exception as e:  # an unencodable command: fail its batch, keep going
                 log.exception("cannot encode a command batch")
                 for _, fut in taken:
-                    _fail(fut, Unavailable(f"cannot encode command: {e}"))
+                    fail_future(fut, Unavailable(f"cannot encode command: {e}"))
                 continue
             groups.append([fut for _, fut in taken])
             batches.append(batch)
@@ -960,24 +735,25 @@ class RaftNode:
             err = NotLeader(f"proposal refused: {e}", leader_hint=hint)
             for futs in groups:
                 for f in futs:
-                    _fail(f, err)
+                    fail_future(f, err)
             return
         term = core.term
         for index, futs, batch in zip(indexes, groups, batches, strict=True):
-            self._add_proposal(index, _Proposal(term, futs, batch=batch))
+            self.add_proposal(index, Proposal(term, futs, batch=batch))
 
     async def _handle_ready(self, core: RaftCore, rd: Ready) -> None:
         """One Ready: persist + apply (one txn, fsync) → send → conf changes → resolve →
         reads → advance."""
         job = _Job(rd.snapshot, rd.entries, rd.hard_state, rd.committed_entries, None)
-        if self._log_pressure():
-            job.compact_floor = self._compact_floor(core)
+        if self._admission.log_pressure():
+            job.compact_floor = compact_floor(core, self.node_id)
         messages = rd.messages
         if job.snapshot or job.entries or job.hard_state or job.committed:
-            job.own_snapshot, self._own_snapshot = self._own_snapshot, None
+            job.own_snapshot = self._snapshots.take_own()
             self._answer_early(job)
-            early, messages = self._early_messages(core, rd)
-            if early:  # replicated while this node persists them (see `_early_messages`)
+            early, messages = write_overlap.split_early(  # durable: no write runs now
+                core, rd, self.storage.hard_state, self.storage.last_index())
+            if early:  # replicated while this node persists them (`write_overlap.split_early`)
                 self.transport.send(early)
             await self._write_off_loop(job)
         if job.admitted:
@@ -1014,18 +790,16 @@ class RaftNode:
             self._release_ended_leases(job.results)
         if rd.soft_state is not None:  # after resolving what this Ready applied
             self._on_soft_state(rd.soft_state.lead, rd.soft_state.role)
-        for rs in rd.read_states:
-            fut = self._reads.pop(rs.context, None)
-            if fut is not None:
-                self._read_waits.append((rs.index, fut))
+        if rd.read_states:
+            self._reads.confirmed(rd.read_states)
         core.advance(rd)
-        if self._read_waits:
-            self._serve_reads()
+        if self._reads.applying:
+            self._reads.serve(self.applied_index)
         if rd.committed_entries or rd.snapshot is not None:
             self._notify_applied()
             if core.role == Role.LEADER:
                 self._schedule_lease_tick()
-            self._maybe_record_snapshot(core)
+            self._snapshots.record_due(core, pressure=self._admission.log_pressure())
         if removed:
             log.info("node %s was removed from the cluster", self.node_id)
             self._removed = True
@@ -1035,7 +809,7 @@ class RaftNode:
         """Let the writer answer the proposals of committed entries as soon as it has
         applied them, before its commit and fsync (`_write`), when every one of those
         entries was durable here before this write: they are then durable on a quorum
-        (this node's copy counted only once durable, see `_early_messages`), so a crash
+        (this node's copy counted only once durable, see `write_overlap.split_early`), so a crash
         re-applies them from the log with the same results. Not for entries this write
         itself persists (a one-voter cluster commits at append), with a snapshot, or from
         a conf change on (answered once applied to the core, after the write). The readers' view of the applied state is published first, so whoever hears an
@@ -1058,33 +832,6 @@ class RaftNode:
                 loop.call_soon_threadsafe(self._resolve_committed, committed, results)
 
         job.answer = answer
-
-    def _early_messages(self, core: RaftCore, rd: Ready) -> tuple[list[Message], list[Message]]:
-        """Split a Ready's messages into those sent before its write and those after.
-
-        A leader replicates its new entries in parallel with persisting them (Raft thesis
-        10.2.1): its appends and heartbeats leave before the write, so a follower persists
-        while the leader does. Safe because the leader counts its own copy in the quorum
-        only once it is durable: the core counts it at append, but the followers' answers
-        are stepped only after this write ends (the core is never stepped during a write).
-        A message whose commit index is past this node's durable log waits for the write
-        (a leader that is its only voter commits at append). Only in the leader's durable
-        term and vote, and not in the Ready that makes it leader (it takes requests from
-        when that Ready is done: its followers must not name it leader before); such a
-        Ready sends everything after the write. Never anything that acknowledges or grants
-        (answers, votes, TimeoutNow): those wait for the write as before."""
-        hs = rd.hard_state
-        durable = self.storage.hard_state
-        if (core.role != Role.LEADER or not rd.messages or rd.soft_state is not None
-                or (hs is not None and (hs.term != durable.term or hs.vote != durable.vote))):
-            return [], rd.messages
-        last = self.storage.last_index()  # durable: no write runs now
-        early: list[Message] = []
-        late: list[Message] = []
-        for m in rd.messages:
-            ok = m.type in _EARLY and m.term == durable.term and m.commit <= last
-            (early if ok else late).append(m)
-        return early, late
 
     async def _write_off_loop(self, job: _Job) -> None:
         """`_write` on the writer thread; meanwhile heartbeats are answered at once."""
@@ -1112,9 +859,7 @@ class RaftNode:
                     await asyncio.sleep(delay_s)  # the disk is still full: no rebuild for nothing
         finally:
             self._ack_term = 0
-            if self.gauge is not None:
-                self._admitted_bytes = 0
-                self._refresh_alarms()
+            self._admission.written()
 
     def _write(self, job: _Job) -> None:
         """Writer thread: the Ready's durable part and the apply, in ONE txn (fsync)."""
@@ -1187,7 +932,7 @@ class RaftNode:
         committed in is applied from the `CommandBatch` it encodes (decoding the data
         would give an equal batch: the codec round-trips exactly)."""
         items: list[tuple[int, bytes | CommandBatch]] = []
-        props = self._proposals  # read only here (the loop changes it between Readies)
+        props = self._proposals.by_index  # read only here (the loop changes it between Readies)
         members: dict[str, MemberAddrs] | None = None
         for e in job.committed:
             if e.type == EntryType.CONF_CHANGE:
@@ -1215,73 +960,24 @@ class RaftNode:
 
     # -- results -----------------------------------------------------------------------------
     def _resolve_committed(self, committed: list[Entry], results: list[list[object]]) -> None:
-        """Give the proposals these entries carried their results (`resolve_results`:
-        the dequeues' first)."""
-        props = self._proposals
-        if not props:
-            return
-        done: list[tuple[Command, Fut, object]] = []
-        for e, res in zip(committed, results, strict=False):
-            p = props.pop(e.index, None)
-            if p is None:
-                continue
-            if e.term != p.term:
-                err = NotLeader("leadership changed before the proposal committed; it was not applied",
-                                leader_hint=self._lead)
-                for fut in p.futs:
-                    _fail(fut, err)
-            elif p.conf:
-                for fut in p.futs:
-                    _resolve(fut, None)
-            else:
-                assert p.batch is not None  # every command proposal keeps its batch
-                done.extend(zip(p.batch.commands, p.futs, res, strict=True))
-        resolve_results(done)
+        """Give the proposals these entries carried their results (`ProposalBook`)."""
+        if self._proposals:
+            self._proposals.resolve_committed(committed, results, self._lead)
 
     def _release_ended_leases(self, results: list[list[object]]) -> None:
-        """Leader: a dequeue applied after its lease had ended by this node's clock (it
-        committed late, e.g. through a quorum loss, maybe proposed by another member that
-        cannot settle it now) handed nobody its messages (the proposing service does not
-        hand them out either): release them (`Nack(release=True)`), so they are ready at
-        once with no attempt counted; the machine lets such a release win over the lease's
-        expiry in its batch. A release the proposing service also made fails harmlessly."""
-        now_ms = 0
-        for res in results:
-            for r in res:
-                if type(r) is not list or not r or type(r[0]) is not MessageView:
-                    continue
-                first = r[0]
-                if not first.lease_id:
-                    continue  # removed on delivery: nothing to release
-                now_ms = now_ms or self._clock_ms()
-                if first.lease_expires_at_ms > now_ms:
-                    continue  # one dequeue's messages share one lease end
-                for m in r:
-                    try:
-                        fut = self.propose_nowait(Nack(m.queue_name, m.id, m.lease_id, release=True))
-                    except DoqError:
-                        return  # not taken now: the leases end by themselves
-                    fut.add_done_callback(_ignore_result)
-
-    def _add_proposal(self, index: int, prop: _Proposal) -> None:
-        """Wait for the entry at `index` (this node just appended it as leader). A proposal
-        of an earlier term still waiting there lost its entry (this leader's log, which
-        holds every committed entry, has another one at that index): never applied."""
-        old = self._proposals.get(index)
-        if old is not None:
-            err = NotLeader("leadership changed before the proposal committed; it was not applied",
-                            leader_hint=self._lead)
-            for fut in old.futs:
-                _fail(fut, err)
-        self._proposals[index] = prop
+        """Leader: release what dequeues that committed after their lease ended leased
+        (`late_dequeues`); stops at the first release not taken (the leases end by
+        themselves)."""
+        for nack in late_dequeues.releases(results, self._clock_ms):
+            try:
+                fut = self.propose_nowait(nack)
+            except DoqError:
+                return
+            fut.add_done_callback(ignore_result)
 
     def _fail_proposals_upto(self, index: int | None, why: str) -> None:
-        """Fail the proposals at indexes <= index (all if None): their entries' fate is
-        not known here (`OutcomeUnknown`; e.g. a snapshot replaced the log around them)."""
-        err = OutcomeUnknown(why, leader_hint=self._lead)
-        for i in [i for i in self._proposals if index is None or i <= index]:
-            for fut in self._proposals.pop(i).futs:
-                _fail(fut, err)
+        """`ProposalBook.fail_upto` with this node's leader hint."""
+        self._proposals.fail_upto(index, why, self._lead)
 
     def _give_up_orphans(self) -> None:
         """`admin_timeout_ms` after a step-down: proposals whose entries this node (still
@@ -1296,27 +992,9 @@ class RaftNode:
         those in the log with `OutcomeUnknown` (another member may still commit them)."""
         pending, self._pending = self._pending, []
         for _, fut in pending:
-            _fail(fut, err)
+            fail_future(fut, err)
         self._fail_proposals_upto(None, f"{err.message}; the proposal may still be applied")
-        self._fail_reads(err)
-
-    def _fail_reads(self, err: DoqError) -> None:
-        reads, self._reads = self._reads, {}
-        for fut in reads.values():
-            _fail(fut, err)
-        waits, self._read_waits = self._read_waits, []
-        for _, fut in waits:
-            _fail(fut, err)
-
-    def _serve_reads(self) -> None:
-        applied = self.applied_index
-        keep: list[tuple[int, Fut]] = []
-        for index, fut in self._read_waits:
-            if index <= applied:
-                _resolve(fut, None)
-            else:
-                keep.append((index, fut))
-        self._read_waits = keep
+        self._reads.fail_all(err)
 
     def _on_soft_state(self, lead: str, role: Role) -> None:
         was_leader = self._role == Role.LEADER
@@ -1339,7 +1017,7 @@ class RaftNode:
             err = NotLeader("leadership lost", leader_hint=lead)
             pending, self._pending = self._pending, []
             for _, fut in pending:
-                _fail(fut, err)
+                fail_future(fut, err)
         elif role == Role.LEADER and not was_leader:
             self._schedule_lease_tick()
 
@@ -1361,22 +1039,6 @@ class RaftNode:
             self.transport.remove_peer(nid)
         self._peers_set = set(known)
 
-    def _maybe_promote(self, core: RaftCore) -> None:
-        """Leader: promote a learner once its match index reached the commit index."""
-        if not core.learners or core.pending_conf_index > core.log.applied:
-            return
-        for nid in core.learners:
-            pr = core.prs.get(nid)
-            if pr is not None and pr.match >= core.log.committed:
-                addrs = self.storage.members.get(nid)
-                ctx = encode_addrs(addrs) if addrs else b""
-                try:
-                    core.propose_conf_change(ConfChange(ConfChangeType.ADD_NODE, nid, ctx))
-                    log.info("promoting learner %s to voter", nid)
-                except (ProposalDropped, CoreNotLeader):
-                    pass
-                return
-
     # -- time and snapshots ------------------------------------------------------------------
     def _schedule_lease_tick(self) -> None:
         """Leader only: propose a Tick when replicated time must move."""
@@ -1394,123 +1056,17 @@ class RaftNode:
         if self._stopping or self._role != Role.LEADER:
             return
         fut = ProposalFuture(loop=asyncio.get_running_loop())
-        fut.add_done_callback(_ignore_result)
+        fut.add_done_callback(ignore_result)
         self._pending.append((Tick(), fut))
         self._wake.set()
 
-    def _maybe_record_snapshot(self, core: RaftCore) -> None:
-        """After an apply: when `snapshot_every` entries were applied since the last
-        snapshot, take the meta of one at the applied index (no data: the state is
-        durable beside the log); the next write records it, and that write and the
-        following ones discard the log up to `keep_entries` behind it, at most
-        `compact_entries_per_write` entries per write (`_write`)."""
-        every = self.cfg.snapshot_every
-        applied = core.log.applied
-        last = self._own_snapshot or self.storage.snapshot_meta()
-        if self._log_pressure():
-            every = 1  # a storage alarm or a large log: compact at once
-        if not every or applied - last.index < every:
-            return
-        if self.state.applied_index != applied:
-            return  # re-applying after a restart: the state is ahead of the core
-        self._own_snapshot = core.make_snapshot(applied, b"").meta
-
-    def _produce_snapshot(self, core: RaftCore) -> None:
-        """Between two Readies, the core asked for snapshot data to send (a follower is
-        behind the compacted log): the state at the applied index is read from one read
-        txn opened on the writer thread (so exactly at that index), written as snapshot
-        data on the snapshot thread, and offered to the storage; the core sends it on a
-        later heartbeat response. Nothing of it is written to disk."""
-        applied = core.log.applied
-        self.storage.snapshot_wanted = False  # asked again (next heartbeat) if this fails
-        if self.state.applied_index != applied:
-            return  # re-applying after a restart: the state is ahead of the core
-        meta = core.make_snapshot(applied, b"").meta
-        members = dict(self.storage.members)
-        self._snap_running = True
-        # from now until the data is dropped the log keeps the entries after it, or it
-        # could be of no use when done (a large state builds slower than writes compact)
-        self.storage.hold_compaction(meta.index)
-        loop = asyncio.get_running_loop()
-        opened = loop.run_in_executor(self._writer, self.state.open_read)
-
-        async def build() -> None:
-            data: bytes | None = None
-            try:
-                read = await opened
-                if read.applied_index == meta.index:
-                    data = await loop.run_in_executor(
-                        self._snapshotter, write_state_snapshot, read, members, self.node_id)
-                else:
-                    close_state_read(read)
-            except Exception:
-                log.exception("snapshot data at %d failed", meta.index)
-            async with self._ready_lock:  # between two Readies: no write reads the hold
-                self._snap_running = False
-                self._snap_unneeded_ticks = 0
-                if data is None:
-                    self.storage.release_snapshot()
-                else:
-                    self.storage.offer_snapshot(Snapshot(meta, data))
-
-        self._snap_task = asyncio.create_task(build())
-
-    def _age_offered_snapshot(self, core: RaftCore, ticks: int) -> None:
-        """On ticks, while snapshot data is offered: once no follower needed it
-        (`RaftCore.snapshot_needed`) for an election timeout, the data is dropped from
-        memory and the log's compaction hold with it (`release_snapshot`). The timeout
-        spans the moments a live follower does not count as recently active (the core
-        resets that every election timeout); a follower gone for good, or this node no
-        longer leading, releases it."""
-        if self._snap_running:
-            return  # offered, or released, when produced
-        if core.snapshot_needed():
-            self._snap_unneeded_ticks = 0
-            return
-        self._snap_unneeded_ticks += ticks
-        if self._snap_unneeded_ticks >= self.cfg.election_tick:
-            self._snap_unneeded_ticks = 0
-            self.storage.release_snapshot()
-
-
-_EARLY = frozenset((MessageType.APP, MessageType.HEARTBEAT))
-"""What a leader sends before its Ready is durable (`RaftNode._early_messages`)."""
 
 
 def _reload_log(storage: LmdbLogStorage) -> None:
     storage.reload()
 
 
-def _content_bytes(command: Command) -> int:
-    """About what a command adds to the store (its messages' contents, 64 B per record)."""
-    if isinstance(command, Enqueue):
-        return sum(len(i.content) + 64 for i in command.items)
-    if isinstance(command, EnqueueColumns):
-        return sum(len(c) + 64 for c in command.contents)
-    if isinstance(command, RestoreChunk):
-        return len(command.payload)
-    return 64
-
-
 def _raise_if_error(result: object) -> None:
     """A proposal's result that is a `DoqError` (the machine's or the store's refusal) is raised."""
     if isinstance(result, DoqError):
         raise result
-
-
-def _resolve(fut: Fut, value: object) -> None:
-    if not fut.done():
-        fut.set_result(value)
-
-
-def _fail(fut: Fut, err: BaseException) -> None:
-    """Fail `fut`; its waiter (if any) sees `err`; a proposal nobody awaits any more (its
-    stream ended) logs nothing (the exception counts as retrieved)."""
-    if not fut.done():
-        fut.set_exception(err)
-        fut.exception()
-
-
-def _ignore_result(fut: asyncio.Future[Any]) -> None:
-    if not fut.cancelled():
-        fut.exception()

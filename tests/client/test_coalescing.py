@@ -14,10 +14,11 @@ import pytest
 
 from doq_client import AsyncDoqClient, DoqClient, QueueNotFound, TooLarge
 from doq_client import _ledger as ledger_mod
+from doq_client import _producer_core as producer_core
 from doq_client import consumer as consumer_mod
-from doq_client import producer as producer_mod
+from doq_client._producer_core import FEW_IN_FLIGHT, FRAMES_IN_FLIGHT
 from doq_client.consumer import Consumer
-from doq_client.producer import FEW_IN_FLIGHT, FRAMES_IN_FLIGHT, Producer
+from doq_client.producer import Producer
 from tests.support.proc import NodeProc
 
 BIG = b"x" * (2 << 20)  # above the node's 1 MiB message limit
@@ -99,7 +100,7 @@ def test_prebuilt_requests_and_enqueue_many_coalesce_too(client: DoqClient, queu
 
 def test_a_lone_message_is_sent_at_once_and_waits_only_while_frames_are_unanswered(node: NodeProc) -> None:
     p = Producer.__new__(Producer)
-    producer_mod._Base.__init__(p, 1000, None, True, 1 << 20)
+    producer_core.ProducerCore.__init__(p, 1000, None, True, 1 << 20)
     p._outbox.append(p._message("q", b"x", "", 0, None, "", 0))
     p._queued = 1
     assert p._sendable()  # nothing unanswered: no waiting for a frame to fill
@@ -111,7 +112,7 @@ def test_a_lone_message_is_sent_at_once_and_waits_only_while_frames_are_unanswer
     p._queued = p.batch
     assert p._sendable()
     q = Producer.__new__(Producer)
-    producer_mod._Base.__init__(q, 1000, 0, True, 1 << 20)  # batch=0: one message per frame
+    producer_core.ProducerCore.__init__(q, 1000, 0, True, 1 << 20)  # batch=0: one message per frame
     for _ in range(FRAMES_IN_FLIGHT):
         q._ledger.sent([], None)
     q._outbox.append(q._message("q", b"x", "", 0, None, "", 0))

@@ -1,8 +1,10 @@
 """The synchronous and asyncio clients cannot drift apart.
 
 - `doq_client/client.py` is what `clients/python/unasync.py` generates from
-  `doq_client/aio.py` (the one source of both clients), and `doq_client/worker.py` what it
-  generates from `doq_client/aio_worker.py` (the one source of both workers);
+  `doq_client/aio.py` (the one source of both clients), `doq_client/producer.py` what it
+  generates from `doq_client/aio_producer.py` (the one source of both producers), and
+  `doq_client/worker.py` what it generates from `doq_client/aio_worker.py` (the one source
+  of both workers);
 - each sync/asyncio pair (client, producer, consumer, worker) offers the methods listed
   here, with the same parameters (names, kinds, defaults), the asyncio one as coroutines
   where the sync one blocks; the few differences are listed and nothing else differs.
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import re
 from types import ModuleType
 from typing import Any
 
@@ -38,9 +41,8 @@ PAIRS: dict[str, tuple[type, type, set[str], set[str]]] = {
                  {"ack", "ack_many", "nack"}),
     "worker": (doq_client.Worker, doq_client.AsyncWorker, {"run"}, {"stop"}),
 }
-# where the pair differs on purpose: the sync producer's waits take a timeout; a sync
-# worker can also run in its own thread
-SIGNATURE_DIFFERENCES = {("producer", "flush"), ("producer", "close")}
+# where the pair differs on purpose: a sync worker can also run in its own thread
+SIGNATURE_DIFFERENCES: set[tuple[str, str]] = set()
 SYNC_ONLY = {"worker": {"start", "join"}}
 SYNC_ONLY_PROTOCOLS = {"worker": {"__enter__", "__exit__"}}  # with worker: start, then stop and join
 PROTOCOLS = {"__enter__": "__aenter__", "__exit__": "__aexit__", "__iter__": "__aiter__"}
@@ -140,3 +142,78 @@ def test_a_step_added_to_the_asyncio_worker_is_in_the_sync_one_with_its_twins() 
     assert ("    def _idle(self) -> None:\n        with self._lock:\n"
             "            wait_sync(self._changed, MAIN_WAIT_S)\n") in generated
     assert not [w for w in ("asyncio.", "_aio(", "async def", "async with", "await ") if w in generated]
+
+
+# -- adding a field to one RPC -------------------------------------------------------------
+_GENERATED = {"client.py", "worker.py"}  # written by unasync.py: never edited by hand
+
+
+def _hand_written() -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted((CLIENT_DIR / "doq_client").glob("*.py"))
+            if p.name not in _GENERATED}
+
+
+def test_a_field_added_to_one_rpc_touches_one_client_source() -> None:
+    """Adding a field to `Peek` (a parameter of both clients' `peek`) is one edit of the
+    clients' one source, `aio.py`, beside the request it builds in the sans-IO `_ops.py`:
+    no other hand-written client module names Peek's request or op, and the sync client
+    gets the field by generation (checked here on a source with the field added)."""
+    files = _hand_written()
+    assert [n for n, t in files.items() if "pb.PeekRequest" in t] == ["_ops.py"]
+    assert [n for n, t in files.items() if "_ops.peek(" in t] == ["aio.py"]
+    source = files["aio.py"]
+    old_sig = 'async def peek(self, queue: str, limit: int = 20, *, state: str = "ready", offset: int = 0)'
+    old_call = "await self._call(_ops.peek(queue, state, offset, limit))"
+    assert old_sig in source and old_call in source
+    added = source.replace(old_sig, old_sig.replace("offset: int = 0)", "offset: int = 0, since_ms: int = 0)"))
+    added = added.replace(old_call, "await self._call(_ops.peek(queue, state, offset, limit, since_ms))")
+    generated = _unasync().generate(added)
+    assert 'def peek(self, queue: str, limit: int = 20, *, state: str = "ready", offset: int = 0, ' \
+           "since_ms: int = 0)" in generated
+    assert "return self._call(_ops.peek(queue, state, offset, limit, since_ms))" in generated
+
+
+def test_every_unary_request_is_built_in_one_place_and_called_from_one_client_source() -> None:
+    """For every unary RPC of the client: its request type is built only in `_ops.py` and
+    its op is called from `aio.py` (and the worker's and consumer's own settles), but for
+    the enqueues and nacks, whose requests streams build too (from one helper,
+    `types.enqueue_request` / `types.nack_request`; a consumer settles a built nack with
+    `nack_pb`)."""
+    files = _hand_written()
+    ops = files["_ops.py"]
+    shared_requests = {"Enqueue", "EnqueueBatch", "Nack"}  # the streams' frames carry them too
+    for method in sorted(set(re.findall(r'Op\(\s*"(\w+)"', ops)) - shared_requests):
+        builders = [n for n, t in files.items() if f"pb.{method}Request" in t]
+        assert builders == ["_ops.py"], (method, builders)
+    uses = {"aio.py", "aio_worker.py", "_worker_core.py", "_consumer_core.py"}
+    for fn in set(re.findall(r"^def ([a-z]\w*)\(", ops, flags=re.MULTILINE)) - {"nack_pb"}:
+        callers = {n for n, t in files.items() if f"_ops.{fn}(" in t}
+        assert callers <= uses and "aio.py" in callers, (fn, callers)
+    assert {n for n, t in files.items() if "_ops.nack_pb(" in t} == {"_consumer_core.py"}
+
+
+def test_the_sync_producer_is_generated_from_the_asyncio_one() -> None:
+    unasync = _unasync()
+    source = (CLIENT_DIR / "doq_client" / "aio_producer.py").read_text()
+    assert (CLIENT_DIR / "doq_client" / "producer.py").read_text() == unasync.generate(source, "aio_producer.py")
+    with pytest.raises(ValueError, match="matches nothing in aio_producer.py"):
+        unasync.generate("class AsyncProducer: ...\n", "aio_producer.py")
+
+
+def test_a_step_added_to_the_asyncio_producer_is_in_the_sync_one_with_its_lock_and_twins() -> None:
+    # the asyncio producer's no-op lock is the sync one's RLock, its signals conditions of
+    # it, and a `_producer_io` step its `*_sync` twin
+    unasync = _unasync()
+    source = (CLIENT_DIR / "doq_client" / "aio_producer.py").read_text()
+    marker = "    async def _stream(self) -> None:"
+    added = source.replace(marker, "    async def _idle(self) -> bool:\n"
+                                   "        with self._lock:\n"
+                                   "            return await wait_for_aio(self._results, self._flushed, 1.0)\n\n"
+                                   + marker)
+    generated = unasync.generate(added, "aio_producer.py")
+    assert ("    def _idle(self) -> bool:\n        with self._lock:\n"
+            "            return wait_for_sync(self._results, self._flushed, 1.0)\n") in generated
+    assert "self._lock = threading.RLock()" in generated
+    assert "self._results = ThreadSignal(self._lock)" in generated
+    assert not [w for w in ("asyncio.", "_aio(", "async def", "async for", "await ", "NoLock", "AioSignal")
+                if w in generated]

@@ -16,7 +16,8 @@ import pytest
 from doq.service.api import QueueService
 from doq.service.grpc_server import build_server
 from doq_client import enqueue_request
-from doq_client.producer import FEW_IN_FLIGHT, FRAMES_IN_FLIGHT, AsyncProducer
+from doq_client._producer_core import FEW_IN_FLIGHT, FRAMES_IN_FLIGHT
+from doq_client.aio_producer import AsyncProducer
 from tests.support import inproc
 from tests.support.inproc import stalled_commits
 
@@ -78,7 +79,7 @@ async def test_messages_gather_once_the_unanswered_frames_carry_many(
             futs.append(await p.enqueue_many([enqueue_request("q", b) for b in big]))
             await _until(_sent(frames, i + 1), f"frame {i} to go out")
         lone = [await p.enqueue("q", b"a"), await p.enqueue("q", b"b")]
-        await _until(lambda: not p._wake.is_set(), "the sender to look at them")
+        await _until(lambda: not p._send._event.is_set(), "the sender to look at them")  # it waits again
         assert len(frames) == FRAMES_IN_FLIGHT  # the pipe is full: they wait for an answer
     await asyncio.gather(*futs, *lone)
     assert frames[FRAMES_IN_FLIGHT:] == [2]  # then went out together

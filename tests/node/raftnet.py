@@ -236,17 +236,17 @@ class Cluster:
         for h in (node._tick_handle, node._lease_handle):
             if h:
                 h.cancel()
-        for t in (node._task, node._snap_task):
+        for t in (node._task, node._snapshots.task):
             if t:
                 t.cancel()
-        for t in (node._task, node._snap_task):
+        for t in (node._task, node._snapshots.task):
             if t:
                 with contextlib.suppress(BaseException):
                     await t
         node._fail_all(Unavailable("crashed"))
         self.net.transports[nid].started = False
         node._writer.shutdown(wait=True)  # a thread's txn must end before the env closes
-        node._snapshotter.shutdown(wait=True)
+        node._snapshots.shutdown()
         node.env.close()
 
     async def close(self) -> None:

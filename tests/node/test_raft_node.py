@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from doq.errors import NotLeader, OutcomeUnknown
-from doq.node import raft_node as raft_node_module
+from doq.node import snapshot_keeper
 from doq.node.raft_node import RaftNode, RaftNodeConfig
 from doq.queues import commands as c
 from doq.queues.model import QueueSettings
@@ -130,7 +130,7 @@ class HoldsCommitUntilAnswered(RaftNode):
         early = job.answer
         if early is not None:
             def answer(committed: Any, results: Any) -> None:
-                mine = any(e.index in self._proposals for e in committed)
+                mine = any(e.index in self._proposals.by_index for e in committed)
                 early(committed, results)
                 if mine:
                     self.answered.wait(60)
@@ -349,13 +349,13 @@ async def test_compaction_discards_few_applied_entries_per_write_and_builds_no_s
     snapshot data is built until a follower needs one (then once, on demand: the follower
     catches up by it to an identical state)."""
     builds: list[int] = []
-    build = raft_node_module.write_state_snapshot
+    build = snapshot_keeper.write_state_snapshot
 
     def counting(read, members, node_id):  # type: ignore[no-untyped-def]
         builds.append(read.applied_index)
         return build(read, members, node_id)
 
-    monkeypatch.setattr(raft_node_module, "write_state_snapshot", counting)
+    monkeypatch.setattr(snapshot_keeper, "write_state_snapshot", counting)
     cl = await three(tmp_path, COMPACT, RecordsWrites)
     leader = await cl.wait_leader()
     builds.clear()  # the joiners' snapshots
@@ -389,7 +389,7 @@ async def _follower_behind_compacted_log(
     `go` (a large state: the build outlasts many writes)."""
     builds: list[int] = []
     go = threading.Event()
-    build = raft_node_module.write_state_snapshot
+    build = snapshot_keeper.write_state_snapshot
 
     def slow(read, members, node_id):  # type: ignore[no-untyped-def]
         builds.append(read.applied_index)
@@ -399,7 +399,7 @@ async def _follower_behind_compacted_log(
     cl = await three(tmp_path, COMPACT)
     leader = await cl.wait_leader()
     await cl.converged()
-    monkeypatch.setattr(raft_node_module, "write_state_snapshot", slow)  # after the joins
+    monkeypatch.setattr(snapshot_keeper, "write_state_snapshot", slow)  # after the joins
     await eventually(lambda: _async(leader.storage.compaction_hold is None), 30, "joins' data dropped")
     victim = next(nid for nid in cl.nodes if nid != leader.node_id)
     await cl.stop(victim)

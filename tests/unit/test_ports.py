@@ -42,3 +42,23 @@ def test_a_port_in_use_is_never_returned(monkeypatch) -> None:  # type: ignore[n
         assert port != busy
         assert offered[:2] == [busy, busy]  # the busy port was tried, refused, and skipped
         assert port == offered[-1]
+
+
+def test_a_port_handed_out_is_not_handed_out_again_before_it_is_bound(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The ports of a cluster are all chosen before its first node binds one: the same
+    random choice twice must not give two nodes one port (a joiner given its leader's
+    port was refused ADDRESS_IN_USE). Here the random source offers one port to both
+    calls first; the second call skips it."""
+    real = random.SystemRandom()
+    first = ports.free_port()  # free (nothing binds it here), and now handed out
+    offered: list[int] = []
+
+    class SameFirst:
+        def randrange(self, a: int, b: int) -> int:
+            port = first if not offered else real.randrange(a, b)
+            offered.append(port)
+            return port
+
+    monkeypatch.setattr(ports.random, "SystemRandom", SameFirst)
+    second = ports.free_port()
+    assert offered[0] == first and second != first

@@ -16,6 +16,7 @@ from doq_client._auth import aio_interceptors as key_interceptors
 from doq_client._redrive import RedriveTask
 from doq_client._worker_core import Backoff, WorkerHooks
 from doq_client.aio import AsyncDoqClient
+from doq_client.aio_producer import AsyncProducer
 from doq_client.aio_worker import AsyncWorker
 from doq_client.client import DoqClient
 from doq_client.consumer import AsyncConsumer, Consumer
@@ -41,7 +42,7 @@ from doq_client.errors import (
     Unauthenticated,
     Unavailable,
 )
-from doq_client.producer import AsyncProducer, Producer
+from doq_client.producer import Producer
 from doq_client.retry import FailoverPolicy, RetryPolicy
 from doq_client.types import (
     AckResult,
