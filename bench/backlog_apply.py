@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -74,6 +75,7 @@ def run_kind(kind: str, n: int, m: int, batch: int, per_group: int, root: Path,
     fill_s = time.perf_counter() - t0
     fill_cpu_s = time.process_time() - cpu0
     w0 = _written()
+    ru0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
     cpu0 = time.process_time()
     commit_s = 0.0
@@ -98,11 +100,14 @@ def run_kind(kind: str, n: int, m: int, batch: int, per_group: int, root: Path,
     drain_s = time.perf_counter() - t0
     drain_cpu_s = time.process_time() - cpu0
     written = _written() - w0
+    ru1 = resource.getrusage(resource.RUSAGE_SELF)
     env.close()
     rec = {"kind": kind, "messages": n, "drained": m, "fill_msg_per_s": n / fill_s,
            "drain_msg_per_s": m / drain_s, "drain_cpu_us_per_msg": drain_cpu_s / m * 1e6,
            "fill_cpu_us_per_msg": fill_cpu_s / n * 1e6, "drain_write_bytes_per_msg": written / m,
-           "drain_commit_ms": commit_s / commits * 1e3, "drain_longest_commit_ms": longest_s * 1e3}
+           "drain_commit_ms": commit_s / commits * 1e3, "drain_longest_commit_ms": longest_s * 1e3,
+           "drain_sys_us_per_msg": (ru1.ru_stime - ru0.ru_stime) / m * 1e6,
+           "drain_minflt_per_msg": (ru1.ru_minflt - ru0.ru_minflt) / m, "load": loadavg()}
     if restart:
         rec.update(_reopen(root / kind, n - m))
     return rec

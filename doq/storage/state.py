@@ -81,6 +81,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import struct
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -114,6 +115,7 @@ from doq.queues.redrive import RedriveTask
 from doq.storage.chunks import decode_chunk
 from doq.storage.digest import digest_of_stored
 from doq.storage.env import open_db
+from doq.storage.mapped import release_mapped_pages
 
 _V = struct.Struct(">Q")
 APPLIED_KEY = b"\x00applied"
@@ -666,11 +668,15 @@ class StateStore:
     # -- rebuild -------------------------------------------------------------------------
     def rebuild(self, txn: lmdb.Transaction | None = None) -> None:
         """Reload applied_index and the in-memory indexes from LMDB and publish the view,
-        or, inside `write()`, from its `txn` (published when that commits)."""
+        or, inside `write()`, from its `txn` (published when that commits). Outside a
+        write, the data file's pages the load mapped are let go of afterwards
+        (`doq.storage.mapped`: they stay in the page cache, no longer in this process's RSS)."""
         if txn is None:
             with self.env.begin() as rtxn:
                 self._load(rtxn)
             self._publish()
+            # the load read every record: its pages need not stay charged to this process
+            release_mapped_pages(os.path.join(self.env.path(), "data.mdb"))
         else:
             self._load(txn)
         self._broken = False
