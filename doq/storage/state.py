@@ -456,18 +456,26 @@ class _TxnSink:
             return
         kind = keys[0][0]
         db = self.dbs[kind]
-        olds: list[bytes] = _walk(txn.cursor(db=db), keys, pop=False)  # type: ignore[assignment]
+        scattered = kind == _MSG and self.lazy and _scattered(keys)
+        olds: list[bytes]
+        if scattered:  # a seek per key anyway: one C call for all
+            found = txn.cursor(db=db).getmulti(keys)
+            if len(found) != len(keys):
+                raise KeyError("rewrite_many of a record that does not exist")
+            olds = [v for _, v in found]
+        else:
+            olds = _walk(txn.cursor(db=db), keys, pop=False)  # type: ignore[assignment]
         leased = self.leased
         if kind == _MSG and leased and not leased.isdisjoint(keys):
             get, leases = txn.get, self.leases
             olds = [_compose(o, get(k, db=leases)) if k in leased else o for k, o in zip(keys, olds, strict=True)]
         news = edit([o[8:] for o in olds])
         ver = self.ver
-        if kind == _MSG and self.lazy and lease_only and _scattered(keys):
+        if scattered and lease_only:
             at, end = R.LEASE_AT, R.LEASE_END
             txn.cursor(db=self.leases).putmulti([(k, ver + n[at:end]) for k, n in zip(keys, news, strict=True)])
             leased.update(keys)
-        elif kind == _MSG and self.lazy and _scattered(keys):
+        elif scattered:
             is_lease = R.lease_only
             at, end = R.LEASE_AT, R.LEASE_END
             leases = self.leases
