@@ -411,10 +411,13 @@ class _Loader:
         if any(heads[8 + b :: hs].count(0) != n for b in range(8)):
             nb = _NOT_BEFORE.unpack_from
             special.update(j for j in range(n) if nb(heads, j * hs)[0])
+        cur.ids.extend(ids)
         if max(ps) >= R.TS_PRIORITY_MIN:
+            if not special:  # timestamp priorities only: due or not, told apart as columns
+                self._split_due(cur, ps, ids)
+                return True
             ts_min = R.TS_PRIORITY_MIN
             special.update(j for j, p in enumerate(ps) if p >= ts_min)
-        cur.ids.extend(ids)
         if not special:
             cur.ready_p.extend(ps)
             cur.ready_i.extend(ids)
@@ -428,6 +431,27 @@ class _Loader:
         cur.ready_p.extend(ps[prev:])
         cur.ready_i.extend(ids[prev:])
         return True
+
+    def _split_due(self, cur: _QueueLoad, ps: Sequence[int], ids: Sequence[int]) -> None:
+        """Index records of a delayed queue that are neither in flight nor held by a
+        not-before time: ready, or delayed until their timestamp priority's time (what
+        `_place` does one by one)."""
+        ts_min, max_ms, now = R.TS_PRIORITY_MIN, R.MAX_MS, self.m.now_ms
+        ats = [(p * 1000 if p * 1000 < max_ms else max_ms) if p >= ts_min else 0 for p in ps]
+        if min(ats) > now:  # all delayed (e.g. the future part of a timestamp backlog)
+            cur.dl_at.extend(ats)
+            cur.dl_id.extend(ids)
+            return
+        late = [at > now for at in ats]
+        if any(late):
+            due = [not x for x in late]
+            cur.dl_at.extend(itertools.compress(ats, late))
+            cur.dl_id.extend(itertools.compress(ids, late))
+            cur.ready_p.extend(itertools.compress(ps, due))
+            cur.ready_i.extend(itertools.compress(ids, due))
+            return
+        cur.ready_p.extend(ps)
+        cur.ready_i.extend(ids)
 
     def _place(self, cur: _QueueLoad, id_: int, rec: bytes, offset: int) -> None:
         """Index one record of a delayed queue (its id already counted)."""
