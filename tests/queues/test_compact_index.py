@@ -368,6 +368,33 @@ def test_a_chunk_of_timestamp_priorities_is_split_due_or_delayed_as_columns() ->
     assert list(loader.per_q["d"].dl_at) == [p * 1000 for p in late] and not loader.per_q["d"].ready_i
 
 
+def test_a_chunk_of_a_fair_queues_ready_records_is_taken_by_runs_of_one_group() -> None:
+    """A chunk of a fair queue's ready records is indexed a run of one group at a time
+    (no record through `_other`), with groups of one name length or of several."""
+    from doq.queues import machine as M
+    for groups in (["g%02d" % (i // 7) for i in range(50)], ["g" * (1 + i // 9) for i in range(50)]):
+        store = MemoryStore()
+        m = QueueMachine(store)
+        m.apply(1, c.CommandBatch(1000, [c.CreateQueue("f", "fair", QueueSettings())]))
+        m.apply(2, c.CommandBatch(1000, [c.Enqueue("f", [c.EnqueueItem(b"x", group=g, priority=i % 3)
+                                                         for i, g in enumerate(groups)])]))
+        msgs = sorted((k, v) for k, v in store.data.items() if k[0] == ord("M"))
+        others = sorted((k, v) for k, v in store.data.items() if k[0] != ord("M"))
+        fresh = QueueMachine(MemoryStore())
+        fresh.load(others)
+        loader = M._Loader(fresh)  # noqa: SLF001
+        loader.meta_seen = True
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(M._Loader, "_other", None)  # noqa: SLF001
+            assert loader._feed_columns(msgs, 0, None)  # noqa: SLF001
+        got = loader.per_q["f"]
+        ids = [int.from_bytes(k[-8:], "big") for k, _ in msgs]
+        assert list(got.ids) == ids
+        assert {g: (list(p), list(i)) for g, (p, i) in got.ready_keys.items()} == {
+            g: ([j % 3 for j in range(50) if groups[j] == g], [ids[j] for j in range(50) if groups[j] == g])
+            for g in set(groups)}
+
+
 def test_overrides_in_a_chunk_out_of_key_order_apply_to_their_own_records() -> None:
     """Message records out of key order, each overridden: every override applies to its
     own record (a chunk whose keys are not in order is not spliced by position)."""
