@@ -372,7 +372,7 @@ def test_a_chunk_of_a_fair_queues_ready_records_is_taken_by_runs_of_one_group() 
     """A chunk of a fair queue's ready records is indexed a run of one group at a time
     (no record through `_other`), with groups of one name length or of several."""
     from doq.queues import machine as M
-    for groups in (["g%02d" % (i // 7) for i in range(50)], ["g" * (1 + i // 9) for i in range(50)]):
+    for groups in ([f"g{i // 7:02d}" for i in range(50)], ["g" * (1 + i // 9) for i in range(50)]):
         store = MemoryStore()
         m = QueueMachine(store)
         m.apply(1, c.CommandBatch(1000, [c.CreateQueue("f", "fair", QueueSettings())]))
