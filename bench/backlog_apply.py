@@ -5,11 +5,13 @@ kind (`bench/backlog.py`'s kinds) to `--messages` (EnqueueColumns entries of 100
 messages, ten entries per durable commit), then drains `--drain` messages as a consumer
 acking each one does on a busy server: every durable commit applies one entry with the
 Ack of the previous `--batch` deliveries and a Dequeue of the next `--batch`. Prints, per
-kind: fill and drain msg/s, the ratio to `plain`, bytes this process wrote to disk per
-drained message (`/proc/self/io`), and the mean and longest commit time of the drain; with
-`--restart`, the seconds a fresh process takes to open the store (the rebuild of a
-restart) and its RSS per queued message. Runs the code on `sys.path`, so the same
-command measures two checkouts back to back.
+kind: fill and drain msg/s, the ratio to `plain`, CPU per message of the fill and the drain
+(`time.process_time`: steadier than msg/s on a shared machine; of the drain also the system
+part and the minor page faults), bytes this process wrote to disk per drained message
+(`/proc/self/io`), the mean and longest commit time of the drain, and the load average;
+with `--restart`, the seconds (wall and CPU) a fresh process takes to open the store (the
+rebuild of a restart) and its RSS per queued message. Runs the code on `sys.path`, so the
+same command measures two checkouts back to back.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -74,6 +77,7 @@ def run_kind(kind: str, n: int, m: int, batch: int, per_group: int, root: Path,
     fill_s = time.perf_counter() - t0
     fill_cpu_s = time.process_time() - cpu0
     w0 = _written()
+    ru0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
     cpu0 = time.process_time()
     commit_s = 0.0
@@ -98,11 +102,14 @@ def run_kind(kind: str, n: int, m: int, batch: int, per_group: int, root: Path,
     drain_s = time.perf_counter() - t0
     drain_cpu_s = time.process_time() - cpu0
     written = _written() - w0
+    ru1 = resource.getrusage(resource.RUSAGE_SELF)
     env.close()
     rec = {"kind": kind, "messages": n, "drained": m, "fill_msg_per_s": n / fill_s,
            "drain_msg_per_s": m / drain_s, "drain_cpu_us_per_msg": drain_cpu_s / m * 1e6,
            "fill_cpu_us_per_msg": fill_cpu_s / n * 1e6, "drain_write_bytes_per_msg": written / m,
-           "drain_commit_ms": commit_s / commits * 1e3, "drain_longest_commit_ms": longest_s * 1e3}
+           "drain_commit_ms": commit_s / commits * 1e3, "drain_longest_commit_ms": longest_s * 1e3,
+           "drain_sys_us_per_msg": (ru1.ru_stime - ru0.ru_stime) / m * 1e6,
+           "drain_minflt_per_msg": (ru1.ru_minflt - ru0.ru_minflt) / m, "load": loadavg()}
     if restart:
         rec.update(_reopen(root / kind, n - m))
     return rec
@@ -117,10 +124,10 @@ def kb(f):
         if line.startswith(f + ":"):
             return int(line.split()[1])
 a0, f0 = kb("RssAnon"), kb("RssFile")
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 st = StateStore(open_env(sys.argv[1], map_size=1 << 34))
-s = time.perf_counter() - t0
-print(json.dumps([s, (kb("RssAnon") - a0) * 1024, (kb("RssFile") - f0) * 1024]))
+s, cpu = time.perf_counter() - t0, time.process_time() - c0
+print(json.dumps([s, (kb("RssAnon") - a0) * 1024, (kb("RssFile") - f0) * 1024, cpu]))
 """
 
 
@@ -129,8 +136,9 @@ def _reopen(path: Path, left: int) -> dict[str, float]:
     (anonymous, mapped file) per queued message."""
     out = subprocess.run([sys.executable, "-c", _REOPEN, str(path)], check=True, capture_output=True,
                          text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}).stdout
-    s, anon, file = json.loads(out)
-    return {"restart_s": s, "restart_rss_anon_bytes_per_msg": anon / left, "restart_rss_file_bytes_per_msg": file / left}
+    s, anon, file, cpu = json.loads(out)
+    return {"restart_s": s, "restart_cpu_s": cpu, "restart_rss_anon_bytes_per_msg": anon / left,
+            "restart_rss_file_bytes_per_msg": file / left}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['kind']:>16}: fill {r['fill_msg_per_s'] / 1e3:.1f}k/s, drain {r['drain_msg_per_s'] / 1e3:.1f}k/s "
               f"({ratio:.2f} of plain), {r['drain_write_bytes_per_msg'] / 1e3:.1f} KB written and "
               f"{r['drain_commit_ms']:.1f} ms per commit (longest {r['drain_longest_commit_ms']:.0f} ms)"
-              + (f"; restart {r['restart_s']:.1f} s, RSS {r['restart_rss_anon_bytes_per_msg']:.0f} B anon + "
+              + (f"; restart {r['restart_s']:.1f} s ({r['restart_cpu_s']:.1f} s CPU), RSS {r['restart_rss_anon_bytes_per_msg']:.0f} B anon + "
                  f"{r['restart_rss_file_bytes_per_msg']:.0f} B file per message" if "restart_s" in r else ""))
     print(f"load average after {loadavg()}")
     return 0

@@ -171,14 +171,24 @@ class LmdbLogStorage:
             cur = txn.cursor(db=self._log)
             self._last = _U64.unpack(cur.key())[0] if cur.last() else self._dummy[0]
             lo = max(self._dummy[0] + 1, self._last - self.cache_entries + 1)
-            self._cache_first = lo
-            self._cache = []
-            self._cache_size = 0
-            if lo <= self._last and cur.set_key(_U64.pack(lo)):
-                for k, v in cur.iternext():
-                    self._cache.append(_entry(_U64.unpack(k)[0], v))
-                    self._cache_size += len(self._cache[-1].data)
-                    self._trim_cache()
+            # the newest entries within the cache's bounds, read from the last one back: a
+            # log of large entries (a fill) is not read whole to keep its last 32 MiB
+            newest: list[Entry] = []
+            size = 0
+            if lo <= self._last and cur.last():
+                for k, v in cur.iterprev():
+                    i = _U64.unpack(k)[0]
+                    if i < lo:
+                        break
+                    e = _entry(i, v)
+                    if newest and size + len(e.data) > self.cache_bytes:
+                        break
+                    newest.append(e)
+                    size += len(e.data)
+            newest.reverse()
+            self._cache = newest
+            self._cache_first = newest[0].index if newest else lo
+            self._cache_size = size
 
     # -- read side (RaftLogStorage) -------------------------------------------------------
     def is_empty(self) -> bool:

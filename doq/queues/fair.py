@@ -164,8 +164,11 @@ class FairIndex:
         cursor = self.cursor
         while len(out) < n and act:
             start = act.bisect_right(cursor)
-            names = list(act.islice(start)) + list(act.islice(0, start))
-            for name in names[: n - len(out)]:
+            want = n - len(out)  # the round's next `want` names from the cursor on, not all of them
+            names = list(act.islice(start, start + want))
+            if len(names) < want:
+                names += act.islice(0, min(start, want - len(names)))
+            for name in names:
                 g = groups[name]
                 p, i = g.ready.pop_first()
                 out.append(((p + _OFF) << 64) | i)

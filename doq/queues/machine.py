@@ -284,6 +284,7 @@ _CHUNK = 1024  # records `_Loader.feed_all` takes at a time
 _FLAGS_AT = struct.calcsize("<qQ28x")  # the flags byte in a `_HDR_HEAD`
 _IN_FLIGHT_BIT = bytes(1 if b & R.FLAG_IN_FLIGHT else 0 for b in range(256))  # a translate table
 _NOT_BEFORE = struct.Struct("<8xQ")  # the not-before field of a `_HDR_HEAD`
+_GLEN_AT = struct.calcsize("<qQQQQIB")  # the group length (u16 LE) in a MSG_HDR
 _HOST_LITTLE = array("H", [1]).tobytes()[0] == 1
 
 
@@ -348,10 +349,12 @@ class _Loader:
         `overrides` has that value instead (None: skip it). A record whose queue record
         or the meta record is still to come is kept for `finish` (unless `last`).
 
-        Taken in chunks of `_CHUNK`: a chunk of one delayed queue's records that are all
-        ready (no not-before, no timestamp priority, none in flight, none overridden) is
-        indexed as columns (`_feed_columns`, C-level byte slicing, no per-record Python);
-        any other chunk record by record (`_feed_rows`). Both index the same."""
+        Taken in chunks of `_CHUNK`: a chunk of one delayed queue's records none of which
+        is in flight or held by a not-before time is indexed as columns (`_feed_columns`,
+        C-level byte slicing, no per-record Python; timestamp priorities told due or not
+        as columns too), and so is a chunk of one fair queue's records that are all ready,
+        by runs of one group (`_fair_columns`); any other chunk record by record
+        (`_feed_rows`). All index the same."""
         it = iter(items)
         while chunk := list(islice(it, _CHUNK)):
             if last or not self._feed_columns(chunk, offset, overrides):
@@ -365,11 +368,11 @@ class _Loader:
             cur = self._queue_of(chunk[0][0], False)
         except ValueError:
             return False
-        if cur is None or cur.q.qtype is QueueType.FAIR:
+        if cur is None:
             return False
         keys, vals = zip(*chunk, strict=True)
         if overrides:
-            hits = overrides.keys() & set(keys)
+            hits = overrides.keys() & keys  # the keys looked up in the map (no set of the chunk built)
             if hits:  # the chunk with the overridden records replaced (or left out: None)
                 at = sorted(bisect_left(keys, h) for h in hits)
                 if any(p >= len(keys) for p in at) or {keys[p] for p in at} != hits:
@@ -411,10 +414,17 @@ class _Loader:
         if any(heads[8 + b :: hs].count(0) != n for b in range(8)):
             nb = _NOT_BEFORE.unpack_from
             special.update(j for j in range(n) if nb(heads, j * hs)[0])
+        if cur.q.qtype is QueueType.FAIR:
+            if special or max(ps) >= R.TS_PRIORITY_MIN:
+                return False  # record by record
+            return self._fair_columns(cur, vals, ps, ids, offset)
+        cur.ids.extend(ids)
         if max(ps) >= R.TS_PRIORITY_MIN:
+            if not special:  # timestamp priorities only: due or not, told apart as columns
+                self._split_due(cur, ps, ids)
+                return True
             ts_min = R.TS_PRIORITY_MIN
             special.update(j for j, p in enumerate(ps) if p >= ts_min)
-        cur.ids.extend(ids)
         if not special:
             cur.ready_p.extend(ps)
             cur.ready_i.extend(ids)
@@ -428,6 +438,68 @@ class _Loader:
         cur.ready_p.extend(ps[prev:])
         cur.ready_i.extend(ids[prev:])
         return True
+
+    def _fair_columns(self, cur: _QueueLoad, vals: Sequence[bytes], ps: array[int], ids: array[int],
+                      offset: int) -> bool:
+        """Index a chunk of a fair queue's ready records (none in flight, delayed or with a
+        timestamp priority) by runs of one group (a group's messages enqueued together
+        are adjacent): one slice of the columns per run, not a record at a time. False
+        (nothing done) if the records are malformed."""
+        n = len(vals)
+        gl = array("H")
+        gl.frombytes(b"".join(map(itemgetter(slice(offset + _GLEN_AT, offset + _GLEN_AT + 2)), vals)))
+        if len(gl) != n:
+            return False
+        if not _HOST_LITTLE:
+            gl.byteswap()
+        at = offset + _HDR_SIZE
+        lo, hi = min(gl), max(gl)
+        if lo == hi:
+            gb = b"".join(map(itemgetter(slice(at, at + lo)), vals))
+            if len(gb) != n * lo:
+                return False
+            names = [gb[i : i + lo] for i in range(0, n * lo, lo)] if lo else [b""] * n
+        else:
+            names = [bytes(v[at : at + g]) for v, g in zip(vals, gl, strict=True)]
+            if any(len(b) != g for b, g in zip(names, gl, strict=True)):
+                return False
+        try:
+            runs = [(b.decode(), len(list(grp))) for b, grp in itertools.groupby(names)]
+        except UnicodeDecodeError:
+            return False
+        cur.ids.extend(ids)
+        intern, ready = cur.names.setdefault, cur.ready_keys
+        start = 0
+        for g, k in runs:
+            g = intern(g, g)
+            pair = ready.get(g)
+            if pair is None:
+                pair = ready[g] = (array("q"), array("Q"))
+            pair[0].extend(ps[start : start + k])
+            pair[1].extend(ids[start : start + k])
+            start += k
+        return True
+
+    def _split_due(self, cur: _QueueLoad, ps: Sequence[int], ids: Sequence[int]) -> None:
+        """Index records of a delayed queue that are neither in flight nor held by a
+        not-before time: ready, or delayed until their timestamp priority's time (what
+        `_place` does one by one)."""
+        ts_min, max_ms, now = R.TS_PRIORITY_MIN, R.MAX_MS, self.m.now_ms
+        ats = [(p * 1000 if p * 1000 < max_ms else max_ms) if p >= ts_min else 0 for p in ps]
+        if min(ats) > now:  # all delayed (e.g. the future part of a timestamp backlog)
+            cur.dl_at.extend(ats)
+            cur.dl_id.extend(ids)
+            return
+        late = [at > now for at in ats]
+        if any(late):
+            due = [not x for x in late]
+            cur.dl_at.extend(itertools.compress(ats, late))
+            cur.dl_id.extend(itertools.compress(ids, late))
+            cur.ready_p.extend(itertools.compress(ps, due))
+            cur.ready_i.extend(itertools.compress(ids, due))
+            return
+        cur.ready_p.extend(ps)
+        cur.ready_i.extend(ids)
 
     def _place(self, cur: _QueueLoad, id_: int, rec: bytes, offset: int) -> None:
         """Index one record of a delayed queue (its id already counted)."""

@@ -81,6 +81,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import struct
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -114,6 +115,7 @@ from doq.queues.redrive import RedriveTask
 from doq.storage.chunks import decode_chunk
 from doq.storage.digest import digest_of_stored
 from doq.storage.env import open_db
+from doq.storage.mapped import release_mapped_pages
 
 _V = struct.Struct(">Q")
 APPLIED_KEY = b"\x00applied"
@@ -454,18 +456,26 @@ class _TxnSink:
             return
         kind = keys[0][0]
         db = self.dbs[kind]
-        olds: list[bytes] = _walk(txn.cursor(db=db), keys, pop=False)  # type: ignore[assignment]
+        scattered = kind == _MSG and self.lazy and _scattered(keys)
+        olds: list[bytes]
+        if scattered:  # a seek per key anyway: one C call for all
+            found = txn.cursor(db=db).getmulti(keys)
+            if len(found) != len(keys):
+                raise KeyError("rewrite_many of a record that does not exist")
+            olds = [v for _, v in found]
+        else:
+            olds = _walk(txn.cursor(db=db), keys, pop=False)  # type: ignore[assignment]
         leased = self.leased
         if kind == _MSG and leased and not leased.isdisjoint(keys):
             get, leases = txn.get, self.leases
             olds = [_compose(o, get(k, db=leases)) if k in leased else o for k, o in zip(keys, olds, strict=True)]
         news = edit([o[8:] for o in olds])
         ver = self.ver
-        if kind == _MSG and self.lazy and lease_only and _scattered(keys):
+        if scattered and lease_only:
             at, end = R.LEASE_AT, R.LEASE_END
             txn.cursor(db=self.leases).putmulti([(k, ver + n[at:end]) for k, n in zip(keys, news, strict=True)])
             leased.update(keys)
-        elif kind == _MSG and self.lazy and _scattered(keys):
+        elif scattered:
             is_lease = R.lease_only
             at, end = R.LEASE_AT, R.LEASE_END
             leases = self.leases
@@ -666,11 +676,15 @@ class StateStore:
     # -- rebuild -------------------------------------------------------------------------
     def rebuild(self, txn: lmdb.Transaction | None = None) -> None:
         """Reload applied_index and the in-memory indexes from LMDB and publish the view,
-        or, inside `write()`, from its `txn` (published when that commits)."""
+        or, inside `write()`, from its `txn` (published when that commits). Outside a
+        write, the data file's pages the load mapped are let go of afterwards
+        (`doq.storage.mapped`: they stay in the page cache, no longer in this process's RSS)."""
         if txn is None:
             with self.env.begin() as rtxn:
                 self._load(rtxn)
             self._publish()
+            # the load read every record: its pages need not stay charged to this process
+            release_mapped_pages(os.path.join(self.env.path(), "data.mdb"))
         else:
             self._load(txn)
         self._broken = False

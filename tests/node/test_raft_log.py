@@ -254,6 +254,24 @@ def test_entries_respect_max_bytes_in_cache_and_on_disk(env: lmdb.Environment) -
     assert [e.index for e in s.entries(2, 12, 1 << 20)] == list(range(2, 12))
 
 
+def test_a_reopen_reads_only_the_newest_entries_its_cache_holds(env: lmdb.Environment,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A log of large entries (a fill's) is read from its end back, as far as the cache's
+    byte bound: not every entry the count bound would allow, to trim them after."""
+    import doq.node.raft_log as RL
+    s = LmdbLogStorage(env, cache_entries=100, cache_bytes=10_000)
+    _write(env, s.apply_snapshot, BOOT)
+    _write(env, s.append, [Entry(1, i, data=bytes([i]) * 3000) for i in range(2, 52)])
+    decoded = []
+    entry = RL._entry
+    monkeypatch.setattr(RL, "_entry", lambda i, v: decoded.append(i) or entry(i, v))
+    again = LmdbLogStorage(env, cache_entries=100, cache_bytes=10_000)
+    assert [e.index for e in again._cache] == [49, 50, 51] and again._cache_first == 49
+    assert again._cache_size == 9000
+    assert decoded == [51, 50, 49, 48]  # the fourth would not fit: no further
+    assert [e.data[:1] for e in again.entries(47, 52, 1 << 20)] == [bytes([i]) for i in range(47, 52)]
+
+
 # -- property: the same observable behaviour as MemoryStorage ---------------------------
 op: st.SearchStrategy[tuple[str, int, list[int]]] = st.one_of(
     st.tuples(st.just("append"), st.integers(0, 6), st.lists(st.integers(0, 3), min_size=1, max_size=5)),

@@ -329,6 +329,72 @@ def test_a_chunk_of_ready_records_is_taken_as_columns() -> None:
     assert list(got.ready_p) == [(7 * i) % 5 for i in range(50) if i != 3]
 
 
+def test_a_chunk_of_timestamp_priorities_is_split_due_or_delayed_as_columns() -> None:
+    """A chunk of timestamp-priority records (neither in flight nor held by a delay) is
+    told apart, due or delayed, as columns: no record goes through `_place`."""
+    from doq.queues import machine as M
+    now = 1_800_000_000_000
+    store = MemoryStore()
+    m = QueueMachine(store)
+    m.apply(1, c.CommandBatch(now, [c.CreateQueue("d", "delayed", QueueSettings())]))
+    prios = [1_800_000_000 + (i * 37) % 61 - 30 for i in range(60)]  # seconds: half due, half later
+    m.apply(2, c.CommandBatch(now, [c.Enqueue("d", [c.EnqueueItem(b"x", priority=p) for p in prios])]))
+    msgs = sorted((k, v) for k, v in store.data.items() if k[0] == ord("M"))
+    others = sorted((k, v) for k, v in store.data.items() if k[0] != ord("M"))
+    ids = [int.from_bytes(k[-8:], "big") for k, _ in msgs]
+    for part in (msgs, msgs[:10]):  # a mixed chunk; a chunk of the past only
+        fresh = QueueMachine(MemoryStore())
+        fresh.load(others)
+        loader = M._Loader(fresh)  # noqa: SLF001
+        loader.meta_seen = True
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(M._Loader, "_place", None)  # noqa: SLF001
+            assert loader._feed_columns(part, 0, None)  # noqa: SLF001
+        got = loader.per_q["d"]
+        n = len(part)
+        due = [j for j in range(n) if prios[j] * 1000 <= now]
+        assert list(got.ready_i) == [ids[j] for j in due] and list(got.ready_p) == [prios[j] for j in due]
+        assert list(got.dl_id) == [ids[j] for j in range(n) if j not in due]
+        assert list(got.dl_at) == [prios[j] * 1000 for j in range(n) if j not in due]
+    late = [p for p in prios if p * 1000 > now]
+    fresh = QueueMachine(MemoryStore())
+    fresh.load(others)
+    loader = M._Loader(fresh)  # noqa: SLF001
+    loader.meta_seen = True
+    part = [kv for kv, p in zip(msgs, prios, strict=True) if p * 1000 > now]  # the future only
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(M._Loader, "_place", None)  # noqa: SLF001
+        assert loader._feed_columns(part, 0, None)  # noqa: SLF001
+    assert list(loader.per_q["d"].dl_at) == [p * 1000 for p in late] and not loader.per_q["d"].ready_i
+
+
+def test_a_chunk_of_a_fair_queues_ready_records_is_taken_by_runs_of_one_group() -> None:
+    """A chunk of a fair queue's ready records is indexed a run of one group at a time
+    (no record through `_other`), with groups of one name length or of several."""
+    from doq.queues import machine as M
+    for groups in ([f"g{i // 7:02d}" for i in range(50)], ["g" * (1 + i // 9) for i in range(50)]):
+        store = MemoryStore()
+        m = QueueMachine(store)
+        m.apply(1, c.CommandBatch(1000, [c.CreateQueue("f", "fair", QueueSettings())]))
+        m.apply(2, c.CommandBatch(1000, [c.Enqueue("f", [c.EnqueueItem(b"x", group=g, priority=i % 3)
+                                                         for i, g in enumerate(groups)])]))
+        msgs = sorted((k, v) for k, v in store.data.items() if k[0] == ord("M"))
+        others = sorted((k, v) for k, v in store.data.items() if k[0] != ord("M"))
+        fresh = QueueMachine(MemoryStore())
+        fresh.load(others)
+        loader = M._Loader(fresh)  # noqa: SLF001
+        loader.meta_seen = True
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(M._Loader, "_other", None)  # noqa: SLF001
+            assert loader._feed_columns(msgs, 0, None)  # noqa: SLF001
+        got = loader.per_q["f"]
+        ids = [int.from_bytes(k[-8:], "big") for k, _ in msgs]
+        assert list(got.ids) == ids
+        assert {g: (list(p), list(i)) for g, (p, i) in got.ready_keys.items()} == {
+            g: ([j % 3 for j in range(50) if groups[j] == g], [ids[j] for j in range(50) if groups[j] == g])
+            for g in set(groups)}
+
+
 def test_overrides_in_a_chunk_out_of_key_order_apply_to_their_own_records() -> None:
     """Message records out of key order, each overridden: every override applies to its
     own record (a chunk whose keys are not in order is not spliced by position)."""

@@ -1,0 +1,80 @@
+"""A restart's rebuild reads every record, and the data file's pages it mapped are not
+left charged to the process (`doq.storage.mapped`, `StateStore.rebuild`)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from doq.queues import commands as c
+from doq.queues import keys as K
+from doq.queues.codec import encode_batch
+from doq.queues.model import QueueSettings
+from doq.storage.env import open_env
+from doq.storage.mapped import mapped_ranges, release_mapped_pages
+from doq.storage.state import StateStore
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/smaps: Linux")
+NOW_MS = 1_700_000_000_000
+MESSAGES = 40_000
+
+
+def _mapped_rss_bytes(path: Path) -> int:
+    """The RSS of this process's maps of the file `path` (/proc/self/smaps)."""
+    ranges = {f"{a:x}-{b:x}" for a, b in mapped_ranges(path)}
+    assert ranges, "the data file is not mapped"
+    total = 0
+    inside = False
+    with open("/proc/self/smaps", encoding="utf-8") as f:
+        for line in f:
+            head = line.split(None, 1)[0]
+            if "-" in head and not head.endswith(":"):
+                inside = head in ranges
+            elif inside and head == "Rss:":
+                total += int(line.split()[1]) * 1024
+    return total
+
+
+def _fill(path: Path) -> None:
+    st = StateStore(open_env(path, map_size=1 << 28))
+    ents = [(1, encode_batch(c.CommandBatch(NOW_MS, [c.CreateQueue("q", "delayed", QueueSettings())])))]
+    for i in range(MESSAGES // 1000):
+        prios = [(j * 7919) % 100_000 for j in range(i * 1000, (i + 1) * 1000)]
+        ents.append((i + 2, encode_batch(c.CommandBatch(NOW_MS, [c.EnqueueColumns("q", [b"x" * 100] * 1000, priorities=prios)]))))
+    with st.write() as txn:
+        st.apply_entries(txn, ents)
+    st.env.close()
+
+
+def test_a_rebuild_leaves_the_data_files_pages_out_of_the_process_rss(tmp_path: Path) -> None:
+    _fill(tmp_path / "s")
+    data = tmp_path / "s" / "data.mdb"
+    size = data.stat().st_size
+    assert size > 4 << 20
+    st = StateStore(open_env(tmp_path / "s", map_size=1 << 28))  # the rebuild reads every record
+    assert st.machine.queues["q"].index.n_ready == MESSAGES
+    after_rebuild = _mapped_rss_bytes(data)
+    with st.env.begin() as txn:  # what the rebuild touched, read again: mapped now
+        n = sum(1 for _ in txn.cursor(db=st._kind_db[K.MESSAGE]).iternext())  # noqa: SLF001
+    assert n == MESSAGES
+    read_again = _mapped_rss_bytes(data)
+    assert read_again > size // 2, (read_again, size)
+    assert after_rebuild < size // 10, (after_rebuild, size)
+    assert release_mapped_pages(data) > 0
+    assert _mapped_rss_bytes(data) < size // 10
+    with st.env.begin() as txn:  # the pages come back from the page cache as they were
+        assert sum(1 for _ in txn.cursor(db=st._kind_db[K.MESSAGE]).iternext()) == MESSAGES  # noqa: SLF001
+    assert st.get_message("q", MESSAGES).id == MESSAGES
+    st.env.close()
+
+
+def test_release_of_a_file_not_mapped_does_nothing(tmp_path: Path) -> None:
+    f = tmp_path / "plain"
+    f.write_bytes(b"x" * 4096)
+    assert mapped_ranges(f) == []
+    assert release_mapped_pages(f) == 0
+    assert release_mapped_pages(tmp_path / "missing") == 0
+    assert os.path.exists(f)
