@@ -606,9 +606,10 @@ async def test_open_raft_node_bootstraps_joins_and_restarts_without_joining_agai
 
 async def test_a_stopping_leader_hands_over_leadership_first(tmp_path: Path) -> None:
     # the hand-over is bounded by 3 election timeouts (then the node stops anyway): a long
-    # election timeout gives a loaded machine the time to catch the target up; the hand-over
-    # itself does not wait for it
-    cl = await three(tmp_path, dataclasses.replace(FAST, election_tick=80))
+    # election timeout (10 s: the bound is 30 s) gives a loaded machine the time to catch
+    # the target up; the hand-over itself does not wait for it, and no election is waited
+    # for here (n1 bootstraps alone, the others join)
+    cl = await three(tmp_path, dataclasses.replace(FAST, election_tick=400))
     old = await cl.wait_leader()
     await cl.converged()
     pending = [old.propose_nowait(enq(i)) for i in range(20)]
