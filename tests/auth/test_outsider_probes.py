@@ -11,6 +11,7 @@ import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from http.client import HTTPResponse, HTTPSConnection
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from doq_proto.v1 import doq_pb2 as pb
 from doq_proto.v1 import doq_pb2_grpc as pb_grpc
 
 from doq.auth.grpc_door import MAX_OPEN_CALLS
+from doq.service.http.ui import MAX_SUBSCRIBERS_PER_KEY
 from tests.support.cluster import until
 from tests.support.proc import NodeProc
 
@@ -295,3 +297,44 @@ def _opens(watch: Any) -> bool:
         return False
     finally:
         call.cancel()
+
+
+# -- one key cannot take every slot of the dashboard's event streams ----------------------------
+def _open_events(proc: NodeProc, key: str) -> tuple[HTTPSConnection, HTTPResponse]:
+    conn = HTTPSConnection("127.0.0.1", proc.http_port, timeout=60, context=proc.ssl_context())
+    conn.request("GET", "/events", headers={"Authorization": f"Bearer {key}", "Accept": "text/event-stream"})
+    return conn, conn.getresponse()
+
+
+def test_one_key_cannot_take_every_event_stream(node: Node) -> None:
+    """`GET /events` holds a slot per open stream (64 per node): any key with read access
+    could hold them all and keep every dashboard, an admin's included, out. One key holds
+    at most MAX_SUBSCRIBERS_PER_KEY (past it: 429 problem+json, TOO_MANY_STREAMS_PER_KEY);
+    another key and an admin still get a stream; a closed stream gives its key the slot
+    back."""
+    reader, other = node.key("metrics"), node.key("consume:dash.")
+    held = [_open_events(node.proc, reader) for _ in range(MAX_SUBSCRIBERS_PER_KEY)]
+    try:
+        assert [r.status for _, r in held] == [200] * MAX_SUBSCRIBERS_PER_KEY
+        conn, refused = _open_events(node.proc, reader)
+        assert refused.status == 429 and refused.getheader("Content-Type") == "application/problem+json"
+        assert json.loads(refused.read())["reason"] == "TOO_MANY_STREAMS_PER_KEY"
+        conn.close()
+        for key in (other, node.admin):
+            conn, resp = _open_events(node.proc, key)
+            assert resp.status == 200 and resp.readline() == b"retry: 2000\n", key
+            conn.close()
+        held.pop()[0].close()
+
+        def reopened() -> bool:
+            conn, resp = _open_events(node.proc, reader)
+            if resp.status == 200:
+                held.append((conn, resp))
+                return True
+            assert resp.status == 429, resp.status
+            conn.close()
+            return False
+        until("the key's stream slot back once one of its streams closed", reopened, 60)
+    finally:
+        for conn, _ in held:
+            conn.close()
