@@ -29,7 +29,15 @@ from doq.node.cluster_wire import status_to_json
 from doq.queues.commands import CreateJoinToken, UseJoinToken
 from doq.queues.join_tokens import TokenRecord, accepts
 from doq.tls import rotation
-from doq.tls.certs import CsrError, NodeTls, bundle_certs, csr_hosts, fingerprint, key_certificate, pem_of
+from doq.tls.certs import (
+    CsrError,
+    NodeTls,
+    bundle_certs,
+    csr_hosts,
+    fingerprint,
+    key_certificate,
+    pem_of,
+)
 from doq.tls.enrollment import (
     DEFAULT_TTL_S,
     MAX_TTL_S,
