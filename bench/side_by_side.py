@@ -134,12 +134,23 @@ def _ssl(secure: bool, ca_file: str) -> ssl.SSLContext | None:
 
 DOQ_CA: dict[str, str] = {}
 """gRPC address -> CA file of the secure doq servers (`doq-tls`); plain ones are absent."""
+DOQ_KEY: dict[str, str] = {}
+"""gRPC address -> the admin key of the secure doq servers (they require a key)."""
 
 
 def _doq(addr: str) -> Any:
     from doq_client import DoqClient
 
-    return DoqClient(addr, ca_file=DOQ_CA.get(addr))
+    return DoqClient(addr, ca_file=DOQ_CA.get(addr), key=DOQ_KEY.get(addr))
+
+
+def _env_for(cmd: list[str]) -> dict[str, str]:
+    """`child_env()` for a child command, with `$DOQ_KEY` when its `--addr` is a secure doq."""
+    env = child_env()
+    addr = cmd[cmd.index("--addr") + 1] if "--addr" in cmd else ""
+    if addr in DOQ_KEY:
+        env["DOQ_KEY"] = DOQ_KEY[addr]
+    return env
 
 
 @contextlib.contextmanager
@@ -198,6 +209,7 @@ def doq_server(root: Path, nodes: int = 1, launcher: Sequence[str] = (), secure:
         _wait(f"a {nodes}-node doq cluster", formed, procs[0], 120, root / "doq-1.log")
         if secure:
             DOQ_CA[grpc_addrs[0]] = ca_file
+            DOQ_KEY[grpc_addrs[0]] = (root / "data" / "admin.key").read_text().strip()
         yield Server(grpc_addrs[0], tuple(p.pid for p in procs), ca_file if secure else None, http_urls[0])
     finally:
         for proc in procs:
@@ -602,7 +614,7 @@ def _child_cmd(system: str, workload: str, addr: str, queue: str, count: int, ar
 
 def _run_child(cmd: list[str], timeout_s: float = 600) -> dict[str, Any]:
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False,
-                         env=child_env())
+                         env=_env_for(cmd))
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[3:6])} failed:\n{out.stderr[-3000:]}")
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
@@ -661,8 +673,8 @@ def run_once(system: str, server: Server, workload: str, run: int, args: Args) -
                 _rabbit_declare(int(addr), queue)
             else:
                 _doq_queue(addr, queue)
-            cons = subprocess.Popen(_child_cmd(system, "e2e-consumer", addr, queue, args.e2e_count, args),
-                                    stdout=subprocess.PIPE, text=True, env=child_env())
+            cons_cmd = _child_cmd(system, "e2e-consumer", addr, queue, args.e2e_count, args)
+            cons = subprocess.Popen(cons_cmd, stdout=subprocess.PIPE, text=True, env=_env_for(cons_cmd))
             try:
                 assert cons.stdout is not None
                 if cons.stdout.readline().strip() != "ready":

@@ -46,6 +46,7 @@ class ServeConfig:
     disk_free_limit: int = 64 << 20  # free disk under which writes that grow the state stop
     max_connections: int = 1000  # as doq.service.limits.Limits (the HTTP connection limits)
     max_calls: int = 4096  # as doq.service.limits.Limits (gRPC calls in progress)
+    max_calls_per_key: int = 1024  # as doq.service.limits.Limits (gRPC calls in progress of one key)
     max_header_bytes: int = 64 * 1024
     max_headers: int = 100
     read_timeout_ms: int = 30_000
@@ -104,6 +105,9 @@ _HELP = {
                        "gRPC connections held (past it new ones are closed)",
     "max_calls": "gRPC calls in progress at once on the client port (streams included, long polls "
                  "too); past it a new call is refused RESOURCE_EXHAUSTED",
+    "max_calls_per_key": "gRPC calls of one client key in progress at once on the client port (streams and "
+                         "long polls included); past it a new call of that key is refused RESOURCE_EXHAUSTED "
+                         "KEY_CALLS_LIMIT, so one key cannot take every call --max-calls allows",
     "max_header_bytes": "largest HTTP request line and headers together; past it 431",
     "max_headers": "most HTTP request header fields; past it 431",
     "read_timeout_ms": "an HTTP request whose headers are not all in this long after its first "
@@ -133,6 +137,7 @@ _INT_RANGES: dict[str, tuple[int, int | None]] = {
     "max_stream_pending_acks": (1, 1_000_000),
     "max_connections": (1, 1_000_000),
     "max_calls": (1, 1_000_000),
+    "max_calls_per_key": (1, 1_000_000),
     "max_header_bytes": (1024, 16 * 1024 * 1024),
     "max_headers": (8, 100_000),
     "read_timeout_ms": (100, 3_600_000),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ssl
 import time
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,10 +26,10 @@ class EnrollError(Exception):
     """Enrollment failed: a message for the operator."""
 
 
-def fetch_ca(addr: str, want_fingerprint: str, timeout_s: float = 10.0) -> bytes:
-    """The cluster CA certificate from `addr` (HOST:PORT or https URL), accepted only if
-    its fingerprint is `want_fingerprint` (`GET /cluster/ca` answers the trust bundle: the
-    certificate of that fingerprint in it)."""
+def fetch_ca(addr: str, want_fingerprints: Sequence[str], timeout_s: float = 10.0) -> bytes:
+    """The cluster CA certificates from `addr` (HOST:PORT or https URL) whose fingerprints
+    are among `want_fingerprints` (`GET /cluster/ca` answers the trust bundle: those of its
+    certificates, at least one)."""
     url = _url(addr) + "/cluster/ca"
     ctx = ssl.create_default_context()
     ctx.check_hostname = False
@@ -39,20 +40,24 @@ def fetch_ca(addr: str, want_fingerprint: str, timeout_s: float = 10.0) -> bytes
     except (OSError, ValueError) as e:
         raise EnrollError(f"cannot fetch the cluster CA from {url}: {getattr(e, 'reason', e)}") from None
     try:
-        pinned = pinned_ca(pem, want_fingerprint)
+        pinned = pinned_ca(pem, want_fingerprints)
     except ValueError:
         raise EnrollError(f"{url} did not answer a certificate") from None
     if pinned is None:
+        pins = ", ".join(f[:16] + "..." for f in want_fingerprints)
         raise EnrollError(f"the CA certificate of {url} is not the join token's (fingerprint "
-                          f"{fingerprint(pem)[:16]}..., the token pins {want_fingerprint[:16]}...): refusing to join")
+                          f"{fingerprint(pem)[:16]}..., the token pins {pins}): refusing to join")
     return pinned
 
 
-def pinned_ca(bundle_pem: bytes, want_fingerprint: str) -> bytes | None:
-    """The certificate of the bundle whose fingerprint is `want_fingerprint` (None: none).
-    Only that one is trusted until the enrollment answers, over HTTPS verified with it
-    (a bundle of a CA rotation holds two; an added certificate pins nothing)."""
-    return next((pem_of(c) for c in bundle_certs(bundle_pem) if fingerprint(pem_of(c)) == want_fingerprint), None)
+def pinned_ca(bundle_pem: bytes, want_fingerprints: Sequence[str]) -> bytes | None:
+    """The certificates of the bundle whose fingerprints are among `want_fingerprints`, as
+    one PEM bundle (None: none). Only those are trusted until the enrollment answers, over
+    HTTPS verified with them (a bundle of a CA rotation holds two; a certificate the token
+    does not name is not trusted)."""
+    pins = set(want_fingerprints)
+    pinned = [pem_of(c) for c in bundle_certs(bundle_pem) if fingerprint(pem_of(c)) in pins]
+    return b"".join(pinned) or None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +98,7 @@ def enroll(token: str, join_addrs: list[str], node_id: str, addrs: MemberAddrs, 
     while True:
         for addr in [*join_addrs, *t.addrs]:
             try:
-                ca = fetch_ca(addr, t.ca_fingerprint)
+                ca = fetch_ca(addr, t.ca_fingerprints)
                 ctx = ssl.create_default_context(cadata=ca.decode())
                 body: dict[str, Any] = {"token": token, "node_id": node_id, "raft_addr": addrs.raft_addr,
                                         "grpc_addr": addrs.grpc_addr, "http_addr": addrs.http_addr}
@@ -111,7 +116,7 @@ def enroll(token: str, join_addrs: list[str], node_id: str, addrs: MemberAddrs, 
                     raise EnrollError(f"{addr} answered for cluster {status.cluster_id}, not {cluster_id}: "
                                       "refusing to join")
                 node_cert = doc["node_cert"].encode()
-                if pinned_ca(doc["ca_cert"].encode(), t.ca_fingerprint) is None:
+                if pinned_ca(doc["ca_cert"].encode(), t.ca_fingerprints) is None:
                     raise EnrollError(f"{addr} answered another CA than the token's: refusing to join")
                 return Enrolled(status, doc["ca_cert"].encode(), node_cert, node_key)
             except ClusterError as e:

@@ -74,7 +74,7 @@ def node_limits(config: ServeConfig) -> Limits:
     return Limits(
         max_message_bytes=config.max_message_bytes, max_stream_prefetch=config.max_stream_prefetch,
         max_stream_pending_acks=config.max_stream_pending_acks, max_connections=config.max_connections,
-        max_calls=config.max_calls,
+        max_calls=config.max_calls, max_calls_per_key=config.max_calls_per_key,
         max_header_bytes=config.max_header_bytes, max_headers=config.max_headers,
         read_timeout_ms=config.read_timeout_ms, keep_alive_ms=config.keep_alive_ms,
         max_restore_bytes=config.max_restore_size, max_queues=config.max_queues)
@@ -284,7 +284,7 @@ async def _listen(rt: Runtime, authz: Authorizer) -> _Listeners:
             fw = forwarder
             tls.live.subscribe(lambda m: fw.set_credentials(ca_channel_credentials(m.ca_cert)))
     # the client door: keys checked first; admin actions audited where they are served
-    interceptors = [AuthInterceptor(authz), *([forwarder] if forwarder else []), AuditInterceptor(authz, config.node_id)]
+    interceptors = [AuthInterceptor(authz, rt.api.limits.max_calls_per_key), *([forwarder] if forwarder else []), AuditInterceptor(authz, config.node_id)]
     try:
         grpc_server, grpc_port = build_server(
             rt.api, config.grpc_addr, interceptors=interceptors,

@@ -19,10 +19,17 @@ so the service knows the caller's scopes (a prefix key lists only its queues).
 Calls of other services (grpc.health.v1, reflection) are open, and bounded (`OpenCalls`:
 at most `MAX_OPEN_CALLS` in progress at once). A node that requires no key lets a call
 of the doq service without `authorization` through untouched (no wrapper, no cost).
+
+Calls of one key in progress at once are bounded (`KeyCalls`, `--max-calls-per-key`), so
+one key cannot hold every call gRPC admits (`--max-calls`) with long polls or streams:
+past it a call of that key is refused RESOURCE_EXHAUSTED (`KEY_CALLS_LIMIT`, retryable)
+before its request is read. The slot is freed when the call's task ends (the interceptor
+runs in the call's own task), so the handler is not wrapped for it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Any
@@ -55,7 +62,8 @@ def rule_of(method: str) -> Rule | None:
 
 
 async def abort(context: grpc.aio.ServicerContext, err: DoqError) -> None:
-    context.set_trailing_metadata((("doq-reason", err.reason), ("doq-retryable", "false"), ("doq-leader", "")))
+    context.set_trailing_metadata((("doq-reason", err.reason), ("doq-retryable", "true" if err.retryable else "false"),
+                                   ("doq-leader", "")))
     await context.abort(grpc.StatusCode[status_of(err).grpc_code], err.message)
 
 
@@ -249,12 +257,42 @@ class OpenCalls:
                        response_serializer=handler.response_serializer)
 
 
-class AuthInterceptor(grpc.aio.ServerInterceptor):
-    """See the module docstring."""
+class KeyCalls:
+    """Calls in progress per key: at most `capacity` of one key at once (a node without
+    keys: its anonymous calls are not counted here; `--max-calls` bounds every call).
+    `take` is called from the interceptor, in the call's own task: the slot is given back
+    when that task ends, however the call ends (answered, failed, cancelled)."""
 
-    def __init__(self, authorizer: Authorizer) -> None:
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.in_progress: dict[str, int] = {}
+
+    def take(self, key_id: str) -> DoqError | None:
+        """Take a slot of `key_id` for the current call; the refusal if it holds `capacity`."""
+        held = self.in_progress.get(key_id, 0)
+        if held >= self.capacity:
+            return Overloaded(f"key {key_id} has {held} calls in progress on this node, the most one key may "
+                              f"(--max-calls-per-key): retry once some end", reason="KEY_CALLS_LIMIT")
+        task = asyncio.current_task()
+        if task is None:  # not in a call's task: nothing would give the slot back
+            return None
+        self.in_progress[key_id] = held + 1
+        task.add_done_callback(lambda _t: self._release(key_id))
+        return None
+
+    def _release(self, key_id: str) -> None:
+        held = self.in_progress.pop(key_id) - 1
+        if held:
+            self.in_progress[key_id] = held
+
+
+class AuthInterceptor(grpc.aio.ServerInterceptor):
+    """See the module docstring. `max_calls_per_key`: `KeyCalls`' bound."""
+
+    def __init__(self, authorizer: Authorizer, max_calls_per_key: int = 1024) -> None:
         self.authz = authorizer
         self.open_calls = OpenCalls()
+        self.key_calls = KeyCalls(max_calls_per_key)
 
     async def intercept_service(self, continuation: Continuation,
                                 handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
@@ -276,6 +314,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             authz.check_call(who, rule)
         except DoqError as e:
             return _refusing(e)
+        if not who.anonymous and (busy := self.key_calls.take(who.key_id)) is not None:
+            return _refusing(busy)
         current_principal.set(who)  # the call's own task: its handler (the service) reads it
         if who.unrestricted(rule) or handler.request_deserializer is None:  # None: relayed as bytes
             return handler

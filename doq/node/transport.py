@@ -31,6 +31,14 @@ Implements `doq.node.transport_base.RaftTransport`. Contract:
   (UNAVAILABLE) at its next frame, so its sender handshakes again against the new one.
 - Every frame carries the sender's storage alarms (`set_local_alarms`); the receiver keeps
   each peer's last report with its time (`peer_alarms`).
+- The port is reachable before any peer is authenticated, so a connection must finish
+  its (TLS and HTTP/2) handshake within `connect_timeout_s` (the time a sender itself
+  waits for a stream to open; gRPC's own default is 120 s) and one without a stream is
+  closed after `2 * connect_timeout_s` (`server_options`): a stranger's half-open or idle
+  connections cost the node seconds, not minutes. There is deliberately no bound on the
+  number of connections: whoever fills it would lock members out (a member reconnects on
+  a fresh connection after every broken stream); the network (a NetworkPolicy) is what
+  keeps strangers from the port.
 - `stop()` gives connected peers up to `flush_timeout_s` to receive what is queued
   (half-close, so a last TIMEOUT_NOW of a leadership transfer goes out), then cancels
   everything; no task of the transport survives it.
@@ -93,6 +101,15 @@ _SERVER_OPTIONS = [
     ("grpc.http2.min_ping_interval_without_data_ms", 1_000),
     ("grpc.http2.max_ping_strikes", 0),
 ]
+
+
+def server_options(connect_timeout_s: float) -> list[tuple[str, int]]:
+    """The Raft port's server options: a connection that has not finished its handshake
+    within `connect_timeout_s` (a sender gives up on it by then) is closed, as is one
+    without a stream for twice that (a member's connection always carries its stream)."""
+    handshake_ms = max(1, round(connect_timeout_s * 1000))
+    return [*_SERVER_OPTIONS, ("grpc.server_handshake_timeout_ms", handshake_ms),
+            ("grpc.max_connection_idle_ms", 2 * handshake_ms)]
 
 SENT = Counter("doq_raft_messages_sent_total", "Raft messages written to a peer's stream", ["peer"])
 FRAMES = Counter("doq_raft_frames_sent_total", "Frames (batches of Raft messages) written to a peer's stream", ["peer"])
@@ -264,7 +281,7 @@ class GrpcRaftTransport:
 
     async def start(self) -> None:
         """Listen on `listen_addr` and connect to the peers set so far."""
-        server = grpc.aio.server(options=_SERVER_OPTIONS)
+        server = grpc.aio.server(options=server_options(self._connect_timeout_s))
         raft_pb2_grpc.add_RaftTransportServicer_to_server(_Servicer(self), server)
         try:
             if self._live is not None:  # each handshake gets the material current then (doq.tls.live)

@@ -29,7 +29,15 @@ from doq.node.cluster_wire import status_to_json
 from doq.queues.commands import CreateJoinToken, UseJoinToken
 from doq.queues.join_tokens import TokenRecord, accepts
 from doq.tls import rotation
-from doq.tls.certs import CsrError, NodeTls, csr_hosts, fingerprint, key_certificate
+from doq.tls.certs import (
+    CsrError,
+    NodeTls,
+    bundle_certs,
+    csr_hosts,
+    fingerprint,
+    key_certificate,
+    pem_of,
+)
 from doq.tls.enrollment import (
     DEFAULT_TTL_S,
     MAX_TTL_S,
@@ -75,6 +83,15 @@ class Enrollment:
         return fingerprint(signer or tls.ca_cert)
 
     @property
+    def fingerprints(self) -> tuple[str, ...]:
+        """The fingerprints of every CA this node trusts, the signing one first: what a
+        new token names (two during a CA rotation, so it enrolls before and after the
+        new CA starts signing)."""
+        signing = self.fingerprint
+        trusted = [fingerprint(pem_of(c)) for c in bundle_certs(self.tls.ca_cert)]
+        return (signing, *[f for f in dict.fromkeys(trusted) if f != signing])
+
+    @property
     def ca_cert(self) -> bytes:
         return self.tls.ca_cert
 
@@ -95,19 +112,21 @@ class Enrollment:
         self._ca_key()
         token_id, secret = os.urandom(16), os.urandom(32)
         expires_ms = int(time.time() * 1000) + ttl_s * 1000
-        _raise_result(await self.node.propose(CreateJoinToken(token_id, secret_hash(self.fingerprint, secret),
-                                                              expires_ms)))
+        fps = self.fingerprints
+        _raise_result(await self.node.propose(CreateJoinToken(token_id, secret_hash(fps, secret), expires_ms)))
         admin = self.node.cluster_admin()
         addrs = [m.addrs.http_addr for m in admin.cluster_status().members] if admin else []
-        return encode_token(JoinToken([a for a in addrs if a], self.fingerprint, token_id, secret, expires_ms))
+        return encode_token(JoinToken([a for a in addrs if a], fps, token_id, secret, expires_ms))
 
     def _check(self, t: JoinToken, node_id: str, addrs: MemberAddrs, csr: bytes,
                admin: ClusterAdmin) -> list[str]:
         """Every check that needs no Raft (module docstring); returns the hosts to sign."""
-        if t.ca_fingerprint != self.fingerprint:
-            raise FailedPrecondition("the join token is of another cluster", reason="INVALID_JOIN_TOKEN")
+        if self.fingerprint not in t.ca_fingerprints:
+            raise FailedPrecondition("the join token is of another cluster, or of a CA this cluster no longer "
+                                     "signs with (a token made before a CA rotation's begin cannot enroll after "
+                                     "its reissue): create a new one", reason="INVALID_JOIN_TOKEN")
         now_ms = int(time.time() * 1000)
-        if not accepts(self.tokens().get(t.token_id), secret_hash(self.fingerprint, t.secret), now_ms):
+        if not accepts(self.tokens().get(t.token_id), secret_hash(t.ca_fingerprints, t.secret), now_ms):
             raise _invalid_token()
         try:
             _, asked = csr_hosts(csr)
@@ -149,7 +168,7 @@ class Enrollment:
             raise FailedPrecondition(str(e), reason="NO_CA_KEY") from None
         who = f"jointoken:{t.token_id.hex()}"
         try:
-            _raise_result(await self.node.propose(UseJoinToken(t.token_id, secret_hash(self.fingerprint, t.secret),
+            _raise_result(await self.node.propose(UseJoinToken(t.token_id, secret_hash(t.ca_fingerprints, t.secret),
                                                                node_id)))
             status = await admin.add_member(node_id, addrs, empty=empty, cluster_id=cluster_id)
         except DoqError as e:

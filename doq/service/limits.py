@@ -64,6 +64,7 @@ class Limits:
     # -- connections (HTTP) and whole requests (HTTP and gRPC) --
     max_connections: int = 1000  # HTTP connections (past it: 503); gRPC connections (past it: closed)
     max_calls: int = 4096  # gRPC calls in progress, streams and long polls included (past it: RESOURCE_EXHAUSTED)
+    max_calls_per_key: int = 1024  # of them, calls of one client key (doq.auth.grpc_door.KeyCalls)
     max_header_bytes: int = 64 * 1024  # request line and headers; past it 431, connection closed
     max_headers: int = 100
     read_timeout_ms: int = 30_000  # a request's headers or body idle this long: connection closed

@@ -6,6 +6,7 @@ any key gets — so a stream's messages pay nothing for it. A prefix key wraps t
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -60,3 +61,49 @@ async def test_a_key_without_prefix_leaves_the_data_path_handler_as_it_is(servic
     open_node = Authorizer(service.node.state.keys, required=False)
     handler = _handler()
     assert await _intercepted(open_node, method, None, handler) is handler  # no key on an open node: untouched
+
+
+async def test_a_keys_calls_in_progress_are_bounded_and_given_back_when_their_task_ends(
+        service: QueueService) -> None:
+    """`KeyCalls`: the door counts a key's calls in the call's own task (its handler still
+    the service's own object, above) and gives the slot back when that task ends, however
+    it ends; past the bound a call of that key gets a refusing handler, another key's call
+    does not; a keyless call on an open node is not counted."""
+    mine = (await create_key(service.node, ["consume"])).token
+    theirs = (await create_key(service.node, ["consume"])).token
+    authz = Authorizer(service.node.state.keys, required=False)
+    door = AuthInterceptor(authz, max_calls_per_key=2)
+    handler = _handler()
+    release = asyncio.Event()
+
+    async def call(key: str | None) -> Any:
+        got = await door.intercept_service(_continuation(handler), _details("Dequeue", key))  # type: ignore[arg-type]
+        if got is handler:
+            await release.wait()  # the call lasts until released
+        return got
+
+    held = [asyncio.create_task(call(mine)) for _ in range(2)]
+    await asyncio.sleep(0)
+    assert await call(mine) is not handler  # a third call of the key: refused
+    others = [asyncio.create_task(call(theirs)), asyncio.create_task(call(None)), asyncio.create_task(call(None))]
+    await asyncio.sleep(0)
+    assert door.key_calls.in_progress == {mine.split("_")[1]: 2, theirs.split("_")[1]: 1}
+    held[0].cancel()  # a call that ends by cancellation gives its slot back
+    await asyncio.gather(held[0], return_exceptions=True)
+    later = asyncio.create_task(call(mine))
+    await asyncio.sleep(0)
+    assert not later.done()  # admitted: it waits like any call in progress
+    release.set()
+    assert await asyncio.gather(held[1], later, *others) == [handler] * 5
+    assert door.key_calls.in_progress == {}
+
+
+def _details(method: str, key: str | None) -> Any:
+    md = [("authorization", f"Bearer {key}")] if key else []
+    return SimpleNamespace(method=f"/doq.v1.DOQ/{method}", invocation_metadata=md)
+
+
+def _continuation(handler: grpc.RpcMethodHandler) -> Any:
+    async def continuation(_details: Any) -> grpc.RpcMethodHandler:
+        return handler
+    return continuation

@@ -11,6 +11,7 @@ import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from http.client import HTTPResponse, HTTPSConnection
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from doq_proto.v1 import doq_pb2 as pb
 from doq_proto.v1 import doq_pb2_grpc as pb_grpc
 
 from doq.auth.grpc_door import MAX_OPEN_CALLS
+from doq.service.http.ui import MAX_SUBSCRIBERS_PER_KEY
 from tests.support.cluster import until
 from tests.support.proc import NodeProc
 
@@ -295,3 +297,109 @@ def _opens(watch: Any) -> bool:
         return False
     finally:
         call.cancel()
+
+
+# -- one key cannot take every slot of the dashboard's event streams ----------------------------
+def _open_events(proc: NodeProc, key: str) -> tuple[HTTPSConnection, HTTPResponse]:
+    conn = HTTPSConnection("127.0.0.1", proc.http_port, timeout=60, context=proc.ssl_context())
+    conn.request("GET", "/events", headers={"Authorization": f"Bearer {key}", "Accept": "text/event-stream"})
+    return conn, conn.getresponse()
+
+
+def test_one_key_cannot_take_every_event_stream(node: Node) -> None:
+    """`GET /events` holds a slot per open stream (64 per node): any key with read access
+    could hold them all and keep every dashboard, an admin's included, out. One key holds
+    at most MAX_SUBSCRIBERS_PER_KEY (past it: 429 problem+json, TOO_MANY_STREAMS_PER_KEY);
+    another key and an admin still get a stream; a closed stream gives its key the slot
+    back."""
+    reader, other = node.key("metrics"), node.key("consume:dash.")
+    held = [_open_events(node.proc, reader) for _ in range(MAX_SUBSCRIBERS_PER_KEY)]
+    try:
+        assert [r.status for _, r in held] == [200] * MAX_SUBSCRIBERS_PER_KEY
+        conn, refused = _open_events(node.proc, reader)
+        assert refused.status == 429 and refused.getheader("Content-Type") == "application/problem+json"
+        assert json.loads(refused.read())["reason"] == "TOO_MANY_STREAMS_PER_KEY"
+        conn.close()
+        for key in (other, node.admin):
+            conn, resp = _open_events(node.proc, key)
+            assert resp.status == 200 and resp.readline() == b"retry: 2000\n", key
+            conn.close()
+        held.pop()[0].close()
+
+        def reopened() -> bool:
+            conn, resp = _open_events(node.proc, reader)
+            if resp.status == 200:
+                held.append((conn, resp))
+                return True
+            assert resp.status == 429, resp.status
+            conn.close()
+            return False
+        until("the key's stream slot back once one of its streams closed", reopened, 60)
+    finally:
+        for conn, _ in held:
+            conn.close()
+
+
+# -- one key cannot take every gRPC call the node admits -------------------------------------
+def test_one_key_cannot_take_every_grpc_call(tmp_path: Path) -> None:
+    """`--max-calls` bounds the calls in progress node-wide, whoever makes them: one key's
+    streams or long polls could hold them all and keep every other client out. Past
+    `--max-calls-per-key` that key's next call (a long poll, any call) is refused
+    RESOURCE_EXHAUSTED `KEY_CALLS_LIMIT` (retryable) while another key's calls, long polls
+    included, are served; once its calls end the key is served again."""
+    per_key = 4
+    proc = NodeProc(tmp_path, node_id="node-1", extra_args=["--secure", "--max-calls-per-key", str(per_key)])
+    try:
+        proc.start()
+        until("the admin key file", (tmp_path / "admin.key").exists)
+        n = Node(proc, (tmp_path / "admin.key").read_text().strip())
+        n.queue("held")
+        n.queue("other")
+        greedy, other = n.key("consume"), n.key("consume")
+        with proc.grpc_channel() as ch:
+            stub = pb_grpc.DOQStub(ch)
+            first = pb.DequeueStreamRequest(queue_name="held", prefetch=1)
+            nevers = [_Never(first=first.SerializeToString()) for _ in range(per_key)]
+            stream = ch.stream_stream("/doq.v1.DOQ/DequeueStream", request_serializer=bytes,
+                                      response_deserializer=bytes)
+            held = [stream(never, metadata=_md(greedy), timeout=300) for never in nevers]  # calls as long as it likes
+            try:
+                for i in range(per_key):
+                    stub.Enqueue(pb.EnqueueRequest(queue_name="held", content=b"h%d" % i), metadata=_md(n.admin),
+                                 timeout=30)
+                for call in held:
+                    assert next(call)  # a delivery: this stream is in progress on the node
+                def refused() -> grpc.RpcError | None:
+                    try:
+                        stub.Dequeue(pb.DequeueRequest(queue_name="other", wait_ms=100), metadata=_md(greedy),
+                                     timeout=30)
+                        return None
+                    except grpc.RpcError as e:
+                        return e
+                err = until("the greedy key's next long poll refused", refused, 60)
+                assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, err
+                trailers = dict(err.trailing_metadata() or ())
+                assert (trailers["doq-reason"], trailers["doq-retryable"]) == ("KEY_CALLS_LIMIT", "true"), trailers
+                with pytest.raises(grpc.RpcError) as e:  # any call of it
+                    stub.GetQueue(pb.GetQueueRequest(name="other"), metadata=_md(greedy), timeout=30)
+                assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                assert not any(c.done() for c in held)  # its own calls go on
+
+                # another key is served: its long polls (one answered by a message) and other calls
+                polls = [stub.Dequeue.future(pb.DequeueRequest(queue_name="other", wait_ms=60_000),
+                                             metadata=_md(other), timeout=180) for _ in range(per_key - 1)]
+                assert stub.GetQueue(pb.GetQueueRequest(name="other"), metadata=_md(other), timeout=30).queue.name == "other"
+                stub.Enqueue(pb.EnqueueRequest(queue_name="other", content=b"m"), metadata=_md(n.admin), timeout=30)
+                answered = until("another key's long poll answered", lambda: [
+                    m.content for f in polls if f.done() for m in f.result().messages], 60)
+                assert answered == [b"m"]
+                for f in polls:
+                    f.cancel()
+            finally:
+                for never in nevers:
+                    never.stop()
+                for c in held:
+                    c.cancel()
+            until("the greedy key served again once its calls ended", lambda: refused() is None, 60)
+    finally:
+        proc.kill9()

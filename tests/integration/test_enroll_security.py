@@ -144,14 +144,14 @@ def test_a_flood_of_bogus_tokens_proposes_nothing(seed: NodeProc) -> None:
     def forged(i: int) -> str:
         kind = i % 5
         if kind == 0:  # unknown id
-            return encode_token(JoinToken(real.addrs, real.ca_fingerprint, os.urandom(16), os.urandom(32),
+            return encode_token(JoinToken(real.addrs, real.ca_fingerprints, os.urandom(16), os.urandom(32),
                                           real.expires_ms + 10**9))
         if kind == 1:  # a known id, a guessed secret
             g = decode_token(good)
-            return encode_token(JoinToken(g.addrs, g.ca_fingerprint, g.token_id, os.urandom(32), g.expires_ms))
+            return encode_token(JoinToken(g.addrs, g.ca_fingerprints, g.token_id, os.urandom(32), g.expires_ms))
         if kind == 2:  # another CA's
             g = decode_token(good)
-            return encode_token(JoinToken(g.addrs, "cd" * 32, g.token_id, g.secret, g.expires_ms))
+            return encode_token(JoinToken(g.addrs, ("cd" * 32,), g.token_id, g.secret, g.expires_ms))
         if kind == 3:  # expired
             return encode_token(real)
         return spent  # used

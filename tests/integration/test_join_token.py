@@ -96,11 +96,11 @@ def test_a_guessed_secret_or_another_clusters_token_gets_nobody_in(seed: NodePro
     real = decode_token(create_token(seed))
     before = members(seed)
 
-    guessed = encode_token(type(real)(real.addrs, real.ca_fingerprint, real.token_id, b"g" * 32, real.expires_ms))
+    guessed = encode_token(type(real)(real.addrs, real.ca_fingerprints, real.token_id, b"g" * 32, real.expires_ms))
     log = refused(joiner(seed, "guess", guessed))
     assert "INVALID_JOIN_TOKEN" in log
 
-    pinned_elsewhere = encode_token(type(real)(real.addrs, "ab" * 32, real.token_id, real.secret, real.expires_ms))
+    pinned_elsewhere = encode_token(type(real)(real.addrs, ("ab" * 32,), real.token_id, real.secret, real.expires_ms))
     log = refused(joiner(seed, "mitm", pinned_elsewhere))
     assert "refusing to join" in log  # the secret was never sent to a CA the token does not pin
     assert members(seed) == before

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from doq.errors import Unavailable
+from doq.auth.authorizer import ANONYMOUS, Principal
+from doq.errors import Overloaded, Unavailable
 from doq.service.http import ui
-from doq.service.http.ui import SUBSCRIBER_BACKLOG, EventFeed
+from doq.service.http.ui import MAX_SUBSCRIBERS_PER_KEY, SUBSCRIBER_BACKLOG, EventFeed
 
 
 def decode(event: bytes) -> dict[str, Any]:
@@ -62,3 +63,55 @@ async def test_too_many_subscribers_are_refused(monkeypatch: pytest.MonkeyPatch)
     for s in open_:
         await s.aclose()
     await feed.stream().__anext__()  # room again
+
+
+def _key(key_id: str, admin: bool = False) -> Principal:
+    return Principal(key_id, (), is_admin=admin)
+
+
+async def test_one_key_holds_at_most_its_share_of_streams() -> None:
+    """A key with read access cannot take every slot: past `MAX_SUBSCRIBERS_PER_KEY` its
+    streams are refused (Overloaded: 429), another key and an admin still get one, and a
+    closed stream gives its key the slot back. A node without keys (no principal, or the
+    anonymous one) has only the node's bound."""
+    feed = EventFeed(lambda only: {}, interval_s=10)
+    mine = [feed.stream(None, _key("k1")) for _ in range(MAX_SUBSCRIBERS_PER_KEY)]
+    for s in mine:
+        await s.__anext__()
+    with pytest.raises(Overloaded) as e:
+        await feed.stream(None, _key("k1")).__anext__()
+    assert e.value.reason == "TOO_MANY_STREAMS_PER_KEY"
+    others = [feed.stream(None, _key("k2")), feed.stream(None, _key("adm", admin=True))]
+    for s in others:
+        await s.__anext__()
+    await mine.pop().aclose()
+    mine.append(feed.stream(None, _key("k1")))
+    await mine[-1].__anext__()  # its slot back
+    anonymous = [feed.stream(None, who) for who in [None, ANONYMOUS] * MAX_SUBSCRIBERS_PER_KEY]
+    for s in anonymous:
+        await s.__anext__()
+    for s in [*mine, *others, *anonymous]:
+        await s.aclose()
+    assert feed.subscribers == 0 and feed._per_key == {}
+
+
+async def test_the_last_slots_are_kept_for_admin_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Many keys with read access together take at most MAX_SUBSCRIBERS - ADMIN_RESERVED
+    streams (then 503): an admin's dashboard still opens."""
+    monkeypatch.setattr(ui, "MAX_SUBSCRIBERS", 6)
+    monkeypatch.setattr(ui, "ADMIN_RESERVED", 2)
+    monkeypatch.setattr(ui, "MAX_SUBSCRIBERS_PER_KEY", 1)
+    feed = EventFeed(lambda only: {}, interval_s=10)
+    readers = [feed.stream(None, _key(f"k{i}")) for i in range(4)]
+    for s in readers:
+        await s.__anext__()
+    with pytest.raises(Unavailable) as e:
+        await feed.stream(None, _key("k9")).__anext__()
+    assert e.value.reason == "TOO_MANY_STREAMS"
+    admins = [feed.stream(None, _key("adm", admin=True)), feed.stream(None, _key("adm2", admin=True))]
+    for s in admins:
+        await s.__anext__()
+    with pytest.raises(Unavailable):  # the node's own bound holds for admins too
+        await feed.stream(None, _key("adm3", admin=True)).__anext__()
+    for s in [*readers, *admins]:
+        await s.aclose()

@@ -9,6 +9,11 @@ JSON document per interval for all its viewers together (`EventFeed` builds each
 once and hands it to every subscriber), plus one per subscriber whose key is limited to
 queue-name prefixes: it sees only its queues (names, counts and `queues_total`). A subscriber that does not keep up loses old
 events, never grows the node's memory: each holds at most `SUBSCRIBER_BACKLOG` events.
+
+Streams are bounded (`EventFeed.stream`): at most `MAX_SUBSCRIBERS` per node (more: 503
+`TOO_MANY_STREAMS`), at most `MAX_SUBSCRIBERS_PER_KEY` per key (more: 429
+`TOO_MANY_STREAMS_PER_KEY`), and the last `ADMIN_RESERVED` slots are for admin keys, so
+keys with read access cannot, together or alone, keep an admin out.
 """
 
 from __future__ import annotations
@@ -25,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 from fastapi import APIRouter
 from starlette.responses import HTMLResponse, Response, StreamingResponse
 
-from doq.auth.authorizer import current_principal, visible_queue
-from doq.errors import Unavailable
+from doq.auth.authorizer import Principal, current_principal, visible_queue
+from doq.errors import Overloaded, Unavailable
 from doq.queues.model import QueueInfo
 from doq.service.http.bodies import errors, operation_id
 from doq.service.http.models import RateHistoryModel
@@ -39,6 +44,8 @@ if TYPE_CHECKING:
 
 UI_DIR = Path(__file__).resolve().parent.parent / "static" / "ui"
 MAX_SUBSCRIBERS = 64  # open `/events` streams per node
+MAX_SUBSCRIBERS_PER_KEY = 8  # open `/events` streams of one key (a node without keys: no such bound)
+ADMIN_RESERVED = 8  # of MAX_SUBSCRIBERS, slots only streams of admin keys (or of a node without keys) take
 SUBSCRIBER_BACKLOG = 4  # events a slow subscriber may have pending; older ones are dropped
 MAX_EVENT_QUEUES = 1000  # queues per event (by name); `queues_total` tells how many there are
 KEEPALIVE_S = 15.0
@@ -69,6 +76,7 @@ class EventFeed:
         self._build = build
         self._interval_s = interval_s
         self._subscribers: dict[asyncio.Queue[bytes], Only] = {}
+        self._per_key: dict[str, int] = {}  # open streams of each key (by key id)
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -79,17 +87,40 @@ class EventFeed:
         """The next snapshot (of the queues `only` lets through; None: all) as one SSE event."""
         return b"event: snapshot\ndata: " + json.dumps(self._build(only), separators=(",", ":")).encode() + b"\n\n"
 
-    async def stream(self, only: Only = None) -> AsyncIterator[bytes]:
-        """The SSE bytes of one subscriber: a snapshot at once, then one per interval; it
-        sees only the queues `only` lets through (None: all)."""
-        if len(self._subscribers) >= MAX_SUBSCRIBERS:
-            raise Unavailable(f"too many open event streams on this node (at most {MAX_SUBSCRIBERS})",
-                              reason="TOO_MANY_STREAMS")
+    def _admit(self, who: Principal | None) -> str:
+        """Take a slot for a stream of `who` (None or anonymous: a node without keys); the
+        key id that holds it ("": none). Raises Unavailable (node full) or Overloaded (the
+        key's own share full)."""
+        key_id = "" if who is None or who.anonymous else who.key_id
+        limit = MAX_SUBSCRIBERS if who is None or who.is_admin else MAX_SUBSCRIBERS - ADMIN_RESERVED
+        if len(self._subscribers) >= limit:
+            raise Unavailable(f"too many open event streams on this node (at most {MAX_SUBSCRIBERS}, "
+                              f"the last {ADMIN_RESERVED} for admin keys)", reason="TOO_MANY_STREAMS")
+        if key_id:
+            held = self._per_key.get(key_id, 0)
+            if held >= MAX_SUBSCRIBERS_PER_KEY:
+                raise Overloaded(f"key {key_id} holds {held} open event streams on this node, the most one key "
+                                 f"may: close one first", reason="TOO_MANY_STREAMS_PER_KEY")
+            self._per_key[key_id] = held + 1
+        return key_id
+
+    def _release(self, key_id: str) -> None:
+        if key_id:
+            held = self._per_key.pop(key_id) - 1
+            if held:
+                self._per_key[key_id] = held
+
+    async def stream(self, only: Only = None, who: Principal | None = None) -> AsyncIterator[bytes]:
+        """The SSE bytes of one subscriber `who` (None: no key checked): a snapshot at once,
+        then one per interval; it sees only the queues `only` lets through (None: all).
+        Refused at the first step when the node or `who`'s key holds its most streams
+        (see the module docstring)."""
+        key_id = self._admit(who)
         q: asyncio.Queue[bytes] = asyncio.Queue(SUBSCRIBER_BACKLOG)
-        self._subscribers[q] = only
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._produce(), name="doq-events")
         try:
+            self._subscribers[q] = only
+            if self._task is None or self._task.done():
+                self._task = asyncio.create_task(self._produce(), name="doq-events")
             yield b"retry: 2000\n\n" + self.encode(only)
             while True:
                 try:
@@ -98,6 +129,7 @@ class EventFeed:
                     yield b": keep-alive\n\n"
         finally:
             self._subscribers.pop(q, None)
+            self._release(key_id)
 
     async def _produce(self) -> None:
         while self._subscribers:
@@ -157,7 +189,7 @@ def build_ui_router(api: QueueService, interval_s: float = 1.0, history: RateHis
         responses={
             200: {"description": "A `text/event-stream`: one `snapshot` event at once and one per second.",
                   "content": {"text/event-stream": {"schema": {"type": "string"}}}},
-            **errors(400, 503),
+            **errors(400, 429, 503),
         },
     )
     async def events() -> StreamingResponse:
@@ -169,8 +201,9 @@ def build_ui_router(api: QueueService, interval_s: float = 1.0, history: RateHis
         null when it holds none). `enqueued`,
         `delivered` and `acked` count since the node started: a rate is the difference of
         two events divided by the time between them. The dashboard at `/ui` reads it."""
-        stream = feed.stream(visible_queue(current_principal.get()))
-        first = await stream.__anext__()  # refused here (503) rather than mid-stream
+        who = current_principal.get()
+        stream = feed.stream(visible_queue(who), who)
+        first = await stream.__anext__()  # refused here (503, 429) rather than mid-stream
 
         async def body() -> AsyncIterator[bytes]:
             yield first
