@@ -260,9 +260,22 @@ async def test_a_write_racing_the_restore_fails_its_commit_on_every_replica(
         tmp_path: Path, chain: RestoreChain) -> None:
     cl = await empty_three(tmp_path)
     leader = await cl.wait_leader()
+    # the restore's commit is proposed only after the write: on a loaded machine the
+    # restore could otherwise finish between the poll that saw chunks staged and the write
+    write_proposed = asyncio.Event()
+    propose_alone = leader.propose_alone
+
+    async def after_the_write(cmd: c.Command) -> object:
+        await write_proposed.wait()
+        return await propose_alone(cmd)
+
+    leader.propose_alone = lambda cmd: (  # type: ignore[method-assign, assignment]
+        asyncio.ensure_future(after_the_write(cmd)) if isinstance(cmd, c.RestoreCommit) else propose_alone(cmd))
     task = asyncio.create_task(restore(leader, chain))
     await eventually(lambda: _true(staged(leader)), 30, "chunks staged")
-    await leader.propose(c.CreateQueue("mine", "delayed", QueueSettings()))
+    write = leader.propose_nowait(c.CreateQueue("mine", "delayed", QueueSettings()))
+    write_proposed.set()
+    await write
     with pytest.raises(FailedPrecondition) as e:
         await task
     assert e.value.reason == "RESTORE_TARGET_NOT_EMPTY"
