@@ -1,0 +1,46 @@
+"""Cheaper, deterministic property tests for mutation runs (`make mutation`).
+
+A mutation run (mutmut, docs/testing.md) runs the tests that cover a mutated function once per
+mutant, thousands of times. With `DOQ_MUTATION=1` in the environment, `cap_examples` (called
+by the root conftest) lowers every Hypothesis test's example budget to at most
+`GIVEN_EXAMPLES` (stateful machines: `STATEFUL_EXAMPLES` runs of at most `STATEFUL_STEPS`
+steps), derandomized and without the example database, so a mutant's verdict is the same on
+every run. Tests that read `MUTATION` (the simulator's seed budgets) shrink the same way. The
+default run (no variable) keeps each test's own settings.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import settings
+
+MUTATION = os.environ.get("DOQ_MUTATION") == "1"
+GIVEN_EXAMPLES = 25
+STATEFUL_EXAMPLES = 10
+STATEFUL_STEPS = 40
+
+
+def _capped(s: settings, examples: int, steps: int | None = None) -> settings:
+    changes: dict[str, object] = {
+        "max_examples": min(s.max_examples, examples), "derandomize": True, "database": None,
+    }
+    if steps is not None:
+        changes["stateful_step_count"] = min(s.stateful_step_count, steps)
+    return settings(s, **changes)  # type: ignore[arg-type]
+
+
+def cap_examples(items: list[pytest.Item]) -> None:
+    """Lower the example budgets of the collected Hypothesis tests (only with DOQ_MUTATION=1)."""
+    if not MUTATION:
+        return
+    for item in items:
+        fn = getattr(item, "obj", None)
+        own = getattr(fn, "_hypothesis_internal_use_settings", None)
+        if isinstance(own, settings):
+            fn._hypothesis_internal_use_settings = _capped(own, GIVEN_EXAMPLES)  # type: ignore[union-attr]
+        cls = getattr(item, "cls", None)
+        machine = getattr(cls, "settings", None)
+        if isinstance(machine, settings):
+            cls.settings = _capped(machine, STATEFUL_EXAMPLES, STATEFUL_STEPS)  # type: ignore[union-attr]
