@@ -26,6 +26,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Cheaper property tests in mutation runs only (`DOQ_MUTATION=1`, tests/support/mutation.py)."""
     mutation.cap_examples(items)
+    mutation.cheap_first(items)
 
 
 @pytest.fixture

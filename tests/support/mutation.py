@@ -5,8 +5,10 @@ mutant, thousands of times. With `DOQ_MUTATION=1` in the environment, `cap_examp
 by the root conftest) lowers every Hypothesis test's example budget to at most
 `GIVEN_EXAMPLES` (stateful machines: `STATEFUL_EXAMPLES` runs of at most `STATEFUL_STEPS`
 steps), derandomized and without the example database, so a mutant's verdict is the same on
-every run. Tests that read `MUTATION` (the simulator's seed budgets) shrink the same way. The
-default run (no variable) keeps each test's own settings.
+every run. Tests that read `MUTATION` (the simulator's seed budgets) shrink the same way.
+`cheap_first` orders the tests so a mutant is killed by the cheapest failing test (mutmut
+stops at the first failure): example-based tests, then property tests, then the simulator.
+The default run (no variable) keeps each test's own settings and order.
 """
 
 from __future__ import annotations
@@ -29,6 +31,26 @@ def _capped(s: settings, examples: int, steps: int | None = None) -> settings:
     if steps is not None:
         changes["stateful_step_count"] = min(s.stateful_step_count, steps)
     return settings(s, **changes)  # type: ignore[arg-type]
+
+
+SLOWEST_MODULES = ("test_sim.py", "test_sim_queues.py")
+
+
+def _cost_rank(item: pytest.Item) -> int:
+    if item.path.name in SLOWEST_MODULES:
+        return 2
+    fn = getattr(item, "obj", None)
+    if hasattr(fn, "_hypothesis_internal_use_settings") or isinstance(
+        getattr(getattr(item, "cls", None), "settings", None), settings
+    ):
+        return 1
+    return 0
+
+
+def cheap_first(items: list[pytest.Item]) -> None:
+    """Reorder the collected tests cheapest kind first (only with DOQ_MUTATION=1)."""
+    if MUTATION:
+        items.sort(key=_cost_rank)  # stable: each kind keeps its collection order
 
 
 def cap_examples(items: list[pytest.Item]) -> None:
