@@ -8,7 +8,9 @@ steps), derandomized and without the example database, so a mutant's verdict is 
 every run. Tests that read `MUTATION` (the simulator's seed budgets) shrink the same way.
 `cheap_first` orders the tests so a mutant is killed by the cheapest failing test (mutmut
 stops at the first failure): example-based tests, then property tests, then the simulator.
-The default run (no variable) keeps each test's own settings and order.
+`cheap_first` also gives each test `MUTANT_TIMEOUT_S` while a mutant runs (a mutant that
+loops then fails fast; mutmut's own CPU limit is far longer), not in mutmut's coverage run,
+whose tracing is slow. The default run (no variable) keeps each test's own settings and order.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ MUTATION = os.environ.get("DOQ_MUTATION") == "1"
 GIVEN_EXAMPLES = 25
 STATEFUL_EXAMPLES = 10
 STATEFUL_STEPS = 40
+MUTANT_TIMEOUT_S = 15  # the slowest selected test takes ~1 s in a mutation run
 
 
 def _capped(s: settings, examples: int, steps: int | None = None) -> settings:
@@ -49,8 +52,12 @@ def _cost_rank(item: pytest.Item) -> int:
 
 def cheap_first(items: list[pytest.Item]) -> None:
     """Reorder the collected tests cheapest kind first (only with DOQ_MUTATION=1)."""
-    if MUTATION:
-        items.sort(key=_cost_rank)  # stable: each kind keeps its collection order
+    if not MUTATION:
+        return
+    items.sort(key=_cost_rank)  # stable: each kind keeps its collection order
+    if "__mutmut_" in os.environ.get("MUTANT_UNDER_TEST", ""):  # set by mutmut per mutant
+        for item in items:
+            item.add_marker(pytest.mark.timeout(MUTANT_TIMEOUT_S), append=False)
 
 
 def cap_examples(items: list[pytest.Item]) -> None:
