@@ -4,8 +4,8 @@ A mutation run (mutmut, docs/testing.md) runs the tests that cover a mutated fun
 mutant, thousands of times. With `DOQ_MUTATION=1` in the environment, `cap_examples` (called
 by the root conftest) lowers every Hypothesis test's example budget to at most
 `GIVEN_EXAMPLES` (stateful machines: `STATEFUL_EXAMPLES` runs of at most `STATEFUL_STEPS`
-steps), derandomized and without the example database, so a mutant's verdict is the same on
-every run. Tests that read `MUTATION` (the simulator's seed budgets) shrink the same way.
+steps), derandomized, without the example database (a mutant's verdict is the same on every
+run) and without shrinking (a failing example is enough to kill a mutant). Tests that read `MUTATION` (the simulator's seed budgets) shrink the same way.
 `cheap_first` orders the tests so a mutant is killed by the cheapest failing test (mutmut
 stops at the first failure): example-based tests, then property tests, then the simulator.
 `cheap_first` also gives each test `MUTANT_TIMEOUT_S` while a mutant runs (a mutant that
@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from hypothesis import settings
+from hypothesis import Phase, settings
 
 MUTATION = os.environ.get("DOQ_MUTATION") == "1"
 GIVEN_EXAMPLES = 25
@@ -30,6 +30,7 @@ MUTANT_TIMEOUT_S = 15  # the slowest selected test takes ~1 s in a mutation run
 def _capped(s: settings, examples: int, steps: int | None = None) -> settings:
     changes: dict[str, object] = {
         "max_examples": min(s.max_examples, examples), "derandomize": True, "database": None,
+        "phases": [p for p in s.phases if p != Phase.shrink],
     }
     if steps is not None:
         changes["stateful_step_count"] = min(s.stateful_step_count, steps)
