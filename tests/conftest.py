@@ -29,6 +29,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     mutation.cheap_first(items)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):  # type: ignore[no-untyped-def]
+    """Under a mutant only: a CPU-time limit per test (tests/support/mutation.py)."""
+    with mutation.cpu_limit():
+        yield
+
+
 @pytest.fixture
 def doq_node(tmp_path: Path) -> Iterator[NodeProc]:
     """A fresh single-node `doq serve` process on free 127.0.0.1 ports."""

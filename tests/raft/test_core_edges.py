@@ -6,7 +6,17 @@ from __future__ import annotations
 
 import pytest
 
-from doq.raft import Message, MessageType, ProgressState, Role, codec
+from doq.raft import (
+    NONE,
+    ConfChange,
+    ConfChangeType,
+    ConfState,
+    Message,
+    MessageType,
+    ProgressState,
+    Role,
+    codec,
+)
 from tools.sim.harness import Cluster
 
 MT = MessageType
@@ -63,3 +73,31 @@ def test_is_leader_only_on_the_leader() -> None:
     c.elect("a")
     assert c.core("a").is_leader()
     assert not c.core("b").is_leader() and not c.core("c").is_leader()
+
+
+def test_conf_changes_move_a_node_between_learners_and_voters_and_out() -> None:
+    """`apply_conf_change` directly (it is what the driver calls for a committed change):
+    a learner promoted is a voter only; a removed learner is gone from both sets."""
+    c = Cluster(("a", "b", "c"))
+    a = c.core("a")
+    assert a.apply_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, "d")) == ConfState(
+        ("a", "b", "c"), ("d",))
+    assert a.apply_conf_change(ConfChange(ConfChangeType.ADD_NODE, "d")) == ConfState(
+        ("a", "b", "c", "d"), ())
+    assert a.apply_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, "d")) == ConfState(
+        ("a", "b", "c", "d"), ())  # a voter is never demoted by ADD_LEARNER
+    a.apply_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, "e"))
+    assert a.apply_conf_change(ConfChange(ConfChangeType.REMOVE_NODE, "e")) == ConfState(
+        ("a", "b", "c", "d"), ())
+    assert a.apply_conf_change(ConfChange(ConfChangeType.REMOVE_NODE, "d")) == ConfState(
+        ("a", "b", "c"), ())
+
+
+def test_a_leader_that_removes_itself_is_a_follower_without_a_leader() -> None:
+    c = Cluster(("a", "b", "c"))
+    c.elect("a")
+    a = c.core("a")
+    term = a.term
+    a.apply_conf_change(ConfChange(ConfChangeType.REMOVE_NODE, "a"))
+    assert (a.role, a.term, a.lead) == (Role.FOLLOWER, term, NONE)
+    assert a.soft_state().lead == NONE

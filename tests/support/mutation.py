@@ -8,14 +8,19 @@ steps), derandomized, without the example database (a mutant's verdict is the sa
 run) and without shrinking (a failing example is enough to kill a mutant). Tests that read `MUTATION` (the simulator's seed budgets) shrink the same way.
 `cheap_first` orders the tests so a mutant is killed by the cheapest failing test (mutmut
 stops at the first failure): example-based tests, then property tests, then the simulator.
-`cheap_first` also gives each test `MUTANT_TIMEOUT_S` while a mutant runs (a mutant that
-loops then fails fast; mutmut's own CPU limit is far longer), not in mutmut's coverage run,
-whose tracing is slow. The default run (no variable) keeps each test's own settings and order.
+While a mutant runs (not in mutmut's traced coverage run), `cpu_limit` fails a test that
+spends more than `MUTANT_CPU_S` seconds of CPU (a mutant that loops, or makes the simulator
+spin, then costs seconds, not mutmut's own limit of minutes); CPU time, not wall time, so a
+loaded machine does not fail a slow but correct test. The default run (no variable) keeps each test's own settings and order.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
 
 import pytest
 from hypothesis import Phase, settings
@@ -24,7 +29,34 @@ MUTATION = os.environ.get("DOQ_MUTATION") == "1"
 GIVEN_EXAMPLES = 25
 STATEFUL_EXAMPLES = 10
 STATEFUL_STEPS = 40
-MUTANT_TIMEOUT_S = 15  # the slowest selected test takes ~1 s in a mutation run
+MUTANT_CPU_S = 10.0  # the slowest selected test takes ~1 s of CPU in a mutation run
+
+
+class MutantTooSlow(Exception):
+    """The test under a mutant spent more than MUTANT_CPU_S seconds of CPU."""
+
+
+def _running_a_mutant() -> bool:
+    return MUTATION and "__mutmut_" in os.environ.get("MUTANT_UNDER_TEST", "")  # set by mutmut
+
+
+@contextmanager
+def cpu_limit() -> Iterator[None]:
+    """Raise MutantTooSlow in the test after MUTANT_CPU_S of process CPU (only under a mutant)."""
+    if not _running_a_mutant():
+        yield
+        return
+
+    def over(signum: int, frame: FrameType | None) -> None:
+        raise MutantTooSlow(f"more than {MUTANT_CPU_S} s of CPU under a mutant")
+
+    old = signal.signal(signal.SIGPROF, over)
+    signal.setitimer(signal.ITIMER_PROF, MUTANT_CPU_S)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, old)
 
 
 def _capped(s: settings, examples: int, steps: int | None = None) -> settings:
@@ -53,12 +85,8 @@ def _cost_rank(item: pytest.Item) -> int:
 
 def cheap_first(items: list[pytest.Item]) -> None:
     """Reorder the collected tests cheapest kind first (only with DOQ_MUTATION=1)."""
-    if not MUTATION:
-        return
-    items.sort(key=_cost_rank)  # stable: each kind keeps its collection order
-    if "__mutmut_" in os.environ.get("MUTANT_UNDER_TEST", ""):  # set by mutmut per mutant
-        for item in items:
-            item.add_marker(pytest.mark.timeout(MUTANT_TIMEOUT_S), append=False)
+    if MUTATION:
+        items.sort(key=_cost_rank)  # stable: each kind keeps its collection order
 
 
 def cap_examples(items: list[pytest.Item]) -> None:
