@@ -101,3 +101,16 @@ def test_a_leader_that_removes_itself_is_a_follower_without_a_leader() -> None:
     a.apply_conf_change(ConfChange(ConfChangeType.REMOVE_NODE, "a"))
     assert (a.role, a.term, a.lead) == (Role.FOLLOWER, term, NONE)
     assert a.soft_state().lead == NONE
+
+
+def test_removing_the_transfer_target_cancels_the_transfer_removing_another_does_not() -> None:
+    c = Cluster(("a", "b", "c", "d"))
+    c.elect("a")
+    a = c.core("a")
+    a.transfer_leadership("c")  # TimeoutNow not delivered: the transfer is in progress
+    assert a.lead_transferee == "c"
+    a.apply_conf_change(ConfChange(ConfChangeType.REMOVE_NODE, "b"))
+    assert a.lead_transferee == "c"
+    a.apply_conf_change(ConfChange(ConfChangeType.REMOVE_NODE, "c"))
+    assert a.lead_transferee == NONE
+    assert a.propose(b"x") > 0  # proposals are accepted again
