@@ -26,3 +26,17 @@ def test_a_conf_change_of_an_unknown_type_is_refused_naming_the_type() -> None:
     good[1] = 0x63  # the type: 99 is no ConfChangeType
     with pytest.raises(codec.DecodeError, match="99"):
         codec.decode_conf_change(bytes(good))
+
+
+def test_a_varint_cut_short_is_truncated_varint() -> None:
+    good = codec.encode_entry(Entry(300, 2))  # the term takes two bytes, the first one 0x80 | ...
+    with pytest.raises(codec.DecodeError, match="^truncated varint$"):
+        codec.decode_entry(good[:2])
+
+
+def test_the_wrong_format_tag_names_the_tag_expected() -> None:
+    entry = codec.encode_entry(Entry(1, 2))
+    with pytest.raises(codec.DecodeError, match="^expected tag 0xc1$"):
+        codec.decode_conf_change(entry)
+    with pytest.raises(codec.DecodeError, match="^expected tag 0xe1$"):
+        codec.decode_entry(b"")
