@@ -1,0 +1,36 @@
+"""Units of the leader's bookkeeping: a follower's Progress and the pending ReadIndex requests."""
+
+from __future__ import annotations
+
+from doq.raft import MessageType
+from doq.raft.progress import Progress, ProgressState
+from doq.raft.readonly import ReadOnly
+from tools.sim.harness import Cluster
+
+
+def test_a_failed_snapshot_probes_again_from_match_plus_one_even_from_nothing() -> None:
+    pr = Progress(next_index=5, max_inflight=4, is_learner=False)
+    assert pr.match == 0
+    pr.become_snapshot(10)
+    pr.snapshot_failed()
+    assert (pr.state, pr.pending_snapshot, pr.next) == (ProgressState.PROBE, 0, 1)
+
+
+def test_advance_pops_every_read_up_to_the_acknowledged_one_and_keeps_the_later_ones() -> None:
+    ro = ReadOnly()
+    for i, ctx in enumerate((b"r1", b"r2", b"r3")):
+        assert ro.add_request(10 + i, ctx, "b")
+    assert not ro.add_request(99, b"r2", "c")  # a context is pending once
+    assert [(s.index, s.context) for s in ro.advance(b"r2")] == [(10, b"r1"), (11, b"r2")]
+    assert len(ro) == 1 and ro.last_pending_context() == b"r3"
+    assert ro.advance(b"r2") == []
+    assert [s.context for s in ro.advance(b"r3")] == [b"r3"] and len(ro) == 0
+
+
+def test_the_leader_answers_a_followers_read_index_as_itself() -> None:
+    c = Cluster(("a", "b", "c"))
+    c.elect("a")
+    c.core("b").read_index(b"ctx-1")
+    c.stabilize()
+    answers = [m for m in c.delivered if m.type == MessageType.READ_INDEX_RESP]
+    assert [(m.frm, m.to, m.context) for m in answers] == [("a", "b", b"ctx-1")]
