@@ -40,3 +40,8 @@ def test_the_wrong_format_tag_names_the_tag_expected() -> None:
         codec.decode_conf_change(entry)
     with pytest.raises(codec.DecodeError, match="^expected tag 0xe1$"):
         codec.decode_entry(b"")
+
+
+def test_a_negative_integer_cannot_be_encoded() -> None:
+    with pytest.raises(ValueError, match="^negative integer$"):
+        codec.encode_entry(Entry(-1, 2))
