@@ -59,15 +59,15 @@ chaos: $(SERVER_STAMP)
 
 # Mutation testing of the pure cores (docs/testing.md): slow (hours on 2 CPUs), not in CI.
 # Results stay in mutants/ (a rerun continues where a stopped one left off); MUTANTS picks a
-# slice, e.g. `make mutation MUTANTS='doq.queues.fair*'`. `make mutation-results` lists the
-# survivors, `.venv/bin/mutmut show NAME` shows one.
+# slice, e.g. `make mutation MUTANTS='doq.queues.fair*'`. `make mutation-results`: the score
+# per module and each survivor (tools/mutation_report.py); `.venv/bin/mutmut show NAME` shows one.
 MUTANTS ?=
 MUTATION_CHILDREN ?= 1
 mutation: $(DEV_STAMP)
 	DOQ_MUTATION=1 nice $(VENV)/bin/mutmut run --max-children $(MUTATION_CHILDREN) $(MUTANTS)
 
 mutation-results: $(DEV_STAMP)
-	$(VENV)/bin/mutmut results
+	$(PY) -m tools.mutation_report --survivors
 
 # The doq package as a zip for `spark-submit --py-files` (backup/README.md).
 backup-zip: $(SERVER_STAMP)
