@@ -1,0 +1,36 @@
+"""Edges of the log's unstable part, the in-memory storage and the errors' messages."""
+
+from __future__ import annotations
+
+from doq.raft import ConfState, Entry, MemoryStorage, NotLeader, Snapshot, SnapshotMeta
+from doq.raft.log import Unstable
+
+
+def snap(index: int, term: int = 1, data: bytes = b"") -> Snapshot:
+    return Snapshot(SnapshotMeta(index, term, ConfState(("a",))), data)
+
+
+def test_a_snapshot_stays_unstable_until_that_very_index_is_reported_stable() -> None:
+    u = Unstable(offset=1)
+    u.stable_snap_to(5)  # nothing unstable: nothing happens
+    assert u.snapshot is None
+    u.restore(snap(10))
+    u.stable_snap_to(9)
+    assert u.snapshot == snap(10)
+    u.stable_snap_to(10)
+    assert u.snapshot is None
+
+
+def test_a_second_snapshot_at_the_same_index_is_ignored() -> None:
+    st = MemoryStorage(voters=("a",))
+    st.append([Entry(1, i) for i in range(2, 8)])
+    st.create_snapshot(snap(5, data=b"first"))
+    st.create_snapshot(snap(5, data=b"second"))
+    assert st.snapshot().data == b"first"
+    st.create_snapshot(snap(6, data=b"later"))
+    assert st.snapshot().data == b"later"
+
+
+def test_not_leader_says_who_the_leader_is() -> None:
+    assert str(NotLeader("node-2")) == "not leader (leader hint: node-2)"
+    assert NotLeader(None).leader_hint is None
