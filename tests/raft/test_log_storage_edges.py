@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from doq.raft import ConfState, Entry, MemoryStorage, NotLeader, Snapshot, SnapshotMeta
+import pytest
+
+from doq.raft import (
+    ConfState,
+    Entry,
+    MemoryStorage,
+    NotLeader,
+    Snapshot,
+    SnapshotMeta,
+    UnavailableError,
+)
 from doq.raft.log import Unstable
 
 
@@ -34,3 +44,13 @@ def test_a_second_snapshot_at_the_same_index_is_ignored() -> None:
 def test_not_leader_says_who_the_leader_is() -> None:
     assert str(NotLeader("node-2")) == "not leader (leader hint: node-2)"
     assert NotLeader(None).leader_hint is None
+
+
+def test_storage_refusals_say_which_indexes() -> None:
+    st = MemoryStorage(voters=("a",))
+    st.append([Entry(1, i) for i in range(2, 8)])
+    with pytest.raises(UnavailableError, match="^snapshot 9 beyond last 7$"):
+        st.create_snapshot(snap(9))
+    st.create_snapshot(snap(4))
+    with pytest.raises(ValueError, match="^compact 5 beyond snapshot 4$"):
+        st.compact(5)

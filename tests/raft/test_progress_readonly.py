@@ -34,3 +34,19 @@ def test_the_leader_answers_a_followers_read_index_as_itself() -> None:
     c.stabilize()
     answers = [m for m in c.delivered if m.type == MessageType.READ_INDEX_RESP]
     assert [(m.frm, m.to, m.context) for m in answers] == [("a", "b", b"ctx-1")]
+
+
+def test_probing_after_a_snapshot_starts_past_the_snapshot_or_the_match() -> None:
+    pr = Progress(next_index=5, max_inflight=4, is_learner=False)
+    pr.match = 3
+    pr.become_snapshot(10)
+    pr.become_probe()  # the snapshot (10) is on its way: probe after it
+    assert (pr.state, pr.next) == (ProgressState.PROBE, 11)
+    pr.match = 12
+    pr.become_snapshot(10)
+    pr.become_probe()  # already matched beyond the snapshot
+    assert pr.next == 13
+    pr.become_replicate()
+    pr.next = 20
+    pr.become_probe()  # from replicating: right after the match
+    assert (pr.state, pr.next) == (ProgressState.PROBE, 13)
