@@ -50,3 +50,26 @@ def test_probing_after_a_snapshot_starts_past_the_snapshot_or_the_match() -> Non
     pr.next = 20
     pr.become_probe()  # from replicating: right after the match
     assert (pr.state, pr.next) == (ProgressState.PROBE, 13)
+
+
+def test_a_rejection_moves_next_back_to_the_hint_but_never_below_the_match() -> None:
+    pr = Progress(next_index=8, max_inflight=4, is_learner=False)
+    pr.match, pr.probe_sent = 2, True
+    assert not pr.maybe_decr_to(5, 3)  # stale: the probe in flight was for 7
+    assert (pr.next, pr.probe_sent) == (8, True)
+    assert pr.maybe_decr_to(7, 3)  # the follower's log ends at 3: try 4
+    assert (pr.next, pr.probe_sent) == (4, False)
+    pr.next, pr.match = 8, 5
+    assert pr.maybe_decr_to(7, 1)  # a hint below the match: after the match
+    assert pr.next == 6
+
+
+def test_a_rejection_at_or_below_the_match_of_a_replicating_follower_is_stale() -> None:
+    pr = Progress(next_index=1, max_inflight=4, is_learner=False)
+    pr.match = 5
+    pr.become_replicate()
+    pr.next = 9
+    assert not pr.maybe_decr_to(5, 0)
+    assert pr.next == 9
+    assert pr.maybe_decr_to(6, 0)
+    assert pr.next == 6
