@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from doq.raft import (
+    CompactedError,
     ConfState,
     Entry,
     MemoryStorage,
@@ -54,3 +55,12 @@ def test_storage_refusals_say_which_indexes() -> None:
     st.create_snapshot(snap(4))
     with pytest.raises(ValueError, match="^compact 5 beyond snapshot 4$"):
         st.compact(5)
+
+
+def test_reading_compacted_entries_says_where_the_log_starts() -> None:
+    st = MemoryStorage(voters=("a",))
+    st.append([Entry(1, i) for i in range(2, 8)])
+    st.create_snapshot(snap(4))
+    st.compact(4)
+    with pytest.raises(CompactedError, match=r"^index 3 compacted \(snapshot at 4\)$"):
+        st.entries(3, 6, 1 << 20)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from doq.raft import MessageType
-from doq.raft.progress import Progress, ProgressState
+from doq.raft.progress import Progress, ProgressState, has_quorum
 from doq.raft.readonly import ReadOnly
 from tools.sim.harness import Cluster
 
@@ -73,3 +73,17 @@ def test_a_rejection_at_or_below_the_match_of_a_replicating_follower_is_stale() 
     assert pr.next == 9
     assert pr.maybe_decr_to(6, 0)
     assert pr.next == 6
+
+
+def test_a_quorum_is_a_strict_majority_of_the_voters() -> None:
+    four, five = ("a", "b", "c", "d"), ("a", "b", "c", "d", "e")
+    assert not has_quorum(four, {"a", "b"}) and has_quorum(four, {"a", "b", "c"})
+    assert not has_quorum(five, {"a", "b"}) and has_quorum(five, {"a", "b", "c"})
+    assert not has_quorum(five, {"a", "b", "x", "y"})  # only voters count
+
+
+def test_no_pending_read_has_the_empty_context() -> None:
+    ro = ReadOnly()
+    assert ro.last_pending_context() == b""
+    ro.add_request(1, b"r1", "b")
+    assert ro.last_pending_context() == b"r1"
