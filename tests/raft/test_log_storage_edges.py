@@ -8,13 +8,14 @@ from doq.raft import (
     CompactedError,
     ConfState,
     Entry,
+    InvariantError,
     MemoryStorage,
     NotLeader,
     Snapshot,
     SnapshotMeta,
     UnavailableError,
 )
-from doq.raft.log import Unstable
+from doq.raft.log import RaftLog, Unstable
 
 
 def snap(index: int, term: int = 1, data: bytes = b"") -> Snapshot:
@@ -64,3 +65,39 @@ def test_reading_compacted_entries_says_where_the_log_starts() -> None:
     st.compact(4)
     with pytest.raises(CompactedError, match=r"^index 3 compacted \(snapshot at 4\)$"):
         st.entries(3, 6, 1 << 20)
+
+
+def test_reading_beyond_the_last_entry_says_which_index() -> None:
+    st = MemoryStorage(voters=("a",))
+    st.append([Entry(1, i) for i in range(2, 8)])
+    assert [e.index for e in st.entries(6, 8, 1 << 20)] == [6, 7]
+    with pytest.raises(UnavailableError, match="^index 8 beyond last 7$"):
+        st.entries(3, 9, 1 << 20)
+
+
+def test_entries_leave_the_unstable_part_once_stable_with_their_term() -> None:
+    u = Unstable(offset=5)
+    u.truncate_and_append([Entry(1, 5), Entry(1, 6), Entry(2, 7), Entry(2, 8)])
+    u.stable_to(6, 2)  # another term at 6: replaced meanwhile, nothing leaves
+    assert (u.offset, [e.index for e in u.entries]) == (5, [5, 6, 7, 8])
+    u.stable_to(5, 1)
+    assert (u.offset, [e.index for e in u.entries]) == (6, [6, 7, 8])
+    u.stable_to(7, 2)
+    assert (u.offset, [e.index for e in u.entries]) == (8, [8])
+
+
+def test_applied_moves_within_applied_and_committed_only() -> None:
+    st = MemoryStorage(voters=("a",))
+    st.append([Entry(1, i) for i in range(2, 8)])
+    log = RaftLog(st, 1 << 20)
+    log.committed = 5
+    assert log.applied == 1
+    log.applied_to(0)  # nothing applied yet: no change
+    log.applied_to(3)
+    log.applied_to(3)  # again: allowed
+    assert log.applied == 3
+    with pytest.raises(InvariantError, match=r"^applied 2 not in \[3, 5\]$"):
+        log.applied_to(2)
+    with pytest.raises(InvariantError, match=r"^applied 6 not in \[3, 5\]$"):
+        log.applied_to(6)
+    assert log.applied == 3
