@@ -101,3 +101,26 @@ def test_applied_moves_within_applied_and_committed_only() -> None:
     with pytest.raises(InvariantError, match=r"^applied 6 not in \[3, 5\]$"):
         log.applied_to(6)
     assert log.applied == 3
+
+
+def test_a_slice_of_nothing_is_empty_and_out_of_range_slices_say_why() -> None:
+    st = MemoryStorage(voters=("a",))
+    st.append([Entry(1, i) for i in range(2, 8)])
+    st.create_snapshot(snap(4))
+    st.compact(4)
+    log = RaftLog(st, 1 << 20)
+    assert log.slice(3, 3, 1 << 20) == [] and log.slice(6, 6, 1 << 20) == []
+    assert [e.index for e in log.slice(5, 8, 1 << 20)] == [5, 6, 7]
+    with pytest.raises(CompactedError, match="^index 3 compacted$"):
+        log.slice(3, 6, 1 << 20)
+    with pytest.raises(InvariantError, match=r"^slice \[5,9\) beyond last 7$"):
+        log.slice(5, 9, 1 << 20)
+
+
+def test_a_leader_commits_by_counting_replicas_only_an_entry_of_its_term() -> None:
+    st = MemoryStorage(voters=("a",))
+    st.append([Entry(1, 2), Entry(1, 3), Entry(2, 4)])
+    log = RaftLog(st, 1 << 20)
+    assert not log.maybe_commit(3, 2)  # term 1 entry, leader of term 2
+    assert log.committed == 1
+    assert log.maybe_commit(4, 2) and log.committed == 4
