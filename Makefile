@@ -15,7 +15,7 @@ CHAOS_NODES ?= 3
 CHAOS_KILLS ?= 50
 CHAOS_DURATION ?= 400
 
-.PHONY: setup serve test test-fast lint check-proto sim chaos backup-zip
+.PHONY: setup serve test test-fast lint check-proto sim chaos backup-zip mutation mutation-results
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +56,18 @@ sim: $(DEV_STAMP)
 
 chaos: $(SERVER_STAMP)
 	$(PY) -m tools.chaos --nodes $(CHAOS_NODES) --kills $(CHAOS_KILLS) --duration $(CHAOS_DURATION)
+
+# Mutation testing of the pure cores (docs/testing.md): slow (hours on 2 CPUs), not in CI.
+# Results stay in mutants/ (a rerun continues where a stopped one left off); MUTANTS picks a
+# slice, e.g. `make mutation MUTANTS='doq.queues.fair*'`. `make mutation-results`: the score
+# per module and each survivor (tools/mutation_report.py); `.venv/bin/mutmut show NAME` shows one.
+MUTANTS ?=
+MUTATION_CHILDREN ?= 1
+mutation: $(DEV_STAMP)
+	DOQ_MUTATION=1 nice $(VENV)/bin/mutmut run --max-children $(MUTATION_CHILDREN) $(MUTANTS)
+
+mutation-results: $(DEV_STAMP)
+	$(PY) -m tools.mutation_report --survivors
 
 # The doq package as a zip for `spark-submit --py-files` (backup/README.md).
 backup-zip: $(SERVER_STAMP)

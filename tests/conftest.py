@@ -7,7 +7,7 @@ import pytest
 
 from doq_client import _ledger as ledger_mod
 from doq_client import _producer_core as producer_mod
-from tests.support import marker_guard
+from tests.support import marker_guard, mutation
 from tests.support.proc import NodeProc, running_node
 
 marker_guard.install()
@@ -21,6 +21,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     if call.when == "teardown" and report.passed and (why := marker_guard.violation(item)):
         report.outcome = "failed"
         report.longrepr = why
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Cheaper property tests in mutation runs only (`DOQ_MUTATION=1`, tests/support/mutation.py)."""
+    mutation.cap_examples(items)
+    mutation.cheap_first(items)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):  # type: ignore[no-untyped-def]
+    """Under a mutant only: a CPU-time limit per test (tests/support/mutation.py)."""
+    with mutation.cpu_limit():
+        yield
 
 
 @pytest.fixture

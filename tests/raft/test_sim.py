@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.mutation import MUTATION
 from tools.sim.__main__ import main
 from tools.sim.runner import SimOptions, run_seed
 
-CLEAN_SEEDS = 60
-"""Clean 5-node seeds in the default run; the slow suite runs DOQ_SIM_SEEDS more."""
+CLEAN_SEEDS = 8 if MUTATION else 60
+"""Clean 5-node seeds in the default run (mutation runs: 8); the slow suite runs DOQ_SIM_SEEDS more."""
 BUG_BUDGET = 200
 SLOW_SEEDS = int(os.environ.get("DOQ_SIM_SEEDS", "300"))
 """The slow suite's budget (CI: a few hundred seeds; `make sim` runs thousands)."""
@@ -67,7 +68,7 @@ def test_clean_core_has_no_violations() -> None:
 
 
 def test_clean_three_nodes() -> None:
-    for seed in range(20):
+    for seed in range(4 if MUTATION else 20):
         r = run_seed(seed, SimOptions(nodes=3))
         assert r.violations == [], f"seed {seed}: {r.violations}"
 

@@ -1,0 +1,116 @@
+"""Edges of the Raft core that the scenario tests pass through without pinning down: each
+test here fails on a specific wrong variant of the code (found by mutation testing,
+docs/testing.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+from doq.raft import (
+    NONE,
+    ConfChange,
+    ConfChangeType,
+    ConfState,
+    Message,
+    MessageType,
+    ProgressState,
+    Role,
+    codec,
+)
+from tools.sim.harness import Cluster
+
+MT = MessageType
+
+
+def test_a_campaign_starts_with_a_pre_vote_without_the_transfer_context() -> None:
+    """`campaign()` is the election timer firing: with PreVote the node becomes a
+    pre-candidate in the same term and asks for pre-votes with an empty context (only a
+    leadership transfer skips the pre-vote and marks its requests)."""
+    c = Cluster(("a", "b", "c"), pre_vote=True)
+    a = c.core("a")
+    term = a.term
+    a.campaign()
+    assert (a.role, a.term) == (Role.PRE_CANDIDATE, term)
+    sent = a.ready().messages
+    assert sorted(m.to for m in sent) == ["b", "c"]
+    assert all(m.type == MT.PRE_VOTE and m.term == term + 1 and m.context == b"" for m in sent)
+
+
+def test_snapshot_needed_for_a_follower_being_sent_one_even_if_silent_and_caught_up() -> None:
+    c = Cluster(("a", "b", "c"))
+    c.elect("a")
+    a = c.core("a")
+    pr = a.prs["b"]
+    pr.state, pr.recent_active = ProgressState.SNAPSHOT, False
+    assert pr.next >= a.log.first_index()
+    assert a.snapshot_needed()
+
+
+def test_snapshot_needed_only_for_a_follower_strictly_behind_the_first_index() -> None:
+    c = Cluster(("a", "b", "c"))
+    c.elect("a")
+    a = c.core("a")
+    first = a.log.first_index()
+    pr = a.prs["b"]
+    pr.state, pr.recent_active = ProgressState.PROBE, True
+    pr.next = first  # the next entry it needs is still in the log
+    assert not a.snapshot_needed()
+    pr.next = first - 1
+    assert a.snapshot_needed()
+    pr.recent_active = False  # silent: no snapshot kept for it
+    assert not a.snapshot_needed()
+
+
+def test_a_message_of_an_unknown_type_is_refused_naming_the_type() -> None:
+    good = bytearray(codec.encode_message(Message(MT.APP, to="b", frm="a", term=1)))
+    good[1] = 0x7F  # the type varint: 127 is no MessageType
+    with pytest.raises(codec.DecodeError, match="127"):
+        codec.decode_message(bytes(good))
+
+
+def test_is_leader_only_on_the_leader() -> None:
+    c = Cluster(("a", "b", "c"))
+    c.elect("a")
+    assert c.core("a").is_leader()
+    assert not c.core("b").is_leader() and not c.core("c").is_leader()
+
+
+def test_conf_changes_move_a_node_between_learners_and_voters_and_out() -> None:
+    """`apply_conf_change` directly (it is what the driver calls for a committed change):
+    a learner promoted is a voter only; a removed learner is gone from both sets."""
+    c = Cluster(("a", "b", "c"))
+    a = c.core("a")
+    assert a.apply_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, "d")) == ConfState(
+        ("a", "b", "c"), ("d",))
+    assert a.apply_conf_change(ConfChange(ConfChangeType.ADD_NODE, "d")) == ConfState(
+        ("a", "b", "c", "d"), ())
+    assert a.apply_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, "d")) == ConfState(
+        ("a", "b", "c", "d"), ())  # a voter is never demoted by ADD_LEARNER
+    a.apply_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, "e"))
+    assert a.apply_conf_change(ConfChange(ConfChangeType.REMOVE_NODE, "e")) == ConfState(
+        ("a", "b", "c", "d"), ())
+    assert a.apply_conf_change(ConfChange(ConfChangeType.REMOVE_NODE, "d")) == ConfState(
+        ("a", "b", "c"), ())
+
+
+def test_a_leader_that_removes_itself_is_a_follower_without_a_leader() -> None:
+    c = Cluster(("a", "b", "c"))
+    c.elect("a")
+    a = c.core("a")
+    term = a.term
+    a.apply_conf_change(ConfChange(ConfChangeType.REMOVE_NODE, "a"))
+    assert (a.role, a.term, a.lead) == (Role.FOLLOWER, term, NONE)
+    assert a.soft_state().lead == NONE
+
+
+def test_removing_the_transfer_target_cancels_the_transfer_removing_another_does_not() -> None:
+    c = Cluster(("a", "b", "c", "d"))
+    c.elect("a")
+    a = c.core("a")
+    a.transfer_leadership("c")  # TimeoutNow not delivered: the transfer is in progress
+    assert a.lead_transferee == "c"
+    a.apply_conf_change(ConfChange(ConfChangeType.REMOVE_NODE, "b"))
+    assert a.lead_transferee == "c"
+    a.apply_conf_change(ConfChange(ConfChangeType.REMOVE_NODE, "c"))
+    assert a.lead_transferee == NONE
+    assert a.propose(b"x") > 0  # proposals are accepted again

@@ -1,0 +1,126 @@
+"""Edges of the log's unstable part, the in-memory storage and the errors' messages."""
+
+from __future__ import annotations
+
+import pytest
+
+from doq.raft import (
+    CompactedError,
+    ConfState,
+    Entry,
+    InvariantError,
+    MemoryStorage,
+    NotLeader,
+    Snapshot,
+    SnapshotMeta,
+    UnavailableError,
+)
+from doq.raft.log import RaftLog, Unstable
+
+
+def snap(index: int, term: int = 1, data: bytes = b"") -> Snapshot:
+    return Snapshot(SnapshotMeta(index, term, ConfState(("a",))), data)
+
+
+def test_a_snapshot_stays_unstable_until_that_very_index_is_reported_stable() -> None:
+    u = Unstable(offset=1)
+    u.stable_snap_to(5)  # nothing unstable: nothing happens
+    assert u.snapshot is None
+    u.restore(snap(10))
+    u.stable_snap_to(9)
+    assert u.snapshot == snap(10)
+    u.stable_snap_to(10)
+    assert u.snapshot is None
+
+
+def test_a_second_snapshot_at_the_same_index_is_ignored() -> None:
+    st = MemoryStorage(voters=("a",))
+    st.append([Entry(1, i) for i in range(2, 8)])
+    st.create_snapshot(snap(5, data=b"first"))
+    st.create_snapshot(snap(5, data=b"second"))
+    assert st.snapshot().data == b"first"
+    st.create_snapshot(snap(6, data=b"later"))
+    assert st.snapshot().data == b"later"
+
+
+def test_not_leader_says_who_the_leader_is() -> None:
+    assert str(NotLeader("node-2")) == "not leader (leader hint: node-2)"
+    assert NotLeader(None).leader_hint is None
+
+
+def test_storage_refusals_say_which_indexes() -> None:
+    st = MemoryStorage(voters=("a",))
+    st.append([Entry(1, i) for i in range(2, 8)])
+    with pytest.raises(UnavailableError, match="^snapshot 9 beyond last 7$"):
+        st.create_snapshot(snap(9))
+    st.create_snapshot(snap(4))
+    with pytest.raises(ValueError, match="^compact 5 beyond snapshot 4$"):
+        st.compact(5)
+
+
+def test_reading_compacted_entries_says_where_the_log_starts() -> None:
+    st = MemoryStorage(voters=("a",))
+    st.append([Entry(1, i) for i in range(2, 8)])
+    st.create_snapshot(snap(4))
+    st.compact(4)
+    with pytest.raises(CompactedError, match=r"^index 3 compacted \(snapshot at 4\)$"):
+        st.entries(3, 6, 1 << 20)
+
+
+def test_reading_beyond_the_last_entry_says_which_index() -> None:
+    st = MemoryStorage(voters=("a",))
+    st.append([Entry(1, i) for i in range(2, 8)])
+    assert [e.index for e in st.entries(6, 8, 1 << 20)] == [6, 7]
+    with pytest.raises(UnavailableError, match="^index 8 beyond last 7$"):
+        st.entries(3, 9, 1 << 20)
+
+
+def test_entries_leave_the_unstable_part_once_stable_with_their_term() -> None:
+    u = Unstable(offset=5)
+    u.truncate_and_append([Entry(1, 5), Entry(1, 6), Entry(2, 7), Entry(2, 8)])
+    u.stable_to(6, 2)  # another term at 6: replaced meanwhile, nothing leaves
+    assert (u.offset, [e.index for e in u.entries]) == (5, [5, 6, 7, 8])
+    u.stable_to(5, 1)
+    assert (u.offset, [e.index for e in u.entries]) == (6, [6, 7, 8])
+    u.stable_to(7, 2)
+    assert (u.offset, [e.index for e in u.entries]) == (8, [8])
+
+
+def test_applied_moves_within_applied_and_committed_only() -> None:
+    st = MemoryStorage(voters=("a",))
+    st.append([Entry(1, i) for i in range(2, 8)])
+    log = RaftLog(st, 1 << 20)
+    log.committed = 5
+    assert log.applied == 1
+    log.applied_to(0)  # nothing applied yet: no change
+    log.applied_to(3)
+    log.applied_to(3)  # again: allowed
+    assert log.applied == 3
+    with pytest.raises(InvariantError, match=r"^applied 2 not in \[3, 5\]$"):
+        log.applied_to(2)
+    with pytest.raises(InvariantError, match=r"^applied 6 not in \[3, 5\]$"):
+        log.applied_to(6)
+    assert log.applied == 3
+
+
+def test_a_slice_of_nothing_is_empty_and_out_of_range_slices_say_why() -> None:
+    st = MemoryStorage(voters=("a",))
+    st.append([Entry(1, i) for i in range(2, 8)])
+    st.create_snapshot(snap(4))
+    st.compact(4)
+    log = RaftLog(st, 1 << 20)
+    assert log.slice(3, 3, 1 << 20) == [] and log.slice(6, 6, 1 << 20) == []
+    assert [e.index for e in log.slice(5, 8, 1 << 20)] == [5, 6, 7]
+    with pytest.raises(CompactedError, match="^index 3 compacted$"):
+        log.slice(3, 6, 1 << 20)
+    with pytest.raises(InvariantError, match=r"^slice \[5,9\) beyond last 7$"):
+        log.slice(5, 9, 1 << 20)
+
+
+def test_a_leader_commits_by_counting_replicas_only_an_entry_of_its_term() -> None:
+    st = MemoryStorage(voters=("a",))
+    st.append([Entry(1, 2), Entry(1, 3), Entry(2, 4)])
+    log = RaftLog(st, 1 << 20)
+    assert not log.maybe_commit(3, 2)  # term 1 entry, leader of term 2
+    assert log.committed == 1
+    assert log.maybe_commit(4, 2) and log.committed == 4
