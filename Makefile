@@ -10,6 +10,9 @@ SERVER_STAMP := $(VENV)/.installed-server
 DEV_STAMP := $(VENV)/.installed-dev
 # Budget for the slow suites (long simulations) in CI.
 SLOW_SEEDS ?= 300
+# Test processes side by side (pytest-xdist; one file stays on one worker, and each worker
+# picks ports from its own slice: tests/conftest.py). TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
 # `make chaos`: kill -9s of a real cluster under load, checked (python -m tools.chaos --help).
 CHAOS_NODES ?= 3
 CHAOS_KILLS ?= 50
@@ -46,10 +49,10 @@ lint: $(DEV_STAMP)
 # The failed tests are printed again last, from the JUnit report: CI shows a log's tail.
 test-fast: $(DEV_STAMP)
 	@mkdir -p build
-	$(PY) -m pytest -q --durations=10 --junitxml=build/junit-default.xml || { $(PY) -m tools.failed_tests build/junit-default.xml; exit 1; }
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=10 --junitxml=build/junit-default.xml || { $(PY) -m tools.failed_tests build/junit-default.xml; exit 1; }
 
 test: check-proto lint test-fast
-	DOQ_SIM_SEEDS=$(SLOW_SEEDS) $(PY) -m pytest -q -m slow -x --junitxml=build/junit-slow.xml || { $(PY) -m tools.failed_tests build/junit-slow.xml; exit 1; }
+	DOQ_SIM_SEEDS=$(SLOW_SEEDS) $(PY) -m pytest -q -m slow -x -n $(TEST_WORKERS) --dist loadfile --junitxml=build/junit-slow.xml || { $(PY) -m tools.failed_tests build/junit-slow.xml; exit 1; }
 
 sim: $(DEV_STAMP)
 	$(PY) -m tools.sim --seeds 0:5000 --nodes 5

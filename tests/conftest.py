@@ -1,16 +1,27 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from doq import ports
 from doq_client import _ledger as ledger_mod
 from doq_client import _producer_core as producer_mod
 from tests.support import marker_guard, mutation
 from tests.support.proc import NodeProc, running_node
 
 marker_guard.install()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (`make test` runs two workers) each worker and the processes it
+    starts choose ports from a slice of their own (`doq.ports.worker_slice`)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if worker.startswith("gw") and "DOQ_PORT_RANGE" not in os.environ:
+        workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+        os.environ["DOQ_PORT_RANGE"] = ports.worker_slice(int(worker[2:]), workers)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import random
+import re
 import socket
+
+import pytest
 
 from doq import ports
 
@@ -62,3 +65,27 @@ def test_a_port_handed_out_is_not_handed_out_again_before_it_is_bound(monkeypatc
     monkeypatch.setattr(ports.random, "SystemRandom", SameFirst)
     second = ports.free_port()
     assert offered[0] == first and second != first
+
+
+def test_doq_port_range_narrows_the_choice(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("DOQ_PORT_RANGE", "20000-20200")
+    chosen = {ports.free_port() for _ in range(30)}
+    assert all(20000 <= p < 20200 for p in chosen) and len(chosen) > 1
+
+
+def test_a_malformed_doq_port_range_is_a_clear_error(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    for spec in ("20000", "a-b", "20200-20000", "80-90", "20000-70000"):
+        monkeypatch.setenv("DOQ_PORT_RANGE", spec)
+        with pytest.raises(ValueError, match=f"DOQ_PORT_RANGE.*{re.escape(repr(spec))}"):
+            ports.free_port()
+
+
+def test_parallel_workers_get_disjoint_slices_of_the_default_range(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.delenv("DOQ_PORT_RANGE", raising=False)
+    default_low, default_high = ports.port_range()
+    slices = []
+    for worker in range(4):
+        monkeypatch.setenv("DOQ_PORT_RANGE", ports.worker_slice(worker, 4))
+        slices.append(ports.port_range())
+    assert all(default_low <= low < high <= default_high for low, high in slices)
+    assert all(a[1] <= b[0] for a, b in zip(slices, slices[1:], strict=False))  # in order, no overlap
