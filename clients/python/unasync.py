@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate the synchronous client, producer and worker from the asyncio ones: one source for each pair.
+"""Generate the synchronous client, producer, consumer and worker from the asyncio ones: one source for each pair.
 
 - `doq_client/aio.py` (`AsyncDoqClient`) is the source of `doq_client/client.py`
   (`DoqClient`); each `doq_client._transport.*_aio` helper becomes its `*_sync` twin
@@ -11,17 +11,22 @@
   `doq_client/producer.py` (`Producer`, threads): its `NoLock` becomes an `RLock`, its
   `AioSignal`s conditions of that lock, its loop's futures `LazyFuture`s, each
   `doq_client._producer_io.*_aio` step its `*_sync` twin.
+- `doq_client/aio_consumer.py` (`AsyncConsumer`) is the source of
+  `doq_client/consumer.py` (`Consumer`, thread-safe acks): its `NoLock` becomes a `Lock`,
+  its `AioWake` a `ThreadWake`, asyncio's event threading's, each
+  `doq_client._consumer_io.*_aio` step its `*_sync` twin.
 
 Each is written by the substitutions below (the approach of httpcore's
 `scripts/unasync.py`): `async def` -> `def`, no `await`, the asyncio names to their
 synchronous twins. Every substitution must apply at least once, so a rule that no longer
 matches its source is an error, not a silent skip.
 
-    python clients/python/unasync.py           # write client.py, producer.py and worker.py
+    python clients/python/unasync.py           # write client.py, producer.py, consumer.py, worker.py
     python clients/python/unasync.py --check   # exit 1 if one is not what it generates
 
-Edit `aio.py`, `aio_producer.py`, `aio_worker.py` (or `_transport.py`, `_producer_io.py`,
-`_worker_io.py`), never `client.py`, `producer.py` or `worker.py`.
+Edit `aio.py`, `aio_producer.py`, `aio_consumer.py`, `aio_worker.py` (or `_transport.py`,
+`_producer_io.py`, `_consumer_io.py`, `_worker_io.py`), never `client.py`, `producer.py`,
+`consumer.py` or `worker.py`.
 """
 
 from __future__ import annotations

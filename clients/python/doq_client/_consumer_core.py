@@ -3,9 +3,10 @@
 `ConsumerBase` holds a consumer's state (what was received and not handed out, the
 settlements pending for the stream, the stream's generation and tag) and the rules that
 decide when a request frame goes out and how a settlement of a message from a failed
-stream is sent instead (`doq_client.consumer`'s docstring says what they mean for a user).
-The shells (`doq_client.consumer.Consumer`, `AsyncConsumer`) add the stream, the waits
-(a lock and a wake-up queue, or asyncio events) and the unary calls.
+stream is sent instead (`doq_client.aio_consumer`'s docstring says what they mean for a
+user). The consumer (`doq_client.aio_consumer.AsyncConsumer`, and
+`doq_client.consumer.Consumer` generated from it) adds the stream, the lock, the waits and
+the unary calls (`doq_client._consumer_io`).
 """
 
 from __future__ import annotations
