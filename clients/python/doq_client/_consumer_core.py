@@ -198,11 +198,26 @@ class ConsumerBase:
         """Queue acks: a Message's with its lease id, a bare id's with 0 (any lease).
         A bad id refuses the whole call (nothing is queued). Returns the acks of messages
         from a failed stream (to send by a unary call), or None."""
-        self._check_open()
+        if self.auto_ack or self._closing:  # (inline: once per ack call)
+            self._check_open()
+        tag = self._tag
+        if type(items) is tuple and len(items) == 1:  # `ack(msg)`, the common case: inline
+            m = items[0]
+            if type(m) is Message and m.stream_tag is tag and tag is not None:
+                p = self._pending
+                first = not (p.acks or p.nacks)
+                p.acks.append(m.id)
+                p.lease_ids.append(m.lease_id)
+                self._ack_due += 1
+                if self._ack_due >= self._ack_step:
+                    self._urgent = True
+                    self._wakeup()
+                elif first:
+                    self._wakeup()
+                return None
         ids: list[int] = []
         lease_ids: list[int] = []
         old: Settlements | None = None
-        tag = self._tag
         for m in items:
             if isinstance(m, Message):
                 if m.stream_tag is not tag or tag is None:
