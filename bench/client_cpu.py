@@ -12,7 +12,12 @@ process: the gRPC threads too) and wall time over the measured loop only:
   100 bytes, then every result;
 - `sync_consumer` / `async_consumer`: a queue pre-filled with `count` messages (not
   measured), then `for m in c.consumer(q, prefetch=1000): cons.ack(m)` (`async for` on an
-  `AsyncDoqClient`) until `count` were handed out.
+  `AsyncDoqClient`) until `count` were handed out;
+- `sync_hand_out` / `async_hand_out`: the consumer's per-message path alone, without the
+  network: `next()` and `ack(m)` of `count` messages put in its buffer (a frame received),
+  the sender's request frame taken at each ack batch as the stream would; the best of 5
+  passes (CPU time). It reaches into the consumer's private state: it measures this
+  version of the code.
 
 Prints each pair with the load average before it, and per mode the medians and the median
 of the per-pair ratios; `--json FILE` writes every run. Never asserts on speed.
@@ -31,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-MODES = ("sync_producer", "async_producer", "sync_consumer", "async_consumer")
+MODES = ("sync_producer", "async_producer", "sync_consumer", "async_consumer", "sync_hand_out", "async_hand_out")
 BODY = b"x" * 100
 
 
@@ -109,7 +114,45 @@ def _child(checkout: str, target: str, mode: str, count: int) -> dict[str, Any]:
             await c.delete_queue(q)
         return r
 
-    if mode == "sync_producer":
+    def hand_out_msgs() -> list[Any]:
+        from doq_proto.v1 import doq_pb2 as pb
+
+        return [pb.Message(id=i + 1, lease_id=i + 7, content=BODY) for i in range(count)]
+
+    def sync_hand_out() -> tuple[float, float]:
+        msgs, best = hand_out_msgs(), float("inf")
+        cons = DoqClient("127.0.0.1:9").consumer(q, prefetch=1000)  # never connects
+        for _ in range(5):
+            cons._call, cons._tag = object(), object()  # a stream that delivered a frame
+            cons._buffer.extend(msgs)
+            c0 = time.process_time()
+            for _ in range(count):
+                cons.ack(cons.next())
+                if cons._urgent:
+                    with cons._lock:
+                        cons._took()
+            best = min(best, time.process_time() - c0)
+        return best, best
+
+    async def async_hand_out() -> tuple[float, float]:
+        msgs, best = hand_out_msgs(), float("inf")
+        cons = AsyncDoqClient("127.0.0.1:9").consumer(q, prefetch=1000)
+        for _ in range(5):
+            cons._call, cons._tag = object(), object()
+            cons._buffer.extend(msgs)
+            c0 = time.process_time()
+            for _ in range(count):
+                cons.ack(await cons.next())
+                if cons._urgent:
+                    cons._took()
+            best = min(best, time.process_time() - c0)
+        return best, best
+
+    if mode == "sync_hand_out":
+        cpu, wall = sync_hand_out()
+    elif mode == "async_hand_out":
+        cpu, wall = asyncio.run(async_hand_out())
+    elif mode == "sync_producer":
         cpu, wall = sync_producer()
     elif mode == "async_producer":
         cpu, wall = asyncio.run(async_producer())
