@@ -127,7 +127,9 @@ def _child(checkout: str, target: str, mode: str, count: int) -> dict[str, Any]:
             cons._buffer.extend(msgs)
             c0 = time.process_time()
             for _ in range(count):
-                cons.ack(cons.next())
+                m = cons.next()
+                assert m is not None
+                cons.ack(m)
                 if cons._urgent:
                     with cons._lock:
                         cons._took()
@@ -142,7 +144,9 @@ def _child(checkout: str, target: str, mode: str, count: int) -> dict[str, Any]:
             cons._buffer.extend(msgs)
             c0 = time.process_time()
             for _ in range(count):
-                cons.ack(await cons.next())
+                m = await cons.next()
+                assert m is not None
+                cons.ack(m)
                 if cons._urgent:
                     cons._took()
             best = min(best, time.process_time() - c0)
