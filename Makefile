@@ -43,7 +43,7 @@ check-proto: $(DEV_STAMP)
 
 lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy doq tools bench
+	$(VENV)/bin/mypy doq tools bench clients/python/doq_client
 	PYTHONPATH=.:clients/python $(VENV)/bin/lint-imports
 
 # The failed tests are printed again last, from the JUnit report: CI shows a log's tail.

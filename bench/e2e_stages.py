@@ -89,7 +89,7 @@ def install() -> None:
     def wrap(owner: Any, name: str, make: Callable[[Any], Any]) -> None:
         setattr(owner, name, make(getattr(owner, name)))
 
-    from doq_client import _producer_core, consumer
+    from doq_client import _producer_core, aio_consumer, consumer
 
     def take(orig: Any) -> Any:
         def f(self: Any) -> Any:
@@ -109,6 +109,7 @@ def install() -> None:
 
     wrap(_producer_core.ProducerCore, "_take", take)
     wrap(consumer, "frame_messages", received)  # what the consumers call
+    wrap(aio_consumer, "frame_messages", received)
 
     from doq.node import raft_node
     from doq.queues.commands import EnqueueColumns

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate the synchronous client, producer and worker from the asyncio ones: one source for each pair.
+"""Generate the synchronous client, producer, consumer and worker from the asyncio ones: one source for each pair.
 
 - `doq_client/aio.py` (`AsyncDoqClient`) is the source of `doq_client/client.py`
   (`DoqClient`); each `doq_client._transport.*_aio` helper becomes its `*_sync` twin
@@ -11,17 +11,22 @@
   `doq_client/producer.py` (`Producer`, threads): its `NoLock` becomes an `RLock`, its
   `AioSignal`s conditions of that lock, its loop's futures `LazyFuture`s, each
   `doq_client._producer_io.*_aio` step its `*_sync` twin.
+- `doq_client/aio_consumer.py` (`AsyncConsumer`) is the source of
+  `doq_client/consumer.py` (`Consumer`, thread-safe acks): its `NoLock` becomes a `Lock`,
+  its `AioWake` a `ThreadWake`, asyncio's event threading's, each
+  `doq_client._consumer_io.*_aio` step its `*_sync` twin.
 
 Each is written by the substitutions below (the approach of httpcore's
 `scripts/unasync.py`): `async def` -> `def`, no `await`, the asyncio names to their
 synchronous twins. Every substitution must apply at least once, so a rule that no longer
 matches its source is an error, not a silent skip.
 
-    python clients/python/unasync.py           # write client.py, producer.py and worker.py
+    python clients/python/unasync.py           # write client.py, producer.py, consumer.py, worker.py
     python clients/python/unasync.py --check   # exit 1 if one is not what it generates
 
-Edit `aio.py`, `aio_producer.py`, `aio_worker.py` (or `_transport.py`, `_producer_io.py`,
-`_worker_io.py`), never `client.py`, `producer.py` or `worker.py`.
+Edit `aio.py`, `aio_producer.py`, `aio_consumer.py`, `aio_worker.py` (or `_transport.py`,
+`_producer_io.py`, `_consumer_io.py`, `_worker_io.py`), never `client.py`, `producer.py`,
+`consumer.py` or `worker.py`.
 """
 
 from __future__ import annotations
@@ -72,6 +77,7 @@ CLIENT_RULES: list[tuple[str, str]] = [
     (r"\bAsyncHandler\b", "Handler"),
     (r"\bdoq_client\.aio_worker\b", "doq_client.worker"),
     (r"\bdoq_client\.aio_producer\b", "doq_client.producer"),
+    (r"\bdoq_client\.aio_consumer\b", "doq_client.consumer"),
     (r"\bAioChannel\b", "SyncChannel"),
     (r"\b(open_channel|given_channel|unary)_aio\b", r"\1_sync"),
     (r'_handle\.provide\("async", ', '_handle.provide("sync", '),
@@ -147,11 +153,51 @@ PRODUCER_RULES: list[tuple[str, str]] = [
     (r"for request in frame:\n\s+yield request\n", "yield from frame\n"),  # no `yield from` in async
 ]
 
+CONSUMER_RULES: list[tuple[str, str]] = [
+    # prose that differs
+    (r'^"""`AsyncConsumer`: a prefetching consumer over (.*)\n\nThis file is also the source of the '
+     r"synchronous `doq_client\.consumer\.Consumer` \(threads\),\nwhich `clients/python/unasync\.py` "
+     r"writes from it: edit this one\. ",
+     '"""`Consumer`: a prefetching consumer over \\1\n\n'
+     "Generated from the asyncio consumer, `doq_client/aio_consumer.py`: one source. "),
+    (r"asyncio consumer on an `AsyncDoqClient` \(or one `grpc\.aio\.Channel`, reopened on that\n"
+     r"    channel only\)\. Use `async with` and `async for`\.",
+     "Synchronous consumer on a `DoqClient` (or one `grpc.Channel`, reopened on that\n"
+     "    channel only); iterate it in one thread. `ack`/`nack` may be called from any thread\n"
+     "    (for a message from a failed stream they return once the unary call is answered)."),
+    (r"end the stream \(see the module docstring\)\. Idempotent\.",
+     "end the stream (see the module docstring). Idempotent; call it from the thread that\n"
+     "        iterates."),
+    # the language
+    *_LANGUAGE,
+    (r"\b__aenter__\b", "__enter__"),
+    (r"\b__aexit__\b", "__exit__"),
+    (r"\b__aiter__\b", "__iter__"),
+    (r"^import asyncio\n", "import threading\n"),
+    (r"\basyncio\.sleep\b", "time.sleep"),
+    (r"\basyncio\.Event\b", "threading.Event"),
+    (r"\bAsyncIterator\b", "Iterator"),
+    (r"\bgrpc\.aio\.Channel\b", "grpc.Channel"),
+    (r'\bclient_on\(client, "async"\)', 'client_on(client, "sync")'),
+    (r"^    NoLock,\n", ""),
+    (r"\bNoLock\(\)", "threading.Lock()"),
+    # the consumer's own names
+    (r"\bAsyncConsumer\b", "Consumer"),
+    (r"\bAsyncClient\b", "SyncClient"),
+    (r"\bAioWake\b", "ThreadWake"),
+    (r"\b(drain|join|read|release|settle)_aio\b", r"\1_sync"),
+    # `doq_client.consumer.AsyncConsumer` stays importable (it was defined there)
+    (r'^__all__ = \["ACK_INTERVAL_S", "Consumer"\]\n',
+     "from doq_client.aio_consumer import AsyncConsumer  # the asyncio twin, as before\n\n"
+     '__all__ = ["ACK_INTERVAL_S", "AsyncConsumer", "Consumer"]\n'),
+]
+
 # source -> (target, rules): each sync module written from its asyncio source
 JOBS: dict[str, tuple[str, list[tuple[str, str]]]] = {
     "aio.py": ("client.py", CLIENT_RULES),
     "aio_worker.py": ("worker.py", WORKER_RULES),
     "aio_producer.py": ("producer.py", PRODUCER_RULES),
+    "aio_consumer.py": ("consumer.py", CONSUMER_RULES),
 }
 
 

@@ -2,9 +2,10 @@
 
 - `doq_client/client.py` is what `clients/python/unasync.py` generates from
   `doq_client/aio.py` (the one source of both clients), `doq_client/producer.py` what it
-  generates from `doq_client/aio_producer.py` (the one source of both producers), and
-  `doq_client/worker.py` what it generates from `doq_client/aio_worker.py` (the one source
-  of both workers);
+  generates from `doq_client/aio_producer.py` (the one source of both producers),
+  `doq_client/consumer.py` what it generates from `doq_client/aio_consumer.py` (the one
+  source of both consumers), and `doq_client/worker.py` what it generates from
+  `doq_client/aio_worker.py` (the one source of both workers);
 - each sync/asyncio pair (client, producer, consumer, worker) offers the methods listed
   here, with the same parameters (names, kinds, defaults), the asyncio one as coroutines
   where the sync one blocks; the few differences are listed and nothing else differs.
@@ -145,7 +146,7 @@ def test_a_step_added_to_the_asyncio_worker_is_in_the_sync_one_with_its_twins() 
 
 
 # -- adding a field to one RPC -------------------------------------------------------------
-_GENERATED = {"client.py", "worker.py"}  # written by unasync.py: never edited by hand
+_GENERATED = {"client.py", "worker.py", "producer.py", "consumer.py"}  # written by unasync.py
 
 
 def _hand_written() -> dict[str, str]:
@@ -217,3 +218,42 @@ def test_a_step_added_to_the_asyncio_producer_is_in_the_sync_one_with_its_lock_a
     assert "self._results = ThreadSignal(self._lock)" in generated
     assert not [w for w in ("asyncio.", "_aio(", "async def", "async for", "await ", "NoLock", "AioSignal")
                 if w in generated]
+
+
+def test_the_sync_consumer_is_generated_from_the_asyncio_one() -> None:
+    unasync = _unasync()
+    source = (CLIENT_DIR / "doq_client" / "aio_consumer.py").read_text()
+    assert (CLIENT_DIR / "doq_client" / "consumer.py").read_text() == unasync.generate(source, "aio_consumer.py")
+    with pytest.raises(ValueError, match="matches nothing in aio_consumer.py"):
+        unasync.generate("class AsyncConsumer: ...\n", "aio_consumer.py")
+
+
+def test_a_step_added_to_the_asyncio_consumer_is_in_the_sync_one_with_its_lock_and_twins() -> None:
+    # the asyncio consumer's no-op lock is the sync one's Lock, its wake-up a queue's, and
+    # a `_consumer_io` step its `*_sync` twin
+    unasync = _unasync()
+    source = (CLIENT_DIR / "doq_client" / "aio_consumer.py").read_text()
+    marker = "    async def _fill(self) -> bool:"
+    added = source.replace(marker, "    async def _skip(self) -> bool:\n"
+                                   "        with self._lock:\n"
+                                   "            resp = await read_aio(self._call)\n"
+                                   "        await self._wake.wait(ACK_INTERVAL_S)\n"
+                                   "        return resp is not None\n\n" + marker)
+    generated = unasync.generate(added, "aio_consumer.py")
+    assert ("    def _skip(self) -> bool:\n        with self._lock:\n"
+            "            resp = read_sync(self._call)\n"
+            "        self._wake.wait(ACK_INTERVAL_S)\n") in generated
+    assert "self._lock = threading.Lock()" in generated
+    assert "self._wake = ThreadWake()" in generated
+    assert not [w for w in ("asyncio.", "_aio(", "async def", "async for ", "await ", "NoLock", "AioWake",
+                            "__aiter__", "AsyncIterator")
+                if w in generated]
+
+
+def test_the_consumer_module_keeps_its_names() -> None:
+    # `doq_client.consumer` defined both consumers before it was generated: both stay there
+    from doq_client import consumer
+
+    assert consumer.Consumer is doq_client.Consumer
+    assert consumer.AsyncConsumer is doq_client.AsyncConsumer
+    assert set(consumer.__all__) == {"ACK_INTERVAL_S", "AsyncConsumer", "Consumer"}

@@ -3,9 +3,10 @@
 `ConsumerBase` holds a consumer's state (what was received and not handed out, the
 settlements pending for the stream, the stream's generation and tag) and the rules that
 decide when a request frame goes out and how a settlement of a message from a failed
-stream is sent instead (`doq_client.consumer`'s docstring says what they mean for a user).
-The shells (`doq_client.consumer.Consumer`, `AsyncConsumer`) add the stream, the waits
-(a lock and a wake-up queue, or asyncio events) and the unary calls.
+stream is sent instead (`doq_client.aio_consumer`'s docstring says what they mean for a
+user). The consumer (`doq_client.aio_consumer.AsyncConsumer`, and
+`doq_client.consumer.Consumer` generated from it) adds the stream, the lock, the waits and
+the unary calls (`doq_client._consumer_io`).
 """
 
 from __future__ import annotations
@@ -197,11 +198,26 @@ class ConsumerBase:
         """Queue acks: a Message's with its lease id, a bare id's with 0 (any lease).
         A bad id refuses the whole call (nothing is queued). Returns the acks of messages
         from a failed stream (to send by a unary call), or None."""
-        self._check_open()
+        if self.auto_ack or self._closing:  # (inline: once per ack call)
+            self._check_open()
+        tag = self._tag
+        if type(items) is tuple and len(items) == 1:  # `ack(msg)`, the common case: inline
+            m = items[0]
+            if type(m) is Message and m.stream_tag is tag and tag is not None:
+                p = self._pending
+                first = not (p.acks or p.nacks)
+                p.acks.append(m.id)
+                p.lease_ids.append(m.lease_id)
+                self._ack_due += 1
+                if self._ack_due >= self._ack_step:
+                    self._urgent = True
+                    self._wakeup()
+                elif first:
+                    self._wakeup()
+                return None
         ids: list[int] = []
         lease_ids: list[int] = []
         old: Settlements | None = None
-        tag = self._tag
         for m in items:
             if isinstance(m, Message):
                 if m.stream_tag is not tag or tag is None:

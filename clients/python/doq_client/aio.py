@@ -41,9 +41,9 @@ from doq_client._transport import (
 )
 from doq_client._transport import open_channel_aio as _open_channel
 from doq_client._worker_core import worker_options
+from doq_client.aio_consumer import AsyncConsumer
 from doq_client.aio_producer import AsyncProducer
 from doq_client.aio_worker import AsyncHandler, AsyncWorker
-from doq_client.consumer import AsyncConsumer
 from doq_client.errors import DoqClientError, from_rpc_error
 from doq_client.retry import NO_RETRY, Attempts, FailoverPolicy, RetryPolicy, is_failover
 from doq_client.types import (

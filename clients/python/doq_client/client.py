@@ -45,9 +45,9 @@ from doq_client._transport import (
 )
 from doq_client._transport import open_channel_sync as _open_channel
 from doq_client._worker_core import worker_options
+from doq_client.consumer import Consumer
 from doq_client.producer import Producer
 from doq_client.worker import Handler, Worker
-from doq_client.consumer import Consumer
 from doq_client.errors import DoqClientError, from_rpc_error
 from doq_client.retry import NO_RETRY, Attempts, FailoverPolicy, RetryPolicy, is_failover
 from doq_client.types import (

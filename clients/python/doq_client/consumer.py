@@ -1,4 +1,12 @@
-"""Prefetching consumers over DequeueBatchStream (the default) or DequeueStream (`batched=False`).
+# Generated from doq_client/aio_consumer.py by clients/python/unasync.py: do not edit.
+# Edit aio_consumer.py, then run `python clients/python/unasync.py`.
+# The imports keep the source's order:
+# ruff: noqa: I001
+"""`Consumer`: a prefetching consumer over DequeueBatchStream (the default) or DequeueStream (`batched=False`).
+
+Generated from the asyncio consumer, `doq_client/aio_consumer.py`: one source. Where tasks and threads
+differ in more than `await`, `doq_client._consumer_io` has an `*_aio` / `*_sync` pair; the
+state and rules both share are `doq_client._consumer_core.ConsumerBase`.
 
 Messages arrive in frames of up to `max_batch` (default 500: a frame carries what one or
 more of the stream's dequeues leased, each committed before the frame is sent) and are handed out one at a time (`next()`, iteration) or a frame at
@@ -61,13 +69,10 @@ messages held from earlier streams are settled as after a failover.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
-import queue as queue_mod
 import threading
+import functools
 import time
-from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator, Sequence
+from collections.abc import Iterator, Iterable, Sequence
 from typing import Any
 
 import grpc
@@ -83,282 +88,36 @@ from doq_client._consumer_core import (
     settlement_ops,
     stream_ended,
 )
-from doq_client._handle import AsyncClient, SyncClient, client_on
+from doq_client._consumer_io import (
+    ThreadWake,
+    Calls,
+    drain_sync,
+    join_sync,
+    read_sync,
+    release_sync,
+    settle_sync,
+)
+from doq_client._handle import SyncClient, client_on
 from doq_client.errors import DoqClientError, from_rpc_error
 from doq_client.retry import NO_RETRY, Attempts, is_failover
 from doq_client.types import Message
 from doq_proto.v1 import doq_pb2 as pb
 
-log = logging.getLogger(__name__)
+from doq_client.aio_consumer import AsyncConsumer  # the asyncio twin, as before
 
 __all__ = ["ACK_INTERVAL_S", "AsyncConsumer", "Consumer"]
 
 
-class AsyncConsumer(ConsumerBase):
-    """asyncio consumer on an `AsyncDoqClient` (or one `grpc.aio.Channel`, reopened on that
-    channel only). Use `async with` and `async for`.
+class Consumer(ConsumerBase):
+    """Synchronous consumer on a `DoqClient` (or one `grpc.Channel`, reopened on that
+    channel only); iterate it in one thread. `ack`/`nack` may be called from any thread
+    (for a message from a failed stream they return once the unary call is answered).
 
     `prefetch` (>= 1): messages outstanding on the stream (received and not yet acked or
     nacked; with ack=True, not yet handed out); `batched` (default): DequeueBatchStream
     with up to `max_batch` messages per frame (False: DequeueStream, one message per
     frame); `visibility_timeout_ms`: lease length (0 = the
     queue's setting); `close_grace_s`: how long `close()` waits for the server to finish.
-    """
-
-    def __init__(
-        self,
-        client: AsyncClient | grpc.aio.Channel,
-        queue: str,
-        *,
-        prefetch: int = 100,
-        ack: bool = False,
-        batched: bool = True,
-        max_batch: int = 500,
-        visibility_timeout_ms: int = 0,
-        close_grace_s: float = 5.0,
-    ) -> None:
-        super().__init__(
-            queue,
-            prefetch=prefetch,
-            ack=ack,
-            batched=batched,
-            max_batch=max_batch,
-            visibility_timeout_ms=visibility_timeout_ms,
-            close_grace_s=close_grace_s,
-        )
-        self._client: AsyncClient = client_on(client, "async")
-        self._wake = asyncio.Event()
-        self._moved = asyncio.Event()  # set when a move has ended the stream it left
-        self._call: Any = None
-        self._calls: set[asyncio.Task[Any]] = set()  # unary settlements in progress
-
-    async def __aenter__(self) -> AsyncConsumer:
-        self._ensure_started()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    def _ensure_started(self) -> None:
-        if self._call is None:
-            self._open()
-
-    def _open(self) -> None:
-        self._addr, stub = self._client.router.pick()
-        method = stub.DequeueBatchStream if self.batched else stub.DequeueStream
-        self._call = method(self._requests(self._gen))
-
-    def _wakeup(self) -> None:
-        self._wake.set()
-
-    def _settle_by_call(self, s: Settlements) -> None:
-        for op in settlement_ops(self.queue, s):
-            task = asyncio.ensure_future(_settle(self._client._call(op)))
-            self._calls.add(task)
-            task.add_done_callback(self._calls.discard)
-
-    async def _requests(self, gen: int) -> AsyncIterator[pb.DequeueStreamRequest]:
-        yield self._first
-        deadline: float | None = None  # when the pending acks go out at the latest
-        loop = asyncio.get_running_loop()
-        while self._gen == gen:
-            if self._pending:
-                if self._urgent or self._ending or (deadline is not None and loop.time() >= deadline):
-                    deadline = None
-                    yield self._took()
-                    continue
-                if deadline is None:
-                    deadline = loop.time() + ACK_INTERVAL_S
-                self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout_at(deadline):
-                        await self._wake.wait()
-            elif self._ending:
-                self._half_closed = True
-                return
-            else:
-                self._wake.clear()
-                await self._wake.wait()
-
-    async def _fill(self) -> bool:
-        """Read one frame into the buffer; False at the end of the stream (closing).
-        Reopens the stream after a failover error, moves it to the leader its first frame
-        names (see the module docstring)."""
-        self._ensure_started()
-        self._before_wait()
-        while True:
-            try:
-                resp = await self._call.read()
-            except grpc.RpcError as e:
-                err = from_rpc_error(e)
-            else:
-                if resp is not grpc.aio.EOF:
-                    self._tries = None
-                    msgs = frame_messages(resp, self.batched)
-                    if self._tag is None and msgs:  # the stream's first frame
-                        if self._client.router.follow(self._addr, await self._call.initial_metadata()):
-                            await self._move(msgs)
-                            if self._closing:  # closed while moving (from another task)
-                                return False
-                            continue
-                        self._first_frame(msgs)
-                    self._received_n += len(msgs)
-                    self._buffer.extend(msgs)
-                    return True
-                if self._closing:
-                    return False
-                err = stream_ended()
-            if self._closing or not is_failover(err):
-                raise err
-            await self._reconnect(err)
-            if self._closing:  # closed while reconnecting (from another task)
-                return False
-
-    async def _reconnect(self, err: DoqClientError) -> None:
-        tries = self._tries = self._tries or Attempts(NO_RETRY, self._client.failover, True)
-        delay = tries.next_delay(err, await self._client._redirect(err, self._addr))
-        if delay is None:
-            self._tries = None
-            raise err
-        self._call.cancel()
-        orphans = self._restart()
-        self._wake.set()
-        await asyncio.sleep(delay)
-        if not self._closing:
-            self._open()
-        self._settle_by_call(orphans)
-
-    def __aiter__(self) -> AsyncIterator[Message]:
-        return self._iter()
-
-    async def _iter(self) -> AsyncIterator[Message]:
-        while True:
-            msg = await self.next()
-            if msg is None:
-                return
-            yield msg
-
-    async def next(self) -> Message | None:
-        """The next message, waiting for one; None when the stream ended or is closing."""
-        while not self._buffer:
-            if self._closing or not await self._fill():
-                return None
-        m = self._buffer.popleft()
-        if self.auto_ack:
-            self._handed_one(m)
-        return Message(m, self._tag)
-
-    async def batches(self) -> AsyncIterator[list[Message]]:
-        """Yield messages a received frame at a time."""
-        while True:
-            if not self._buffer and (self._closing or not await self._fill()):
-                return
-            got = list(self._buffer)
-            self._buffer.clear()
-            if self.auto_ack:
-                self._handed(got)
-            tag = self._tag
-            yield [Message(m, tag) for m in got]
-
-    def ack(self, *messages: MsgOrId) -> None:
-        """Acknowledge messages (or ids) through the stream; returns at once."""
-        self.ack_many(messages)
-
-    def ack_many(self, messages: Iterable[MsgOrId]) -> None:
-        if (old := self._add_ack(messages)) is not None:
-            self._settle_by_call(old)
-
-    def nack(self, message: MsgOrId, *, delay_ms: int = 0, priority: int | None = None) -> None:
-        """Return a message to the queue through the stream (after `delay_ms`, re-prioritised)."""
-        if (old := self._add_nack(message, delay_ms, priority)) is not None:
-            self._settle_by_call(old)
-
-    async def _move(self, msgs: Sequence[Received]) -> None:
-        """`msgs`, the current stream's first frame, came through a follower that named the
-        leader (now the client's target): nothing of this stream was handed out, so release
-        it all and end the stream (`_end_stream`), then open the next one on the leader."""
-        self._buffer.extend(msgs)
-        self._ending = True
-        self._moved = asyncio.Event()
-        try:
-            await self._end_stream()
-        finally:
-            self._moved.set()
-        if not self._closing:
-            self._ending = self._half_closed = False
-            self._gen += 1  # a request iterator of the old stream still running stops
-            self._settled_n = self._received_n  # the next stream starts with all its credits
-            self._open()
-
-    async def close(self) -> None:
-        """Hand back every message not given to the application, send pending settlements,
-        end the stream (see the module docstring). Idempotent."""
-        if self._closing:
-            return
-        self._closing = True
-        if self._call is None:
-            return
-        if self._ending:  # a move (another task) is ending the stream; it opens no other
-            await self._moved.wait()
-        else:
-            self._ending = True
-            await self._end_stream()
-        if self._calls:
-            await asyncio.wait(list(self._calls), timeout=self.close_grace_s)
-
-    async def _end_stream(self) -> None:
-        """End the current stream (`_ending` set): release what was received and not handed
-        out, send pending settlements and releases, half-close; release what still arrives
-        (in the stream, or after the half-close by unary calls, not awaited here) until the
-        server ends it, or `close_grace_s` passed (then it is cancelled)."""
-        self._release_buffer()
-        self._wake.set()
-        call = self._call
-        late: list[Received] = []  # arrived after the half-close
-
-        async def drain() -> None:
-            while (resp := await call.read()) is not grpc.aio.EOF:
-                got = frame_messages(resp, self.batched)
-                if self._half_closed:
-                    late.extend(got)
-                else:
-                    self._release(got)
-                    self._wake.set()
-
-        try:
-            await asyncio.wait_for(drain(), self.close_grace_s)
-        except (TimeoutError, grpc.RpcError):
-            pass
-        finally:
-            call.cancel()
-        if late:
-            try:
-                stub = self._client.router.stub(self._addr)
-                for m in late:
-                    task = asyncio.ensure_future(
-                        _settle(stub.Nack(release_request(self.queue, m), timeout=self.close_grace_s))
-                    )
-                    self._calls.add(task)
-                    task.add_done_callback(self._calls.discard)
-            except ValueError:  # the client was closed: their leases end instead
-                pass
-
-
-async def _settle(call: Awaitable[Any]) -> None:
-    """Await a settlement sent by a unary call; a failure is logged, not raised (the
-    message comes back when its lease ends, as with an ack lost with a stream)."""
-    try:
-        await call
-    except (DoqClientError, grpc.RpcError, ValueError) as e:  # ValueError: the client was closed
-        log.debug("settlement by unary call failed: %s", e)
-
-
-class Consumer(ConsumerBase):
-    """Synchronous consumer on a `DoqClient` (or one `grpc.Channel`, reopened on that
-    channel only); iterate it in one thread.
-
-    `ack`/`nack` may be called from any thread (for a message from a failed stream they
-    return once the unary call is answered). Parameters as for `AsyncConsumer`.
     """
 
     def __init__(
@@ -384,9 +143,10 @@ class Consumer(ConsumerBase):
         )
         self._client: SyncClient = client_on(client, "sync")
         self._lock = threading.Lock()
-        self._signal: queue_mod.SimpleQueue[None] = queue_mod.SimpleQueue()
+        self._wake = ThreadWake()  # the current stream's: a new one for each stream
+        self._moved = threading.Event()  # set when a move has ended the stream it left
         self._call: Any = None
-        self._responses: Iterator[Any] | None = None
+        self._calls: Calls = set()  # unary settlements in progress
 
     def __enter__(self) -> Consumer:
         self._ensure_started()
@@ -402,24 +162,25 @@ class Consumer(ConsumerBase):
     def _open(self) -> None:
         self._addr, stub = self._client.router.pick()
         method = stub.DequeueBatchStream if self.batched else stub.DequeueStream
-        self._call = method(self._requests(self._gen, self._signal))
-        self._responses = iter(self._call)
+        self._call = method(self._requests(self._gen, self._wake))
 
     def _wakeup(self) -> None:
-        self._signal.put(None)
+        self._wake.set()
+
+    def _next_stream(self) -> None:
+        """The next stream gets a wake-up of its own; the old one's request iterator is
+        woken to see it was replaced (`_gen`) and end."""
+        with self._lock:
+            old, self._wake = self._wake, ThreadWake()
+        old.set()
 
     def _settle_by_call(self, s: Settlements) -> None:
         for op in settlement_ops(self.queue, s):
-            try:
-                self._client._call(op)
-            except (DoqClientError, ValueError) as e:  # ValueError: the client was closed
-                log.debug("settlement by unary call failed: %s", e)
+            settle_sync(self._calls, functools.partial(self._client._call, op))
 
-    def _requests(
-        self, gen: int, signal: queue_mod.SimpleQueue[None]
-    ) -> Iterator[pb.DequeueStreamRequest]:
-        """Runs in a gRPC thread: sends what is pending; ends (half-close) once closing, or
-        at once when a newer stream replaced this one."""
+    def _requests(self, gen: int, wake: ThreadWake) -> Iterator[pb.DequeueStreamRequest]:
+        """The stream's requests: what is pending, when it is due (see the module docstring);
+        ends (half-close) once ending, or at once when a newer stream replaced this one."""
         yield self._first
         deadline: float | None = None  # when the pending acks go out at the latest
         while True:
@@ -442,8 +203,7 @@ class Consumer(ConsumerBase):
             if req is not None:
                 yield req
                 continue
-            with contextlib.suppress(queue_mod.Empty):
-                signal.get(timeout=timeout)
+            wake.wait(timeout)
 
     def _fill(self) -> bool:
         """Read one frame into the buffer; False at the end of the stream (closing).
@@ -454,43 +214,32 @@ class Consumer(ConsumerBase):
             with self._lock:
                 self._before_wait()
         while True:
-            assert self._responses is not None
             try:
-                resp = next(self._responses)
-            except StopIteration:
-                if self._closing:
-                    return False
-                err = stream_ended()
+                resp = read_sync(self._call)
             except grpc.RpcError as e:
                 err = from_rpc_error(e)
             else:
-                self._tries = None
-                msgs = frame_messages(resp, self.batched)
-                if self._tag is None and msgs:  # the stream's first frame
-                    if self._client.router.follow(self._addr, self._call.initial_metadata()):
-                        self._move(msgs)
-                        continue
-                    self._first_frame(msgs)
-                self._received_n += len(msgs)
-                self._buffer.extend(msgs)
-                return True
+                if resp is not None:
+                    self._tries = None
+                    msgs = frame_messages(resp, self.batched)
+                    if self._tag is None and msgs:  # the stream's first frame
+                        if self._client.router.follow(self._addr, self._call.initial_metadata()):
+                            self._move(msgs)
+                            if self._closing:  # closed while moving (from elsewhere)
+                                return False
+                            continue
+                        self._first_frame(msgs)
+                    self._received_n += len(msgs)
+                    self._buffer.extend(msgs)
+                    return True
+                if self._closing:
+                    return False
+                err = stream_ended()
             if self._closing or not is_failover(err):
                 raise err
             self._reconnect(err)
-
-    def _move(self, msgs: Sequence[Received]) -> None:
-        """See `AsyncConsumer._move`."""
-        with self._lock:
-            self._buffer.extend(msgs)
-            self._ending = True
-        self._end_stream()
-        with self._lock:
-            self._ending = self._half_closed = False
-            self._gen += 1
-            self._settled_n = self._received_n  # the next stream starts with all its credits
-            old_signal, self._signal = self._signal, queue_mod.SimpleQueue()
-        old_signal.put(None)  # a request iterator of the old stream still running stops
-        self._open()
+            if self._closing:  # closed while reconnecting (from elsewhere)
+                return False
 
     def _reconnect(self, err: DoqClientError) -> None:
         tries = self._tries = self._tries or Attempts(NO_RETRY, self._client.failover, True)
@@ -501,13 +250,16 @@ class Consumer(ConsumerBase):
         self._call.cancel()
         with self._lock:
             orphans = self._restart()
-            old_signal, self._signal = self._signal, queue_mod.SimpleQueue()
-        old_signal.put(None)  # the old request iterator wakes up and ends
+        self._next_stream()
         time.sleep(delay)
-        self._open()
+        if not self._closing:
+            self._open()
         self._settle_by_call(orphans)
 
     def __iter__(self) -> Iterator[Message]:
+        return self._iter()
+
+    def _iter(self) -> Iterator[Message]:
         while True:
             msg = self.next()
             if msg is None:
@@ -515,7 +267,7 @@ class Consumer(ConsumerBase):
             yield msg
 
     def next(self) -> Message | None:
-        """The next message, blocking until one arrives; None when the stream ended or is closing."""
+        """The next message, waiting for one; None when the stream ended or is closing."""
         while not self._buffer:
             if self._closing or not self._fill():
                 return None
@@ -540,7 +292,10 @@ class Consumer(ConsumerBase):
 
     def ack(self, *messages: MsgOrId) -> None:
         """Acknowledge messages (or ids) through the stream; returns at once."""
-        self.ack_many(messages)
+        with self._lock:  # as ack_many (not calling it: one call less per message)
+            old = self._add_ack(messages)
+        if old is not None:
+            self._settle_by_call(old)
 
     def ack_many(self, messages: Iterable[MsgOrId]) -> None:
         with self._lock:
@@ -555,6 +310,27 @@ class Consumer(ConsumerBase):
         if old is not None:
             self._settle_by_call(old)
 
+    def _move(self, msgs: Sequence[Received]) -> None:
+        """`msgs`, the current stream's first frame, came through a follower that named the
+        leader (now the client's target): nothing of this stream was handed out, so release
+        it all and end the stream (`_end_stream`), then open the next one on the leader."""
+        with self._lock:
+            self._buffer.extend(msgs)
+            self._ending = True
+            self._moved = threading.Event()
+        try:
+            self._end_stream()
+        finally:
+            self._moved.set()
+        with self._lock:
+            if self._closing:
+                return
+            self._ending = self._half_closed = False
+            self._gen += 1  # a request iterator of the old stream still running stops
+            self._settled_n = self._received_n  # the next stream starts with all its credits
+        self._next_stream()
+        self._open()
+
     def close(self) -> None:
         """Hand back every message not given to the application, send pending settlements,
         end the stream (see the module docstring). Idempotent; call it from the thread that
@@ -562,45 +338,42 @@ class Consumer(ConsumerBase):
         with self._lock:
             if self._closing:
                 return
-            self._closing = self._ending = True
+            self._closing = True
             if self._call is None:
                 return
-        self._end_stream()
+            moving = self._ending  # a move (elsewhere) is ending the stream; it opens no other
+            self._ending = True
+        if moving:
+            self._moved.wait()
+        else:
+            self._end_stream()
+        join_sync(self._calls, self.close_grace_s)
 
     def _end_stream(self) -> None:
-        """See `AsyncConsumer._end_stream` (here the unary releases are awaited)."""
+        """End the current stream (`_ending` set): release what was received and not handed
+        out, send pending settlements and releases, half-close; release what still arrives
+        (in the stream, or after the half-close by unary calls: `release_sync`) until the
+        server ends it, or `close_grace_s` passed (then it is cancelled)."""
         with self._lock:
             self._release_buffer()
         self._wakeup()
-        call = self._call
-        assert self._responses is not None
         late: list[Received] = []  # arrived after the half-close
-        timer = threading.Timer(self.close_grace_s, call.cancel)
-        timer.daemon = True
-        timer.start()
-        try:
-            for resp in self._responses:
-                got = frame_messages(resp, self.batched)
-                with self._lock:
-                    if self._half_closed:
-                        late.extend(got)
-                        continue
-                    self._release(got)
-                self._wakeup()
-        except grpc.RpcError:
-            pass
-        finally:
-            timer.cancel()
-            call.cancel()
-        if not late:
-            return
-        try:
-            stub = self._client.router.stub(self._addr)
-            futures = [stub.Nack.future(release_request(self.queue, m), timeout=self.close_grace_s) for m in late]
-        except ValueError:  # the client was closed: their leases end instead
-            return
-        for f in futures:
+        drain_sync(self._call, functools.partial(self._drained, late), self.close_grace_s)
+        if late:
             try:
-                f.result()
-            except grpc.RpcError:
-                pass  # e.g. its lease already ended: it is back in the queue anyway
+                stub = self._client.router.stub(self._addr)
+            except ValueError:  # the client was closed: their leases end instead
+                return
+            requests = [release_request(self.queue, m) for m in late]
+            release_sync(self._calls, stub, requests, self.close_grace_s)
+
+    def _drained(self, late: list[Received], resp: Any) -> None:
+        """A frame of a stream being ended: release its messages in the stream, or by unary
+        calls (`late`) if its requests ended already."""
+        got = frame_messages(resp, self.batched)
+        with self._lock:
+            if self._half_closed:
+                late.extend(got)
+                return
+            self._release(got)
+        self._wakeup()
