@@ -22,8 +22,9 @@ and timed per generation.
 It prints, per run, the distribution of each step, the writes (commits) and the commands
 they carried (`RaftSnapshot`: the node's own snapshot recorded; `RaftCompact`: log
 entries discarded), the longest writes, and how many messages were leased by the commit
-that stored them. The probes wrap internal functions (they measure this version of the
-code) and cost a few µs per message.
+that stored them. The server's stamps come through the node's supported hook
+(`doq.node.stages.observer`, None in a server); the clients' two stamps wrap internal
+functions of the client (they measure this version of it). Probes cost a few µs per message.
 """
 
 from __future__ import annotations
@@ -111,79 +112,47 @@ def install() -> None:
     wrap(consumer, "frame_messages", received)  # what the consumers call
     wrap(aio_consumer, "frame_messages", received)
 
-    from doq.node import raft_node
+    from doq.node import stages
     from doq.queues.commands import EnqueueColumns
-    from doq.service import convert
 
-    def columns_from_pb(orig: Any) -> Any:
-        def f(cols: Any) -> Any:
-            rec("s_recv", cols.contents)
-            return orig(cols)
-        return f
+    class Observer:
+        """The server's stamps, through the node's supported hook (`doq.node.stages`)."""
 
-    def propose_pending(orig: Any) -> Any:
-        def f(self: Any, core: Any) -> Any:
-            for cmd, _ in self._pending:
-                if isinstance(cmd, EnqueueColumns):
-                    rec("s_prop", cmd.contents)
-            return orig(self, core)
-        return f
+        def __init__(self) -> None:
+            self.job_contents: dict[int, list[bytes]] = {}
+            self.started: dict[int, int] = {}
+            self.kinds: dict[int, list[str]] = {}
 
-    job_contents: dict[int, list[bytes]] = {}
+        def frame_received(self, contents: Any) -> None:
+            rec("s_recv", contents)  # a columns frame as the server receives it
 
-    def write(orig: Any) -> Any:
-        def f(self: Any, job: Any) -> Any:
-            t0 = now()
-            contents: list[bytes] = []
-            kinds: list[str] = []
-            for e in job.committed:
-                p = self._proposals.by_index.get(e.index)
-                for cmd in p.batch.commands if p is not None and p.batch is not None else ():
-                    kinds.append(type(cmd).__name__)
-                    if isinstance(cmd, EnqueueColumns):
-                        contents.extend(cmd.contents)
+        def proposed(self, commands: Any) -> None:
+            rec("s_prop", [c for cmd in commands if isinstance(cmd, EnqueueColumns) for c in cmd.contents])
+
+        def write_started(self, write_id: int, commands: Any) -> None:
+            contents = [c for cmd in commands if isinstance(cmd, EnqueueColumns) for c in cmd.contents]
+            self.started[write_id] = now()
+            self.job_contents[write_id] = contents
             rec("s_write", contents)
-            out = orig(self, job)
-            rec("s_written", contents)
-            if job.own_snapshot is not None:
-                kinds.append("RaftSnapshot")  # this node's snapshot recorded in this txn
-            if getattr(job, "compacted", 0):
-                kinds.append("RaftCompact")  # log entries discarded in this txn
-            job_contents[id(job)] = contents
-            writes.append((t0, now(), kinds))
-            return out
-        return f
+            self.kinds[write_id] = [type(cmd).__name__ for cmd in commands]
 
-    def write_off_loop(orig: Any) -> Any:
-        async def f(self: Any, job: Any) -> Any:
-            out = await orig(self, job)
-            rec("s_back", job_contents.pop(id(job), []))
-            return out
-        return f
+        def write_ended(self, write_id: int, notes: Any) -> None:
+            rec("s_written", self.job_contents.get(write_id, []))
+            writes.append((self.started.pop(write_id, now()), now(), [*self.kinds.pop(write_id, []), *notes]))
 
-    def resolve_committed(orig: Any) -> Any:
-        def f(self: Any, committed: Any, results: Any) -> Any:
-            out = orig(self, committed, results)
+        def back_on_loop(self, write_id: int) -> None:
+            rec("s_back", self.job_contents.pop(write_id, []))
+
+        def resolved(self, results: Any) -> None:
             for res in results:
                 for r in res:
                     if isinstance(r, list):
                         rec("s_leased", [m.content for m in r if hasattr(m, "content")])
-            return out
-        return f
 
-    def add_messages(orig: Any) -> Any:
-        def f(out: Any, msgs: Any) -> Any:
-            rec("s_frame", [m.content for m in msgs])
-            return orig(out, msgs)
-        return f
+        def frame_built(self, messages: Any) -> None:
+            rec("s_frame", [m.content for m in messages])
 
-    wrap(convert, "columns_from_pb", columns_from_pb)  # a columns frame as the server receives it
-    wrap(raft_node.RaftNode, "_propose_pending", propose_pending)
-    wrap(raft_node.RaftNode, "_write", write)
-    wrap(raft_node.RaftNode, "_write_off_loop", write_off_loop)
-    wrap(raft_node.RaftNode, "_resolve_committed", resolve_committed)
-    wrap(convert, "add_messages", add_messages)
-    wrap(convert, "add_columns", add_messages)  # the consumer's frames come in columns
+    stages.observer = Observer()
 
 
 # -- the run and its report ---------------------------------------------------------------------

@@ -60,7 +60,7 @@ from doq.errors import (
     Overloaded,
     Unavailable,
 )
-from doq.node import late_dequeues, log_start, peer_door, store_identity, write_overlap
+from doq.node import late_dequeues, log_start, peer_door, stages, store_identity, write_overlap
 from doq.node.alarms import Alarm, StorageGauge
 from doq.node.base import ProposalFuture
 from doq.node.cluster import ClusterStatus, Member, MemberAddrs, NodeIdentity, StorageUsage
@@ -738,6 +738,8 @@ class RaftNode:
                     fail_future(f, err)
             return
         term = core.term
+        if stages.observer is not None:
+            stages.observer.proposed([cmd for batch in batches for cmd in batch.commands])
         for index, futs, batch in zip(indexes, groups, batches, strict=True):
             self.add_proposal(index, Proposal(term, futs, batch=batch))
 
@@ -841,6 +843,8 @@ class RaftNode:
             while True:
                 try:
                     await self._writer.call(self._write, job)
+                    if stages.observer is not None:
+                        stages.observer.back_on_loop(id(job))
                     break
                 except Exception as e:
                     if self.gauge is None or self._stopping or not self.gauge.write_failed(e):
@@ -863,6 +867,22 @@ class RaftNode:
 
     def _write(self, job: _Job) -> None:
         """Writer thread: the Ready's durable part and the apply, in ONE txn (fsync)."""
+        if stages.observer is not None:
+            self._observe_write(job, stages.observer)
+            return
+        self._write_txn(job)
+
+    def _observe_write(self, job: _Job, observer: stages.StageObserver) -> None:
+        """`_write_txn` between the observer's `write_started` and `write_ended`."""
+        commands = [cmd for e in job.committed
+                    if (p := self._proposals.by_index.get(e.index)) is not None and p.batch is not None
+                    for cmd in p.batch.commands]
+        observer.write_started(id(job), commands)
+        self._write_txn(job)
+        notes = ["RaftSnapshot"] * (job.own_snapshot is not None) + ["RaftCompact"] * bool(job.compacted)
+        observer.write_ended(id(job), notes)
+
+    def _write_txn(self, job: _Job) -> None:
         t0 = time.perf_counter()
         st = self.storage
         installed: dict[str, MemberAddrs] | None = None
@@ -963,6 +983,8 @@ class RaftNode:
         """Give the proposals these entries carried their results (`ProposalBook`)."""
         if self._proposals:
             self._proposals.resolve_committed(committed, results, self._lead)
+        if stages.observer is not None:
+            stages.observer.resolved(results)
 
     def _release_ended_leases(self, results: list[list[object]]) -> None:
         """Leader: release what dequeues that committed after their lease ended leased

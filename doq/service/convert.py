@@ -9,6 +9,7 @@ import grpc
 from doq_proto.v1 import doq_pb2 as pb
 
 from doq.errors import DoqError, InvalidArgument, status_of
+from doq.node import stages
 from doq.queues.commands import EnqueueColumns, EnqueueItem
 from doq.queues.model import (
     EnqueueColumnsResult,
@@ -97,6 +98,8 @@ def settlement_from_pb(r: pb.DequeueStreamRequest) -> Settlement:
 
 def columns_from_pb(cols: pb.EnqueueColumns) -> EnqueueColumns:
     """The command of a columnar frame (each column copied out in one call)."""
+    if stages.observer is not None:
+        stages.observer.frame_received(cols.contents)
     return EnqueueColumns(
         cols.queue_name,
         list(cols.contents),
@@ -136,6 +139,8 @@ def add_messages(out: Any, msgs: Sequence[MessageView]) -> None:
     """Append `msgs` to a repeated `Message` field, each built in place by one call
     (building them apart and passing the list to a constructor copies each: ~4x the cost;
     an enum's `value` is a property: `_value_` is the same string at a tenth of the cost)."""
+    if stages.observer is not None:
+        stages.observer.frame_built(msgs)
     add = out.add
     for m in msgs:
         r = add(id=m.id, queue_name=m.queue_name, content=m.content, attempts=m.attempts,
@@ -150,6 +155,8 @@ def add_columns(out: Any, msgs: Sequence[MessageView]) -> None:
     per column, the optional columns only when a message sets the field."""
     if not msgs:
         return
+    if stages.observer is not None:
+        stages.observer.frame_built(msgs)
     out.queue_name = msgs[0].queue_name
     out.ids.extend([m.id for m in msgs])
     out.contents.extend([m.content for m in msgs])

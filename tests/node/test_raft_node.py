@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from doq.errors import NotLeader, OutcomeUnknown
-from doq.node import snapshot_keeper
+from doq.node import snapshot_keeper, stages
 from doq.node.raft_node import RaftNode, RaftNodeConfig
 from doq.queues import commands as c
 from doq.queues.model import QueueSettings
@@ -741,3 +741,56 @@ async def test_the_commit_metrics_observe_every_durable_write(tmp_path: Path) ->
     assert isinstance(leader, CountsWrites) and sum(leader.observed) >= 20
 
 
+
+
+class _StageRecorder:
+    """A `doq.node.stages` observer that records the calls it gets, in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+
+    def frame_received(self, contents: Sequence[bytes]) -> None:
+        self.calls.append(("frame_received", list(contents)))
+
+    def proposed(self, commands: Sequence[object]) -> None:
+        self.calls.append(("proposed", list(commands)))
+
+    def write_started(self, write_id: int, commands: Sequence[object]) -> None:
+        self.calls.append(("write_started", (write_id, list(commands))))
+
+    def write_ended(self, write_id: int, notes: Sequence[str]) -> None:
+        self.calls.append(("write_ended", (write_id, list(notes))))
+
+    def back_on_loop(self, write_id: int) -> None:
+        self.calls.append(("back_on_loop", (write_id, None)))
+
+    def resolved(self, results: Sequence[Sequence[object]]) -> None:
+        self.calls.append(("resolved", [list(r) for r in results]))
+
+    def frame_built(self, messages: Sequence[object]) -> None:
+        self.calls.append(("frame_built", list(messages)))
+
+
+async def test_the_stage_hook_sees_a_proposal_through_its_write_in_order(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`doq.node.stages.observer` (the supported hook bench/e2e_stages.py uses instead of
+    wrapping the driver's private methods) sees one proposal taken, the write that applies
+    exactly it end and the loop come back after it, then its result handed out."""
+    cl = new_cluster(tmp_path)
+    n1 = await cl.start("n1")
+    await cl.wait_leader()
+    await create_queue(n1)
+    rec = _StageRecorder()
+    monkeypatch.setattr(stages, "observer", rec)
+    cmd = enq(1)
+    res = await n1.propose(cmd)
+    monkeypatch.setattr(stages, "observer", None)
+    proposed = [i for i, (n, v) in enumerate(rec.calls) if n == "proposed" and v == [cmd]]
+    started = [i for i, (n, v) in enumerate(rec.calls) if n == "write_started" and v[1] == [cmd]]
+    assert len(proposed) == 1 and len(started) == 1 and proposed[0] < started[0]
+    write_id = rec.calls[started[0]][1][0]
+    after = [n for n, v in rec.calls[started[0]:]
+             if n in ("write_ended", "back_on_loop") and v[0] == write_id]
+    assert after == ["write_ended", "back_on_loop"]
+    resolved_at = [i for i, (n, v) in enumerate(rec.calls) if n == "resolved" and [res] in v]
+    assert resolved_at and resolved_at[0] > started[0]
