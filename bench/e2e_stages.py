@@ -22,9 +22,10 @@ and timed per generation.
 It prints, per run, the distribution of each step, the writes (commits) and the commands
 they carried (`RaftSnapshot`: the node's own snapshot recorded; `RaftCompact`: log
 entries discarded), the longest writes, and how many messages were leased by the commit
-that stored them. The server's stamps come through the node's supported hook
-(`doq.node.stages.observer`, None in a server); the clients' two stamps wrap internal
-functions of the client (they measure this version of it). Probes cost a few µs per message.
+that stored them. The stamps come through supported hooks, the server's
+(`doq.node.stages.observer`) and the client's (`doq_client.stages.observer`), both None
+unless a tool sets them: no probe wraps a private function. Probes cost a few µs per
+message.
 """
 
 from __future__ import annotations
@@ -42,7 +43,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -87,30 +87,18 @@ def install() -> None:
     atexit.register(dump)
     signal.signal(signal.SIGUSR1, dump)
 
-    def wrap(owner: Any, name: str, make: Callable[[Any], Any]) -> None:
-        setattr(owner, name, make(getattr(owner, name)))
+    from doq_client import stages as client_stages
 
-    from doq_client import _producer_core, aio_consumer, consumer
+    class ClientObserver:
+        """The clients' stamps, through the client's supported hook (`doq_client.stages`)."""
 
-    def take(orig: Any) -> Any:
-        def f(self: Any) -> Any:
-            before = list(self._outbox)
-            out = orig(self)
-            for chunk in before[: len(before) - len(self._outbox)]:
-                rec("p_take", chunk.contents)
-            return out
-        return f
+        def frame_taken(self, contents: Any) -> None:
+            rec("p_take", contents)
 
-    def received(orig: Any) -> Any:
-        def f(resp: Any, batched: bool) -> Any:
-            msgs = orig(resp, batched)
-            rec("c_recv", [m.content for m in msgs])
-            return msgs
-        return f
+        def frame_received(self, messages: Any) -> None:
+            rec("c_recv", [m.content for m in messages])
 
-    wrap(_producer_core.ProducerCore, "_take", take)
-    wrap(consumer, "frame_messages", received)  # what the consumers call
-    wrap(aio_consumer, "frame_messages", received)
+    client_stages.observer = ClientObserver()
 
     from doq.node import stages
     from doq.queues.commands import EnqueueColumns

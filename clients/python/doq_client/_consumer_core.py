@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from doq_client import _ops
+from doq_client import _ops, stages
 from doq_client.errors import DoqClientError, Unavailable, invalid_argument
 from doq_client.retry import Attempts
 from doq_client.types import Message, MessageRow, build, nack_request, rows_from_columns
@@ -70,7 +70,10 @@ def frame_messages(resp: Any, batched: bool) -> Sequence[Received]:
     """The messages of a received frame (a batch frame in columns or in messages)."""
     if not batched:
         return (resp,)
-    return rows_from_columns(resp.columns) if resp.HasField("columns") else resp.messages
+    msgs = rows_from_columns(resp.columns) if resp.HasField("columns") else resp.messages
+    if stages.observer is not None:
+        stages.observer.frame_received(msgs)
+    return msgs
 
 
 class ConsumerBase:

@@ -18,6 +18,7 @@ from typing import Any
 
 import grpc
 
+from doq_client import stages
 from doq_client._ledger import (
     Chunk,
     Frame,
@@ -120,6 +121,8 @@ class ProducerCore:
         """Move the next frame's chunks from the outbox to the ledger; its request(s)."""
         if self.batch:
             chunks, size = take_frame(self._outbox, self.batch, self.max_frame_bytes)
+            if stages.observer is not None:
+                stages.observer.frame_taken([c for chunk in chunks for c in chunk.contents])
             self._queued -= size
             if chunks[0].queue is not None:
                 data, frame = columns_frame(chunks)
@@ -128,6 +131,8 @@ class ProducerCore:
             self._ledger.sent(chunks, frame)
             return [data]
         chunk = self._outbox.popleft()
+        if stages.observer is not None:
+            stages.observer.frame_taken(chunk.contents)
         self._queued -= chunk.n - len(chunk.outcomes)
         self._ledger.sent([chunk], None)
         return chunk.unanswered()
