@@ -224,3 +224,16 @@ def test_one_run_is_the_id_by_id_definition(first: int, n: int) -> None:
         variants.append(good[::-1])
     for v in variants:
         assert one_run(v) == _naive_run(v), v[:3]  # type: ignore[arg-type]
+
+
+def test_a_batch_whose_last_id_starts_a_remembered_run_reports_that_one_duplicate() -> None:
+    """A producer re-sends a batch that overlaps an earlier one only in its last message:
+    that message is a duplicate (not enqueued twice), the others are new."""
+    a, b = _pair()
+    a.one(c.EnqueueColumns("q", [b"x"] * 5, dedup_ids=ids_of(P, 10, 5)))
+    res = a.one(c.EnqueueColumns("q", [b"y"] * 5, dedup_ids=ids_of(P, 6, 5)))
+    assert isinstance(res, EnqueueColumnsResult) and res.duplicates == [4]
+    assert a.m.queue_info("q").stats.ready == 9
+    b.enqueue("q", *[c.EnqueueItem(b"x", dedup_id=d) for d in ids_of(P, 10, 5)])
+    b.enqueue("q", *[c.EnqueueItem(b"y", dedup_id=d) for d in ids_of(P, 6, 5)])
+    assert [v.content for v in a.dequeue("q", 20)] == [v.content for v in b.dequeue("q", 20)]
