@@ -4,11 +4,14 @@
 small machine. A uniform random sample of the mutants of one package estimates its score
 honestly: `pick` lists the mutants of each package (mutmut's names, from
 ``mutants/**/*.py.meta``, sorted) and draws ``n`` of them with ``random.Random(seed)``, so
-the same seed and the same source give the same names on every machine; `run` hands the
-ones without a verdict (and the survivors, which newer tests may kill) to `mutmut run`;
-`score` prints, per package, killed / checked over the sample with its Wilson 95 % interval
-(a mutant that spun past the CPU limit counts as killed, as in `make mutation-results`), and
-each surviving mutant's name (`mutmut show NAME` prints its diff).
+the same seed and the same source give the same names, in the same order, on every machine.
+Every prefix of that draw is itself a uniform sample: `run` hands the draw to `mutmut run`
+in that order, a chunk per package in turn (mutants with a verdict other than survived are
+not run again), so a run stopped at any point has checked a prefix of each package's draw;
+`score` prints, per package, killed / checked over the longest prefix that has verdicts,
+with its Wilson 95 % interval (a mutant that spun past the CPU limit counts as killed, as
+in `make mutation-results`), and each surviving mutant's name (`mutmut show NAME` prints
+its diff).
 
     make mutation-sample SEED=17 N=400                  # doq.raft and doq.queues
     make mutation-sample SEED=17 N=400 PACKAGES=doq.raft
@@ -44,10 +47,11 @@ def verdicts(mutants: Path) -> dict[str, str]:
 
 
 def pick(names: list[str], package: str, seed: int, n: int) -> list[str]:
-    """``n`` mutants of ``package`` drawn uniformly without replacement, by seed."""
+    """``n`` mutants of ``package`` drawn uniformly without replacement, by seed, in the
+    order drawn (each prefix is a uniform sample too)."""
     population = sorted(m for m in names if m.startswith(package + "."))
     rng = random.Random(f"{seed}:{package}")  # str seeds are hashed deterministically
-    return sorted(rng.sample(population, min(n, len(population))))
+    return rng.sample(population, min(n, len(population)))
 
 
 def wilson(killed: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -66,35 +70,47 @@ def _sample(args: argparse.Namespace, status: dict[str, str]) -> dict[str, list[
     return {pkg: pick(names, pkg, args.seed, args.n) for pkg in args.packages}
 
 
+def _checked_prefix(sample: list[str], status: dict[str, str]) -> list[str]:
+    for i, m in enumerate(sample):
+        if status[m] == "not checked":
+            return sample[:i]
+    return sample
+
+
 def run(args: argparse.Namespace) -> int:
     status = verdicts(args.mutants)
-    todo = [m for ms in _sample(args, status).values() for m in ms
-            if status[m] in ("not checked", "survived", "suspicious")]
-    print(f"{len(todo)} sampled mutants to run", flush=True)
-    if not todo:
-        return 0
+    todo = {pkg: [m for m in ms if status[m] in ("not checked", "survived", "suspicious")]
+            for pkg, ms in _sample(args, status).items()}
+    print(f"{sum(map(len, todo.values()))} sampled mutants to run", flush=True)
     env = dict(os.environ, DOQ_MUTATION="1")
     mutmut = str(Path(sys.executable).with_name("mutmut"))
-    for i in range(0, len(todo), args.chunk):  # a bounded command line per mutmut run
-        cmd = [mutmut, "run", "--max-children", str(args.children), *todo[i : i + args.chunk]]
-        rc = subprocess.run(cmd, env=env).returncode
-        if rc != 0:
-            return rc
+    start = 0
+    while any(len(ms) > start for ms in todo.values()):  # a chunk of each package in turn
+        for pkg, ms in todo.items():
+            chunk = ms[start : start + args.chunk]
+            if not chunk:
+                continue
+            print(f"{pkg}: mutants {start + 1}-{start + len(chunk)} of {len(ms)} to run", flush=True)
+            cmd = [mutmut, "run", "--max-children", str(args.children), *chunk]
+            rc = subprocess.run(cmd, env=env).returncode
+            if rc != 0:
+                return rc
+        start += args.chunk
     return 0
 
 
 def score(args: argparse.Namespace) -> int:
     status = verdicts(args.mutants)
-    for pkg, sample in _sample(args, status).items():
+    for pkg, drawn in _sample(args, status).items():
+        sample = _checked_prefix(drawn, status)
         counts = Counter(status[m] for m in sample)
-        checked = len(sample) - counts["not checked"]
         killed = sum(counts[s] for s in KILLED)
-        lo, hi = wilson(killed, checked)
-        share = f"{100 * killed / checked:.1f} %" if checked else "-"
-        print(f"{pkg}: sample {len(sample)} (seed {args.seed}), checked {checked}, killed {killed},"
-              f" survived {counts['survived']}, no tests {counts['no tests']};"
+        lo, hi = wilson(killed, len(sample))
+        share = f"{100 * killed / len(sample):.1f} %" if sample else "-"
+        print(f"{pkg}: seed {args.seed}, the first {len(sample)} of {len(drawn)} drawn checked:"
+              f" killed {killed}, survived {counts['survived']}, no tests {counts['no tests']};"
               f" score {share}, Wilson 95 % [{100 * lo:.1f} %, {100 * hi:.1f} %]")
-        for m in sample:
+        for m in sorted(sample):
             if status[m] in ("survived", "no tests", "suspicious"):
                 print(f"    {status[m]}: {m}")
     return 0
@@ -108,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--packages", nargs="+", default=list(DEFAULT_PACKAGES))
     parser.add_argument("--mutants", type=Path, default=Path("mutants"))
     parser.add_argument("--children", type=int, default=1, help="mutmut --max-children")
-    parser.add_argument("--chunk", type=int, default=500, help="mutants per mutmut run")
+    parser.add_argument("--chunk", type=int, default=80, help="mutants per mutmut run")
     args = parser.parse_args(argv)
     if args.command == "run":
         return run(args)

@@ -49,5 +49,19 @@ def test_score_counts_the_sample_and_lists_its_survivors(
     assert main(["score", "--seed", "1", "--n", "300", "--packages", "doq.raft",
                  "--mutants", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "checked 300, killed 270, survived 30" in out and "score 90.0 %" in out
+    assert "the first 300 of 300 drawn checked: killed 270, survived 30" in out and "score 90.0 %" in out
     assert out.count("    survived: ") == 30
+
+
+def test_score_counts_only_the_checked_prefix_of_the_draw(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run stopped midway leaves a prefix of the draw checked: the score is over it."""
+    drawn = pick(NAMES, "doq.raft", seed=1, n=20)
+    codes: dict[str, int | None] = {m: 1 for m in NAMES[:300]}
+    codes[drawn[5]] = None  # the sixth drawn has no verdict yet
+    meta = tmp_path / "doq" / "raft" / "log.py.meta"
+    meta.parent.mkdir(parents=True)
+    meta.write_text(json.dumps({"exit_code_by_key": codes}))
+    main(["score", "--seed", "1", "--n", "20", "--packages", "doq.raft", "--mutants", str(tmp_path)])
+    assert "the first 5 of 20 drawn checked: killed 5," in capsys.readouterr().out
