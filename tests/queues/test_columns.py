@@ -233,3 +233,12 @@ def test_a_priority_beyond_64_bits_fails_alone_and_the_others_are_enqueued(bad: 
     assert list(res.errors) == [1] and isinstance(res.errors[1], InvalidArgument)
     assert (list(res.ids), res.duplicates, res.deliver_at_ms) == _as_columns(want)
     _same_state(a, b)
+
+
+def test_metadata_that_is_not_a_map_fails_its_message_saying_so() -> None:
+    a, _ = _pair()
+    res = a.one(c.EnqueueColumns("q", [b"a", b"b"], metadata=[{}, ["k", "v"]]))  # type: ignore[list-item]
+    assert isinstance(res, EnqueueColumnsResult) and list(res.errors) == [1] and res.ids[0]
+    err = res.errors[1]
+    assert isinstance(err, InvalidArgument) and err.reason == "INVALID_METADATA"
+    assert str(err) == "metadata must be a map of strings"
