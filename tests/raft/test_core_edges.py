@@ -166,3 +166,26 @@ def test_a_follower_that_holds_the_snapshots_entry_acknowledges_only_what_it_com
     acks = [m for m in b.ready().messages if m.type == MessageType.APP_RESP]
     assert [(m.frm, m.to, m.index, m.reject) for m in acks] == [("b", "a", committed + 2, False)]
     assert b.log.committed == committed + 2 and b.log.last_index() == committed + 4
+
+
+def test_a_leader_sends_heartbeats_every_heartbeat_tick_ticks() -> None:
+    c = Cluster(("a", "b", "c"), heartbeat_tick=3, election_tick=30)
+    c.elect("a")
+    a = c.core("a")
+    beat = a.cfg.heartbeat_tick
+    rounds = []
+    for t in range(1, 3 * beat + 1):
+        before = len(c.delivered)
+        c.tick(nodes=["a"])
+        if any(m.type == MessageType.HEARTBEAT for m in c.delivered[before:]):
+            rounds.append(t)
+    assert rounds == [beat, 2 * beat, 3 * beat]
+
+
+def test_a_proposal_during_a_leadership_transfer_is_dropped_saying_why() -> None:
+    c = Cluster(("a", "b", "c"))
+    c.elect("a")
+    a = c.core("a")
+    a.transfer_leadership("c")  # TimeoutNow not delivered: the transfer is in progress
+    with pytest.raises(ProposalDropped, match="^leadership transfer in progress$"):
+        a.propose(b"x")
