@@ -189,3 +189,25 @@ def test_a_proposal_during_a_leadership_transfer_is_dropped_saying_why() -> None
     a.transfer_leadership("c")  # TimeoutNow not delivered: the transfer is in progress
     with pytest.raises(ProposalDropped, match="^leadership transfer in progress$"):
         a.propose(b"x")
+
+
+def test_an_idle_cluster_has_no_ready() -> None:
+    """Once every message is delivered and every Ready handled, no node has work: a driver
+    waiting on `has_ready()` sleeps instead of spinning."""
+    c = Cluster(("a", "b", "c"))
+    c.elect("a")
+    c.propose("a", b"x")
+    c.stabilize()
+    assert [nid for nid in "abc" if c.core(nid).has_ready()] == []
+
+
+def test_a_follower_forwards_a_read_index_sent_to_it_to_the_leader() -> None:
+    """A peer that took this follower for the leader asks it for a read index: the follower
+    forwards the request to the leader, which answers the peer."""
+    c = Cluster(("a", "b", "c"))
+    c.elect("a")
+    b = c.core("b")
+    b.step(Message(MessageType.READ_INDEX, to="b", frm="c", term=b.term, context=b"ctx-2"))
+    c.stabilize()
+    answers = [m for m in c.delivered if m.type == MessageType.READ_INDEX_RESP]
+    assert [(m.frm, m.to, m.context) for m in answers] == [("a", "c", b"ctx-2")]
