@@ -242,3 +242,10 @@ def test_metadata_that_is_not_a_map_fails_its_message_saying_so() -> None:
     err = res.errors[1]
     assert isinstance(err, InvalidArgument) and err.reason == "INVALID_METADATA"
     assert str(err) == "metadata must be a map of strings"
+
+
+def test_an_enqueue_whose_items_are_not_a_list_is_refused_saying_so() -> None:
+    a, _ = _pair()
+    res = a.one(c.Enqueue("q", (c.EnqueueItem(b"x"),)))  # type: ignore[arg-type]
+    assert isinstance(res, InvalidArgument) and str(res) == "items must be a list"
+    assert a.m.queue_info("q").stats.ready == 0

@@ -300,3 +300,9 @@ def test_peek_of_a_partly_spent_group_shows_only_what_its_bucket_still_allows() 
     got = node.run(T0, c.Dequeue("q", 15))[0]
     assert isinstance(got, list) and len(got) == 6
     assert peeked == [v.id for v in got]
+
+
+def test_only_a_fair_queue_has_throttled_groups() -> None:
+    node = Node()
+    node.run(T0, c.CreateQueue("d", "delayed", QueueSettings()))
+    assert node.m.throttled_groups("d") == 0 and node.m.throttled_groups("nope") == 0
