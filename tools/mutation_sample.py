@@ -6,8 +6,9 @@ honestly: `pick` lists the mutants of each package (mutmut's names, from
 ``mutants/**/*.py.meta``, sorted) and draws ``n`` of them with ``random.Random(seed)``, so
 the same seed and the same source give the same names, in the same order, on every machine.
 Every prefix of that draw is itself a uniform sample: `run` hands the draw to `mutmut run`
-in that order, a chunk per package in turn (mutants with a verdict other than survived are
-not run again), so a run stopped at any point has checked a prefix of each package's draw;
+in that order, a chunk per package in turn (mutants with a verdict are not run again: rerun
+a survivor after writing its test with `make mutation MUTANTS=NAME`), so a run stopped at
+any point has checked a prefix of each package's draw;
 `score` prints, per package, killed / checked over the longest prefix that has verdicts,
 with its Wilson 95 % interval (a mutant that spun past the CPU limit counts as killed, as
 in `make mutation-results`), and each surviving mutant's name (`mutmut show NAME` prints
@@ -79,7 +80,7 @@ def _checked_prefix(sample: list[str], status: dict[str, str]) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     status = verdicts(args.mutants)
-    todo = {pkg: [m for m in ms if status[m] in ("not checked", "survived", "suspicious")]
+    todo = {pkg: [m for m in ms if status[m] == "not checked"]
             for pkg, ms in _sample(args, status).items()}
     print(f"{sum(map(len, todo.values()))} sampled mutants to run", flush=True)
     env = dict(os.environ, DOQ_MUTATION="1")
