@@ -71,6 +71,11 @@ def _sample(args: argparse.Namespace, status: dict[str, str]) -> dict[str, list[
     return {pkg: pick(names, pkg, args.seed, args.n) for pkg in args.packages}
 
 
+def _module(mutant: str) -> str:
+    """`doq.raft.log.xǁRaftLogǁslice__mutmut_8` -> `doq/raft/log.py`."""
+    return "/".join(mutant.split(".x", 1)[0].split(".")) + ".py"
+
+
 def _checked_prefix(sample: list[str], status: dict[str, str]) -> list[str]:
     for i, m in enumerate(sample):
         if status[m] == "not checked":
@@ -111,6 +116,10 @@ def score(args: argparse.Namespace) -> int:
         print(f"{pkg}: seed {args.seed}, the first {len(sample)} of {len(drawn)} drawn checked:"
               f" killed {killed}, survived {counts['survived']}, no tests {counts['no tests']};"
               f" score {share}, Wilson 95 % [{100 * lo:.1f} %, {100 * hi:.1f} %]")
+        for module in sorted({_module(m) for m in sample}):
+            mine = [m for m in sample if _module(m) == module]
+            k = sum(status[m] in KILLED for m in mine)
+            print(f"  {module:28} {len(mine):4} checked {k:4} killed")
         for m in sorted(sample):
             if status[m] in ("survived", "no tests", "suspicious"):
                 print(f"    {status[m]}: {m}")
