@@ -170,3 +170,12 @@ def test_a_read_across_stable_and_unstable_entries_returns_each_once_in_order() 
     assert [e.index for e in log.slice(3, 9, 1 << 20)] == [3, 4, 5, 6, 7, 8]
     assert [e.index for e in log.entries_from(5, 1 << 20, 100)] == [5, 6, 7, 8]
     assert [e.index for e in log.slice(2, 7, 1 << 20)] == [2, 3, 4, 5, 6]
+
+
+def test_a_commit_beyond_the_last_entry_is_an_invariant_error_naming_both() -> None:
+    st = MemoryStorage(voters=("a",))
+    st.append([Entry(1, i) for i in range(2, 8)])
+    log = RaftLog(st, 1 << 20)
+    with pytest.raises(InvariantError, match="^commit 8 beyond last 7$"):
+        log.commit_to(8)
+    assert log.committed == 1
