@@ -18,7 +18,7 @@ CHAOS_NODES ?= 3
 CHAOS_KILLS ?= 50
 CHAOS_DURATION ?= 400
 
-.PHONY: setup serve test test-fast lint check-proto sim chaos backup-zip mutation mutation-results
+.PHONY: setup serve test test-fast lint check-proto sim chaos backup-zip mutation mutation-results mutation-sample
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -71,6 +71,15 @@ mutation: $(DEV_STAMP)
 
 mutation-results: $(DEV_STAMP)
 	$(PY) -m tools.mutation_report --survivors
+
+# A seeded uniform random sample of N mutants per package, run, then scored with a Wilson
+# 95 % interval (docs/testing.md "A sample of the mutants").
+SEED ?= 17
+N ?= 400
+PACKAGES ?= doq.raft doq.queues
+mutation-sample: $(DEV_STAMP)
+	nice $(PY) -m tools.mutation_sample run --seed $(SEED) --n $(N) --packages $(PACKAGES) --children $(MUTATION_CHILDREN)
+	$(PY) -m tools.mutation_sample score --seed $(SEED) --n $(N) --packages $(PACKAGES)
 
 # The doq package as a zip for `spark-submit --py-files` (backup/README.md).
 backup-zip: $(SERVER_STAMP)

@@ -93,3 +93,11 @@ def test_the_machine_applies_key_commands_at_the_batch_time_and_returns_errors()
     assert res[0].created_ms == 1000  # type: ignore[attr-defined]
     assert isinstance(res[1], AlreadyExists) and isinstance(res[2], KeyNotFound)
     assert [r.id for r in m.keys.records()] == ["k1"]
+
+
+def test_a_key_record_of_an_unknown_version_is_refused_naming_the_version() -> None:
+    """A record written by a newer doq (another version byte) is not misread."""
+    raw = bytearray(encode_record(KeyTable().create("abc123", H, ["backup"], 99)))
+    raw[0] = 2
+    with pytest.raises(ValueError, match="unknown key record version 2"):
+        decode_record("abc123", bytes(raw))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from doq.queues import commands as c
@@ -55,7 +55,20 @@ command_st = st.one_of(
 batch_st = st.builds(c.CommandBatch, u64, st.lists(command_st, max_size=6))
 
 
+ONE_OF_EACH = c.CommandBatch(7, [
+    c.EnqueueColumns("q", [b"a", b"b"], ["g", "h"], [1, -2], [{"k": "v"}, {}], ["d1", "d2"], [0, 5]),
+    c.CreateQueue("q", "fair", QueueSettings(1, 2, "dlq", 3, 4), 9), c.UpdateQueue("q", QueueSettings()),
+    c.DeleteQueue("q"), c.PurgeQueue("q"), c.Enqueue("q", [c.EnqueueItem(b"x", "g", -1, {"a": "b"}, "d", 3)]),
+    c.Dequeue("q", 3, True, 500, 0), c.Dequeue("q", 3, False, 500, 77), c.Ack("q", [1, 2], [3, 4]),
+    c.Nack("q", 1, 2, 3, None, False), c.Nack("q", 1, 2, 3, -4, True), c.Touch("q", 1, 2, 3),
+    c.UpdatePriority("q", 1, -5), c.DeleteMessage("q", 1), c.DeleteMessage("q", 1, 2, True), c.Tick(),
+    c.RestoreChunk(b"r" * 16, 1, b"data"), c.RestoreCommit(b"r" * 16, 2, 3, 4, "sha"),
+    c.RestoreAbort(b"r" * 16),
+])
+
+
 @settings(max_examples=300)
+@example(ONE_OF_EACH)  # every command, whatever the example budget
 @given(batch_st)
 def test_round_trip(batch: c.CommandBatch) -> None:
     data = encode_batch(batch)
@@ -93,7 +106,7 @@ def test_truncation_and_trailing_bytes_are_rejected() -> None:
     for cut in range(len(data)):
         with pytest.raises(ValueError):
             decode_batch(data[:cut])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^trailing bytes after command batch$"):
         decode_batch(data + b"\x00")
 
 

@@ -4,7 +4,7 @@ stores (records, indexes, results), fast path (contents only) and general path a
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from doq.errors import DoqError, InvalidArgument
@@ -171,6 +171,12 @@ _PRIOS = st.one_of(st.integers(-5, 5), st.integers(0, 10**9 - 1),
 
 
 @settings(max_examples=60, deadline=None)
+@example(type_="delayed", rows=[(0, "a"), (0, "b"), (0, "a")], with_prios=False, with_groups=True,
+         dedup="none")  # groups alone
+@example(type_="delayed", rows=[(T0 // 1000, ""), (T0 // 1000 + 1, ""), (3, "")], with_prios=True,
+         with_groups=False, dedup="none")  # a timestamp priority due exactly now, one not yet
+@example(type_="fair", rows=[(T0 // 1000, "a"), (T0 // 1000 + 1, "b")], with_prios=True,
+         with_groups=True, dedup="run")
 @given(type_=st.sampled_from(["delayed", "fair"]),
        rows=st.lists(st.tuples(_PRIOS, st.sampled_from(["", "a", "b", "zz", "é"])), min_size=1, max_size=40),
        with_prios=st.booleans(), with_groups=st.booleans(),
@@ -213,3 +219,33 @@ def test_a_bad_priority_or_group_takes_the_per_message_path() -> None:
     assert isinstance(res, EnqueueColumnsResult) and isinstance(want, list)
     assert list(res.errors) == [1] and (list(res.ids), res.duplicates, res.deliver_at_ms) == _as_columns(want)
     _same_state(a, b)
+
+
+@pytest.mark.parametrize("bad", [2**63, -(2**63) - 1])
+def test_a_priority_beyond_64_bits_fails_alone_and_the_others_are_enqueued(bad: int) -> None:
+    """A priority outside int64 is that message's error (as in `Enqueue`); the batch's
+    other messages are enqueued, with their priorities."""
+    a, b = _pair("delayed")
+    rows = [(b"a", "", 1), (b"b", "", bad), (b"c", "", 3)]
+    res = a.one(c.EnqueueColumns("q", [r[0] for r in rows], [], [r[2] for r in rows]))
+    want = b.one(c.Enqueue("q", [c.EnqueueItem(*r) for r in rows]))
+    assert isinstance(res, EnqueueColumnsResult) and isinstance(want, list)
+    assert list(res.errors) == [1] and isinstance(res.errors[1], InvalidArgument)
+    assert (list(res.ids), res.duplicates, res.deliver_at_ms) == _as_columns(want)
+    _same_state(a, b)
+
+
+def test_metadata_that_is_not_a_map_fails_its_message_saying_so() -> None:
+    a, _ = _pair()
+    res = a.one(c.EnqueueColumns("q", [b"a", b"b"], metadata=[{}, ["k", "v"]]))  # type: ignore[list-item]
+    assert isinstance(res, EnqueueColumnsResult) and list(res.errors) == [1] and res.ids[0]
+    err = res.errors[1]
+    assert isinstance(err, InvalidArgument) and err.reason == "INVALID_METADATA"
+    assert str(err) == "metadata must be a map of strings"
+
+
+def test_an_enqueue_whose_items_are_not_a_list_is_refused_saying_so() -> None:
+    a, _ = _pair()
+    res = a.one(c.Enqueue("q", (c.EnqueueItem(b"x"),)))  # type: ignore[arg-type]
+    assert isinstance(res, InvalidArgument) and str(res) == "items must be a list"
+    assert a.m.queue_info("q").stats.ready == 0

@@ -11,7 +11,7 @@ import tracemalloc
 from bisect import insort
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from doq.queues import commands as c
@@ -38,6 +38,8 @@ op = st.one_of(
 
 
 @settings(max_examples=150, deadline=None)
+@example([("add", a, b) for a in (-3, -2, -1, 1, 2, 3) for b in (1, 2)]  # chunks of 2 at load 1
+         + [("add", -2, 0), ("add", 1, 0), ("pop_through", -2, 0), ("pop_through", 2, 0)], 1)
 @given(st.lists(op, max_size=80), st.sampled_from([1, 2, 3, 1024]))
 def test_pairlist_is_a_sorted_list_of_pairs(ops: list[tuple[str, int, int]], load: int) -> None:
     old = pairlist.LOAD
@@ -89,6 +91,7 @@ ids_st = st.integers(0, 5) | st.integers(0, 3 << PAGE_BITS) | st.integers(0, 2**
 
 
 @settings(max_examples=300, deadline=None)
+@example([("range", 0, 5000), ("discard", 100, 0), ("add", 100, 0), ("add", 5001, 0)])  # a bitmap page
 @given(st.lists(st.tuples(st.sampled_from(["add", "discard", "range", "many"]), ids_st,
                           st.integers(0, 6000)), max_size=40))
 def test_idset_is_a_set(ops: list[tuple[str, int, int]]) -> None:

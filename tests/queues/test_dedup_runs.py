@@ -224,3 +224,31 @@ def test_one_run_is_the_id_by_id_definition(first: int, n: int) -> None:
         variants.append(good[::-1])
     for v in variants:
         assert one_run(v) == _naive_run(v), v[:3]  # type: ignore[arg-type]
+
+
+def test_a_batch_whose_last_id_starts_a_remembered_run_reports_that_one_duplicate() -> None:
+    """A producer re-sends a batch that overlaps an earlier one only in its last message:
+    that message is a duplicate (not enqueued twice), the others are new."""
+    a, b = _pair()
+    a.one(c.EnqueueColumns("q", [b"x"] * 5, dedup_ids=ids_of(P, 10, 5)))
+    res = a.one(c.EnqueueColumns("q", [b"y"] * 5, dedup_ids=ids_of(P, 6, 5)))
+    assert isinstance(res, EnqueueColumnsResult) and res.duplicates == [4]
+    assert a.m.queue_info("q").stats.ready == 9
+    b.enqueue("q", *[c.EnqueueItem(b"x", dedup_id=d) for d in ids_of(P, 10, 5)])
+    b.enqueue("q", *[c.EnqueueItem(b"y", dedup_id=d) for d in ids_of(P, 6, 5)])
+    assert [v.content for v in a.dequeue("q", 20)] == [v.content for v in b.dequeue("q", 20)]
+
+
+def test_the_cap_forgets_a_whole_run_without_a_trace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the cap forgets every id of a run at once, nothing of the run stays behind."""
+    monkeypatch.setattr(M, "MAX_DEDUP_ENTRIES", 5)
+    a, b = _pair()
+    t0 = a.now
+    cols(a, ids_of(P, 1, 4))
+    items(b, ids_of(P, 1, 4))
+    cols(a, ids_of(Q, 1, 5), at=t0 + 1)  # 9 ids: all 4 of P's run go
+    items(b, ids_of(Q, 1, 5), at=t0 + 1)
+    assert a.store.data == b.store.data and a.m.dedup_n == 5
+    assert sorted(dedup_records(a).values()) == [(5, t0 + 1 + WINDOW_MS, 5)]
+    res = items(a, ids_of(P, 1, 4))  # P's ids are new again
+    assert not any(r.duplicate for r in res)

@@ -287,3 +287,22 @@ def test_peek_shows_exactly_what_the_next_dequeue_takes(
     got = node.run(node.m.now_ms, c.Dequeue("q", n))[0]
     assert isinstance(got, list)
     assert peeked == [v.id for v in got]
+
+
+def test_peek_of_a_partly_spent_group_shows_only_what_its_bucket_still_allows() -> None:
+    from doq.queues.model import MessageState
+
+    node = Node()
+    node.run(T0, c.CreateQueue("q", "fair", QueueSettings(default_group_max_per_second=10)))
+    node.fill(T0, "q", "a", 15)
+    assert node.groups_of(T0, "q", 4) == ["a"] * 4  # 4 of the bucket's 10 tokens spent
+    peeked = node.m.peek_ids("q", MessageState.READY, 0, 15)
+    got = node.run(T0, c.Dequeue("q", 15))[0]
+    assert isinstance(got, list) and len(got) == 6
+    assert peeked == [v.id for v in got]
+
+
+def test_only_a_fair_queue_has_throttled_groups() -> None:
+    node = Node()
+    node.run(T0, c.CreateQueue("d", "delayed", QueueSettings()))
+    assert node.m.throttled_groups("d") == 0 and node.m.throttled_groups("nope") == 0

@@ -93,3 +93,12 @@ def test_the_stored_hash_binds_the_secret_to_its_ca() -> None:
     run(m, c.CreateJoinToken(TID, secret_hash(fp_a, SECRET), T0 + 60_000), T0)
     assert isinstance(run(m, c.UseJoinToken(TID, secret_hash(fp_b, SECRET), "n"), T0 + 1), DoqError)
     assert run(m, c.UseJoinToken(TID, secret_hash(fp_a, SECRET), "n"), T0 + 2) is None
+
+
+def test_a_token_id_already_in_use_is_refused_and_the_first_token_kept() -> None:
+    m = QueueMachine(MemoryStore())
+    assert run(m, c.CreateJoinToken(TID, HASH, T0 + 60_000), T0) is None
+    other = hashlib.sha256(b"other").digest()
+    again = run(m, c.CreateJoinToken(TID, other, T0 + 90_000), T0 + 1)
+    assert isinstance(again, DoqError) and again.reason == "INVALID_JOIN_TOKEN"
+    assert m.join_tokens.tokens[TID] == TokenRecord(HASH, T0 + 60_000)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -40,3 +43,9 @@ def test_message_keys_sort_by_id_within_a_queue(name: str, xs: list[int]) -> Non
     keys = [K.message_key(name, i) for i in xs]
     assert [K.message_id(K.split_name(k)[2]) for k in sorted(keys)] == sorted(xs)
     assert all(K.split_name(k)[1] == name for k in keys)
+
+
+def test_a_key_shorter_than_its_name_says_is_refused_naming_it() -> None:
+    key = K.message_key("queue", 7)[:5]  # the name's length, then only two of its bytes
+    with pytest.raises(ValueError, match=f"^{re.escape(f'malformed key {key!r}')}$"):
+        K.split_name(key)

@@ -11,10 +11,13 @@ from doq.raft import (
     ConfChange,
     ConfChangeType,
     ConfState,
+    Entry,
     Message,
     MessageType,
     ProgressState,
+    ProposalDropped,
     Role,
+    SnapshotMeta,
     codec,
 )
 from tools.sim.harness import Cluster
@@ -114,3 +117,97 @@ def test_removing_the_transfer_target_cancels_the_transfer_removing_another_does
     a.apply_conf_change(ConfChange(ConfChangeType.REMOVE_NODE, "c"))
     assert a.lead_transferee == NONE
     assert a.propose(b"x") > 0  # proposals are accepted again
+
+
+def test_a_leader_accepts_a_conf_change_once_the_previous_one_is_applied() -> None:
+    """One membership change at a time (the paper's single-server changes): refused while
+    the previous one (or the leader's first entry) is unapplied, accepted as soon as it is."""
+    c = Cluster(("a", "b", "c"))
+    c.elect("a")
+    a = c.core("a")
+    assert a.log.applied == a.log.last_index()  # the leader's empty entry is applied
+    first = a.propose_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, "d"))
+    with pytest.raises(ProposalDropped, match="^a configuration change is still pending$"):
+        a.propose_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, "e"))
+    c.stabilize()
+    assert a.log.applied == first
+    assert a.propose_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, "e")) == first + 1
+
+
+def test_adding_a_voter_that_is_already_one_is_refused_naming_it() -> None:
+    c = Cluster(("a", "b", "c"))
+    c.elect("a")
+    with pytest.raises(ProposalDropped, match="^b is already a voter$"):
+        c.core("a").propose_conf_change(ConfChange(ConfChangeType.ADD_NODE, "b"))
+
+
+def test_a_snapshot_chunk_of_an_unknown_snapshot_is_rejected_so_the_leader_starts_over() -> None:
+    c = Cluster(("a", "b", "c"))
+    c.elect("a")
+    b = c.core("b")
+    meta = SnapshotMeta(b.log.last_index() + 5, b.term, ConfState(("a", "b", "c")))
+    b.step(Message(MessageType.SNAP, to="b", frm="a", term=b.term, snapshot=meta, data=b"x",
+                   offset=10))  # a later chunk, its start lost
+    sent = [m for m in b.ready().messages if m.type == MessageType.SNAP_RESP]
+    assert [(m.to, m.reject) for m in sent] == [("a", True)]
+
+
+def test_a_follower_that_holds_the_snapshots_entry_acknowledges_only_what_it_committed() -> None:
+    """A snapshot whose last entry the follower already holds only moves its commit index:
+    it acknowledges that index, not its entries after it, which the leader may not have."""
+    c = Cluster(("a", "b", "c"))
+    c.elect("a")
+    b = c.core("b")
+    committed, term = b.log.committed, b.term
+    b.log.append([Entry(term, committed + i) for i in range(1, 5)])  # received, not committed
+    meta = SnapshotMeta(committed + 2, term, ConfState(("a", "b", "c")))
+    b.step(Message(MessageType.SNAP, to="b", frm="a", term=term, snapshot=meta, data=b"s",
+                   done=True))
+    acks = [m for m in b.ready().messages if m.type == MessageType.APP_RESP]
+    assert [(m.frm, m.to, m.index, m.reject) for m in acks] == [("b", "a", committed + 2, False)]
+    assert b.log.committed == committed + 2 and b.log.last_index() == committed + 4
+
+
+def test_a_leader_sends_heartbeats_every_heartbeat_tick_ticks() -> None:
+    c = Cluster(("a", "b", "c"), heartbeat_tick=3, election_tick=30)
+    c.elect("a")
+    a = c.core("a")
+    beat = a.cfg.heartbeat_tick
+    rounds = []
+    for t in range(1, 3 * beat + 1):
+        before = len(c.delivered)
+        c.tick(nodes=["a"])
+        if any(m.type == MessageType.HEARTBEAT for m in c.delivered[before:]):
+            rounds.append(t)
+    assert rounds == [beat, 2 * beat, 3 * beat]
+
+
+def test_a_proposal_during_a_leadership_transfer_is_dropped_saying_why() -> None:
+    c = Cluster(("a", "b", "c"))
+    c.elect("a")
+    a = c.core("a")
+    a.transfer_leadership("c")  # TimeoutNow not delivered: the transfer is in progress
+    with pytest.raises(ProposalDropped, match="^leadership transfer in progress$"):
+        a.propose(b"x")
+
+
+def test_an_idle_cluster_has_no_ready() -> None:
+    """Once every message is delivered and every Ready handled, no node has work: a driver
+    waiting on `has_ready()` sleeps instead of spinning."""
+    c = Cluster(("a", "b", "c"))
+    c.elect("a")
+    c.propose("a", b"x")
+    c.stabilize()
+    assert [nid for nid in "abc" if c.core(nid).has_ready()] == []
+
+
+def test_a_follower_forwards_a_read_index_sent_to_it_to_the_leader() -> None:
+    """A peer that took this follower for the leader asks it for a read index: the follower
+    forwards the request to the leader, which answers the peer."""
+    c = Cluster(("a", "b", "c"))
+    c.elect("a")
+    b = c.core("b")
+    b.step(Message(MessageType.READ_INDEX, to="b", frm="c", term=b.term, context=b"ctx-2"))
+    c.stabilize()
+    answers = [m for m in c.delivered if m.type == MessageType.READ_INDEX_RESP]
+    assert [(m.frm, m.to, m.context) for m in answers] == [("a", "c", b"ctx-2")]

@@ -124,3 +124,58 @@ def test_a_leader_commits_by_counting_replicas_only_an_entry_of_its_term() -> No
     assert not log.maybe_commit(3, 2)  # term 1 entry, leader of term 2
     assert log.committed == 1
     assert log.maybe_commit(4, 2) and log.committed == 4
+
+
+def test_a_log_holds_no_entry_outside_its_range_whatever_the_term_asked() -> None:
+    """The paper's check of a MsgApp's (prevLogIndex, prevLogTerm): the log contains an
+    entry there with that term. Outside the range the log holds (compacted below its
+    snapshot, or beyond its end) there is no entry, even for the term 0 that out-of-range
+    reads return."""
+    st = MemoryStorage(voters=("a",))
+    st.append([Entry(1, i) for i in range(2, 8)])
+    st.create_snapshot(snap(4))
+    st.compact(4)
+    log = RaftLog(st, 1 << 20)
+    assert log.match_term(4, 1) and log.match_term(7, 1)  # the snapshot's index, the last
+    for index in (2, 3, 8, 9):  # compacted below the snapshot; beyond the last entry
+        assert not log.match_term(index, 0)
+        assert not log.match_term(index, 1)
+    assert log.maybe_append(8, 0, 0, (Entry(2, 9),)) is None  # a follower refuses it
+    assert log.last_index() == 7
+
+
+def test_an_append_never_overwrites_a_committed_entry() -> None:
+    """A committed entry is never replaced (the paper's Leader Completeness): an append
+    that starts at or below the commit index is an invariant error naming both indexes,
+    and the log is unchanged."""
+    st = MemoryStorage(voters=("a",))
+    st.append([Entry(1, i) for i in range(2, 8)])
+    log = RaftLog(st, 1 << 20)
+    log.committed = 5
+    for index in (5, 3):
+        with pytest.raises(InvariantError, match=f"^append at {index} below commit 5$"):
+            log.append([Entry(2, index)])
+    assert [(e.term, e.index) for e in log.slice(2, 8, 1 << 20)] == [(1, i) for i in range(2, 8)]
+    assert log.append([Entry(2, 6)]) == 6  # above the commit: replaces the uncommitted tail
+    assert log.term(6) == 2 and log.last_index() == 6
+
+
+def test_a_read_across_stable_and_unstable_entries_returns_each_once_in_order() -> None:
+    """A leader sends a follower entries it has persisted and entries it has not yet
+    persisted in one message: the read spans the storage and the unstable part."""
+    st = MemoryStorage(voters=("a",))
+    st.append([Entry(1, i) for i in range(2, 6)])
+    log = RaftLog(st, 1 << 20)
+    log.append([Entry(2, 6), Entry(2, 7), Entry(2, 8)])  # not yet stable
+    assert [e.index for e in log.slice(3, 9, 1 << 20)] == [3, 4, 5, 6, 7, 8]
+    assert [e.index for e in log.entries_from(5, 1 << 20, 100)] == [5, 6, 7, 8]
+    assert [e.index for e in log.slice(2, 7, 1 << 20)] == [2, 3, 4, 5, 6]
+
+
+def test_a_commit_beyond_the_last_entry_is_an_invariant_error_naming_both() -> None:
+    st = MemoryStorage(voters=("a",))
+    st.append([Entry(1, i) for i in range(2, 8)])
+    log = RaftLog(st, 1 << 20)
+    with pytest.raises(InvariantError, match="^commit 8 beyond last 7$"):
+        log.commit_to(8)
+    assert log.committed == 1

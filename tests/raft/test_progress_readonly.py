@@ -87,3 +87,18 @@ def test_no_pending_read_has_the_empty_context() -> None:
     assert ro.last_pending_context() == b""
     ro.add_request(1, b"r1", "b")
     assert ro.last_pending_context() == b"r1"
+
+
+def test_a_snapshot_not_acknowledged_within_an_election_timeout_is_given_up() -> None:
+    """A leader waits one election timeout (election_tick ticks) for a follower to report
+    a snapshot, then probes it again; not a tick earlier."""
+    c = Cluster(("a", "b", "c"))
+    c.elect("a")
+    a = c.core("a")
+    pr = a.prs["b"]
+    pr.become_snapshot(a.log.last_index())
+    for _ in range(a.cfg.election_tick - 1):
+        a.tick()
+        assert pr.state == ProgressState.SNAPSHOT
+    a.tick()
+    assert pr.state == ProgressState.PROBE

@@ -111,6 +111,10 @@ def test_config_validation() -> None:
         RaftConfig(id="a", election_tick=1, heartbeat_tick=1)
     with pytest.raises(ValueError):
         RaftConfig(id="a", bugs=frozenset({"nope"}))
+    for field in ("max_inflight_msgs", "max_entries_per_msg"):  # a leader must send something
+        for bad in (0, -1):
+            with pytest.raises(ValueError, match="must be positive"):
+                RaftConfig(id="a", **{field: bad})  # type: ignore[arg-type]
 
 
 def test_election_timeout_comes_from_the_injected_rng() -> None:

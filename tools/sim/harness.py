@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable
 
+from doq.raft import codec
 from doq.raft.config import RaftConfig
 from doq.raft.core import RaftCore
 from doq.raft.storage import MemoryStorage
@@ -132,6 +133,7 @@ class Cluster:
                 or not all(f(m) for f in self.filters)
             ):
                 continue
+            m = codec.decode_message(codec.encode_message(m))  # what the wire delivers
             self.delivered.append(m)
             dst.core.step(m)
             count += 1
