@@ -868,7 +868,7 @@ class RaftNode:
         st = self.storage
         installed: dict[str, MemberAddrs] | None = None
         cluster_id = self.state.cluster_id
-        with self.state.write() as txn:  # commits with fsync, then publishes the readers' view
+        with self.state.write(durable=self._must_be_durable(job)) as txn:  # then publishes the readers' view
             if job.snapshot is not None:
                 installed = install_snapshot_data(self.state, txn, job.snapshot.data,
                                                   job.snapshot.meta.index)
@@ -910,6 +910,23 @@ class RaftNode:
         if self._on_commit:  # every durable write, also one that only appends or votes
             t2 = time.perf_counter()
             self._on_commit(sum(len(r) for r in job.results) if job.committed else 0, t2 - t0, t2 - t1)
+
+    def _must_be_durable(self, job: _Job) -> bool:
+        """Writer thread, before the write: must its commit be durable when it returns
+        (both syncs), or may an OS crash undo it (`StateStore.write(durable=False)`: one
+        sync, the store stays whole)? Durable if it persists anything Raft promises on or
+        answers by: entries, a snapshot, a new term or vote, this node's own snapshot, or a
+        membership change applied. Not when it only applies entries already durable in
+        this node's log (and records the commit index, volatile in Raft): a leader's apply,
+        a follower's commit learnt by heartbeat. An OS crash that undoes such a write makes
+        the node re-apply the same entries from its log at restart, with the same
+        results; nothing it sent or answered depended on it being durable."""
+        if job.snapshot is not None or job.entries or job.own_snapshot is not None:
+            return True
+        hs, durable_hs = job.hard_state, self.storage.hard_state
+        if hs is not None and (hs.term, hs.vote) != (durable_hs.term, durable_hs.vote):
+            return True
+        return any(e.type == EntryType.CONF_CHANGE for e in job.committed)
 
     def _admits_this_store(self, installed: dict[str, MemberAddrs] | None, entries: list[Entry]) -> bool:
         """Does this write give the node the conf change that admitted its store (a

@@ -10,9 +10,13 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import lmdb
+import pytest
+
 from doq.node.raft_node import RaftNode, RaftNodeConfig, _Job
 from doq.queues import commands as c
 from doq.queues.model import QueueSettings
+from doq.storage import env as env_mod
 from tests.node.raftnet import Cluster, retry
 from tests.node.simloop import InlineExecutor, VirtualTimeLoop
 
@@ -76,5 +80,54 @@ def test_a_follower_makes_one_durable_write_per_call_and_learns_the_last_commit_
     loop = VirtualTimeLoop()
     try:
         loop.run_until_complete(_scenario(tmp_path))
+    finally:
+        loop.close()
+
+
+async def _syncs_scenario(root: Path, syncs: list[str]) -> None:
+    loop = asyncio.get_running_loop()
+    cl = Cluster(root, RaftNodeConfig(tick_ms=25, election_tick=10, heartbeat_tick=1), _CountingNode,
+                 prepare=_inline, clock_ms=lambda: 1_700_000_000_000 + int(loop.time() * 1000))
+    try:
+        await cl.start("n1")
+        ld = await cl.wait_leader()
+        await retry(lambda: ld.propose(c.CreateQueue("q", "delayed", QueueSettings())))
+        ld = await cl.grow("n2", "n3")
+        while not await _settled(cl, ld):
+            await asyncio.sleep(0.025)
+        nodes = sorted(cl.nodes.values(), key=lambda n: n is not ld)  # the leader first
+        writes_before = [n.writes for n in nodes]  # type: ignore[attr-defined]
+        syncs.clear()
+        for i in range(CALLS):
+            await ld.propose(c.Enqueue("q", [c.EnqueueItem(b"m%d" % i)]))
+        writes = [n.writes - b for n, b in zip(nodes, writes_before, strict=True)]  # type: ignore[attr-defined]
+        synced = [syncs.count(n.env.path()) for n in nodes]
+        # the leader: an append (synced) and an apply (not) per call; a follower: one
+        # write per call, each persisting entries (synced)
+        assert writes == [2 * CALLS, CALLS, CALLS], writes
+        assert synced == [CALLS, CALLS, CALLS], synced
+        # what the leader applied without a meta sync is in its store all the same
+        assert ld.state.get_queue("q").stats.total == CALLS
+    finally:
+        await cl.close()
+
+
+def test_only_writes_that_persist_what_raft_promises_on_sync_the_meta_page(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Entries, terms, votes, snapshots, memberships: synced before the write returns (both
+    syncs). A write that only applies entries already durable in the log (the leader's
+    apply after its followers' answers) commits with one sync: an OS crash that undoes it
+    makes the node re-apply the same entries from its log (`RaftNode._must_be_durable`)."""
+    syncs: list[str] = []
+    real = env_mod.sync_meta
+
+    def counting(env: lmdb.Environment) -> None:
+        syncs.append(env.path())
+        real(env)
+
+    monkeypatch.setattr("doq.storage.state.sync_meta", counting)
+    loop = VirtualTimeLoop()
+    try:
+        loop.run_until_complete(_syncs_scenario(tmp_path, syncs))
     finally:
         loop.close()
