@@ -162,6 +162,7 @@ class _Job:
     compact_floor: int | None = None  # under log pressure: compact up to here (else keep_entries)
     durable_committed: int = 0  # how many of `committed` were durable here before this write
     answer: Callable[[list[Entry], list[list[object]]], None] | None = None  # see `_answer_early`
+    must_sync: bool = True  # the core's `Ready.must_sync` (see `_must_be_durable`)
 
 
 class RaftNode:
@@ -745,7 +746,7 @@ class RaftNode:
     async def _handle_ready(self, core: RaftCore, rd: Ready) -> None:
         """One Ready: persist + apply (one txn, fsync) → send → conf changes → resolve →
         reads → advance."""
-        job = _Job(rd.snapshot, rd.entries, rd.hard_state, rd.committed_entries, None)
+        job = _Job(rd.snapshot, rd.entries, rd.hard_state, rd.committed_entries, None, must_sync=rd.must_sync)
         if self._admission.log_pressure():
             job.compact_floor = compact_floor(core, self.node_id)
         messages = rd.messages
@@ -912,19 +913,16 @@ class RaftNode:
             self._on_commit(sum(len(r) for r in job.results) if job.committed else 0, t2 - t0, t2 - t1)
 
     def _must_be_durable(self, job: _Job) -> bool:
-        """Writer thread, before the write: must its commit be durable when it returns
-        (both syncs), or may an OS crash undo it (`StateStore.write(durable=False)`: one
-        sync, the store stays whole)? Durable if it persists anything Raft promises on or
-        answers by: entries, a snapshot, a new term or vote, this node's own snapshot, or a
-        membership change applied. Not when it only applies entries already durable in
-        this node's log (and records the commit index, volatile in Raft): a leader's apply,
-        a follower's commit learnt by heartbeat. An OS crash that undoes such a write makes
-        the node re-apply the same entries from its log at restart, with the same
-        results; nothing it sent or answered depended on it being durable."""
-        if job.snapshot is not None or job.entries or job.own_snapshot is not None:
-            return True
-        hs, durable_hs = job.hard_state, self.storage.hard_state
-        if hs is not None and (hs.term, hs.vote) != (durable_hs.term, durable_hs.vote):
+        """Must this write's commit be durable when it returns (both syncs), or may an OS
+        crash undo it (`StateStore.write(durable=False)`: one sync, the store stays whole)?
+        Durable when the core says so (`Ready.must_sync`: entries, a snapshot, a new term
+        or vote: what this node's messages acknowledge or grant), when it records this
+        node's own snapshot, or applies a membership change. Not when it only applies
+        entries already durable in this node's log (and records the commit index, which
+        Raft recomputes): a leader's apply, a follower's commit learnt by heartbeat. An OS
+        crash that undoes such a write makes the node re-apply the same entries from its
+        log at restart, with the same results; nothing it sent or answered relied on it."""
+        if job.must_sync or job.snapshot is not None or job.own_snapshot is not None:
             return True
         return any(e.type == EntryType.CONF_CHANGE for e in job.committed)
 
