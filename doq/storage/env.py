@@ -48,7 +48,8 @@ def open_env(path: str | os.PathLike[str], *, map_size: int = DEFAULT_MAP_SIZE) 
 
     Every write-transaction commit syncs its data pages, then writes the meta page that
     makes it current WITHOUT syncing it (`metasync=False`, LMDB's MDB_NOMETASYNC: the store
-    stays whole after an OS crash, which may only undo the last commits). A commit that
+    stays whole after an OS crash, which may only undo the last commit; the next
+    commit's data sync flushes its meta page). A commit that
     must be durable when it returns calls `sync_meta` after it (`StateStore.write` does by
     default), which syncs the meta page too: the same two syncs as LMDB's default. A
     process crash (kill -9) loses nothing committed either way: the page cache keeps it.

@@ -609,8 +609,8 @@ class StateStore:
     def write(self, *, durable: bool = True) -> Iterator[lmdb.Transaction]:
         """One write transaction: the block's changes commit when it ends, durable (both
         syncs: `sync_meta`) unless `durable=False` (data pages synced, the meta page
-        written but not synced: an OS crash may undo this commit and the ones after it up
-        to the next durable one, never leave the store half-written; for a write whose
+        written but not synced until the next commit's sync: an OS crash while it is the
+        last commit may undo it, never leave the store half-written; for a write whose
         changes can be derived again, e.g. applying entries already durable in the Raft
         log), and readers then see them (a new `view`). If the block or the commit raises,
         the transaction is aborted and memory rebuilt from LMDB: nothing changed, the error
