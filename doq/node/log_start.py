@@ -20,6 +20,7 @@ import lmdb
 from doq.node.cluster import MemberAddrs
 from doq.node.raft_log import LmdbLogStorage
 from doq.raft.types import NONE, ConfState, HardState, Snapshot, SnapshotMeta
+from doq.storage.env import sync_meta
 from doq.storage.state import StateStore
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,7 @@ def bootstrap(env: lmdb.Environment, storage: LmdbLogStorage, state: StateStore,
         storage.apply_snapshot(txn, snap)
         storage.set_hard_state(txn, HardState(1, NONE, index))
         storage.set_members(txn, members)
+    sync_meta(env)
 
 
 def remember_join_cluster_id(env: lmdb.Environment, storage: LmdbLogStorage, cluster_id: str) -> None:
@@ -47,6 +49,7 @@ def remember_join_cluster_id(env: lmdb.Environment, storage: LmdbLogStorage, clu
     before its first snapshot keeps its peer door shut to other clusters."""
     with env.begin(write=True) as txn:
         storage.add_peer_cluster_id(txn, cluster_id)
+    sync_meta(env)
 
 
 def rebase(env: lmdb.Environment, storage: LmdbLogStorage, state: StateStore,
@@ -62,4 +65,5 @@ def rebase(env: lmdb.Environment, storage: LmdbLogStorage, state: StateStore,
     with env.begin(write=True) as txn:
         storage.apply_snapshot(txn, snap)
         storage.set_hard_state(txn, HardState(term, hs.vote if hs.term == term else NONE, applied))
+    sync_meta(env)
     log.info("node %s: the Raft log now starts after the state's applied index %d", node_id, applied)

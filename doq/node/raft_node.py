@@ -132,11 +132,12 @@ class RaftNodeConfig:
     read_timeout_ms: int = 5_000  # ReadIndex not served by then -> Unavailable
     admin_timeout_ms: int = 10_000  # membership change / transfer not applied by then
     max_inflight_msgs: int = 256
-    # False: the commit index rides the next append or heartbeat (RaftConfig.broadcast_commit):
-    # a follower applies it with its next entries, not in a Ready
-    # of its own; measured faster one call at a time, but a follower's state (and its
-    # storage alarm) then lags up to a heartbeat (docs/benchmarks.md, "third pass")
-    broadcast_commit: bool = True
+    # False (the lazy commit): the commit index rides the next append or heartbeat
+    # (RaftConfig.broadcast_commit): a follower applies it with its next entries, not in a
+    # write of its own (one durable write per call on a follower instead of two; measured
+    # faster one call at a time). A follower's state, and its storage alarm, lag up to a
+    # heartbeat behind the leader's commit (docs/raft.md, docs/benchmarks.md).
+    broadcast_commit: bool = False
     max_msg_bytes: int = 4 << 20
     snapshot_chunk_bytes: int = 1 << 20
     restore_chunk_bytes: int = DEFAULT_CHUNK_BYTES  # records per RestoreChunk entry (uncompressed)
@@ -161,6 +162,7 @@ class _Job:
     compact_floor: int | None = None  # under log pressure: compact up to here (else keep_entries)
     durable_committed: int = 0  # how many of `committed` were durable here before this write
     answer: Callable[[list[Entry], list[list[object]]], None] | None = None  # see `_answer_early`
+    must_sync: bool = True  # the core's `Ready.must_sync` (see `_must_be_durable`)
 
 
 class RaftNode:
@@ -746,7 +748,7 @@ class RaftNode:
     async def _handle_ready(self, core: RaftCore, rd: Ready) -> None:
         """One Ready: persist + apply (one txn, fsync) → send → conf changes → resolve →
         reads → advance."""
-        job = _Job(rd.snapshot, rd.entries, rd.hard_state, rd.committed_entries, None)
+        job = _Job(rd.snapshot, rd.entries, rd.hard_state, rd.committed_entries, None, must_sync=rd.must_sync)
         if self._admission.log_pressure():
             job.compact_floor = compact_floor(core, self.node_id)
         messages = rd.messages
@@ -887,7 +889,7 @@ class RaftNode:
         st = self.storage
         installed: dict[str, MemberAddrs] | None = None
         cluster_id = self.state.cluster_id
-        with self.state.write() as txn:  # commits with fsync, then publishes the readers' view
+        with self.state.write(durable=self._must_be_durable(job)) as txn:  # then publishes the readers' view
             if job.snapshot is not None:
                 installed = install_snapshot_data(self.state, txn, job.snapshot.data,
                                                   job.snapshot.meta.index)
@@ -929,6 +931,20 @@ class RaftNode:
         if self._on_commit:  # every durable write, also one that only appends or votes
             t2 = time.perf_counter()
             self._on_commit(sum(len(r) for r in job.results) if job.committed else 0, t2 - t0, t2 - t1)
+
+    def _must_be_durable(self, job: _Job) -> bool:
+        """Must this write's commit be durable when it returns (both syncs), or may an OS
+        crash undo it (`StateStore.write(durable=False)`: one sync, the store stays whole)?
+        Durable when the core says so (`Ready.must_sync`: entries, a snapshot, a new term
+        or vote: what this node's messages acknowledge or grant), when it records this
+        node's own snapshot, or applies a membership change. Not when it only applies
+        entries already durable in this node's log (and records the commit index, which
+        Raft recomputes): a leader's apply, a follower's commit learnt by heartbeat. An OS
+        crash that undoes such a write makes the node re-apply the same entries from its
+        log at restart, with the same results; nothing it sent or answered relied on it."""
+        if job.must_sync or job.snapshot is not None or job.own_snapshot is not None:
+            return True
+        return any(e.type == EntryType.CONF_CHANGE for e in job.committed)
 
     def _admits_this_store(self, installed: dict[str, MemberAddrs] | None, entries: list[Entry]) -> bool:
         """Does this write give the node the conf change that admitted its store (a

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 
 import lmdb
 
-from doq.storage.env import open_db
+from doq.storage.env import open_db, sync_meta
 
 STORE_KEY = b"store"
 
@@ -89,6 +89,7 @@ def ensure(env: lmdb.Environment, *, empty_join: bool,
         db = meta_db(env)
         with env.begin(write=True) as txn:
             save(txn, db, ident)
+        sync_meta(env)
     return ident
 
 
@@ -102,4 +103,5 @@ def record_cluster(env: lmdb.Environment, cluster_id: str) -> StoreIdentity:
         db = meta_db(env)
         with env.begin(write=True) as txn:
             save(txn, db, ident)
+        sync_meta(env)
     return ident

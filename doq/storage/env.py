@@ -46,7 +46,13 @@ def node_dir(data_dir: str | os.PathLike[str], node_id: str) -> Path:
 def open_env(path: str | os.PathLike[str], *, map_size: int = DEFAULT_MAP_SIZE) -> lmdb.Environment:
     """Open (creating) the environment at `path` (a directory).
 
-    Durable: every write-transaction commit fsyncs (sync=True, metasync=True).
+    Every write-transaction commit syncs its data pages, then writes the meta page that
+    makes it current WITHOUT syncing it (`metasync=False`, LMDB's MDB_NOMETASYNC: the store
+    stays whole after an OS crash, which may only undo the last commit; the next
+    commit's data sync flushes its meta page). A commit that
+    must be durable when it returns calls `sync_meta` after it (`StateStore.write` does by
+    default), which syncs the meta page too: the same two syncs as LMDB's default. A
+    process crash (kill -9) loses nothing committed either way: the page cache keeps it.
     Raises OSError/lmdb.Error if the directory is unusable.
     """
     p = private_dir(path)
@@ -55,7 +61,7 @@ def open_env(path: str | os.PathLike[str], *, map_size: int = DEFAULT_MAP_SIZE) 
         map_size=map_size,
         max_dbs=MAX_DBS,
         sync=True,
-        metasync=True,
+        metasync=False,  # `sync_meta` after each commit that must be durable
         writemap=False,
         readahead=False,
         max_readers=256,
@@ -65,6 +71,11 @@ def open_env(path: str | os.PathLike[str], *, map_size: int = DEFAULT_MAP_SIZE) 
     for name in ("data.mdb", "lock.mdb"):  # files of an older doq: tightened
         tighten(p / name, FILE_MODE)
     return env
+
+
+def sync_meta(env: lmdb.Environment) -> None:
+    """Make every commit so far durable (its meta page synced: `open_env`)."""
+    env.sync(True)
 
 
 def open_db(env: lmdb.Environment, name: bytes) -> lmdb._Database:

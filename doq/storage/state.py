@@ -114,7 +114,7 @@ from doq.queues.model import GroupStats, MessageState, MessageView, QueueInfo
 from doq.queues.redrive import RedriveTask
 from doq.storage.chunks import decode_chunk
 from doq.storage.digest import digest_of_stored
-from doq.storage.env import open_db
+from doq.storage.env import open_db, sync_meta
 from doq.storage.mapped import release_mapped_pages
 
 _V = struct.Struct(">Q")
@@ -606,10 +606,14 @@ class StateStore:
 
     # -- writes ----------------------------------------------------------------------------
     @contextlib.contextmanager
-    def write(self) -> Iterator[lmdb.Transaction]:
-        """One write transaction: the block's changes commit (one fsync) when it ends, and
-        readers then see them (a new `view`). If the block or the commit raises, the
-        transaction is aborted and memory rebuilt from LMDB: nothing changed, the error
+    def write(self, *, durable: bool = True) -> Iterator[lmdb.Transaction]:
+        """One write transaction: the block's changes commit when it ends, durable (both
+        syncs: `sync_meta`) unless `durable=False` (data pages synced, the meta page
+        written but not synced until the next commit's sync: an OS crash while it is the
+        last commit may undo it, never leave the store half-written; for a write whose
+        changes can be derived again, e.g. applying entries already durable in the Raft
+        log), and readers then see them (a new `view`). If the block or the commit raises,
+        the transaction is aborted and memory rebuilt from LMDB: nothing changed, the error
         propagates, and the store takes the next write. Raises `StoreBroken` if even that
         rebuild fails."""
         txn = self.env.begin(write=True)
@@ -624,6 +628,12 @@ class StateStore:
                 self._broken = True
                 raise StoreBroken(f"state store out of sync with LMDB after a failed write: {e}") from e
             raise
+        if durable:
+            try:
+                sync_meta(self.env)
+            except Exception as e:  # committed, maybe not durable: nothing may answer it
+                self._broken = True
+                raise StoreBroken(f"committed, but its sync failed: {e}") from e
         try:
             self._publish()
         except Exception as e:

@@ -24,8 +24,9 @@ _honest_write = StateStore.write
 
 
 @contextlib.contextmanager
-def _write_late(self: Any) -> Iterator[Any]:
-    """`StateStore.write` that commits only now and then (the writer thread's only txn).
+def _write_late(self: Any, *, durable: bool = True) -> Iterator[Any]:
+    """`StateStore.write` that commits only now and then (the writer thread's only txn;
+    `durable` ignored).
     The write that creates a fresh node's cluster id commits at once: the node's start
     opens other write transactions after it, which would wait for this one forever."""
     if not self.cluster_id and getattr(self, "_planted_txn", None) is None:

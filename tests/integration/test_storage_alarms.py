@@ -101,6 +101,20 @@ def _alarm_reasons(node: NodeProc) -> list[str]:
     return [a["reason"] for a in _readyz(node, ready=False)["alarms"]]
 
 
+def _applied_up_to_leaders_commit(cluster: list[NodeProc], node: NodeProc) -> None:
+    """Wait until `node` has applied everything its leader had committed when this was
+    called (`/cluster`'s `commit_index` on the leader, `applied_index` on the node)."""
+    status, view = call(leader(cluster), "GET", "/cluster")
+    assert status == 200, view
+    target = int(view["commit_index"])
+
+    def applied() -> bool:
+        status, body = call(node, "GET", "/cluster")
+        return status == 200 and int(body["applied_index"]) >= target
+
+    until(f"{node.node_id} applied up to {target}", applied, timeout_s=60)
+
+
 def _metrics(node: NodeProc) -> str:
     with urllib.request.urlopen(node.http_url + "/metrics", timeout=30) as r:
         return str(r.read().decode())
@@ -289,9 +303,13 @@ def test_one_full_member_stops_the_clusters_growth_until_its_space_is_freed(tmp_
         while True:
             n, refusal = _fill(entry, "bulk")
             taken += n
-            # the write that crossed the limit may also have collected garbage (stale version
+            # node-3 learns the last commit with the leader's next message (the commit index
+            # rides the next append or heartbeat) and applies it in a write of its own. That
+            # write, like the one that crossed the limit, may collect garbage (stale version
             # entries, compacted log): node-3 then clears its alarm and, once the leader hears
-            # it, the cluster grows again. Fill until node-3 itself stays full.
+            # it, the cluster grows again. Its alarm is settled only once it has applied all
+            # the leader committed; fill until node-3 itself stays full.
+            _applied_up_to_leaders_commit(cluster, n3)
             until("node-3 full, or the leader taking writes again",
                   lambda: _alarm_reasons(n3) == ["DATA_SIZE_LIMIT"] or not _readyz(leader(cluster))["alarms"])
             if _alarm_reasons(n3) == ["DATA_SIZE_LIMIT"]:

@@ -1,0 +1,133 @@
+"""The node's lazy commit (`RaftNodeConfig.broadcast_commit=False`, its default): the
+commit index rides the leader's next append or heartbeat, so a follower persists a call's
+entry and applies the previous call's in ONE durable write, instead of a second write of
+its own for each commit (etcd's broadcast on commit). Three production RaftNodes under
+virtual time with inline "threads" (deterministic: no tick fires while the calls run,
+since virtual time moves only when the loop idles); real LMDB."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import lmdb
+import pytest
+
+from doq.node.raft_node import RaftNode, RaftNodeConfig, _Job
+from doq.queues import commands as c
+from doq.queues.model import QueueSettings
+from doq.storage import env as env_mod
+from tests.node.raftnet import Cluster, retry
+from tests.node.simloop import InlineExecutor, VirtualTimeLoop
+
+CALLS = 12
+
+
+class _CountingNode(RaftNode):
+    """Counts its durable writes (one per Ready with something to persist or apply)."""
+
+    writes = 0
+
+    def _write(self, job: _Job) -> None:
+        self.writes += 1
+        super()._write(job)
+
+
+def _inline(node: RaftNode) -> None:
+    node._writer = node._snapshots.executor = InlineExecutor()  # type: ignore[assignment]
+
+
+async def _settled(cl: Cluster, leader: RaftNode) -> bool:
+    """Three voters, and every node has applied all the leader committed."""
+    st = leader.cluster_status()
+    voters = [m for m in st.members if m.role == "voter"]
+    return len(voters) == 3 and all(n.applied_index == st.commit_index for n in cl.nodes.values())
+
+
+async def _scenario(root: Path) -> None:
+    loop = asyncio.get_running_loop()
+    cfg = RaftNodeConfig(tick_ms=25, election_tick=10, heartbeat_tick=1)
+    assert cfg.broadcast_commit is False  # the node's default
+    cl = Cluster(root, cfg, _CountingNode, prepare=_inline,
+                 clock_ms=lambda: 1_700_000_000_000 + int(loop.time() * 1000))
+    try:
+        await cl.start("n1")
+        ld = await cl.wait_leader()
+        await retry(lambda: ld.propose(c.CreateQueue("q", "delayed", QueueSettings())))
+        ld = await cl.grow("n2", "n3")
+        while not await _settled(cl, ld):
+            await asyncio.sleep(0.025)  # virtual: a tick
+        followers = [n for n in cl.nodes.values() if n is not ld]
+        assert all(isinstance(n, _CountingNode) for n in followers)
+        before = [n.writes for n in followers]  # type: ignore[attr-defined]
+        applied_before = [n.applied_index for n in followers]
+        for i in range(CALLS):  # one call at a time, each waiting for its confirmation
+            await ld.propose(c.Enqueue("q", [c.EnqueueItem(b"m%d" % i)]))
+        # one write per call on each follower (etcd's broadcast on commit: two)
+        assert [n.writes - b for n, b in zip(followers, before, strict=True)] == [CALLS, CALLS]  # type: ignore[attr-defined]
+        # each applied the calls before the last with the next call's entry; the last
+        # call's commit reaches them with the next heartbeat
+        assert [n.applied_index - a for n, a in zip(followers, applied_before, strict=True)] == [CALLS - 1] * 2
+        while not await _settled(cl, ld):
+            await asyncio.sleep(0.025)
+        for n in followers:
+            assert n.state.get_queue("q").stats.total == CALLS
+    finally:
+        await cl.close()
+
+
+def test_a_follower_makes_one_durable_write_per_call_and_learns_the_last_commit_by_heartbeat(tmp_path: Path) -> None:
+    loop = VirtualTimeLoop()
+    try:
+        loop.run_until_complete(_scenario(tmp_path))
+    finally:
+        loop.close()
+
+
+async def _syncs_scenario(root: Path, syncs: list[str]) -> None:
+    loop = asyncio.get_running_loop()
+    cl = Cluster(root, RaftNodeConfig(tick_ms=25, election_tick=10, heartbeat_tick=1), _CountingNode,
+                 prepare=_inline, clock_ms=lambda: 1_700_000_000_000 + int(loop.time() * 1000))
+    try:
+        await cl.start("n1")
+        ld = await cl.wait_leader()
+        await retry(lambda: ld.propose(c.CreateQueue("q", "delayed", QueueSettings())))
+        ld = await cl.grow("n2", "n3")
+        while not await _settled(cl, ld):
+            await asyncio.sleep(0.025)
+        nodes = sorted(cl.nodes.values(), key=lambda n: n is not ld)  # the leader first
+        writes_before = [n.writes for n in nodes]  # type: ignore[attr-defined]
+        syncs.clear()
+        for i in range(CALLS):
+            await ld.propose(c.Enqueue("q", [c.EnqueueItem(b"m%d" % i)]))
+        writes = [n.writes - b for n, b in zip(nodes, writes_before, strict=True)]  # type: ignore[attr-defined]
+        synced = [syncs.count(n.env.path()) for n in nodes]
+        # the leader: an append (synced) and an apply (not) per call; a follower: one
+        # write per call, each persisting entries (synced)
+        assert writes == [2 * CALLS, CALLS, CALLS], writes
+        assert synced == [CALLS, CALLS, CALLS], synced
+        # what the leader applied without a meta sync is in its store all the same
+        assert ld.state.get_queue("q").stats.total == CALLS
+    finally:
+        await cl.close()
+
+
+def test_only_writes_that_persist_what_raft_promises_on_sync_the_meta_page(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Entries, terms, votes, snapshots, memberships: synced before the write returns (both
+    syncs). A write that only applies entries already durable in the log (the leader's
+    apply after its followers' answers) commits with one sync: an OS crash that undoes it
+    makes the node re-apply the same entries from its log (`RaftNode._must_be_durable`)."""
+    syncs: list[str] = []
+    real = env_mod.sync_meta
+
+    def counting(env: lmdb.Environment) -> None:
+        syncs.append(env.path())
+        real(env)
+
+    monkeypatch.setattr("doq.storage.state.sync_meta", counting)
+    loop = VirtualTimeLoop()
+    try:
+        loop.run_until_complete(_syncs_scenario(tmp_path, syncs))
+    finally:
+        loop.close()
