@@ -149,7 +149,7 @@ MIN_COMPACT = 1 << 16
 COMPACT_FRACTION = 4
 SWEEP_CHUNK = 1 << 14  # versions entries a commit removes at most, of a collection
 SWEEP_GATHER = 1 << 14  # notes a commit reads (and sorts) at most, of a collection
-SWEEP_VISIT = 1 << 15  # bodies a commit walks over at most, of a compaction
+SWEEP_VISIT = 1 << 13  # bodies a commit walks over (or notes it drops) at most, of a compaction
 DEFAULT_TOMBSTONE_RETENTION = 1_000_000
 DUMP_MAGIC = b"DOQSTATE1"
 _DUMP_REC = struct.Struct(">BII")
@@ -548,16 +548,18 @@ class _Compaction:
     """The removal under way of the bodies noted gone (`_TxnSink.gone`): a walk over
     state_messages in key order, from `at` (the next key to visit) to `end` (the last key
     when it started), `SWEEP_VISIT` keys per commit, deleting each body whose key is in
-    the set. No sort: the table's own order is the order of removal. Every key noted
-    before version `upto` is at or before `end`, so once the walk is past `end` all of
-    them are removed (`StateStore._end_compaction`)."""
+    the set (noted before the walk began or since). No sort: the table's own order is the
+    order of removal. Every key noted before version `upto` is at or before `end`, so once
+    the walk is past `end` all of them are removed, and their notes (the first of
+    state_gone) are dropped, `SWEEP_VISIT` per commit too (`drop_notes`)."""
 
-    __slots__ = ("at", "end", "upto")
+    __slots__ = ("at", "end", "upto", "walked")
 
     def __init__(self, end: bytes, upto: bytes) -> None:
         self.at = b""
         self.end = end
         self.upto = upto
+        self.walked = False  # past `end`: dropping the notes
 
     def step(self, cur: Any, gone: set[bytes]) -> tuple[int, bool]:
         """Visit up to `SWEEP_VISIT` keys through the cursor `cur` (of state_messages),
@@ -582,15 +584,52 @@ class _Compaction:
         self.at = k
         return visited, False
 
+    def drop_notes(self, cur: Any, gone: set[bytes]) -> tuple[int, bool]:
+        """Delete up to `SWEEP_VISIT` of the notes before `upto` through `cur` (of
+        state_gone), their keys dropped from `gone` (their bodies are removed; a key
+        noted by a data dir's notes whose body a compaction cut by a restart removed is
+        forgotten so too): (notes dropped, all dropped)."""
+        if not cur.first():
+            return 0, True
+        key, delete, upto = cur.key, cur.delete, self.upto
+        dropped = 0
+        while dropped < SWEEP_VISIT:
+            k = key()
+            if not k or k >= upto:
+                return dropped, True
+            gone.discard(k[8:])
+            delete()
+            dropped += 1
+        k = key()
+        return dropped, not k or k >= upto
+
+
+def _drop_first_notes(cur: Any, upto: bytes) -> tuple[int, bool]:
+    """Delete up to `SWEEP_CHUNK` of the notes before version `upto` (the first keys)
+    through `cur`: (notes dropped, all dropped)."""
+    if not cur.first():
+        return 0, True
+    key, delete = cur.key, cur.delete
+    dropped = 0
+    while dropped < SWEEP_CHUNK:
+        k = key()
+        if not k or k >= upto:
+            return dropped, True
+        delete()
+        dropped += 1
+    k = key()
+    return dropped, not k or k >= upto
+
 
 class _Collection:
     """The removal under way of the versions entries noted stale before version `upto`
     (in state_stale: note version + entry). Two phases, each bounded per commit:
     gathering reads the next `SWEEP_GATHER` notes (from `at`) and sorts them into a run;
     then the runs are merged lazily (`heapq.merge`), `SWEEP_CHUNK` entries per commit
-    taken in key order. No commit sorts all the notes at once."""
+    taken in key order; then the notes before `upto` (the first of state_stale) are
+    dropped, `SWEEP_CHUNK` per commit. No commit sorts all the notes at once."""
 
-    __slots__ = ("at", "upto", "runs", "merged", "head")
+    __slots__ = ("at", "upto", "runs", "merged", "head", "taken")
 
     def __init__(self, upto: bytes) -> None:
         self.at = b""
@@ -598,6 +637,7 @@ class _Collection:
         self.runs: list[list[bytes]] = []
         self.merged: Iterator[bytes] | None = None  # set once every run is gathered
         self.head: list[bytes] = []  # the merge's next entry, read ahead by `take`
+        self.taken = False  # every entry taken: dropping the notes (`_drop_first_notes`)
 
     def gather(self, cur: Any) -> int:
         """Read the next notes (before `upto`) through `cur` (of state_stale) into a
@@ -1039,9 +1079,10 @@ class StateStore:
         """After the entries up to `version`: start removing the bodies noted gone, or the
         versions entries noted stale, when enough wait, and take the next step of those
         under way (`_Compaction`, `_Collection`): each commit does a bounded part (at most
-        `SWEEP_VISIT` bodies walked, `SWEEP_GATHER` notes read and sorted,
-        `SWEEP_CHUNK` entries taken), so no commit stalls the writer on a sort of every
-        noted key. `sweep_keys` counts what this call did."""
+        `SWEEP_VISIT` bodies walked and as many gone notes dropped; `SWEEP_GATHER` stale
+        notes read and sorted, `SWEEP_CHUNK` entries taken and as many notes dropped), so
+        no commit stalls the writer on a sort of every noted key (nor on a walk of every
+        note). `sweep_keys` counts what this call did."""
         sink = self._sink
         upto = _V.pack(version + 1)
         msgs = self._kind_db[K.MESSAGE]
@@ -1051,11 +1092,15 @@ class StateStore:
             cur = txn.cursor(db=msgs)
             self._compacting = _Compaction(bytes(cur.key()) if cur.last() else b"", upto)
         if self._compacting is not None:
-            visited, done = self._compacting.step(txn.cursor(db=msgs), sink.gone)
-            work += visited
-            if done:
-                self._end_compaction(txn, self._compacting.upto)
-                self._compacting = None
+            cw = self._compacting
+            if not cw.walked:
+                visited, cw.walked = cw.step(txn.cursor(db=msgs), sink.gone)
+                work += visited
+            if cw.walked:
+                dropped, done = cw.drop_notes(txn.cursor(db=self._gone), sink.gone)
+                work += dropped
+                if done:
+                    self._compacting = None
         if self._collecting is None and sink.n_stale >= max(
                 MIN_COLLECT, txn.stat(self._versions)["entries"] // COLLECT_FRACTION):
             self._collecting = _Collection(upto)
@@ -1064,27 +1109,17 @@ class StateStore:
             if co.merged is None:
                 work += co.gather(txn.cursor(db=self._stale))
             if co.merged is not None:
-                chunk, last = co.take()
-                work += len(chunk)
-                self._unversion_dead(txn, chunk)
-                if last:
-                    sink.n_stale = max(0, sink.n_stale - self._drop_notes(txn, self._stale, co.upto))
-                    self._collecting = None
+                if not co.taken:
+                    chunk, co.taken = co.take()
+                    work += len(chunk)
+                    self._unversion_dead(txn, chunk)
+                if co.taken:
+                    dropped, done = _drop_first_notes(txn.cursor(db=self._stale), co.upto)
+                    work += dropped
+                    sink.n_stale = max(0, sink.n_stale - dropped)
+                    if done:
+                        self._collecting = None
         self.sweep_keys = work
-
-    def _end_compaction(self, txn: Any, upto: bytes) -> None:
-        """A compaction's walk is done: every body noted gone before `upto` is removed
-        (and so may be some noted since, ahead of the walk). Drop the notes before `upto`
-        and those of removed bodies; `gone` becomes the keys of the notes kept (which also
-        forgets keys whose bodies a compaction cut by a restart had removed)."""
-        sink = self._sink
-        cur = txn.cursor(db=self._gone)
-        later = list(cur.iternext(values=False)) if cur.set_range(upto) else []
-        kept = [bytes(k) for k in later if k[8:] in sink.gone]
-        txn.drop(self._gone, delete=False)
-        if kept:
-            txn.cursor(db=self._gone).putmulti([(k, b"") for k in kept], append=True)
-        sink.gone = {k[8:] for k in kept}
 
     def _unversion_dead(self, txn: Any, entries: list[bytes]) -> None:
         """Delete the versions `entries` (sorted) noted stale. None can be live again: a
