@@ -604,6 +604,7 @@ def test_removals_spread_over_commits_chunk_by_chunk(tmp_path: Path, monkeypatch
         if st._compacting is None and st._collecting is None and not st._sink.n_stale and not st._sink.gone:
             break
     assert st._compacting is None and st._collecting is None
+    assert not st._sink.gone and not st._sink.n_stale  # also the keys the cut compaction had removed
     assert _db_items(env, b"state_gone") == {} and _versions_index(env) == (_live_versions(st), 0)
     assert set(_db_items(env, b"state_messages")) == {k for k, _, _ in _live(st) if k[0] == K.MESSAGE}
 
