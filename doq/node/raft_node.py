@@ -396,7 +396,7 @@ class RaftNode:
     def _release_start_pages(self) -> None:
         """The entries logged before this start are applied again (the state skipped those
         it held): the data file's pages the start read (the log's entries since its
-        snapshot: ~0.9 GB after a 5M fill) are let go of the process's RSS, once
+        snapshot: hundreds of MB after a fill of millions) are let go of the process's RSS, once
         (`doq.storage.mapped`; they stay in the page cache). Off the loop and the writer."""
         self._release_after = None
         path = os.path.join(self.env.path(), "data.mdb")
