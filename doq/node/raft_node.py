@@ -814,8 +814,9 @@ class RaftNode:
             self._reads.serve(self.applied_index)
         if rd.committed_entries or rd.snapshot is not None:
             self._notify_applied()
-            if self._release_after is not None and self.applied_index >= self._release_after:
-                self._release_start_pages()
+            if self._release_after is not None and (rd.snapshot is not None or (
+                    rd.committed_entries and rd.committed_entries[-1].index >= self._release_after)):
+                self._release_start_pages()  # the entries, not the state (ahead of them at a restart)
             if core.role == Role.LEADER:
                 self._schedule_lease_tick()
             self._snapshots.record_due(core, pressure=self._admission.log_pressure())
