@@ -161,6 +161,7 @@ def run_kind(kind: str, n: int, m: int, per_group: int, payload: int, root: Path
     t0 = time.perf_counter()
     with doq_server(root / kind) as server:  # the same data dir: a restart
         restart_s = time.perf_counter() - t0
+        time.sleep(1.0)  # as after the fill: what the start does once ready (a release of its pages) lands
         rss2, anon2, file2 = (_proc_kb(server.pids[0], f) for f in ("VmRSS", "RssAnon", "RssFile"))
         restart_cpu_s = _cpu_s(server.pids[0])
     left = n - m

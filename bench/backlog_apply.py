@@ -8,7 +8,9 @@ Ack of the previous `--batch` deliveries and a Dequeue of the next `--batch`. Pr
 kind: fill and drain msg/s, the ratio to `plain`, CPU per message of the fill and the drain
 (`time.process_time`: steadier than msg/s on a shared machine; of the drain also the system
 part and the minor page faults), bytes this process wrote to disk per drained message
-(`/proc/self/io`), the mean and longest commit time of the drain, and the load average;
+(`/proc/self/io`), the mean and longest commit time of the drain (and, in CPU time, its
+longest `apply_entries` with the keys its sweep handled, and its longest GC pause), and the
+load average;
 with `--restart`, the seconds (wall and CPU) a fresh process takes to open the store (the
 rebuild of a restart) and its RSS per queued message. Runs the code on `sys.path`, so the
 same command measures two checkouts back to back.
@@ -17,6 +19,7 @@ same command measures two checkouts back to back.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -53,6 +56,14 @@ def run_kind(kind: str, n: int, m: int, batch: int, per_group: int, root: Path,
     st = StateStore(env)
     now = int(time.time() * 1000)
     idx = 0
+    longest_apply = [0.0, 0]  # the drain's longest apply_entries (s) and its sweep's keys
+    gc_pause = [0.0, 0.0]  # start of the collection under way, the longest pause (s)
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            gc_pause[0] = time.process_time()
+        else:
+            gc_pause[1] = max(gc_pause[1], time.process_time() - gc_pause[0])
 
     def commit(*entries: list[Any]) -> list[list[object]]:
         nonlocal idx
@@ -61,7 +72,12 @@ def run_kind(kind: str, n: int, m: int, batch: int, per_group: int, root: Path,
             idx += 1
             ents.append((idx, encode_batch(c.CommandBatch(now, cmds))))
         with st.write() as txn:
-            return st.apply_entries(txn, ents)
+            t = time.process_time()  # CPU: a wall time is the machine's load on a shared machine
+            out = st.apply_entries(txn, ents)
+            t = time.process_time() - t
+            if t > longest_apply[0]:
+                longest_apply[:] = [t, getattr(st, "sweep_keys", -1)]
+            return out
 
     qtype = "fair" if kind.startswith("fair") else "delayed"
     commit([c.CreateQueue("q", qtype, QueueSettings())])
@@ -77,6 +93,9 @@ def run_kind(kind: str, n: int, m: int, batch: int, per_group: int, root: Path,
     fill_s = time.perf_counter() - t0
     fill_cpu_s = time.process_time() - cpu0
     w0 = _written()
+    longest_apply[:] = [0.0, 0]
+    gc.freeze()  # as a server does once started: the fill's objects (here the bench's message list) out of full collections
+    gc.callbacks.append(on_gc)
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
     cpu0 = time.process_time()
@@ -101,6 +120,8 @@ def run_kind(kind: str, n: int, m: int, batch: int, per_group: int, root: Path,
     commit(*[[c.Ack("q", prev[0], prev[1])]])
     drain_s = time.perf_counter() - t0
     drain_cpu_s = time.process_time() - cpu0
+    gc.callbacks.remove(on_gc)
+    gc.unfreeze()
     written = _written() - w0
     ru1 = resource.getrusage(resource.RUSAGE_SELF)
     env.close()
@@ -108,6 +129,8 @@ def run_kind(kind: str, n: int, m: int, batch: int, per_group: int, root: Path,
            "drain_msg_per_s": m / drain_s, "drain_cpu_us_per_msg": drain_cpu_s / m * 1e6,
            "fill_cpu_us_per_msg": fill_cpu_s / n * 1e6, "drain_write_bytes_per_msg": written / m,
            "drain_commit_ms": commit_s / commits * 1e3, "drain_longest_commit_ms": longest_s * 1e3,
+           "drain_longest_apply_cpu_ms": longest_apply[0] * 1e3, "drain_longest_apply_sweep_keys": longest_apply[1],
+           "drain_longest_gc_cpu_ms": gc_pause[1] * 1e3,
            "drain_sys_us_per_msg": (ru1.ru_stime - ru0.ru_stime) / m * 1e6,
            "drain_minflt_per_msg": (ru1.ru_minflt - ru0.ru_minflt) / m, "load": loadavg()}
     if restart:

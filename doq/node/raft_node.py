@@ -45,6 +45,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
 import random
 import time
 from collections.abc import Callable
@@ -106,6 +107,7 @@ from doq.raft.types import (
 )
 from doq.raft.types import NotLeader as CoreNotLeader
 from doq.storage.chunks import DEFAULT_CHUNK_BYTES
+from doq.storage.mapped import release_mapped_pages
 from doq.storage.state import StateStore
 
 log = logging.getLogger(__name__)
@@ -246,6 +248,10 @@ class RaftNode:
         # refuses growth for (its own and its members' reports)
         self._admission = StorageAdmission(gauge, self.transport, self._leading_core,
                                            fresh_s=self.cfg.election_tick * self.cfg.tick_ms / 1000)
+        # the log's last index at start: once applied again, the data file's pages read
+        # meanwhile are let go (`_release_start_pages`); None when done (or nothing to read)
+        self._release_after: int | None = None
+        self.start_pages_released: asyncio.Future[int] | None = None  # bytes advised, once done
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -267,6 +273,8 @@ class RaftNode:
             await loop.run_in_executor(self._writer, log_start.rebase, self.env, self.storage,
                                        self.state, conf, self.node_id)
         self.core = self._new_core()
+        if self.storage.last_index() > self.storage.snapshot_meta().index:
+            self._release_after = self.storage.last_index()
         if self.identity.voting_gated:
             self.core.allow_voting(False)
             log.info("node %s (store %s) takes no part in elections until the cluster has admitted "
@@ -386,6 +394,15 @@ class RaftNode:
                 callback()
             except Exception:
                 log.exception("apply listener %r failed", callback)
+
+    def _release_start_pages(self) -> None:
+        """The entries logged before this start are applied again (the state skipped those
+        it held): the data file's pages the start read (the log's entries since its
+        snapshot: hundreds of MB after a fill of millions) are let go of the process's RSS, once
+        (`doq.storage.mapped`; they stay in the page cache). Off the loop and the writer."""
+        self._release_after = None
+        path = os.path.join(self.env.path(), "data.mdb")
+        self.start_pages_released = asyncio.get_running_loop().run_in_executor(None, release_mapped_pages, path)
 
     @property
     def applied_index(self) -> int:
@@ -801,6 +818,9 @@ class RaftNode:
             self._reads.serve(self.applied_index)
         if rd.committed_entries or rd.snapshot is not None:
             self._notify_applied()
+            if self._release_after is not None and (rd.snapshot is not None or (
+                    rd.committed_entries and rd.committed_entries[-1].index >= self._release_after)):
+                self._release_start_pages()  # the entries, not the state (ahead of them at a restart)
             if core.role == Role.LEADER:
                 self._schedule_lease_tick()
             self._snapshots.record_due(core, pressure=self._admission.log_pressure())

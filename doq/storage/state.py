@@ -79,8 +79,11 @@ commits reach readers only with the next `write()` or `rebuild()`: prefer `write
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import hashlib
+import heapq
+import itertools
 import os
 import struct
 import uuid
@@ -144,7 +147,9 @@ COLLECT_FRACTION = 8
 # a quarter: at most a third more bodies than live ones, and their keys in `_TxnSink.gone`)
 MIN_COMPACT = 1 << 16
 COMPACT_FRACTION = 4
-SWEEP_CHUNK = 1 << 14  # keys a commit removes at most, of a compaction or a collection
+SWEEP_CHUNK = 1 << 14  # versions entries a commit removes at most, of a collection
+SWEEP_GATHER = 1 << 14  # notes a commit reads (and sorts) at most, of a collection
+SWEEP_VISIT = 1 << 15  # bodies a commit walks over (or notes it drops) at most, of a compaction
 DEFAULT_TOMBSTONE_RETENTION = 1_000_000
 DUMP_MAGIC = b"DOQSTATE1"
 _DUMP_REC = struct.Struct(">BII")
@@ -539,25 +544,124 @@ def _drop_keys(cur: Any, keys: list[bytes]) -> None:
             delete()
 
 
-class _Sweep:
-    """Keys to remove in key order, `SWEEP_CHUNK` per commit; once all are, the notes
-    written before version `upto` (those the keys came from) are dropped."""
+class _Compaction:
+    """The removal under way of the bodies noted gone (`_TxnSink.gone`): a walk over
+    state_messages in key order, from `at` (the next key to visit) to `end` (the last key
+    when it started), `SWEEP_VISIT` keys per commit, deleting each body whose key is in
+    the set (noted before the walk began or since). No sort: the table's own order is the
+    order of removal. Every key noted before version `upto` is at or before `end`, so once
+    the walk is past `end` all of them are removed, and their notes (the first of
+    state_gone) are dropped, `SWEEP_VISIT` per commit too (`drop_notes`)."""
 
-    __slots__ = ("keys", "pos", "upto")
+    __slots__ = ("at", "end", "upto", "walked")
 
-    def __init__(self, keys: list[bytes], upto: bytes) -> None:
-        self.keys = keys
-        self.pos = 0
+    def __init__(self, end: bytes, upto: bytes) -> None:
+        self.at = b""
+        self.end = end
         self.upto = upto
+        self.walked = False  # past `end`: dropping the notes
 
-    def take(self) -> list[bytes]:
-        chunk = self.keys[self.pos : self.pos + SWEEP_CHUNK]
-        self.pos += len(chunk)
-        return chunk
+    def step(self, cur: Any, gone: set[bytes]) -> tuple[int, bool]:
+        """Visit up to `SWEEP_VISIT` keys through the cursor `cur` (of state_messages),
+        deleting those in `gone` (and dropping them from it): (keys visited, walk done)."""
+        if not cur.set_range(self.at):
+            return 0, True
+        key, delete, step, end = cur.key, cur.delete, cur.next, self.end
+        visited = 0
+        k = key()
+        while visited < SWEEP_VISIT:
+            if not k or k > end:  # b"": past the last key
+                return visited, True
+            visited += 1
+            if k in gone:
+                gone.discard(k)
+                delete()  # moves to the next key
+            elif not step():
+                return visited, True
+            k = key()
+        if not k or k > end:
+            return visited, True
+        self.at = k
+        return visited, False
 
-    @property
-    def done(self) -> bool:
-        return self.pos >= len(self.keys)
+    def drop_notes(self, cur: Any, gone: set[bytes]) -> tuple[int, bool]:
+        """Delete up to `SWEEP_VISIT` of the notes before `upto` through `cur` (of
+        state_gone), their keys dropped from `gone` (their bodies are removed; a key
+        noted by a data dir's notes whose body a compaction cut by a restart removed is
+        forgotten so too): (notes dropped, all dropped)."""
+        if not cur.first():
+            return 0, True
+        key, delete, upto = cur.key, cur.delete, self.upto
+        dropped = 0
+        while dropped < SWEEP_VISIT:
+            k = key()
+            if not k or k >= upto:
+                return dropped, True
+            gone.discard(k[8:])
+            delete()
+            dropped += 1
+        k = key()
+        return dropped, not k or k >= upto
+
+
+def _drop_first_notes(cur: Any, upto: bytes) -> tuple[int, bool]:
+    """Delete up to `SWEEP_CHUNK` of the notes before version `upto` (the first keys)
+    through `cur`: (notes dropped, all dropped)."""
+    if not cur.first():
+        return 0, True
+    key, delete = cur.key, cur.delete
+    dropped = 0
+    while dropped < SWEEP_CHUNK:
+        k = key()
+        if not k or k >= upto:
+            return dropped, True
+        delete()
+        dropped += 1
+    k = key()
+    return dropped, not k or k >= upto
+
+
+class _Collection:
+    """The removal under way of the versions entries noted stale before version `upto`
+    (in state_stale: note version + entry). Two phases, each bounded per commit:
+    gathering reads the next `SWEEP_GATHER` notes (from `at`) and sorts them into a run;
+    then the runs are merged lazily (`heapq.merge`), `SWEEP_CHUNK` entries per commit
+    taken in key order; then the notes before `upto` (the first of state_stale) are
+    dropped, `SWEEP_CHUNK` per commit. No commit sorts all the notes at once."""
+
+    __slots__ = ("at", "upto", "runs", "merged", "head", "taken")
+
+    def __init__(self, upto: bytes) -> None:
+        self.at = b""
+        self.upto = upto
+        self.runs: list[list[bytes]] = []
+        self.merged: Iterator[bytes] | None = None  # set once every run is gathered
+        self.head: list[bytes] = []  # the merge's next entry, read ahead by `take`
+        self.taken = False  # every entry taken: dropping the notes (`_drop_first_notes`)
+
+    def gather(self, cur: Any) -> int:
+        """Read the next notes (before `upto`) through `cur` (of state_stale) into a
+        sorted run; the count read. The last read starts the merge."""
+        notes = list(itertools.islice(cur.iternext(values=False), SWEEP_GATHER)) if cur.set_range(self.at) else []
+        cut = bisect.bisect_left(notes, self.upto)
+        if cut:
+            self.runs.append(sorted([bytes(k[8:]) for k in notes[:cut]]))
+        if cut < SWEEP_GATHER:
+            self.merged = heapq.merge(*self.runs)
+            self.runs = []
+        else:
+            self.at = notes[-1] + b"\x00"  # the next key after the last read
+        return cut
+
+    def take(self) -> tuple[list[bytes], bool]:
+        """The next (at most) `SWEEP_CHUNK` entries, ascending, and whether they are the
+        last (the merge looks one entry ahead, kept for the next take)."""
+        assert self.merged is not None
+        chunk = self.head + list(itertools.islice(self.merged, SWEEP_CHUNK + 1 - len(self.head)))
+        if len(chunk) <= SWEEP_CHUNK:
+            return chunk, True
+        self.head = [chunk.pop()]
+        return chunk, False
 
 
 class StateStore:
@@ -586,8 +690,9 @@ class StateStore:
             K.GROUP: self._db[b"state_queues"],  # fair-queue group policies (doq.queues.group_policy)
         }
         self._sink = _TxnSink(self._kind_db, self._versions, self._tombs, self._stale, self._leases, self._gone)
-        self._compacting: _Sweep | None = None  # the removals under way (`_sweep`)
-        self._collecting: _Sweep | None = None
+        self._compacting: _Compaction | None = None  # the removals under way (`_sweep`)
+        self._collecting: _Collection | None = None
+        self.sweep_keys = 0  # keys the last `_sweep` visited, read or took (bounded per commit)
         self.machine = QueueMachine(self._sink)
         self.applied_index = 0
         self.version_offset = 0
@@ -982,33 +1087,49 @@ class StateStore:
 
     def _sweep(self, txn: Any, version: int) -> None:
         """After the entries up to `version`: start removing the bodies noted gone, or the
-        versions entries noted stale, when enough wait (a `_Sweep` of the noted keys in key
-        order), and take the next chunk of those under way: a commit writes each page of
-        the table once per chunk, and no commit does more than a chunk."""
+        versions entries noted stale, when enough wait, and take the next step of those
+        under way (`_Compaction`, `_Collection`): each commit does a bounded part (at most
+        `SWEEP_VISIT` bodies walked and as many gone notes dropped; `SWEEP_GATHER` stale
+        notes read and sorted, `SWEEP_CHUNK` entries taken and as many notes dropped), so
+        no commit stalls the writer on a sort of every noted key (nor on a walk of every
+        note). `sweep_keys` counts what this call did."""
         sink = self._sink
         upto = _V.pack(version + 1)
         msgs = self._kind_db[K.MESSAGE]
+        work = 0
         if self._compacting is None and len(sink.gone) >= max(
                 MIN_COMPACT, txn.stat(msgs)["entries"] // COMPACT_FRACTION):
-            self._compacting = _Sweep(sorted(sink.gone), upto)
+            cur = txn.cursor(db=msgs)
+            self._compacting = _Compaction(bytes(cur.key()) if cur.last() else b"", upto)
         if self._compacting is not None:
-            sw = self._compacting
-            chunk = sw.take()
-            _drop_keys(txn.cursor(db=msgs), chunk)
-            sink.gone.difference_update(chunk)
-            if sw.done:
-                self._drop_notes(txn, self._gone, sw.upto)
-                self._compacting = None
+            cw = self._compacting
+            if not cw.walked:
+                visited, cw.walked = cw.step(txn.cursor(db=msgs), sink.gone)
+                work += visited
+            if cw.walked:
+                dropped, done = cw.drop_notes(txn.cursor(db=self._gone), sink.gone)
+                work += dropped
+                if done:
+                    self._compacting = None
         if self._collecting is None and sink.n_stale >= max(
                 MIN_COLLECT, txn.stat(self._versions)["entries"] // COLLECT_FRACTION):
-            self._collecting = _Sweep(sorted(bytes(k[8:]) for k in txn.cursor(db=self._stale).iternext(values=False)),
-                                      upto)
+            self._collecting = _Collection(upto)
         if self._collecting is not None:
-            sw = self._collecting
-            self._unversion_dead(txn, sw.take())
-            if sw.done:
-                sink.n_stale = max(0, sink.n_stale - self._drop_notes(txn, self._stale, sw.upto))
-                self._collecting = None
+            co = self._collecting
+            if co.merged is None:
+                work += co.gather(txn.cursor(db=self._stale))
+            if co.merged is not None:
+                if not co.taken:
+                    chunk, co.taken = co.take()
+                    work += len(chunk)
+                    self._unversion_dead(txn, chunk)
+                if co.taken:
+                    dropped, done = _drop_first_notes(txn.cursor(db=self._stale), co.upto)
+                    work += dropped
+                    sink.n_stale = max(0, sink.n_stale - dropped)
+                    if done:
+                        self._collecting = None
+        self.sweep_keys = work
 
     def _unversion_dead(self, txn: Any, entries: list[bytes]) -> None:
         """Delete the versions `entries` (sorted) noted stale. None can be live again: a

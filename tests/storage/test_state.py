@@ -585,7 +585,8 @@ def test_removals_spread_over_commits_chunk_by_chunk(tmp_path: Path, monkeypatch
     lazy_env, lazy = _open(tmp_path / "lazy")
     apply(lazy_env, lazy, WORK)
     for name, value in (("MIN_COMPACT", 1), ("MIN_COLLECT", 1), ("COMPACT_FRACTION", 1 << 40),
-                        ("COLLECT_FRACTION", 1 << 40), ("SWEEP_CHUNK", 3)):
+                        ("COLLECT_FRACTION", 1 << 40), ("SWEEP_CHUNK", 3), ("SWEEP_GATHER", 4),
+                        ("SWEEP_VISIT", 5)):
         monkeypatch.setattr(S, name, value)
     env, st = _open(tmp_path / "chunked")
     spread = 0
@@ -598,11 +599,75 @@ def test_removals_spread_over_commits_chunk_by_chunk(tmp_path: Path, monkeypatch
     assert spread > 0
     assert list(st.iter_changes(0)) == list(lazy.iter_changes(0))
     assert st.dump_state_bytes() == lazy.dump_state_bytes() and st.state_digest() == lazy.state_digest()
-    ticks = [_batch(len(WORK) + i, T0 + 10**7, c.Tick()) for i in range(1, 400)]
-    apply(env, st, ticks)
+    for i in range(1, 5000):  # ticks until the sweeps end with nothing noted (a few hundred commits)
+        apply(env, st, [_batch(len(WORK) + i, T0 + 10**7, c.Tick())])
+        if st._compacting is None and st._collecting is None and not st._sink.n_stale and not st._sink.gone:
+            break
     assert st._compacting is None and st._collecting is None
+    assert not st._sink.gone and not st._sink.n_stale  # also the keys the cut compaction had removed
     assert _db_items(env, b"state_gone") == {} and _versions_index(env) == (_live_versions(st), 0)
     assert set(_db_items(env, b"state_messages")) == {k for k, _, _ in _live(st) if k[0] == K.MESSAGE}
+
+
+def test_no_commit_sorts_or_walks_every_noted_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sweep's work per commit is bounded, whatever waits: a delayed queue with random
+    priorities drained with acks (bodies noted gone, old versions entries noted stale,
+    hundreds of each when a sweep starts), no commit's sweep visits, reads, takes or drops
+    more than 2 SWEEP_VISIT + SWEEP_GATHER + 2 SWEEP_CHUNK keys, and no sort in the store sorts
+    more than a gathered run or a batch's own keys (the sweep used to sort every noted
+    key in the commit that started it: a multi-second writer stall at 5M). The sweeps
+    end, the bodies and entries go, and the state is the unswept store's."""
+    import random
+
+    import doq.storage.state as S
+
+    for name, value in (("MIN_COMPACT", 256), ("MIN_COLLECT", 256), ("SWEEP_VISIT", 64),
+                        ("SWEEP_GATHER", 64), ("SWEEP_CHUNK", 32)):
+        monkeypatch.setattr(S, name, value)
+    sorts: list[int] = []
+
+    def counting_sorted(items, **kw):  # type: ignore[no-untyped-def]
+        out = sorted(items, **kw)
+        sorts.append(len(out))
+        return out
+
+    rng = random.Random(20)
+    n, batch = 3000, 20
+    fill = [_batch(1, T0, c.CreateQueue("q", "delayed", QueueSettings()))]
+    for i in range(0, n, 500):
+        fill.append(_batch(2 + i // 500, T0, c.EnqueueColumns("q", [b"m"] * 500, priorities=[rng.randrange(10**6) for _ in range(500)])))
+    index = len(fill)
+    drain: list[tuple[int, bytes]] = []
+    envs = [_open(tmp_path / "swept"), _open(tmp_path / "unswept")]
+    (env, st), (env0, st0) = envs
+    for e, s in envs:
+        apply(e, s, fill)
+    monkeypatch.setattr(S, "sorted", counting_sorted, raising=False)
+    work, waiting_gone, waiting_stale, sweeping = [], [], [], 0
+    prev: tuple[list[int], list[int]] = ([], [])
+    for _ in range(n * 2 // 3 // batch):
+        index += 1
+        cmds: list[c.Command] = [c.Dequeue("q", batch, visibility_timeout_ms=60_000)]
+        if prev[0]:
+            cmds.insert(0, c.Ack("q", prev[0], prev[1]))
+        drain.append(_batch(index, T0 + index, *cmds))
+        waiting_gone.append(len(st._sink.gone))
+        waiting_stale.append(st._sink.n_stale)
+        views = apply(env, st, drain[-1:])[0][-1]
+        prev = ([v.id for v in views], [v.lease_id for v in views])  # type: ignore[attr-defined]
+        work.append(st.sweep_keys)
+        sweeping += st._compacting is not None or st._collecting is not None
+    bound = 2 * S.SWEEP_VISIT + S.SWEEP_GATHER + 2 * S.SWEEP_CHUNK
+    assert max(waiting_gone) > 2 * bound and max(waiting_stale) > 2 * bound  # old: one commit sorted all of them
+    assert sweeping > 0 and 0 < max(work) <= bound
+    assert max(sorts) <= max(S.SWEEP_GATHER, 2 * batch)
+    monkeypatch.setattr(S, "MIN_COMPACT", 1 << 40)
+    monkeypatch.setattr(S, "MIN_COLLECT", 1 << 40)
+    apply(env0, st0, drain)  # the same log, never swept
+    assert len(_db_items(env, b"state_messages")) < len(_db_items(env0, b"state_messages"))
+    assert _versions_index(env)[0] < _versions_index(env0)[0]
+    assert list(st.iter_changes(0)) == list(st0.iter_changes(0))
+    assert st.dump_state_bytes() == st0.dump_state_bytes() and st.state_digest() == st0.state_digest()
 
 
 def test_round_robin_deliveries_across_block_filled_groups_note_their_old_versions(tmp_path: Path) -> None:
