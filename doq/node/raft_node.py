@@ -137,9 +137,11 @@ class RaftNodeConfig:
     # False (the lazy commit): the commit index rides the next append or heartbeat
     # (RaftConfig.broadcast_commit): a follower applies it with its next entries, not in a
     # write of its own (one durable write per call on a follower instead of two; measured
-    # faster one call at a time). A follower's state, and its storage alarm, lag up to a
-    # heartbeat behind the leader's commit (docs/raft.md, docs/benchmarks.md).
-    broadcast_commit: bool = False
+    # faster one call at a time). Off by default: a leader killed right after a membership
+    # change commits can leave a follower that has not applied it, and its peer door then
+    # refuses the new member's vote request (no leader; seen in two full runs). Turning it
+    # on needs the door to judge membership by the log's latest configuration.
+    broadcast_commit: bool = True
     max_msg_bytes: int = 4 << 20
     snapshot_chunk_bytes: int = 1 << 20
     restore_chunk_bytes: int = DEFAULT_CHUNK_BYTES  # records per RestoreChunk entry (uncompressed)

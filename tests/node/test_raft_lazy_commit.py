@@ -1,4 +1,4 @@
-"""The node's lazy commit (`RaftNodeConfig.broadcast_commit=False`, its default): the
+"""The node's lazy commit (`RaftNodeConfig.broadcast_commit=False`, opt-in): the
 commit index rides the leader's next append or heartbeat, so a follower persists a call's
 entry and applies the previous call's in ONE durable write, instead of a second write of
 its own for each commit (etcd's broadcast on commit). Three production RaftNodes under
@@ -46,8 +46,7 @@ async def _settled(cl: Cluster, leader: RaftNode) -> bool:
 
 async def _scenario(root: Path) -> None:
     loop = asyncio.get_running_loop()
-    cfg = RaftNodeConfig(tick_ms=25, election_tick=10, heartbeat_tick=1)
-    assert cfg.broadcast_commit is False  # the node's default
+    cfg = RaftNodeConfig(tick_ms=25, election_tick=10, heartbeat_tick=1, broadcast_commit=False)
     cl = Cluster(root, cfg, _CountingNode, prepare=_inline,
                  clock_ms=lambda: 1_700_000_000_000 + int(loop.time() * 1000))
     try:
@@ -86,7 +85,7 @@ def test_a_follower_makes_one_durable_write_per_call_and_learns_the_last_commit_
 
 async def _syncs_scenario(root: Path, syncs: list[str]) -> None:
     loop = asyncio.get_running_loop()
-    cl = Cluster(root, RaftNodeConfig(tick_ms=25, election_tick=10, heartbeat_tick=1), _CountingNode,
+    cl = Cluster(root, RaftNodeConfig(tick_ms=25, election_tick=10, heartbeat_tick=1, broadcast_commit=False), _CountingNode,
                  prepare=_inline, clock_ms=lambda: 1_700_000_000_000 + int(loop.time() * 1000))
     try:
         await cl.start("n1")
