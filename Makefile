@@ -18,7 +18,7 @@ CHAOS_NODES ?= 3
 CHAOS_KILLS ?= 50
 CHAOS_DURATION ?= 400
 
-.PHONY: setup serve test test-fast lint check-proto sim chaos backup-zip mutation mutation-results mutation-sample
+.PHONY: setup serve test test-fast lint check-proto sim chaos backup-zip mutation mutation-results mutation-sample mutation-sample-service
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -80,6 +80,14 @@ PACKAGES ?= doq.raft doq.queues
 mutation-sample: $(DEV_STAMP)
 	nice $(PY) -m tools.mutation_sample run --seed $(SEED) --n $(N) --packages $(PACKAGES) --children $(MUTATION_CHILDREN)
 	$(PY) -m tools.mutation_sample score --seed $(SEED) --n $(N) --packages $(PACKAGES)
+
+# The same for the service layer, in its own mutmut directory with its own test selection
+# (tools/mutmut-service.toml: in-process tests only). SERVICE_N: see docs/testing.md.
+SERVICE_N ?= 200
+SERVICE_DIR ?= build/mutation-service
+mutation-sample-service: $(DEV_STAMP)
+	nice $(PY) -m tools.mutation_sample run --seed $(SEED) --n $(SERVICE_N) --packages doq.service --workdir $(SERVICE_DIR) --config tools/mutmut-service.toml --children $(MUTATION_CHILDREN)
+	$(PY) -m tools.mutation_sample score --seed $(SEED) --n $(SERVICE_N) --packages doq.service --workdir $(SERVICE_DIR)
 
 # The doq package as a zip for `spark-submit --py-files` (backup/README.md).
 backup-zip: $(SERVER_STAMP)

@@ -17,6 +17,15 @@ its diff).
     make mutation-sample SEED=17 N=400                  # doq.raft and doq.queues
     make mutation-sample SEED=17 N=400 PACKAGES=doq.raft
     python -m tools.mutation_sample score --seed 17 --n 400
+
+Another package with another test selection (the service layer) needs its own ``mutants/``:
+mutmut drops every verdict when its test selection changes. ``--config FILE`` (a toml file
+with a ``[tool.mutmut]`` table, e.g. tools/mutmut-service.toml) and ``--workdir DIR`` make
+DIR a mutmut project of its own: its pyproject.toml is the repository's with the
+``[tool.mutmut]`` table replaced by FILE's, and doq/, tests/, tools/, clients/ are links to
+the checkout's, so mutmut's ``mutants/`` (the verdicts) lives in DIR.
+
+    make mutation-sample-service SEED=17 SERVICE_N=200  # doq.service, in build/mutation-service
 """
 
 from __future__ import annotations
@@ -35,6 +44,8 @@ from mutmut.stats import status_by_exit_code  # type: ignore[import-untyped]
 
 KILLED = ("killed", "timeout", "caught by type check")
 DEFAULT_PACKAGES = ("doq.raft", "doq.queues")
+ROOT = Path(__file__).resolve().parents[1]
+LINKED = ("doq", "tests", "tools", "clients")
 
 
 def verdicts(mutants: Path) -> dict[str, str]:
@@ -83,13 +94,48 @@ def _checked_prefix(sample: list[str], status: dict[str, str]) -> list[str]:
     return sample
 
 
+def with_mutmut_table(pyproject: str, table: str) -> str:
+    """``pyproject`` (toml text) with its ``[tool.mutmut]`` table replaced by ``table``."""
+    kept: list[str] = []
+    inside = False
+    for line in pyproject.splitlines(keepends=True):
+        if line.startswith("["):
+            inside = line.strip() == "[tool.mutmut]"
+        if not inside:
+            kept.append(line)
+    return "".join(kept).rstrip("\n") + "\n\n" + table.strip("\n") + "\n"
+
+
+def prepare(workdir: Path, config: Path) -> None:
+    """Make ``workdir`` a mutmut project of its own (links to the checkout, own config)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    text = with_mutmut_table((ROOT / "pyproject.toml").read_text(), config.read_text())
+    target = workdir / "pyproject.toml"
+    if not target.exists() or target.read_text() != text:  # mutmut watches its hash
+        target.write_text(text)
+    for name in LINKED:
+        link = workdir / name
+        if not link.is_symlink():
+            link.symlink_to(ROOT / name, target_is_directory=True)
+
+
+def _mutmut(args: argparse.Namespace, *names: str) -> int:
+    env = dict(os.environ, DOQ_MUTATION="1")
+    mutmut = str(Path(sys.executable).with_name("mutmut"))
+    cmd = [mutmut, "run", "--max-children", str(args.children), *names]
+    return subprocess.run(cmd, env=env, cwd=args.workdir).returncode
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.config is not None:
+        prepare(args.workdir, args.config)
+    if not verdicts(args.mutants):  # a new directory: mutmut names its mutants first
+        print("generating the mutants (and mutmut's test stats)", flush=True)
+        _mutmut(args, "doq.none-such")  # matches no mutant: mutmut stops after generating
     status = verdicts(args.mutants)
     todo = {pkg: [m for m in ms if status[m] == "not checked"]
             for pkg, ms in _sample(args, status).items()}
     print(f"{sum(map(len, todo.values()))} sampled mutants to run", flush=True)
-    env = dict(os.environ, DOQ_MUTATION="1")
-    mutmut = str(Path(sys.executable).with_name("mutmut"))
     start = 0
     while any(len(ms) > start for ms in todo.values()):  # a chunk of each package in turn
         for pkg, ms in todo.items():
@@ -97,8 +143,7 @@ def run(args: argparse.Namespace) -> int:
             if not chunk:
                 continue
             print(f"{pkg}: mutants {start + 1}-{start + len(chunk)} of {len(ms)} to run", flush=True)
-            cmd = [mutmut, "run", "--max-children", str(args.children), *chunk]
-            rc = subprocess.run(cmd, env=env).returncode
+            rc = _mutmut(args, *chunk)
             if rc != 0:
                 return rc
         start += args.chunk
@@ -132,10 +177,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--n", type=int, required=True, help="mutants per package")
     parser.add_argument("--packages", nargs="+", default=list(DEFAULT_PACKAGES))
-    parser.add_argument("--mutants", type=Path, default=Path("mutants"))
+    parser.add_argument("--workdir", type=Path, default=Path("."),
+                        help="where mutmut runs (its mutants/ directory is there)")
+    parser.add_argument("--config", type=Path,
+                        help="a toml file with the [tool.mutmut] table for --workdir")
+    parser.add_argument("--mutants", type=Path, help="default: WORKDIR/mutants")
     parser.add_argument("--children", type=int, default=1, help="mutmut --max-children")
     parser.add_argument("--chunk", type=int, default=80, help="mutants per mutmut run")
     args = parser.parse_args(argv)
+    if args.mutants is None:
+        args.mutants = args.workdir / "mutants"
     if args.command == "run":
         return run(args)
     if args.command == "score":

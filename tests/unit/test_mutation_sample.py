@@ -4,12 +4,13 @@ score's interval is the Wilson 95 % interval."""
 from __future__ import annotations
 
 import json
+import tomllib
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from tools.mutation_sample import main, pick, wilson
+from tools.mutation_sample import main, pick, prepare, wilson, with_mutmut_table
 
 NAMES = [f"doq.raft.log.x_f__mutmut_{i}" for i in range(300)] + [
     f"doq.queues.fair.x_g__mutmut_{i}" for i in range(100)
@@ -65,3 +66,26 @@ def test_score_counts_only_the_checked_prefix_of_the_draw(
     meta.write_text(json.dumps({"exit_code_by_key": codes}))
     main(["score", "--seed", "1", "--n", "20", "--packages", "doq.raft", "--mutants", str(tmp_path)])
     assert "the first 5 of 20 drawn checked: killed 5," in capsys.readouterr().out
+
+
+def test_a_second_mutmut_config_replaces_only_the_mutmut_table() -> None:
+    pyproject = '[project]\nname = "doq"\n\n[tool.mutmut]\nonly_mutate = ["doq/raft/*"]\n\n[tool.ruff]\nline-length = 100\n'
+    out = with_mutmut_table(pyproject, '# the service\n[tool.mutmut]\nonly_mutate = ["doq/service/*"]\n')
+    assert out.count("[tool.mutmut]") == 1 and "doq/raft/*" not in out
+    assert '[project]\nname = "doq"' in out and "[tool.ruff]\nline-length = 100" in out
+    assert out.endswith('only_mutate = ["doq/service/*"]\n')
+
+
+def test_the_service_run_has_its_own_project_directory_and_in_process_tests(tmp_path: Path) -> None:
+    """Its verdicts never mix with the cores' (their own mutants/), and it selects no test
+    that starts doq processes (they import the unmutated package and kill nothing)."""
+    config = Path(__file__).resolve().parents[2] / "tools" / "mutmut-service.toml"
+    prepare(tmp_path, config)
+    prepare(tmp_path, config)  # again: nothing to redo
+    table = tomllib.loads((tmp_path / "pyproject.toml").read_text())["tool"]["mutmut"]
+    assert table["only_mutate"] == ["doq/service/*"]
+    selection = table["pytest_add_cli_args_test_selection"]
+    assert "not integration" in selection[selection.index("-m") + 1]
+    root = config.parents[1]
+    for name in ("doq", "tests", "tools", "clients"):
+        assert (tmp_path / name).resolve() == root / name
