@@ -211,3 +211,19 @@ def test_a_follower_forwards_a_read_index_sent_to_it_to_the_leader() -> None:
     c.stabilize()
     answers = [m for m in c.delivered if m.type == MessageType.READ_INDEX_RESP]
     assert [(m.frm, m.to, m.context) for m in answers] == [("a", "c", b"ctx-2")]
+
+
+def test_a_follower_answers_an_append_below_its_commit_with_its_commit_index() -> None:
+    """An append that starts below what the follower already committed (a late or
+    duplicated message) is answered at once with the follower's commit index, so the
+    leader moves the follower's progress past everything it has committed."""
+    c = Cluster(("a", "b", "c"))
+    c.elect("a")
+    c.propose("a", b"x")
+    c.propose("a", b"y")
+    b = c.core("b")
+    committed = b.log.committed
+    assert committed >= 3
+    b.step(Message(MT.APP, to="b", frm="a", term=b.term, index=1, log_term=b.log.term(1), commit=1))
+    answers = [m for m in b.ready().messages if m.type == MT.APP_RESP]
+    assert [(m.to, m.index, m.reject) for m in answers] == [("a", committed, False)]
