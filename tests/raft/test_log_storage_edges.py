@@ -179,3 +179,15 @@ def test_a_commit_beyond_the_last_entry_is_an_invariant_error_naming_both() -> N
     with pytest.raises(InvariantError, match="^commit 8 beyond last 7$"):
         log.commit_to(8)
     assert log.committed == 1
+
+
+def test_an_append_reaching_into_the_compacted_part_keeps_only_the_entries_after_it() -> None:
+    """A follower may be sent entries it already compacted into a snapshot (the leader's
+    view of it was stale): they are skipped and the rest is appended in place."""
+    s = MemoryStorage(voters=("a",))
+    s.append([Entry(1, 2), Entry(1, 3), Entry(1, 4)])
+    s.create_snapshot(snap(3))
+    s.compact(3)
+    s.append([Entry(1, 2), Entry(1, 3), Entry(1, 4), Entry(2, 5), Entry(2, 6)])
+    assert (s.first_index(), s.last_index()) == (4, 6)
+    assert s.entries(4, 7, 1 << 20) == [Entry(1, 4), Entry(2, 5), Entry(2, 6)]

@@ -77,6 +77,8 @@ def test_quorum_and_votes() -> None:
     assert vote_result(voters, {"a": True}) is None
     assert vote_result(voters, {"a": True, "b": True}) is True
     assert vote_result(voters, {"a": True, "b": False, "c": False}) is False
+    # four voters need three: two refusals lose the election before the last answer
+    assert vote_result(("a", "b", "c", "d"), {"a": True, "b": False, "c": False}) is False
 
 
 def test_progress_flow_control() -> None:
@@ -115,6 +117,9 @@ def test_config_validation() -> None:
         for bad in (0, -1):
             with pytest.raises(ValueError, match="must be positive"):
                 RaftConfig(id="a", **{field: bad})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="snapshot_chunk_bytes must be positive"):
+        RaftConfig(id="a", snapshot_chunk_bytes=0)
+    assert RaftConfig(id="a", snapshot_chunk_bytes=1).snapshot_chunk_bytes == 1  # one byte a chunk
 
 
 def test_election_timeout_comes_from_the_injected_rng() -> None:
