@@ -197,7 +197,9 @@ NAMES = [
 ]
 
 
-@pytest.mark.parametrize(("name", "valid"), NAMES, ids=[repr(n[:12]) for n, _ in NAMES])
+# ids without backslashes: a test id is passed back to pytest on the command line (mutmut)
+@pytest.mark.parametrize(("name", "valid"), NAMES,
+                         ids=[f"{i}-{n[:12]!r}".replace("\\", "%") for i, (n, _) in enumerate(NAMES)])
 async def test_queue_name_same_answer_everywhere(sides: Sides, name: str, valid: bool) -> None:
     before = user_records(sides.service)
     answers = {
