@@ -191,3 +191,11 @@ def test_an_append_reaching_into_the_compacted_part_keeps_only_the_entries_after
     s.append([Entry(1, 2), Entry(1, 3), Entry(1, 4), Entry(2, 5), Entry(2, 6)])
     assert (s.first_index(), s.last_index()) == (4, 6)
     assert s.entries(4, 7, 1 << 20) == [Entry(1, 4), Entry(2, 5), Entry(2, 6)]
+
+
+def test_a_log_restored_from_a_snapshot_starts_right_after_it_before_it_is_stored() -> None:
+    """Between a follower's receiving a snapshot and its Ready storing it, the log already
+    is the snapshot: its first entry would be the one after, its last is the snapshot's."""
+    log = RaftLog(MemoryStorage(voters=("a",)), 1 << 20)
+    log.restore(snap(10, term=3))
+    assert (log.first_index(), log.last_index(), log.last_term()) == (11, 10, 3)

@@ -117,7 +117,7 @@ def test_config_validation() -> None:
         for bad in (0, -1):
             with pytest.raises(ValueError, match="must be positive"):
                 RaftConfig(id="a", **{field: bad})  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="snapshot_chunk_bytes must be positive"):
+    with pytest.raises(ValueError, match="^snapshot_chunk_bytes must be positive$"):
         RaftConfig(id="a", snapshot_chunk_bytes=0)
     assert RaftConfig(id="a", snapshot_chunk_bytes=1).snapshot_chunk_bytes == 1  # one byte a chunk
 
