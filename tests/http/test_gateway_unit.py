@@ -35,7 +35,7 @@ from doq.errors import (
 from doq.service.api import QueueService
 from doq.service.http.lean import LeanRoute
 from doq.service.http.problems import install_handlers
-from doq.service.http_gateway import body_limits
+from doq.service.http_gateway import DESCRIPTION, body_limits
 from tests.support.inproc import http_client, user_records
 
 Q = "/API/v1/queues"
@@ -370,6 +370,7 @@ async def test_health_and_metrics(client: httpx.AsyncClient, service: QueueServi
 async def test_openapi_document(client: httpx.AsyncClient) -> None:
     doc = (await client.get("/openapi.json")).json()
     assert doc["openapi"].startswith("3.")
+    assert doc["info"]["description"] == DESCRIPTION  # what the API is, shown atop /docs and /redoc
     text = json.dumps(doc)
     assert "HTTPValidationError" not in text and '"422"' not in text
     for ref in set(re.findall(r'"#/components/schemas/([^"]+)"', text)):
