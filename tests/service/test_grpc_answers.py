@@ -9,7 +9,9 @@ from pathlib import Path
 import grpc
 import pytest
 from doq_proto.v1 import doq_pb2 as pb
+from doq_proto.v1 import doq_pb2_grpc as pb_grpc
 
+from doq.service.grpc_server import build_server
 from tests.support import inproc
 from tests.support.inproc import Served
 
@@ -44,3 +46,22 @@ async def test_a_message_id_of_0_is_refused_as_an_invalid_id_and_changes_nothing
     trailers = dict(err.value.trailing_metadata() or ())
     assert trailers.get("doq-reason") == "INVALID_ID" and trailers.get("doq-retryable") == "false"
     assert inproc.user_records(served.api) == before
+
+
+async def test_undecodable_bytes_are_refused_invalid_request_and_the_server_serves_on(tmp_path: Path) -> None:
+    """The in-process twin of the process test in tests/integration/test_connection_limits.py."""
+    garbage = b"\xff\xff\xff\xff\x0f not a message"
+    async with inproc.local_service(tmp_path) as api:
+        server, port = build_server(api, "127.0.0.1:0")
+        await server.start()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+                unary = ch.unary_unary("/doq.v1.DOQ/Enqueue", request_serializer=bytes,
+                                       response_deserializer=bytes)
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    await unary(garbage)
+                assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+                assert dict(err.value.trailing_metadata() or ())["doq-reason"] == "INVALID_REQUEST"
+                assert await pb_grpc.DOQStub(ch).ListQueues(pb.ListQueuesRequest()) is not None
+        finally:
+            await server.stop(None)
