@@ -65,3 +65,14 @@ async def test_undecodable_bytes_are_refused_invalid_request_and_the_server_serv
                 assert await pb_grpc.DOQStub(ch).ListQueues(pb.ListQueuesRequest()) is not None
         finally:
             await server.stop(None)
+
+
+async def test_get_queue_answers_every_setting_the_queue_was_created_with(served: Served) -> None:
+    settings = pb.QueueSettings(visibility_timeout_ms=45_000, max_attempts=4, dead_letter_queue="q",
+                                max_unacked_per_group=3, dedup_window_ms=90_000,
+                                default_group_weight=2, default_group_max_per_second=50)
+    await served.stub.CreateQueue(pb.CreateQueueRequest(name="f", type="fair", settings=settings))
+    got = await served.stub.GetQueue(pb.GetQueueRequest(name="f"))
+    assert got.queue.settings == settings
+    listed = await served.stub.ListQueues(pb.ListQueuesRequest())
+    assert [q.settings for q in listed.queues if q.name == "f"] == [settings]
