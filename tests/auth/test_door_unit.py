@@ -205,3 +205,23 @@ async def test_the_dashboard_page_is_open_its_data_needs_a_key(service: QueueSer
         assert (r.status_code, r.json()["reason"]) == (403, "SCOPE_REQUIRED")
         r = await c.get("/API/v1/queues/q/messages:peek", headers=_auth(metrics))
         assert (r.status_code, r.json()["reason"]) == (403, "SCOPE_REQUIRED")
+
+
+@pytest.mark.parametrize("settle", ["nack", "ack", "touch"])
+async def test_a_key_for_one_queue_prefix_cannot_settle_a_message_of_another_queue(
+    service: QueueService, settle: str
+) -> None:
+    """A consumer key scoped to the queues starting with `a` holds no lease of queue `b`:
+    settling a delivered message of `b` is refused SCOPE_REQUIRED and leaves it in flight."""
+    admin = _auth((await create_key(service.node, ["admin"])).token)
+    only_a = _auth((await create_key(service.node, ["consume:a"])).token)
+    async with _client(service, required=True) as c:
+        for name in ("a", "b"):
+            assert (await c.post(Q, json={"name": name}, headers=admin)).status_code == 201
+        assert (await c.post(f"{Q}/b/messages", json={"content": "x"}, headers=admin)).status_code == 201
+        msg = (await c.get(f"{Q}/b/messages", params={"ack": "false"}, headers=admin)).json()
+        r = await c.post(f"{Q}/b/messages/{msg['id']}/{settle}", json={"lease_id": msg["lease_id"]}, headers=only_a)
+        assert (r.status_code, r.json()["reason"]) == (403, "SCOPE_REQUIRED")
+        now = (await c.get(f"{Q}/b/messages/{msg['id']}", headers=admin)).json()
+        assert (now["state"], now["lease_id"], now["lease_expires_at_ms"]) == (
+            "in_flight", msg["lease_id"], msg["lease_expires_at_ms"])
