@@ -11,6 +11,8 @@ import pytest
 from doq_proto.v1 import doq_pb2 as pb
 from doq_proto.v1 import doq_pb2_grpc as pb_grpc
 
+from doq.errors import FailedPrecondition
+from doq.service.door import Action, Caller
 from doq.service.grpc_server import build_server
 from tests.support import inproc
 from tests.support.inproc import Served
@@ -76,3 +78,23 @@ async def test_get_queue_answers_every_setting_the_queue_was_created_with(served
     assert got.queue.settings == settings
     listed = await served.stub.ListQueues(pb.ListQueuesRequest())
     assert [q.settings for q in listed.queues if q.name == "f"] == [settings]
+
+
+async def test_a_nack_the_door_refuses_for_its_queue_leaves_the_message_in_flight(served: Served) -> None:
+    """The door sees each settlement's queue: a check that refuses queue `forbidden`
+    (standing in for a key's queue scope) refuses the nack, and the lease stands."""
+
+    def check(caller: Caller, action: Action, queue: str | None) -> None:
+        if action == Action.NACK and queue == "forbidden":
+            raise FailedPrecondition("refused by the door", reason="REFUSED_BY_TEST")
+
+    await served.api.create_queue("forbidden")
+    sent = await served.stub.Enqueue(pb.EnqueueRequest(queue_name="forbidden", content=b"x"))
+    got = await served.stub.Dequeue(pb.DequeueRequest(queue_name="forbidden", max_messages=1))
+    [msg] = got.messages
+    served.api.door.add_check(check)
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await served.stub.Nack(pb.NackRequest(queue_name="forbidden", id=sent.id, lease_id=msg.lease_id))
+    assert dict(err.value.trailing_metadata() or ())["doq-reason"] == "REFUSED_BY_TEST"
+    now = await served.stub.Get(pb.GetRequest(queue_name="forbidden", id=sent.id))
+    assert (now.lease_id, now.attempts) == (msg.lease_id, msg.attempts)
