@@ -11,7 +11,7 @@ import pytest
 from doq_proto.v1 import doq_pb2 as pb
 from doq_proto.v1 import doq_pb2_grpc as pb_grpc
 
-from doq.errors import FailedPrecondition
+from doq.errors import FailedPrecondition, Overloaded
 from doq.service.door import Action, Caller
 from doq.service.grpc_server import build_server
 from tests.support import inproc
@@ -98,3 +98,17 @@ async def test_a_nack_the_door_refuses_for_its_queue_leaves_the_message_in_fligh
     assert dict(err.value.trailing_metadata() or ())["doq-reason"] == "REFUSED_BY_TEST"
     now = await served.stub.Get(pb.GetRequest(queue_name="forbidden", id=sent.id))
     assert (now.lease_id, now.attempts) == (msg.lease_id, msg.attempts)
+
+
+async def test_a_retryable_refusal_says_so_in_its_trailers(served: Served) -> None:
+    """Clients retry on `doq-retryable: true` (clients/python: the error's `retryable`)."""
+
+    def check(caller: Caller, action: Action, queue: str | None) -> None:
+        raise Overloaded("too busy, try again")
+
+    served.api.door.add_check(check)
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await served.stub.Enqueue(pb.EnqueueRequest(queue_name="q", content=b"x"))
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    trailers = dict(err.value.trailing_metadata() or ())
+    assert (trailers["doq-reason"], trailers["doq-retryable"]) == ("OVERLOADED", "true")
