@@ -156,6 +156,7 @@ async def test_unreachable_leader_is_a_retryable_503() -> None:
         doc = r.json()
         assert doc["reason"] == "LEADER_UNREACHABLE" and doc["retryable"] is True and doc["leader_hint"] == "node-1"
         assert r.headers["x-doq-leader"] == dead and r.headers["retry-after"] == "1"
+        assert dead in doc["detail"]  # which leader did not answer: the operator's first question
 
 
 async def test_concurrent_forwards() -> None:
