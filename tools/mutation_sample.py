@@ -161,12 +161,17 @@ def score(args: argparse.Namespace) -> int:
         print(f"{pkg}: seed {args.seed}, the first {len(sample)} of {len(drawn)} drawn checked:"
               f" killed {killed}, survived {counts['survived']}, no tests {counts['no tests']};"
               f" score {share}, Wilson 95 % [{100 * lo:.1f} %, {100 * hi:.1f} %]")
+        if counts["timeout"]:  # counted as killed; on a loaded machine some are only slow
+            strict = killed - counts["timeout"]
+            slo, shi = wilson(strict, len(sample))
+            print(f"  of the killed, {counts['timeout']} by mutmut's wall-clock timeout; without them"
+                  f" {100 * strict / len(sample):.1f} %, Wilson 95 % [{100 * slo:.1f} %, {100 * shi:.1f} %]")
         for module in sorted({_module(m) for m in sample}):
             mine = [m for m in sample if _module(m) == module]
             k = sum(status[m] in KILLED for m in mine)
             print(f"  {module:28} {len(mine):4} checked {k:4} killed")
         for m in sorted(sample):
-            if status[m] in ("survived", "no tests", "suspicious"):
+            if status[m] in ("survived", "no tests", "suspicious", "timeout"):
                 print(f"    {status[m]}: {m}")
     return 0
 

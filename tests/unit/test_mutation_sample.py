@@ -89,3 +89,17 @@ def test_the_service_run_has_its_own_project_directory_and_in_process_tests(tmp_
     root = config.parents[1]
     for name in ("doq", "tests", "tools", "clients"):
         assert (tmp_path / name).resolve() == root / name
+
+
+def test_score_shows_what_the_wall_clock_timeouts_add(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A timeout counts as killed, but on a loaded machine a slow survivor times out too:
+    the score without them is printed beside it."""
+    names = NAMES[:300]
+    codes = {m: (36 if i < 30 else 1) for i, m in enumerate(names)}  # 36: mutmut's timeout
+    meta = tmp_path / "doq" / "raft" / "log.py.meta"
+    meta.parent.mkdir(parents=True)
+    meta.write_text(json.dumps({"exit_code_by_key": codes}))
+    main(["score", "--seed", "1", "--n", "300", "--packages", "doq.raft", "--mutants", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "score 100.0 %" in out and "of the killed, 30 by mutmut's wall-clock timeout; without them 90.0 %" in out
+    assert out.count("    timeout: ") == 30
