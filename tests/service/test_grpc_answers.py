@@ -12,6 +12,7 @@ from doq_proto.v1 import doq_pb2 as pb
 from doq_proto.v1 import doq_pb2_grpc as pb_grpc
 
 from doq.errors import FailedPrecondition, Overloaded
+from doq.queues import limits as L
 from doq.service.door import Action, Caller
 from doq.service.grpc_server import build_server
 from tests.support import inproc
@@ -112,3 +113,15 @@ async def test_a_retryable_refusal_says_so_in_its_trailers(served: Served) -> No
     assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     trailers = dict(err.value.trailing_metadata() or ())
     assert (trailers["doq-reason"], trailers["doq-retryable"]) == ("OVERLOADED", "true")
+
+
+@pytest.mark.parametrize(("field", "bound"), [("default_group_weight", L.MAX_GROUP_WEIGHT),
+                                              ("default_group_max_per_second", L.MAX_GROUP_RATE)])
+async def test_a_fair_setting_past_its_bound_is_refused_naming_it(served: Served, field: str, bound: int) -> None:
+    settings = pb.QueueSettings(**{field: bound + 1})
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await served.stub.CreateQueue(pb.CreateQueueRequest(name="f", type="fair", settings=settings))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.value.details() == f"{field} must be within 0..{bound}"
+    assert dict(err.value.trailing_metadata() or ())["doq-reason"] == "INVALID_SETTINGS"
+    assert [q.name for q in served.api.node.state.list_queues()] == ["q"]
