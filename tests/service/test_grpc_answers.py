@@ -15,6 +15,7 @@ from doq.errors import FailedPrecondition, Overloaded
 from doq.queues import limits as L
 from doq.service.door import Action, Caller
 from doq.service.grpc_server import build_server
+from doq.service.limits import Limits
 from tests.support import inproc
 from tests.support.inproc import Served
 
@@ -125,3 +126,17 @@ async def test_a_fair_setting_past_its_bound_is_refused_naming_it(served: Served
     assert err.value.details() == f"{field} must be within 0..{bound}"
     assert dict(err.value.trailing_metadata() or ())["doq-reason"] == "INVALID_SETTINGS"
     assert [q.name for q in served.api.node.state.list_queues()] == ["q"]
+
+
+async def test_a_columns_batch_over_the_message_limit_is_refused_whole(tmp_path: Path) -> None:
+    async with inproc.local_service(tmp_path, Limits(max_batch_messages=3)) as api, \
+            inproc.grpc_stub(api) as stub:
+        await api.create_queue("q")
+        too_many = pb.EnqueueColumns(queue_name="q", contents=[b"a", b"b", b"c", b"d"])
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stub.EnqueueBatch(pb.EnqueueBatchRequest(columns=too_many))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert dict(err.value.trailing_metadata() or ())["doq-reason"] == "BATCH_TOO_LARGE"
+        assert (await api.get_queue("q")).stats.total == 0
+        fits = pb.EnqueueColumns(queue_name="q", contents=[b"a", b"b", b"c"])
+        assert len((await stub.EnqueueBatch(pb.EnqueueBatchRequest(columns=fits))).ids) == 3
