@@ -140,3 +140,20 @@ async def test_a_columns_batch_over_the_message_limit_is_refused_whole(tmp_path:
         assert (await api.get_queue("q")).stats.total == 0
         fits = pb.EnqueueColumns(queue_name="q", contents=[b"a", b"b", b"c"])
         assert len((await stub.EnqueueBatch(pb.EnqueueBatchRequest(columns=fits))).ids) == 3
+
+
+async def test_reading_a_redrive_is_a_read_of_its_queue_for_the_door(served: Served) -> None:
+    """GetRedrive asks the door for a read of the queue (GET_QUEUE): a key that may not
+    read the queue may not read its redrive either."""
+    seen: list[tuple[Action, str | None]] = []
+
+    def check(caller: Caller, action: Action, queue: str | None) -> None:
+        seen.append((action, queue))
+        if action == Action.GET_QUEUE:
+            raise FailedPrecondition("refused by the door", reason="REFUSED_BY_TEST")
+
+    served.api.door.add_check(check)
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await served.stub.GetRedrive(pb.GetRedriveRequest(queue_name="q"))
+    assert dict(err.value.trailing_metadata() or ())["doq-reason"] == "REFUSED_BY_TEST"
+    assert seen == [(Action.GET_QUEUE, "q")]
