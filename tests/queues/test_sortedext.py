@@ -4,7 +4,7 @@ do (values, order, positions, invariants)."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from sortedcontainers import SortedList
 
@@ -48,6 +48,8 @@ def _sl(values: list[int], small_load: bool) -> SortedList:
 
 @settings(max_examples=300)
 @given(st.lists(st.integers(-50, 5000), max_size=3000), st.integers(0, 3500), st.booleans())
+@example(list(range(30)), 10, True)  # ends inside a sublist after whole ones (the mutation
+@example(list(range(30)), 3, False)  # run's 25 derandomized examples missed a partial pop)
 def test_pop_front_like_pop(base: list[int], n: int, small_load: bool) -> None:
     a, b = _sl(base, small_load), _sl(base, small_load)
     got = pop_front(a, n)
