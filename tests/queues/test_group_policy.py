@@ -306,3 +306,18 @@ def test_only_a_fair_queue_has_throttled_groups() -> None:
     node = Node()
     node.run(T0, c.CreateQueue("d", "delayed", QueueSettings()))
     assert node.m.throttled_groups("d") == 0 and node.m.throttled_groups("nope") == 0
+
+
+def test_each_fair_queue_wakes_its_throttled_groups_at_its_own_time() -> None:
+    """A queue whose throttled group is due wakes it even while another queue's (earlier
+    by name) group still waits."""
+    node = Node()
+    node.run(T0, c.CreateQueue("a", "fair", QueueSettings(default_group_max_per_second=1)))
+    node.run(T0, c.CreateQueue("b", "fair", QueueSettings(default_group_max_per_second=10)))
+    node.fill(T0, "a", "g", 3)
+    node.fill(T0, "b", "g", 15)
+    assert node.groups_of(T0, "a", 3) == ["g"]  # one a second: next at T0 + 1000
+    assert node.groups_of(T0, "b", 15) == ["g"] * 10  # ten a second: next at T0 + 100
+    assert not node.m.has_deliverable("a") and not node.m.has_deliverable("b")
+    node.run(T0 + 100, c.Tick())
+    assert node.m.has_deliverable("b") and not node.m.has_deliverable("a")
