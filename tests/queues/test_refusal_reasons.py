@@ -47,3 +47,11 @@ def test_a_dedup_id_that_is_not_valid_unicode_is_refused_naming_it() -> None:
     errs = [r for r in (res if isinstance(res, list) else [res]) if isinstance(r, DoqError)]
     assert [(e.reason, e.message) for e in errs] == [("INVALID_ARGUMENT", "dedup_id is not valid unicode")]
     assert m.queues["q"].info().stats.total == 0
+
+
+def test_cancelling_a_redrive_a_queue_never_had_is_refused_naming_the_queue() -> None:
+    m, i = _machine()
+    _apply(m, i, c.CreateQueue("q", "delayed", QueueSettings()))
+    res = _apply(m, i, c.CancelRedrive("q"))
+    assert isinstance(res, DoqError)
+    assert (res.reason, res.message) == ("REDRIVE_NOT_FOUND", "queue 'q' has no redrive")
