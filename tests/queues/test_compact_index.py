@@ -250,6 +250,7 @@ def _seen(x: QueueMachine, names: tuple[str, ...]) -> list[object]:
 
 
 @settings(max_examples=60, deadline=None)
+@example([(p, 0, "f") for p in (0, 0, 1, 1, 0, 0, 1)], 0, 40, set(), set())  # g0 g1 g0 g1: runs interleave
 @given(st.lists(st.tuples(st.integers(-3, 3) | st.integers(1_799_999_990, 1_800_000_010)
                           | st.sampled_from([-(2**63), 2**62]), st.integers(0, 3),
                           st.sampled_from(["a", "b", "f"])), min_size=1, max_size=80),
@@ -262,7 +263,8 @@ def test_rebuild_from_columns_equals_record_by_record(
     chunk qualifies, with a map of overridden records: left out, or another value) builds
     the same state as feeding each record (with the overrides applied) one by one: over
     delayed and fair queues, chunks that straddle queues, in-flight, delayed and
-    timestamp-priority records, whatever the chunk size."""
+    timestamp-priority records, a fair queue's groups in runs that interleave within a
+    chunk (a group's second run adds to its first), whatever the chunk size."""
     from doq.queues import machine as M
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(M, "_CHUNK", chunk)
@@ -278,7 +280,7 @@ def _columns_vs_rows(items: list[tuple[int, int, str]], take: int, drop: set[int
                                     c.CreateQueue("b", "delayed", QueueSettings()),
                                     c.CreateQueue("f", "fair", QueueSettings())]))
     for qn in names:
-        m.apply(2, c.CommandBatch(now, [c.Enqueue(qn, [c.EnqueueItem(b"x", group="g" if q == "f" else "",
+        m.apply(2, c.CommandBatch(now, [c.Enqueue(qn, [c.EnqueueItem(b"x", group=f"g{p % 2}" if q == "f" else "",
                                                                        priority=p, delay_ms=d * 1000)
                                                         for p, d, q in items if q == qn])]))
         if take:
