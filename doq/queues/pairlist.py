@@ -23,7 +23,27 @@ def _pk(a: int, b: int) -> int:
     return ((a + _OFF) << 64) | b
 
 
-_FLOAT_EXACT_BITS = 53  # a float holds every integer below 2**53 exactly
+_FLOAT_BITS_MAX = 62  # packed keys below 2**62, plus 2**52, are the bit patterns of finite positive floats
+_NORMAL = 1 << 52  # the bit pattern of the smallest positive normal float (no subnormals sorted)
+_SIGN = 1 << 63
+_HOST_LITTLE = array("H", [1]).tobytes()[0] == 1
+
+
+def _rep(word: int, n: int) -> int:
+    """`n` copies of the 64-bit `word`, one per 64 bits of one int."""
+    return int.from_bytes(word.to_bytes(8, "little") * n, "little")
+
+
+def _words(col: Sequence[int], typecode: str) -> int:
+    """The column's 64-bit words (`'q'`: two's complement) as one int, item i at bit 64 * i."""
+    arr = col if isinstance(col, array) and col.typecode == typecode else array(typecode, col)
+    return int.from_bytes(arr.tobytes(), "little")
+
+
+def _column(words: int, n: int, typecode: str) -> array[int]:
+    out = array(typecode)
+    out.frombytes(words.to_bytes(8 * n, "little"))
+    return out
 
 
 def sorted_pairs(a: Sequence[int], b: Sequence[int]) -> tuple[array[int], array[int]]:
@@ -31,10 +51,13 @@ def sorted_pairs(a: Sequence[int], b: Sequence[int]) -> tuple[array[int], array[
     array of b's (any input order; a as in a `PairList`: signed 64-bit, b unsigned).
 
     Each pair is packed into one number, `(a - min a) << bits(b's span) | (b - min b)`, and
-    the numbers are sorted: when they fit in 53 bits (e.g. priorities below 2**30 and ids
-    spanning below 2**23) as floats, whose comparison CPython's sort does inline (the
-    cheapest sort of 5M random pairs this found; an index permutation sorted by key costs
-    twice as much), else as ints. The result does not depend on the input order.
+    the numbers are sorted. When they fit in 62 bits they are sorted as the floats whose
+    bit patterns they are (plus 2**52: positive normal floats order as their bit patterns
+    do), whose comparison CPython's sort does inline; packing, the reinterpretation and
+    the unpacking are done on all pairs at once, as the 64-bit words of one int (shifts,
+    masks and carry-free adds of a repeated word), so no Python object is made per pair
+    but the floats the sort needs. Wider keys are sorted as ints. The result does not
+    depend on the input order.
     """
     n = len(a)
     if n != len(b):
@@ -44,19 +67,30 @@ def sorted_pairs(a: Sequence[int], b: Sequence[int]) -> tuple[array[int], array[
     amin, bmin = min(a), min(b)
     shift = (max(b) - bmin).bit_length()
     mask = (1 << shift) - 1
-    keys: Sequence[int]
-    if (max(a) - amin).bit_length() + shift <= _FLOAT_EXACT_BITS:
-        scale = float(1 << shift)  # int * float, + int: floats, exact below 2**53
-        fkeys = [(x - amin) * scale + (y - bmin) for x, y in zip(a, b, strict=True)]
-        fkeys.sort()
-        keys = array("Q", map(int, array("d", fkeys)))  # array("d"): one C pass
-        del fkeys
-    else:
-        ikeys = [((x - amin) << shift) | (y - bmin) for x, y in zip(a, b, strict=True)]
-        ikeys.sort()
-        keys = ikeys
-    a_out = array("q", map(amin.__add__, map(shift.__rrshift__, keys)) if amin else map(shift.__rrshift__, keys))
-    b_out = array("Q", map(bmin.__add__, map(mask.__and__, keys)) if bmin else map(mask.__and__, keys))
+    a_bits = (max(a) - amin).bit_length()
+    if a_bits + shift <= _FLOAT_BITS_MAX and _HOST_LITTLE:
+        # a - amin per word, borrow-free: a's words in offset binary (sign bit flipped) order as a does
+        a_off = amin + _SIGN
+        rel = (_words(a, "q") ^ _rep(_SIGN, n)) - _rep(a_off, n)
+        keys = (rel << shift) | (_words(b, "Q") - _rep(bmin, n))  # a word's a part stays below bit 62
+        floats = array("d")
+        floats.frombytes((keys + _rep(_NORMAL, n)).to_bytes(8 * n, "little"))
+        del keys, rel
+        fl = floats.tolist()
+        del floats
+        fl.sort()
+        back = array("d", fl)
+        del fl
+        keys = int.from_bytes(back.tobytes(), "little") - _rep(_NORMAL, n)
+        del back
+        a_out = _column((((keys >> shift) & _rep((1 << a_bits) - 1, n)) + _rep(a_off, n)) ^ _rep(_SIGN, n)
+                        if a_bits else _rep(a_off ^ _SIGN, n), n, "q")
+        b_out = _column((keys & _rep(mask, n)) + _rep(bmin, n), n, "Q")
+        return a_out, b_out
+    ikeys = [((x - amin) << shift) | (y - bmin) for x, y in zip(a, b, strict=True)]
+    ikeys.sort()
+    a_out = array("q", map(amin.__add__, map(shift.__rrshift__, ikeys)) if amin else map(shift.__rrshift__, ikeys))
+    b_out = array("Q", map(bmin.__add__, map(mask.__and__, ikeys)) if bmin else map(mask.__and__, ikeys))
     return a_out, b_out
 
 
