@@ -29,9 +29,9 @@ _SIGN = 1 << 63
 _HOST_LITTLE = array("H", [1]).tobytes()[0] == 1
 
 
-def _rep(word: int, n: int) -> int:
-    """`n` copies of the 64-bit `word`, one per 64 bits of one int."""
-    return int.from_bytes(word.to_bytes(8, "little") * n, "little")
+def _ones(n: int) -> int:
+    """An int of `n` 64-bit words each 1: `word * _ones(n)` is `n` copies of `word`."""
+    return int.from_bytes((1).to_bytes(8, "little") * n, "little")
 
 
 def _words(col: Sequence[int], typecode: str) -> int:
@@ -69,24 +69,27 @@ def sorted_pairs(a: Sequence[int], b: Sequence[int]) -> tuple[array[int], array[
     mask = (1 << shift) - 1
     a_bits = (max(a) - amin).bit_length()
     if a_bits + shift <= _FLOAT_BITS_MAX and _HOST_LITTLE:
-        # a - amin per word, borrow-free: a's words in offset binary (sign bit flipped) order as a does
-        a_off = amin + _SIGN
-        rel = (_words(a, "q") ^ _rep(_SIGN, n)) - _rep(a_off, n)
-        keys = (rel << shift) | (_words(b, "Q") - _rep(bmin, n))  # a word's a part stays below bit 62
+        ones = _ones(n)
+        if amin >= 0:  # a - amin per word, borrow-free
+            rel = _words(a, "q") - amin * ones
+        else:  # the words in offset binary (sign bit flipped) order as a does: then borrow-free
+            rel = (_words(a, "q") ^ (_SIGN * ones)) - (amin + _SIGN) * ones
+        keys = (rel << shift) | (_words(b, "Q") - bmin * ones)  # a word's a part stays below bit 62
+        del rel
         floats = array("d")
-        floats.frombytes((keys + _rep(_NORMAL, n)).to_bytes(8 * n, "little"))
-        del keys, rel
+        floats.frombytes((keys + _NORMAL * ones).to_bytes(8 * n, "little"))
+        del keys
         fl = floats.tolist()
         del floats
         fl.sort()
         back = array("d", fl)
         del fl
-        keys = int.from_bytes(back.tobytes(), "little") - _rep(_NORMAL, n)
+        keys = int.from_bytes(back.tobytes(), "little") - _NORMAL * ones
         del back
-        a_out = _column((((keys >> shift) & _rep((1 << a_bits) - 1, n)) + _rep(a_off, n)) ^ _rep(_SIGN, n)
-                        if a_bits else _rep(a_off ^ _SIGN, n), n, "q")
-        b_out = _column((keys & _rep(mask, n)) + _rep(bmin, n), n, "Q")
-        return a_out, b_out
+        a_rel = ((keys >> shift) & (((1 << a_bits) - 1) * ones)) if a_bits else 0
+        a_words = a_rel + amin * ones if amin >= 0 else (a_rel + (amin + _SIGN) * ones) ^ (_SIGN * ones)
+        b_words = (keys & (mask * ones)) + bmin * ones
+        return _column(a_words, n, "q"), _column(b_words, n, "Q")
     ikeys = [((x - amin) << shift) | (y - bmin) for x, y in zip(a, b, strict=True)]
     ikeys.sort()
     a_out = array("q", map(amin.__add__, map(shift.__rrshift__, ikeys)) if amin else map(shift.__rrshift__, ikeys))
