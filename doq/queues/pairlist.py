@@ -26,6 +26,7 @@ def _pk(a: int, b: int) -> int:
 _FLOAT_BITS_MAX = 62  # packed keys below 2**62, plus 2**52, are the bit patterns of finite positive floats
 _NORMAL = 1 << 52  # the bit pattern of the smallest positive normal float (no subnormals sorted)
 _SIGN = 1 << 63
+_RUN = 1 << 14  # floats sorted apart before the merge (`_sort_floats`)
 _HOST_LITTLE = array("H", [1]).tobytes()[0] == 1
 
 
@@ -44,6 +45,23 @@ def _column(words: int, n: int, typecode: str) -> array[int]:
     out = array(typecode)
     out.frombytes(words.to_bytes(8 * n, "little"))
     return out
+
+
+def _sort_floats(floats: array[float]) -> array[float]:
+    """The floats sorted. Runs of `_RUN` are sorted first (each run's objects fit in the
+    CPU's cache) and laid out again in their sorted order (new float objects, allocated
+    in that order); one sort then merges the runs, reading each run's objects in memory
+    order. A single sort of the whole list reads them in random memory order: measured
+    ~1.3x the CPU for 4.75M floats."""
+    runs = array("d")
+    for i in range(0, len(floats), _RUN):
+        run = floats[i : i + _RUN].tolist()
+        run.sort()
+        runs.extend(run)
+    fl = runs.tolist()
+    del runs
+    fl.sort()  # merges the sorted runs (timsort finds them)
+    return array("d", fl)
 
 
 def sorted_pairs(a: Sequence[int], b: Sequence[int]) -> tuple[array[int], array[int]]:
@@ -79,11 +97,8 @@ def sorted_pairs(a: Sequence[int], b: Sequence[int]) -> tuple[array[int], array[
         floats = array("d")
         floats.frombytes((keys + _NORMAL * ones).to_bytes(8 * n, "little"))
         del keys
-        fl = floats.tolist()
+        back = _sort_floats(floats)
         del floats
-        fl.sort()
-        back = array("d", fl)
-        del fl
         keys = int.from_bytes(back.tobytes(), "little") - _NORMAL * ones
         del back
         a_rel = ((keys >> shift) & (((1 << a_bits) - 1) * ones)) if a_bits else 0

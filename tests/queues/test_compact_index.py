@@ -197,14 +197,31 @@ def test_sorted_pairs_sorts_pairs_in_any_order(pairs: list[tuple[int, int]], rnd
 
 
 def test_sorted_pairs_float_path_is_exact_at_its_edge() -> None:
-    """Keys of exactly 53 bits (the float path) and of 54 (the int path) come out exact:
-    a pair that differs from its neighbour in the lowest bit keeps its place."""
-    for a_bits in (30, 31):  # with b spanning 23 bits: 53 and 54 bits
+    """Keys of exactly 62 bits (the float path: sorted as float bit patterns) and of 63
+    (the int path) come out exact: a pair that differs from its neighbour in the lowest
+    bit keeps its place, for a's of either sign."""
+    for a_bits in (39, 40):  # with b spanning 23 bits: 62 and 63 bits
         top = (1 << a_bits) - 1
-        bs = [(1 << 23) - 1, 0, (1 << 23) - 2, 1]
-        as_ = [top, top, 0, 0]
-        a, b = sorted_pairs(as_, bs)
-        assert list(zip(a, b, strict=True)) == sorted(zip(as_, bs, strict=True))
+        bs = [(1 << 23) - 1, 0, (1 << 23) - 2, 1, 5, 4]
+        for base in (0, -(1 << 62), 1 << 20, -(2**63)):
+            as_ = [base + top, base + top, base, base, base + 1, base + 1]
+            a, b = sorted_pairs(as_, bs)
+            assert list(zip(a, b, strict=True)) == sorted(zip(as_, bs, strict=True))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(-2, 2) | st.integers(0, 999_999_999) | I64, st.integers(0, 2**23) | U64),
+                unique_by=lambda t: t[1], max_size=200),
+       st.sampled_from([1, 2, 3, 7, 64]), st.randoms(use_true_random=False))
+def test_sorted_pairs_by_sorted_runs_is_sorted(pairs: list[tuple[int, int]], run: int, rnd: object) -> None:
+    """The float path sorts runs apart, then merges them: whatever the run length, the
+    result is `sorted(pairs)` (ties on a broken by b, equal a's of both signs)."""
+    shuffled = list(pairs)
+    rnd.shuffle(shuffled)  # type: ignore[attr-defined]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pairlist, "_RUN", run)
+        a, b = sorted_pairs([x for x, _ in shuffled], [y for _, y in shuffled])
+    assert list(zip(a, b, strict=True)) == sorted(pairs)
 
 
 @settings(max_examples=60, deadline=None)
