@@ -59,7 +59,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import islice
-from operator import itemgetter, lt
+from operator import itemgetter, lt, not_
 from typing import Any
 
 from sortedcontainers import SortedList
@@ -499,6 +499,28 @@ class _Loader:
         not-before time: ready, or delayed until their timestamp priority's time (what
         `_place` does one by one)."""
         ts_min, max_ms, now = R.TS_PRIORITY_MIN, R.MAX_MS, self.m.now_ms
+        if 0 <= now < max_ms:
+            # told apart in C: a record's time min(p * 1000, MAX_MS) (0 for a priority
+            # that is no timestamp) is after now iff p >= ts_min and p * 1000 > now
+            late = list(map(max(ts_min - 1, now // 1000).__lt__, ps))
+            if not any(late):
+                cur.ready_p.extend(ps)
+                cur.ready_i.extend(ids)
+                return
+            some = not all(late)
+            late_ps = list(itertools.compress(ps, late)) if some else ps
+            ats: Iterable[int] = map((1000).__mul__, late_ps)
+            if max(late_ps) * 1000 >= max_ms:
+                ats = map(min, ats, itertools.repeat(max_ms))
+            cur.dl_at.extend(ats)
+            if not some:
+                cur.dl_id.extend(ids)
+                return
+            cur.dl_id.extend(itertools.compress(ids, late))
+            due = list(map(not_, late))
+            cur.ready_p.extend(itertools.compress(ps, due))
+            cur.ready_i.extend(itertools.compress(ids, due))
+            return
         ats = [(p * 1000 if p * 1000 < max_ms else max_ms) if p >= ts_min else 0 for p in ps]
         if min(ats) > now:  # all delayed (e.g. the future part of a timestamp backlog)
             cur.dl_at.extend(ats)

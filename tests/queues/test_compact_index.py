@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 import sys
 import tracemalloc
+from array import array
 from bisect import insort
 
 import pytest
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 
 from doq.queues import commands as c
 from doq.queues import pairlist
+from doq.queues import records as R
 from doq.queues.idset import PAGE_BITS, IdSet
 from doq.queues.machine import QueueMachine
 from doq.queues.model import MessageState, QueueSettings
@@ -386,6 +388,31 @@ def test_a_chunk_of_timestamp_priorities_is_split_due_or_delayed_as_columns() ->
         mp.setattr(M._Loader, "_place", None)  # noqa: SLF001
         assert loader._feed_columns(part, 0, None)  # noqa: SLF001
     assert list(loader.per_q["d"].dl_at) == [p * 1000 for p in late] and not loader.per_q["d"].ready_i
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(-3, 3) | st.integers(R.TS_PRIORITY_MIN - 2, R.TS_PRIORITY_MIN + 2)
+                | st.integers(1_799_999_990, 1_800_000_010) | st.integers(R.MAX_MS // 1000 - 2, 2**63 - 1),
+                min_size=1, max_size=40),
+       st.sampled_from([0, 1_800_000_000_000, 1_800_000_000_999, R.TS_PRIORITY_MIN * 1000 - 1, R.MAX_MS - 1,
+                        R.MAX_MS, -1]))
+def test_split_due_as_columns_is_place_one_by_one(ps: list[int], now: int) -> None:
+    """`_split_due` (the timestamp chunk told due or delayed in C) puts each record where
+    `_place` puts it alone: ready (priority, id) in order, or delayed at min(p * 1000,
+    MAX_MS); equal timestamps, priorities that are no timestamps, times past MAX_MS."""
+    from doq.queues import machine as M
+    ids = list(range(1, len(ps) + 1))
+    ats = [min(p * 1000, R.MAX_MS) if p >= R.TS_PRIORITY_MIN else 0 for p in ps]
+    want_ready = [(p, i) for p, i, at in zip(ps, ids, ats, strict=True) if at <= now]
+    want_delayed = [(at, i) for i, at in zip(ids, ats, strict=True) if at > now]
+    m = QueueMachine(MemoryStore())
+    m.apply(1, c.CommandBatch(1000, [c.CreateQueue("d", "delayed", QueueSettings())]))
+    m.now_ms = now
+    loader = M._Loader(m)  # noqa: SLF001
+    cur = M._QueueLoad(m.queues["d"])  # noqa: SLF001
+    loader._split_due(cur, array("q", ps), array("Q", ids))  # noqa: SLF001
+    assert list(zip(cur.ready_p, cur.ready_i, strict=True)) == want_ready
+    assert list(zip(cur.dl_at, cur.dl_id, strict=True)) == want_delayed
 
 
 def test_a_chunk_of_a_fair_queues_ready_records_is_taken_by_runs_of_one_group() -> None:
