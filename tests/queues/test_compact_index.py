@@ -211,6 +211,20 @@ def test_sorted_pairs_float_path_is_exact_at_its_edge() -> None:
             assert list(zip(a, b, strict=True)) == sorted(zip(as_, bs, strict=True))
 
 
+def test_sorted_pairs_of_many_runs_with_ties_and_timestamps() -> None:
+    """Tens of thousands of pairs (several of `_RUN`-float runs merged) with many equal
+    priorities, equal timestamps (ms), negative priorities and scattered ids come out as
+    `sorted()` puts them."""
+    rnd = random.Random(20)
+    n = 3 * pairlist._RUN + 123  # noqa: SLF001
+    ids = rnd.sample(range(1, 40 * n), n)
+    for ps in ([rnd.randrange(-50, 50) for _ in range(n)],
+               [1_800_000_000_000 + 1000 * rnd.randrange(300) for _ in range(n)],
+               [rnd.randrange(1_000_000_000) for _ in range(n)]):
+        a, b = sorted_pairs(array("q", ps), array("Q", ids))
+        assert list(zip(a, b, strict=True)) == sorted(zip(ps, ids, strict=True))
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(-2, 2) | st.integers(0, 999_999_999) | I64, st.integers(0, 2**23) | U64),
                 unique_by=lambda t: t[1], max_size=200),
