@@ -27,6 +27,9 @@ _FLOAT_BITS_MAX = 62  # packed keys below 2**62, plus 2**52, are the bit pattern
 _NORMAL = 1 << 52  # the bit pattern of the smallest positive normal float (no subnormals sorted)
 _SIGN = 1 << 63
 _RUN = 1 << 14  # floats sorted apart before the merge (`_sort_floats`)
+# pairs packed or unpacked at a time: a block's ints (2 MiB) stay below glibc's mmap threshold,
+# so their memory is reused, not mapped and faulted in afresh for every temporary
+_BLOCK = 1 << 18
 _HOST_LITTLE = array("H", [1]).tobytes()[0] == 1
 
 
@@ -35,16 +38,9 @@ def _ones(n: int) -> int:
     return int.from_bytes((1).to_bytes(8, "little") * n, "little")
 
 
-def _words(col: Sequence[int], typecode: str) -> int:
+def _words(col: array[int]) -> int:
     """The column's 64-bit words (`'q'`: two's complement) as one int, item i at bit 64 * i."""
-    arr = col if isinstance(col, array) and col.typecode == typecode else array(typecode, col)
-    return int.from_bytes(arr.tobytes(), "little")
-
-
-def _column(words: int, n: int, typecode: str) -> array[int]:
-    out = array(typecode)
-    out.frombytes(words.to_bytes(8 * n, "little"))
-    return out
+    return int.from_bytes(col, "little")
 
 
 def _sort_floats(floats: array[float]) -> array[float]:
@@ -72,9 +68,9 @@ def sorted_pairs(a: Sequence[int], b: Sequence[int]) -> tuple[array[int], array[
     the numbers are sorted. When they fit in 62 bits they are sorted as the floats whose
     bit patterns they are (plus 2**52: positive normal floats order as their bit patterns
     do), whose comparison CPython's sort does inline; packing, the reinterpretation and
-    the unpacking are done on all pairs at once, as the 64-bit words of one int (shifts,
-    masks and carry-free adds of a repeated word), so no Python object is made per pair
-    but the floats the sort needs. Wider keys are sorted as ints. The result does not
+    the unpacking are done on `_BLOCK` pairs at a time, as the 64-bit words of one int
+    (shifts, masks and carry-free adds of a repeated word), so no Python object is made
+    per pair but the floats the sort needs. Wider keys are sorted as ints. The result does not
     depend on the input order.
     """
     n = len(a)
@@ -87,24 +83,34 @@ def sorted_pairs(a: Sequence[int], b: Sequence[int]) -> tuple[array[int], array[
     mask = (1 << shift) - 1
     a_bits = (max(a) - amin).bit_length()
     if a_bits + shift <= _FLOAT_BITS_MAX and _HOST_LITTLE:
-        ones = _ones(n)
-        if amin >= 0:  # a - amin per word, borrow-free
-            rel = _words(a, "q") - amin * ones
-        else:  # the words in offset binary (sign bit flipped) order as a does: then borrow-free
-            rel = (_words(a, "q") ^ (_SIGN * ones)) - (amin + _SIGN) * ones
-        keys = (rel << shift) | (_words(b, "Q") - bmin * ones)  # a word's a part stays below bit 62
-        del rel
+        a_col = a if isinstance(a, array) and a.typecode == "q" else array("q", a)
+        b_col = b if isinstance(b, array) and b.typecode == "Q" else array("Q", b)
         floats = array("d")
-        floats.frombytes((keys + _NORMAL * ones).to_bytes(8 * n, "little"))
-        del keys
+        for i in range(0, n, _BLOCK):
+            m = min(_BLOCK, n - i)
+            ones = _ones(m)
+            if amin >= 0:  # a - amin per word, borrow-free
+                rel = _words(a_col[i : i + m]) - amin * ones
+            else:  # the words in offset binary (sign bit flipped) order as a does: then borrow-free
+                rel = (_words(a_col[i : i + m]) ^ (_SIGN * ones)) - (amin + _SIGN) * ones
+            # a word's a part stays below bit 62; + 2**52: a normal float's bit pattern
+            keys = ((rel << shift) | (_words(b_col[i : i + m]) - bmin * ones)) + _NORMAL * ones
+            floats.frombytes(keys.to_bytes(8 * m, "little"))
+        del rel, keys
         back = _sort_floats(floats)
         del floats
-        keys = int.from_bytes(back.tobytes(), "little") - _NORMAL * ones
-        del back
-        a_rel = ((keys >> shift) & (((1 << a_bits) - 1) * ones)) if a_bits else 0
-        a_words = a_rel + amin * ones if amin >= 0 else (a_rel + (amin + _SIGN) * ones) ^ (_SIGN * ones)
-        b_words = (keys & (mask * ones)) + bmin * ones
-        return _column(a_words, n, "q"), _column(b_words, n, "Q")
+        a_out, b_out = array("q"), array("Q")
+        view = memoryview(back)
+        for i in range(0, n, _BLOCK):
+            m = min(_BLOCK, n - i)
+            ones = _ones(m)
+            keys = int.from_bytes(view[i : i + m], "little") - _NORMAL * ones
+            a_rel = ((keys >> shift) & (((1 << a_bits) - 1) * ones)) if a_bits else 0
+            a_words = a_rel + amin * ones if amin >= 0 else (a_rel + (amin + _SIGN) * ones) ^ (_SIGN * ones)
+            a_out.frombytes(a_words.to_bytes(8 * m, "little"))
+            b_out.frombytes(((keys & (mask * ones)) + bmin * ones).to_bytes(8 * m, "little"))
+        view.release()
+        return a_out, b_out
     ikeys = [((x - amin) << shift) | (y - bmin) for x, y in zip(a, b, strict=True)]
     ikeys.sort()
     a_out = array("q", map(amin.__add__, map(shift.__rrshift__, ikeys)) if amin else map(shift.__rrshift__, ikeys))
