@@ -123,7 +123,12 @@ class MemoryStorage:
         return limit_size(self._ents[lo - offset : hi - offset], max_bytes)
 
     def has_conf_change(self, lo: int, hi: int) -> bool:
-        return any(e.type == EntryType.CONF_CHANGE for e in self.entries(lo, hi, 1 << 62)) if lo < hi else False
+        offset = self._ents[0].index
+        if lo <= offset:
+            raise CompactedError(f"index {lo} compacted (snapshot at {offset})")
+        if hi > self.last_index() + 1:
+            raise UnavailableError(f"index {hi - 1} beyond last {self.last_index()}")
+        return any(e.type == EntryType.CONF_CHANGE for e in self._ents[lo - offset : hi - offset])
 
     def snapshot(self) -> Snapshot:
         return self._snapshot
