@@ -218,6 +218,36 @@ class LmdbLogStorage:
         assert v is not None, f"raft log entry {index} missing"
         return int(_ENT.unpack_from(v)[0])
 
+    def has_conf_change(self, lo: int, hi: int) -> bool:
+        """See `RaftLogStorage.has_conf_change`: the cached entries' types, then each stored
+        entry's type byte read in place (a read-only view of the map: no entry's data is
+        copied, and only its first page is touched)."""
+        if lo <= self._dummy[0]:
+            raise CompactedError(f"index {lo} compacted (snapshot at {self._dummy[0]})")
+        if hi > self._last + 1:
+            raise UnavailableError(f"index {hi - 1} beyond last {self._last}")
+        if lo >= hi:
+            return False
+        if self._cache and hi > self._cache_first:
+            f = self._cache_first
+            if any(e.type == EntryType.CONF_CHANGE for e in self._cache[max(lo, f) - f : hi - f]):
+                return True
+            hi = min(hi, f)
+            if lo >= hi:
+                return False
+        conf = int(EntryType.CONF_CHANGE)
+        type_at = _ENT.size - 1
+        with self.env.begin(buffers=True) as txn:
+            cur = txn.cursor(db=self._log)
+            if not cur.set_key(_U64.pack(lo)):
+                raise AssertionError(f"raft log entry {lo} missing")
+            for k, v in cur.iternext():
+                if _U64.unpack(k)[0] >= hi:
+                    break
+                if v[type_at] == conf:
+                    return True
+        return False
+
     def entries(self, lo: int, hi: int, max_bytes: int) -> list[Entry]:
         if lo <= self._dummy[0]:
             raise CompactedError(f"index {lo} compacted (snapshot at {self._dummy[0]})")

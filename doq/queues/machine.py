@@ -56,10 +56,10 @@ from __future__ import annotations
 import itertools
 import struct
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import islice
-from operator import itemgetter, lt
+from operator import itemgetter, lt, not_
 from typing import Any
 
 from sortedcontainers import SortedList
@@ -281,6 +281,7 @@ def _metadata(md: object) -> bytes:
 
 
 _CHUNK = 1024  # records `_Loader.feed_all` takes at a time
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
 _FLAGS_AT = struct.calcsize("<qQ28x")  # the flags byte in a `_HDR_HEAD`
 _IN_FLIGHT_BIT = bytes(1 if b & R.FLAG_IN_FLIGHT else 0 for b in range(256))  # a translate table
 _NOT_BEFORE = struct.Struct("<8xQ")  # the not-before field of a `_HDR_HEAD`
@@ -356,27 +357,39 @@ class _Loader:
         by runs of one group (`_fair_columns`); any other chunk record by record
         (`_feed_rows`). All index the same."""
         it = iter(items)
+        okeys = sorted(overrides) if overrides and not last else []
         while chunk := list(islice(it, _CHUNK)):
-            if last or not self._feed_columns(chunk, offset, overrides):
+            if last or not self._feed_columns(chunk, offset, overrides, okeys):
                 self._feed_rows(chunk, offset, overrides, last=last)
 
     def _feed_columns(self, chunk: list[tuple[bytes, bytes]], offset: int,
-                      overrides: Mapping[bytes, bytes | None] | None) -> bool:
+                      overrides: Mapping[bytes, bytes | None] | None,
+                      okeys: Sequence[bytes] | None = None) -> bool:
         """Index the chunk as columns if it qualifies (see `feed_all`); False (nothing
-        done) if not."""
+        done) if not. `okeys`: the keys of `overrides`, sorted (sorted here if None)."""
         try:
             cur = self._queue_of(chunk[0][0], False)
         except ValueError:
             return False
         if cur is None:
             return False
-        keys, vals = zip(*chunk, strict=True)
+        keys = list(map(_FIRST, chunk))
+        vals = list(map(_SECOND, chunk))
         if overrides:
-            hits = overrides.keys() & keys  # the keys looked up in the map (no set of the chunk built)
-            if hits:  # the chunk with the overridden records replaced (or left out: None)
-                at = sorted(bisect_left(keys, h) for h in hits)
-                if any(p >= len(keys) for p in at) or {keys[p] for p in at} != hits:
-                    return False  # keys not in order: record by record
+            if not all(map(lt, keys, islice(keys, 1, None))):
+                return False  # keys not in order: record by record
+            # the overridden keys within the chunk's range, found by bisecting the sorted
+            # keys of the map (no lookup per record)
+            if okeys is None:
+                okeys = sorted(overrides)
+            lo = bisect_left(okeys, keys[0])
+            hi = bisect_right(okeys, keys[-1], lo)
+            at = []
+            for h in okeys[lo:hi]:
+                p = bisect_left(keys, h)
+                if keys[p] == h:
+                    at.append(p)
+            if at:  # the chunk with the overridden records replaced (or left out: None)
                 kept: list[tuple[bytes, bytes]] = []
                 prev = 0
                 for p in at:
@@ -389,7 +402,8 @@ class _Loader:
                 if not kept:
                     return True
                 chunk = kept
-                keys, vals = zip(*chunk, strict=True)
+                keys = list(map(_FIRST, chunk))
+                vals = list(map(_SECOND, chunk))
         n = len(keys)
         prefix = cur.q.prefix
         plen = len(prefix)
@@ -485,6 +499,28 @@ class _Loader:
         not-before time: ready, or delayed until their timestamp priority's time (what
         `_place` does one by one)."""
         ts_min, max_ms, now = R.TS_PRIORITY_MIN, R.MAX_MS, self.m.now_ms
+        if 0 <= now < max_ms:
+            # told apart in C: a record's time min(p * 1000, MAX_MS) (0 for a priority
+            # that is no timestamp) is after now iff p >= ts_min and p * 1000 > now
+            late = list(map(max(ts_min - 1, now // 1000).__lt__, ps))
+            if not any(late):
+                cur.ready_p.extend(ps)
+                cur.ready_i.extend(ids)
+                return
+            some = not all(late)
+            late_ps = list(itertools.compress(ps, late)) if some else ps
+            ats: Iterable[int] = map((1000).__mul__, late_ps)
+            if max(late_ps) * 1000 >= max_ms:
+                ats = map(min, ats, itertools.repeat(max_ms))
+            cur.dl_at.extend(ats)
+            if not some:
+                cur.dl_id.extend(ids)
+                return
+            cur.dl_id.extend(itertools.compress(ids, late))
+            due = list(map(not_, late))
+            cur.ready_p.extend(itertools.compress(ps, due))
+            cur.ready_i.extend(itertools.compress(ids, due))
+            return
         ats = [(p * 1000 if p * 1000 < max_ms else max_ms) if p >= ts_min else 0 for p in ps]
         if min(ats) > now:  # all delayed (e.g. the future part of a timestamp backlog)
             cur.dl_at.extend(ats)

@@ -704,11 +704,10 @@ class RaftCore:
         hi = self.log.committed + 1
         if lo >= hi:
             return False
-        try:
-            ents = self.log.slice(lo, hi, 1 << 62)
+        try:  # not the entries themselves: at a restart these are every entry since the snapshot
+            return self.log.has_conf_change(lo, hi)
         except CompactedError:
             return False
-        return any(e.type == EntryType.CONF_CHANGE for e in ents)
 
     def _campaign(self, pre: bool, transfer: bool) -> None:
         if pre:

@@ -11,6 +11,7 @@ from doq.raft.storage import RaftLogStorage, limit_size
 from doq.raft.types import (
     CompactedError,
     Entry,
+    EntryType,
     InvariantError,
     Snapshot,
     UnavailableError,
@@ -203,6 +204,22 @@ class RaftLog:
         self.unstable.restore(snap)
 
     # -- reading -------------------------------------------------------------------
+    def has_conf_change(self, lo: int, hi: int) -> bool:
+        """Whether an entry in ``[lo, hi)`` is a configuration change (as ``slice`` would
+        tell), without reading the stored entries' data. Raises CompactedError if ``lo``
+        is compacted."""
+        if lo >= hi:
+            return False
+        if lo < self.first_index():
+            raise CompactedError(f"index {lo} compacted")
+        if hi > self.last_index() + 1:
+            raise InvariantError(f"range [{lo},{hi}) beyond last {self.last_index()}")
+        uoff = self.unstable.offset
+        if lo < uoff and self.storage.has_conf_change(lo, min(hi, uoff)):
+            return True
+        return hi > uoff and any(e.type == EntryType.CONF_CHANGE
+                                 for e in self.unstable.entries[max(lo, uoff) - uoff : hi - uoff])
+
     def slice(self, lo: int, hi: int, max_bytes: int) -> list[Entry]:
         """Entries in ``[lo, hi)`` limited by size. Raises CompactedError if ``lo`` is
         compacted."""

@@ -14,6 +14,7 @@ from doq.raft.types import (
     CompactedError,
     ConfState,
     Entry,
+    EntryType,
     HardState,
     Snapshot,
     SnapshotMeta,
@@ -35,6 +36,12 @@ class RaftLogStorage(Protocol):
     def entries(self, lo: int, hi: int, max_bytes: int) -> list[Entry]:
         """Entries in ``[lo, hi)``; at least one if the range is non-empty, then stops
         before exceeding ``max_bytes``. Raises CompactedError if ``lo < first_index()``."""
+        ...
+
+    def has_conf_change(self, lo: int, hi: int) -> bool:
+        """Whether an entry in ``[lo, hi)`` is a configuration change (what a campaign
+        checks), as ``entries(lo, hi, ...)`` would tell, without the entries' data.
+        Raises CompactedError if ``lo < first_index()``."""
         ...
 
     def term(self, index: int) -> int:
@@ -114,6 +121,14 @@ class MemoryStorage:
         if hi > self.last_index() + 1:
             raise UnavailableError(f"index {hi - 1} beyond last {self.last_index()}")
         return limit_size(self._ents[lo - offset : hi - offset], max_bytes)
+
+    def has_conf_change(self, lo: int, hi: int) -> bool:
+        offset = self._ents[0].index
+        if lo <= offset:
+            raise CompactedError(f"index {lo} compacted (snapshot at {offset})")
+        if hi > self.last_index() + 1:
+            raise UnavailableError(f"index {hi - 1} beyond last {self.last_index()}")
+        return any(e.type == EntryType.CONF_CHANGE for e in self._ents[lo - offset : hi - offset])
 
     def snapshot(self) -> Snapshot:
         return self._snapshot

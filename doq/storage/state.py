@@ -81,6 +81,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import gc
 import hashlib
 import heapq
 import itertools
@@ -805,6 +806,18 @@ class StateStore:
         self._broken = False
 
     def _load(self, txn: lmdb.Transaction) -> None:
+        """`_load_all` with the cyclic GC paused: the load makes millions of short-lived
+        objects (records, chunks) and no cycles, and the collections they would trigger
+        walk every object the process holds."""
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            self._load_all(txn)
+        finally:
+            if was_enabled:
+                gc.enable()
+
+    def _load_all(self, txn: lmdb.Transaction) -> None:
         self._broken = True
         self._reload_view = True
         self._keys_changed = True

@@ -331,3 +331,27 @@ def test_same_behaviour_as_memory_storage(ops: list[tuple[str, int, list[int]]],
             assert view(reopened) == view(mem)
         finally:
             env.close()
+
+
+def test_has_conf_change_tells_what_the_entries_tell_from_cache_and_disk(tmp_path: Path) -> None:
+    """`has_conf_change(lo, hi)` (a campaign's check: at a restart every entry since the
+    snapshot) answers as the entries' types do, over every range, whether the entries are
+    in the cache, on disk only, or both; and after a reopen (nothing cached from disk but
+    the newest). The memory storage agrees."""
+    env = _env(tmp_path / "db")
+    s = LmdbLogStorage(env, cache_entries=3)
+    mem = MemoryStorage(("a",))
+    _write(env, s.apply_snapshot, BOOT)
+    mem.apply_snapshot(BOOT)
+    confs = {4, 9}
+    log = [Entry(1, i, EntryType.CONF_CHANGE if i in confs else EntryType.NORMAL, b"x" * 5000) for i in range(2, 12)]
+    _write(env, s.append, log)
+    mem.append(log)
+    for store in (s, LmdbLogStorage(env, cache_entries=2), mem):
+        for lo in range(2, 12):
+            for hi in range(lo, 13):
+                want = any(lo <= i < hi for i in confs)
+                assert store.has_conf_change(lo, hi) is want, (lo, hi)
+        with pytest.raises(CompactedError):
+            store.has_conf_change(1, 5)
+    env.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 import sys
 import tracemalloc
+from array import array
 from bisect import insort
 
 import pytest
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 
 from doq.queues import commands as c
 from doq.queues import pairlist
+from doq.queues import records as R
 from doq.queues.idset import PAGE_BITS, IdSet
 from doq.queues.machine import QueueMachine
 from doq.queues.model import MessageState, QueueSettings
@@ -197,14 +199,45 @@ def test_sorted_pairs_sorts_pairs_in_any_order(pairs: list[tuple[int, int]], rnd
 
 
 def test_sorted_pairs_float_path_is_exact_at_its_edge() -> None:
-    """Keys of exactly 53 bits (the float path) and of 54 (the int path) come out exact:
-    a pair that differs from its neighbour in the lowest bit keeps its place."""
-    for a_bits in (30, 31):  # with b spanning 23 bits: 53 and 54 bits
+    """Keys of exactly 62 bits (the float path: sorted as float bit patterns) and of 63
+    (the int path) come out exact: a pair that differs from its neighbour in the lowest
+    bit keeps its place, for a's of either sign."""
+    for a_bits in (39, 40):  # with b spanning 23 bits: 62 and 63 bits
         top = (1 << a_bits) - 1
-        bs = [(1 << 23) - 1, 0, (1 << 23) - 2, 1]
-        as_ = [top, top, 0, 0]
-        a, b = sorted_pairs(as_, bs)
-        assert list(zip(a, b, strict=True)) == sorted(zip(as_, bs, strict=True))
+        bs = [(1 << 23) - 1, 0, (1 << 23) - 2, 1, 5, 4]
+        for base in (0, -(1 << 62), 1 << 20, -(2**63)):
+            as_ = [base + top, base + top, base, base, base + 1, base + 1]
+            a, b = sorted_pairs(as_, bs)
+            assert list(zip(a, b, strict=True)) == sorted(zip(as_, bs, strict=True))
+
+
+def test_sorted_pairs_of_many_runs_with_ties_and_timestamps() -> None:
+    """Tens of thousands of pairs (several of `_RUN`-float runs merged) with many equal
+    priorities, equal timestamps (ms), negative priorities and scattered ids come out as
+    `sorted()` puts them."""
+    rnd = random.Random(20)
+    n = 3 * pairlist._RUN + 123  # noqa: SLF001
+    ids = rnd.sample(range(1, 40 * n), n)
+    for ps in ([rnd.randrange(-50, 50) for _ in range(n)],
+               [1_800_000_000_000 + 1000 * rnd.randrange(300) for _ in range(n)],
+               [rnd.randrange(1_000_000_000) for _ in range(n)]):
+        a, b = sorted_pairs(array("q", ps), array("Q", ids))
+        assert list(zip(a, b, strict=True)) == sorted(zip(ps, ids, strict=True))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(-2, 2) | st.integers(0, 999_999_999) | I64, st.integers(0, 2**23) | U64),
+                unique_by=lambda t: t[1], max_size=200),
+       st.sampled_from([1, 2, 3, 7, 64]), st.randoms(use_true_random=False))
+def test_sorted_pairs_by_sorted_runs_is_sorted(pairs: list[tuple[int, int]], run: int, rnd: object) -> None:
+    """The float path sorts runs apart, then merges them: whatever the run length, the
+    result is `sorted(pairs)` (ties on a broken by b, equal a's of both signs)."""
+    shuffled = list(pairs)
+    rnd.shuffle(shuffled)  # type: ignore[attr-defined]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pairlist, "_RUN", run)
+        a, b = sorted_pairs([x for x, _ in shuffled], [y for _, y in shuffled])
+    assert list(zip(a, b, strict=True)) == sorted(pairs)
 
 
 @settings(max_examples=60, deadline=None)
@@ -371,6 +404,31 @@ def test_a_chunk_of_timestamp_priorities_is_split_due_or_delayed_as_columns() ->
         mp.setattr(M._Loader, "_place", None)  # noqa: SLF001
         assert loader._feed_columns(part, 0, None)  # noqa: SLF001
     assert list(loader.per_q["d"].dl_at) == [p * 1000 for p in late] and not loader.per_q["d"].ready_i
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(-3, 3) | st.integers(R.TS_PRIORITY_MIN - 2, R.TS_PRIORITY_MIN + 2)
+                | st.integers(1_799_999_990, 1_800_000_010) | st.integers(R.MAX_MS // 1000 - 2, 2**63 - 1),
+                min_size=1, max_size=40),
+       st.sampled_from([0, 1_800_000_000_000, 1_800_000_000_999, R.TS_PRIORITY_MIN * 1000 - 1, R.MAX_MS - 1,
+                        R.MAX_MS, -1]))
+def test_split_due_as_columns_is_place_one_by_one(ps: list[int], now: int) -> None:
+    """`_split_due` (the timestamp chunk told due or delayed in C) puts each record where
+    `_place` puts it alone: ready (priority, id) in order, or delayed at min(p * 1000,
+    MAX_MS); equal timestamps, priorities that are no timestamps, times past MAX_MS."""
+    from doq.queues import machine as M
+    ids = list(range(1, len(ps) + 1))
+    ats = [min(p * 1000, R.MAX_MS) if p >= R.TS_PRIORITY_MIN else 0 for p in ps]
+    want_ready = [(p, i) for p, i, at in zip(ps, ids, ats, strict=True) if at <= now]
+    want_delayed = [(at, i) for i, at in zip(ids, ats, strict=True) if at > now]
+    m = QueueMachine(MemoryStore())
+    m.apply(1, c.CommandBatch(1000, [c.CreateQueue("d", "delayed", QueueSettings())]))
+    m.now_ms = now
+    loader = M._Loader(m)  # noqa: SLF001
+    cur = M._QueueLoad(m.queues["d"])  # noqa: SLF001
+    loader._split_due(cur, array("q", ps), array("Q", ids))  # noqa: SLF001
+    assert list(zip(cur.ready_p, cur.ready_i, strict=True)) == want_ready
+    assert list(zip(cur.dl_at, cur.dl_id, strict=True)) == want_delayed
 
 
 def test_a_chunk_of_a_fair_queues_ready_records_is_taken_by_runs_of_one_group() -> None:

@@ -227,3 +227,41 @@ def test_a_follower_answers_an_append_below_its_commit_with_its_commit_index() -
     b.step(Message(MT.APP, to="b", frm="a", term=b.term, index=1, log_term=b.log.term(1), commit=1))
     answers = [m for m in b.ready().messages if m.type == MT.APP_RESP]
     assert [(m.to, m.index, m.reject) for m in answers] == [("a", committed, False)]
+
+
+def test_a_restarted_core_campaigns_only_once_its_committed_conf_changes_are_applied() -> None:
+    """A core whose log holds committed entries past its applied index (a restart: every
+    entry since the snapshot) does not campaign while one of them is a conf change, and
+    does when none is; the check reads entry types (`has_conf_change`), not the entries."""
+    import random
+    from collections.abc import Callable
+
+    from doq.raft import EntryType, HardState, MemoryStorage, RaftConfig, RaftCore, Snapshot
+
+    class NoEntryReads(MemoryStorage):
+        forbid = False
+
+        def entries(self, lo: int, hi: int, max_bytes: int) -> list[Entry]:
+            assert not self.forbid, "the campaign's check read the entries"
+            return super().entries(lo, hi, max_bytes)
+
+    for conf_at in (None, 2, 4):
+        st = NoEntryReads(("a",))
+        st.apply_snapshot(Snapshot(SnapshotMeta(1, 1, ConfState(("a",)))))
+        st.append([Entry(1, i, EntryType.CONF_CHANGE if i == conf_at else EntryType.NORMAL,
+                         codec.encode_conf_change(ConfChange(ConfChangeType.ADD_NODE, "b")) if i == conf_at else b"x")
+                   for i in range(2, 5)])
+        st.set_hard_state(HardState(1, "a", 4))
+        core = RaftCore(RaftConfig(id="a"), st, random.Random(1))
+        check = core._has_unapplied_conf_change  # noqa: SLF001
+
+        def guarded(st: NoEntryReads = st, check: Callable[[], bool] = check) -> bool:
+            st.forbid = True
+            try:
+                return check()
+            finally:
+                st.forbid = False
+
+        core._has_unapplied_conf_change = guarded  # type: ignore[method-assign]  # noqa: SLF001
+        core.campaign()
+        assert (core.role == Role.LEADER) is (conf_at is None), conf_at
