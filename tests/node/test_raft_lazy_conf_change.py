@@ -24,7 +24,7 @@ import asyncio
 import dataclasses
 from pathlib import Path
 
-from doq.node.raft_node import RaftNode, RaftNodeConfig
+from doq.node.raft_node import REFUSED, RaftNode, RaftNodeConfig
 from doq.queues import commands as c
 from doq.queues.model import QueueSettings
 from tests.node.raftnet import Cluster, addrs, retry
@@ -107,6 +107,7 @@ async def _crash_scenario(root: Path) -> None:
         cl.net.blocked.add(("n1", "n3"))  # a slow link: n3 hears nothing more from n1
         await _promoted_on(ld, "n3")  # committed by n1 and n2
         assert not _is_voter(n3, "n3")
+        refused_before = REFUSED.labels("not_member")._value.get()
         await cl.crash("n1")
         cl.net.heal()
         new = await cl.wait_leader(timeout_s=30)
@@ -114,6 +115,7 @@ async def _crash_scenario(root: Path) -> None:
         # the two survivors are a quorum of the three voters: a write commits
         await retry(lambda: new.propose(c.Enqueue("q", [c.EnqueueItem(b"after")])))
         assert all(_is_voter(n, "n3") for n in cl.nodes.values())
+        assert REFUSED.labels("not_member")._value.get() == refused_before  # the door let all in
     finally:
         await cl.close()
 
