@@ -27,7 +27,8 @@ class RaftConfig:
       heartbeat (Raft paper §5.3: "it includes that index in future AppendEntries RPCs
       (including heartbeats)"), so a follower learns it at most one heartbeat later and
       applies it in the Ready that persists its next entries: one message each way and
-      one Ready per follower fewer per commit.
+      one Ready per follower fewer per commit. The commit of a conf change is sent at
+      once all the same (membership takes effect when applied).
     - ``bugs``: names from :data:`KNOWN_BUGS`; empty in production.
     """
 

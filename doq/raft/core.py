@@ -421,6 +421,10 @@ class RaftCore:
                 pr.inflights.free_first_one()  # let one more MsgApp out
             if pr.match < self.log.last_index():
                 self._send_append(m.frm)
+            elif m.frm == self.lead_transferee:
+                # again: a target that has not applied its own promotion yet (it learns
+                # the commit with these heartbeats) ignored the first TimeoutNow
+                self._send(Message(MT.TIMEOUT_NOW, to=m.frm, frm=self.id))
             if m.context:
                 acks = self.read_only.recv_ack(m.frm, m.context)
                 if acks is not None and has_quorum(self.voters, acks):
@@ -452,7 +456,13 @@ class RaftCore:
             pr.become_replicate()
         elif pr.state == ProgressState.REPLICATE:
             pr.inflights.free_le(m.index)
-        if self._maybe_commit() and self.cfg.broadcast_commit:
+        prev_commit = self.log.committed
+        if self._maybe_commit() and (
+            self.cfg.broadcast_commit or prev_commit < self.pending_conf_index <= self.log.committed
+        ):
+            # the lazy commit (broadcast_commit False) still sends a conf change's commit
+            # at once: membership takes effect when applied, and a follower that has not
+            # learnt it would count votes in the old configuration if this leader died
             self._bcast_append()
         elif old_paused:
             self._send_append(m.frm)

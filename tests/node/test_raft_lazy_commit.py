@@ -1,4 +1,4 @@
-"""The node's lazy commit (`RaftNodeConfig.broadcast_commit=False`, opt-in): the
+"""The node's lazy commit (`RaftNodeConfig.broadcast_commit=False`, the default): the
 commit index rides the leader's next append or heartbeat, so a follower persists a call's
 entry and applies the previous call's in ONE durable write, instead of a second write of
 its own for each commit (etcd's broadcast on commit). Three production RaftNodes under

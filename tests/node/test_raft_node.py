@@ -612,10 +612,14 @@ async def test_a_stopping_leader_hands_over_leadership_first(tmp_path: Path) -> 
     cl = await three(tmp_path, dataclasses.replace(FAST, election_tick=400))
     old = await cl.wait_leader()
     await cl.converged()
+    term = old.cluster_status().term
     pending = [old.propose_nowait(enq(i)) for i in range(20)]
     await cl.stop(old.node_id)
-    new = cl.leader()  # no election timeout to wait for: it already leads
-    assert new is not None and new.node_id != old.node_id
+    # the target leads in its core already; its node takes the role up after the write of
+    # that Ready (old may hear of it first). One term more: the transfer's campaign, no
+    # election after a timeout
+    new = await cl.wait_leader()
+    assert new.node_id != old.node_id and new.cluster_status().term == term + 1
     for f in pending:  # each resolved: applied, or one retryable error
         assert f.done() and (f.exception() is None or f.exception().retryable)  # type: ignore[union-attr]
     await retry(lambda: new.propose(enq(99)))
