@@ -88,9 +88,11 @@ class NodeProc:
         creds = grpc.ssl_channel_credentials(root_certificates=(ca_file or self.ca_file).read_bytes())
         return grpc.secure_channel(self.grpc_addr, creds)
 
-    def start(self, timeout_s: float = 30.0) -> NodeProc:
+    def start(self, timeout_s: float = 90.0) -> NodeProc:
         """Launch the process and wait until it is ready (killed if it does not get ready:
-        a failed start leaves no process behind).
+        a failed start leaves no process behind). The wait ends as soon as `/readyz`
+        answers; its bound is wide because a loaded machine once took over 30 s to bring a
+        lone `doq serve` up to its first log line.
 
         A port chosen free can be taken by another process before the node binds it (suites
         run side by side): a first start that fails for want of one of its ports is tried
