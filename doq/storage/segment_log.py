@@ -9,10 +9,12 @@ Files, in one directory (0700; every file 0600):
 - `<seq:016x>.seg`: a segment. A 32-byte header (magic, format version, the segment's
   sequence number, the index of its first record, flags, CRC-32 of the header), then
   records back to back, then zeros to the end of the file. A segment is created at its
-  full size (`segment_bytes`, more for a record that does not fit), zero-filled and
-  synced before its first record is written (under a temporary name, renamed, the
-  directory synced), so writing a record inside it changes no file size or block map:
-  the `fdatasync` after a batch flushes the data only.
+  full size (`segment_bytes`, more for a record that does not fit: `posix_fallocate`,
+  reading as zeros) and synced before its first record is written (under a temporary
+  name, renamed, the directory synced), so writing a record inside it changes no file
+  size: the `fdatasync` after a batch flushes the data (and at most the filesystem's
+  note that a preallocated block is now written; measured as cheap as writing into a
+  zero-filled file: docs/benchmarks.md, "sixth pass").
 - A record: u32 BE length of the body, u32 BE CRC-32 of the body, then the body: u64 BE
   index, u64 BE term, u8 kind, data. A length of 0 ends the segment's records.
 
@@ -130,6 +132,7 @@ class SegmentLog:
         self.segment_bytes = max(segment_bytes, HEADER_BYTES + 4096)
         self._segs: list[_Segment] = []
         self._dirty: set[int] = set()  # seqs of segments written since the last sync
+        self.synced_last = 0  # the last index made durable by `sync` (or found at open)
         self.cut_records = 0  # torn or corrupt tail records cut at open (for tests, logs)
         self._open(start_index)
 
@@ -169,6 +172,7 @@ class SegmentLog:
             self._new_segment(start_index, base=True)
         elif keep_from:
             _fsync_dir(self.path)
+        self.synced_last = self.last_index()
 
     def _scan(self, s: _Segment, *, newest: bool) -> None:
         """Index `s`'s records; cut (zero) a torn tail of the newest segment."""
@@ -220,12 +224,8 @@ class SegmentLog:
         tmp = path.with_name(path.name + ".tmp")
         fd = open_private(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
         try:
+            os.posix_fallocate(fd, 0, size)
             _write_all(fd, _header(seq, first, base), 0)
-            off = HEADER_BYTES
-            while off < size:
-                chunk = min(len(_ZEROS), size - off)
-                _write_all(fd, _ZEROS[:chunk], off)
-                off += chunk
             os.fsync(fd)
             os.rename(tmp, path)
             _fsync_dir(self.path)
@@ -334,6 +334,7 @@ class SegmentLog:
             if s.seq in self._dirty:
                 os.fdatasync(s.fd)
         self._dirty.clear()
+        self.synced_last = self.last_index()
 
     def truncate_from(self, index: int) -> None:
         """Remove records `index ..` (durably: the newer segments' deletion is synced,
@@ -360,6 +361,7 @@ class SegmentLog:
         self._zero_from(s, cut, old_end)
         os.fdatasync(s.fd)
         self._dirty.discard(s.seq)
+        self.synced_last = min(self.synced_last, self.last_index())
 
     def reset(self, next_index: int) -> None:
         """Replace the whole log by an empty one whose next record is `next_index` (a
@@ -372,6 +374,18 @@ class SegmentLog:
             self._dirty.discard(s.seq)
         del self._segs[: len(old)]
         _fsync_dir(self.path)
+        self.synced_last = self.last_index()
+
+    def used_bytes(self) -> int:
+        """Bytes of records (and headers) in the segment files."""
+        return sum(s.end for s in self._segs)
+
+    def droppable_before(self, index: int) -> int:
+        """How many segments `drop_before(index)` would delete."""
+        n = 0
+        while n < len(self._segs) - 1 and self._segs[n].last < index:
+            n += 1
+        return n
 
     def drop_before(self, index: int) -> int:
         """Delete the oldest segments whose records are all below `index` (never the
