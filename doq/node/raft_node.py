@@ -13,11 +13,14 @@ leadership loss) is in docs/raft.md, "The node driver"; in short:
 - Group commit: every proposal queued since the last Ready becomes ONE log entry (a
   `CommandBatch` stamped with the leader's `now_ms`), so one Ready, one write txn, one
   fsync and one AppendEntries per peer carry them all.
-- Per Ready, on the writer thread in ONE LMDB write txn committed with fsync: install the
-  snapshot, append the entries, set the hard state, apply the committed entries (and the
-  member addresses of conf changes). Only then: send the messages (a leader's appends and
-  heartbeats leave before the write: `write_overlap.split_early`), apply conf changes to the core,
-  resolve the proposers' futures with the machine's results, serve reads, `advance`.
+- Per Ready, on the writer thread: install a snapshot (one durable LMDB commit, then the
+  segment log reset after it), append the entries to the segment log with ONE fdatasync
+  (`doq.node.wal_log`), then the Ready's messages may leave (`_send_after_log`), then in
+  ONE LMDB write txn set the hard state and apply the committed entries (and the member
+  addresses of conf changes), its meta page synced only when `_must_be_durable`. A
+  leader's appends and heartbeats leave before the write (`write_overlap.split_early`);
+  after it: conf changes applied to the core, the proposers' futures resolved with the
+  machine's results, reads served, `advance`.
 - A proposal resolves when its entry is applied with the term it was proposed in;
   otherwise (another leader's entry won that index, a snapshot covered it, leadership was
   lost, the node stops) it fails with `NotLeader` + the leader hint: it never hangs.
@@ -768,8 +771,8 @@ class RaftNode:
             self.add_proposal(index, Proposal(term, futs, batch=batch))
 
     async def _handle_ready(self, core: RaftCore, rd: Ready) -> None:
-        """One Ready: persist + apply (one txn, fsync) → send → conf changes → resolve →
-        reads → advance."""
+        """One Ready: persist (segment log, one fdatasync) → send → apply (one LMDB txn) →
+        conf changes → resolve → reads → advance."""
         job = _Job(rd.snapshot, rd.entries, rd.hard_state, rd.committed_entries, None, must_sync=rd.must_sync)
         if self._admission.log_pressure():
             job.compact_floor = compact_floor(core, self.node_id)
