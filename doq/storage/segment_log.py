@@ -9,7 +9,8 @@ Files, in one directory (0700; every file 0600):
 - `<seq:016x>.seg`: a segment. A 32-byte header (magic, format version, the segment's
   sequence number, the index of its first record, flags, CRC-32 of the header), then
   records back to back, then zeros to the end of the file. A segment is created at its
-  full size (`segment_bytes`, more for a record that does not fit: `posix_fallocate`,
+  full size (a new log's first 1 MiB, each next one twice its predecessor up to
+  `segment_bytes`, more for a record that does not fit: `posix_fallocate`,
   reading as zeros) and synced before its first record is written (under a temporary
   name, renamed, the directory synced), so writing a record inside it changes no file
   size: the `fdatasync` after a batch flushes the data (and at most the filesystem's
@@ -58,6 +59,7 @@ _REC = struct.Struct(">II")  # body length, crc32 of the body
 _BODY = struct.Struct(">QQB")  # index, term, kind
 FLAG_BASE = 1
 DEFAULT_SEGMENT_BYTES = 64 << 20
+FIRST_SEGMENT_BYTES = 1 << 20  # a log's first segment; each next one twice the size
 _ZEROS = bytes(1 << 20)
 SUFFIX = ".seg"
 
@@ -219,7 +221,11 @@ class SegmentLog:
         """Create the next segment (zero-filled to its full size and synced under a
         temporary name, renamed, the directory synced)."""
         seq = self._segs[-1].seq + 1 if self._segs else 1
-        size = max(self.segment_bytes, HEADER_BYTES + min_bytes)
+        if self._segs and not base:  # twice the previous one's size, up to segment_bytes
+            nominal = min(self.segment_bytes, 2 * self._segs[-1].size)
+        else:  # a new log starts small: an idle node, a small disk hold little
+            nominal = min(self.segment_bytes, FIRST_SEGMENT_BYTES)
+        size = max(nominal, HEADER_BYTES + min_bytes)
         path = self.path / f"{seq:016x}{SUFFIX}"
         tmp = path.with_name(path.name + ".tmp")
         fd = open_private(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC)

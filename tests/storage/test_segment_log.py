@@ -291,3 +291,15 @@ def test_nothing_acknowledged_is_lost_when_the_writer_is_killed_mid_append(tmp_p
             assert log.last_index() >= acked
             got = log.read(1, log.last_index() + 1)
             assert got == recs(1, log.last_index() + 1, size=300)
+
+
+def test_a_new_log_starts_with_a_small_segment_and_doubles_up_to_the_limit(tmp_path: Path) -> None:
+    with SegmentLog(tmp_path / "wal", segment_bytes=4 << 20) as log:
+        assert log._segs[0].size == 1 << 20
+        nxt = 1
+        while log.segment_count() < 4:
+            log.append(recs(nxt, nxt + 100, size=4000))
+            nxt += 100
+        assert [s.size for s in log._segs] == [1 << 20, 2 << 20, 4 << 20, 4 << 20]
+        log.reset(nxt)  # a base segment starts small again
+        assert [s.size for s in log._segs] == [1 << 20]
