@@ -118,6 +118,7 @@ class WalLogStorage:
         self._cache_size = 0
         self.migrated_entries = 0  # entries moved from LMDB's raft_log at this open
         self._seg: SegmentLog | None = None
+        self._closed_last = 0
         self._load()
 
     @property
@@ -130,7 +131,9 @@ class WalLogStorage:
         self._load()
 
     def close(self) -> None:
+        """Close the segment files (a stopped node); `last_index` still answers."""
         if self._seg is not None:
+            self._closed_last = self.last_index()
             self._seg.close()
             self._seg = None
 
@@ -242,7 +245,9 @@ class WalLogStorage:
     def last_index(self) -> int:
         if self._reset_to is not None:
             return self._reset_to - 1
-        return max(self._dummy[0], self.seg.last_index())
+        if self._seg is None:
+            return self._closed_last
+        return max(self._dummy[0], self._seg.last_index())
 
     def _check(self, lo: int, hi: int) -> None:
         if lo <= self._dummy[0]:

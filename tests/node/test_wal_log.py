@@ -262,3 +262,12 @@ def test_append_waits_for_a_snapshot_install_to_commit(env: lmdb.Environment) ->
     assert s.has_conf_change(6, 7) is False
     s.append([Entry(2, 7, EntryType.CONF_CHANGE, b"")])
     assert s.has_conf_change(6, 8) is True
+
+
+def test_a_closed_log_still_tells_its_last_index(env: lmdb.Environment) -> None:
+    """A stopped node's status page may still ask."""
+    s = boot(env)
+    s.append(ents(2, 1, 1))
+    s.sync()
+    s.close()
+    assert s.last_index() == 3
