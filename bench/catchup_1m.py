@@ -27,7 +27,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "clients" / "python")]
 
-from doq.node.raft_log import LmdbLogStorage  # noqa: E402
+from doq.node.wal_log import WalLogStorage  # noqa: E402
 from doq.storage.env import node_dir, open_env  # noqa: E402
 from tools.chaos.procs import Cluster, HarnessError, NodeProcess  # noqa: E402
 
@@ -36,8 +36,11 @@ def _log_bounds(node: NodeProcess) -> tuple[int, int]:
     """(first, last) index of a stopped node's Raft log, read from its files."""
     env = open_env(node_dir(node.data_dir, node.node_id) / "doq.lmdb")
     try:
-        log = LmdbLogStorage(env)
-        return log.first_index(), log.last_index()
+        log = WalLogStorage(env)
+        try:
+            return log.first_index(), log.last_index()
+        finally:
+            log.close()
     finally:
         env.close()
 

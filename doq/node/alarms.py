@@ -154,8 +154,10 @@ class StorageGauge:
         self.alarms: tuple[Alarm, ...] = ()
 
     # -- writer thread ---------------------------------------------------------------------
-    def measure(self, txn: lmdb.Transaction) -> None:
-        """In a write transaction, before its commit: the pages the trees use."""
+    def measure(self, txn: lmdb.Transaction, *, log_bytes: int | None = None) -> None:
+        """In a write transaction, before its commit: the pages the trees use, plus
+        `log_bytes` when the Raft log lives outside LMDB (its segment files' records:
+        `doq.node.wal_log`), which then count as the log's size."""
         psize = self._page_bytes
         used = 0
         for db in self._dbs:
@@ -164,6 +166,9 @@ class StorageGauge:
             used += pages * psize
             if db is self._log_db:
                 self.log_bytes = pages * psize
+        if log_bytes is not None:
+            self.log_bytes += log_bytes
+            used += log_bytes
         self.used_bytes = used
 
     def committed(self) -> None:

@@ -18,7 +18,7 @@ import uuid
 import lmdb
 
 from doq.node.cluster import MemberAddrs
-from doq.node.raft_log import LmdbLogStorage
+from doq.node.wal_log import WalLogStorage
 from doq.raft.types import NONE, ConfState, HardState, Snapshot, SnapshotMeta
 from doq.storage.env import sync_meta
 from doq.storage.state import StateStore
@@ -26,7 +26,7 @@ from doq.storage.state import StateStore
 log = logging.getLogger(__name__)
 
 
-def bootstrap(env: lmdb.Environment, storage: LmdbLogStorage, state: StateStore,
+def bootstrap(env: lmdb.Environment, storage: WalLogStorage, state: StateStore,
               node_id: str, addrs: MemberAddrs, rng: random.Random) -> None:
     """A new one-node cluster. The bootstrap snapshot (index 1, or the state's applied
     index when the state already holds data, e.g. after an offline restore) makes
@@ -42,9 +42,10 @@ def bootstrap(env: lmdb.Environment, storage: LmdbLogStorage, state: StateStore,
         storage.set_hard_state(txn, HardState(1, NONE, index))
         storage.set_members(txn, members)
     sync_meta(env)
+    storage.after_commit(durable=True)
 
 
-def remember_join_cluster_id(env: lmdb.Environment, storage: LmdbLogStorage, cluster_id: str) -> None:
+def remember_join_cluster_id(env: lmdb.Environment, storage: WalLogStorage, cluster_id: str) -> None:
     """A joiner answers to the cluster it was told to join: persisted, so a restart
     before its first snapshot keeps its peer door shut to other clusters."""
     with env.begin(write=True) as txn:
@@ -52,7 +53,7 @@ def remember_join_cluster_id(env: lmdb.Environment, storage: LmdbLogStorage, clu
     sync_meta(env)
 
 
-def rebase(env: lmdb.Environment, storage: LmdbLogStorage, state: StateStore,
+def rebase(env: lmdb.Environment, storage: WalLogStorage, state: StateStore,
            conf: ConfState, node_id: str) -> None:
     """The state is ahead of the log (an offline restore into a member, or an online
     restore of an older doq cut short by a crash): replace the log by a snapshot of the
@@ -66,4 +67,5 @@ def rebase(env: lmdb.Environment, storage: LmdbLogStorage, state: StateStore,
         storage.apply_snapshot(txn, snap)
         storage.set_hard_state(txn, HardState(term, hs.vote if hs.term == term else NONE, applied))
     sync_meta(env)
+    storage.after_commit(durable=True)
     log.info("node %s: the Raft log now starts after the state's applied index %d", node_id, applied)

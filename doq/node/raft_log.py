@@ -1,5 +1,10 @@
 """The Raft log on LMDB: `doq.raft.storage.RaftLogStorage` over the node's one environment.
 
+THE PREVIOUS LAYOUT: a node now keeps its entries in segment files
+(`doq.node.wal_log.WalLogStorage`, which moves an older data dir's raft_log entries out at
+open) and uses this module's raft_meta keys and codecs; `LmdbLogStorage` stays to read
+and write the older layout (the migration's tests build one with it).
+
 Databases (reserved in `doq.storage.env.DB_NAMES`):
 - raft_log:  u64 BE index -> u64 BE term + u8 entry type + data
 - raft_meta: b"hs"        -> `codec.encode_hard_state`

@@ -13,11 +13,14 @@ leadership loss) is in docs/raft.md, "The node driver"; in short:
 - Group commit: every proposal queued since the last Ready becomes ONE log entry (a
   `CommandBatch` stamped with the leader's `now_ms`), so one Ready, one write txn, one
   fsync and one AppendEntries per peer carry them all.
-- Per Ready, on the writer thread in ONE LMDB write txn committed with fsync: install the
-  snapshot, append the entries, set the hard state, apply the committed entries (and the
-  member addresses of conf changes). Only then: send the messages (a leader's appends and
-  heartbeats leave before the write: `write_overlap.split_early`), apply conf changes to the core,
-  resolve the proposers' futures with the machine's results, serve reads, `advance`.
+- Per Ready, on the writer thread: install a snapshot (one durable LMDB commit, then the
+  segment log reset after it), append the entries to the segment log with ONE fdatasync
+  (`doq.node.wal_log`), then the Ready's messages may leave (`_send_after_log`), then in
+  ONE LMDB write txn set the hard state and apply the committed entries (and the member
+  addresses of conf changes), its meta page synced only when `_must_be_durable`. A
+  leader's appends and heartbeats leave before the write (`write_overlap.split_early`);
+  after it: conf changes applied to the core, the proposers' futures resolved with the
+  machine's results, reads served, `advance`.
 - A proposal resolves when its entry is applied with the term it was proposed in;
   otherwise (another leader's entry won that index, a snapshot covered it, leadership was
   lost, the node stops) it fails with `NotLeader` + the leader hint: it never hangs.
@@ -75,13 +78,14 @@ from doq.node.proposals import (
     take_count,
     wall_clock_ms,
 )
-from doq.node.raft_log import LmdbLogStorage, decode_addrs
+from doq.node.raft_log import decode_addrs
 from doq.node.raft_snapshot import install_snapshot_data
 from doq.node.rate_log import RateLimitedLog
 from doq.node.read_index import ReadIndexWaits
 from doq.node.snapshot_keeper import SnapshotKeeper
 from doq.node.storage_admission import StorageAdmission, compact_floor
 from doq.node.transport_base import OnMessages, PeerFrame, RaftTransport
+from doq.node.wal_log import WalLogStorage
 from doq.node.writer import WriterThread
 from doq.queues.codec import encode_batch
 from doq.queues.commands import (
@@ -166,6 +170,8 @@ class _Job:
     durable_committed: int = 0  # how many of `committed` were durable here before this write
     answer: Callable[[list[Entry], list[list[object]]], None] | None = None  # see `_answer_early`
     must_sync: bool = True  # the core's `Ready.must_sync` (see `_must_be_durable`)
+    after_log: Callable[[], None] | None = None  # sends the Ready's messages (see `_send_after_log`)
+    sent_after_log: bool = False
 
 
 class RaftNode:
@@ -208,7 +214,7 @@ class RaftNode:
         self._clock_ms = clock_ms
         self._rng = random.Random(seed)
         self._on_commit = on_commit
-        self.storage = LmdbLogStorage(self.env)
+        self.storage = WalLogStorage(self.env)  # the entries in segment files beside the state
         self.transport = transport(self._on_messages)
         self.core: RaftCore | None = None
         self._writer = WriterThread("doq-raft-writer")
@@ -334,6 +340,7 @@ class RaftNode:
         await self.transport.stop()
         self._writer.shutdown(wait=True)
         self._snapshots.shutdown()
+        self.storage.close()
 
     # -- Node protocol -----------------------------------------------------------------------
     @property
@@ -764,8 +771,8 @@ class RaftNode:
             self.add_proposal(index, Proposal(term, futs, batch=batch))
 
     async def _handle_ready(self, core: RaftCore, rd: Ready) -> None:
-        """One Ready: persist + apply (one txn, fsync) → send → conf changes → resolve →
-        reads → advance."""
+        """One Ready: persist (segment log, one fdatasync) → send → apply (one LMDB txn) →
+        conf changes → resolve → reads → advance."""
         job = _Job(rd.snapshot, rd.entries, rd.hard_state, rd.committed_entries, None, must_sync=rd.must_sync)
         if self._admission.log_pressure():
             job.compact_floor = compact_floor(core, self.node_id)
@@ -777,7 +784,10 @@ class RaftNode:
                 core, rd, self.storage.hard_state, self.storage.last_index())
             if early:  # replicated while this node persists them (`write_overlap.split_early`)
                 self.transport.send(early)
+            self._send_after_log(job, rd, messages)
             await self._write_off_loop(job)
+            if job.sent_after_log:
+                messages = []
         if job.admitted:
             self.identity = self.identity.ungated()
             core.allow_voting(True)
@@ -830,6 +840,31 @@ class RaftNode:
             self._removed = True
             self._on_soft_state(core.lead, core.role)
 
+    def _send_after_log(self, job: _Job, rd: Ready, messages: list[Message]) -> None:
+        """Let the writer send this Ready's messages as soon as its entries are durable in
+        the segment log (one fdatasync), before the state machine's LMDB commit: a
+        follower acknowledges an append once it holds it, not once it applied what it
+        learnt committed. Only when nothing else they may depend on waits for that commit:
+        no snapshot to install, no new term or vote, and not the Ready that changes this
+        node's role or leader (`write_overlap.split_early`: a new leader takes requests
+        once its Ready is done)."""
+        if not messages or rd.snapshot is not None or rd.soft_state is not None:
+            return
+        hs, durable = rd.hard_state, self.storage.hard_state
+        if hs is not None and (hs.term != durable.term or hs.vote != durable.vote):
+            return
+        loop = asyncio.get_running_loop()
+        send = self.transport.send
+
+        def after_log() -> None:
+            if job.sent_after_log:
+                return  # a retried write
+            job.sent_after_log = True
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody listens
+                loop.call_soon_threadsafe(send, messages)
+
+        job.after_log = after_log
+
     def _answer_early(self, job: _Job) -> None:
         """Let the writer answer the proposals of committed entries as soon as it has
         applied them, before its commit and fsync (`_write`), when every one of those
@@ -844,6 +879,10 @@ class RaftNode:
         last = self.storage.last_index()  # durable: no write runs now
         n = 0
         for e in job.committed:
+            # an entry this write logs itself (a lone voter commits at append) is durable
+            # before the apply too (`_write_txn`), but is answered after the commit, as
+            # before the segment log: readers of the store (a backup, the digest) right
+            # after the answer must find it there
             if e.index > last or e.type == EntryType.CONF_CHANGE:
                 break  # a conf change is answered once applied to the core too (after the write)
             n += 1
@@ -906,23 +945,41 @@ class RaftNode:
         observer.write_ended(id(job), notes)
 
     def _write_txn(self, job: _Job) -> None:
+        """The Ready's durable part, then the apply: (1) a snapshot installed in a durable
+        LMDB commit, then the segment log reset after it; (2) the entries appended to the
+        segment log with ONE fdatasync, after which the Ready's messages may leave
+        (`_send_after_log`); (3) the hard state, the apply, this node's snapshot meta and
+        the compaction point in one LMDB commit, durable only when `_must_be_durable`
+        says so (one sync otherwise). A crash after (2) re-applies the entries from the
+        log at restart (the state machine is deterministic)."""
         t0 = time.perf_counter()
         st = self.storage
         installed: dict[str, MemberAddrs] | None = None
         cluster_id = self.state.cluster_id
-        with self.state.write(durable=self._must_be_durable(job)) as txn:  # then publishes the readers' view
-            if job.snapshot is not None:
+        hs = job.hard_state
+        new_vote = hs is not None and (hs.term != st.hard_state.term or hs.vote != st.hard_state.vote)
+        if job.snapshot is not None:
+            with self.state.write(durable=True) as txn:
                 installed = install_snapshot_data(self.state, txn, job.snapshot.data,
                                                   job.snapshot.meta.index)
                 st.apply_snapshot(txn, job.snapshot)
                 st.set_members(txn, installed)
-            if job.entries:
-                st.append(txn, job.entries)
-            if self.identity.voting_gated and self._admits_this_store(installed, job.entries):
+                if hs is not None:
+                    st.set_hard_state(txn, hs)
+            st.after_commit(True)
+        if job.entries:
+            st.append(job.entries)
+            st.sync()
+        if job.after_log is not None:
+            job.after_log()
+        admits = self.identity.voting_gated and self._admits_this_store(installed, job.entries)
+        durable = new_vote or admits or self._must_be_durable(job)
+        with self.state.write(durable=durable) as txn:  # then publishes the readers' view
+            if admits:
                 store_identity.save(txn, self._store_db, self.identity.ungated())
                 job.admitted = True
-            if job.hard_state is not None:
-                st.set_hard_state(txn, job.hard_state)
+            if hs is not None:
+                st.set_hard_state(txn, hs)
             if job.committed:
                 job.results = self._apply(txn, job)
                 if job.answer is not None:  # before the commit (see `_answer_early`)
@@ -945,8 +1002,9 @@ class RaftNode:
                 st.add_peer_cluster_id(txn, cluster_id)
                 job.cluster_id_changed = True
             if self.gauge is not None:
-                self.gauge.measure(txn)
+                self.gauge.measure(txn, log_bytes=st.log_bytes())
             t1 = time.perf_counter()
+        st.after_commit(durable)
         if self.gauge is not None:
             self.gauge.committed()
         if self._on_commit:  # every durable write, also one that only appends or votes
@@ -954,18 +1012,20 @@ class RaftNode:
             self._on_commit(sum(len(r) for r in job.results) if job.committed else 0, t2 - t0, t2 - t1)
 
     def _must_be_durable(self, job: _Job) -> bool:
-        """Must this write's commit be durable when it returns (both syncs), or may an OS
-        crash undo it (`StateStore.write(durable=False)`: one sync, the store stays whole)?
-        Durable when the core says so (`Ready.must_sync`: entries, a snapshot, a new term
-        or vote: what this node's messages acknowledge or grant), when it records this
-        node's own snapshot, or applies a membership change. Not when it only applies
-        entries already durable in this node's log (and records the commit index, which
-        Raft recomputes): a leader's apply, a follower's commit learnt by heartbeat. An OS
-        crash that undoes such a write makes the node re-apply the same entries from its
-        log at restart, with the same results; nothing it sent or answered relied on it."""
-        if job.must_sync or job.snapshot is not None or job.own_snapshot is not None:
+        """Must the LMDB commit of this write be durable when it returns (both syncs), or
+        may an OS crash undo it (`StateStore.write(durable=False)`: one sync, the store
+        stays whole)? The entries are durable in the segment log before it, so only what
+        lives in LMDB alone counts: this node's own snapshot meta (the log is compacted
+        behind it), a membership change applied (the member addresses), a segment file
+        that the moved compaction point lets go (`WalLogStorage.after_commit` deletes it
+        only after a durable commit). A new term or vote (`_write_txn`) and a store's
+        admission are durable too. An OS crash that undoes the rest makes the node
+        re-apply the same entries from its log at restart, with the same results."""
+        if job.own_snapshot is not None:
             return True
-        return any(e.type == EntryType.CONF_CHANGE for e in job.committed)
+        if any(e.type == EntryType.CONF_CHANGE for e in job.committed):
+            return True
+        return self.storage.droppable()
 
     def _admits_this_store(self, installed: dict[str, MemberAddrs] | None, entries: list[Entry]) -> bool:
         """Does this write give the node the conf change that admitted its store (a
@@ -1121,7 +1181,7 @@ class RaftNode:
 
 
 
-def _reload_log(storage: LmdbLogStorage) -> None:
+def _reload_log(storage: WalLogStorage) -> None:
     storage.reload()
 
 

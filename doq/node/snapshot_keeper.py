@@ -7,7 +7,7 @@ Two kinds, never confused (docs/raft.md, "Snapshots and compaction"):
   driver's next write records it (`take_own`) and compacts the log behind it. No data:
   the state is durable beside the log.
 - **Snapshot data is produced only for a follower behind the compacted log**, when the
-  core asks (`LmdbLogStorage.snapshot_wanted`): `produce` reads the state at the applied
+  core asks (`WalLogStorage.snapshot_wanted`): `produce` reads the state at the applied
   index in one read txn opened on the writer thread, writes it as snapshot data
   (`doq.node.raft_snapshot`) on this keeper's own thread, and offers it to the log
   storage, which holds compaction at its index until the data is dropped. The data lives
@@ -24,8 +24,8 @@ import asyncio
 import concurrent.futures
 import logging
 
-from doq.node.raft_log import LmdbLogStorage
 from doq.node.raft_snapshot import close_state_read, write_state_snapshot
+from doq.node.wal_log import WalLogStorage
 from doq.raft.core import RaftCore
 from doq.raft.types import Snapshot, SnapshotMeta
 from doq.storage.state import StateStore
@@ -38,7 +38,7 @@ class SnapshotKeeper:
     snapshots but under log pressure; `election_tick`: how long offered data may go
     unneeded; `ready_lock`: the driver's lock held around each Ready."""
 
-    def __init__(self, storage: LmdbLogStorage, state: StateStore, node_id: str, *,
+    def __init__(self, storage: WalLogStorage, state: StateStore, node_id: str, *,
                  snapshot_every: int, election_tick: int, ready_lock: asyncio.Lock) -> None:
         self.storage = storage
         self.state = state

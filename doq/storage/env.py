@@ -1,8 +1,10 @@
 """Opening the node's LMDB environment.
 
-One environment per node (`<data_dir>/<node_id>/doq.lmdb`) holds every named database, so
-that persisting Raft entries and applying committed ones happen in ONE write transaction
-with ONE fsync (group commit). Named databases are opened by their owners through
+One environment per node (`<data_dir>/<node_id>/doq.lmdb`) holds every named database:
+the state and the Raft meta (term, vote, snapshot meta, members), so that applying
+committed entries and recording the hard state happen in ONE write transaction (group
+commit). The Raft log's entries live in segment files beside it (`doq.lmdb/wal/`,
+`doq.storage.segment_log`); raft_log holds only an older doq's entries until they move. Named databases are opened by their owners through
 `open_db`; the names in `DB_NAMES` are reserved here so owners never collide.
 """
 

@@ -26,6 +26,7 @@ from doq.node.cluster import MemberAddrs
 from doq.node.raft_log import FIRST_KEY, HS_KEY
 from doq.node.raft_node import RaftNode, RaftNodeConfig
 from doq.node.transport_base import OnMessages, PeerFrame
+from doq.node.wal_log import WalLogStorage
 from doq.raft import codec
 from doq.raft.types import HardState, Message, MessageType
 from doq.storage.env import open_env
@@ -47,6 +48,7 @@ class Net:
     def __init__(self) -> None:
         self.transports: dict[str, FakeTransport] = {}
         self.envs: dict[str, lmdb.Environment] = {}
+        self.storages: dict[str, WalLogStorage] = {}  # node -> its log (the durable index of its segments)
         self.blocked: set[tuple[str, str]] = set()
         self.violations: list[str] = []
         self.early_appends = 0  # appends sent before their entries were durable (allowed)
@@ -81,16 +83,14 @@ class Net:
         if self._dbs.get(nid, (None,))[0] is not env:
             # in a read txn: the node may send while its writer holds the write txn
             with env.begin() as txn:
-                self._dbs[nid] = (env, env.open_db(b"raft_meta", txn=txn, create=False),
-                                  env.open_db(b"raft_log", txn=txn, create=False))
-        _, meta, log = self._dbs[nid]
+                self._dbs[nid] = (env, env.open_db(b"raft_meta", txn=txn, create=False), None)
+        _, meta, _log = self._dbs[nid]
         with env.begin() as txn:
             raw = txn.get(HS_KEY, db=meta)
             hs = codec.decode_hard_state(bytes(raw)) if raw else HardState()
             first = txn.get(FIRST_KEY, db=meta)
             snap_index = _U64.unpack_from(first)[0] if first else 0
-            cur = txn.cursor(db=log)
-            last = max(snap_index, _U64.unpack(cur.key())[0] if cur.last() else 0)
+            last = max(snap_index, self._synced_last(nid))
 
             for m in msgs:
                 if m.type not in (MT.PRE_VOTE, MT.PRE_VOTE_RESP) and m.term > hs.term:
@@ -108,14 +108,20 @@ class Net:
                     self.violations.append(f"{nid}: ack of {m.index} sent, durable last {last}")
 
 
+    def _synced_last(self, nid: str) -> int:
+        """The last index `nid`'s segment log has made durable (its `fdatasync` returned)."""
+        storage = self.storages.get(nid)
+        if storage is None or storage._seg is None:
+            return 0
+        return storage._seg.synced_last
+
     def durable_last(self, nid: str) -> int:
-        """The last log index in `nid`'s LMDB files (a fresh read transaction)."""
+        """The last durable log index of `nid` (its segment log's last fdatasync, at
+        least the compaction point in its LMDB files)."""
         env = self.envs[nid]
         with env.begin() as txn:
-            log = env.open_db(b"raft_log", txn=txn, create=False)
             first = txn.get(FIRST_KEY, db=env.open_db(b"raft_meta", txn=txn, create=False))
-            cur = txn.cursor(db=log)
-            return max(_U64.unpack_from(first)[0] if first else 0, _U64.unpack(cur.key())[0] if cur.last() else 0)
+            return max(_U64.unpack_from(first)[0] if first else 0, self._synced_last(nid))
 
 
 class FakeTransport:
@@ -217,6 +223,7 @@ class Cluster:
             StateStore(env), node_id=nid, addrs=addrs(nid), transport=self.net.factory(nid),
             config=self.config, join=join, peers=peers, seed=zlib.crc32(nid.encode()), **extra,  # type: ignore[arg-type]
         )
+        self.net.storages[nid] = node.storage
         if self.prepare:
             self.prepare(node)
         await node.start()

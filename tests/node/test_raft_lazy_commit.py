@@ -17,6 +17,7 @@ from doq.node.raft_node import RaftNode, RaftNodeConfig, _Job
 from doq.queues import commands as c
 from doq.queues.model import QueueSettings
 from doq.storage import env as env_mod
+from doq.storage.segment_log import SegmentLog
 from tests.node.raftnet import Cluster, retry
 from tests.node.simloop import InlineExecutor, VirtualTimeLoop
 
@@ -101,22 +102,25 @@ async def _syncs_scenario(root: Path, syncs: list[str]) -> None:
             await ld.propose(c.Enqueue("q", [c.EnqueueItem(b"m%d" % i)]))
         writes = [n.writes - b for n, b in zip(nodes, writes_before, strict=True)]  # type: ignore[attr-defined]
         synced = [syncs.count(n.env.path()) for n in nodes]
-        # the leader: an append (synced) and an apply (not) per call; a follower: one
-        # write per call, each persisting entries (synced)
+        wal_synced = [syncs.count(f"wal:{n.env.path()}") for n in nodes]
+        # the leader: an append and an apply per call; a follower: one write per call;
+        # each append is one segment log fdatasync, no LMDB commit syncs its meta page
         assert writes == [2 * CALLS, CALLS, CALLS], writes
-        assert synced == [CALLS, CALLS, CALLS], synced
+        assert wal_synced == [CALLS, CALLS, CALLS], wal_synced
+        assert synced == [0, 0, 0], synced
         # what the leader applied without a meta sync is in its store all the same
         assert ld.state.get_queue("q").stats.total == CALLS
     finally:
         await cl.close()
 
 
-def test_only_writes_that_persist_what_raft_promises_on_sync_the_meta_page(
+def test_entries_are_synced_once_in_the_segment_log_and_the_apply_never_syncs_the_meta_page(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Entries, terms, votes, snapshots, memberships: synced before the write returns (both
-    syncs). A write that only applies entries already durable in the log (the leader's
-    apply after its followers' answers) commits with one sync: an OS crash that undoes it
-    makes the node re-apply the same entries from its log (`RaftNode._must_be_durable`)."""
+    """Entries are made durable by the segment log's one fdatasync per write; the LMDB
+    commit that applies them (and records the commit index) then syncs its data pages
+    only: an OS crash that undoes it makes the node re-apply the same entries from its log
+    (`RaftNode._must_be_durable`). Terms, votes, snapshots, memberships still sync the
+    meta page (not in this steady state)."""
     syncs: list[str] = []
     real = env_mod.sync_meta
 
@@ -124,7 +128,15 @@ def test_only_writes_that_persist_what_raft_promises_on_sync_the_meta_page(
         syncs.append(env.path())
         real(env)
 
+    real_seg_sync = SegmentLog.sync
+
+    def counting_seg(log: SegmentLog) -> None:
+        if log._dirty:  # an fdatasync follows
+            syncs.append(f"wal:{log.path.parent}")
+        real_seg_sync(log)
+
     monkeypatch.setattr("doq.storage.state.sync_meta", counting)
+    monkeypatch.setattr(SegmentLog, "sync", counting_seg)
     loop = VirtualTimeLoop()
     try:
         loop.run_until_complete(_syncs_scenario(tmp_path, syncs))

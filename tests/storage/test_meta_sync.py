@@ -14,7 +14,7 @@ import pytest
 
 from doq.node import log_start, store_identity
 from doq.node.cluster import MemberAddrs
-from doq.node.raft_log import LmdbLogStorage
+from doq.node.wal_log import WalLogStorage
 from doq.queues import commands as c
 from doq.queues.codec import encode_batch
 from doq.queues.model import QueueSettings
@@ -69,7 +69,7 @@ def test_the_nodes_start_up_writes_sync_the_meta_page(tmp_path: Path, syncs: lis
     store_identity.record_cluster(env, "c1")
     assert len(syncs) == 2 and ident.store_id
     state = StateStore(env)
-    storage = LmdbLogStorage(env)
+    storage = WalLogStorage(env)
     state.ensure_cluster_id(lambda: "c1")  # the state's own write (durable)
     syncs.clear()
     log_start.bootstrap(env, storage, state, "n1", MemberAddrs("r:1", "g:2", "h:3"), random.Random(1))

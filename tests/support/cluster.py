@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from doq.node.raft_log import LmdbLogStorage
+from doq.node.wal_log import WalLogStorage
 from doq.storage.env import node_dir, open_env
 from doq.storage.state import StateStore
 from tests.support.proc import NodeProc
@@ -126,13 +126,17 @@ def three_nodes(data: Path) -> Iterator[list[NodeProc]]:
 
 
 @contextlib.contextmanager
-def node_files(node: NodeProc) -> Iterator[tuple[StateStore, LmdbLogStorage]]:
+def node_files(node: NodeProc) -> Iterator[tuple[StateStore, WalLogStorage]]:
     """The state store and Raft log of a STOPPED node, opened from its files."""
     assert not alive(node), f"{node.node_id} still runs"
     env = open_env(node_dir(node.data_dir, node.node_id) / "doq.lmdb")
+    log = None
     try:
-        yield StateStore(env), LmdbLogStorage(env)
+        log = WalLogStorage(env)
+        yield StateStore(env), log
     finally:
+        if log is not None:
+            log.close()
         env.close()
 
 
