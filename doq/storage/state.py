@@ -342,28 +342,48 @@ class _TxnSink:
         assert txn is not None
         ver = self.ver
         if key[0] == _MSG:
-            old = self._stored(key)
-            if old is not None and self.lazy and R.lease_only(old[8:], value):
-                txn.put(key, ver + value[R.LEASE_AT : R.LEASE_END], db=self.leases)
-                self.leased.add(key)
-            else:
-                txn.put(key, ver + value, db=self.dbs[_MSG])
-                if key in self.leased:
-                    txn.delete(key, db=self.leases)
-                    self.leased.discard(key)
-                if old is None and key in self.gone:  # a deleted message written again (only a restore can)
-                    self.gone.discard(key)
-                    cur = txn.cursor(db=self.gone_db)
-                    for g in list(cur.iternext(values=False)):
-                        if g[8:] == key:
-                            txn.delete(g, db=self.gone_db)
-        else:
-            old = txn.replace(key, ver + value, db=self.dbs[key[0]])
+            self._put_message(key, value)
+            return
+        old = txn.replace(key, ver + value, db=self.dbs[key[0]])
         if old is not None:
             ov = old[:8]
             if ov == ver:
                 return
             self._unversion([ov + key])
+        txn.put(ver + key, b"", db=self.versions)
+
+    def _put_message(self, key: bytes, value: bytes) -> None:
+        """`put` of a message record: its lease fields only (an existing record, lazy) in
+        state_leases, the body's versions entry kept; else its body, the body's and the
+        lease's old versions entries unversioned (see the class docstring)."""
+        txn, ver, leases = self.txn, self.ver, self.leases
+        body = txn.get(key, db=self.dbs[_MSG])
+        lease = txn.get(key, db=leases) if body is not None and key in self.leased else None
+        was_gone = body is not None and key in self.gone
+        stale: list[bytes] = []
+        if body is not None and not was_gone and self.lazy and R.lease_only(_compose(body, lease)[8:], value):
+            txn.put(key, ver + value[R.LEASE_AT : R.LEASE_END], db=leases)
+            self.leased.add(key)
+            if lease is not None:
+                if lease[:8] == ver:
+                    return
+                stale.append(lease[:8] + key)
+        else:
+            txn.put(key, ver + value, db=self.dbs[_MSG])
+            if body is not None and body[:8] != ver:
+                stale.append(body[:8] + key)
+            if lease is not None:
+                txn.delete(key, db=leases)
+                self.leased.discard(key)
+                if lease[:8] != ver:
+                    stale.append(lease[:8] + key)
+            if was_gone:  # a deleted message written again (only a restore can)
+                self.gone.discard(key)
+                cur = txn.cursor(db=self.gone_db)
+                for g in list(cur.iternext(values=False)):
+                    if g[8:] == key:
+                        txn.delete(g, db=self.gone_db)
+        self._unversion(stale)
         txn.put(ver + key, b"", db=self.versions)
 
     def insert(self, key: bytes, value: bytes) -> None:
@@ -388,35 +408,55 @@ class _TxnSink:
     def _remove(self, keys: list[bytes]) -> list[bytes | None]:
         """Delete `keys` (one kind; distinct or not); their stored values before (None if
         absent). Messages: composed with their lease entries (removed), and, scattered
-        ones, noted gone instead of removed (see the class docstring)."""
+        ones, noted gone instead of removed, the body's versions entry left for the
+        compaction (see the class docstring)."""
         txn = self.txn
         kind = keys[0][0]
-        note = kind == _MSG and self.lazy and _scattered(keys)
-        olds = _walk(txn.cursor(db=self.dbs[kind]), keys, pop=not note)
-        if kind == _MSG:
-            pop, leases, noted, leased, ver = txn.pop, self.leases, self.gone, self.leased, self.ver
-            out: list[bytes | None] = []
-            fresh = []
-            for k, o in zip(keys, olds, strict=True):
-                if o is None or k in noted:
-                    out.append(None)
-                    continue
-                if note:
-                    noted.add(k)
-                    fresh.append((ver + k, b""))
-                if k in leased:
-                    leased.discard(k)
-                    o = _compose(o, pop(k, db=leases))
-                out.append(o)
-            olds = out
-            if fresh:
-                txn.cursor(db=self.gone_db).putmulti(fresh)
-        gone = [(k, o) for k, o in zip(keys, olds, strict=True) if o is not None]
-        self._unversion([o[:8] + k for k, o in gone])
-        ver = self.ver
+        if kind != _MSG:
+            olds = _walk(txn.cursor(db=self.dbs[kind]), keys, pop=True)
+            gone = [(k, o) for k, o in zip(keys, olds, strict=True) if o is not None]
+            self._unversion([o[:8] + k for k, o in gone])
+        else:
+            olds, gone = self._remove_messages(keys)
         if gone:
+            ver = self.ver
             txn.cursor(db=self.tombs).putmulti([(ver + k, b"") for k, _ in gone])
         return olds
+
+    def _remove_messages(self, keys: list[bytes]) -> tuple[list[bytes | None], list[tuple[bytes, bytes]]]:
+        """`_remove` of message keys: (the stored values before, the (key, value) of
+        those that existed)."""
+        txn = self.txn
+        note = self.lazy and _scattered(keys)
+        bodies = _walk(txn.cursor(db=self.dbs[_MSG]), keys, pop=not note)
+        pop, leases, noted, leased, ver = txn.pop, self.leases, self.gone, self.leased, self.ver
+        out: list[bytes | None] = []
+        fresh = []
+        stale = []
+        for k, o in zip(keys, bodies, strict=True):
+            if o is None:
+                out.append(None)
+                continue
+            if k in noted:
+                if not note:  # its body removed now, not by the compaction
+                    stale.append(o[:8] + k)
+                out.append(None)
+                continue
+            if note:
+                noted.add(k)
+                fresh.append((ver + k, b""))
+            else:
+                stale.append(o[:8] + k)
+            if k in leased:
+                leased.discard(k)
+                lease = pop(k, db=leases)
+                stale.append(lease[:8] + k)
+                o = _compose(o, lease)
+            out.append(o)
+        if fresh:
+            txn.cursor(db=self.gone_db).putmulti(fresh)
+        self._unversion(stale)
+        return out, [(k, o) for k, o in zip(keys, out, strict=True) if o is not None]
 
     def delete(self, key: bytes) -> None:
         assert self.txn is not None
@@ -463,52 +503,65 @@ class _TxnSink:
         kind = keys[0][0]
         db = self.dbs[kind]
         scattered = kind == _MSG and self.lazy and _scattered(keys)
-        olds: list[bytes]
+        bodies: list[bytes]
         if scattered:  # a seek per key anyway: one C call for all
             found = txn.cursor(db=db).getmulti(keys)
             if len(found) != len(keys):
                 raise KeyError("rewrite_many of a record that does not exist")
-            olds = [v for _, v in found]
+            bodies = [v for _, v in found]
         else:
-            olds = _walk(txn.cursor(db=db), keys, pop=False)  # type: ignore[assignment]
+            bodies = _walk(txn.cursor(db=db), keys, pop=False)  # type: ignore[assignment]
         leased = self.leased
+        olds = bodies
+        held: dict[bytes, bytes] = {}  # the lease entries of the keys that have one
         if kind == _MSG and leased and not leased.isdisjoint(keys):
             get, leases = txn.get, self.leases
-            olds = [_compose(o, get(k, db=leases)) if k in leased else o for k, o in zip(keys, olds, strict=True)]
+            held = {k: get(k, db=leases) for k in keys if k in leased}
+            olds = [_compose(o, held[k]) if k in held else o for k, o in zip(keys, bodies, strict=True)]
         news = edit([o[8:] for o in olds])
         ver = self.ver
+        at, end = R.LEASE_AT, R.LEASE_END
+        stale: list[bytes]
         if scattered and lease_only:
-            at, end = R.LEASE_AT, R.LEASE_END
             txn.cursor(db=self.leases).putmulti([(k, ver + n[at:end]) for k, n in zip(keys, news, strict=True)])
             leased.update(keys)
+            # the bodies' versions entries stay (unversioned with the body); a replaced lease's go
+            stale = [v[:8] + k for k, v in held.items() if v[:8] != ver]
         elif scattered:
             is_lease = R.lease_only
-            at, end = R.LEASE_AT, R.LEASE_END
             leases = self.leases
-            bodies = []
+            bodies_out = []
             lease_items = []
-            for k, o, n in zip(keys, olds, news, strict=True):
+            stale = []
+            for k, b, o, n in zip(keys, bodies, olds, news, strict=True):
+                lease = held.get(k)
                 if is_lease(o[8:], n):
                     lease_items.append((k, ver + n[at:end]))
                     leased.add(k)
                 else:
-                    bodies.append((k, ver + n))
-                    if k in leased:
+                    bodies_out.append((k, ver + n))
+                    if b[:8] != ver:
+                        stale.append(b[:8] + k)
+                    if lease is not None:
                         txn.delete(k, db=leases)
                         leased.discard(k)
+                if lease is not None and lease[:8] != ver:
+                    stale.append(lease[:8] + k)
             if lease_items:
                 txn.cursor(db=leases).putmulti(lease_items)
-            if bodies:
-                txn.cursor(db=db).putmulti(bodies)
+            if bodies_out:
+                txn.cursor(db=db).putmulti(bodies_out)
         else:
             txn.cursor(db=db).putmulti(zip(keys, [ver + v for v in news], strict=True))
-            if kind == _MSG and leased and not leased.isdisjoint(keys):
+            stale = [b[:8] + k for k, b in zip(keys, bodies, strict=True) if b[:8] != ver]
+            if held:
                 drop, leases = txn.delete, self.leases
-                for k in keys:
-                    if k in leased:
-                        drop(k, db=leases)
-                        leased.discard(k)
-        self._unversion([o[:8] + k for k, o in zip(keys, olds, strict=True) if o[:8] != ver])
+                for k, v in held.items():
+                    drop(k, db=leases)
+                    leased.discard(k)
+                    if v[:8] != ver:
+                        stale.append(v[:8] + k)
+        self._unversion(stale)
         txn.cursor(db=self.versions).putmulti([(ver + k, b"") for k in keys])
 
     def pop_many(self, keys: list[bytes]) -> list[bytes | None]:
@@ -562,28 +615,25 @@ class _Compaction:
         self.upto = upto
         self.walked = False  # past `end`: dropping the notes
 
-    def step(self, cur: Any, gone: set[bytes]) -> tuple[int, bool]:
+    def step(self, cur: Any, gone: set[bytes]) -> tuple[int, bool, list[bytes]]:
         """Visit up to `SWEEP_VISIT` keys through the cursor `cur` (of state_messages),
-        deleting those in `gone` (and dropping them from it): (keys visited, walk done)."""
+        deleting those in `gone` (and dropping them from it): (keys visited, walk done,
+        the versions entries of the bodies deleted, ascending by key). The keys are read
+        by one C iterator and told apart by a set filter, so the Python work is per body
+        deleted, not per key visited."""
         if not cur.set_range(self.at):
-            return 0, True
-        key, delete, step, end = cur.key, cur.delete, cur.next, self.end
-        visited = 0
-        k = key()
-        while visited < SWEEP_VISIT:
-            if not k or k > end:  # b"": past the last key
-                return visited, True
-            visited += 1
-            if k in gone:
-                gone.discard(k)
-                delete()  # moves to the next key
-            elif not step():
-                return visited, True
-            k = key()
-        if not k or k > end:
-            return visited, True
-        self.at = k
-        return visited, False
+            return 0, True, []
+        keys = list(itertools.islice(cur.iternext(values=False), SWEEP_VISIT))
+        cut = bisect.bisect_right(keys, self.end)
+        done = cut < len(keys) or len(keys) < SWEEP_VISIT
+        if not done:
+            self.at = keys[-1] + b"\x00"  # the next key after the last visited
+        hit = list(filter(gone.__contains__, keys[:cut] if cut < len(keys) else keys))
+        if not hit:
+            return cut, done, []
+        gone.difference_update(hit)
+        bodies = _walk(cur, hit, pop=True)
+        return cut, done, [b[:8] + k for k, b in zip(hit, bodies, strict=True) if b is not None]
 
     def drop_notes(self, cur: Any, gone: set[bytes]) -> tuple[int, bool]:
         """Delete up to `SWEEP_VISIT` of the notes before `upto` through `cur` (of
@@ -592,17 +642,14 @@ class _Compaction:
         forgotten so too): (notes dropped, all dropped)."""
         if not cur.first():
             return 0, True
-        key, delete, upto = cur.key, cur.delete, self.upto
-        dropped = 0
-        while dropped < SWEEP_VISIT:
-            k = key()
-            if not k or k >= upto:
-                return dropped, True
-            gone.discard(k[8:])
-            delete()
-            dropped += 1
-        k = key()
-        return dropped, not k or k >= upto
+        notes = list(itertools.islice(cur.iternext(values=False), SWEEP_VISIT))
+        cut = bisect.bisect_left(notes, self.upto)
+        gone.difference_update([k[8:] for k in notes[:cut]])
+        if cut and cur.first():
+            delete = cur.delete
+            for _ in range(cut):
+                delete()
+        return cut, cut < len(notes) or len(notes) < SWEEP_VISIT
 
 
 def _drop_first_notes(cur: Any, upto: bytes) -> tuple[int, bool]:
@@ -1117,8 +1164,11 @@ class StateStore:
         if self._compacting is not None:
             cw = self._compacting
             if not cw.walked:
-                visited, cw.walked = cw.step(txn.cursor(db=msgs), sink.gone)
+                visited, cw.walked, removed = cw.step(txn.cursor(db=msgs), sink.gone)
                 work += visited
+                if removed:  # the bodies' versions entries (kept while the bodies were)
+                    removed.sort()
+                    self._unversion_dead(txn, removed)
             if cw.walked:
                 dropped, done = cw.drop_notes(txn.cursor(db=self._gone), sink.gone)
                 work += dropped
@@ -1181,7 +1231,8 @@ class StateStore:
                 continue
             head.sort()
             if db is self._gone:
-                _walk(txn.cursor(db=self._kind_db[K.MESSAGE]), head, pop=True)
+                bodies = _walk(txn.cursor(db=self._kind_db[K.MESSAGE]), head, pop=True)
+                self._unversion_dead(txn, sorted(b[:8] + k for k, b in zip(head, bodies, strict=True) if b is not None))
                 sink.gone.difference_update(head)
                 self._drop_notes(txn, db, cutoff)
             else:
