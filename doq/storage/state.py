@@ -287,7 +287,7 @@ class _TxnSink:
     (a restore's sink) writes everything in place: records may then come in any order."""
 
     __slots__ = ("txn", "ver", "dbs", "versions", "tombs", "stale", "leases", "gone_db", "n_stale", "gone",
-                 "leased", "lazy")
+                 "leased", "legacy", "lazy")
 
     def __init__(self, dbs: dict[int, Any], versions: Any, tombs: Any, stale: Any, leases: Any,
                  gone_db: Any, *, lazy: bool = True) -> None:
@@ -303,6 +303,9 @@ class _TxnSink:
         self.n_stale = 0  # entries noted in state_stale (an upper bound after an abort)
         self.gone: set[bytes] = set()  # message keys noted in state_gone (see StateStore)
         self.leased: set[bytes] = set()  # message keys with a state_leases entry (writer's copy)
+        # those of `leased` whose entry may have a versions entry (written before this load:
+        # an earlier layout indexed leases; unversioned when the lease goes or is replaced)
+        self.legacy: set[bytes] = set()
 
     def _unversion(self, entries: list[bytes]) -> None:
         """Versions entries (version + key) no longer live: see the class docstring."""
@@ -361,28 +364,26 @@ class _TxnSink:
         lease = txn.get(key, db=leases) if body is not None and key in self.leased else None
         was_gone = body is not None and key in self.gone
         stale: list[bytes] = []
+        if lease is not None and key in self.legacy:
+            self.legacy.discard(key)
+            stale.append(lease[:8] + key)
         if body is not None and not was_gone and self.lazy and R.lease_only(_compose(body, lease)[8:], value):
             txn.put(key, ver + value[R.LEASE_AT : R.LEASE_END], db=leases)
             self.leased.add(key)
-            if lease is not None:
-                if lease[:8] == ver:
-                    return
-                stale.append(lease[:8] + key)
-        else:
-            txn.put(key, ver + value, db=self.dbs[_MSG])
-            if body is not None and body[:8] != ver:
-                stale.append(body[:8] + key)
-            if lease is not None:
-                txn.delete(key, db=leases)
-                self.leased.discard(key)
-                if lease[:8] != ver:
-                    stale.append(lease[:8] + key)
-            if was_gone:  # a deleted message written again (only a restore can)
-                self.gone.discard(key)
-                cur = txn.cursor(db=self.gone_db)
-                for g in list(cur.iternext(values=False)):
-                    if g[8:] == key:
-                        txn.delete(g, db=self.gone_db)
+            self._unversion(stale)
+            return  # a lease has no versions entry (`StateStore._iter_changes` reads the lease table)
+        txn.put(key, ver + value, db=self.dbs[_MSG])
+        if body is not None and body[:8] != ver:
+            stale.append(body[:8] + key)
+        if lease is not None:
+            txn.delete(key, db=leases)
+            self.leased.discard(key)
+        if was_gone:  # a deleted message written again (only a restore can)
+            self.gone.discard(key)
+            cur = txn.cursor(db=self.gone_db)
+            for g in list(cur.iternext(values=False)):
+                if g[8:] == key:
+                    txn.delete(g, db=self.gone_db)
         self._unversion(stale)
         txn.put(ver + key, b"", db=self.versions)
 
@@ -429,7 +430,7 @@ class _TxnSink:
         txn = self.txn
         note = self.lazy and _scattered(keys)
         bodies = _walk(txn.cursor(db=self.dbs[_MSG]), keys, pop=not note)
-        pop, leases, noted, leased, ver = txn.pop, self.leases, self.gone, self.leased, self.ver
+        pop, leases, noted, leased, legacy, ver = txn.pop, self.leases, self.gone, self.leased, self.legacy, self.ver
         out: list[bytes | None] = []
         fresh = []
         stale = []
@@ -450,7 +451,9 @@ class _TxnSink:
             if k in leased:
                 leased.discard(k)
                 lease = pop(k, db=leases)
-                stale.append(lease[:8] + k)
+                if k in legacy:
+                    legacy.discard(k)
+                    stale.append(lease[:8] + k)
                 o = _compose(o, lease)
             out.append(o)
         if fresh:
@@ -484,11 +487,16 @@ class _TxnSink:
             return keys
         leased.difference_update(done)
         noted.update(done)
-        olds = _walk(txn.cursor(db=self.leases), done, pop=True)
+        legacy = self.legacy
+        if legacy and not legacy.isdisjoint(done):  # their versions entries go too
+            olds = _walk(txn.cursor(db=self.leases), done, pop=True)
+            self._unversion([o[:8] + k for k, o in zip(done, olds, strict=True) if k in legacy])  # type: ignore[index]
+            legacy.difference_update(done)
+        else:
+            _drop_keys(txn.cursor(db=self.leases), done)
         txn.cursor(db=self.gone_db).putmulti([(ver + k, b"") for k in done])
-        self._unversion([o[:8] + k for k, o in zip(done, olds, strict=True)])  # type: ignore[index]
         txn.cursor(db=self.tombs).putmulti([(ver + k, b"") for k in done])
-        return [k for k in keys if k not in noted]
+        return keys if len(done) == len(keys) else [k for k in keys if k not in noted]
 
     def rewrite_many(self, keys: list[bytes], edit: Callable[[list[bytes]], list[bytes]], *,
                      lease_only: bool = False) -> None:
@@ -522,19 +530,23 @@ class _TxnSink:
         ver = self.ver
         at, end = R.LEASE_AT, R.LEASE_END
         stale: list[bytes]
+        legacy = self.legacy
+        stale = []
+        if held and legacy and not legacy.isdisjoint(held):  # replaced or dropped leases of before
+            stale = [v[:8] + k for k, v in held.items() if k in legacy]
+            legacy.difference_update(held)
         if scattered and lease_only:
+            # lease entries only: no versions entry (the bodies' stay, unversioned with the body)
             txn.cursor(db=self.leases).putmulti([(k, ver + n[at:end]) for k, n in zip(keys, news, strict=True)])
             leased.update(keys)
-            # the bodies' versions entries stay (unversioned with the body); a replaced lease's go
-            stale = [v[:8] + k for k, v in held.items() if v[:8] != ver]
-        elif scattered:
+            self._unversion(stale)
+            return
+        if scattered:
             is_lease = R.lease_only
             leases = self.leases
             bodies_out = []
             lease_items = []
-            stale = []
             for k, b, o, n in zip(keys, bodies, olds, news, strict=True):
-                lease = held.get(k)
                 if is_lease(o[8:], n):
                     lease_items.append((k, ver + n[at:end]))
                     leased.add(k)
@@ -542,27 +554,27 @@ class _TxnSink:
                     bodies_out.append((k, ver + n))
                     if b[:8] != ver:
                         stale.append(b[:8] + k)
-                    if lease is not None:
+                    if k in held:
                         txn.delete(k, db=leases)
                         leased.discard(k)
-                if lease is not None and lease[:8] != ver:
-                    stale.append(lease[:8] + k)
             if lease_items:
                 txn.cursor(db=leases).putmulti(lease_items)
             if bodies_out:
                 txn.cursor(db=db).putmulti(bodies_out)
+                keys = [k for k, _ in bodies_out]
+            else:
+                keys = []
         else:
             txn.cursor(db=db).putmulti(zip(keys, [ver + v for v in news], strict=True))
-            stale = [b[:8] + k for k, b in zip(keys, bodies, strict=True) if b[:8] != ver]
+            stale += [b[:8] + k for k, b in zip(keys, bodies, strict=True) if b[:8] != ver]
             if held:
                 drop, leases = txn.delete, self.leases
-                for k, v in held.items():
+                for k in held:
                     drop(k, db=leases)
                     leased.discard(k)
-                    if v[:8] != ver:
-                        stale.append(v[:8] + k)
         self._unversion(stale)
-        txn.cursor(db=self.versions).putmulti([(ver + k, b"") for k in keys])
+        if keys:
+            txn.cursor(db=self.versions).putmulti([(ver + k, b"") for k in keys])
 
     def pop_many(self, keys: list[bytes]) -> list[bytes | None]:
         """`delete` of each key (one kind) through cursors; the tombstones written by one C call."""
@@ -877,6 +889,7 @@ class StateStore:
         self._sink.n_stale = txn.stat(self._stale)["entries"]
         self._sink.gone = {bytes(g[8:]) for g in txn.cursor(db=self._gone).iternext(values=False)}
         self._sink.leased = {bytes(k) for k in txn.cursor(db=self._leases).iternext(values=False)}
+        self._sink.legacy = set(self._sink.leased)
         self._compacting = self._collecting = None
         self._load_machine(txn)
         self.machine.keys.load(list(self._key_records(txn)))
@@ -1449,7 +1462,7 @@ class StateStore:
     def _iter_changes(self, txn: Any, since: int) -> Iterator[tuple[bytes, bytes | None, int]]:
         try:
             start = _V.pack(since)
-            vs = self._walk(txn, self._versions, start)
+            vs = self._indexed(txn, start)
             ts = self._walk(txn, self._tombs, start)
             v = next(vs, None)
             t = next(ts, None)
@@ -1468,6 +1481,16 @@ class StateStore:
                     v = next(vs, None)
         finally:
             txn.abort()
+
+    def _indexed(self, txn: Any, start: bytes) -> Iterator[bytes]:
+        """The (version + key) of every record with version >= `start`, ascending, and
+        some stale ones (readers check the record's version): the versions index merged
+        with the lease table's entries (a leased message's record has its lease's version,
+        which the versions index does not hold, but an earlier layout's may: once each)."""
+        leased = sorted(v[:8] + k for k, v in txn.cursor(db=self._leases).iternext() if v[:8] >= start)
+        if not leased:
+            return self._walk(txn, self._versions, start)
+        return (e for e, _ in itertools.groupby(heapq.merge(self._walk(txn, self._versions, start), leased)))
 
     @staticmethod
     def _walk(txn: Any, db: Any, start: bytes) -> Iterator[bytes]:

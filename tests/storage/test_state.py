@@ -415,10 +415,13 @@ def _message_notes(env: lmdb.Environment) -> set[bytes]:
 
 
 def _kept_versions(env: lmdb.Environment, st: StateStore) -> set[bytes]:
-    """The entries a fully collected index holds: the live records' entries, and the
+    """The entries a fully collected index holds: the live records' entries but a leased
+    message's (its version is its lease entry's, read from the lease table), and the
     versions entry of every stored message body (kept while the body is, even when its
     record is leased or gone)."""
-    return _live_versions(st) | {v[:8] + k for k, v in _db_items(env, b"state_messages").items()}
+    leases = _db_items(env, b"state_leases")
+    return ({e for e in _live_versions(st) if e[8:] not in leases}
+            | {v[:8] + k for k, v in _db_items(env, b"state_messages").items()})
 
 
 def test_stale_version_entries_are_skipped_then_collected_in_bulk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -430,7 +433,7 @@ def test_stale_version_entries_are_skipped_then_collected_in_bulk(tmp_path: Path
     lazy_env, lazy = _open(tmp_path / "lazy")
     apply(lazy_env, lazy, WORK)
     index, noted = _versions_index(lazy_env)
-    assert noted > 0 and index > _live_versions(lazy)  # stale entries wait in the index
+    assert noted > 0 and index > _kept_versions(lazy_env, lazy)  # stale entries wait in the index
     monkeypatch.setattr(S, "MIN_COLLECT", 1)
     monkeypatch.setattr(S, "COLLECT_FRACTION", 1 << 40)
     eager_env, eager = _open(tmp_path / "eager")
@@ -687,11 +690,11 @@ def test_no_commit_sorts_or_walks_every_noted_key(tmp_path: Path, monkeypatch: p
 def test_scattered_deliveries_keep_the_bodies_entries_until_the_compaction(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A fair queue's groups filled as blocks, delivered round-robin (scattered ids): a
-    delivery writes lease entries and their versions entries (all of one version) and
-    leaves the bodies' versions entries where they are, noting nothing stale (readers
-    skip them: the record's version is the lease's); an ack deletes the lease versions
-    entries (adjacent) in place and notes the bodies gone; the compaction removes each
-    body with its versions entry. Nothing is noted stale at any step."""
+    delivery writes lease entries only, no versions entry, and leaves the bodies'
+    versions entries where they are, noting nothing stale (readers skip them: the
+    record's version is the lease's, which changes read from the lease table); an ack
+    drops the lease entries and notes the bodies gone; the compaction removes each body
+    with its versions entry. Nothing is noted stale at any step."""
     import doq.storage.state as S
 
     env, st = _open(tmp_path / "a")
@@ -707,6 +710,7 @@ def test_scattered_deliveries_keep_the_bodies_entries_until_the_compaction(
     assert not _message_notes(env)
     assert old <= _versions_index(env)[0]  # left in the index, skipped by readers
     assert {k for k, _, ver in _live(st) if k[0] == K.MESSAGE and ver == 4} == {K.message_key("q", i) for i in ids}
+    assert not {e for e in _versions_index(env)[0] if e[:8] == (4).to_bytes(8, "big") and e[8] == K.MESSAGE}
     assert {e for e in _versions_index(env)[0] if e[8] == K.MESSAGE} == {
         e for e in _kept_versions(env, st) if e[8] == K.MESSAGE}
     apply(env, st, [_batch(5, T0, c.Ack("q", ids, [m.lease_id for m in out]))])  # type: ignore[attr-defined]
