@@ -7,8 +7,11 @@ Databases (reserved in `doq.storage.env.DB_NAMES`):
   `doq.queues.apikeys.STORE_PREFIX` + key id, and the join tokens:
   `doq.queues.join_tokens.STORE_PREFIX` + token id)
 - state_queues / state_messages / state_dedup: the records of `doq.queues.keys`
-- state_versions: (u64 BE version + key) -> b"" for every live record, and for a while
-  for records rewritten or deleted since (stale entries: readers skip them)
+- state_versions: (u64 BE version + key) -> b"" for every live record but a leased
+  message (its version is its state_leases entry's: changes merge that table in), the
+  body's entry of every stored message body (also while the message is leased or gone:
+  removed with the body), and for a while entries of records rewritten or deleted since
+  (stale entries: readers skip an entry whose record is at another version)
 - state_stale: (u64 BE version + stale versions entry) -> b"": the stale entries, deleted
   in bulk, in key order (`_TxnSink`, `StateStore._sweep`); not replicated state
 - state_gone: (u64 BE version + message key) -> b"": a message deleted (acked, dead-
@@ -20,7 +23,8 @@ Databases (reserved in `doq.storage.env.DB_NAMES`):
 - state_leases: message key -> u64 BE version + the lease fields of its record
   (`R.LEASE_AT`..`R.LEASE_END`): a message's record is its body in state_messages with
   these fields, at this version (`_TxnSink`); an old data dir has none (the lease fields
-  in the bodies) and loads as it is
+  in the bodies) and loads as it is; a data dir of before issue 20's drain change has a
+  versions entry per lease entry (unversioned as its lease goes: `_TxnSink.legacy`)
 - state_tombstones: (u64 BE version + key) -> b"" for every deletion
 
 Every stored record value is `u64 BE version + payload`, the version being the log index
@@ -269,18 +273,22 @@ class _TxnSink:
       delivery, a touch, a return without new priority or delay) keeps its body in
       state_messages and gets (or replaces) an entry in state_leases: message key ->
       version + the lease fields. The record is the body with those fields, at that
-      version (`_compose`). Any other write of a message record writes the body and drops
-      its lease entry. The lease table holds few entries (messages in flight), so it
-      has few pages.
+      version (`_compose`). A lease entry has no versions entry: readers of changes
+      merge the lease table in (`StateStore._indexed`). Any other write of a message
+      record writes the body and drops its lease entry. The lease table holds few
+      entries (messages in flight), so it has few pages.
     - Deletes: the body stays, and the key is noted in state_gone (version + key: an
       append) and in `gone`; readers leave it out. `StateStore._sweep` removes the noted
-      bodies in key order, in chunks.
-    - Versions: a versions entry that stops being live (record rewritten or deleted) is
-      noted in state_stale (this version + the entry: an append) unless the entries of
-      the call are adjacent in the index (`_adjacent`) or of this very version
-      (the same key may be written again in this version); `StateStore._sweep` deletes
-      the noted entries in key order, in chunks. Readers of the index skip an entry
-      whose record is absent or at another version.
+      bodies in key order, in chunks, each with its versions entry.
+    - Versions: a body's versions entry stays while the body does (leased or gone, its
+      record is at another version or none: readers skip it), so a delivery and an ack
+      touch no versions entry at all. Another versions entry that stops being live (a
+      body rewritten or removed in place, a record of another kind) is noted in
+      state_stale (this version + the entry: an append) unless the entries of the call
+      are adjacent in the index (`_adjacent`) or of this very version (the same key may
+      be written again in this version); `StateStore._sweep` deletes the noted entries
+      in key order, in chunks. Readers of the index skip an entry whose record is
+      absent or at another version.
 
     Every read of a message composes it, so the records, their versions, backups,
     digests and dumps are what they would be with every write in place. `lazy=False`
@@ -614,7 +622,8 @@ class _Compaction:
     """The removal under way of the bodies noted gone (`_TxnSink.gone`): a walk over
     state_messages in key order, from `at` (the next key to visit) to `end` (the last key
     when it started), `SWEEP_VISIT` keys per commit, deleting each body whose key is in
-    the set (noted before the walk began or since). No sort: the table's own order is the
+    the set (noted before the walk began or since), and its versions entry (the body's
+    version + key: kept while the body was). No sort: the table's own order is the
     order of removal. Every key noted before version `upto` is at or before `end`, so once
     the walk is past `end` all of them are removed, and their notes (the first of
     state_gone) are dropped, `SWEEP_VISIT` per commit too (`drop_notes`)."""
