@@ -504,7 +504,7 @@ class _TxnSink:
             _drop_keys(txn.cursor(db=self.leases), done)
         txn.cursor(db=self.gone_db).putmulti([(ver + k, b"") for k in done])
         txn.cursor(db=self.tombs).putmulti([(ver + k, b"") for k in done])
-        return keys if len(done) == len(keys) else [k for k in keys if k not in noted]
+        return [] if len(done) == len(keys) else [k for k in keys if k not in noted]
 
     def rewrite_many(self, keys: list[bytes], edit: Callable[[list[bytes]], list[bytes]], *,
                      lease_only: bool = False) -> None:
