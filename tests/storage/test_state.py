@@ -725,3 +725,42 @@ def test_scattered_deliveries_keep_the_bodies_entries_until_the_compaction(
     assert not _message_notes(env) and not old & index
     assert {e for e in index if e[8] == K.MESSAGE} == {e for e in _live_versions(st) if e[8] == K.MESSAGE}
     assert _db_items(env, b"state_gone") == {} and not {K.message_key("q", i) for i in ids} & set(_db_items(env, b"state_messages"))
+
+
+class _SpyTxn:
+    """A write txn that records the databases read through it."""
+
+    def __init__(self, txn: lmdb.Transaction) -> None:
+        self.txn = txn
+        self.read: list[object] = []
+
+    def cursor(self, db: object) -> lmdb.Cursor:
+        self.read.append(db)
+        return self.txn.cursor(db=db)
+
+    def get(self, key: bytes, db: object) -> object:
+        self.read.append(db)
+        return self.txn.get(key, db=db)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.txn, name)
+
+
+def test_an_ack_of_scattered_deliveries_reads_no_body(tmp_path: Path) -> None:
+    """An ack of delivered messages of scattered ids reads and writes their lease
+    entries, gone notes and tombstones only: not one message body (nor the versions index)."""
+    env, st = _open(tmp_path / "a")
+    prios = [(i * 7919) % 200 for i in range(200)]
+    apply(env, st, [_batch(1, T0, c.CreateQueue("q", "delayed", QueueSettings()),
+                           c.EnqueueColumns("q", [b"m%d" % i for i in range(200)], priorities=prios))])
+    out = apply(env, st, [_batch(2, T0, c.Dequeue("q", 30))])[0][0]
+    ids = [m.id for m in out]  # type: ignore[attr-defined]
+    assert max(ids) - min(ids) > 4 * len(ids)  # scattered
+    with st.write() as txn:
+        spy = _SpyTxn(txn)
+        res = st.apply_entries(spy, [_batch(3, T0, c.Ack("q", ids, [m.lease_id for m in out]))])  # type: ignore[arg-type, attr-defined]
+    assert res == [[[None] * len(ids)]]
+    assert st._kind_db[K.MESSAGE] not in spy.read and st._versions not in spy.read
+    assert st._leases in spy.read  # the lease entries were dropped
+    assert {K.message_key("q", i) for i in ids} <= st._sink.gone
+    assert not {K.message_key("q", i) for i in ids} & {k for k, _, _ in _live(st)}
