@@ -379,7 +379,7 @@ class _TxnSink:
             txn.put(key, ver + value[R.LEASE_AT : R.LEASE_END], db=leases)
             self.leased.add(key)
             self._unversion(stale)
-            return  # a lease has no versions entry (`StateStore._iter_changes` reads the lease table)
+            return  # a lease has no versions entry (`StateStore._indexed` reads the lease table)
         txn.put(key, ver + value, db=self.dbs[_MSG])
         if body is not None and body[:8] != ver:
             stale.append(body[:8] + key)
