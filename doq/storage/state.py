@@ -7,8 +7,11 @@ Databases (reserved in `doq.storage.env.DB_NAMES`):
   `doq.queues.apikeys.STORE_PREFIX` + key id, and the join tokens:
   `doq.queues.join_tokens.STORE_PREFIX` + token id)
 - state_queues / state_messages / state_dedup: the records of `doq.queues.keys`
-- state_versions: (u64 BE version + key) -> b"" for every live record, and for a while
-  for records rewritten or deleted since (stale entries: readers skip them)
+- state_versions: (u64 BE version + key) -> b"" for every live record but a leased
+  message (its version is its state_leases entry's: changes merge that table in), the
+  body's entry of every stored message body (also while the message is leased or gone:
+  removed with the body), and for a while entries of records rewritten or deleted since
+  (stale entries: readers skip an entry whose record is at another version)
 - state_stale: (u64 BE version + stale versions entry) -> b"": the stale entries, deleted
   in bulk, in key order (`_TxnSink`, `StateStore._sweep`); not replicated state
 - state_gone: (u64 BE version + message key) -> b"": a message deleted (acked, dead-
@@ -20,7 +23,8 @@ Databases (reserved in `doq.storage.env.DB_NAMES`):
 - state_leases: message key -> u64 BE version + the lease fields of its record
   (`R.LEASE_AT`..`R.LEASE_END`): a message's record is its body in state_messages with
   these fields, at this version (`_TxnSink`); an old data dir has none (the lease fields
-  in the bodies) and loads as it is
+  in the bodies) and loads as it is; a data dir of before issue 20's drain change has a
+  versions entry per lease entry (unversioned as its lease goes: `_TxnSink.legacy`)
 - state_tombstones: (u64 BE version + key) -> b"" for every deletion
 
 Every stored record value is `u64 BE version + payload`, the version being the log index
@@ -269,25 +273,29 @@ class _TxnSink:
       delivery, a touch, a return without new priority or delay) keeps its body in
       state_messages and gets (or replaces) an entry in state_leases: message key ->
       version + the lease fields. The record is the body with those fields, at that
-      version (`_compose`). Any other write of a message record writes the body and drops
-      its lease entry. The lease table holds few entries (messages in flight), so it
-      has few pages.
+      version (`_compose`). A lease entry has no versions entry: readers of changes
+      merge the lease table in (`StateStore._indexed`). Any other write of a message
+      record writes the body and drops its lease entry. The lease table holds few
+      entries (messages in flight), so it has few pages.
     - Deletes: the body stays, and the key is noted in state_gone (version + key: an
       append) and in `gone`; readers leave it out. `StateStore._sweep` removes the noted
-      bodies in key order, in chunks.
-    - Versions: a versions entry that stops being live (record rewritten or deleted) is
-      noted in state_stale (this version + the entry: an append) unless the entries of
-      the call are adjacent in the index (`_adjacent`) or of this very version
-      (the same key may be written again in this version); `StateStore._sweep` deletes
-      the noted entries in key order, in chunks. Readers of the index skip an entry
-      whose record is absent or at another version.
+      bodies in key order, in chunks, each with its versions entry.
+    - Versions: a body's versions entry stays while the body does (leased or gone, its
+      record is at another version or none: readers skip it), so a delivery and an ack
+      touch no versions entry at all. Another versions entry that stops being live (a
+      body rewritten or removed in place, a record of another kind) is noted in
+      state_stale (this version + the entry: an append) unless the entries of the call
+      are adjacent in the index (`_adjacent`) or of this very version (the same key may
+      be written again in this version); `StateStore._sweep` deletes the noted entries
+      in key order, in chunks. Readers of the index skip an entry whose record is
+      absent or at another version.
 
     Every read of a message composes it, so the records, their versions, backups,
     digests and dumps are what they would be with every write in place. `lazy=False`
     (a restore's sink) writes everything in place: records may then come in any order."""
 
     __slots__ = ("txn", "ver", "dbs", "versions", "tombs", "stale", "leases", "gone_db", "n_stale", "gone",
-                 "leased", "lazy")
+                 "leased", "legacy", "lazy")
 
     def __init__(self, dbs: dict[int, Any], versions: Any, tombs: Any, stale: Any, leases: Any,
                  gone_db: Any, *, lazy: bool = True) -> None:
@@ -303,6 +311,9 @@ class _TxnSink:
         self.n_stale = 0  # entries noted in state_stale (an upper bound after an abort)
         self.gone: set[bytes] = set()  # message keys noted in state_gone (see StateStore)
         self.leased: set[bytes] = set()  # message keys with a state_leases entry (writer's copy)
+        # those of `leased` whose entry may have a versions entry (written before this load:
+        # an earlier layout indexed leases; unversioned when the lease goes or is replaced)
+        self.legacy: set[bytes] = set()
 
     def _unversion(self, entries: list[bytes]) -> None:
         """Versions entries (version + key) no longer live: see the class docstring."""
@@ -342,28 +353,46 @@ class _TxnSink:
         assert txn is not None
         ver = self.ver
         if key[0] == _MSG:
-            old = self._stored(key)
-            if old is not None and self.lazy and R.lease_only(old[8:], value):
-                txn.put(key, ver + value[R.LEASE_AT : R.LEASE_END], db=self.leases)
-                self.leased.add(key)
-            else:
-                txn.put(key, ver + value, db=self.dbs[_MSG])
-                if key in self.leased:
-                    txn.delete(key, db=self.leases)
-                    self.leased.discard(key)
-                if old is None and key in self.gone:  # a deleted message written again (only a restore can)
-                    self.gone.discard(key)
-                    cur = txn.cursor(db=self.gone_db)
-                    for g in list(cur.iternext(values=False)):
-                        if g[8:] == key:
-                            txn.delete(g, db=self.gone_db)
-        else:
-            old = txn.replace(key, ver + value, db=self.dbs[key[0]])
+            self._put_message(key, value)
+            return
+        old = txn.replace(key, ver + value, db=self.dbs[key[0]])
         if old is not None:
             ov = old[:8]
             if ov == ver:
                 return
             self._unversion([ov + key])
+        txn.put(ver + key, b"", db=self.versions)
+
+    def _put_message(self, key: bytes, value: bytes) -> None:
+        """`put` of a message record: its lease fields only (an existing record, lazy) in
+        state_leases, the body's versions entry kept; else its body, the body's and the
+        lease's old versions entries unversioned (see the class docstring)."""
+        txn, ver, leases = self.txn, self.ver, self.leases
+        body = txn.get(key, db=self.dbs[_MSG])
+        lease = txn.get(key, db=leases) if body is not None and key in self.leased else None
+        was_gone = body is not None and key in self.gone
+        stale: list[bytes] = []
+        if lease is not None and key in self.legacy:
+            self.legacy.discard(key)
+            stale.append(lease[:8] + key)
+        if body is not None and not was_gone and self.lazy and R.lease_only(_compose(body, lease)[8:], value):
+            txn.put(key, ver + value[R.LEASE_AT : R.LEASE_END], db=leases)
+            self.leased.add(key)
+            self._unversion(stale)
+            return  # a lease has no versions entry (`StateStore._indexed` reads the lease table)
+        txn.put(key, ver + value, db=self.dbs[_MSG])
+        if body is not None and body[:8] != ver:
+            stale.append(body[:8] + key)
+        if lease is not None:
+            txn.delete(key, db=leases)
+            self.leased.discard(key)
+        if was_gone:  # a deleted message written again (only a restore can)
+            self.gone.discard(key)
+            cur = txn.cursor(db=self.gone_db)
+            for g in list(cur.iternext(values=False)):
+                if g[8:] == key:
+                    txn.delete(g, db=self.gone_db)
+        self._unversion(stale)
         txn.put(ver + key, b"", db=self.versions)
 
     def insert(self, key: bytes, value: bytes) -> None:
@@ -388,35 +417,57 @@ class _TxnSink:
     def _remove(self, keys: list[bytes]) -> list[bytes | None]:
         """Delete `keys` (one kind; distinct or not); their stored values before (None if
         absent). Messages: composed with their lease entries (removed), and, scattered
-        ones, noted gone instead of removed (see the class docstring)."""
+        ones, noted gone instead of removed, the body's versions entry left for the
+        compaction (see the class docstring)."""
         txn = self.txn
         kind = keys[0][0]
-        note = kind == _MSG and self.lazy and _scattered(keys)
-        olds = _walk(txn.cursor(db=self.dbs[kind]), keys, pop=not note)
-        if kind == _MSG:
-            pop, leases, noted, leased, ver = txn.pop, self.leases, self.gone, self.leased, self.ver
-            out: list[bytes | None] = []
-            fresh = []
-            for k, o in zip(keys, olds, strict=True):
-                if o is None or k in noted:
-                    out.append(None)
-                    continue
-                if note:
-                    noted.add(k)
-                    fresh.append((ver + k, b""))
-                if k in leased:
-                    leased.discard(k)
-                    o = _compose(o, pop(k, db=leases))
-                out.append(o)
-            olds = out
-            if fresh:
-                txn.cursor(db=self.gone_db).putmulti(fresh)
-        gone = [(k, o) for k, o in zip(keys, olds, strict=True) if o is not None]
-        self._unversion([o[:8] + k for k, o in gone])
-        ver = self.ver
+        if kind != _MSG:
+            olds = _walk(txn.cursor(db=self.dbs[kind]), keys, pop=True)
+            gone = [(k, o) for k, o in zip(keys, olds, strict=True) if o is not None]
+            self._unversion([o[:8] + k for k, o in gone])
+        else:
+            olds, gone = self._remove_messages(keys)
         if gone:
+            ver = self.ver
             txn.cursor(db=self.tombs).putmulti([(ver + k, b"") for k, _ in gone])
         return olds
+
+    def _remove_messages(self, keys: list[bytes]) -> tuple[list[bytes | None], list[tuple[bytes, bytes]]]:
+        """`_remove` of message keys: (the stored values before, the (key, value) of
+        those that existed)."""
+        txn = self.txn
+        note = self.lazy and _scattered(keys)
+        bodies = _walk(txn.cursor(db=self.dbs[_MSG]), keys, pop=not note)
+        pop, leases, noted, leased, legacy, ver = txn.pop, self.leases, self.gone, self.leased, self.legacy, self.ver
+        out: list[bytes | None] = []
+        fresh = []
+        stale = []
+        for k, o in zip(keys, bodies, strict=True):
+            if o is None:
+                out.append(None)
+                continue
+            if k in noted:
+                if not note:  # its body removed now, not by the compaction
+                    stale.append(o[:8] + k)
+                out.append(None)
+                continue
+            if note:
+                noted.add(k)
+                fresh.append((ver + k, b""))
+            else:
+                stale.append(o[:8] + k)
+            if k in leased:
+                leased.discard(k)
+                lease = pop(k, db=leases)
+                if k in legacy:
+                    legacy.discard(k)
+                    stale.append(lease[:8] + k)
+                o = _compose(o, lease)
+            out.append(o)
+        if fresh:
+            txn.cursor(db=self.gone_db).putmulti(fresh)
+        self._unversion(stale)
+        return out, [(k, o) for k, o in zip(keys, out, strict=True) if o is not None]
 
     def delete(self, key: bytes) -> None:
         assert self.txn is not None
@@ -444,11 +495,16 @@ class _TxnSink:
             return keys
         leased.difference_update(done)
         noted.update(done)
-        olds = _walk(txn.cursor(db=self.leases), done, pop=True)
+        legacy = self.legacy
+        if legacy and not legacy.isdisjoint(done):  # their versions entries go too
+            olds = _walk(txn.cursor(db=self.leases), done, pop=True)
+            self._unversion([o[:8] + k for k, o in zip(done, olds, strict=True) if k in legacy])  # type: ignore[index]
+            legacy.difference_update(done)
+        else:
+            _drop_keys(txn.cursor(db=self.leases), done)
         txn.cursor(db=self.gone_db).putmulti([(ver + k, b"") for k in done])
-        self._unversion([o[:8] + k for k, o in zip(done, olds, strict=True)])  # type: ignore[index]
         txn.cursor(db=self.tombs).putmulti([(ver + k, b"") for k in done])
-        return [k for k in keys if k not in noted]
+        return [] if len(done) == len(keys) else [k for k in keys if k not in noted]
 
     def rewrite_many(self, keys: list[bytes], edit: Callable[[list[bytes]], list[bytes]], *,
                      lease_only: bool = False) -> None:
@@ -463,53 +519,70 @@ class _TxnSink:
         kind = keys[0][0]
         db = self.dbs[kind]
         scattered = kind == _MSG and self.lazy and _scattered(keys)
-        olds: list[bytes]
+        bodies: list[bytes]
         if scattered:  # a seek per key anyway: one C call for all
             found = txn.cursor(db=db).getmulti(keys)
             if len(found) != len(keys):
                 raise KeyError("rewrite_many of a record that does not exist")
-            olds = [v for _, v in found]
+            bodies = [v for _, v in found]
         else:
-            olds = _walk(txn.cursor(db=db), keys, pop=False)  # type: ignore[assignment]
+            bodies = _walk(txn.cursor(db=db), keys, pop=False)  # type: ignore[assignment]
         leased = self.leased
+        olds = bodies
+        held: dict[bytes, bytes] = {}  # the lease entries of the keys that have one
         if kind == _MSG and leased and not leased.isdisjoint(keys):
             get, leases = txn.get, self.leases
-            olds = [_compose(o, get(k, db=leases)) if k in leased else o for k, o in zip(keys, olds, strict=True)]
+            held = {k: get(k, db=leases) for k in keys if k in leased}
+            olds = [_compose(o, held[k]) if k in held else o for k, o in zip(keys, bodies, strict=True)]
         news = edit([o[8:] for o in olds])
         ver = self.ver
+        at, end = R.LEASE_AT, R.LEASE_END
+        stale: list[bytes]
+        legacy = self.legacy
+        stale = []
+        if held and legacy and not legacy.isdisjoint(held):  # replaced or dropped leases of before
+            stale = [v[:8] + k for k, v in held.items() if k in legacy]
+            legacy.difference_update(held)
         if scattered and lease_only:
-            at, end = R.LEASE_AT, R.LEASE_END
+            # lease entries only: no versions entry (the bodies' stay, unversioned with the body)
             txn.cursor(db=self.leases).putmulti([(k, ver + n[at:end]) for k, n in zip(keys, news, strict=True)])
             leased.update(keys)
-        elif scattered:
+            self._unversion(stale)
+            return
+        if scattered:
             is_lease = R.lease_only
-            at, end = R.LEASE_AT, R.LEASE_END
             leases = self.leases
-            bodies = []
+            bodies_out = []
             lease_items = []
-            for k, o, n in zip(keys, olds, news, strict=True):
+            for k, b, o, n in zip(keys, bodies, olds, news, strict=True):
                 if is_lease(o[8:], n):
                     lease_items.append((k, ver + n[at:end]))
                     leased.add(k)
                 else:
-                    bodies.append((k, ver + n))
-                    if k in leased:
+                    bodies_out.append((k, ver + n))
+                    if b[:8] != ver:
+                        stale.append(b[:8] + k)
+                    if k in held:
                         txn.delete(k, db=leases)
                         leased.discard(k)
             if lease_items:
                 txn.cursor(db=leases).putmulti(lease_items)
-            if bodies:
-                txn.cursor(db=db).putmulti(bodies)
+            if bodies_out:
+                txn.cursor(db=db).putmulti(bodies_out)
+                keys = [k for k, _ in bodies_out]
+            else:
+                keys = []
         else:
             txn.cursor(db=db).putmulti(zip(keys, [ver + v for v in news], strict=True))
-            if kind == _MSG and leased and not leased.isdisjoint(keys):
+            stale += [b[:8] + k for k, b in zip(keys, bodies, strict=True) if b[:8] != ver]
+            if held:
                 drop, leases = txn.delete, self.leases
-                for k in keys:
-                    if k in leased:
-                        drop(k, db=leases)
-                        leased.discard(k)
-        self._unversion([o[:8] + k for k, o in zip(keys, olds, strict=True) if o[:8] != ver])
-        txn.cursor(db=self.versions).putmulti([(ver + k, b"") for k in keys])
+                for k in held:
+                    drop(k, db=leases)
+                    leased.discard(k)
+        self._unversion(stale)
+        if keys:
+            txn.cursor(db=self.versions).putmulti([(ver + k, b"") for k in keys])
 
     def pop_many(self, keys: list[bytes]) -> list[bytes | None]:
         """`delete` of each key (one kind) through cursors; the tombstones written by one C call."""
@@ -549,7 +622,8 @@ class _Compaction:
     """The removal under way of the bodies noted gone (`_TxnSink.gone`): a walk over
     state_messages in key order, from `at` (the next key to visit) to `end` (the last key
     when it started), `SWEEP_VISIT` keys per commit, deleting each body whose key is in
-    the set (noted before the walk began or since). No sort: the table's own order is the
+    the set (noted before the walk began or since), and its versions entry (the body's
+    version + key: kept while the body was). No sort: the table's own order is the
     order of removal. Every key noted before version `upto` is at or before `end`, so once
     the walk is past `end` all of them are removed, and their notes (the first of
     state_gone) are dropped, `SWEEP_VISIT` per commit too (`drop_notes`)."""
@@ -562,28 +636,25 @@ class _Compaction:
         self.upto = upto
         self.walked = False  # past `end`: dropping the notes
 
-    def step(self, cur: Any, gone: set[bytes]) -> tuple[int, bool]:
+    def step(self, cur: Any, gone: set[bytes]) -> tuple[int, bool, list[bytes]]:
         """Visit up to `SWEEP_VISIT` keys through the cursor `cur` (of state_messages),
-        deleting those in `gone` (and dropping them from it): (keys visited, walk done)."""
+        deleting those in `gone` (and dropping them from it): (keys visited, walk done,
+        the versions entries of the bodies deleted, ascending by key). The keys are read
+        by one C iterator and told apart by a set filter, so the Python work is per body
+        deleted, not per key visited."""
         if not cur.set_range(self.at):
-            return 0, True
-        key, delete, step, end = cur.key, cur.delete, cur.next, self.end
-        visited = 0
-        k = key()
-        while visited < SWEEP_VISIT:
-            if not k or k > end:  # b"": past the last key
-                return visited, True
-            visited += 1
-            if k in gone:
-                gone.discard(k)
-                delete()  # moves to the next key
-            elif not step():
-                return visited, True
-            k = key()
-        if not k or k > end:
-            return visited, True
-        self.at = k
-        return visited, False
+            return 0, True, []
+        keys = list(itertools.islice(cur.iternext(values=False), SWEEP_VISIT))
+        cut = bisect.bisect_right(keys, self.end)
+        done = cut < len(keys) or len(keys) < SWEEP_VISIT
+        if not done:
+            self.at = keys[-1] + b"\x00"  # the next key after the last visited
+        hit = list(filter(gone.__contains__, keys[:cut] if cut < len(keys) else keys))
+        if not hit:
+            return cut, done, []
+        gone.difference_update(hit)
+        bodies = _walk(cur, hit, pop=True)
+        return cut, done, [b[:8] + k for k, b in zip(hit, bodies, strict=True) if b is not None]
 
     def drop_notes(self, cur: Any, gone: set[bytes]) -> tuple[int, bool]:
         """Delete up to `SWEEP_VISIT` of the notes before `upto` through `cur` (of
@@ -592,17 +663,14 @@ class _Compaction:
         forgotten so too): (notes dropped, all dropped)."""
         if not cur.first():
             return 0, True
-        key, delete, upto = cur.key, cur.delete, self.upto
-        dropped = 0
-        while dropped < SWEEP_VISIT:
-            k = key()
-            if not k or k >= upto:
-                return dropped, True
-            gone.discard(k[8:])
-            delete()
-            dropped += 1
-        k = key()
-        return dropped, not k or k >= upto
+        notes = list(itertools.islice(cur.iternext(values=False), SWEEP_VISIT))
+        cut = bisect.bisect_left(notes, self.upto)
+        gone.difference_update([k[8:] for k in notes[:cut]])
+        if cut and cur.first():
+            delete = cur.delete
+            for _ in range(cut):
+                delete()
+        return cut, cut < len(notes) or len(notes) < SWEEP_VISIT
 
 
 def _drop_first_notes(cur: Any, upto: bytes) -> tuple[int, bool]:
@@ -830,6 +898,7 @@ class StateStore:
         self._sink.n_stale = txn.stat(self._stale)["entries"]
         self._sink.gone = {bytes(g[8:]) for g in txn.cursor(db=self._gone).iternext(values=False)}
         self._sink.leased = {bytes(k) for k in txn.cursor(db=self._leases).iternext(values=False)}
+        self._sink.legacy = set(self._sink.leased)
         self._compacting = self._collecting = None
         self._load_machine(txn)
         self.machine.keys.load(list(self._key_records(txn)))
@@ -1117,8 +1186,11 @@ class StateStore:
         if self._compacting is not None:
             cw = self._compacting
             if not cw.walked:
-                visited, cw.walked = cw.step(txn.cursor(db=msgs), sink.gone)
+                visited, cw.walked, removed = cw.step(txn.cursor(db=msgs), sink.gone)
                 work += visited
+                if removed:  # the bodies' versions entries (kept while the bodies were)
+                    removed.sort()
+                    self._unversion_dead(txn, removed)
             if cw.walked:
                 dropped, done = cw.drop_notes(txn.cursor(db=self._gone), sink.gone)
                 work += dropped
@@ -1181,7 +1253,8 @@ class StateStore:
                 continue
             head.sort()
             if db is self._gone:
-                _walk(txn.cursor(db=self._kind_db[K.MESSAGE]), head, pop=True)
+                bodies = _walk(txn.cursor(db=self._kind_db[K.MESSAGE]), head, pop=True)
+                self._unversion_dead(txn, sorted(b[:8] + k for k, b in zip(head, bodies, strict=True) if b is not None))
                 sink.gone.difference_update(head)
                 self._drop_notes(txn, db, cutoff)
             else:
@@ -1398,7 +1471,7 @@ class StateStore:
     def _iter_changes(self, txn: Any, since: int) -> Iterator[tuple[bytes, bytes | None, int]]:
         try:
             start = _V.pack(since)
-            vs = self._walk(txn, self._versions, start)
+            vs = self._indexed(txn, start)
             ts = self._walk(txn, self._tombs, start)
             v = next(vs, None)
             t = next(ts, None)
@@ -1417,6 +1490,16 @@ class StateStore:
                     v = next(vs, None)
         finally:
             txn.abort()
+
+    def _indexed(self, txn: Any, start: bytes) -> Iterator[bytes]:
+        """The (version + key) of every record with version >= `start`, ascending, and
+        some stale ones (readers check the record's version): the versions index merged
+        with the lease table's entries (a leased message's record has its lease's version,
+        which the versions index does not hold, but an earlier layout's may: once each)."""
+        leased = sorted(v[:8] + k for k, v in txn.cursor(db=self._leases).iternext() if v[:8] >= start)
+        if not leased:
+            return self._walk(txn, self._versions, start)
+        return (e for e, _ in itertools.groupby(heapq.merge(self._walk(txn, self._versions, start), leased)))
 
     @staticmethod
     def _walk(txn: Any, db: Any, start: bytes) -> Iterator[bytes]:

@@ -409,6 +409,21 @@ def _live_versions(st: StateStore) -> set[bytes]:
     return {ver.to_bytes(8, "big") + k for k, _, ver in _live(st)}
 
 
+def _message_notes(env: lmdb.Environment) -> set[bytes]:
+    """The stale notes (note version + entry version + key) of message entries."""
+    return {k for k in _db_items(env, b"state_stale") if k[16] == K.MESSAGE}
+
+
+def _kept_versions(env: lmdb.Environment, st: StateStore) -> set[bytes]:
+    """The entries a fully collected index holds: the live records' entries but a leased
+    message's (its version is its lease entry's, read from the lease table), and the
+    versions entry of every stored message body (kept while the body is, even when its
+    record is leased or gone)."""
+    leases = _db_items(env, b"state_leases")
+    return ({e for e in _live_versions(st) if e[8:] not in leases}
+            | {v[:8] + k for k, v in _db_items(env, b"state_messages").items()})
+
+
 def test_stale_version_entries_are_skipped_then_collected_in_bulk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A rewritten or deleted record's old versions entry is left in the index (noted
     stale) until a collection deletes the noted entries at once: readers never see a
@@ -418,13 +433,13 @@ def test_stale_version_entries_are_skipped_then_collected_in_bulk(tmp_path: Path
     lazy_env, lazy = _open(tmp_path / "lazy")
     apply(lazy_env, lazy, WORK)
     index, noted = _versions_index(lazy_env)
-    assert noted > 0 and index > _live_versions(lazy)  # stale entries wait in the index
+    assert noted > 0 and index > _kept_versions(lazy_env, lazy)  # stale entries wait in the index
     monkeypatch.setattr(S, "MIN_COLLECT", 1)
     monkeypatch.setattr(S, "COLLECT_FRACTION", 1 << 40)
     eager_env, eager = _open(tmp_path / "eager")
     apply(eager_env, eager, WORK, chunk=5)  # a collection after every txn
     index, noted = _versions_index(eager_env)
-    assert noted == 0 and index == _live_versions(eager)
+    assert noted == 0 and index == _kept_versions(eager_env, eager)
     assert list(lazy.iter_changes(0)) == list(eager.iter_changes(0))
     assert list(lazy.iter_changes(300)) == list(eager.iter_changes(300))
     assert lazy.dump_state_bytes() == eager.dump_state_bytes()
@@ -434,7 +449,7 @@ def test_stale_version_entries_are_skipped_then_collected_in_bulk(tmp_path: Path
     assert lazy._sink.n_stale == _versions_index(lazy_env)[1] > 0
     apply(lazy_env, lazy, [_batch(len(WORK) + 1, T0 + 10**7, c.Tick())])
     index, noted = _versions_index(lazy_env)
-    assert noted == 0 and index == _live_versions(lazy)
+    assert noted == 0 and index == _kept_versions(lazy_env, lazy)
 
 
 def test_pruning_tombstones_collects_the_stale_entries_first(tmp_path: Path) -> None:
@@ -605,14 +620,14 @@ def test_removals_spread_over_commits_chunk_by_chunk(tmp_path: Path, monkeypatch
             break
     assert st._compacting is None and st._collecting is None
     assert not st._sink.gone and not st._sink.n_stale  # also the keys the cut compaction had removed
-    assert _db_items(env, b"state_gone") == {} and _versions_index(env) == (_live_versions(st), 0)
+    assert _db_items(env, b"state_gone") == {} and _versions_index(env) == (_kept_versions(env, st), 0)
     assert set(_db_items(env, b"state_messages")) == {k for k, _, _ in _live(st) if k[0] == K.MESSAGE}
 
 
 def test_no_commit_sorts_or_walks_every_noted_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A sweep's work per commit is bounded, whatever waits: a delayed queue with random
-    priorities drained with acks (bodies noted gone, old versions entries noted stale,
-    hundreds of each when a sweep starts), no commit's sweep visits, reads, takes or drops
+    priorities drained with acks (bodies noted gone) and priority changes of scattered
+    messages (old versions entries noted stale), hundreds of each when a sweep starts, no commit's sweep visits, reads, takes or drops
     more than 2 SWEEP_VISIT + SWEEP_GATHER + 2 SWEEP_CHUNK keys, and no sort in the store sorts
     more than a gathered run or a batch's own keys (the sweep used to sort every noted
     key in the commit that started it: a multi-second writer stall at 5M). The sweeps
@@ -650,6 +665,8 @@ def test_no_commit_sorts_or_walks_every_noted_key(tmp_path: Path, monkeypatch: p
         cmds: list[c.Command] = [c.Dequeue("q", batch, visibility_timeout_ms=60_000)]
         if prev[0]:
             cmds.insert(0, c.Ack("q", prev[0], prev[1]))
+        # priority changes of scattered messages: bodies rewritten, their old entries noted stale
+        cmds[-1:-1] = [c.UpdatePriority("q", rng.randrange(1, n + 1), rng.randrange(10**6)) for _ in range(10)]
         drain.append(_batch(index, T0 + index, *cmds))
         waiting_gone.append(len(st._sink.gone))
         waiting_stale.append(st._sink.n_stale)
@@ -670,11 +687,16 @@ def test_no_commit_sorts_or_walks_every_noted_key(tmp_path: Path, monkeypatch: p
     assert st.dump_state_bytes() == st0.dump_state_bytes() and st.state_digest() == st0.state_digest()
 
 
-def test_round_robin_deliveries_across_block_filled_groups_note_their_old_versions(tmp_path: Path) -> None:
-    """A fair queue's groups filled as blocks, delivered round-robin: the messages' old
-    versions entries are few per version but spread across the index (one per group), so
-    they are noted stale (an append), not deleted in place (a page each); an ack of the
-    deliveries deletes their entries (all of one version: adjacent) in place."""
+def test_scattered_deliveries_keep_the_bodies_entries_until_the_compaction(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fair queue's groups filled as blocks, delivered round-robin (scattered ids): a
+    delivery writes lease entries only, no versions entry, and leaves the bodies'
+    versions entries where they are, noting nothing stale (readers skip them: the
+    record's version is the lease's, which changes read from the lease table); an ack
+    drops the lease entries and notes the bodies gone; the compaction removes each body
+    with its versions entry. Nothing is noted stale at any step."""
+    import doq.storage.state as S
+
     env, st = _open(tmp_path / "a")
     fill = [_batch(1, T0, c.CreateQueue("q", "fair", QueueSettings()))]
     for v in (2, 3):  # two versions of ten groups of ten messages each (ids 1..200)
@@ -685,11 +707,60 @@ def test_round_robin_deliveries_across_block_filled_groups_note_their_old_versio
     ids = [m.id for m in out]  # type: ignore[attr-defined]
     assert sorted(ids) == list(range(1, 200, 10))  # one per group
     old = {(2 if i <= 100 else 3).to_bytes(8, "big") + K.message_key("q", i) for i in ids}
-    noted = {k[8:] for k in _db_items(env, b"state_stale")}
-    assert old <= noted
+    assert not _message_notes(env)
     assert old <= _versions_index(env)[0]  # left in the index, skipped by readers
     assert {k for k, _, ver in _live(st) if k[0] == K.MESSAGE and ver == 4} == {K.message_key("q", i) for i in ids}
+    assert not {e for e in _versions_index(env)[0] if e[:8] == (4).to_bytes(8, "big") and e[8] == K.MESSAGE}
+    assert {e for e in _versions_index(env)[0] if e[8] == K.MESSAGE} == {
+        e for e in _kept_versions(env, st) if e[8] == K.MESSAGE}
     apply(env, st, [_batch(5, T0, c.Ack("q", ids, [m.lease_id for m in out]))])  # type: ignore[attr-defined]
     index, _ = _versions_index(env)
     assert not {e for e in index if e[:8] == (4).to_bytes(8, "big") and e[8] == K.MESSAGE}
-    assert {k[8:] for k in _db_items(env, b"state_stale")} == noted
+    assert not _message_notes(env) and old <= index
+    assert {e for e in index if e[8] == K.MESSAGE} == {e for e in _kept_versions(env, st) if e[8] == K.MESSAGE}
+    monkeypatch.setattr(S, "MIN_COMPACT", 1)
+    monkeypatch.setattr(S, "COMPACT_FRACTION", 1 << 40)
+    apply(env, st, [_batch(6, T0, c.Tick())])  # the compaction
+    index, _ = _versions_index(env)
+    assert not _message_notes(env) and not old & index
+    assert {e for e in index if e[8] == K.MESSAGE} == {e for e in _live_versions(st) if e[8] == K.MESSAGE}
+    assert _db_items(env, b"state_gone") == {} and not {K.message_key("q", i) for i in ids} & set(_db_items(env, b"state_messages"))
+
+
+class _SpyTxn:
+    """A write txn that records the databases read through it."""
+
+    def __init__(self, txn: lmdb.Transaction) -> None:
+        self.txn = txn
+        self.read: list[object] = []
+
+    def cursor(self, db: object) -> lmdb.Cursor:
+        self.read.append(db)
+        return self.txn.cursor(db=db)
+
+    def get(self, key: bytes, db: object) -> object:
+        self.read.append(db)
+        return self.txn.get(key, db=db)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.txn, name)
+
+
+def test_an_ack_of_scattered_deliveries_reads_no_body(tmp_path: Path) -> None:
+    """An ack of delivered messages of scattered ids reads and writes their lease
+    entries, gone notes and tombstones only: not one message body (nor the versions index)."""
+    env, st = _open(tmp_path / "a")
+    prios = [(i * 7919) % 200 for i in range(200)]
+    apply(env, st, [_batch(1, T0, c.CreateQueue("q", "delayed", QueueSettings()),
+                           c.EnqueueColumns("q", [b"m%d" % i for i in range(200)], priorities=prios))])
+    out = apply(env, st, [_batch(2, T0, c.Dequeue("q", 30))])[0][0]
+    ids = [m.id for m in out]  # type: ignore[attr-defined]
+    assert max(ids) - min(ids) > 4 * len(ids)  # scattered
+    with st.write() as txn:
+        spy = _SpyTxn(txn)
+        res = st.apply_entries(spy, [_batch(3, T0, c.Ack("q", ids, [m.lease_id for m in out]))])  # type: ignore[arg-type, attr-defined]
+    assert res == [[[None] * len(ids)]]
+    assert st._kind_db[K.MESSAGE] not in spy.read and st._versions not in spy.read
+    assert st._leases in spy.read  # the lease entries were dropped
+    assert {K.message_key("q", i) for i in ids} <= st._sink.gone
+    assert not {K.message_key("q", i) for i in ids} & {k for k, _, _ in _live(st)}

@@ -90,3 +90,25 @@ def entries(seed: int, n: int, start_index: int = 1, start_ms: int = T0, *,
                 cmds.append(c.Tick())
         out.append((index, encode_batch(c.CommandBatch(now, cmds))))
     return out
+
+
+def scattered_tail(start_index: int, start_ms: int, first_id: int) -> list[tuple[int, bytes]]:
+    """Entries that leave a delayed queue of random priorities part delivered (scattered
+    ids: lease entries), part acked (gone notes) and touched: the lease table, gone and
+    stale notes of the storage layout of issue 20 in a data dir. `first_id`: the id the
+    queue's first message gets."""
+    rnd = random.Random(20)
+    prios = [rnd.randrange(10**6) for _ in range(300)]
+    order = [first_id - 1 + i for i in sorted(range(1, 301), key=lambda i: (prios[i - 1], i))]  # the delivery order
+
+    def b(i: int, *cmds: c.Command) -> tuple[int, bytes]:
+        return start_index + i, encode_batch(c.CommandBatch(start_ms + i, list(cmds)))
+
+    return [
+        b(0, c.CreateQueue("big", "delayed", QueueSettings(visibility_timeout_ms=600_000))),
+        b(1, c.EnqueueColumns("big", [b"b%d" % i for i in range(300)], priorities=prios)),
+        b(2, c.Dequeue("big", 40)),
+        b(3, c.Ack("big", order[:40:2], []), *(c.Touch("big", i, 0, 700_000) for i in order[1:10:2])),
+        b(4, c.Dequeue("big", 30)),
+        b(5, c.Ack("big", order[40:70:3], []), c.Nack("big", order[41], 0, delay_ms=5000)),
+    ]
