@@ -58,8 +58,13 @@ def test_another_consumer_cannot_settle_a_delivery_by_guessing_its_lease(cluster
         a, b = pbg.DOQStub(ch_a), pbg.DOQStub(ch_b)
         for i in range(12):
             a.Enqueue(pb.EnqueueRequest(queue_name=Q, content=b"m%d" % i), timeout=30)
-        first = a.Dequeue(pb.DequeueRequest(queue_name=Q, max_messages=5), timeout=30).messages
-        second = b.Dequeue(pb.DequeueRequest(queue_name=Q, max_messages=1), timeout=30).messages
+        # leases long enough to outlast ~1000 guessed acks on a loaded machine (the queue's
+        # 30 s default once ran out: the messages went back to ready mid-test)
+        hour_ms = 3_600_000
+        first = a.Dequeue(pb.DequeueRequest(queue_name=Q, max_messages=5, visibility_timeout_ms=hour_ms),
+                          timeout=30).messages
+        second = b.Dequeue(pb.DequeueRequest(queue_name=Q, max_messages=1, visibility_timeout_ms=hour_ms),
+                           timeout=30).messages
         assert len(first) == 5 and len(second) == 1
         mine = second[0].lease_id
         theirs = {m.id: m.lease_id for m in first}
