@@ -6,13 +6,24 @@ pair costs ~16 bytes (two array slots) instead of a Python int object and a poin
 the pairs are held in chunks (here: two arrays each, `'q'` for a and `'Q'` for b, up to
 2 * LOAD pairs), found by bisecting the chunks' largest keys and then, in C, the chunk's
 a-array and, among equal a's, its b-array. Pure, deterministic, no I/O.
+
+Bulk adds (`add_many`) do not put each pair in its place: a pair is appended to the chunk
+whose key range holds it, and the chunk is marked unsorted; a chunk is sorted when it is
+next read (`_fix`) or when it grows past 2 * LOAD pairs and is cut. A random pair's insert
+in place reads ~10 cold cache lines of a chunk (the bisect) and moves half of it; an append
+touches its end, and a chunk's sort reads it in order. The chunk's key range and largest
+key (`_maxes`) are kept exact either way, so where a pair belongs never depends on the
+order inside a chunk.
 """
 
 from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, bisect_right
+from collections import deque
 from collections.abc import Iterator, Sequence
+from itertools import compress, islice, pairwise, repeat
+from operator import itemgetter, le, lt
 
 LOAD = 256  # pairs a chunk is cut to (at most twice that): 1024 cost a third more per insert at 5M (cache misses, memmove)
 _OFF = 1 << 63
@@ -21,6 +32,11 @@ _OFF = 1 << 63
 def _pk(a: int, b: int) -> int:
     """The pair as one int with the pair's order."""
     return ((a + _OFF) << 64) | b
+
+
+_MASK64 = (1 << 64) - 1
+_append = array.append  # called as `_append(chunk, x)` by `map`: no bytecode per pair
+_first, _second = itemgetter(0), itemgetter(1)
 
 
 _FLOAT_BITS_MAX = 62  # packed keys below 2**62, plus 2**52, are the bit patterns of finite positive floats
@@ -119,16 +135,21 @@ def sorted_pairs(a: Sequence[int], b: Sequence[int]) -> tuple[array[int], array[
 
 
 class PairList:
-    """Sorted distinct (a, b) pairs; `add`/`remove` O(log n + LOAD) (memmove), bulk front
-    pops linear in the pairs taken."""
+    """Sorted distinct (a, b) pairs; `add`/`remove` O(log n + LOAD) (memmove; a chunk left
+    unsorted by `add_many` is sorted first: O(LOAD log LOAD)), `add_many` O(1) amortized per
+    pair plus the chunk sorts it causes (each pair sorted about twice), bulk front pops
+    linear in the pairs taken."""
 
-    __slots__ = ("_as", "_bs", "_maxes", "_len")
+    __slots__ = ("_as", "_bs", "_maxes", "_len", "_unsorted")
 
     def __init__(self) -> None:
         self._as: list[array[int]] = []
         self._bs: list[array[int]] = []
-        self._maxes: list[int] = []  # _pk of each chunk's last pair
+        self._maxes: list[int] = []  # _pk of each chunk's largest pair (its last one once sorted)
         self._len = 0
+        # per chunk: pairs appended out of order by `add_many` (its keys still above the
+        # previous chunk's largest and at most its own `_maxes`)
+        self._unsorted: list[bool] = []
 
     @classmethod
     def from_sorted(cls, a: Sequence[int], b: Sequence[int]) -> PairList:
@@ -143,15 +164,27 @@ class PairList:
     def __bool__(self) -> bool:
         return self._len > 0
 
+    def _fix(self, i: int) -> None:
+        """Sort chunk `i` (marked unsorted)."""
+        pairs = sorted(zip(self._as[i], self._bs[i], strict=True))
+        self._as[i] = array("q", map(_first, pairs))
+        self._bs[i] = array("Q", map(_second, pairs))
+        self._unsorted[i] = False
+
     def first(self) -> tuple[int, int]:
         """The smallest pair (IndexError if empty)."""
+        if self._unsorted and self._unsorted[0]:
+            self._fix(0)
         return self._as[0][0], self._bs[0][0]
 
     def first_a(self) -> int:
+        if self._unsorted and self._unsorted[0]:
+            self._fix(0)
         return self._as[0][0]
 
     def last(self) -> tuple[int, int]:
-        return self._as[-1][-1], self._bs[-1][-1]
+        k = self._maxes[-1]
+        return (k >> 64) - _OFF, k & _MASK64
 
     def _append_sorted(self, a: Sequence[int], b: Sequence[int]) -> None:
         """Append pairs that are ascending and all after the last one."""
@@ -172,6 +205,7 @@ class PairList:
             self._as.append(ca)
             self._bs.append(cb)
             self._maxes.append(_pk(ca[-1], cb[-1]))
+            self._unsorted.append(False)
             i += LOAD
         self._len += n
 
@@ -181,7 +215,7 @@ class PairList:
         k = _pk(a, b)
         if not maxes or k > maxes[-1]:
             if maxes and len(self._as[-1]) < 2 * LOAD:
-                self._as[-1].append(a)
+                self._as[-1].append(a)  # after the largest pair: a sorted chunk stays sorted
                 self._bs[-1].append(b)
                 maxes[-1] = k
                 self._len += 1
@@ -190,6 +224,13 @@ class PairList:
             return
         i = bisect_left(maxes, k)
         ca, cb = self._as[i], self._bs[i]
+        if self._unsorted[i]:  # sorted when next read
+            ca.append(a)
+            cb.append(b)
+            self._len += 1
+            if len(ca) > 2 * LOAD:
+                self._split(i)
+            return
         pos = bisect_left(ca, a)
         if pos < len(ca) and ca[pos] == a:  # among equal a's, by b (no second bisect if a is new)
             pos = bisect_left(cb, b, pos, bisect_right(ca, a, pos))
@@ -199,12 +240,52 @@ class PairList:
         if len(ca) > 2 * LOAD:
             self._split(i)
 
+    def add_many(self, a: Sequence[int], b: Sequence[int]) -> None:
+        """Insert the pairs `zip(a, b)`, in any order (distinct, none in the list). Pairs
+        ascending after the last one are appended in order; others are appended to the
+        chunk whose key range holds them, which is then unsorted (see the module's
+        docstring). Same list as `add` of each pair."""
+        n = len(a)
+        if n != len(b):
+            raise ValueError("a and b differ in length")
+        if not n:
+            return
+        maxes = self._maxes
+        if not maxes:
+            self._append_sorted(*sorted_pairs(a, b))
+            return
+        last = maxes[-1]
+        if (_pk(a[0], b[0]) > last and all(map(le, a, islice(a, 1, None)))
+                and all(map(lt, b, islice(b, 1, None)))):  # ascending (b's too), after the last pair
+            self._append_sorted(a, b)
+            return
+        keys = list(map(int.__or__, map(int.__lshift__, map(_OFF.__add__, a), repeat(64)), b))
+        top = max(keys)
+        if top > last:  # those after the last pair go to the last chunk
+            maxes[-1] = top
+        idx = list(map(bisect_left, repeat(maxes), keys))
+        as_, bs, unsorted = self._as, self._bs, self._unsorted
+        deque(map(_append, map(as_.__getitem__, idx), a), 0)
+        deque(map(_append, map(bs.__getitem__, idx), b), 0)
+        touched = sorted(set(idx))
+        deque(map(unsorted.__setitem__, touched, repeat(True)), 0)
+        self._len += n
+        cap = 2 * LOAD
+        for i in reversed(list(compress(touched, map(lt, repeat(cap), map(len, map(as_.__getitem__, touched)))))):
+            self._split(i)
+
     def _split(self, i: int) -> None:
+        """Cut chunk `i` (sorted first) into chunks of LOAD to 2 * LOAD pairs."""
+        if self._unsorted[i]:
+            self._fix(i)
         ca, cb = self._as[i], self._bs[i]
-        h = len(ca) >> 1
-        self._as[i : i + 1] = [ca[:h], ca[h:]]
-        self._bs[i : i + 1] = [cb[:h], cb[h:]]
-        self._maxes[i : i + 1] = [_pk(ca[h - 1], cb[h - 1]), self._maxes[i]]
+        n = len(ca)
+        k = max(2, n // LOAD)
+        cuts = [n * j // k for j in range(k + 1)]
+        self._as[i : i + 1] = [ca[x:y] for x, y in pairwise(cuts)]
+        self._bs[i : i + 1] = [cb[x:y] for x, y in pairwise(cuts)]
+        self._maxes[i : i + 1] = [_pk(ca[y - 1], cb[y - 1]) for y in cuts[1:-1]] + [self._maxes[i]]
+        self._unsorted[i : i + 1] = [False] * k
 
     def _locate(self, a: int, b: int) -> tuple[int, int]:
         """(chunk, position) of the pair, or (-1, -1) if absent."""
@@ -212,6 +293,8 @@ class PairList:
         i = bisect_left(maxes, _pk(a, b))
         if i == len(maxes):
             return -1, -1
+        if self._unsorted[i]:
+            self._fix(i)
         ca, cb = self._as[i], self._bs[i]
         lo = bisect_left(ca, a)
         if lo == len(ca) or ca[lo] != a:
@@ -235,7 +318,7 @@ class PairList:
         del cb[pos]
         self._len -= 1
         if not ca:
-            del self._as[i], self._bs[i], self._maxes[i]
+            del self._as[i], self._bs[i], self._maxes[i], self._unsorted[i]
         elif pos == len(ca):
             self._maxes[i] = _pk(ca[-1], cb[-1])
 
@@ -243,14 +326,16 @@ class PairList:
         """Remove and return the `n` smallest pairs (all if fewer) as (a's, b's), in order."""
         outa: list[int] = []
         outb: list[int] = []
-        as_, bs = self._as, self._bs
+        as_, bs, unsorted = self._as, self._bs, self._unsorted
         while n > 0 and as_:
+            if unsorted[0]:
+                self._fix(0)
             ca, cb = as_[0], bs[0]
             if len(ca) <= n:
                 outa.extend(ca.tolist())
                 outb.extend(cb.tolist())
                 n -= len(ca)
-                del as_[0], bs[0], self._maxes[0]
+                del as_[0], bs[0], self._maxes[0], unsorted[0]
             else:
                 outa.extend(ca[:n].tolist())
                 outb.extend(cb[:n].tolist())
@@ -262,22 +347,25 @@ class PairList:
 
     def pop_first(self) -> tuple[int, int]:
         """Remove and return the smallest pair (IndexError if empty)."""
+        if self._unsorted and self._unsorted[0]:
+            self._fix(0)
         ca, cb = self._as[0], self._bs[0]
         a, b = ca.pop(0), cb.pop(0)
         if not ca:
-            del self._as[0], self._bs[0], self._maxes[0]
+            del self._as[0], self._bs[0], self._maxes[0], self._unsorted[0]
         self._len -= 1
         return a, b
 
     def pop_through(self, a_max: int) -> tuple[list[int], list[int]]:
         """Remove and return every pair whose a is <= `a_max`, in order, as (a's, b's)."""
-        as_ = self._as
         n = 0
-        for ca in as_:
-            if ca[-1] <= a_max:
-                n += len(ca)
+        for i, mx in enumerate(self._maxes):
+            if (mx >> 64) - _OFF <= a_max:
+                n += len(self._as[i])
             else:
-                n += bisect_right(ca, a_max)
+                if self._unsorted[i]:
+                    self._fix(i)
+                n += bisect_right(self._as[i], a_max)
                 break
         return self.pop_front(n)
 
@@ -285,9 +373,12 @@ class PairList:
         """The pairs at positions start..stop-1 (clipped), in order."""
         out: list[tuple[int, int]] = []
         pos = 0
-        for ca, cb in zip(self._as, self._bs, strict=True):
-            n = len(ca)
+        for i in range(len(self._as)):
+            n = len(self._as[i])
             if pos + n > start:
+                if self._unsorted[i]:
+                    self._fix(i)
+                ca, cb = self._as[i], self._bs[i]
                 lo = max(0, start - pos)
                 hi = min(n, stop - pos)
                 out.extend(zip(ca[lo:hi], cb[lo:hi], strict=True))
@@ -296,33 +387,43 @@ class PairList:
                 break
         return out
 
+    def _sorted_chunks(self) -> Iterator[int]:
+        """Every chunk's index, in order, each sorted before it is yielded."""
+        for i in range(len(self._as)):
+            if self._unsorted[i]:
+                self._fix(i)
+            yield i
+
     def __iter__(self) -> Iterator[tuple[int, int]]:
-        for ca, cb in zip(self._as, self._bs, strict=True):
-            yield from zip(ca, cb, strict=True)
+        for i in self._sorted_chunks():
+            yield from zip(self._as[i], self._bs[i], strict=True)
 
     def bs(self) -> Iterator[int]:
         """Every b, in the pairs' order."""
-        for cb in self._bs:
-            yield from cb
+        for i in self._sorted_chunks():
+            yield from self._bs[i]
 
     def clear(self) -> None:
-        self._as, self._bs, self._maxes, self._len = [], [], [], 0
+        self._as, self._bs, self._maxes, self._len, self._unsorted = [], [], [], 0, []
 
     def nbytes(self) -> int:
         """Bytes held by the arrays' items (not counting over-allocation or headers)."""
         return sum(ca.itemsize * len(ca) + cb.itemsize * len(cb) for ca, cb in zip(self._as, self._bs, strict=True))
 
     def check(self) -> None:
-        """Assert the invariants (tests): chunks non-empty, within 2 * LOAD, pairs ascending,
-        maxes and length right."""
-        prev: tuple[int, int] | None = None
+        """Assert the invariants (tests): chunks non-empty, within 2 * LOAD; each chunk's
+        keys above the previous chunk's largest, its largest its `_maxes` entry, and in
+        order unless marked unsorted; length right. Sorts nothing."""
+        prev = -1
         n = 0
-        assert len(self._as) == len(self._bs) == len(self._maxes)
-        for ca, cb, mx in zip(self._as, self._bs, self._maxes, strict=True):
+        assert len(self._as) == len(self._bs) == len(self._maxes) == len(self._unsorted)
+        for ca, cb, mx, unsorted in zip(self._as, self._bs, self._maxes, self._unsorted, strict=True):
             assert 0 < len(ca) == len(cb) <= 2 * LOAD
-            assert mx == _pk(ca[-1], cb[-1])
-            for pair in zip(ca, cb, strict=True):
-                assert prev is None or pair > prev
-                prev = pair
+            keys = [_pk(x, y) for x, y in zip(ca, cb, strict=True)]
+            assert min(keys) > prev and max(keys) == mx
+            assert len(set(keys)) == len(keys)
+            if not unsorted:
+                assert keys == sorted(keys)
+            prev = mx
             n += len(ca)
         assert n == self._len
