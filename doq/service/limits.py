@@ -184,11 +184,6 @@ def check_label(value: str, what: str, max_bytes: int, reason: str) -> str:
     return value
 
 
-def has_nul(texts: Sequence[str]) -> bool:
-    """Whether any of `texts` holds a NUL character (one C-speed scan)."""
-    return "\x00" in "".join(texts)
-
-
 def columns_pass(contents: Sequence[bytes], groups: Sequence[str], priorities: Sequence[int],
                  dedup_ids: Sequence[str], limits: Limits) -> bool:
     """Whether every message of these columns (metadata and delays empty) passes
@@ -198,9 +193,14 @@ def columns_pass(contents: Sequence[bytes], groups: Sequence[str], priorities: S
     if contents and max(map(len, contents)) > limits.max_message_bytes:
         return False
     for labels, max_bytes in ((groups, limits.max_group_bytes), (dedup_ids, limits.max_dedup_id_bytes)):
+        if not labels:
+            continue
+        try:
+            joined = "".join(labels)
+        except TypeError:  # not all text
+            return False
         # <= 4 UTF-8 bytes a char: within bounds when the lengths pass; no NUL; encodable
-        if labels and (set(map(type, labels)) != {str} or max(map(len, labels)) * 4 > max_bytes
-                       or has_nul(labels) or not _encodes("".join(labels))):
+        if max(map(len, labels)) * 4 > max_bytes or "\x00" in joined or not (joined.isascii() or _encodes(joined)):
             return False
     return not priorities or (set(map(type, priorities)) == {int}
                               and L.PRIORITY_MIN <= min(priorities) and max(priorities) <= L.PRIORITY_MAX)
