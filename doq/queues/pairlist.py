@@ -4,15 +4,16 @@ a is a signed 64-bit integer, b an unsigned 64-bit one; pairs sort by a, then b.
 pair costs ~16 bytes (two array slots) instead of a Python int object and a pointer
 (~60 bytes for a packed 128-bit key in a `SortedList`). Like sortedcontainers' SortedList
 the pairs are held in chunks (here: two arrays each, `'q'` for a and `'Q'` for b, up to
-2 * LOAD pairs), found by bisecting the chunks' largest keys and then, in C, the chunk's
-a-array and, among equal a's, its b-array. Pure, deterministic, no I/O.
+2 * LOAD pairs), found by bisecting the a's of the chunks' largest pairs (among equal ones,
+their b's) and then, in C, the chunk's a-array and, among equal a's, its b-array. Pure,
+deterministic, no I/O.
 
 Bulk adds (`add_many`) do not put each pair in its place: a pair is appended to the chunk
 whose key range holds it, and the chunk is marked unsorted; a chunk is sorted when it is
 next read (`_fix`) or when it grows past 2 * LOAD pairs and is cut. A random pair's insert
 in place reads ~10 cold cache lines of a chunk (the bisect) and moves half of it; an append
 touches its end, and a chunk's sort reads it in order. The chunk's key range and largest
-key (`_maxes`) are kept exact either way, so where a pair belongs never depends on the
+pair (`_maxa`, `_maxb`) are kept exact either way, so where a pair belongs never depends on the
 order inside a chunk.
 """
 
@@ -23,18 +24,11 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Iterator, Sequence
 from itertools import compress, islice, pairwise, repeat
-from operator import itemgetter, le, lt
+from operator import eq, itemgetter, le, lt
 
 LOAD = 256  # pairs a chunk is cut to (at most twice that): 1024 cost a third more per insert at 5M (cache misses, memmove)
-_OFF = 1 << 63
 
 
-def _pk(a: int, b: int) -> int:
-    """The pair as one int with the pair's order."""
-    return ((a + _OFF) << 64) | b
-
-
-_MASK64 = (1 << 64) - 1
 _append = array.append  # called as `_append(chunk, x)` by `map`: no bytecode per pair
 _first, _second = itemgetter(0), itemgetter(1)
 
@@ -136,19 +130,22 @@ def sorted_pairs(a: Sequence[int], b: Sequence[int]) -> tuple[array[int], array[
 
 class PairList:
     """Sorted distinct (a, b) pairs; `add`/`remove` O(log n + LOAD) (memmove; a chunk left
-    unsorted by `add_many` is sorted first: O(LOAD log LOAD)), `add_many` O(1) amortized per
-    pair plus the chunk sorts it causes (each pair sorted about twice), bulk front pops
-    linear in the pairs taken."""
+    unsorted by `add_many` is sorted first: O(LOAD log LOAD)), `add_many` O(log n) per pair
+    plus the chunk sorts it causes (about two per pair), bulk front pops linear in the
+    pairs taken."""
 
-    __slots__ = ("_as", "_bs", "_maxes", "_len", "_unsorted")
+    __slots__ = ("_as", "_bs", "_maxa", "_maxb", "_len", "_unsorted")
 
     def __init__(self) -> None:
         self._as: list[array[int]] = []
         self._bs: list[array[int]] = []
-        self._maxes: list[int] = []  # _pk of each chunk's largest pair (its last one once sorted)
+        # each chunk's largest pair (its last one once sorted), as two lists: `_chunk_of`
+        # bisects the a's (ints, no packing), the b's only among equal a's
+        self._maxa: list[int] = []
+        self._maxb: list[int] = []
         self._len = 0
-        # per chunk: pairs appended out of order by `add_many` (its keys still above the
-        # previous chunk's largest and at most its own `_maxes`)
+        # per chunk: pairs appended out of order by `add_many` (its pairs still above the
+        # previous chunk's largest and at most its own)
         self._unsorted: list[bool] = []
 
     @classmethod
@@ -164,6 +161,15 @@ class PairList:
     def __bool__(self) -> bool:
         return self._len > 0
 
+    def _chunk_of(self, a: int, b: int) -> int:
+        """The chunk whose range holds (a, b): the first whose largest pair is >= it
+        (`len(self._maxa)` if none)."""
+        maxa = self._maxa
+        i = bisect_left(maxa, a)
+        if i < len(maxa) and maxa[i] == a:  # among chunks ending with this a, by b
+            i = bisect_left(self._maxb, b, i, bisect_right(maxa, a, i))
+        return i
+
     def _fix(self, i: int) -> None:
         """Sort chunk `i` (marked unsorted)."""
         pairs = sorted(zip(self._as[i], self._bs[i], strict=True))
@@ -173,18 +179,17 @@ class PairList:
 
     def first(self) -> tuple[int, int]:
         """The smallest pair (IndexError if empty)."""
-        if self._unsorted and self._unsorted[0]:
-            self._fix(0)
-        return self._as[0][0], self._bs[0][0]
+        ca, cb = self._as[0], self._bs[0]
+        if self._unsorted[0]:  # found by two scans, not sorted (a queue's next due time, after each batch)
+            a = min(ca)
+            return a, min(compress(cb, map(eq, ca, repeat(a))))
+        return ca[0], cb[0]
 
     def first_a(self) -> int:
-        if self._unsorted and self._unsorted[0]:
-            self._fix(0)
-        return self._as[0][0]
+        return min(self._as[0]) if self._unsorted[0] else self._as[0][0]
 
     def last(self) -> tuple[int, int]:
-        k = self._maxes[-1]
-        return (k >> 64) - _OFF, k & _MASK64
+        return self._maxa[-1], self._maxb[-1]
 
     def _append_sorted(self, a: Sequence[int], b: Sequence[int]) -> None:
         """Append pairs that are ascending and all after the last one."""
@@ -198,31 +203,31 @@ class PairList:
             if i:
                 ca.extend(a[:i])
                 cb.extend(b[:i])
-                self._maxes[-1] = _pk(ca[-1], cb[-1])
+                self._maxa[-1], self._maxb[-1] = a[i - 1], b[i - 1]
         while i < n:
             ca = array("q", a[i : i + LOAD])
             cb = array("Q", b[i : i + LOAD])
             self._as.append(ca)
             self._bs.append(cb)
-            self._maxes.append(_pk(ca[-1], cb[-1]))
+            self._maxa.append(ca[-1])
+            self._maxb.append(cb[-1])
             self._unsorted.append(False)
             i += LOAD
         self._len += n
 
     def add(self, a: int, b: int) -> None:
         """Insert the pair (it must not be in the list)."""
-        maxes = self._maxes
-        k = _pk(a, b)
-        if not maxes or k > maxes[-1]:
-            if maxes and len(self._as[-1]) < 2 * LOAD:
+        maxa = self._maxa
+        if not maxa or a > maxa[-1] or a == maxa[-1] and b > self._maxb[-1]:
+            if maxa and len(self._as[-1]) < 2 * LOAD:
                 self._as[-1].append(a)  # after the largest pair: a sorted chunk stays sorted
                 self._bs[-1].append(b)
-                maxes[-1] = k
+                maxa[-1], self._maxb[-1] = a, b
                 self._len += 1
             else:
                 self._append_sorted([a], [b])
             return
-        i = bisect_left(maxes, k)
+        i = self._chunk_of(a, b)
         ca, cb = self._as[i], self._bs[i]
         if self._unsorted[i]:  # sorted when next read
             ca.append(a)
@@ -243,27 +248,30 @@ class PairList:
     def add_many(self, a: Sequence[int], b: Sequence[int]) -> None:
         """Insert the pairs `zip(a, b)`, in any order (distinct, none in the list). Pairs
         ascending after the last one are appended in order; others are appended to the
-        chunk whose key range holds them, which is then unsorted (see the module's
+        chunk whose range holds them, which is then unsorted (see the module's
         docstring). Same list as `add` of each pair."""
         n = len(a)
         if n != len(b):
             raise ValueError("a and b differ in length")
         if not n:
             return
-        maxes = self._maxes
-        if not maxes:
+        maxa, maxb = self._maxa, self._maxb
+        if not maxa:
             self._append_sorted(*sorted_pairs(a, b))
             return
-        last = maxes[-1]
-        if (_pk(a[0], b[0]) > last and all(map(le, a, islice(a, 1, None)))
+        if ((a[0] > maxa[-1] or a[0] == maxa[-1] and b[0] > maxb[-1]) and all(map(le, a, islice(a, 1, None)))
                 and all(map(lt, b, islice(b, 1, None)))):  # ascending (b's too), after the last pair
             self._append_sorted(a, b)
             return
-        keys = list(map(int.__or__, map(int.__lshift__, map(_OFF.__add__, a), repeat(64)), b))
-        top = max(keys)
-        if top > last:  # those after the last pair go to the last chunk
-            maxes[-1] = top
-        idx = list(map(bisect_left, repeat(maxes), keys))
+        top_a = max(a)
+        if top_a >= maxa[-1]:  # pairs after the last one go to the last chunk: it ends with the largest
+            top_b = max(compress(b, map(eq, a, repeat(top_a))))
+            if top_a > maxa[-1] or top_b > maxb[-1]:
+                maxa[-1], maxb[-1] = top_a, top_b
+        idx = list(map(bisect_left, repeat(maxa), a))  # the chunk, unless its largest a is the pair's
+        if True in map(eq, map(maxa.__getitem__, idx), a):
+            chunk_of = self._chunk_of
+            idx = [chunk_of(x, y) if maxa[i] == x else i for i, x, y in zip(idx, a, b, strict=True)]
         as_, bs, unsorted = self._as, self._bs, self._unsorted
         deque(map(_append, map(as_.__getitem__, idx), a), 0)
         deque(map(_append, map(bs.__getitem__, idx), b), 0)
@@ -284,14 +292,14 @@ class PairList:
         cuts = [n * j // k for j in range(k + 1)]
         self._as[i : i + 1] = [ca[x:y] for x, y in pairwise(cuts)]
         self._bs[i : i + 1] = [cb[x:y] for x, y in pairwise(cuts)]
-        self._maxes[i : i + 1] = [_pk(ca[y - 1], cb[y - 1]) for y in cuts[1:-1]] + [self._maxes[i]]
+        self._maxa[i : i + 1] = [ca[y - 1] for y in cuts[1:]]
+        self._maxb[i : i + 1] = [cb[y - 1] for y in cuts[1:]]
         self._unsorted[i : i + 1] = [False] * k
 
     def _locate(self, a: int, b: int) -> tuple[int, int]:
         """(chunk, position) of the pair, or (-1, -1) if absent."""
-        maxes = self._maxes
-        i = bisect_left(maxes, _pk(a, b))
-        if i == len(maxes):
+        i = self._chunk_of(a, b)
+        if i == len(self._maxa):
             return -1, -1
         if self._unsorted[i]:
             self._fix(i)
@@ -308,6 +316,9 @@ class PairList:
     def __contains__(self, pair: tuple[int, int]) -> bool:
         return self._locate(*pair)[0] >= 0
 
+    def _drop(self, i: int) -> None:
+        del self._as[i], self._bs[i], self._maxa[i], self._maxb[i], self._unsorted[i]
+
     def remove(self, a: int, b: int) -> None:
         """Remove the pair; ValueError (nothing changed) if it is not in the list."""
         i, pos = self._locate(a, b)
@@ -318,9 +329,9 @@ class PairList:
         del cb[pos]
         self._len -= 1
         if not ca:
-            del self._as[i], self._bs[i], self._maxes[i], self._unsorted[i]
+            self._drop(i)
         elif pos == len(ca):
-            self._maxes[i] = _pk(ca[-1], cb[-1])
+            self._maxa[i], self._maxb[i] = ca[-1], cb[-1]
 
     def pop_front(self, n: int) -> tuple[list[int], list[int]]:
         """Remove and return the `n` smallest pairs (all if fewer) as (a's, b's), in order."""
@@ -335,7 +346,7 @@ class PairList:
                 outa.extend(ca.tolist())
                 outb.extend(cb.tolist())
                 n -= len(ca)
-                del as_[0], bs[0], self._maxes[0], unsorted[0]
+                self._drop(0)
             else:
                 outa.extend(ca[:n].tolist())
                 outb.extend(cb[:n].tolist())
@@ -352,15 +363,15 @@ class PairList:
         ca, cb = self._as[0], self._bs[0]
         a, b = ca.pop(0), cb.pop(0)
         if not ca:
-            del self._as[0], self._bs[0], self._maxes[0], self._unsorted[0]
+            self._drop(0)
         self._len -= 1
         return a, b
 
     def pop_through(self, a_max: int) -> tuple[list[int], list[int]]:
         """Remove and return every pair whose a is <= `a_max`, in order, as (a's, b's)."""
         n = 0
-        for i, mx in enumerate(self._maxes):
-            if (mx >> 64) - _OFF <= a_max:
+        for i, mx in enumerate(self._maxa):
+            if mx <= a_max:
                 n += len(self._as[i])
             else:
                 if self._unsorted[i]:
@@ -404,7 +415,7 @@ class PairList:
             yield from self._bs[i]
 
     def clear(self) -> None:
-        self._as, self._bs, self._maxes, self._len, self._unsorted = [], [], [], 0, []
+        self._as, self._bs, self._maxa, self._maxb, self._len, self._unsorted = [], [], [], [], 0, []
 
     def nbytes(self) -> int:
         """Bytes held by the arrays' items (not counting over-allocation or headers)."""
@@ -412,18 +423,19 @@ class PairList:
 
     def check(self) -> None:
         """Assert the invariants (tests): chunks non-empty, within 2 * LOAD; each chunk's
-        keys above the previous chunk's largest, its largest its `_maxes` entry, and in
-        order unless marked unsorted; length right. Sorts nothing."""
-        prev = -1
+        pairs above the previous chunk's largest, its largest its `_maxa`/`_maxb` entry,
+        and in order unless marked unsorted; length right. Sorts nothing."""
+        prev: tuple[int, int] | None = None
         n = 0
-        assert len(self._as) == len(self._bs) == len(self._maxes) == len(self._unsorted)
-        for ca, cb, mx, unsorted in zip(self._as, self._bs, self._maxes, self._unsorted, strict=True):
+        chunks = (self._as, self._bs, self._maxa, self._maxb, self._unsorted)
+        assert len({len(x) for x in chunks}) == 1
+        for ca, cb, ma, mb, unsorted in zip(*chunks, strict=True):
             assert 0 < len(ca) == len(cb) <= 2 * LOAD
-            keys = [_pk(x, y) for x, y in zip(ca, cb, strict=True)]
-            assert min(keys) > prev and max(keys) == mx
-            assert len(set(keys)) == len(keys)
+            pairs = list(zip(ca, cb, strict=True))
+            assert (prev is None or min(pairs) > prev) and max(pairs) == (ma, mb)
+            assert len(set(pairs)) == len(pairs)
             if not unsorted:
-                assert keys == sorted(keys)
-            prev = mx
+                assert pairs == sorted(pairs)
+            prev = ma, mb
             n += len(ca)
         assert n == self._len
