@@ -110,3 +110,34 @@ def test_plain_results_equal_the_dataclass() -> None:
         assert r == EnqueueResult(i) and hash(r) == hash(EnqueueResult(i)) and repr(r) == repr(EnqueueResult(i))
         with pytest.raises(AttributeError):
             r.id = 3  # type: ignore[misc]  # still frozen
+
+
+@pytest.mark.parametrize(("group", "priority"), [
+    ("g", 0), ("", 7), ("grp", -(2**63)), ("", 2**63 - 1), ("g\x00", 3),  # the columns, as they are
+    ("é", 1), ("😀", 0),  # not ASCII: through `enqueue_request`
+])
+def test_a_message_with_a_group_or_priority_makes_the_frame_a_request_would(group: str, priority: int) -> None:
+    """`_message` puts an ASCII group and an int64 priority straight into the columns; the
+    frame is the one `enqueue_request` + the columns form of requests makes (same columns,
+    same dedup ids), as for every other value."""
+    from doq_client._ledger import columns_frame
+    from doq_client._producer_core import ProducerCore
+
+    fast, slow = ProducerCore(8, 1000, True, 1 << 20), ProducerCore(8, 1000, True, 1 << 20)
+    slow._stamper = fast._stamper = Stamper(True)  # one sequence of dedup ids
+    got = [fast._message("q", b"x", group, priority, None, "", 0), fast._message("q", "y", "", 0, None, "d", 0)]
+    fast._stamper._seq = iter(range(1, 3))  # type: ignore[assignment]  # the same ids again
+    want = [slow._requests_chunk([enqueue_request("q", b"x", group=group, priority=priority)], True),
+            slow._requests_chunk([enqueue_request("q", "y", dedup_id="d")], True)]
+    assert columns_frame(got) == columns_frame(want)
+    assert [c.n for c in got] == [1, 1] and all(c.single and c.safe for c in got)
+
+
+@pytest.mark.parametrize("priority", [2**63, -(2**63) - 1])
+def test_a_priority_beyond_int64_is_refused_before_anything_is_kept(priority: int) -> None:
+    from doq_client import InvalidArgument
+    from doq_client._producer_core import ProducerCore
+
+    with pytest.raises(InvalidArgument) as ei:
+        ProducerCore(8, 1000, True, 1 << 20)._message("q", b"x", "g", priority, None, "", 0)
+    assert ei.value.reason == "INVALID_PRIORITY"

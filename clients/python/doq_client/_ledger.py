@@ -67,14 +67,15 @@ class Chunk:
         self.n = len(self.contents) if queue is not None else len(wire or ())  # messages
 
     @classmethod
-    def one(cls, queue: str, content: bytes, dedup_id: str) -> Chunk:
-        """A single plain message in columns form (the per-message path: no keyword parsing)."""
+    def one(cls, queue: str, content: bytes, dedup_id: str, extra: Extra | None = None) -> Chunk:
+        """A single message in columns form (the per-message path: no keyword parsing, no
+        protobuf object); `extra`: its group, priority, metadata and delay (None: defaults)."""
         c = cls.__new__(cls)
         c.wire = None
         c.queue = queue
         c.contents = (content,)
         c.dedup_ids = (dedup_id,)
-        c.extras = None
+        c.extras = None if extra is None else [extra]
         c.future = None
         c.single = True
         c.safe = bool(dedup_id)
