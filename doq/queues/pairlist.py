@@ -9,10 +9,11 @@ their b's) and then, in C, the chunk's a-array and, among equal a's, its b-array
 deterministic, no I/O.
 
 Bulk adds (`add_many`) do not put each pair in its place: a pair is appended to the chunk
-whose key range holds it, and the chunk is marked unsorted; a chunk is sorted when it is
-next read (`_fix`) or when it grows past 2 * LOAD pairs and is cut. A random pair's insert
-in place reads ~10 cold cache lines of a chunk (the bisect) and moves half of it; an append
-touches its end, and a chunk's sort reads it in order. The chunk's key range and largest
+whose key range holds it, and the chunk is marked unsorted; a chunk is sorted (and cut into
+chunks of LOAD to 2 * LOAD pairs) when it is next read (`_fix`) or when it grows past
+UNSORTED_LOADS * LOAD pairs. A random pair's insert in place reads ~10 cold cache lines of a
+chunk (the bisect) and moves half of it; an append touches its end, and a chunk's sort reads
+it in order. The chunk's key range and largest
 pair (`_maxa`, `_maxb`) are kept exact either way, so where a pair belongs never depends on the
 order inside a chunk.
 """
@@ -26,7 +27,11 @@ from collections.abc import Iterator, Sequence
 from itertools import compress, islice, pairwise, repeat
 from operator import eq, itemgetter, le, lt
 
-LOAD = 256  # pairs a chunk is cut to (at most twice that): 1024 cost a third more per insert at 5M (cache misses, memmove)
+LOAD = 256  # pairs a sorted chunk is cut to (at most twice that): 1024 cost a third more per insert at 5M (cache misses, memmove)
+# an unsorted chunk (appended to by `add_many`) grows to UNSORTED_LOADS * LOAD pairs before it is
+# sorted and cut: fewer, larger chunks take a batch's appends (their ends stay in the CPU's
+# caches), and each pair is sorted about once
+UNSORTED_LOADS = 16
 
 
 _append = array.append  # called as `_append(chunk, x)` by `map`: no bytecode per pair
@@ -171,11 +176,14 @@ class PairList:
         return i
 
     def _fix(self, i: int) -> None:
-        """Sort chunk `i` (marked unsorted)."""
+        """Sort chunk `i` (marked unsorted), and cut it if longer than 2 * LOAD: chunk `i`
+        is then the first of its sorted pieces (the caller finds a pair's chunk again)."""
         pairs = sorted(zip(self._as[i], self._bs[i], strict=True))
         self._as[i] = array("q", map(_first, pairs))
         self._bs[i] = array("Q", map(_second, pairs))
         self._unsorted[i] = False
+        if len(pairs) > 2 * LOAD:
+            self._cut(i)
 
     def first(self) -> tuple[int, int]:
         """The smallest pair (IndexError if empty)."""
@@ -233,8 +241,8 @@ class PairList:
             ca.append(a)
             cb.append(b)
             self._len += 1
-            if len(ca) > 2 * LOAD:
-                self._split(i)
+            if len(ca) > UNSORTED_LOADS * LOAD:
+                self._fix(i)
             return
         pos = bisect_left(ca, a)
         if pos < len(ca) and ca[pos] == a:  # among equal a's, by b (no second bisect if a is new)
@@ -243,7 +251,7 @@ class PairList:
         cb.insert(pos, b)
         self._len += 1
         if len(ca) > 2 * LOAD:
-            self._split(i)
+            self._cut(i)
 
     def add_many(self, a: Sequence[int], b: Sequence[int]) -> None:
         """Insert the pairs `zip(a, b)`, in any order (distinct, none in the list). Pairs
@@ -278,14 +286,12 @@ class PairList:
         touched = sorted(set(idx))
         deque(map(unsorted.__setitem__, touched, repeat(True)), 0)
         self._len += n
-        cap = 2 * LOAD
+        cap = UNSORTED_LOADS * LOAD
         for i in reversed(list(compress(touched, map(lt, repeat(cap), map(len, map(as_.__getitem__, touched)))))):
-            self._split(i)
-
-    def _split(self, i: int) -> None:
-        """Cut chunk `i` (sorted first) into chunks of LOAD to 2 * LOAD pairs."""
-        if self._unsorted[i]:
             self._fix(i)
+
+    def _cut(self, i: int) -> None:
+        """Cut sorted chunk `i` into chunks of LOAD to 2 * LOAD pairs (at least two)."""
         ca, cb = self._as[i], self._bs[i]
         n = len(ca)
         k = max(2, n // LOAD)
@@ -303,6 +309,7 @@ class PairList:
             return -1, -1
         if self._unsorted[i]:
             self._fix(i)
+            i = self._chunk_of(a, b)
         ca, cb = self._as[i], self._bs[i]
         lo = bisect_left(ca, a)
         if lo == len(ca) or ca[lo] != a:
@@ -370,25 +377,30 @@ class PairList:
     def pop_through(self, a_max: int) -> tuple[list[int], list[int]]:
         """Remove and return every pair whose a is <= `a_max`, in order, as (a's, b's)."""
         n = 0
-        for i, mx in enumerate(self._maxa):
-            if mx <= a_max:
+        i = 0
+        while i < len(self._maxa):
+            if self._maxa[i] <= a_max:
                 n += len(self._as[i])
+            elif self._unsorted[i]:
+                self._fix(i)  # then its first piece is looked at again
+                continue
             else:
-                if self._unsorted[i]:
-                    self._fix(i)
                 n += bisect_right(self._as[i], a_max)
                 break
+            i += 1
         return self.pop_front(n)
 
     def islice(self, start: int, stop: int) -> list[tuple[int, int]]:
         """The pairs at positions start..stop-1 (clipped), in order."""
         out: list[tuple[int, int]] = []
         pos = 0
-        for i in range(len(self._as)):
+        i = 0
+        while i < len(self._as):
             n = len(self._as[i])
             if pos + n > start:
                 if self._unsorted[i]:
                     self._fix(i)
+                    n = len(self._as[i])  # its first piece
                 ca, cb = self._as[i], self._bs[i]
                 lo = max(0, start - pos)
                 hi = min(n, stop - pos)
@@ -396,14 +408,17 @@ class PairList:
             pos += n
             if pos >= stop:
                 break
+            i += 1
         return out
 
     def _sorted_chunks(self) -> Iterator[int]:
         """Every chunk's index, in order, each sorted before it is yielded."""
-        for i in range(len(self._as)):
+        i = 0
+        while i < len(self._as):
             if self._unsorted[i]:
                 self._fix(i)
             yield i
+            i += 1
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
         for i in self._sorted_chunks():
@@ -422,7 +437,8 @@ class PairList:
         return sum(ca.itemsize * len(ca) + cb.itemsize * len(cb) for ca, cb in zip(self._as, self._bs, strict=True))
 
     def check(self) -> None:
-        """Assert the invariants (tests): chunks non-empty, within 2 * LOAD; each chunk's
+        """Assert the invariants (tests): chunks non-empty, within 2 * LOAD (unsorted ones:
+        UNSORTED_LOADS * LOAD); each chunk's
         pairs above the previous chunk's largest, its largest its `_maxa`/`_maxb` entry,
         and in order unless marked unsorted; length right. Sorts nothing."""
         prev: tuple[int, int] | None = None
@@ -430,7 +446,7 @@ class PairList:
         chunks = (self._as, self._bs, self._maxa, self._maxb, self._unsorted)
         assert len({len(x) for x in chunks}) == 1
         for ca, cb, ma, mb, unsorted in zip(*chunks, strict=True):
-            assert 0 < len(ca) == len(cb) <= 2 * LOAD
+            assert 0 < len(ca) == len(cb) <= (UNSORTED_LOADS if unsorted else 2) * LOAD
             pairs = list(zip(ca, cb, strict=True))
             assert (prev is None or min(pairs) > prev) and max(pairs) == (ma, mb)
             assert len(set(pairs)) == len(pairs)
