@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from doq_proto.v1 import doq_pb2 as pb
 
-from doq_client._ledger import Chunk, Stamper, batch_frame
+from doq_client._ledger import Chunk, Frame, Stamper, batch_frame
 from doq_client.types import enqueue_request
 
 
@@ -99,6 +99,21 @@ def test_column_answers_become_outcomes_in_order() -> None:
     assert done == [a, b]
     assert a.outcomes[0] == EnqueueResult(7) and isinstance(a.outcomes[1], TooLarge)
     assert b.outcomes == [EnqueueResult(5, True, "g", 2, 99)]
+
+
+@pytest.mark.parametrize("extras", [None, [("", 0, {}, 0), ("g", -4, {}, 0), ("h", 9, {}, 0)]])
+@pytest.mark.parametrize(("dups", "deliver"), [([], []), ([0, 2], []), ([], [0, 5, 0]), ([1], [1, 2, 3])])
+def test_column_answers_without_errors_carry_each_messages_fields(
+        extras: list[tuple[str, int, dict[str, str], int]] | None, dups: list[int], deliver: list[int]) -> None:
+    from doq_client._ledger import _column_outcomes
+    from doq_client.types import EnqueueResult
+
+    frame = Frame(3, True, extras)  # type: ignore[arg-type]
+    resp = pb.EnqueueBatchResponse(ids=[4, 5, 6], duplicates=dups, deliver_at_ms=deliver)
+    want = [EnqueueResult(i, pos in dups, extras[pos][0] if extras else "", extras[pos][1] if extras else 0,
+                          deliver[pos] if deliver else 0) for pos, i in enumerate([4, 5, 6])]
+    got = _column_outcomes(resp, frame)
+    assert got == want and [repr(r) for r in got] == [repr(r) for r in want]
 
 
 def test_plain_results_equal_the_dataclass() -> None:
