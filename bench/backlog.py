@@ -17,6 +17,7 @@ stops the server. Kinds:
 - `fair-interleaved`: a fair queue, the same groups filled round-robin.
 
 Per kind it prints: fill and drain msg/s, and their ratio to `plain` of the same run;
+the server's CPU per filled message (steadier than msg/s on a shared machine);
 server RSS per queued message after the fill, less the fresh server's (anonymous memory and mapped file pages
 apart: `/proc/PID/status` RssAnon, RssFile), bytes the server wrote to disk per message
 (`/proc/PID/io` write_bytes) during the fill and the drain, and the load average before
@@ -152,7 +153,9 @@ def run_kind(kind: str, n: int, m: int, per_group: int, payload: int, root: Path
         pid = server.pids[0]
         rss0, anon0, file0 = (_proc_kb(pid, f) for f in ("VmRSS", "RssAnon", "RssFile"))
         w0 = _write_bytes(pid)
+        cpu0 = _cpu_s(pid)
         fill_s = fill(server.addr, queue, kind, n, per_group, payload)
+        fill_cpu_s = _cpu_s(pid) - cpu0  # the server's, until the last confirmation
         time.sleep(1.0)  # let the last commits land before reading memory
         w1 = _write_bytes(pid)
         rss1, anon1, file1 = (_proc_kb(pid, f) for f in ("VmRSS", "RssAnon", "RssFile"))
@@ -168,6 +171,7 @@ def run_kind(kind: str, n: int, m: int, per_group: int, payload: int, root: Path
     rec = {
         "kind": kind, "messages": n, "drained": m,
         "fill_msg_per_s": n / fill_s, "drain_msg_per_s": m / drain_s,
+        "fill_server_cpu_us_per_msg": fill_cpu_s / n * 1e6,
         "rss_bytes_per_msg": (rss1 - rss0) * 1024 / n,
         "rss_anon_bytes_per_msg": (anon1 - anon0) * 1024 / n,
         "rss_file_bytes_per_msg": (file1 - file0) * 1024 / n,
@@ -215,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
               f"| {dr:.2f} | {r['rss_bytes_per_msg']:.0f} ({r['rss_anon_bytes_per_msg']:.0f}, "
               f"{r['rss_file_bytes_per_msg']:.0f}) | {r['fill_write_bytes_per_msg']:.0f} / "
               f"{r['drain_write_bytes_per_msg']:.0f} | {r['restart_s']:.1f} ({r['restart_cpu_s']:.1f} CPU) |")
+    print("server CPU per filled message: " + ", ".join(
+        f"{r['kind']} {r['fill_server_cpu_us_per_msg']:.1f} µs" for r in record["runs"]))
     print(f"load average before {record['load_before']}, after {record['load_after']}")
     if ns.json:
         Path(ns.json).write_text(json.dumps(record, indent=1))

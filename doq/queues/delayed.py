@@ -48,17 +48,11 @@ class PriorityIndex:
         if ids and (not rl or (priority, ids[0]) > rl.last()):
             rl._append_sorted([priority] * len(ids), list(ids))  # noqa: SLF001 (same package)
             return
-        for i in ids:
-            rl.add(priority, i)
+        rl.add_many([priority] * len(ids), ids)
 
-    def add_pairs(self, priorities: list[int], ids: list[int]) -> None:
-        """Add the (priority, id) pairs, given in ascending order."""
-        rl = self.ready
-        if ids and (not rl or (priorities[0], ids[0]) > rl.last()):
-            rl._append_sorted(priorities, ids)  # noqa: SLF001
-            return
-        for p, i in zip(priorities, ids, strict=True):
-            rl.add(p, i)
+    def add_pairs(self, priorities: Sequence[int], ids: Sequence[int]) -> None:
+        """Add the (priority, id) pairs, in any order (ids distinct, none held)."""
+        self.ready.add_many(priorities, ids)
 
     def add_many(self, keys: list[int], group: str) -> None:
         """`add(k, group)` for every key (ascending)."""

@@ -93,15 +93,15 @@ class FairIndex:
         """`add(k, group)` for every key (ascending; one group)."""
         if not keys:
             return
+        self.add_pairs([(k >> 64) - _OFF for k in keys], [k & _MASK64 for k in keys], group)
+
+    def add_pairs(self, priorities: Sequence[int], ids: Sequence[int], group: str) -> None:
+        """Add the (priority, id) pairs of one group, in any order (ids distinct, none held)."""
+        if not ids:
+            return
         g = self._group(group)
-        rl = g.ready
-        pairs = [_pair(k) for k in keys]
-        if not rl or pairs[0] > rl.last():
-            rl._append_sorted([p for p, _ in pairs], [i for _, i in pairs])  # noqa: SLF001 (same package)
-        else:
-            for p, i in pairs:
-                rl.add(p, i)
-        self.n_ready += len(keys)
+        g.ready.add_many(priorities, ids)
+        self.n_ready += len(ids)
         self._refresh(g)
 
     def add(self, key: int, group: str) -> None:

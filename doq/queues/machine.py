@@ -58,8 +58,8 @@ import struct
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from itertools import islice
-from operator import itemgetter, lt, not_
+from itertools import compress, islice, pairwise, repeat
+from operator import itemgetter, lt, mul, ne, not_
 from typing import Any
 
 from sortedcontainers import SortedList
@@ -113,6 +113,13 @@ _HDR_SIZE = R.HDR_SIZE
 _HDR_HEAD = struct.Struct("<qQ28xB")  # priority, not_before, flags of a MSG_HDR
 assert _HDR_HEAD.size == R.LEASE_END and _HDR_HEAD.unpack(_HDR.pack(-5, 6, 0, 0, 0, 0, 7, 0, 0, 0)[:_HDR_HEAD.size]) == (-5, 6, 7)
 _ts = R.priority_deliver_at
+
+
+def _deliver_at(ps: list[int]) -> list[int]:
+    """`[_ts(p) for p in ps]`: with C calls only when every priority is a timestamp."""
+    if min(ps) >= R.TS_PRIORITY_MIN and max(ps) <= R.MAX_MS // 1000:
+        return list(map(mul, ps, repeat(1000)))
+    return [_ts(p) if p >= R.TS_PRIORITY_MIN else 0 for p in ps]
 
 
 class Entry:
@@ -1413,44 +1420,43 @@ class QueueMachine:
         elif cmd.dedup_ids:
             self._remember_dedups(q, cmd.dedup_ids, ids)
         q.members.add_range(first, n)
-        fair = q.qtype is QueueType.FAIR
-        deliver = [_ts(p) if p >= R.TS_PRIORITY_MIN else 0 for p in ps]
-        late = [j for j, at in enumerate(deliver) if at > now]
-        if late:
-            dl = q.delayed
-            for j in late:
-                dl.add(deliver[j], first + j)
+        # not before deliver[j] (a timestamp priority: `_ts`); none if no priority is one
+        deliver = _deliver_at(ps) if prios and max(ps) >= R.TS_PRIORITY_MIN else []
+        late = list(map(lt, repeat(now), deliver))
+        rp: Sequence[int] = ps
+        ri: Sequence[int] = ids
+        if True in late:  # the index gets those due now; the others wait in q.delayed
+            q.delayed.add_many(list(compress(deliver, late)), list(compress(ids, late)))
             self._sync_due(q)
-        if not fair:
-            if late:
-                due = [j for j, at in enumerate(deliver) if at <= now]
-                rp, ri = [ps[j] for j in due], [first + j for j in due]
-            else:
-                rp, ri = list(ps), list(ids)
-            order = sorted(range(len(ri)), key=rp.__getitem__)  # stable: ids stay ascending
-            q.index.add_pairs([rp[j] for j in order], [ri[j] for j in order])  # type: ignore[union-attr]
+            due = list(map(not_, late))
+            rp, ri = list(compress(ps, due)), list(compress(ids, due))
+        if isinstance(q.index, PriorityIndex):
+            q.index.add_pairs(rp, ri)
         else:
-            names: dict[str, str] = {}
-            ready: dict[str, list[int]] = {}
-            base = 1 << 63
-            for j, id_ in enumerate(ids):
-                if deliver[j] > now:
-                    continue
-                g = ""
-                if groups:
-                    g = names.get(groups[j], "")
-                    if not g and groups[j]:
-                        g = names[groups[j]] = q.index.group_name(groups[j])
-                lst = ready.get(g)
-                if lst is None:
-                    lst = ready[g] = []
-                lst.append(((ps[j] + base) << 64) | id_)
-            for g in sorted(ready):
-                keys = ready[g]
-                keys.sort()
-                q.index.add_many(keys, g)
+            self._add_fair(q, rp, ri, list(compress(groups, due)) if groups and True in late else groups)
         q.enqueued += n
         return EnqueueColumnsResult(ids, deliver_at_ms=deliver if any(deliver) else [])
+
+    def _add_fair(self, q: Queue, ps: Sequence[int], ids: Sequence[int], groups: list[str]) -> None:
+        """Add ready messages to a fair queue's index: (priority, id) pairs in any order,
+        their groups (empty: all ""), one call per group."""
+        index = q.index
+        assert isinstance(index, FairIndex)
+        if not groups:
+            index.add_pairs(ps, ids, "")
+            return
+        # runs of one group (a group filled as a block is one run), then one list per group
+        starts = [0, *compress(range(1, len(groups)), map(ne, groups[1:], groups)), len(groups)]
+        by_group: dict[str, tuple[list[int], list[int]]] = {}
+        for s, e in pairwise(starts):
+            g = groups[s]
+            got = by_group.get(g)
+            if got is None:
+                got = by_group[g] = ([], [])
+            got[0].extend(ps[s:e])
+            got[1].extend(ids[s:e])
+        for g in sorted(by_group):
+            index.add_pairs(*by_group[g], index.group_name(g))
 
     def _enqueue_items(self, q: Queue, items: list[c.EnqueueItem]) -> list[EnqueueResult | DoqError]:
         out: list[EnqueueResult | DoqError] = []

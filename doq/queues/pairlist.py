@@ -4,23 +4,38 @@ a is a signed 64-bit integer, b an unsigned 64-bit one; pairs sort by a, then b.
 pair costs ~16 bytes (two array slots) instead of a Python int object and a pointer
 (~60 bytes for a packed 128-bit key in a `SortedList`). Like sortedcontainers' SortedList
 the pairs are held in chunks (here: two arrays each, `'q'` for a and `'Q'` for b, up to
-2 * LOAD pairs), found by bisecting the chunks' largest keys and then, in C, the chunk's
-a-array and, among equal a's, its b-array. Pure, deterministic, no I/O.
+2 * LOAD pairs), found by bisecting the a's of the chunks' largest pairs (among equal ones,
+their b's) and then, in C, the chunk's a-array and, among equal a's, its b-array. Pure,
+deterministic, no I/O.
+
+Bulk adds (`add_many`) do not put each pair in its place: a pair is appended to the chunk
+whose key range holds it, and the chunk is marked unsorted; a chunk is sorted (and cut into
+chunks of LOAD to 2 * LOAD pairs) when it is next read (`_fix`) or when it grows past
+UNSORTED_LOADS * LOAD pairs. A random pair's insert in place reads ~10 cold cache lines of a
+chunk (the bisect) and moves half of it; an append touches its end, and a chunk's sort reads
+it in order. The chunk's key range and largest
+pair (`_maxa`, `_maxb`) are kept exact either way, so where a pair belongs never depends on the
+order inside a chunk.
 """
 
 from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, bisect_right
+from collections import deque
 from collections.abc import Iterator, Sequence
+from itertools import compress, islice, pairwise, repeat
+from operator import eq, itemgetter, le, lt
 
-LOAD = 256  # pairs a chunk is cut to (at most twice that): 1024 cost a third more per insert at 5M (cache misses, memmove)
-_OFF = 1 << 63
+LOAD = 256  # pairs a sorted chunk is cut to (at most twice that): 1024 cost a third more per insert at 5M (cache misses, memmove)
+# an unsorted chunk (appended to by `add_many`) grows to UNSORTED_LOADS * LOAD pairs before it is
+# sorted and cut: fewer, larger chunks take a batch's appends (their ends stay in the CPU's
+# caches), and each pair is sorted about once
+UNSORTED_LOADS = 16
 
 
-def _pk(a: int, b: int) -> int:
-    """The pair as one int with the pair's order."""
-    return ((a + _OFF) << 64) | b
+_append = array.append  # called as `_append(chunk, x)` by `map`: no bytecode per pair
+_first, _second = itemgetter(0), itemgetter(1)
 
 
 _FLOAT_BITS_MAX = 62  # packed keys below 2**62, plus 2**52, are the bit patterns of finite positive floats
@@ -119,16 +134,24 @@ def sorted_pairs(a: Sequence[int], b: Sequence[int]) -> tuple[array[int], array[
 
 
 class PairList:
-    """Sorted distinct (a, b) pairs; `add`/`remove` O(log n + LOAD) (memmove), bulk front
-    pops linear in the pairs taken."""
+    """Sorted distinct (a, b) pairs; `add`/`remove` O(log n + LOAD) (memmove; a chunk left
+    unsorted by `add_many` is sorted first: O(LOAD log LOAD)), `add_many` O(log n) per pair
+    plus the chunk sorts it causes (about two per pair), bulk front pops linear in the
+    pairs taken."""
 
-    __slots__ = ("_as", "_bs", "_maxes", "_len")
+    __slots__ = ("_as", "_bs", "_maxa", "_maxb", "_len", "_unsorted")
 
     def __init__(self) -> None:
         self._as: list[array[int]] = []
         self._bs: list[array[int]] = []
-        self._maxes: list[int] = []  # _pk of each chunk's last pair
+        # each chunk's largest pair (its last one once sorted), as two lists: `_chunk_of`
+        # bisects the a's (ints, no packing), the b's only among equal a's
+        self._maxa: list[int] = []
+        self._maxb: list[int] = []
         self._len = 0
+        # per chunk: pairs appended out of order by `add_many` (its pairs still above the
+        # previous chunk's largest and at most its own)
+        self._unsorted: list[bool] = []
 
     @classmethod
     def from_sorted(cls, a: Sequence[int], b: Sequence[int]) -> PairList:
@@ -143,15 +166,38 @@ class PairList:
     def __bool__(self) -> bool:
         return self._len > 0
 
+    def _chunk_of(self, a: int, b: int) -> int:
+        """The chunk whose range holds (a, b): the first whose largest pair is >= it
+        (`len(self._maxa)` if none)."""
+        maxa = self._maxa
+        i = bisect_left(maxa, a)
+        if i < len(maxa) and maxa[i] == a:  # among chunks ending with this a, by b
+            i = bisect_left(self._maxb, b, i, bisect_right(maxa, a, i))
+        return i
+
+    def _fix(self, i: int) -> None:
+        """Sort chunk `i` (marked unsorted), and cut it if longer than 2 * LOAD: chunk `i`
+        is then the first of its sorted pieces (the caller finds a pair's chunk again)."""
+        pairs = sorted(zip(self._as[i], self._bs[i], strict=True))
+        self._as[i] = array("q", map(_first, pairs))
+        self._bs[i] = array("Q", map(_second, pairs))
+        self._unsorted[i] = False
+        if len(pairs) > 2 * LOAD:
+            self._cut(i)
+
     def first(self) -> tuple[int, int]:
         """The smallest pair (IndexError if empty)."""
-        return self._as[0][0], self._bs[0][0]
+        ca, cb = self._as[0], self._bs[0]
+        if self._unsorted[0]:  # found by two scans, not sorted (a queue's next due time, after each batch)
+            a = min(ca)
+            return a, min(compress(cb, map(eq, ca, repeat(a))))
+        return ca[0], cb[0]
 
     def first_a(self) -> int:
-        return self._as[0][0]
+        return min(self._as[0]) if self._unsorted[0] else self._as[0][0]
 
     def last(self) -> tuple[int, int]:
-        return self._as[-1][-1], self._bs[-1][-1]
+        return self._maxa[-1], self._maxb[-1]
 
     def _append_sorted(self, a: Sequence[int], b: Sequence[int]) -> None:
         """Append pairs that are ascending and all after the last one."""
@@ -165,31 +211,39 @@ class PairList:
             if i:
                 ca.extend(a[:i])
                 cb.extend(b[:i])
-                self._maxes[-1] = _pk(ca[-1], cb[-1])
+                self._maxa[-1], self._maxb[-1] = a[i - 1], b[i - 1]
         while i < n:
             ca = array("q", a[i : i + LOAD])
             cb = array("Q", b[i : i + LOAD])
             self._as.append(ca)
             self._bs.append(cb)
-            self._maxes.append(_pk(ca[-1], cb[-1]))
+            self._maxa.append(ca[-1])
+            self._maxb.append(cb[-1])
+            self._unsorted.append(False)
             i += LOAD
         self._len += n
 
     def add(self, a: int, b: int) -> None:
         """Insert the pair (it must not be in the list)."""
-        maxes = self._maxes
-        k = _pk(a, b)
-        if not maxes or k > maxes[-1]:
-            if maxes and len(self._as[-1]) < 2 * LOAD:
-                self._as[-1].append(a)
+        maxa = self._maxa
+        if not maxa or a > maxa[-1] or a == maxa[-1] and b > self._maxb[-1]:
+            if maxa and len(self._as[-1]) < 2 * LOAD:
+                self._as[-1].append(a)  # after the largest pair: a sorted chunk stays sorted
                 self._bs[-1].append(b)
-                maxes[-1] = k
+                maxa[-1], self._maxb[-1] = a, b
                 self._len += 1
             else:
                 self._append_sorted([a], [b])
             return
-        i = bisect_left(maxes, k)
+        i = self._chunk_of(a, b)
         ca, cb = self._as[i], self._bs[i]
+        if self._unsorted[i]:  # sorted when next read
+            ca.append(a)
+            cb.append(b)
+            self._len += 1
+            if len(ca) > UNSORTED_LOADS * LOAD:
+                self._fix(i)
+            return
         pos = bisect_left(ca, a)
         if pos < len(ca) and ca[pos] == a:  # among equal a's, by b (no second bisect if a is new)
             pos = bisect_left(cb, b, pos, bisect_right(ca, a, pos))
@@ -197,21 +251,65 @@ class PairList:
         cb.insert(pos, b)
         self._len += 1
         if len(ca) > 2 * LOAD:
-            self._split(i)
+            self._cut(i)
 
-    def _split(self, i: int) -> None:
+    def add_many(self, a: Sequence[int], b: Sequence[int]) -> None:
+        """Insert the pairs `zip(a, b)`, in any order (distinct, none in the list). Pairs
+        ascending after the last one are appended in order; others are appended to the
+        chunk whose range holds them, which is then unsorted (see the module's
+        docstring). Same list as `add` of each pair."""
+        n = len(a)
+        if n != len(b):
+            raise ValueError("a and b differ in length")
+        if not n:
+            return
+        maxa, maxb = self._maxa, self._maxb
+        if not maxa:
+            self._append_sorted(*sorted_pairs(a, b))
+            return
+        if ((a[0] > maxa[-1] or a[0] == maxa[-1] and b[0] > maxb[-1]) and all(map(le, a, islice(a, 1, None)))
+                and all(map(lt, b, islice(b, 1, None)))):  # ascending (b's too), after the last pair
+            self._append_sorted(a, b)
+            return
+        top_a = max(a)
+        if top_a >= maxa[-1]:  # pairs after the last one go to the last chunk: it ends with the largest
+            top_b = max(compress(b, map(eq, a, repeat(top_a))))
+            if top_a > maxa[-1] or top_b > maxb[-1]:
+                maxa[-1], maxb[-1] = top_a, top_b
+        idx = list(map(bisect_left, repeat(maxa), a))  # the chunk, unless its largest a is the pair's
+        if True in map(eq, map(maxa.__getitem__, idx), a):
+            chunk_of = self._chunk_of
+            idx = [chunk_of(x, y) if maxa[i] == x else i for i, x, y in zip(idx, a, b, strict=True)]
+        as_, bs, unsorted = self._as, self._bs, self._unsorted
+        deque(map(_append, map(as_.__getitem__, idx), a), 0)
+        deque(map(_append, map(bs.__getitem__, idx), b), 0)
+        touched = sorted(set(idx))
+        deque(map(unsorted.__setitem__, touched, repeat(True)), 0)
+        self._len += n
+        cap = UNSORTED_LOADS * LOAD
+        for i in reversed(list(compress(touched, map(lt, repeat(cap), map(len, map(as_.__getitem__, touched)))))):
+            self._fix(i)
+
+    def _cut(self, i: int) -> None:
+        """Cut sorted chunk `i` into chunks of LOAD to 2 * LOAD pairs (at least two)."""
         ca, cb = self._as[i], self._bs[i]
-        h = len(ca) >> 1
-        self._as[i : i + 1] = [ca[:h], ca[h:]]
-        self._bs[i : i + 1] = [cb[:h], cb[h:]]
-        self._maxes[i : i + 1] = [_pk(ca[h - 1], cb[h - 1]), self._maxes[i]]
+        n = len(ca)
+        k = max(2, n // LOAD)
+        cuts = [n * j // k for j in range(k + 1)]
+        self._as[i : i + 1] = [ca[x:y] for x, y in pairwise(cuts)]
+        self._bs[i : i + 1] = [cb[x:y] for x, y in pairwise(cuts)]
+        self._maxa[i : i + 1] = [ca[y - 1] for y in cuts[1:]]
+        self._maxb[i : i + 1] = [cb[y - 1] for y in cuts[1:]]
+        self._unsorted[i : i + 1] = [False] * k
 
     def _locate(self, a: int, b: int) -> tuple[int, int]:
         """(chunk, position) of the pair, or (-1, -1) if absent."""
-        maxes = self._maxes
-        i = bisect_left(maxes, _pk(a, b))
-        if i == len(maxes):
+        i = self._chunk_of(a, b)
+        if i == len(self._maxa):
             return -1, -1
+        if self._unsorted[i]:
+            self._fix(i)
+            i = self._chunk_of(a, b)
         ca, cb = self._as[i], self._bs[i]
         lo = bisect_left(ca, a)
         if lo == len(ca) or ca[lo] != a:
@@ -225,6 +323,9 @@ class PairList:
     def __contains__(self, pair: tuple[int, int]) -> bool:
         return self._locate(*pair)[0] >= 0
 
+    def _drop(self, i: int) -> None:
+        del self._as[i], self._bs[i], self._maxa[i], self._maxb[i], self._unsorted[i]
+
     def remove(self, a: int, b: int) -> None:
         """Remove the pair; ValueError (nothing changed) if it is not in the list."""
         i, pos = self._locate(a, b)
@@ -235,22 +336,24 @@ class PairList:
         del cb[pos]
         self._len -= 1
         if not ca:
-            del self._as[i], self._bs[i], self._maxes[i]
+            self._drop(i)
         elif pos == len(ca):
-            self._maxes[i] = _pk(ca[-1], cb[-1])
+            self._maxa[i], self._maxb[i] = ca[-1], cb[-1]
 
     def pop_front(self, n: int) -> tuple[list[int], list[int]]:
         """Remove and return the `n` smallest pairs (all if fewer) as (a's, b's), in order."""
         outa: list[int] = []
         outb: list[int] = []
-        as_, bs = self._as, self._bs
+        as_, bs, unsorted = self._as, self._bs, self._unsorted
         while n > 0 and as_:
+            if unsorted[0]:
+                self._fix(0)
             ca, cb = as_[0], bs[0]
             if len(ca) <= n:
                 outa.extend(ca.tolist())
                 outb.extend(cb.tolist())
                 n -= len(ca)
-                del as_[0], bs[0], self._maxes[0]
+                self._drop(0)
             else:
                 outa.extend(ca[:n].tolist())
                 outb.extend(cb[:n].tolist())
@@ -262,67 +365,93 @@ class PairList:
 
     def pop_first(self) -> tuple[int, int]:
         """Remove and return the smallest pair (IndexError if empty)."""
+        if self._unsorted and self._unsorted[0]:
+            self._fix(0)
         ca, cb = self._as[0], self._bs[0]
         a, b = ca.pop(0), cb.pop(0)
         if not ca:
-            del self._as[0], self._bs[0], self._maxes[0]
+            self._drop(0)
         self._len -= 1
         return a, b
 
     def pop_through(self, a_max: int) -> tuple[list[int], list[int]]:
         """Remove and return every pair whose a is <= `a_max`, in order, as (a's, b's)."""
-        as_ = self._as
         n = 0
-        for ca in as_:
-            if ca[-1] <= a_max:
-                n += len(ca)
+        i = 0
+        while i < len(self._maxa):
+            if self._maxa[i] <= a_max:
+                n += len(self._as[i])
+            elif self._unsorted[i]:
+                self._fix(i)  # then its first piece is looked at again
+                continue
             else:
-                n += bisect_right(ca, a_max)
+                n += bisect_right(self._as[i], a_max)
                 break
+            i += 1
         return self.pop_front(n)
 
     def islice(self, start: int, stop: int) -> list[tuple[int, int]]:
         """The pairs at positions start..stop-1 (clipped), in order."""
         out: list[tuple[int, int]] = []
         pos = 0
-        for ca, cb in zip(self._as, self._bs, strict=True):
-            n = len(ca)
+        i = 0
+        while i < len(self._as):
+            n = len(self._as[i])
             if pos + n > start:
+                if self._unsorted[i]:
+                    self._fix(i)
+                    n = len(self._as[i])  # its first piece
+                ca, cb = self._as[i], self._bs[i]
                 lo = max(0, start - pos)
                 hi = min(n, stop - pos)
                 out.extend(zip(ca[lo:hi], cb[lo:hi], strict=True))
             pos += n
             if pos >= stop:
                 break
+            i += 1
         return out
 
+    def _sorted_chunks(self) -> Iterator[int]:
+        """Every chunk's index, in order, each sorted before it is yielded."""
+        i = 0
+        while i < len(self._as):
+            if self._unsorted[i]:
+                self._fix(i)
+            yield i
+            i += 1
+
     def __iter__(self) -> Iterator[tuple[int, int]]:
-        for ca, cb in zip(self._as, self._bs, strict=True):
-            yield from zip(ca, cb, strict=True)
+        for i in self._sorted_chunks():
+            yield from zip(self._as[i], self._bs[i], strict=True)
 
     def bs(self) -> Iterator[int]:
         """Every b, in the pairs' order."""
-        for cb in self._bs:
-            yield from cb
+        for i in self._sorted_chunks():
+            yield from self._bs[i]
 
     def clear(self) -> None:
-        self._as, self._bs, self._maxes, self._len = [], [], [], 0
+        self._as, self._bs, self._maxa, self._maxb, self._len, self._unsorted = [], [], [], [], 0, []
 
     def nbytes(self) -> int:
         """Bytes held by the arrays' items (not counting over-allocation or headers)."""
         return sum(ca.itemsize * len(ca) + cb.itemsize * len(cb) for ca, cb in zip(self._as, self._bs, strict=True))
 
     def check(self) -> None:
-        """Assert the invariants (tests): chunks non-empty, within 2 * LOAD, pairs ascending,
-        maxes and length right."""
+        """Assert the invariants (tests): chunks non-empty, within 2 * LOAD (unsorted ones:
+        UNSORTED_LOADS * LOAD); each chunk's
+        pairs above the previous chunk's largest, its largest its `_maxa`/`_maxb` entry,
+        and in order unless marked unsorted; length right. Sorts nothing."""
         prev: tuple[int, int] | None = None
         n = 0
-        assert len(self._as) == len(self._bs) == len(self._maxes)
-        for ca, cb, mx in zip(self._as, self._bs, self._maxes, strict=True):
-            assert 0 < len(ca) == len(cb) <= 2 * LOAD
-            assert mx == _pk(ca[-1], cb[-1])
-            for pair in zip(ca, cb, strict=True):
-                assert prev is None or pair > prev
-                prev = pair
+        chunks = (self._as, self._bs, self._maxa, self._maxb, self._unsorted)
+        assert len({len(x) for x in chunks}) == 1
+        for ca, cb, ma, mb, unsorted in zip(*chunks, strict=True):
+            assert 0 < len(ca) == len(cb) <= (UNSORTED_LOADS if unsorted else 2) * LOAD
+            pairs = list(zip(ca, cb, strict=True))
+            assert (prev is None or min(pairs) > prev) and max(pairs) == (ma, mb)
+            assert len(set(pairs)) == len(pairs)
+            if not unsorted:
+                assert pairs == sorted(pairs)
+            prev = ma, mb
             n += len(ca)
         assert n == self._len

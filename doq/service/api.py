@@ -270,8 +270,8 @@ class QueueService:
         """Split a columnar batch into the command of its valid messages and the errors of
         the others, by position (each message stands alone). Raises for what concerns the
         whole batch: the queue name, BATCH_TOO_LARGE, INVALID_COLUMNS (a column of another
-        length). Per-message checks run only when a content or dedup id may be too long or
-        another column is set (else one pass over the lengths of each column)."""
+        length). Per-message checks run only when metadata or delays are set or the columns'
+        C-speed passes (`limits.columns_pass`) cannot tell that every message passes."""
         v.check_queue_name(cmd.queue)
         n = len(cmd.contents)
         if n > self.limits.max_batch_messages:
@@ -283,13 +283,9 @@ class QueueService:
         if any(col and len(col) != n for col in optional):
             raise InvalidArgument("every column must be empty or have one entry per content",
                                   reason="INVALID_COLUMNS")
-        if not n or not (
-            cmd.groups or cmd.priorities or cmd.metadata or cmd.delays_ms
-            or max(map(len, cmd.contents)) > self.limits.max_message_bytes
-            or (cmd.dedup_ids and (max(map(len, cmd.dedup_ids)) * 4 > self.limits.max_dedup_id_bytes
-                                   or v.has_nul(cmd.dedup_ids)))
-        ):
-            return cmd, {}  # contents and dedup ids within bounds (<= 4 UTF-8 bytes a char), no NUL
+        if not n or not (cmd.metadata or cmd.delays_ms) and v.columns_pass(
+                cmd.contents, cmd.groups, cmd.priorities, cmd.dedup_ids, self.limits):
+            return cmd, {}
         bad: dict[int, DoqError] = {}
         for pos, item in enumerate(cmd.to_items()):
             try:

@@ -184,9 +184,35 @@ def check_label(value: str, what: str, max_bytes: int, reason: str) -> str:
     return value
 
 
-def has_nul(texts: Sequence[str]) -> bool:
-    """Whether any of `texts` holds a NUL character (one C-speed scan)."""
-    return "\x00" in "".join(texts)
+def columns_pass(contents: Sequence[bytes], groups: Sequence[str], priorities: Sequence[int],
+                 dedup_ids: Sequence[str], limits: Limits) -> bool:
+    """Whether every message of these columns (metadata and delays empty) passes
+    `check_item`, told by a few C-speed passes over each column: True only if so. False
+    when it cannot tell (a value of another type, a long label): the caller then checks
+    each message (`check_item`), which says which fail and why."""
+    if contents and max(map(len, contents)) > limits.max_message_bytes:
+        return False
+    for labels, max_bytes in ((groups, limits.max_group_bytes), (dedup_ids, limits.max_dedup_id_bytes)):
+        if not labels:
+            continue
+        try:
+            joined = "".join(labels)
+        except TypeError:  # not all text
+            return False
+        # <= 4 UTF-8 bytes a char: within bounds when the lengths pass; no NUL; encodable
+        if max(map(len, labels)) * 4 > max_bytes or "\x00" in joined or not (joined.isascii() or _encodes(joined)):
+            return False
+    return not priorities or (set(map(type, priorities)) == {int}
+                              and L.PRIORITY_MIN <= min(priorities) and max(priorities) <= L.PRIORITY_MAX)
+
+
+def _encodes(text: str) -> bool:
+    """Whether `text` is valid Unicode text (no lone surrogate): UTF-8 encodes it."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def check_item(item: EnqueueItem, limits: Limits) -> EnqueueItem:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from doq_proto.v1 import doq_pb2 as pb
 
-from doq_client._ledger import Chunk, Stamper, batch_frame
+from doq_client._ledger import Chunk, Frame, Stamper, batch_frame
 from doq_client.types import enqueue_request
 
 
@@ -101,6 +101,21 @@ def test_column_answers_become_outcomes_in_order() -> None:
     assert b.outcomes == [EnqueueResult(5, True, "g", 2, 99)]
 
 
+@pytest.mark.parametrize("extras", [None, [("", 0, {}, 0), ("g", -4, {}, 0), ("h", 9, {}, 0)]])
+@pytest.mark.parametrize(("dups", "deliver"), [([], []), ([0, 2], []), ([], [0, 5, 0]), ([1], [1, 2, 3])])
+def test_column_answers_without_errors_carry_each_messages_fields(
+        extras: list[tuple[str, int, dict[str, str], int]] | None, dups: list[int], deliver: list[int]) -> None:
+    from doq_client._ledger import _column_outcomes
+    from doq_client.types import EnqueueResult
+
+    frame = Frame(3, True, extras)  # type: ignore[arg-type]
+    resp = pb.EnqueueBatchResponse(ids=[4, 5, 6], duplicates=dups, deliver_at_ms=deliver)
+    want = [EnqueueResult(i, pos in dups, extras[pos][0] if extras else "", extras[pos][1] if extras else 0,
+                          deliver[pos] if deliver else 0) for pos, i in enumerate([4, 5, 6])]
+    got = _column_outcomes(resp, frame)
+    assert got == want and [repr(r) for r in got] == [repr(r) for r in want]
+
+
 def test_plain_results_equal_the_dataclass() -> None:
     from doq_client._ledger import plain_result
     from doq_client.types import EnqueueResult
@@ -110,3 +125,34 @@ def test_plain_results_equal_the_dataclass() -> None:
         assert r == EnqueueResult(i) and hash(r) == hash(EnqueueResult(i)) and repr(r) == repr(EnqueueResult(i))
         with pytest.raises(AttributeError):
             r.id = 3  # type: ignore[misc]  # still frozen
+
+
+@pytest.mark.parametrize(("group", "priority"), [
+    ("g", 0), ("", 7), ("grp", -(2**63)), ("", 2**63 - 1), ("g\x00", 3),  # the columns, as they are
+    ("é", 1), ("😀", 0),  # not ASCII: through `enqueue_request`
+])
+def test_a_message_with_a_group_or_priority_makes_the_frame_a_request_would(group: str, priority: int) -> None:
+    """`_message` puts an ASCII group and an int64 priority straight into the columns; the
+    frame is the one `enqueue_request` + the columns form of requests makes (same columns,
+    same dedup ids), as for every other value."""
+    from doq_client._ledger import columns_frame
+    from doq_client._producer_core import ProducerCore
+
+    fast, slow = ProducerCore(8, 1000, True, 1 << 20), ProducerCore(8, 1000, True, 1 << 20)
+    slow._stamper = fast._stamper = Stamper(True)  # one sequence of dedup ids
+    got = [fast._message("q", b"x", group, priority, None, "", 0), fast._message("q", "y", "", 0, None, "d", 0)]
+    fast._stamper._seq = iter(range(1, 3))  # type: ignore[assignment]  # the same ids again
+    want = [slow._requests_chunk([enqueue_request("q", b"x", group=group, priority=priority)], True),
+            slow._requests_chunk([enqueue_request("q", "y", dedup_id="d")], True)]
+    assert columns_frame(got) == columns_frame(want)
+    assert [c.n for c in got] == [1, 1] and all(c.single and c.safe for c in got)
+
+
+@pytest.mark.parametrize("priority", [2**63, -(2**63) - 1])
+def test_a_priority_beyond_int64_is_refused_before_anything_is_kept(priority: int) -> None:
+    from doq_client import InvalidArgument
+    from doq_client._producer_core import ProducerCore
+
+    with pytest.raises(InvalidArgument) as ei:
+        ProducerCore(8, 1000, True, 1 << 20)._message("q", b"x", "g", priority, None, "", 0)
+    assert ei.value.reason == "INVALID_PRIORITY"

@@ -10,6 +10,7 @@ import sys
 import tracemalloc
 from array import array
 from bisect import insort
+from typing import Any
 
 import pytest
 from hypothesis import example, given, settings
@@ -36,14 +37,25 @@ op = st.one_of(
     st.tuples(st.just("pop_front"), st.integers(0, 30), st.just(0)),
     st.tuples(st.just("pop_through"), SMALL_A, st.just(0)),
     st.tuples(st.just("append"), st.integers(1, 40), st.integers(0, 3)),
+    st.tuples(st.just("add_many"), st.lists(st.tuples(SMALL_A, SMALL_B), max_size=20), st.just(0)),
+    st.tuples(st.just("read"), st.just(0), st.just(0)),
+    st.tuples(st.just("pop_first"), st.just(0), st.just(0)),
 )
+
+
+def _held(pl: PairList) -> list[tuple[int, int]]:
+    """The pairs a PairList holds, sorted here: reading them does not sort its chunks."""
+    return sorted(p for ca, cb in zip(pl._as, pl._bs, strict=True) for p in zip(ca, cb, strict=True))  # noqa: SLF001
 
 
 @settings(max_examples=150, deadline=None)
 @example([("add", a, b) for a in (-3, -2, -1, 1, 2, 3) for b in (1, 2)]  # chunks of 2 at load 1
-         + [("add", -2, 0), ("add", 1, 0), ("pop_through", -2, 0), ("pop_through", 2, 0)], 1)
+         + [("add", -2, 0), ("add", 1, 0), ("pop_through", -2, 0), ("pop_through", 2, 0), ("read", 0, 0)], 1)
+@example([("add", 10, 0), ("add_many", [(5, 1), (1, 1), (3, 1), (2, 1), (4, 1)], 0), ("pop_through", 3, 0),
+          ("add_many", [(9, 1), (0, 1), (-1, 1)], 0), ("pop_first", 0, 0)],
+         1)  # an unsorted chunk sorted and cut by a read: its first piece is read too
 @given(st.lists(op, max_size=80), st.sampled_from([1, 2, 3, 1024]))
-def test_pairlist_is_a_sorted_list_of_pairs(ops: list[tuple[str, int, int]], load: int) -> None:
+def test_pairlist_is_a_sorted_list_of_pairs(ops: list[tuple[str, Any, int]], load: int) -> None:
     old = pairlist.LOAD
     pairlist.LOAD = load  # small chunks: splits and chunk removals on every few operations
     try:
@@ -53,6 +65,10 @@ def test_pairlist_is_a_sorted_list_of_pairs(ops: list[tuple[str, int, int]], loa
             if name == "add" and (x, y) not in ref:
                 pl.add(x, y)
                 insort(ref, (x, y))
+            elif name == "add_many":
+                batch = list(dict.fromkeys(p for p in x if p not in ref))  # type: ignore[attr-defined]
+                pl.add_many([a for a, _ in batch], [b for _, b in batch])
+                ref = sorted(ref + batch)
             elif name == "remove":
                 if (x, y) in ref:
                     pl.remove(x, y)
@@ -67,6 +83,8 @@ def test_pairlist_is_a_sorted_list_of_pairs(ops: list[tuple[str, int, int]], loa
                 got = pl.pop_front(x)
                 want, ref = ref[:x], ref[x:]
                 assert list(zip(*got, strict=True)) == want
+            elif name == "pop_first" and ref:
+                assert pl.pop_first() == ref.pop(0)
             elif name == "pop_through":
                 got = pl.pop_through(x)
                 want = [p for p in ref if p[0] <= x]
@@ -79,12 +97,85 @@ def test_pairlist_is_a_sorted_list_of_pairs(ops: list[tuple[str, int, int]], loa
                 more = PairList.from_sorted([a for a, _ in ref + new], [b for _, b in ref + new])
                 more.check()
                 assert list(more) == ref + new
+            elif name == "read":  # reads that sort what they look at (unsorted chunks stay so until then)
+                assert list(pl) == ref
+                if ref:
+                    assert pl.islice(1, 4) == ref[1:4]
+                    assert (ref[0] in pl) and ((ref[0][0], ref[0][1] ^ 1) in pl) == ((ref[0][0], ref[0][1] ^ 1) in ref)
             pl.check()
-            assert list(pl) == ref and len(pl) == len(ref)
+            assert _held(pl) == ref and len(pl) == len(ref)
             if ref:
                 assert pl.first() == ref[0] and pl.last() == ref[-1]
-                assert pl.islice(1, 4) == ref[1:4]
-                assert (ref[0] in pl) and ((ref[0][0], ref[0][1] ^ 1) in pl) == ((ref[0][0], ref[0][1] ^ 1) in ref)
+    finally:
+        pairlist.LOAD = old
+
+
+# a batch of `add_many`: priorities with many ties (a few values), the edges of the range,
+# anywhere; ids small (ties with the list's) or anywhere; shifted below or above what the
+# list holds by the test (`shift`)
+batch_st = st.tuples(
+    st.lists(st.tuples(st.integers(-3, 3) | st.integers(-1000, 1000) | I64, st.integers(0, 60) | U64), max_size=70),
+    st.sampled_from(["as is", "below", "above"]))
+
+
+def _shifted(pairs: list[tuple[int, int]], shift: str, ref: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The batch placed as `shift` says against `ref`, in the given order, without pairs
+    already in `ref` or repeated in the batch, all within a PairList's range."""
+    if shift == "below" and ref:
+        pairs = [(max(-(2**63), ref[0][0] - 1 - abs(a) % 5), b) for a, b in pairs]
+    elif shift == "above" and ref:
+        pairs = [(min(2**63 - 1, ref[-1][0] + 1 + abs(a) % 5), b) for a, b in pairs]
+    held = set(ref)
+    out = []
+    for p in pairs:
+        if p not in held:
+            held.add(p)
+            out.append(p)
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@example([([(0, i) for i in range(40)], "as is"), ([(0, i) for i in range(40, 80)], "as is"),
+          ([(1, 5), (-1, 5), (0, 100)], "as is")], 3, 0)  # ties on a, across chunks, both ends
+@example([([(5, 1), (3, 2)], "as is"), ([(9, 9), (7, 7), (8, 8)], "above"), ([], "below"),
+          ([(2, 2), (1, 1)], "below")], 1, 1)  # unsorted batches after the last pair / before the first
+@given(st.lists(batch_st, max_size=12), st.sampled_from([1, 2, 3, 8, 1024]), st.integers(0, 4))
+def test_add_many_is_an_add_per_pair(batches: list[tuple[list[tuple[int, int]], str]], load: int,
+                                     reads: int) -> None:
+    """`add_many` of batches in any order (ties of a, repeated priorities, empty, spanning
+    many chunks, wholly below or above the pairs held) leaves exactly the list that one
+    `add` per pair leaves, whether or not the list is read between batches (a read sorts
+    the chunks it touches; the others stay unsorted); the invariants hold after each batch."""
+    old = pairlist.LOAD
+    pairlist.LOAD = load
+    try:
+        bulk, one = PairList(), PairList()
+        ref: list[tuple[int, int]] = []
+        for k, (raw, shift) in enumerate(batches):
+            pairs = _shifted(raw, shift, ref)
+            bulk.add_many([a for a, _ in pairs], [b for _, b in pairs])
+            for a, b in pairs:
+                one.add(a, b)
+            ref = sorted(ref + pairs)
+            bulk.check()
+            assert len(bulk) == len(ref)
+            if ref:
+                assert bulk.last() == ref[-1]
+            if reads and k % reads == 0 and ref:  # reads that sort some chunks, and change the list
+                assert bulk.first() == ref[0] and bulk.islice(len(ref) // 2, len(ref) // 2 + 2) == ref[len(ref) // 2:][:2]
+                mid = ref[len(ref) // 3]
+                assert mid in bulk
+                bulk.remove(*mid)
+                one.remove(*mid)
+                ref.remove(mid)
+                got = bulk.pop_front(reads)
+                assert list(zip(*got, strict=True)) == ref[:reads]
+                one.pop_front(reads)
+                ref = ref[reads:]
+                bulk.check()
+        assert list(bulk) == list(one) == ref
+        bulk.check()
+        assert all(not u for u in bulk._unsorted)  # noqa: SLF001 (iterating sorted every chunk)
     finally:
         pairlist.LOAD = old
 

@@ -22,6 +22,8 @@ import itertools
 import secrets
 from collections import deque
 from collections.abc import Callable, Sequence
+from itertools import repeat
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from doq_client.errors import DoqClientError, Internal, from_pb_error
@@ -30,6 +32,7 @@ from doq_client.types import EnqueueResult
 from doq_proto.v1 import doq_pb2 as pb
 
 Outcome = EnqueueResult | DoqClientError
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
 
 _DEDUP_TAG = b"\x32"  # EnqueueRequest.dedup_id: field 6, length-delimited
 _MESSAGES_TAG = b"\x0a"  # EnqueueBatchRequest.messages: field 1, length-delimited
@@ -67,14 +70,15 @@ class Chunk:
         self.n = len(self.contents) if queue is not None else len(wire or ())  # messages
 
     @classmethod
-    def one(cls, queue: str, content: bytes, dedup_id: str) -> Chunk:
-        """A single plain message in columns form (the per-message path: no keyword parsing)."""
+    def one(cls, queue: str, content: bytes, dedup_id: str, extra: Extra | None = None) -> Chunk:
+        """A single message in columns form (the per-message path: no keyword parsing, no
+        protobuf object); `extra`: its group, priority, metadata and delay (None: defaults)."""
         c = cls.__new__(cls)
         c.wire = None
         c.queue = queue
         c.contents = (content,)
         c.dedup_ids = (dedup_id,)
-        c.extras = None
+        c.extras = None if extra is None else [extra]
         c.future = None
         c.single = True
         c.safe = bool(dedup_id)
@@ -264,6 +268,17 @@ def plain_result(id_: int) -> EnqueueResult:
     return r
 
 
+def _result(id_: int, duplicate: bool, group: str, priority: int, deliver_at_ms: int) -> EnqueueResult:
+    """`EnqueueResult(...)` built through its slots, as `plain_result`."""
+    r = _new(EnqueueResult)
+    _SET_ID(r, id_)
+    _SET_DUP(r, duplicate)
+    _SET_GROUP(r, group)
+    _SET_PRIO(r, priority)
+    _SET_DELIVER(r, deliver_at_ms)
+    return r
+
+
 def _column_outcomes(resp: pb.EnqueueBatchResponse, frame: Frame) -> list[Outcome]:
     ids = resp.ids
     if len(ids) != frame.size:
@@ -273,6 +288,12 @@ def _column_outcomes(resp: pb.EnqueueBatchResponse, frame: Frame) -> list[Outcom
     if not dups and not deliver and not positions and extras is None:
         return [plain_result(i) for i in ids]
     dup = set(dups)
+    if not positions:  # every message stored: one call per message, no branch
+        n = len(ids)
+        return list(map(_result, ids, map(dup.__contains__, range(n)) if dup else repeat(False, n),
+                        map(_FIRST, extras) if extras is not None else repeat(""),
+                        map(_SECOND, extras) if extras is not None else repeat(0),
+                        deliver if deliver else repeat(0)))
     errors = {p: _item_error(e) for p, e in zip(positions, resp.errors, strict=True)}
     out: list[Outcome] = []
     for pos, id_ in enumerate(ids):

@@ -20,6 +20,7 @@ import grpc
 
 from doq_client import stages
 from doq_client._ledger import (
+    NO_EXTRA,
     Chunk,
     Frame,
     Ledger,
@@ -38,6 +39,7 @@ DEFAULT_BATCH = 1000  # messages per frame at most (coalescing producers)
 DEFAULT_MAX_FRAME_BYTES = 4 << 20  # message contents per frame at most (a frame has >= 1 chunk)
 FRAMES_IN_FLIGHT = 4  # unanswered frames before messages wait to be coalesced...
 FEW_IN_FLIGHT = 32  # ...unless they carry fewer unanswered messages than this
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1  # a priority's range (EnqueueRequest.priority: int64)
 
 
 def open_stream(channel: Any, batch: int) -> Any:
@@ -92,14 +94,19 @@ class ProducerCore:
     # -- chunks: what one submit call holds -------------------------------------------
     def _message(self, queue: str, content: Content, group: str, priority: int,
                  metadata: Mapping[str, str] | None, dedup_id: str, delay_ms: int) -> Chunk:
-        """One message as a chunk (columns when coalescing; validated like `enqueue_request`)."""
-        if not self.batch or type(queue) is not str or group or priority or metadata or delay_ms:
+        """One message as a chunk (columns when coalescing; validated like `enqueue_request`).
+        A group of ASCII text and an int64 priority (what `enqueue_request` would accept)
+        go straight into the columns, with no `EnqueueRequest` built and read back."""
+        keyed = bool(group or priority)
+        if (not self.batch or type(queue) is not str or metadata or delay_ms
+                or keyed and not (type(group) is str and type(priority) is int and group.isascii()
+                                  and _I64_MIN <= priority <= _I64_MAX)):
             req = enqueue_request(queue, content, group=group, priority=priority, metadata=metadata,
                                   dedup_id=dedup_id, delay_ms=delay_ms)
             return self._requests_chunk([req], True)
         body = content if type(content) is bytes else to_bytes(content)
         did = dedup_id or self._stamper.next_id()
-        return Chunk.one(queue, body, did)
+        return Chunk.one(queue, body, did, (group, priority, NO_EXTRA[2], 0) if keyed else None)
 
     def _requests_chunk(self, requests: Sequence[pb.EnqueueRequest], single: bool) -> Chunk:
         """Prebuilt requests as a chunk: columns when coalescing and they name one queue."""
