@@ -279,13 +279,7 @@ class WalLogStorage:
             hi = min(hi, f)
             if lo >= hi:
                 return False
-        conf = int(EntryType.CONF_CHANGE)
-        while lo < hi:
-            chunk = self.seg.read(lo, min(hi, lo + 1024))
-            if any(r[2] == conf for r in chunk):
-                return True
-            lo += len(chunk)
-        return False
+        return int(EntryType.CONF_CHANGE) in self.seg.kinds(lo, hi)
 
     def entries(self, lo: int, hi: int, max_bytes: int) -> list[Entry]:
         self._check(lo, hi)

@@ -294,6 +294,24 @@ class SegmentLog:
             i += 1
         return out
 
+    def kinds(self, lo: int, hi: int) -> bytes:
+        """The kind of each record `[lo, hi)` (clipped as `read`), one byte per record,
+        each read alone at its offset: no record's data is read (a restarted core's check
+        for a membership change among the entries since its snapshot)."""
+        lo = max(lo, self.first_index())
+        hi = min(hi, self.last_index() + 1)
+        out = bytearray()
+        at = _REC.size + _BODY.size - 1  # the kind: the body's last fixed byte
+        i = self._seg_of(lo) if lo < hi else len(self._segs)
+        while lo < hi and i < len(self._segs):
+            s = self._segs[i]
+            stop = min(hi, s.last + 1)
+            for k in range(lo - s.first, stop - s.first):
+                out += os.pread(s.fd, 1, s.offsets[k] + at)
+            lo = max(lo, stop)
+            i += 1
+        return bytes(out)
+
     # -- write side --------------------------------------------------------------------
     def append(self, records: Sequence[Record]) -> None:
         """Write `records` (consecutive indexes), after cutting every record at or after

@@ -271,3 +271,15 @@ def test_a_closed_log_still_tells_its_last_index(env: lmdb.Environment) -> None:
     s.sync()
     s.close()
     assert s.last_index() == 3
+
+
+def test_has_conf_change_reads_the_segments_past_the_cache(env: lmdb.Environment) -> None:
+    """With a cache of one entry, the check reads each entry's kind from the files."""
+    s = boot(env, cache_entries=1)
+    s.append(ents(2, *[2] * 40, size=400))
+    s.append([Entry(2, 42, EntryType.CONF_CHANGE, b"")])
+    s.append(ents(43, *[2] * 40, size=400))
+    s.sync()
+    assert s.seg.segment_count() > 1
+    for lo, hi, want in [(2, 42, False), (2, 43, True), (42, 43, True), (43, 83, False), (30, 60, True)]:
+        assert s.has_conf_change(lo, hi) is want, (lo, hi)

@@ -303,3 +303,15 @@ def test_a_new_log_starts_with_a_small_segment_and_doubles_up_to_the_limit(tmp_p
         assert [s.size for s in log._segs] == [1 << 20, 2 << 20, 4 << 20, 4 << 20]
         log.reset(nxt)  # a base segment starts small again
         assert [s.size for s in log._segs] == [1 << 20]
+
+
+def test_kinds_are_the_records_kinds_across_segments_and_a_reopen(tmp_path: Path) -> None:
+    d = tmp_path / "wal"
+    with SegmentLog(d, segment_bytes=SMALL) as log:
+        log.append(recs(1, 200))
+        log.sync()
+        assert log.segment_count() > 3
+        for lo, hi in [(1, 200), (1, 2), (57, 123), (199, 200), (150, 999), (0, 5), (7, 7)]:
+            assert log.kinds(lo, hi) == bytes(r[2] for r in log.read(lo, hi)), (lo, hi)
+    with SegmentLog(d, segment_bytes=SMALL) as log:
+        assert log.kinds(1, 200) == bytes(i % 3 for i in range(1, 200))
