@@ -7,18 +7,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from bench.chain import ChainFile, generate
-from tests.support.proc import free_port
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,40 +68,46 @@ def test_spark_submit_with_the_zip(made: list[ChainFile], tmp_path: Path) -> Non
     _check(report, made, "local[2]")
 
 
-def _wait_workers(ui_port: int, timeout_s: float = 90.0) -> None:
+def _wait_for_line(log: Path, pattern: str, procs: list[subprocess.Popen[bytes]],
+                   timeout_s: float = 120.0) -> re.Match[str]:
+    """The first match of `pattern` in the cluster's log, waiting for it; fails early if a
+    process of the cluster exits."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=2) as r:
-                if json.loads(r.read()).get("aliveworkers", 0) >= 1:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise TimeoutError("the standalone Spark master has no live worker")
+        found = re.search(pattern, log.read_text(errors="replace"))
+        if found:
+            return found
+        for p in procs:
+            if p.poll() is not None:
+                raise RuntimeError(f"a Spark process exited ({p.returncode}): {log.read_text()[-3000:]}")
+        time.sleep(0.25)
+    raise TimeoutError(f"no {pattern!r} in the Spark cluster's log: {log.read_text()[-3000:]}")
 
 
 @pytest.fixture
 def standalone(tmp_path: Path) -> Iterator[str]:
-    """A Spark standalone master and one worker (2 cores) on 127.0.0.1; yields its URL."""
+    """A Spark standalone master and one worker (2 cores) on 127.0.0.1; yields its URL.
+
+    Every port is chosen by the kernel (port 0) and read back from the log, so the
+    cluster never depends on a port staying free between a probe and its use."""
     import pyspark
 
     home = Path(pyspark.__file__).parent
-    port, ui, wui = free_port(), free_port(), free_port()
     env = {**_env(), "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(tmp_path)}
     cls = str(home / "bin" / "spark-class")
-    url = f"spark://127.0.0.1:{port}"
-    procs = []
-    with open(tmp_path / "cluster.log", "wb") as log:
+    log_path = tmp_path / "cluster.log"
+    procs: list[subprocess.Popen[bytes]] = []
+    with open(log_path, "wb") as log:
         try:
             procs.append(subprocess.Popen(
-                [cls, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-                 "--webui-port", str(ui)], env=env, stdout=log, stderr=subprocess.STDOUT))
+                [cls, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", "0",
+                 "--webui-port", "0"], env=env, stdout=log, stderr=subprocess.STDOUT))
+            url = _wait_for_line(log_path, r"Starting Spark master at (spark://127\.0\.0\.1:\d+)", procs)[1]
             procs.append(subprocess.Popen(
                 [cls, "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1", "--cores", "2",
-                 "--memory", "2g", "--webui-port", str(wui), "--work-dir", str(tmp_path / "work")],
+                 "--memory", "2g", "--webui-port", "0", "--work-dir", str(tmp_path / "work")],
                 env=env, stdout=log, stderr=subprocess.STDOUT))
-            _wait_workers(ui)
+            _wait_for_line(log_path, r"Successfully registered with master", procs)
             yield url
         finally:
             for p in reversed(procs):  # ours only, by pid
