@@ -1,10 +1,10 @@
 """Delivery before confirmation, and what a cancelled consumer leaves behind.
 
-- A real `doq serve` (a one-node Raft cluster, as users run it) and two gRPC streams on
-  one channel: the frame of a message that its enqueue's own commit leased to a parked
-  consumer stream leaves before that enqueue's confirmation (both go out in the same
-  event-loop turn after the commit; the frame first).
-- In-process service over LMDB: a leasing session cancelled while its dequeue commits
+All in-process, the service over a one-node Raft cluster on LMDB:
+- the frame of a message that its enqueue's own commit leased to a parked consumer stream
+  is handed out before that enqueue's confirmation (both in the same event-loop turn
+  after the commit; the frame first);
+- a leasing session cancelled while its dequeue commits
   still releases what that dequeue leased (it waits for the result with
   `wait_for_result`, which never cancels a proposal in a log entry); the results of
   dequeues committed together go out in one frame (up to `max_batch`).
@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-import urllib.request
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
-import grpc
 import pytest
 from doq_proto.v1 import doq_pb2 as pb
-from doq_proto.v1 import doq_pb2_grpc as pb_grpc
 
+from doq.errors import DoqError
 from doq.node.base import ProposalFuture
 from doq.queues.commands import Command, Dequeue, EnqueueItem
 from doq.queues.model import MessageState
@@ -30,9 +28,6 @@ from doq.service import convert as cv
 from doq.service.sessions import DequeueSession
 from tests.support import inproc
 from tests.support.inproc import Served, stalled_commits
-from tests.support.proc import NodeProc, running_node
-
-pytestmark = pytest.mark.integration
 
 
 async def _until(cond: Callable[[], bool], what: str, timeout_s: float = 30) -> None:
@@ -42,66 +37,9 @@ async def _until(cond: Callable[[], bool], what: str, timeout_s: float = 30) -> 
         await asyncio.sleep(0.01)
 
 
-def _parked_long_polls(node: NodeProc) -> int:
-    with urllib.request.urlopen(node.http_url + "/metrics", timeout=5) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith("doq_long_polls_waiting "):
-                return int(float(line.split()[1]))
-    raise AssertionError("no doq_long_polls_waiting in /metrics")
-
-
-@pytest.fixture
-def node(tmp_path: Path) -> Iterator[NodeProc]:
-    with running_node(tmp_path / "node") as n:
-        yield n
-
-
 async def _requests(q: asyncio.Queue[object]) -> AsyncIterator[object]:
     while (r := await q.get()) is not None:
         yield r
-
-
-async def test_a_message_leased_by_its_enqueues_commit_is_sent_before_the_confirmation(
-    node: NodeProc,
-) -> None:
-    count = 20
-    events: list[tuple[str, int]] = []  # in arrival order, on one channel (one connection)
-    async with grpc.aio.insecure_channel(node.grpc_addr) as channel:
-        stub = pb_grpc.DOQStub(channel)
-        await stub.CreateQueue(pb.CreateQueueRequest(name="q"))
-        deq: asyncio.Queue[object] = asyncio.Queue()
-        deq.put_nowait(pb.DequeueStreamRequest(queue_name="q", prefetch=count * 2))
-        frames = stub.DequeueBatchStream(_requests(deq))
-        enq: asyncio.Queue[object] = asyncio.Queue()
-        confirms = stub.EnqueueBatchStream(_requests(enq))
-
-        async def read_frames() -> None:
-            async for f in frames:
-                events.extend(("frame", int(m.content)) for m in f.messages)
-
-        async def read_confirms() -> None:
-            n = 0
-            async for r in confirms:
-                assert list(r.ids) and not r.error_positions, r
-                events.append(("confirm", n))
-                n += 1
-
-        readers = [asyncio.create_task(read_frames()), asyncio.create_task(read_confirms())]
-        try:
-            # the consumer stream waits in its queue's long poll (and stays there: it has credits)
-            await _until(lambda: _parked_long_polls(node) == 1, "the consumer stream to park")
-            for i in range(count):
-                enq.put_nowait(pb.EnqueueBatchRequest(columns=pb.EnqueueColumns(
-                    queue_name="q", contents=[b"%d" % i])))
-                await _until(lambda i=i: {("frame", i), ("confirm", i)} <= set(events),  # type: ignore[misc]
-                             f"message {i} delivered and confirmed")
-        finally:
-            for t in readers:
-                t.cancel()
-            frames.cancel()
-            confirms.cancel()
-    late = [i for i in range(count) if events.index(("frame", i)) > events.index(("confirm", i))]
-    assert not late, f"confirmed before its frame was sent: {late} ({events})"
 
 
 @pytest.fixture
@@ -109,6 +47,48 @@ async def served(tmp_path: Path) -> AsyncIterator[Served]:
     async with inproc.served(tmp_path) as srv:
         await srv.api.create_queue("q")
         yield srv
+
+
+async def test_a_message_leased_by_its_enqueues_commit_is_sent_before_the_confirmation(
+    served: Served,
+) -> None:
+    """The service generators the gRPC handlers iterate (`dequeue_stream` for
+    DequeueBatchStream, `enqueue_frames` for EnqueueBatchStream), each in a task of its
+    own as a handler runs: a frame yielded is a frame handed to gRPC. (Checked here, in
+    one event loop, not at a client: gRPC does not order two streams' messages as they
+    reach the client's readers, even on one connection.)"""
+    count = 20
+    events: list[tuple[str, int]] = []  # in the order the server hands them out
+    first = cv.stream_open_from_pb(pb.DequeueStreamRequest(queue_name="q", prefetch=count * 2))
+    settlements: asyncio.Queue[object] = asyncio.Queue()
+    enq: asyncio.Queue[object] = asyncio.Queue()
+
+    async def dequeue_handler() -> None:
+        async for msgs in served.api.dequeue_stream(first, _requests(settlements),  # type: ignore[arg-type]
+                                                    batch_default=100):
+            events.extend(("frame", int(m.content)) for m in msgs)
+
+    async def enqueue_handler() -> None:
+        n = 0
+        async for out in served.api.enqueue_frames(_requests(enq), cv.frame_from_pb):  # type: ignore[arg-type]
+            assert not isinstance(out.result, DoqError), out
+            events.append(("confirm", n))
+            n += 1
+
+    handlers = [asyncio.create_task(dequeue_handler()), asyncio.create_task(enqueue_handler())]
+    try:
+        # the consumer stream waits in its queue's long poll (and stays there: it has credits)
+        await _until(lambda: served.api.long_polls.waiting("q") == 1, "the consumer stream to park")
+        for i in range(count):
+            enq.put_nowait(pb.EnqueueBatchRequest(columns=pb.EnqueueColumns(queue_name="q", contents=[b"%d" % i])))
+            await _until(lambda i=i: {("frame", i), ("confirm", i)} <= set(events),  # type: ignore[misc]
+                         f"message {i} delivered and confirmed")
+    finally:
+        for t in handlers:
+            t.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
+    late = [i for i in range(count) if events.index(("frame", i)) > events.index(("confirm", i))]
+    assert not late, f"confirmed before its frame was handed out: {late} ({events})"
 
 
 async def test_a_session_cancelled_while_its_dequeue_commits_releases_what_it_leased(
