@@ -87,9 +87,22 @@ def click(driver: webdriver.Chrome, css: str) -> None:
     wait(driver, f"a click on {css}", find_and_click)
 
 
+def text(driver: webdriver.Chrome, css: str) -> str:
+    """The rendered text of the first element `css` selects ("" if none), read in one
+    script: a redraw between finding an element and reading it cannot make it stale."""
+    return str(driver.execute_script(
+        "const e = document.querySelector(arguments[0]); return e ? e.innerText.trim() : '';", css))
+
+
+def cells(driver: webdriver.Chrome, row_css: str) -> dict[str, str]:
+    """The cells of the table row `row_css` selects, by their `data-col`, read in one script."""
+    return dict(driver.execute_script(
+        "const o = {}; for (const td of document.querySelectorAll(arguments[0] + ' td'))"
+        " o[td.getAttribute('data-col')] = td.innerText.trim(); return o;", row_css))
+
+
 def cell(driver: webdriver.Chrome, queue: str, col: str) -> str:
-    found = driver.find_elements(By.CSS_SELECTOR, f'#queues tr[data-queue="{queue}"] td[data-col="{col}"]')
-    return str(found[0].text) if found else ""
+    return text(driver, f'#queues tr[data-queue="{queue}"] td[data-col="{col}"]')
 
 
 def shot(driver: webdriver.Chrome, name: str) -> None:
@@ -145,7 +158,7 @@ def test_the_dashboard_shows_live_queues_browses_and_acts(node: NodeProc, browse
     wait(browser, "group a's weight and rate", lambda d: d.find_element(
         By.CSS_SELECTOR, '#groups tr[data-group="a"] td[data-col="weight"]').text == "5" and d.find_element(
         By.CSS_SELECTOR, '#groups tr[data-group="a"] td[data-col="rate"]').text == "250/s")
-    assert browser.find_element(By.CSS_SELECTOR, '#groups tr[data-group="b"] td[data-col="rate"]').text == "no limit"
+    assert text(browser, '#groups tr[data-group="b"] td[data-col="rate"]') == "no limit"
     shot(browser, "queue")
 
     # a message's details, then the admin actions
@@ -168,24 +181,22 @@ def test_the_dashboard_shows_live_queues_browses_and_acts(node: NodeProc, browse
     click(browser, "#purge")
     wait(browser, "the purge confirmation", lambda d: d.switch_to.alert).accept()
     wait(browser, "an empty queue", lambda d: d.find_element(By.CSS_SELECTOR, '[data-card="total"] .v').text == "0")
-    assert browser.find_element(By.CSS_SELECTOR, '[data-card="oldest message"] .v').text == "–"
+    assert text(browser, '[data-card="oldest message"] .v') == "–"
     assert call(node, "GET", f"{Q}/ui-jobs")["stats"]["total"] == 0
 
     # the cluster page
     browser.get(node.http_url + "/ui#/cluster")
     wait(browser, "the members table", lambda d: d.find_elements(By.CSS_SELECTOR, '#members tr[data-member="node-1"]'))
-    assert "leader" in browser.find_element(By.CSS_SELECTOR, '#members tr[data-member="node-1"]').text
-    member = {td.get_attribute("data-col"): td.text for td in
-              browser.find_elements(By.CSS_SELECTOR, '#members tr[data-member="node-1"] td')}
+    assert "leader" in text(browser, '#members tr[data-member="node-1"]')
+    member = cells(browser, '#members tr[data-member="node-1"]')
     status = call(node, "GET", "/cluster")
     assert member["reachable"] == "yes" and member["contact"] == "–", member  # itself
     assert int(member["match"].replace(",", "")) >= 1 and member["lag"] == "0", member
-    assert re.fullmatch(r"\d+\.\d (KiB|MiB) of \d+\.\d GiB", browser.find_element(
-        By.CSS_SELECTOR, '[data-card="data used"] .v').text), status["storage"]
-    assert "free" not in browser.find_element(By.CSS_SELECTOR, '[data-card="disk free"] .v').text
-    assert re.fullmatch(r"\d+\.\d [KMGT]iB \(limit \d+\.\d [KMG]iB\)", browser.find_element(
-        By.CSS_SELECTOR, '[data-card="disk free"] .v').text)
-    assert browser.find_element(By.ID, "alarms").text == "None: writes are accepted."
+    assert re.fullmatch(r"\d+\.\d (KiB|MiB) of \d+\.\d GiB", text(browser, '[data-card="data used"] .v')), \
+        status["storage"]
+    assert "free" not in text(browser, '[data-card="disk free"] .v')
+    assert re.fullmatch(r"\d+\.\d [KMGT]iB \(limit \d+\.\d [KMG]iB\)", text(browser, '[data-card="disk free"] .v'))
+    assert text(browser, "#alarms") == "None: writes are accepted."
     shot(browser, "cluster")
 
     # nothing the page loaded came from anywhere but the node
@@ -232,7 +243,7 @@ def test_a_redrive_started_from_the_page_moves_the_messages_and_shows_its_progre
     wait(browser, "the rate prompt", lambda d: d.switch_to.alert).accept()  # empty: no limit
     wait(browser, "a completed redrive on the page", lambda d: d.find_element(
         By.CSS_SELECTOR, "#redrive-task").get_attribute("data-state") == "completed")
-    assert "5 of 5 moved" in browser.find_element(By.ID, "redrive-task").text
+    assert "5 of 5 moved" in text(browser, "#redrive-task")
     assert call(node, "GET", f"{Q}/ui-back")["stats"]["ready"] == 5
     assert call(node, "GET", f"{Q}/ui-dlq")["stats"]["total"] == 0
     shot(browser, "queue-redrive")
