@@ -167,7 +167,7 @@ class _Job:
     admitted: bool = False  # this write holds this store's admission: it may vote from now on
     cluster_id_changed: bool = False  # a snapshot or an online restore replaced the state's
     compact_floor: int | None = None  # under log pressure: compact up to here (else keep_entries)
-    durable_committed: int = 0  # how many of `committed` were durable here before this write
+    durable_committed: int = 0  # how many of `committed` are answered before the commit (`_answer_early`)
     answer: Callable[[list[Entry], list[list[object]]], None] | None = None  # see `_answer_early`
     must_sync: bool = True  # the core's `Ready.must_sync` (see `_must_be_durable`)
     after_log: Callable[[], None] | None = None  # sends the Ready's messages (see `_send_after_log`)
@@ -867,23 +867,20 @@ class RaftNode:
 
     def _answer_early(self, job: _Job) -> None:
         """Let the writer answer the proposals of committed entries as soon as it has
-        applied them, before its commit and fsync (`_write`), when every one of those
-        entries was durable here before this write: they are then durable on a quorum
-        (this node's copy counted only once durable, see `write_overlap.split_early`), so a crash
-        re-applies them from the log with the same results. Not for entries this write
-        itself persists (a one-voter cluster commits at append), with a snapshot, or from
-        a conf change on (answered once applied to the core, after the write). The readers' view of the applied state is published first, so whoever hears an
-        answer reads what it tells."""
+        applied them in memory, before the apply's LMDB commit (`_write_txn`): every
+        committed entry is durable on a quorum, and this node's copy is durable before
+        the apply runs (in an earlier write, or in this one's segment-log fdatasync: a
+        lone voter commits at append), so a crash re-applies them from the log with the
+        same results. Not with a snapshot, nor from a conf change on (answered once
+        applied to the core, after the write). The readers' view of the applied state is
+        published first, so whoever hears an answer reads what it tells; the direct
+        readers of LMDB (`StateStore.wait_committed`: the digest, backups, `get_message`)
+        wait for the commit."""
         if not job.committed or job.snapshot is not None or not self._proposals:
             return
-        last = self.storage.last_index()  # durable: no write runs now
         n = 0
         for e in job.committed:
-            # an entry this write logs itself (a lone voter commits at append) is durable
-            # before the apply too (`_write_txn`), but is answered after the commit, as
-            # before the segment log: readers of the store (a backup, the digest) right
-            # after the answer must find it there
-            if e.index > last or e.type == EntryType.CONF_CHANGE:
+            if e.type == EntryType.CONF_CHANGE:
                 break  # a conf change is answered once applied to the core too (after the write)
             n += 1
         if not n:
