@@ -999,7 +999,9 @@ class RaftNode:
                 st.add_peer_cluster_id(txn, cluster_id)
                 job.cluster_id_changed = True
             if self.gauge is not None:
-                self.gauge.measure(txn, log_bytes=st.log_bytes())
+                # only an apply (or a snapshot installed just before) changes the state's tables
+                self.gauge.measure(txn, log_bytes=st.log_bytes(),
+                                   state_changed=bool(job.committed) or job.snapshot is not None)
             t1 = time.perf_counter()
         st.after_commit(durable)
         if self.gauge is not None:

@@ -79,6 +79,41 @@ def test_the_data_size_alarm_goes_on_at_the_limit_and_off_a_margin_below_it(tmp_
     env.close()
 
 
+def test_a_measure_of_a_raft_only_write_rereads_the_raft_tables_and_keeps_the_states(tmp_path: Path) -> None:
+    """`measure(state_changed=False)` (a write that only appended or set the hard state)
+    reads the raft_* tables again and takes the state tables' pages from the last
+    measure: the result equals a full measure as long as the caller is right that no
+    state table changed; a failed write makes the next measure a full one."""
+    env = open_env(tmp_path / "db", map_size=alarms.map_size(64 << 20))
+    gauge = _gauge(env, tmp_path, max_data_bytes=64 << 20)
+    state_db, raft_db = env.open_db(b"state_messages"), env.open_db(b"raft_meta")
+
+    def write(db: object, n: int, *, state_changed: bool) -> int:
+        with env.begin(write=True) as txn:
+            for i in range(n):
+                txn.put(i.to_bytes(8, "big"), CONTENT, db=db)
+            gauge.measure(txn, state_changed=state_changed)
+            measured = gauge.used_bytes
+            gauge.measure(txn)  # every table read
+            assert measured == gauge.used_bytes
+        gauge.committed()
+        return measured
+
+    first = write(state_db, 50, state_changed=True)
+    grown = write(raft_db, 60, state_changed=False)  # the raft table's growth is seen
+    assert grown > first
+    with env.begin(write=True) as txn:
+        for i in range(50, 200):
+            txn.put(i.to_bytes(8, "big"), CONTENT, db=state_db)
+        gauge.measure(txn)  # a write that fails after its measure: its txn is aborted
+        txn.abort()
+    assert gauge.write_failed(OSError("not for want of space")) is False
+    with env.begin(write=True) as txn:
+        gauge.measure(txn, state_changed=False)  # full, not the aborted txn's state pages
+        assert gauge.used_bytes == grown
+    env.close()
+
+
 def test_the_disk_alarm_follows_the_free_space(tmp_path: Path) -> None:
     env = open_env(tmp_path / "db")
     disk = _Disk(100 << 20)
