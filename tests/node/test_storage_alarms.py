@@ -194,7 +194,7 @@ async def test_a_write_that_fails_for_want_of_space_is_retried_whole_and_nothing
         with pytest.raises(StorageFull) as refused:
             node.propose_nowait(c.Enqueue("q", [c.EnqueueItem(b"more")]))
         assert refused.value.reason == "NOSPACE" and refused.value.retryable
-        await node._writer.call(lambda _: env.set_mapsize(16 << 20), None)  # no txn runs between tries
+        await node._applier.call(lambda _: env.set_mapsize(16 << 20), None)  # no txn runs between tries
         await asyncio.wait_for(fut, 30)
         assert node.state.get_queue("q").stats.total == acked + 1
         assert node.alarms() == []
@@ -218,7 +218,7 @@ async def test_a_members_alarm_reaches_the_leader_which_refuses_growth_until_it_
         loop = asyncio.get_running_loop()
         # built on the node's writer thread: opening the gauge's databases takes LMDB's write
         # lock, which py-lmdb waits for holding the GIL (beside a running writer: a deadlock)
-        follower.gauge = await loop.run_in_executor(follower._writer, lambda: StorageGauge(
+        follower.gauge = await loop.run_in_executor(follower._applier, lambda: StorageGauge(
             follower.env, tmp_path, node_id="n3", max_data_bytes=1 << 40, disk_free_limit_bytes=64 << 20,
             statvfs=disk))
         follower.gauge.check_disk()
@@ -228,7 +228,7 @@ async def test_a_members_alarm_reaches_the_leader_which_refuses_growth_until_it_
             leader._refresh_alarms()
             return True if leader.alarms() else None
 
-        leader.gauge = await loop.run_in_executor(leader._writer, lambda: StorageGauge(
+        leader.gauge = await loop.run_in_executor(leader._applier, lambda: StorageGauge(
             leader.env, tmp_path, node_id="n1", max_data_bytes=1 << 40, disk_free_limit_bytes=0))
         await eventually(refused, 10, "the leader hears of n3's alarm")
         assert [(a.node_id, a.reason) for a in leader.alarms()] == [("n3", "DISK_FREE_LIMIT")]
