@@ -156,8 +156,11 @@ class RaftNodeConfig:
     nospace_retry_max_ms: int = 2_000  # a write that failed for want of space: longest wait between tries
     # True: a Ready that needs nothing but the log's fdatasync before its messages and
     # the next Ready hands its LMDB part (hard state, apply, answers) to the apply
-    # thread, and the loop goes on to the next Ready at once (`RaftNode._defers_apply`)
-    apply_thread: bool = True
+    # thread, and the loop goes on to the next Ready at once (`RaftNode._defers_apply`).
+    # Off by default: a deferred apply that fails for want of space is retried on the
+    # apply thread, which then takes no other job (`inspect`) until space is freed, and
+    # its gain is not measured on a quiet machine yet (docs/benchmarks.md, lat7)
+    apply_thread: bool = False
 
 
 @dataclass(slots=True)

@@ -268,7 +268,7 @@ async def test_the_loop_appends_past_a_held_apply_thread_and_every_apply_lands_o
     proposal gets its own result (ids in proposal order), and the state survives a
     restart whole. Fails if the loop waited for the apply, or if an apply were lost,
     repeated or reordered."""
-    cfg = dataclasses.replace(FAST, snapshot_every=0)  # no snapshot write: nothing drains the applies
+    cfg = dataclasses.replace(FAST, snapshot_every=0, apply_thread=True)  # no snapshot write: nothing drains
     cl = new_cluster(tmp_path, cfg, node_cls=RecordsApplies)
     n1 = await cl.start("n1")
     assert isinstance(n1, RecordsApplies)
