@@ -18,9 +18,9 @@ leadership loss) is in docs/raft.md, "The node driver"; in short:
   (`doq.node.wal_log`), then the Ready's messages may leave (`_send_after_log`), then in
   ONE LMDB write txn set the hard state and apply the committed entries (and the member
   addresses of conf changes), its meta page synced only when `_must_be_durable`. The
-  log is the writer thread's; every LMDB write txn runs on the apply thread. A Ready
-  that needs only the fdatasync before the next (`_defers_apply`) leaves its LMDB part to
-  the apply thread and the loop goes on; any other waits for those (`_drain_applies`)
+  log is the writer thread's; every LMDB write txn runs on the apply thread. With
+  `apply_thread`, a Ready that needs only the fdatasync before the next (`_defers_apply`)
+  leaves its LMDB part to the apply thread and the loop goes on; any other waits for those (`_drain_applies`)
   and is written whole. Answers leave once applied in memory (`_answer_early`). A
   leader's appends and heartbeats leave before the write (`write_overlap.split_early`);
   after it: conf changes applied to the core, the proposers' futures resolved with the
