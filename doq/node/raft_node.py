@@ -904,8 +904,10 @@ class RaftNode:
 
     async def _drain_applies(self) -> None:
         """Return once every deferred apply handed to the apply thread has committed and
-        its loop part (`_deferred_applied`) ran."""
-        await self._applier.call(_nothing, None)
+        its loop part (`_deferred_applied`) ran (at once when none can be: `apply_thread`
+        off, every write awaited whole)."""
+        if self.cfg.apply_thread:
+            await self._applier.call(_nothing, None)
 
     def _apply_deferred(self, job: _Job, t0: float) -> None:
         """Apply thread: a deferred Ready's LMDB part (`_commit_state`), then its loop part.
