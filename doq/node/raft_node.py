@@ -13,11 +13,15 @@ leadership loss) is in docs/raft.md, "The node driver"; in short:
 - Group commit: every proposal queued since the last Ready becomes ONE log entry (a
   `CommandBatch` stamped with the leader's `now_ms`), so one Ready, one write txn, one
   fsync and one AppendEntries per peer carry them all.
-- Per Ready, on the writer thread: install a snapshot (one durable LMDB commit, then the
-  segment log reset after it), append the entries to the segment log with ONE fdatasync
+- Per Ready: install a snapshot (one durable LMDB commit, then the segment log reset
+  after it), append the entries to the segment log with ONE fdatasync
   (`doq.node.wal_log`), then the Ready's messages may leave (`_send_after_log`), then in
   ONE LMDB write txn set the hard state and apply the committed entries (and the member
-  addresses of conf changes), its meta page synced only when `_must_be_durable`. A
+  addresses of conf changes), its meta page synced only when `_must_be_durable`. The
+  log is the writer thread's; every LMDB write txn runs on the apply thread. With
+  `apply_thread`, a Ready that needs only the fdatasync before the next (`_defers_apply`)
+  leaves its LMDB part to the apply thread and the loop goes on; any other waits for those (`_drain_applies`)
+  and is written whole. Answers leave once applied in memory (`_answer_early`). A
   leader's appends and heartbeats leave before the write (`write_overlap.split_early`);
   after it: conf changes applied to the core, the proposers' futures resolved with the
   machine's results, reads served, `advance`.
@@ -150,6 +154,13 @@ class RaftNodeConfig:
     restore_chunk_bytes: int = DEFAULT_CHUNK_BYTES  # records per RestoreChunk entry (uncompressed)
     compact_entries_under_alarm: int = 4096  # log entries discarded per write under a storage alarm
     nospace_retry_max_ms: int = 2_000  # a write that failed for want of space: longest wait between tries
+    # True: a Ready that needs nothing but the log's fdatasync before its messages and
+    # the next Ready hands its LMDB part (hard state, apply, answers) to the apply
+    # thread, and the loop goes on to the next Ready at once (`RaftNode._defers_apply`).
+    # Off by default: a deferred apply that fails for want of space is retried on the
+    # apply thread, which then takes no other job (`inspect`) until space is freed, and
+    # its gain is not measured on a quiet machine yet (docs/benchmarks.md, lat7)
+    apply_thread: bool = False
 
 
 @dataclass(slots=True)
@@ -167,11 +178,14 @@ class _Job:
     admitted: bool = False  # this write holds this store's admission: it may vote from now on
     cluster_id_changed: bool = False  # a snapshot or an online restore replaced the state's
     compact_floor: int | None = None  # under log pressure: compact up to here (else keep_entries)
-    durable_committed: int = 0  # how many of `committed` were durable here before this write
+    durable_committed: int = 0  # how many of `committed` are answered before the commit (`_answer_early`)
     answer: Callable[[list[Entry], list[list[object]]], None] | None = None  # see `_answer_early`
     must_sync: bool = True  # the core's `Ready.must_sync` (see `_must_be_durable`)
     after_log: Callable[[], None] | None = None  # sends the Ready's messages (see `_send_after_log`)
     sent_after_log: bool = False
+    deferred: bool = False  # the LMDB part runs on the apply thread, after the loop moved on
+    apply_posted: bool = False
+    on_applied: Callable[[], None] | None = None  # deferred: the loop's part once applied
 
 
 class RaftNode:
@@ -217,7 +231,12 @@ class RaftNode:
         self.storage = WalLogStorage(self.env)  # the entries in segment files beside the state
         self.transport = transport(self._on_messages)
         self.core: RaftCore | None = None
-        self._writer = WriterThread("doq-raft-writer")
+        self._writer = WriterThread("doq-raft-writer")  # the segment log (and, in a slow Ready, all of it)
+        # every LMDB write transaction and every change of the state machine's memory,
+        # in log order (`_defers_apply`); the writer hands it a Ready's LMDB part
+        self._applier = WriterThread("doq-raft-apply")
+        self._apply_error: BaseException | None = None  # a deferred apply failed: the node fails
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._wake = asyncio.Event()
         self._listeners: list[Callable[[], None]] = []
         # messages and ticks (None) in the order they happened: a heartbeat that arrived
@@ -263,6 +282,7 @@ class RaftNode:
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        self._loop = loop
         self.identity = store_identity.ensure(self.env, empty_join=self._join and self.storage.is_empty())
         self.addrs = dataclasses.replace(self.addrs, store_id=self.identity.store_id)
         if self.storage.is_empty():
@@ -335,10 +355,13 @@ class RaftNode:
                 await self._task
             except Exception:  # already logged by _run
                 pass
+        with contextlib.suppress(Exception):  # deferred applies end (and answer) first
+            await self._drain_applies()
         self._snapshots.cancel()
         self._fail_all(Unavailable("node is shutting down", reason="SHUTTING_DOWN"))
         await self.transport.stop()
         self._writer.shutdown(wait=True)
+        self._applier.shutdown(wait=True)
         self._snapshots.shutdown()
         self.storage.close()
 
@@ -390,8 +413,8 @@ class RaftNode:
         await self._reads.wait(self.run_on_core, self.cfg.read_timeout_ms / 1000)
 
     async def inspect(self, fn: Callable[[StateStore], T]) -> T:
-        """Run `fn(state)` on the writer thread between writes (see `Node.inspect`)."""
-        return await self._writer.call(fn, self.state)
+        """Run `fn(state)` on the apply thread between two applies (see `Node.inspect`)."""
+        return await self._applier.call(fn, self.state)
 
     def add_apply_listener(self, callback: Callable[[], None]) -> None:
         self._listeners.append(callback)
@@ -679,6 +702,8 @@ class RaftNode:
             while not self._stopping:
                 await self._wake.wait()
                 self._wake.clear()
+                if self._apply_error is not None:
+                    raise self._apply_error
                 async with self._ready_lock:  # a restore runs between two Readies
                     core = self.core
                     assert core is not None
@@ -688,7 +713,8 @@ class RaftNode:
                         await self._handle_ready(core, core.ready())
                         self._wake.set()  # more may have arrived meanwhile
                     if self.storage.snapshot_wanted and not self._snapshots.producing:
-                        self._snapshots.produce(core, self._writer)
+                        await self._drain_applies()  # the state at the core's applied index
+                        self._snapshots.produce(core, self._applier)
                 if handled:
                     # the tasks its results woke (frames first, then confirmations) send
                     # before the next Ready is made: its writer then runs while this loop
@@ -779,6 +805,11 @@ class RaftNode:
         messages = rd.messages
         if job.snapshot or job.entries or job.hard_state or job.committed:
             job.own_snapshot = self._snapshots.take_own()
+            job.deferred = self._defers_apply(core, rd, job)
+            if not job.deferred:
+                await self._drain_applies()  # this write's LMDB part follows theirs
+            else:
+                job.on_applied = lambda: self._deferred_applied(core, job)
             self._answer_early(job)
             early, messages = write_overlap.split_early(  # durable: no write runs now
                 core, rd, self.storage.hard_state, self.storage.last_index())
@@ -817,9 +848,10 @@ class RaftNode:
         if rd.snapshot is not None:
             self._fail_proposals_upto(rd.snapshot.meta.index, "a snapshot from the leader replaced "
                                       "this node's log before the proposal's fate was known here")
-        self._resolve_committed(rd.committed_entries, job.results)
-        if job.results and core.role == Role.LEADER:
-            self._release_ended_leases(job.results)
+        if not job.deferred:
+            self._resolve_committed(rd.committed_entries, job.results)
+            if job.results and core.role == Role.LEADER:
+                self._release_ended_leases(job.results)
         if rd.soft_state is not None:  # after resolving what this Ready applied
             self._on_soft_state(rd.soft_state.lead, rd.soft_state.role)
         if rd.read_states:
@@ -827,18 +859,94 @@ class RaftNode:
         core.advance(rd)
         if self._reads.applying:
             self._reads.serve(self.applied_index)
+        if (rd.committed_entries or rd.snapshot is not None) and not job.deferred:
+            self._after_apply(core, rd.committed_entries, rd.snapshot is not None)
         if rd.committed_entries or rd.snapshot is not None:
-            self._notify_applied()
-            if self._release_after is not None and (rd.snapshot is not None or (
-                    rd.committed_entries and rd.committed_entries[-1].index >= self._release_after)):
-                self._release_start_pages()  # the entries, not the state (ahead of them at a restart)
-            if core.role == Role.LEADER:
-                self._schedule_lease_tick()
             self._snapshots.record_due(core, pressure=self._admission.log_pressure())
         if removed:
             log.info("node %s was removed from the cluster", self.node_id)
             self._removed = True
             self._on_soft_state(core.lead, core.role)
+
+    def _after_apply(self, core: RaftCore, committed: list[Entry], snapshot: bool) -> None:
+        """Loop, once entries (or a snapshot) are applied and committed to LMDB: wake the
+        apply listeners, let the start's pages go, reschedule the lease tick."""
+        self._notify_applied()
+        if self._release_after is not None and (snapshot or (
+                committed and committed[-1].index >= self._release_after)):
+            self._release_start_pages()  # the entries, not the state (ahead of them at a restart)
+        if core.role == Role.LEADER:
+            self._schedule_lease_tick()
+
+    def _defers_apply(self, core: RaftCore, rd: Ready, job: _Job) -> bool:
+        """May this Ready's LMDB part (hard state, apply, answers) run on the apply thread
+        while the loop goes on to the next Ready (etcd applies in another goroutine)? Only
+        when nothing the loop or the next Ready depends on waits for it: no snapshot to
+        install or record, no new term or vote (durable before any message), no role or
+        leader change, no membership change committed (applied to the core after the
+        write), no store admission, no compaction due, no segment file to let go (both
+        need a durable commit), no storage alarm, no stage observer. Otherwise the write
+        waits for the deferred applies (`_drain_applies`) and runs whole, as one."""
+        if not self.cfg.apply_thread or stages.observer is not None:
+            return False
+        if (job.snapshot is not None or job.own_snapshot is not None or rd.soft_state is not None
+                or job.compact_floor is not None or self.identity.voting_gated):
+            return False
+        hs, durable = job.hard_state, self.storage.hard_state
+        if hs is not None and (hs.term != durable.term or hs.vote != durable.vote):
+            return False
+        if any(e.type == EntryType.CONF_CHANGE for e in job.committed):
+            return False
+        if self._admission.alarms or self.storage.droppable():
+            return False
+        st = self.storage
+        return st.snapshot_meta().index - self.cfg.keep_entries < st.first_index()
+
+    async def _drain_applies(self) -> None:
+        """Return once every deferred apply handed to the apply thread has committed and
+        its loop part (`_deferred_applied`) ran (at once when none can be: `apply_thread`
+        off, every write awaited whole)."""
+        if self.cfg.apply_thread:
+            await self._applier.call(_nothing, None)
+
+    def _apply_deferred(self, job: _Job, t0: float) -> None:
+        """Apply thread: a deferred Ready's LMDB part (`_commit_state`), then its loop part.
+        A failure for want of space is retried here until it passes (the store rebuilt its
+        memory; the same entries apply again; the next applies wait behind it); any other
+        failure fails the node (`_run` raises it)."""
+        if self._apply_error is not None:
+            return
+        loop = self._loop
+        assert loop is not None
+        delay_s, max_delay_s = 0.05, self.cfg.nospace_retry_max_ms / 1000
+        while True:
+            try:
+                self._commit_state(job, t0, None, admits=False, new_vote=False)
+                break
+            except Exception as e:
+                if self.gauge is None or self._stopping or not self.gauge.write_failed(e):
+                    log.exception("node %s: a deferred apply failed", self.node_id)
+                    self._apply_error = e
+                    with contextlib.suppress(RuntimeError):
+                        loop.call_soon_threadsafe(self._wake.set)
+                    return
+                time.sleep(delay_s)
+                delay_s = min(delay_s * 2, max_delay_s)
+        if job.on_applied is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(job.on_applied)
+
+    def _deferred_applied(self, core: RaftCore, job: _Job) -> None:
+        """Loop: a deferred apply committed; what `_handle_ready` does after an apply."""
+        if job.cluster_id_changed:
+            self._refresh_door()
+        self._resolve_committed(job.committed, job.results)
+        if job.results and core.role == Role.LEADER:
+            self._release_ended_leases(job.results)
+        if self._reads.applying:
+            self._reads.serve(self.applied_index)
+        if job.committed:
+            self._after_apply(core, job.committed, False)
 
     def _send_after_log(self, job: _Job, rd: Ready, messages: list[Message]) -> None:
         """Let the writer send this Ready's messages as soon as its entries are durable in
@@ -867,23 +975,20 @@ class RaftNode:
 
     def _answer_early(self, job: _Job) -> None:
         """Let the writer answer the proposals of committed entries as soon as it has
-        applied them, before its commit and fsync (`_write`), when every one of those
-        entries was durable here before this write: they are then durable on a quorum
-        (this node's copy counted only once durable, see `write_overlap.split_early`), so a crash
-        re-applies them from the log with the same results. Not for entries this write
-        itself persists (a one-voter cluster commits at append), with a snapshot, or from
-        a conf change on (answered once applied to the core, after the write). The readers' view of the applied state is published first, so whoever hears an
-        answer reads what it tells."""
+        applied them in memory, before the apply's LMDB commit (`_write_txn`): every
+        committed entry is durable on a quorum, and this node's copy is durable before
+        the apply runs (in an earlier write, or in this one's segment-log fdatasync: a
+        lone voter commits at append), so a crash re-applies them from the log with the
+        same results. Not with a snapshot, nor from a conf change on (answered once
+        applied to the core, after the write). The readers' view of the applied state is
+        published first, so whoever hears an answer reads what it tells; the direct
+        readers of LMDB (`StateStore.wait_committed`: the digest, backups, `get_message`)
+        wait for the commit."""
         if not job.committed or job.snapshot is not None or not self._proposals:
             return
-        last = self.storage.last_index()  # durable: no write runs now
         n = 0
         for e in job.committed:
-            # an entry this write logs itself (a lone voter commits at append) is durable
-            # before the apply too (`_write_txn`), but is answered after the commit, as
-            # before the segment log: readers of the store (a backup, the digest) right
-            # after the answer must find it there
-            if e.index > last or e.type == EntryType.CONF_CHANGE:
+            if e.type == EntryType.CONF_CHANGE:
                 break  # a conf change is answered once applied to the core too (after the write)
             n += 1
         if not n:
@@ -898,13 +1003,17 @@ class RaftNode:
         job.answer = answer
 
     async def _write_off_loop(self, job: _Job) -> None:
-        """`_write` on the writer thread; meanwhile heartbeats are answered at once."""
+        """`_write` on the writer thread (a deferred Ready: its log part, then its LMDB
+        part handed to the apply thread) or, for a Ready written whole, on the apply
+        thread (every LMDB write transaction runs there); meanwhile heartbeats are
+        answered at once."""
+        thread = self._writer if job.deferred else self._applier
         self._ack_term = self.storage.hard_state.term  # durable: no other write is running
         try:
             delay_s, max_delay_s = 0.05, self.cfg.nospace_retry_max_ms / 1000
             while True:
                 try:
-                    await self._writer.call(self._write, job)
+                    await thread.call(self._write, job)
                     if stages.observer is not None:
                         stages.observer.back_on_loop(id(job))
                     break
@@ -914,7 +1023,7 @@ class RaftNode:
                 # for want of space: nothing of the write was kept (one aborted txn; the
                 # store rebuilt its memory), so reload the log's view and try the same
                 # Ready again until space is freed (meanwhile heartbeats are answered)
-                await self._writer.call(_reload_log, self.storage)
+                await thread.call(_reload_log, self.storage)
                 self._refresh_alarms()
                 if delay_s < max_delay_s:  # the first tries only: no log line every 2 s
                     log.warning("node %s: write failed for want of space (%s); retrying until "
@@ -928,7 +1037,15 @@ class RaftNode:
             self._admission.written()
 
     def _write(self, job: _Job) -> None:
-        """Writer thread: the Ready's durable part and the apply, in ONE txn (fsync)."""
+        """The Ready's durable part and the apply (`_write_txn`); a deferred Ready's log
+        part only, its LMDB part handed to the apply thread (`_apply_deferred`)."""
+        if job.deferred:
+            t0 = time.perf_counter()
+            self._append_log(job)
+            if not job.apply_posted:  # a write retried after a failed append posts once
+                job.apply_posted = True
+                self._applier.post(lambda: self._apply_deferred(job, t0))
+            return
         if stages.observer is not None:
             self._observe_write(job, stages.observer)
             return
@@ -967,12 +1084,29 @@ class RaftNode:
                 if hs is not None:
                     st.set_hard_state(txn, hs)
             st.after_commit(True)
+        self._append_log(job)
+        admits = self.identity.voting_gated and self._admits_this_store(installed, job.entries)
+        self._commit_state(job, t0, cluster_id, admits=admits, new_vote=new_vote)
+
+    def _append_log(self, job: _Job) -> None:
+        """Step (2) of `_write_txn`: the entries appended to the segment log with ONE
+        fdatasync, then the Ready's messages may leave (`_send_after_log`)."""
         if job.entries:
-            st.append(job.entries)
-            st.sync()
+            self.storage.append(job.entries)
+            self.storage.sync()
         if job.after_log is not None:
             job.after_log()
-        admits = self.identity.voting_gated and self._admits_this_store(installed, job.entries)
+
+    def _commit_state(self, job: _Job, t0: float, cluster_id: str | None, *, admits: bool,
+                      new_vote: bool) -> None:
+        """Step (3) of `_write_txn`: the hard state, the apply (its answers before the
+        commit, `_answer_early`), this node's snapshot meta and the compaction point in
+        one LMDB commit, durable only when needed (`_must_be_durable`). `cluster_id`: the
+        state's before the write (None: as it is now)."""
+        st = self.storage
+        hs = job.hard_state
+        if cluster_id is None:
+            cluster_id = self.state.cluster_id
         durable = new_vote or admits or self._must_be_durable(job)
         with self.state.write(durable=durable) as txn:  # then publishes the readers' view
             if admits:
@@ -1002,7 +1136,9 @@ class RaftNode:
                 st.add_peer_cluster_id(txn, cluster_id)
                 job.cluster_id_changed = True
             if self.gauge is not None:
-                self.gauge.measure(txn, log_bytes=st.log_bytes())
+                # only an apply (or a snapshot installed just before) changes the state's tables
+                self.gauge.measure(txn, log_bytes=st.log_bytes(),
+                                   state_changed=bool(job.committed) or job.snapshot is not None)
             t1 = time.perf_counter()
         st.after_commit(durable)
         if self.gauge is not None:
@@ -1179,6 +1315,10 @@ class RaftNode:
         self._pending.append((Tick(), fut))
         self._wake.set()
 
+
+
+def _nothing(_: object) -> None:
+    """A job that only marks a place in a thread's queue (`RaftNode._drain_applies`)."""
 
 
 def _reload_log(storage: WalLogStorage) -> None:

@@ -64,8 +64,10 @@ class SnapshotKeeper:
         last = self._own or self.storage.snapshot_meta()
         if not every or applied - last.index < every:
             return
-        if self.state.applied_index != applied:
+        if self.state.applied_index > applied:
             return  # re-applying after a restart: the state is ahead of the core
+        # (behind it: applies on the node's apply thread not done yet; the write that
+        # records this meta waits for them, `RaftNode._defers_apply`)
         self._own = core.make_snapshot(applied, b"").meta
 
     def take_own(self) -> SnapshotMeta | None:

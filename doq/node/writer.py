@@ -47,6 +47,11 @@ class WriterThread(concurrent.futures.Executor):
         self._put(job)
         return fut
 
+    def post(self, fn: Callable[[], None]) -> None:
+        """Run `fn()` on the thread after the jobs given before; no result (`fn` reports
+        its own outcome). Raises RuntimeError after `shutdown`."""
+        self._put(fn)
+
     def submit(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[R]:
         f: concurrent.futures.Future[R] = concurrent.futures.Future()
 

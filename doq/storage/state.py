@@ -91,6 +91,7 @@ import heapq
 import itertools
 import os
 import struct
+import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -99,7 +100,14 @@ from typing import Any, NamedTuple
 
 import lmdb
 
-from doq.errors import DoqError, FailedPrecondition, InvalidArgument, MessageNotFound, QueueNotFound
+from doq.errors import (
+    DoqError,
+    FailedPrecondition,
+    InvalidArgument,
+    MessageNotFound,
+    QueueNotFound,
+    Unavailable,
+)
 from doq.queues import join_tokens as JT
 from doq.queues import keys as K
 from doq.queues import records as R
@@ -770,6 +778,13 @@ class StateStore:
         self._reload_view = True  # the next publish rebuilds the view of every queue
         self._keys_changed = True  # the next publish publishes the key table
         self.view = StateView()
+        # direct readers of LMDB and the applies answered before their commit
+        # (`publish_applied`, `wait_committed`)
+        self._commit_cond = threading.Condition()
+        self._committed_index = 0  # the applied index LMDB holds (as of the last commit or load)
+        self._answered_index = 0  # the highest applied index published before its commit
+        self._writer_ident: int | None = None  # the thread of the last `write()`
+        self.readers_waiting = 0  # direct readers waiting in `wait_committed` (tests watch it)
         self.rebuild()
 
     @property
@@ -790,10 +805,12 @@ class StateStore:
         the transaction is aborted and memory rebuilt from LMDB: nothing changed, the error
         propagates, and the store takes the next write. Raises `StoreBroken` if even that
         rebuild fails."""
+        self._writer_ident = threading.get_ident()
         txn = self.env.begin(write=True)
         try:
             yield txn
             txn.commit()
+            self._mark_committed()
         except BaseException:
             txn.abort()
             try:
@@ -820,7 +837,39 @@ class StateStore:
         own commit. If that commit fails, memory is rebuilt and the next write applies the
         same entries again. The view's `applied_index` stays the committed one until the
         commit (what is durable here: reads that wait for an index wait for the commit)."""
+        self._answered_index = max(self._answered_index, self.applied_index)
         self._publish(self.view.applied_index)
+
+    def _mark_committed(self) -> None:
+        """LMDB now holds `applied_index` (a commit, or a load from LMDB): wake the direct
+        readers waiting for it (`wait_committed`)."""
+        with self._commit_cond:
+            self._committed_index = self.applied_index
+            self._commit_cond.notify_all()
+
+    def wait_committed(self, timeout_s: float = 10.0) -> None:
+        """Return once LMDB holds every apply published before its commit
+        (`publish_applied`: a Raft node answers entries durable in its log before the
+        apply's LMDB commit), so a direct reader of LMDB (`get_message`, `peek`,
+        `state_digest`, `iter_changes` and the backups, `is_empty`, `iter_dump`) sees at
+        least what any answer told. Costs nothing when nothing waits for a commit. On the
+        writer thread (whose own commit it would wait for) or after `timeout_s` (a commit
+        that failed and is being retried, e.g. a full disk): raises `Unavailable`
+        (retryable), never returns early."""
+        target = self._answered_index
+        if self._committed_index >= target:
+            return
+        if threading.get_ident() == self._writer_ident:
+            raise Unavailable("the state's last apply is not committed yet (a write failed and is "
+                              "retried)", reason="APPLY_NOT_COMMITTED")
+        with self._commit_cond:
+            self.readers_waiting += 1
+            try:
+                if not self._commit_cond.wait_for(lambda: self._committed_index >= target, timeout_s):
+                    raise Unavailable("the state's last apply is not committed yet (a write failed and "
+                                      "is retried)", reason="APPLY_NOT_COMMITTED")
+            finally:
+                self.readers_waiting -= 1
 
     def _publish(self, applied_index: int | None = None) -> None:
         """Publish the view of the committed state (writer thread, after a commit)."""
@@ -866,6 +915,7 @@ class StateStore:
         if txn is None:
             with self.env.begin() as rtxn:
                 self._load(rtxn)
+            self._mark_committed()
             self._publish()
             # the load read every record: its pages need not stay charged to this process
             release_mapped_pages(os.path.join(self.env.path(), "data.mdb"))
@@ -1353,6 +1403,7 @@ class StateStore:
     def get_message(self, queue: str, id_: int) -> MessageView:
         """The message as last committed (one read txn; a message the machine's index
         already calls gone, `sort_known`, is not found). Raises QueueNotFound / MessageNotFound."""
+        self.wait_committed()
         with self.env.begin() as txn:
             try:
                 qkey = K.queue_key(queue)
@@ -1378,6 +1429,7 @@ class StateStore:
         (`QueueMachine.peek_ids`), as committed; nothing changes (no lease, no attempt).
         Writer thread only (between writes: the in-memory index must not move meanwhile).
         Raises QueueNotFound."""
+        self.wait_committed()
         ids = self.machine.peek_ids(queue, state, offset, limit)
         out: list[MessageView] = []
         with self.env.begin() as txn:
@@ -1431,6 +1483,7 @@ class StateStore:
     def state_digest(self) -> tuple[int, int]:
         """(version, digest of the whole committed state) from one read txn
         (`GET /db/digest`). Costs one scan of every record; any thread."""
+        self.wait_committed()
         with self.env.begin() as txn:
             return self._version(txn), self._digest(txn)
 
@@ -1452,6 +1505,7 @@ class StateStore:
                 yield from it
 
     def _changes(self, since: int, *, with_digest: bool) -> tuple[int, int, Iterator[tuple[bytes, bytes | None, int]]]:
+        self.wait_committed()
         txn = self.env.begin()
         try:
             if since < 0:
@@ -1510,6 +1564,7 @@ class StateStore:
     def is_empty(self) -> bool:
         """No record and no tombstone (a fresh store). The applied index does not count:
         a fresh Raft cluster has applied its leaders' empty entries."""
+        self.wait_committed()
         with self.env.begin() as txn:
             return self._is_empty(txn)
 
@@ -1607,6 +1662,7 @@ class StateStore:
     # -- snapshots -------------------------------------------------------------------------
     def iter_dump(self) -> Iterator[bytes]:
         """Deterministic chunks of the whole replicated state (see dump_state_bytes)."""
+        self.wait_committed()
         with self.env.begin() as txn:
             yield DUMP_MAGIC
             for tag, name in _DUMPED:

@@ -253,6 +253,7 @@ class Cluster:
         node._fail_all(Unavailable("crashed"))
         self.net.transports[nid].started = False
         node._writer.shutdown(wait=True)  # a thread's txn must end before the env closes
+        node._applier.shutdown(wait=True)
         node._snapshots.shutdown()
         node.env.close()
 

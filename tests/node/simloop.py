@@ -47,6 +47,9 @@ class InlineExecutor(concurrent.futures.Executor):
             fut.set_exception(e)
         return fut
 
+    def post(self, fn: Callable[[], None]) -> None:
+        fn()
+
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
         fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
         try:

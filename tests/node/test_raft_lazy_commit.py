@@ -35,7 +35,7 @@ class _CountingNode(RaftNode):
 
 
 def _inline(node: RaftNode) -> None:
-    node._writer = node._snapshots.executor = InlineExecutor()  # type: ignore[assignment]
+    node._writer = node._applier = node._snapshots.executor = InlineExecutor()  # type: ignore[assignment]
 
 
 async def _settled(cl: Cluster, leader: RaftNode) -> bool:

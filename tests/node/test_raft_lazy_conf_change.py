@@ -35,7 +35,7 @@ LAZY = RaftNodeConfig(tick_ms=25, election_tick=10, heartbeat_tick=1, broadcast_
 
 
 def _inline(node: RaftNode) -> None:
-    node._writer = node._snapshots.executor = InlineExecutor()  # type: ignore[assignment]
+    node._writer = node._applier = node._snapshots.executor = InlineExecutor()  # type: ignore[assignment]
 
 
 def _is_voter(node: RaftNode, nid: str) -> bool:

@@ -120,15 +120,17 @@ async def test_a_leader_replicates_its_entries_while_it_persists_them(tmp_path: 
 class HoldsCommitUntilAnswered(RaftNode):
     """Its writer, having handed the loop the answers of its own proposals (before its
     commit), waits until the test saw one of them answered: an answer that came only after
-    the commit would find the commit done."""
+    the commit would find the commit done. Only once `holding` is set (a lone voter, while
+    the cluster forms, answers before its commit too)."""
 
     def __init__(self, *a: Any, **kw: Any) -> None:
         super().__init__(*a, **kw)
         self.answered = threading.Event()
+        self.holding = False
 
     def _write(self, job: Any) -> None:
         early = job.answer
-        if early is not None:
+        if early is not None and self.holding:
             def answer(committed: Any, results: Any) -> None:
                 mine = any(e.index in self._proposals.by_index for e in committed)
                 early(committed, results)
@@ -156,6 +158,7 @@ async def test_a_leader_answers_once_applied_before_its_own_commit_and_only_what
         seen.append((leader.applied_index < applied, durable))
         leader.answered.set()
 
+    leader.holding = True
     for i in range(20):
         fut = leader.propose_nowait(enq(i))
         fut.add_done_callback(at_answer)
@@ -166,6 +169,140 @@ async def test_a_leader_answers_once_applied_before_its_own_commit_and_only_what
     await cl.converged()
     assert len(set(cl.digests().values())) == 1
     assert not cl.net.violations, cl.net.violations[:5]
+
+
+class HoldsCommitAfterAnswer(RaftNode):
+    """While `hold` is set, its writer, having handed the loop the answers of a write
+    (before that write's LMDB commit), waits for `release` before it commits."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.hold = False
+        self.held = threading.Event()
+        self.release = threading.Event()
+
+    def _write(self, job: Any) -> None:
+        early = job.answer
+        if early is not None and self.hold:
+            def answer(committed: Any, results: Any) -> None:
+                self.held.set()  # before the answers reach the loop
+                early(committed, results)
+                self.release.wait(60)
+            job.answer = answer
+        super()._write(job)
+
+
+async def test_a_lone_voter_answers_once_its_log_is_synced_and_direct_readers_wait_for_the_commit(
+        tmp_path: Path) -> None:
+    """One voter: an enqueue is answered once its entry is fdatasynced in the segment log
+    and applied in memory, before the apply's LMDB commit; the direct readers of LMDB
+    (`get_message`, `state_digest`, `iter_changes`) called after the answer wait for that
+    commit and find the message. Fails if the answer waited for the commit, or if a
+    reader read LMDB before it (MessageNotFound, an older digest)."""
+    cl = new_cluster(tmp_path, node_cls=HoldsCommitAfterAnswer)
+    n1 = await cl.start("n1")
+    assert isinstance(n1, HoldsCommitAfterAnswer)
+    await cl.wait_leader()
+    await create_queue(n1)
+    version_before, digest_before = n1.state.state_digest()
+    n1.hold = True
+    out = await n1.propose(enq(7))  # answered while its writer holds the commit
+    assert n1.held.is_set()
+    applied = n1.state.applied_index  # in memory: includes the answered entry
+    assert n1.applied_index < applied  # the readers' committed index: the commit is held
+    assert cl.net.durable_last("n1") >= applied  # the entry is durable in the segment log
+    id_ = out[0].id  # type: ignore[index]
+    seen: dict[str, object] = {}
+
+    def read() -> None:
+        try:
+            seen["content"] = n1.state.get_message("q", id_).content
+            seen["digest"] = n1.state.state_digest()
+            seen["versions"] = {v for _, _, v in n1.state.iter_changes(version_before + 1)}
+        except Exception as e:  # noqa: BLE001 - reported by the assertion below
+            seen["error"] = e
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    await eventually(lambda: _async(n1.state.readers_waiting == 1), 30, "the reader waiting for the commit")
+    n1.hold = False
+    n1.release.set()
+    await asyncio.to_thread(reader.join)
+    assert "error" not in seen, seen
+    assert seen["content"] == b"m7"
+    version, digest = seen["digest"]  # type: ignore[misc]
+    assert version >= applied and digest != digest_before
+    assert applied in seen["versions"]  # type: ignore[operator]
+    assert not cl.net.violations
+
+
+class RecordsApplies(RaftNode):
+    """Records, on the thread that commits them, the indexes each LMDB write applies; while
+    `hold` is set its apply thread waits for `release` before a deferred apply."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.applied_order: list[int] = []
+        self.deferred = 0
+        self.hold = False
+        self.holding = threading.Event()
+        self.release = threading.Event()
+
+    def _apply_deferred(self, job: Any, t0: float) -> None:
+        self.deferred += 1
+        if self.hold:
+            self.holding.set()
+            self.release.wait(60)
+        super()._apply_deferred(job, t0)
+
+    def _commit_state(self, job: Any, *a: Any, **kw: Any) -> None:
+        self.applied_order.extend(e.index for e in job.committed)
+        super()._commit_state(job, *a, **kw)
+
+
+async def test_the_loop_appends_past_a_held_apply_thread_and_every_apply_lands_once_in_log_order(
+        tmp_path: Path) -> None:
+    """A deferred apply (`RaftNode._defers_apply`) lets the loop append and commit the
+    next entries while the apply thread is held; once it goes on, every entry is applied
+    exactly once, in log order (the indexes the LMDB writes applied are contiguous), every
+    proposal gets its own result (ids in proposal order), and the state survives a
+    restart whole. Fails if the loop waited for the apply, or if an apply were lost,
+    repeated or reordered."""
+    cfg = dataclasses.replace(FAST, snapshot_every=0, apply_thread=True)  # no snapshot write: nothing drains
+    cl = new_cluster(tmp_path, cfg, node_cls=RecordsApplies)
+    n1 = await cl.start("n1")
+    assert isinstance(n1, RecordsApplies)
+    await cl.wait_leader()
+    await create_queue(n1)
+    n1.hold = True
+    futs = [n1.propose_nowait(enq(0))]
+    await asyncio.to_thread(n1.holding.wait, 60)  # the apply thread holds that entry's apply
+    held_at = n1.state.applied_index
+    core = n1.core
+    assert core is not None
+    for i in range(1, 40):
+        futs.append(n1.propose_nowait(enq(i)))
+        before = core.log.committed
+        await eventually(lambda b=before: _async(core.log.committed > b), 30, "the next entry committed")
+    assert n1.state.applied_index == held_at  # nothing applied meanwhile: all appended past it
+    assert not any(f.done() for f in futs)
+    n1.hold = False
+    n1.release.set()
+    results = await asyncio.gather(*futs)
+    ids = [r[0].id for r in results]  # type: ignore[index]
+    assert ids == list(range(ids[0], ids[0] + 40))
+    order = n1.applied_order
+    assert order == list(range(order[0], order[0] + len(order)))  # each index once, in order
+    assert n1.deferred >= 40
+    await n1.read_barrier()
+    assert n1.state.get_queue("q").stats.total == 40
+    await cl.stop("n1")
+    n1 = await cl.start("n1")
+    await cl.wait_leader()
+    await n1.read_barrier()
+    assert n1.state.get_queue("q").stats.total == 40
+    assert [n1.state.get_message("q", id_).content for id_ in ids] == [b"m%d" % i for i in range(40)]
+    assert not cl.net.violations
 
 
 class SendsBeforePersisting(RaftNode):
@@ -779,7 +916,8 @@ async def test_the_stage_hook_sees_a_proposal_through_its_write_in_order(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`doq.node.stages.observer` (the supported hook bench/e2e_stages.py uses instead of
     wrapping the driver's private methods) sees one proposal taken, the write that applies
-    exactly it end and the loop come back after it, then its result handed out."""
+    exactly it end and the loop come back after it, and its result handed out once that
+    write started (a lone voter answers before the write's LMDB commit)."""
     cl = new_cluster(tmp_path)
     n1 = await cl.start("n1")
     await cl.wait_leader()
@@ -787,7 +925,8 @@ async def test_the_stage_hook_sees_a_proposal_through_its_write_in_order(
     rec = _StageRecorder()
     monkeypatch.setattr(stages, "observer", rec)
     cmd = enq(1)
-    res = await n1.propose(cmd)
+    res = await n1.propose(cmd)  # answered once applied, maybe before its write ends
+    await n1.read_barrier()  # served after a later Ready: the write that applied it ended
     monkeypatch.setattr(stages, "observer", None)
     proposed = [i for i, (n, v) in enumerate(rec.calls) if n == "proposed" and v == [cmd]]
     started = [i for i, (n, v) in enumerate(rec.calls) if n == "write_started" and v[1] == [cmd]]

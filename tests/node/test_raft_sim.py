@@ -29,7 +29,7 @@ CFG = RaftNodeConfig(tick_ms=50, election_tick=10, snapshot_every=150, keep_entr
 
 
 def _inline(node: RaftNode) -> None:
-    node._writer = node._snapshots.executor = InlineExecutor()  # type: ignore[assignment]
+    node._writer = node._applier = node._snapshots.executor = InlineExecutor()  # type: ignore[assignment]
 
 
 async def scenario(root: Path, seed: int, virtual_s: float = 12.0,

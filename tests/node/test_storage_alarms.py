@@ -79,6 +79,41 @@ def test_the_data_size_alarm_goes_on_at_the_limit_and_off_a_margin_below_it(tmp_
     env.close()
 
 
+def test_a_measure_of_a_raft_only_write_rereads_the_raft_tables_and_keeps_the_states(tmp_path: Path) -> None:
+    """`measure(state_changed=False)` (a write that only appended or set the hard state)
+    reads the raft_* tables again and takes the state tables' pages from the last
+    measure: the result equals a full measure as long as the caller is right that no
+    state table changed; a failed write makes the next measure a full one."""
+    env = open_env(tmp_path / "db", map_size=alarms.map_size(64 << 20))
+    gauge = _gauge(env, tmp_path, max_data_bytes=64 << 20)
+    state_db, raft_db = env.open_db(b"state_messages"), env.open_db(b"raft_meta")
+
+    def write(db: object, n: int, *, state_changed: bool) -> int:
+        with env.begin(write=True) as txn:
+            for i in range(n):
+                txn.put(i.to_bytes(8, "big"), CONTENT, db=db)
+            gauge.measure(txn, state_changed=state_changed)
+            measured = gauge.used_bytes
+            gauge.measure(txn)  # every table read
+            assert measured == gauge.used_bytes
+        gauge.committed()
+        return measured
+
+    first = write(state_db, 50, state_changed=True)
+    grown = write(raft_db, 60, state_changed=False)  # the raft table's growth is seen
+    assert grown > first
+    with env.begin(write=True) as txn:
+        for i in range(50, 200):
+            txn.put(i.to_bytes(8, "big"), CONTENT, db=state_db)
+        gauge.measure(txn)  # a write that fails after its measure: its txn is aborted
+        txn.abort()
+    assert gauge.write_failed(OSError("not for want of space")) is False
+    with env.begin(write=True) as txn:
+        gauge.measure(txn, state_changed=False)  # full, not the aborted txn's state pages
+        assert gauge.used_bytes == grown
+    env.close()
+
+
 def test_the_disk_alarm_follows_the_free_space(tmp_path: Path) -> None:
     env = open_env(tmp_path / "db")
     disk = _Disk(100 << 20)
@@ -159,10 +194,14 @@ async def test_a_write_that_fails_for_want_of_space_is_retried_whole_and_nothing
         with pytest.raises(StorageFull) as refused:
             node.propose_nowait(c.Enqueue("q", [c.EnqueueItem(b"more")]))
         assert refused.value.reason == "NOSPACE" and refused.value.retryable
-        await node._writer.call(lambda _: env.set_mapsize(16 << 20), None)  # no txn runs between tries
-        await asyncio.wait_for(fut, 30)
+        await node._applier.call(lambda _: env.set_mapsize(16 << 20), None)  # no txn runs between tries
+        await asyncio.wait_for(fut, 30)  # answered once applied, maybe before its commit
         assert node.state.get_queue("q").stats.total == acked + 1
-        assert node.alarms() == []
+
+        async def cleared() -> bool | None:  # once the write committed
+            return True if node.alarms() == [] else None
+
+        await eventually(cleared, 30, "the NOSPACE alarm cleared by the write's commit")
         await node.propose(c.Enqueue("q", [c.EnqueueItem(b"after")]))
     finally:
         await node.stop()
@@ -183,7 +222,7 @@ async def test_a_members_alarm_reaches_the_leader_which_refuses_growth_until_it_
         loop = asyncio.get_running_loop()
         # built on the node's writer thread: opening the gauge's databases takes LMDB's write
         # lock, which py-lmdb waits for holding the GIL (beside a running writer: a deadlock)
-        follower.gauge = await loop.run_in_executor(follower._writer, lambda: StorageGauge(
+        follower.gauge = await loop.run_in_executor(follower._applier, lambda: StorageGauge(
             follower.env, tmp_path, node_id="n3", max_data_bytes=1 << 40, disk_free_limit_bytes=64 << 20,
             statvfs=disk))
         follower.gauge.check_disk()
@@ -193,7 +232,7 @@ async def test_a_members_alarm_reaches_the_leader_which_refuses_growth_until_it_
             leader._refresh_alarms()
             return True if leader.alarms() else None
 
-        leader.gauge = await loop.run_in_executor(leader._writer, lambda: StorageGauge(
+        leader.gauge = await loop.run_in_executor(leader._applier, lambda: StorageGauge(
             leader.env, tmp_path, node_id="n1", max_data_bytes=1 << 40, disk_free_limit_bytes=0))
         await eventually(refused, 10, "the leader hears of n3's alarm")
         assert [(a.node_id, a.reason) for a in leader.alarms()] == [("n3", "DISK_FREE_LIMIT")]
