@@ -121,7 +121,7 @@ def test_a_drain_delivers_every_message_once_in_order_whatever_the_sweeps(
     with tempfile.TemporaryDirectory() as tmp, _tiny_sweeps(visit, chunk):
         envs = {name: open_env(Path(tmp) / name, map_size=1 << 26) for name in ("swept", "unswept")}
         stores = {name: StateStore(env) for name, env in envs.items()}
-        for name, store in stores.items():
+        for store in stores.values():
             with store.write() as txn:
                 store.apply_entries(txn, fill)
         delivered: list[tuple[int, int, str, bytes]] = []
