@@ -17,7 +17,7 @@ stops the server. Kinds:
 - `fair-interleaved`: a fair queue, the same groups filled round-robin.
 
 Per kind it prints: fill and drain msg/s, and their ratio to `plain` of the same run;
-the server's CPU per filled message (steadier than msg/s on a shared machine);
+the server's CPU per filled and per drained message (steadier than msg/s on a shared machine);
 server RSS per queued message after the fill, less the fresh server's (anonymous memory and mapped file pages
 apart: `/proc/PID/status` RssAnon, RssFile), bytes the server wrote to disk per message
 (`/proc/PID/io` write_bytes) during the fill and the drain, and the load average before
@@ -159,7 +159,9 @@ def run_kind(kind: str, n: int, m: int, per_group: int, payload: int, root: Path
         time.sleep(1.0)  # let the last commits land before reading memory
         w1 = _write_bytes(pid)
         rss1, anon1, file1 = (_proc_kb(pid, f) for f in ("VmRSS", "RssAnon", "RssFile"))
+        cpu1 = _cpu_s(pid)
         drain_s = drain(server.addr, queue, m)
+        drain_cpu_s = _cpu_s(pid) - cpu1  # the server's, until it holds every ack
         w2 = _write_bytes(pid)
     t0 = time.perf_counter()
     with doq_server(root / kind) as server:  # the same data dir: a restart
@@ -172,6 +174,7 @@ def run_kind(kind: str, n: int, m: int, per_group: int, payload: int, root: Path
         "kind": kind, "messages": n, "drained": m,
         "fill_msg_per_s": n / fill_s, "drain_msg_per_s": m / drain_s,
         "fill_server_cpu_us_per_msg": fill_cpu_s / n * 1e6,
+        "drain_server_cpu_us_per_msg": drain_cpu_s / m * 1e6,
         "rss_bytes_per_msg": (rss1 - rss0) * 1024 / n,
         "rss_anon_bytes_per_msg": (anon1 - anon0) * 1024 / n,
         "rss_file_bytes_per_msg": (file1 - file0) * 1024 / n,
@@ -221,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['drain_write_bytes_per_msg']:.0f} | {r['restart_s']:.1f} ({r['restart_cpu_s']:.1f} CPU) |")
     print("server CPU per filled message: " + ", ".join(
         f"{r['kind']} {r['fill_server_cpu_us_per_msg']:.1f} µs" for r in record["runs"]))
+    print("server CPU per drained message: " + ", ".join(
+        f"{r['kind']} {r['drain_server_cpu_us_per_msg']:.1f} µs" for r in record["runs"]))
     print(f"load average before {record['load_before']}, after {record['load_after']}")
     if ns.json:
         Path(ns.json).write_text(json.dumps(record, indent=1))
