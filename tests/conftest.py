@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from doq import ports
 from doq_client import _ledger as ledger_mod
@@ -13,6 +14,11 @@ from tests.support import marker_guard, mutation
 from tests.support.proc import NodeProc, running_node
 
 marker_guard.install()
+
+# No property test depends on the machine's speed: no per-example deadline, no failure
+# when generating data is slow (a test's own @settings adds to this, keeping these).
+settings.register_profile("doq", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("doq")
 
 
 def pytest_configure(config: pytest.Config) -> None:
