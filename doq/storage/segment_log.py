@@ -184,16 +184,20 @@ def _check_records(buf: bytes, off: int, first: int, count: int, s: _Segment) ->
 
 
 def _write_index(s: _Segment) -> None:
-    """Write `s`'s index file (under a temporary name, synced, renamed; a lost or damaged
-    one only makes the next open scan the segment)."""
+    """Write `s`'s index file (under a temporary name, synced, renamed). Best effort: an
+    index that could not be written (a full disk), or is lost or damaged, only makes the
+    next open scan the segment."""
     tmp = s.idx_path.with_name(s.idx_path.name + ".tmp")
-    fd = open_private(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
     try:
-        _write_all(fd, _encode_index(s), 0)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, s.idx_path)
+        fd = open_private(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+        try:
+            _write_all(fd, _encode_index(s), 0)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, s.idx_path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
 
 
 def _remove(s: _Segment) -> None:

@@ -389,3 +389,28 @@ def test_kinds_are_the_records_kinds_across_segments_and_a_reopen(tmp_path: Path
             assert log.kinds(lo, hi) == bytes(r[2] for r in log.read(lo, hi)), (lo, hi)
     with SegmentLog(d, segment_bytes=SMALL) as log:
         assert log.kinds(1, 200) == bytes(i % 3 for i in range(1, 200))
+
+
+def test_an_index_that_cannot_be_written_only_makes_the_next_open_scan(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sealed segment's index is best effort: a full disk when it is written fails no
+    append, leaves no temporary file, and the next open scans that segment."""
+    d = tmp_path / "wal"
+    real = mod.open_private
+
+    def full_disk_for_indexes(path: Path, flags: int) -> int:
+        if str(path).endswith(".idx.tmp"):
+            raise OSError(28, "No space left on device")
+        return real(path, flags)
+
+    monkeypatch.setattr(mod, "open_private", full_disk_for_indexes)
+    with SegmentLog(d, segment_bytes=SMALL) as log:
+        log.append(recs(1, 300))
+        log.sync()
+        assert log.segment_count() > 3
+    monkeypatch.undo()
+    assert not any(p.name.endswith((".idx", ".tmp")) for p in d.iterdir())
+    assert sorted(_reads(d)) == sorted(p.name for p in segs(d))  # every one scanned (indexes written now)
+    assert _reads(d) == [segs(d)[-1].name]
+    with SegmentLog(d, segment_bytes=SMALL) as log:
+        assert log.read(1, 300) == recs(1, 300)
