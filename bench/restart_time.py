@@ -86,13 +86,14 @@ def main(argv: list[str] | None = None) -> int:
         cpu_s, user_s = _cpu_s(proc.pid)
         time.sleep(1.0)  # what the start does once ready (a release of its pages) lands
         rss = _rss_kb(proc.pid)
+        cpu_1s, _ = _cpu_s(proc.pid)  # what the start still did right after ready
         peak_anon_kb = max(peak_anon_kb, rss["RssAnon"])
     finally:
         if proc.poll() is None:
             proc.terminate()
             proc.wait(120)
     print(json.dumps({"checkout": str(co), "root": str(ns.root), "wall_s": round(wall_s, 2), "cpu_s": cpu_s,
-                      "user_s": user_s, "rss_anon_mb": rss["RssAnon"] // 1024, "rss_file_mb": rss["RssFile"] // 1024,
+                      "user_s": user_s, "cpu_s_1s_after": cpu_1s, "rss_anon_mb": rss["RssAnon"] // 1024, "rss_file_mb": rss["RssFile"] // 1024,
                       "peak_rss_anon_mb": peak_anon_kb // 1024,
                       "load_before": load_before, "load_after": _loadavg()}))
     return 0
