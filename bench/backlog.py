@@ -29,6 +29,7 @@ shared machine) and its RSS per queued message. 100-byte messages unless `--payl
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -198,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--per-group", type=int, default=100, help="fair queues: messages per group")
     p.add_argument("--payload-bytes", type=int, default=100)
     p.add_argument("--json", metavar="FILE", help="also write the record here")
+    p.add_argument("--keep", metavar="DIR", type=Path,
+                   help="fill under DIR/KIND and keep the data dirs (for `bench/restart_time.py DIR/KIND`)")
     ns = p.parse_args(argv)
     kinds = [k for k in ns.kinds.split(",") if k]
     for k in kinds:
@@ -205,9 +208,10 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"unknown kind {k!r}")
     record: dict[str, Any] = {"messages": ns.messages, "drain": ns.drain, "load_before": loadavg(), "runs": []}
     print(f"backlog {ns.messages}, drain {ns.drain}, load average {record['load_before']}", flush=True)
-    with tempfile.TemporaryDirectory(prefix="doq-backlog-") as tmp:
+    with contextlib.ExitStack() as stack:
+        tmp = ns.keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="doq-backlog-")))
         for kind in kinds:
-            rec = run_kind(kind, ns.messages, ns.drain, ns.per_group, ns.payload_bytes, Path(tmp))
+            rec = run_kind(kind, ns.messages, ns.drain, ns.per_group, ns.payload_bytes, tmp)
             rec["load_after"] = loadavg()
             record["runs"].append(rec)
             print(json.dumps(rec), flush=True)

@@ -4,7 +4,10 @@
 `ROOT/data` with the code of `--checkout` (default: this checkout), waits until `/readyz`
 answers, reads the server's CPU seconds (`/proc/PID/stat`, user and system) and, a second
 later, its RSS (`/proc/PID/status` RssAnon, RssFile), stops it with SIGTERM and prints one
-JSON line with the wall seconds to ready and the load average before and after. Alternate
+JSON line with the wall seconds to ready and the load average before and after. The
+largest RssAnon seen while it started (`peak_rss_anon_mb`, read every 50 ms) is what a
+container's memory limit must hold besides the page cache (docs/deploy.md, "Sizing a
+node's memory"). Alternate
 two checkouts on the same dir (A B B A) to compare them; the first run on a dir whose data
 file left the page cache reads it from disk (more system CPU, much more wall).
 """
@@ -34,6 +37,11 @@ def _cpu_s(pid: int) -> tuple[float, float]:
     return (int(fields[11]) + int(fields[12])) / tck, int(fields[11]) / tck
 
 
+def _rss_kb(pid: int) -> dict[str, int]:
+    with open(f"/proc/{pid}/status") as f:
+        return {ln.split(":")[0]: int(ln.split()[1]) for ln in f if ln.startswith(("RssAnon", "RssFile"))}
+
+
 def _loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
@@ -54,8 +62,13 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     with open(ns.root / "restart.log", "ab") as log:
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    peak_anon_kb = 0
     try:
         while True:
+            try:
+                peak_anon_kb = max(peak_anon_kb, _rss_kb(proc.pid).get("RssAnon", 0))
+            except OSError:
+                pass
             if proc.poll() is not None:
                 print(f"doq serve exited with {proc.returncode}: see {ns.root / 'restart.log'}", file=sys.stderr)
                 return 1
@@ -72,14 +85,16 @@ def main(argv: list[str] | None = None) -> int:
         wall_s = time.perf_counter() - t0
         cpu_s, user_s = _cpu_s(proc.pid)
         time.sleep(1.0)  # what the start does once ready (a release of its pages) lands
-        with open(f"/proc/{proc.pid}/status") as f:
-            rss = {ln.split(":")[0]: int(ln.split()[1]) for ln in f if ln.startswith(("RssAnon", "RssFile"))}
+        rss = _rss_kb(proc.pid)
+        cpu_1s, _ = _cpu_s(proc.pid)  # what the start still did right after ready
+        peak_anon_kb = max(peak_anon_kb, rss["RssAnon"])
     finally:
         if proc.poll() is None:
             proc.terminate()
             proc.wait(120)
     print(json.dumps({"checkout": str(co), "root": str(ns.root), "wall_s": round(wall_s, 2), "cpu_s": cpu_s,
-                      "user_s": user_s, "rss_anon_mb": rss["RssAnon"] // 1024, "rss_file_mb": rss["RssFile"] // 1024,
+                      "user_s": user_s, "cpu_s_1s_after": cpu_1s, "rss_anon_mb": rss["RssAnon"] // 1024, "rss_file_mb": rss["RssFile"] // 1024,
+                      "peak_rss_anon_mb": peak_anon_kb // 1024,
                       "load_before": load_before, "load_after": _loadavg()}))
     return 0
 

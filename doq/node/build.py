@@ -26,8 +26,10 @@ import lmdb
 from doq.node import store_identity
 from doq.node.alarms import StorageGauge
 from doq.node.cluster import ClusterStatus, MemberAddrs
-from doq.node.raft_log import LmdbLogStorage
+from doq.node.raft_log import has_old_entries
+from doq.node.raft_meta import RaftMeta
 from doq.node.raft_node import RaftNode, RaftNodeConfig, TransportFactory
+from doq.storage.env import open_db
 from doq.storage.state import StateStore
 
 
@@ -45,7 +47,9 @@ class ClusterMismatch(Exception):
 
 def has_raft_data(env: lmdb.Environment) -> bool:
     """Has this environment ever persisted Raft state (a bootstrapped or joined member)?"""
-    return not LmdbLogStorage(env).is_empty()
+    meta_db, log_db = open_db(env, b"raft_meta"), open_db(env, b"raft_log")
+    with env.begin() as txn:
+        return not RaftMeta.read(txn, meta_db).never_written() or has_old_entries(txn, log_db)
 
 
 async def open_raft_node(

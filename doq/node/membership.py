@@ -28,7 +28,7 @@ from doq.errors import FailedPrecondition, NotFound, NotLeader, Unavailable
 from doq.node import member_input
 from doq.node.cluster import ClusterStatus, MemberAddrs
 from doq.node.proposals import Proposal, fail_future, resolve_future
-from doq.node.raft_log import encode_addrs
+from doq.node.raft_meta import encode_addrs
 from doq.node.wal_log import WalLogStorage
 from doq.raft.core import RaftCore
 from doq.raft.types import ConfChange, ConfChangeType, ProposalDropped

@@ -82,7 +82,7 @@ from doq.node.proposals import (
     take_count,
     wall_clock_ms,
 )
-from doq.node.raft_log import decode_addrs
+from doq.node.raft_meta import decode_addrs
 from doq.node.raft_snapshot import install_snapshot_data
 from doq.node.rate_log import RateLimitedLog
 from doq.node.read_index import ReadIndexWaits
@@ -150,6 +150,7 @@ class RaftNodeConfig:
     # heartbeat answers (docs/raft.md, "Membership changes under the lazy commit").
     broadcast_commit: bool = False
     max_msg_bytes: int = 4 << 20
+    max_committed_bytes: int = 4 << 20  # committed entries' data applied per Ready (at least one)
     snapshot_chunk_bytes: int = 1 << 20
     restore_chunk_bytes: int = DEFAULT_CHUNK_BYTES  # records per RestoreChunk entry (uncompressed)
     compact_entries_under_alarm: int = 4096  # log entries discarded per write under a storage alarm
@@ -274,8 +275,8 @@ class RaftNode:
         # refuses growth for (its own and its members' reports)
         self._admission = StorageAdmission(gauge, self.transport, self._leading_core,
                                            fresh_s=self.cfg.election_tick * self.cfg.tick_ms / 1000)
-        # the log's last index at start: once applied again, the data file's pages read
-        # meanwhile are let go (`_release_start_pages`); None when done (or nothing to read)
+        # the log's last index at start when the state did not hold it: once applied, the
+        # data file's pages read meanwhile are let go (`_release_start_pages`); else None
         self._release_after: int | None = None
         self.start_pages_released: asyncio.Future[int] | None = None  # bytes advised, once done
 
@@ -300,8 +301,10 @@ class RaftNode:
             await loop.run_in_executor(self._writer, log_start.rebase, self.env, self.storage,
                                        self.state, conf, self.node_id)
         self.core = self._new_core()
-        if self.storage.last_index() > self.storage.snapshot_meta().index:
+        if self.storage.last_index() > self.core.log.applied:
             self._release_after = self.storage.last_index()
+        else:  # nothing to apply again: the pages the start read (the rebuild's) go now
+            self._release_start_pages()
         if self.identity.voting_gated:
             self.core.allow_voting(False)
             log.info("node %s (store %s) takes no part in elections until the cluster has admitted "
@@ -320,9 +323,8 @@ class RaftNode:
         serves at once instead of answering NotLeader (bounded by `admin_timeout_ms`)."""
         core, task = self.core, self._task
         if core is None or task is None or core.role == Role.FOLLOWER:
-            return  # not alone, or not yet known to be: e.g. a restarted bootstrap node whose
-            # snapshot lists only itself refuses to campaign until the conf changes committed
-            # after that snapshot are applied again, and then learns of its peers
+            return  # not alone (a restarted node knows its membership as of its applied
+            # index; conf changes committed after it are applied before it campaigns)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.cfg.admin_timeout_ms / 1000
         while self._role != Role.LEADER and not task.done() and loop.time() < deadline:
@@ -427,10 +429,10 @@ class RaftNode:
                 log.exception("apply listener %r failed", callback)
 
     def _release_start_pages(self) -> None:
-        """The entries logged before this start are applied again (the state skipped those
-        it held): the data file's pages the start read (the log's entries since its
-        snapshot: hundreds of MB after a fill of millions) are let go of the process's RSS, once
-        (`doq.storage.mapped`; they stay in the page cache). Off the loop and the writer."""
+        """The entries logged before this start that the state did not hold are applied
+        (at once when there are none): the data file's pages the start read are let go of
+        the process's RSS, once (`doq.storage.mapped`; they stay in the page cache). Off
+        the loop and the writer."""
         self._release_after = None
         path = os.path.join(self.env.path(), "data.mdb")
         self.start_pages_released = asyncio.get_running_loop().run_in_executor(None, release_mapped_pages, path)
@@ -540,13 +542,25 @@ class RaftNode:
         return now_ms
 
     def _new_core(self) -> RaftCore:
+        """The core, started at the state's applied index (`RaftConfig.applied`): the
+        entries the state holds are neither read nor applied again; the membership is the
+        snapshot's with the log's conf changes up to that index (`WalLogStorage.start_at`),
+        and a removal of this node among them counts as when it was applied."""
+        st = self.storage
+        applied = min(self.state.applied_index, st.hard_state.commit)
+        if applied < st.first_index() - 1:
+            applied = 0  # (never expected) the state is behind the log's start: apply from there
+        for cc in st.start_at(applied):
+            if cc.node_id == self.node_id:  # the last change about this node counts (`_handle_ready`)
+                self._removed = cc.type == ConfChangeType.REMOVE_NODE
         rcfg = RaftConfig(
             id=self.node_id, election_tick=self.cfg.election_tick,
             heartbeat_tick=self.cfg.heartbeat_tick, max_inflight_msgs=self.cfg.max_inflight_msgs,
             max_msg_bytes=self.cfg.max_msg_bytes, snapshot_chunk_bytes=self.cfg.snapshot_chunk_bytes,
-            broadcast_commit=self.cfg.broadcast_commit,
+            broadcast_commit=self.cfg.broadcast_commit, max_committed_bytes=self.cfg.max_committed_bytes,
+            applied=applied,
         )
-        core = RaftCore(rcfg, self.storage, random.Random(self._rng.getrandbits(64)))
+        core = RaftCore(rcfg, st, random.Random(self._rng.getrandbits(64)))
         if core.voters == (self.node_id,):
             core.campaign()  # alone: no need to wait for an election timeout
         return core

@@ -37,7 +37,7 @@ import lmdb
 from doq.backup.format import BackupReader, Record
 from doq.backup.ops import write_backup
 from doq.node.cluster import MemberAddrs
-from doq.node.raft_log import decode_members, encode_members
+from doq.node.raft_meta import decode_members, encode_members
 from doq.storage.state import CLUSTER_KEY, HORIZON_KEY, StateRead, StateStore
 
 MAGIC = b"DOQRSNP2"

@@ -4,7 +4,7 @@
 Where things live:
 - the entries: `<lmdb dir>/wal/` (`SegmentLog`: appended, then made durable with ONE
   `fdatasync` per batch by `sync`; no LMDB transaction involved);
-- raft_meta (LMDB, the keys of `doq.node.raft_log`): hard state, snapshot meta,
+- raft_meta (LMDB, `doq.node.raft_meta`): hard state, snapshot meta,
   compaction point (`first`), members, peer ids: small, written in the driver's write
   transaction (synced when the core says `must_sync` for a term or vote: the caller's
   business, as before).
@@ -26,39 +26,37 @@ past the durable snapshot's index (the node's own snapshot meta is recorded in a
 commit, at an index its state had applied in that commit).
 
 Migration: a data dir of an older doq has its entries in LMDB's raft_log table: they are
-moved to the segment log at open (written and synced, then deleted from LMDB in one
-durable commit; a crash between repeats the move).
+moved to the segment log at open (`doq.node.raft_log`: written and synced, then deleted
+from LMDB in one durable commit; a crash between repeats the move).
 
-Reads: a cache of the most recent entries (as `LmdbLogStorage`), older ones from the
-segment files. The core must not read this storage while a write method runs.
+No snapshot data is stored: the state machine is durable in the same environment as
+raft_meta, so a snapshot needs only its meta; its data is produced on demand from one read
+transaction when a follower needs it, and offered here in memory (`offer_snapshot`) for
+the core to send (`snapshot()` raises `SnapshotTemporarilyUnavailable` and sets
+`snapshot_wanted` until then). From the moment its production starts (`hold_compaction`)
+until the driver drops it (`release_snapshot`) the log is not compacted past its index: a
+follower installing it needs the entries after.
+
+Reads: a cache of the entries appended since the open (at most `cache_entries` and
+`cache_bytes` of data: entries of a fill carry thousands of messages), older ones from
+the segment files. An open reads no entry. The core must not read this storage while a
+write method runs; after a failed write the in-memory view must be reloaded (`reload`).
 """
 
 from __future__ import annotations
 
-import json
-import struct
 from pathlib import Path
 
 import lmdb
 
 from doq.node.cluster import MemberAddrs
-from doq.node.raft_log import (
-    DEFAULT_CACHE_BYTES,
-    DEFAULT_CACHE_ENTRIES,
-    FIRST_KEY,
-    HS_KEY,
-    MAX_PEER_IDS,
-    MEMBERS_KEY,
-    PEER_IDS_KEY,
-    SNAP_DATA_KEY,
-    SNAP_KEY,
-    decode_members,
-    encode_members,
-)
+from doq.node.raft_log import has_old_entries, old_entries
+from doq.node.raft_meta import RaftMeta
 from doq.raft import codec
 from doq.raft.storage import limit_size
 from doq.raft.types import (
     CompactedError,
+    ConfChange,
     ConfState,
     Entry,
     EntryType,
@@ -71,9 +69,8 @@ from doq.raft.types import (
 from doq.storage.env import open_db, sync_meta
 from doq.storage.segment_log import DEFAULT_SEGMENT_BYTES, Record, SegmentLog
 
-_U64 = struct.Struct(">Q")
-_ENT = struct.Struct(">QB")
-_FIRST = struct.Struct(">QQ")
+DEFAULT_CACHE_ENTRIES = 4096
+DEFAULT_CACHE_BYTES = 32 << 20  # of entry data (the newest entry is always kept)
 WAL_DIR = "wal"
 _MIGRATE_BATCH = 4096  # entries read from LMDB per step of a migration
 
@@ -102,24 +99,37 @@ class WalLogStorage:
         self.cache_bytes = cache_bytes
         self.segment_bytes = segment_bytes
         self._log = open_db(env, b"raft_log")  # an older doq's entries (moved at open)
-        self._meta = open_db(env, b"raft_meta")
-        self.hard_state = HardState()
-        self._snap_meta = SnapshotMeta()
-        self._outgoing: Snapshot | None = None
-        self.compaction_hold: int | None = None
-        self.snapshot_wanted = False
-        self._dummy = (0, 0)
+        self._meta_db = open_db(env, b"raft_meta")
+        self.meta = RaftMeta(self._meta_db)
+        self._outgoing: Snapshot | None = None  # offered snapshot data (memory only)
+        self.compaction_hold: int | None = None  # `compact` keeps the entries after it
+        self.snapshot_wanted = False  # the core asked for snapshot data not offered yet
         self._durable_first = 0  # the compaction point as last committed durably
         self._reset_to: int | None = None  # `apply_snapshot` waits for its commit
-        self.members: dict[str, MemberAddrs] = {}
-        self.peer_cluster_ids: tuple[str, ...] = ()
         self._cache: list[Entry] = []
         self._cache_first = 1
         self._cache_size = 0
         self.migrated_entries = 0  # entries moved from LMDB's raft_log at this open
         self._seg: SegmentLog | None = None
         self._closed_last = 0
+        self._start_conf: ConfState | None = None  # `start_at`
         self._load()
+
+    @property
+    def hard_state(self) -> HardState:
+        return self.meta.hard_state
+
+    @property
+    def members(self) -> dict[str, MemberAddrs]:
+        return self.meta.members
+
+    @property
+    def peer_cluster_ids(self) -> tuple[str, ...]:
+        return self.meta.peer_cluster_ids
+
+    @property
+    def _dummy(self) -> tuple[int, int]:
+        return self.meta.first
 
     @property
     def seg(self) -> SegmentLog:
@@ -141,21 +151,12 @@ class WalLogStorage:
         self.close()
         self._reset_to = None
         with self.env.begin() as txn:
-            raw = txn.get(HS_KEY, db=self._meta)
-            self.hard_state = codec.decode_hard_state(bytes(raw)) if raw is not None else HardState()
-            raw = txn.get(SNAP_KEY, db=self._meta)
-            self._snap_meta = codec.decode_snapshot(bytes(raw)).meta if raw is not None else SnapshotMeta()
-            raw = txn.get(FIRST_KEY, db=self._meta)
-            self._dummy = _FIRST.unpack(raw) if raw else (self._snap_meta.index, self._snap_meta.term)
-            raw = txn.get(MEMBERS_KEY, db=self._meta)
-            self.members = decode_members(bytes(raw)) if raw is not None else {}
-            raw = txn.get(PEER_IDS_KEY, db=self._meta)
-            self.peer_cluster_ids = tuple(str(i) for i in json.loads(bytes(raw))) if raw is not None else ()
-            old_entries = txn.cursor(db=self._log).first()
+            self.meta = RaftMeta.read(txn, self._meta_db)
+            old = has_old_entries(txn, self._log)
         self._durable_first = self._dummy[0]
         self._seg = SegmentLog(wal_dir(self.env), start_index=self._dummy[0] + 1,
                                segment_bytes=self.segment_bytes)
-        if old_entries:
+        if old:
             self._migrate()
         self._reconcile()
         self._fill_cache()
@@ -166,14 +167,9 @@ class WalLogStorage:
         seg.reset(self._dummy[0] + 1)
         n = 0
         with self.env.begin(buffers=True) as txn:
-            cur = txn.cursor(db=self._log)
             batch: list[Record] = []
-            for k, v in cur:
-                i = _U64.unpack(k)[0]
-                if i <= self._dummy[0]:
-                    continue  # at or below the compaction point: never read again
-                term, t = _ENT.unpack_from(v)
-                batch.append((i, term, t, bytes(v[_ENT.size :])))
+            for r in old_entries(txn, self._log, self._dummy[0]):
+                batch.append(r)
                 if len(batch) >= _MIGRATE_BATCH:
                     seg.append(batch)
                     n += len(batch)
@@ -194,7 +190,7 @@ class WalLogStorage:
         compaction point. A log with a gap after the compaction point is damage."""
         seg = self.seg
         d, dterm = self._dummy
-        empty_store = self._snap_meta.index == 0 and self.hard_state == HardState() and d == 0
+        empty_store = self.meta.never_written()
         if empty_store and seg.last_index() >= seg.first_index():
             seg.reset(1)  # segment files without the store they belonged to
             return
@@ -207,37 +203,51 @@ class WalLogStorage:
             seg.reset(d + 1)
 
     def _fill_cache(self) -> None:
-        """The newest entries within the cache's bounds, read from the last one back."""
-        last = self.last_index()
-        lo = max(self._dummy[0] + 1, last - self.cache_entries + 1)
-        newest: list[Entry] = []
-        size = 0
-        hi = last + 1
-        while hi > lo:
-            step_lo = max(lo, hi - 256)
-            chunk = [_entry(r) for r in self.seg.read(step_lo, hi)]
-            done = False
-            for e in reversed(chunk):
-                if newest and size + len(e.data) > self.cache_bytes:
-                    done = True
-                    break
-                newest.append(e)
-                size += len(e.data)
-            if done:
-                break
-            hi = step_lo
-        newest.reverse()
-        self._cache = newest
-        self._cache_first = newest[0].index if newest else last + 1
-        self._cache_size = size
+        """An empty cache after the log's last entry: it holds what is appended from now on
+        (an open reads no entry; older ones are read from the segments when asked for)."""
+        self._cache = []
+        self._cache_first = self.last_index() + 1
+        self._cache_size = 0
 
     # -- read side (RaftLogStorage) -------------------------------------------------------
     def is_empty(self) -> bool:
         """Nothing was ever persisted (a new node: bootstrap or join)."""
-        return self._snap_meta.index == 0 and self.last_index() == 0 and self.hard_state == HardState()
+        return self.meta.snap_meta.index == 0 and self.last_index() == 0 and self.hard_state == HardState()
 
     def initial_state(self) -> tuple[HardState, ConfState]:
-        return self.hard_state, self._snap_meta.conf_state
+        """The hard state, and the membership as of `start_at`'s index (else the snapshot's)."""
+        return self.hard_state, self._start_conf or self.meta.snap_meta.conf_state
+
+    def start_at(self, applied: int) -> list[ConfChange]:
+        """A restart whose state holds the entries up to `applied` (the core starts there:
+        `RaftConfig.applied`): `initial_state()` gives from now on the membership as of
+        `applied`, the snapshot's with the log's conf changes up to it applied in order
+        (from the first entry the log holds: those already in the snapshot's give the same
+        membership again, as their re-apply did). Only conf-change entries are read (found
+        by their kind byte). Returns those changes, in log order."""
+        changes = [codec.decode_conf_change(e.data) for e in self.conf_changes(self.first_index(), applied + 1)]
+        conf = self.meta.snap_meta.conf_state
+        for cc in changes:
+            conf = conf.changed(cc)
+        self._start_conf = conf
+        return changes
+
+    def conf_changes(self, lo: int, hi: int) -> list[Entry]:
+        """The conf-change entries among `[lo, hi)` (clipped to the log), found by their kind
+        byte: no other entry's data is read."""
+        lo = max(lo, self.first_index())
+        hi = min(hi, self.last_index() + 1)
+        if lo >= hi:
+            return []
+        out: list[Entry] = []
+        cached = max(lo, self._cache_first) if self._cache else hi
+        conf = int(EntryType.CONF_CHANGE)
+        for i, kind in enumerate(self.seg.kinds(lo, min(hi, cached)), lo):
+            if kind == conf:
+                out.extend(_entry(r) for r in self.seg.read(i, i + 1))
+        f = self._cache_first
+        out.extend(e for e in self._cache[cached - f : hi - f] if e.type == EntryType.CONF_CHANGE)
+        return out
 
     def first_index(self) -> int:
         return self._dummy[0] + 1
@@ -291,7 +301,9 @@ class WalLogStorage:
         return limit_size([_entry(r) for r in self.seg.read(lo, hi, max_bytes)], max_bytes)
 
     def snapshot(self) -> Snapshot:
-        """As `LmdbLogStorage.snapshot`."""
+        """The snapshot offered by `offer_snapshot` while the log still holds the entries
+        after it; otherwise raises `SnapshotTemporarilyUnavailable` and sets
+        `snapshot_wanted` (the driver then produces one)."""
         out = self._outgoing
         if out is not None and out.meta.index >= self._dummy[0]:
             return out
@@ -300,9 +312,14 @@ class WalLogStorage:
         raise SnapshotTemporarilyUnavailable("snapshot data is being produced")
 
     def hold_compaction(self, index: int) -> None:
+        """Snapshot data at `index` (at or after the compaction point) is being produced:
+        `compact` discards no entry after `index` until `release_snapshot`."""
         self.compaction_hold = index
 
     def offer_snapshot(self, snap: Snapshot) -> None:
+        """The driver's snapshot data for the core to send (kept in memory, never written,
+        the log held at its index until `release_snapshot`); it must be of the node's state
+        at `snap.meta.index`. Ignored if the log no longer holds that index."""
         if snap.meta.index < self._dummy[0]:
             return
         self._outgoing = snap
@@ -310,11 +327,14 @@ class WalLogStorage:
         self.snapshot_wanted = False
 
     def release_snapshot(self) -> None:
+        """Drop the offered snapshot data (or the hold): compaction may pass its index again."""
         self._outgoing = None
         self.compaction_hold = None
 
     def snapshot_meta(self) -> SnapshotMeta:
-        return self._snap_meta
+        """The latest snapshot's meta: the node's own compaction record or the last one it
+        installed."""
+        return self.meta.snap_meta
 
     def log_bytes(self) -> int:
         """Bytes the segment files hold in records (what compaction frees)."""
@@ -368,49 +388,39 @@ class WalLogStorage:
 
     # -- write side: raft_meta (inside the caller's LMDB write transaction) ----------------
     def set_hard_state(self, txn: lmdb.Transaction, hs: HardState) -> None:
-        txn.put(HS_KEY, codec.encode_hard_state(hs), db=self._meta)
-        self.hard_state = hs
+        self.meta.set_hard_state(txn, hs)
 
     def set_members(self, txn: lmdb.Transaction, members: dict[str, MemberAddrs]) -> None:
-        txn.put(MEMBERS_KEY, encode_members(members), db=self._meta)
-        self.members = dict(members)
+        self.meta.set_members(txn, members)
 
     def add_peer_cluster_id(self, txn: lmdb.Transaction, cluster_id: str) -> None:
-        if not cluster_id or cluster_id in self.peer_cluster_ids:
-            return
-        ids = (*self.peer_cluster_ids, cluster_id)[-MAX_PEER_IDS:]
-        txn.put(PEER_IDS_KEY, json.dumps(list(ids)).encode(), db=self._meta)
-        self.peer_cluster_ids = ids
-
-    def _put_snapshot(self, txn: lmdb.Transaction, meta: SnapshotMeta) -> None:
-        txn.put(SNAP_KEY, codec.encode_snapshot(Snapshot(meta, b"")), db=self._meta)
-        txn.delete(SNAP_DATA_KEY, db=self._meta)
-        self._snap_meta = meta
-
-    def _set_dummy(self, txn: lmdb.Transaction, index: int, term: int) -> None:
-        txn.put(FIRST_KEY, _FIRST.pack(index, term), db=self._meta)
-        self._dummy = (index, term)
+        """Answer to `cluster_id` at the peer door too (`RaftMeta.add_peer_cluster_id`). Not
+        `is_empty()`-visible: a joiner records it before any Raft state."""
+        self.meta.add_peer_cluster_id(txn, cluster_id)
 
     def apply_snapshot(self, txn: lmdb.Transaction, snap: Snapshot) -> None:
         """Replace the whole log by `snap`: its meta now; the segment log is emptied by
         `after_commit(durable=True)` once this transaction is durable (until then reads
         see an empty log after the snapshot and `append` refuses)."""
-        if snap.meta.index < self._snap_meta.index:
+        if snap.meta.index < self.meta.snap_meta.index:
             return
-        self._put_snapshot(txn, snap.meta)
+        self.meta.set_snapshot(txn, snap.meta)
         self.release_snapshot()
-        self._set_dummy(txn, snap.meta.index, snap.meta.term)
+        self.meta.set_first(txn, snap.meta.index, snap.meta.term)
         self._reset_to = snap.meta.index + 1
+        self._start_conf = None
         self._cache = []
         self._cache_size = 0
         self._cache_first = snap.meta.index + 1
 
     def create_snapshot(self, txn: lmdb.Transaction, snap: Snapshot) -> None:
-        if snap.meta.index <= self._snap_meta.index:
+        """Record this node's own snapshot meta (from `RaftCore.make_snapshot`; its data is
+        not stored); the log is kept until `compact`."""
+        if snap.meta.index <= self.meta.snap_meta.index:
             return
         if snap.meta.index > self.last_index():
             raise UnavailableError(f"snapshot {snap.meta.index} beyond last {self.last_index()}")
-        self._put_snapshot(txn, snap.meta)
+        self.meta.set_snapshot(txn, snap.meta)
 
     def compact(self, txn: lmdb.Transaction, index: int, max_entries: int | None = None) -> int:
         """Move the compaction point to `index` (covered by the snapshot; at most
@@ -421,15 +431,15 @@ class WalLogStorage:
             index = min(index, hold)
         if index <= self._dummy[0]:
             return 0
-        if index > self._snap_meta.index:
-            raise ValueError(f"compact {index} beyond snapshot {self._snap_meta.index}")
+        if index > self.meta.snap_meta.index:
+            raise ValueError(f"compact {index} beyond snapshot {self.meta.snap_meta.index}")
         if max_entries is not None:
             if max_entries <= 0:
                 return 0
             index = min(index, self._dummy[0] + max_entries)
         term = self.term(index)
         count = index - self._dummy[0]
-        self._set_dummy(txn, index, term)
+        self.meta.set_first(txn, index, term)
         if self._cache and index >= self._cache_first:
             drop = min(len(self._cache), index - self._cache_first + 1)
             self._cache_size -= sum(len(e.data) for e in self._cache[:drop])

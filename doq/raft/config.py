@@ -29,6 +29,12 @@ class RaftConfig:
       applies it in the Ready that persists its next entries: one message each way and
       one Ready per follower fewer per commit. The commit of a conf change is sent at
       once all the same (membership takes effect when applied).
+    - ``applied``: at a restart, the index the application's state already holds (etcd's
+      ``Config.Applied``): the committed entries up to it are not handed out again. It
+      must be at most the hard state's commit index, and the storage's
+      ``initial_state()`` must give the membership as of it (the snapshot's conf state
+      with every conf change up to ``applied`` applied: ``ConfState.changed``). 0: the
+      entries after the storage's first index are handed out again.
     - ``bugs``: names from :data:`KNOWN_BUGS`; empty in production.
     """
 
@@ -43,6 +49,7 @@ class RaftConfig:
     pre_vote: bool = True
     check_quorum: bool = True
     broadcast_commit: bool = True
+    applied: int = 0
     bugs: frozenset[str] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:
@@ -54,6 +61,8 @@ class RaftConfig:
             raise ValueError("max_inflight_msgs and max_entries_per_msg must be positive")
         if self.snapshot_chunk_bytes <= 0:
             raise ValueError("snapshot_chunk_bytes must be positive")
+        if self.applied < 0:
+            raise ValueError("applied must be >= 0")
         unknown = self.bugs - KNOWN_BUGS
         if unknown:
             raise ValueError(f"unknown bugs: {sorted(unknown)}")

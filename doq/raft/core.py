@@ -67,6 +67,8 @@ class RaftCore:
         self.learners: tuple[str, ...] = tuple(sorted(cs.learners))
         if hs.commit:
             self.log.commit_to(hs.commit)
+        if config.applied > self.log.applied:  # the application holds these already
+            self.log.applied_to(config.applied)
         self.role = Role.FOLLOWER
         self.lead = NONE
         self.prs: dict[str, Progress] = {}
@@ -180,20 +182,9 @@ class RaftCore:
         """Apply a committed conf change (called by the driver while applying entries,
         also when re-applying after a restart: it is idempotent). Returns the new
         conf state. A leader that removes itself steps down."""
-        voters = set(self.voters)
-        learners = set(self.learners)
-        nid = cc.node_id
-        if cc.type == ConfChangeType.ADD_NODE:
-            learners.discard(nid)
-            voters.add(nid)
-        elif cc.type == ConfChangeType.ADD_LEARNER:
-            if nid not in voters:
-                learners.add(nid)
-        else:
-            voters.discard(nid)
-            learners.discard(nid)
-        self.voters = tuple(sorted(voters))
-        self.learners = tuple(sorted(learners))
+        cs = self.conf_state().changed(cc)
+        self.voters, self.learners = cs.voters, cs.learners
+        voters = set(cs.voters)
         if self.role == Role.LEADER:
             self._sync_progress()
             if self.id not in voters:

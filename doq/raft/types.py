@@ -86,6 +86,24 @@ class ConfState:
     voters: tuple[str, ...] = ()
     learners: tuple[str, ...] = ()
 
+    def changed(self, cc: ConfChange) -> ConfState:
+        """The membership after the committed change ``cc`` (idempotent: applying a change
+        again, or the changes already in a snapshot's conf state again in order, gives the
+        same membership)."""
+        voters = set(self.voters)
+        learners = set(self.learners)
+        nid = cc.node_id
+        if cc.type == ConfChangeType.ADD_NODE:
+            learners.discard(nid)
+            voters.add(nid)
+        elif cc.type == ConfChangeType.ADD_LEARNER:
+            if nid not in voters:
+                learners.add(nid)
+        else:
+            voters.discard(nid)
+            learners.discard(nid)
+        return ConfState(tuple(sorted(voters)), tuple(sorted(learners)))
+
 
 @dataclass(slots=True, frozen=True)
 class ConfChange:

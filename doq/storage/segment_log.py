@@ -27,11 +27,22 @@ Invariants (what `open` relies on, what every mutator keeps):
   it cuts (after deleting, and syncing the deletion of, the newer segments), and a torn
   tail found at open is zeroed likewise.
 
+- `<seq:016x>.idx`: a sealed segment's index, written when the log moves on to a newer
+  segment (after the sealed one's records were synced): magic, the segment's sequence
+  number, first index, record count and end offset, each record's offset, CRC-32 of it all.
+  An open trusts it only for a segment that is not the newest, whose index checks (CRC,
+  sequence, first index, offsets within the file, its last record read and checked): else
+  the segment is scanned and its index written again. A truncation deletes the index of
+  the segment it cuts before cutting it.
+
 At open, the newest segment's records are read up to the first one that is torn or
 corrupt (bad length, CRC, or index not the next one): that one and everything after it
 were never acknowledged (a batch is acknowledged only after its `fdatasync` returned), so
-they are cut. A bad record in an older segment (complete and synced before a newer one
-was created) is damage: `SegmentLogCorrupt`.
+they are cut. An older segment (complete and synced before a newer one was created) is
+not read at open when its index checks (above): a restart reads the newest segment, at
+most `segment_bytes`, not the whole log. A bad record in an older segment is damage:
+`SegmentLogCorrupt`, at open when the segment is scanned, else when the record is read
+(every read checks each record's CRC and index).
 
 Compaction (`drop_before`) deletes whole segments, the oldest first, whose records are
 all below the given index; the log's `first_index()` is then the oldest kept segment's
@@ -44,6 +55,7 @@ from __future__ import annotations
 
 import os
 import struct
+import sys
 import zlib
 from array import array
 from collections.abc import Sequence
@@ -62,6 +74,10 @@ DEFAULT_SEGMENT_BYTES = 64 << 20
 FIRST_SEGMENT_BYTES = 1 << 20  # a log's first segment; each next one twice the size
 _ZEROS = bytes(1 << 20)
 SUFFIX = ".seg"
+IDX_SUFFIX = ".idx"
+IDX_MAGIC = b"DOQWIX\x00\x01"
+_IDX = struct.Struct(">8sQQQQ")  # magic+version, seq, first index, record count, end offset
+_CRC = struct.Struct(">I")
 
 Record = tuple[int, int, int, bytes]  # index, term, kind, data
 
@@ -85,6 +101,41 @@ class _Segment:
     @property
     def last(self) -> int:
         return self.first + len(self.offsets) - 1
+
+    @property
+    def idx_path(self) -> Path:
+        return self.path.with_suffix(IDX_SUFFIX)
+
+
+def _be_offsets(offsets: array) -> bytes:
+    """`offsets` as u64 big-endian."""
+    out = array("Q", offsets)
+    if sys.byteorder == "little":
+        out.byteswap()
+    return out.tobytes()
+
+
+def _encode_index(s: _Segment) -> bytes:
+    raw = _IDX.pack(IDX_MAGIC, s.seq, s.first, len(s.offsets), s.end) + _be_offsets(s.offsets)
+    return raw + _CRC.pack(zlib.crc32(raw))
+
+
+def _decode_index(raw: bytes, s: _Segment) -> array | None:
+    """The record offsets `raw` (an index file) holds for `s`, or None if it does not fit
+    `s` (damaged, stale or another segment's)."""
+    if len(raw) < _IDX.size + _CRC.size or zlib.crc32(raw[:-_CRC.size]) != _CRC.unpack_from(raw, len(raw) - 4)[0]:
+        return None
+    magic, seq, first, count, end = _IDX.unpack_from(raw)
+    if magic != IDX_MAGIC or seq != s.seq or first != s.first or count == 0 \
+            or len(raw) != _IDX.size + 8 * count + _CRC.size or not HEADER_BYTES < end <= s.size:
+        return None
+    offsets = array("Q")
+    offsets.frombytes(raw[_IDX.size : -_CRC.size])
+    if sys.byteorder == "little":
+        offsets.byteswap()
+    if offsets[0] != HEADER_BYTES or offsets[-1] >= end:
+        return None
+    return offsets
 
 
 def encode_record(index: int, term: int, kind: int, data: bytes) -> bytes:
@@ -116,6 +167,46 @@ def _write_all(fd: int, data: bytes | memoryview, offset: int) -> None:
         offset += n
 
 
+def _check_records(buf: bytes, off: int, first: int, count: int, s: _Segment) -> int:
+    """The offset in `buf` just past `count` whole records from `off`, the first of index
+    `first`, each with its CRC; -1 if one is cut, damaged or out of order."""
+    view = memoryview(buf)
+    for expect in range(first, first + count):
+        if off + _REC.size > len(buf):
+            return -1
+        length, crc = _REC.unpack_from(buf, off)
+        start = off + _REC.size
+        if length < _BODY.size or start + length > len(buf) or zlib.crc32(view[start : start + length]) != crc \
+                or _BODY.unpack_from(buf, start)[0] != expect:
+            return -1
+        off = start + length
+    return off
+
+
+def _write_index(s: _Segment) -> None:
+    """Write `s`'s index file (under a temporary name, synced, renamed). Best effort: an
+    index that could not be written (a full disk), or is lost or damaged, only makes the
+    next open scan the segment."""
+    tmp = s.idx_path.with_name(s.idx_path.name + ".tmp")
+    try:
+        fd = open_private(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+        try:
+            _write_all(fd, _encode_index(s), 0)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, s.idx_path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
+def _remove(s: _Segment) -> None:
+    """Close and delete segment `s` and its index (not synced)."""
+    os.close(s.fd)
+    s.idx_path.unlink(missing_ok=True)
+    s.path.unlink()
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -141,9 +232,13 @@ class SegmentLog:
     # -- open --------------------------------------------------------------------------
     def _open(self, start_index: int) -> None:
         for p in self.path.iterdir():
-            if p.name.endswith(".tmp"):  # a segment being created when the process died
+            if p.name.endswith(".tmp"):  # a segment or index being created when the process died
                 p.unlink()
         names = sorted(p for p in self.path.iterdir() if p.name.endswith(SUFFIX))
+        seg_names = {p.with_suffix(IDX_SUFFIX).name for p in names}
+        for p in self.path.iterdir():
+            if p.name.endswith(IDX_SUFFIX) and p.name not in seg_names:  # its segment was deleted
+                p.unlink()
         found: list[_Segment] = []
         for p in names:
             fd = open_private(p, os.O_RDWR)
@@ -161,12 +256,16 @@ class SegmentLog:
                 keep_from = i
                 break
         for s in found[:keep_from]:
-            os.close(s.fd)
-            s.path.unlink()
+            _remove(s)
         segs = found[keep_from:]
         for i, s in enumerate(segs):
             newest = i == len(segs) - 1
-            self._scan(s, newest=newest)
+            if newest:
+                s.idx_path.unlink(missing_ok=True)  # (a truncated segment's, if its deletion was lost)
+                self._scan(s, newest=True)
+            elif not self._load_index(s):
+                self._scan(s, newest=False)
+                _write_index(s)
             if i > 0 and s.first != segs[i - 1].last + 1:
                 raise SegmentLogCorrupt(f"{s.path.name}: starts at {s.first}, after {segs[i - 1].last}")
         self._segs = segs
@@ -175,6 +274,25 @@ class SegmentLog:
         elif keep_from:
             _fsync_dir(self.path)
         self.synced_last = self.last_index()
+
+    def _load_index(self, s: _Segment) -> bool:
+        """Take `s`'s record offsets from its index file if that fits `s` (its last record
+        read back and checked too); False if it is missing or does not fit."""
+        try:
+            raw = s.idx_path.read_bytes()
+        except FileNotFoundError:
+            return False
+        offsets = _decode_index(raw, s)
+        if offsets is None:
+            return False
+        _, end = _IDX.unpack_from(raw)[3:5]
+        last = s.first + len(offsets) - 1
+        tail = os.pread(s.fd, end - offsets[-1], offsets[-1])
+        if _check_records(tail, 0, last, 1, s) != len(tail):
+            return False
+        s.offsets = offsets
+        s.end = end
+        return True
 
     def _scan(self, s: _Segment, *, newest: bool) -> None:
         """Index `s`'s records; cut (zero) a torn tail of the newest segment."""
@@ -202,7 +320,8 @@ class SegmentLog:
             off = start + length
             expect += 1
         s.end = off
-        dirty_end = len(buf.rstrip(b"\0"))  # zeros expected past the last record
+        # zeros expected past the last record (counted in place: no copy of the segment)
+        dirty_end = off if buf.count(0, off) == n - off else len(buf.rstrip(b"\0"))
         if bad or dirty_end > off:
             if not newest:
                 raise SegmentLogCorrupt(f"{s.path.name}: damaged record at byte {off}")
@@ -279,11 +398,14 @@ class SegmentLog:
                 a = s.offsets[lo - s.first]
                 b = s.offsets[stop - s.first] if stop <= s.last else s.end
                 buf = os.pread(s.fd, b - a, a)
+                view = memoryview(buf)
                 off = 0
-                for _ in range(stop - lo):
-                    length = _REC.unpack_from(buf, off)[0]
+                for expect in range(lo, stop):
+                    length, crc = _REC.unpack_from(buf, off)
                     start = off + _REC.size
                     index, term, kind = _BODY.unpack_from(buf, start)
+                    if index != expect or zlib.crc32(view[start : start + length]) != crc:
+                        raise SegmentLogCorrupt(f"{s.path.name}: damaged record {expect} at byte {a + off}")
                     data = buf[start + _BODY.size : start + length]
                     total += len(data)
                     if out and max_bytes is not None and total > max_bytes:
@@ -336,6 +458,7 @@ class SegmentLog:
                     batch = []
                 self._dirty.add(s.seq)
                 self.sync()  # the full segment's records are durable before a newer one exists
+                _write_index(s)  # (synced by the new segment's directory sync)
                 s = self._new_segment(index, base=False, min_bytes=len(rec))
                 batch_start = pos = s.end
             batch.append(rec)
@@ -370,14 +493,14 @@ class SegmentLog:
             raise ValueError(f"truncate at {index}: the log starts at {self.first_index()}")
         i = self._seg_of(index)
         gone = self._segs[i + 1 :]
-        if gone:
-            for s in reversed(gone):  # the newest first: a crash leaves a contiguous prefix
-                os.close(s.fd)
-                s.path.unlink()
-                self._dirty.discard(s.seq)
-            del self._segs[i + 1 :]
-            _fsync_dir(self.path)
         s = self._segs[i]
+        if gone or s.idx_path.exists():
+            for g in reversed(gone):  # the newest first: a crash leaves a contiguous prefix
+                _remove(g)
+                self._dirty.discard(g.seq)
+            del self._segs[i + 1 :]
+            s.idx_path.unlink(missing_ok=True)  # before its records are cut
+            _fsync_dir(self.path)
         cut = s.offsets[index - s.first]
         old_end = s.end
         del s.offsets[index - s.first :]
@@ -393,8 +516,7 @@ class SegmentLog:
         old = list(self._segs)
         self._new_segment(next_index, base=True)
         for s in old:
-            os.close(s.fd)
-            s.path.unlink()
+            _remove(s)
             self._dirty.discard(s.seq)
         del self._segs[: len(old)]
         _fsync_dir(self.path)
@@ -417,8 +539,7 @@ class SegmentLog:
         n = 0
         while len(self._segs) > 1 and self._segs[0].last < index:
             s = self._segs.pop(0)
-            os.close(s.fd)
-            s.path.unlink()
+            _remove(s)
             self._dirty.discard(s.seq)
             n += 1
         if n:

@@ -23,7 +23,7 @@ import lmdb
 
 from doq.errors import Unavailable
 from doq.node.cluster import MemberAddrs
-from doq.node.raft_log import FIRST_KEY, HS_KEY
+from doq.node.raft_meta import FIRST_KEY, HS_KEY
 from doq.node.raft_node import RaftNode, RaftNodeConfig
 from doq.node.transport_base import OnMessages, PeerFrame
 from doq.node.wal_log import WalLogStorage

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from doq.node.raft_log import LmdbLogStorage
+from doq.node.raft_meta import RaftMeta
 from doq.node.transport_base import PeerFrame
 from doq.raft.types import Message, MessageType
 from tests.node.raftnet import FAST, Cluster
@@ -59,4 +59,5 @@ async def test_a_joiner_answers_only_to_the_cluster_it_was_told_to_join(tmp_path
     assert [m for m in n2._inbox if m is not None] == []
     n2._on_messages(PeerFrame("n1", (cid,), [heartbeat("n1", "n2", 9)]))
     assert [m.frm for m in n2._inbox if m is not None] == ["n1"]
-    assert LmdbLogStorage(n2.env).peer_cluster_ids == (cid,)  # on disk: a restart keeps the door shut
+    with n2.env.begin() as txn:  # on disk: a restart keeps the door shut
+        assert RaftMeta.read(txn, n2.storage._meta_db).peer_cluster_ids == (cid,)  # (its open handle)

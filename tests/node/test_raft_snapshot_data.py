@@ -12,7 +12,7 @@ import pytest
 from doq.backup.format import BackupReader
 from doq.backup.ops import write_backup
 from doq.node.cluster import MemberAddrs
-from doq.node.raft_log import encode_members
+from doq.node.raft_meta import encode_members
 from doq.node.raft_snapshot import (
     decode_snapshot_data,
     encode_snapshot_data,

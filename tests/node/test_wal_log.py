@@ -14,7 +14,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from doq.node.raft_log import LmdbLogStorage
 from doq.node.wal_log import WalLogStorage, wal_dir
 from doq.raft import (
     CompactedError,
@@ -27,6 +26,7 @@ from doq.raft import (
     SnapshotMeta,
 )
 from doq.storage.env import open_env, sync_meta
+from tests.node.old_layout import old_entry_count, write_old_layout
 
 BOOT = Snapshot(SnapshotMeta(1, 1, ConfState(("a",))), b"")
 SMALL = 8192
@@ -196,24 +196,17 @@ def test_segments_are_deleted_only_after_a_durable_commit_of_the_compaction(env:
 
 
 def test_an_older_doqs_entries_move_from_lmdb_to_segments(env: lmdb.Environment) -> None:
-    """A data dir of the previous layout (entries in LMDB's raft_log, written here with
-    its own code) opens with the same log; the LMDB table is emptied, once."""
-    old = LmdbLogStorage(env)
-    with env.begin(write=True) as txn:
-        old.apply_snapshot(txn, BOOT)
-        old.set_hard_state(txn, HardState(4, "a", 30))
-        log = ents(2, *[1] * 20, *[4] * 30, size=300)
-        old.append(txn, log)
-        old.create_snapshot(txn, Snapshot(SnapshotMeta(12, 1, ConfState(("a",))), b""))
-        old.compact(txn, 10)
-    sync_meta(env)
-    before = (old.initial_state(), old.first_index(), old.last_index(),
-              [old.term(i) for i in range(10, 52)], old.entries(11, 52, 1 << 30), old.snapshot_meta())
+    """A data dir of the previous layout (entries in LMDB's raft_log, in that layout's bytes:
+    `tests.node.old_layout`) opens with the same log; the LMDB table is emptied, once; the
+    entries at or below the compaction point are not moved."""
+    log = ents(2, *[1] * 20, *[4] * 30, size=300)
+    snap = SnapshotMeta(12, 1, ConfState(("a",)))
+    write_old_layout(env, log, hard_state=HardState(4, "a", 30), snapshot=snap, first=(10, 1))
+    before = ((HardState(4, "a", 30), snap.conf_state), 11, 51, [e.term for e in log[8:]], log[9:], snap)
     new = WalLogStorage(env, segment_bytes=SMALL)
     assert new.migrated_entries == 41  # 11..51 (2..10 were compacted)
     assert view(new) == before
-    with env.begin() as txn:
-        assert txn.cursor(db=new._log).first() is False
+    assert old_entry_count(env) == 0
     new.close()
     again = WalLogStorage(env, segment_bytes=SMALL)
     assert again.migrated_entries == 0

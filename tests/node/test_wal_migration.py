@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from doq.node.raft_log import LmdbLogStorage
 from doq.node.wal_log import WalLogStorage, wal_dir
 from doq.queues import commands as c
-from doq.storage.env import open_env, sync_meta
+from doq.storage.env import open_env
 from doq.storage.state import StateStore
+from tests.node.old_layout import old_entry_count, write_old_layout
 from tests.node.raftnet import retry
 from tests.node.test_raft_node import create_queue, enq, new_cluster
 
@@ -22,20 +22,17 @@ pytestmark = pytest.mark.timeout(180)
 
 
 def _to_old_layout(node_path: Path) -> int:
-    """Rewrite a stopped node's log in the previous layout (written by that layout's own
-    code, `LmdbLogStorage`): its entries in LMDB's raft_log, no segment files. Returns
+    """Rewrite a stopped node's log in the previous layout (in that layout's bytes:
+    `tests.node.old_layout`): its entries in LMDB's raft_log, no segment files. Returns
     how many entries."""
     env = open_env(node_path, map_size=1 << 30)
     try:
         new = WalLogStorage(env)
         entries = new.entries(new.first_index(), new.last_index() + 1, 1 << 40)
         new.close()
-        old = LmdbLogStorage(env)
-        with env.begin(write=True) as txn:
-            old.append(txn, entries)
-        sync_meta(env)
+        write_old_layout(env, entries)
         shutil.rmtree(wal_dir(env))
-        assert LmdbLogStorage(env).last_index() == entries[-1].index
+        assert old_entry_count(env) == len(entries)
         return len(entries)
     finally:
         env.close()
@@ -71,10 +68,7 @@ async def test_an_old_layout_data_dir_starts_and_the_cluster_keeps_working(tmp_p
     env = open_env(tmp_path / "n1", map_size=1 << 30)
     try:
         assert StateStore(env).get_queue("q").stats.total == 40
-        old = LmdbLogStorage(env)  # (its DBIs opened before the read txn below)
-        assert old.last_index() == old.first_index() - 1  # the old table: empty
-        with env.begin() as txn:
-            assert txn.cursor(db=old._log).first() is False
+        assert old_entry_count(env) == 0  # the old table: empty
     finally:
         env.close()
     n1 = await cl.start("n1")

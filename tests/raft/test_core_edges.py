@@ -265,3 +265,53 @@ def test_a_restarted_core_campaigns_only_once_its_committed_conf_changes_are_app
         core._has_unapplied_conf_change = guarded  # type: ignore[method-assign]  # noqa: SLF001
         core.campaign()
         assert (core.role == Role.LEADER) is (conf_at is None), conf_at
+
+
+def test_a_core_started_at_the_applied_index_hands_out_only_the_entries_after_it() -> None:
+    """`RaftConfig.applied` (etcd's Config.Applied): a restarted core whose application
+    holds the entries up to `applied` hands out the committed entries after it, each once,
+    and none before; without it, every committed entry after the snapshot again. An applied
+    index beyond the commit index is refused (the application cannot hold what is not
+    committed)."""
+    import random
+
+    from doq.raft import EntryType, HardState, InvariantError, MemoryStorage, RaftConfig, RaftCore
+
+    def restarted(applied: int) -> RaftCore:
+        st = MemoryStorage(("a",))
+        st.append([Entry(1, i, EntryType.NORMAL, b"x%d" % i) for i in range(2, 11)])
+        st.set_hard_state(HardState(1, "a", 8))
+        return RaftCore(RaftConfig(id="a", applied=applied), st, random.Random(1))
+
+    def handed_out(core: RaftCore) -> list[int]:
+        out: list[int] = []
+        while core.has_ready():
+            rd = core.ready()
+            out += [e.index for e in rd.committed_entries]
+            core.advance(rd)
+        return out
+
+    assert handed_out(restarted(5)) == [6, 7, 8]
+    assert handed_out(restarted(8)) == []
+    assert handed_out(restarted(0)) == [2, 3, 4, 5, 6, 7, 8]
+    with pytest.raises(InvariantError):
+        restarted(9)
+    with pytest.raises(ValueError):
+        RaftConfig(id="a", applied=-1)
+
+
+def test_conf_state_changed_replays_to_the_same_membership() -> None:
+    """`ConfState.changed`, the fold a restart uses for the conf changes up to its applied
+    index: the changes already in a snapshot's conf state, applied again in order, give the
+    same membership (a restart folds from the log's first entry, which may be before it)."""
+    import itertools
+
+    ops = [ConfChange(t, n) for t in ConfChangeType for n in ("b", "c")]
+    for seq in itertools.product(ops, repeat=3):
+        cs = ConfState(("a",))
+        for cc in seq:
+            cs = cs.changed(cc)
+        again = cs
+        for cc in seq:
+            again = again.changed(cc)
+        assert again == cs, seq

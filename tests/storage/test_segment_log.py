@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import doq.storage.segment_log as mod
 from doq.storage.segment_log import HEADER_BYTES, SegmentLog, SegmentLogCorrupt, encode_record
 
 SMALL = 8192  # bytes per segment: a few dozen records each
@@ -115,7 +116,10 @@ def test_a_torn_or_corrupt_tail_is_cut_at_open(tmp_path: Path, tail: str) -> Non
         assert log.read(1, 100) == recs(1, want_last + 1) + recs(want_last + 1, want_last + 4, term=2)
 
 
-def test_damage_in_an_older_segment_is_refused(tmp_path: Path) -> None:
+def test_damage_in_an_older_segment_is_refused_at_its_read_or_at_open_without_its_index(tmp_path: Path) -> None:
+    """An older segment is not read at open when its index checks: damage inside it is
+    found by the read of the damaged record (every read checks CRCs); without the index
+    the open scans the segment and refuses it."""
     d = tmp_path / "wal"
     with SegmentLog(d, segment_bytes=SMALL) as log:
         log.append(recs(1, 200))
@@ -125,8 +129,78 @@ def test_damage_in_an_older_segment_is_refused(tmp_path: Path) -> None:
     with open(first, "r+b") as f:
         f.seek(HEADER_BYTES + 30)
         f.write(b"\xff\xff")
+    with SegmentLog(d, segment_bytes=SMALL) as log:
+        with pytest.raises(SegmentLogCorrupt):
+            log.read(1, 2)
+        assert log.read(150, 200) == recs(150, 200)  # the undamaged segments still serve
+    first.with_suffix(".idx").unlink()
     with pytest.raises(SegmentLogCorrupt):
         SegmentLog(d, segment_bytes=SMALL)
+
+
+def _reads(path: Path) -> list[str]:
+    """The segment files an open of `path` reads past their header (their records)."""
+    got: list[str] = []
+    orig_open = open
+
+    def spy_open(p, mode="r", *a, **k):  # type: ignore[no-untyped-def]
+        if str(p).endswith(".seg") and "b" in mode:
+            got.append(Path(p).name)
+        return orig_open(p, mode, *a, **k)
+
+    mod.open = spy_open  # type: ignore[attr-defined]
+    try:
+        SegmentLog(path, segment_bytes=SMALL).close()
+    finally:
+        del mod.open  # type: ignore[attr-defined]
+    return got
+
+
+def test_an_open_scans_only_the_newest_segment_when_the_older_ones_have_their_index(tmp_path: Path) -> None:
+    d = tmp_path / "wal"
+    with SegmentLog(d, segment_bytes=SMALL) as log:
+        log.append(recs(1, 600))
+        log.sync()
+        n = log.segment_count()
+    assert n > 5
+    idx = sorted(p.name for p in d.iterdir() if p.name.endswith(".idx"))
+    assert idx == [p.with_suffix(".idx").name for p in segs(d)[:-1]]  # every sealed segment's
+    assert _reads(d) == [segs(d)[-1].name]
+    with SegmentLog(d, segment_bytes=SMALL) as log:
+        assert (log.first_index(), log.last_index()) == (1, 599)
+        assert log.read(1, 600) == recs(1, 600)
+        assert log.kinds(1, 600) == bytes(i % 3 for i in range(1, 600))
+    # an index lost, damaged or stale: that segment is scanned (and its index written again)
+    lost, damaged, stale = (p.with_suffix(".idx") for p in segs(d)[:3])
+    lost.unlink()
+    raw = bytearray(damaged.read_bytes())
+    raw[40] ^= 1
+    damaged.write_bytes(bytes(raw))
+    stale.write_bytes(segs(d)[3].with_suffix(".idx").read_bytes())  # another segment's
+    assert sorted(_reads(d)) == sorted([*(p.name for p in segs(d)[:3]), segs(d)[-1].name])
+    assert _reads(d) == [segs(d)[-1].name]
+    with SegmentLog(d, segment_bytes=SMALL) as log:
+        assert log.read(1, 600) == recs(1, 600)
+
+
+def test_a_truncated_segment_loses_its_index_and_never_serves_the_cut_records(tmp_path: Path) -> None:
+    d = tmp_path / "wal"
+    with SegmentLog(d, segment_bytes=SMALL) as log:
+        log.append(recs(1, 300))
+        log.sync()
+        mid = log._segs[1]
+        cut = mid.first + 3
+        assert mid.idx_path.exists()
+        log.truncate_from(cut)
+        assert not mid.idx_path.exists()
+        assert log.last_index() == cut - 1
+        log.append(recs(cut, cut + 200, term=2))  # seals it again, with its new records
+        log.sync()
+        want = recs(1, cut) + recs(cut, cut + 200, term=2)
+        assert log.read(1, cut + 200) == want
+    assert _reads(d) == [segs(d)[-1].name]
+    with SegmentLog(d, segment_bytes=SMALL) as log:
+        assert log.read(1, cut + 200) == want
 
 
 def test_a_damaged_segment_header_is_refused(tmp_path: Path) -> None:
@@ -315,3 +389,28 @@ def test_kinds_are_the_records_kinds_across_segments_and_a_reopen(tmp_path: Path
             assert log.kinds(lo, hi) == bytes(r[2] for r in log.read(lo, hi)), (lo, hi)
     with SegmentLog(d, segment_bytes=SMALL) as log:
         assert log.kinds(1, 200) == bytes(i % 3 for i in range(1, 200))
+
+
+def test_an_index_that_cannot_be_written_only_makes_the_next_open_scan(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sealed segment's index is best effort: a full disk when it is written fails no
+    append, leaves no temporary file, and the next open scans that segment."""
+    d = tmp_path / "wal"
+    real = mod.open_private
+
+    def full_disk_for_indexes(path: Path, flags: int) -> int:
+        if str(path).endswith(".idx.tmp"):
+            raise OSError(28, "No space left on device")
+        return real(path, flags)
+
+    monkeypatch.setattr(mod, "open_private", full_disk_for_indexes)
+    with SegmentLog(d, segment_bytes=SMALL) as log:
+        log.append(recs(1, 300))
+        log.sync()
+        assert log.segment_count() > 3
+    monkeypatch.undo()
+    assert not any(p.name.endswith((".idx", ".tmp")) for p in d.iterdir())
+    assert sorted(_reads(d)) == sorted(p.name for p in segs(d))  # every one scanned (indexes written now)
+    assert _reads(d) == [segs(d)[-1].name]
+    with SegmentLog(d, segment_bytes=SMALL) as log:
+        assert log.read(1, 300) == recs(1, 300)
