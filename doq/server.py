@@ -135,7 +135,8 @@ async def open_runtime(config: ServeConfig) -> Runtime:
         try:
             node = await open_raft_node(
                 state, node_id=config.node_id, addrs=config.member_addrs(), join_addrs=config.join,
-                join_cluster=join, cluster_id=config.cluster_id, on_commit=metrics.observe_commit, config=raft_config, gauge=gauge,
+                join_cluster=join, cluster_id=config.cluster_id, on_applied=metrics.observe_applied, on_commit=metrics.observe_commit,
+                config=raft_config, gauge=gauge,
                 transport=lambda on_messages: _transport(config, on_messages, tls),
             )
         except ClusterError as e:

@@ -62,7 +62,8 @@ async def open_raft_node(
     join_cluster: JoinCluster | None = None,
     cluster_id: str = "",
     config: RaftNodeConfig | None = None,
-    on_commit: Callable[[int, float, float], None] | None = None,
+    on_applied: Callable[[int], None] | None = None,
+    on_commit: Callable[[float, float], None] | None = None,
     gauge: StorageGauge | None = None,
 ) -> RaftNode:
     """Build (not start) the node; joins first when needed (see the module docstring).
@@ -86,5 +87,5 @@ async def open_raft_node(
         peers = {m.node_id: m.addrs for m in status.members if m.node_id != node_id}
         join_cluster_id = status.cluster_id  # until caught up, the peer door takes only its frames
     return RaftNode(state, node_id=node_id, addrs=addrs, transport=transport, config=config,
-                    join=join, peers=peers, join_cluster_id=join_cluster_id, on_commit=on_commit,
-                    gauge=gauge)
+                    join=join, peers=peers, join_cluster_id=join_cluster_id, on_applied=on_applied,
+                    on_commit=on_commit, gauge=gauge)

@@ -215,7 +215,8 @@ class RaftNode:
         join_cluster_id: str = "",
         clock_ms: Callable[[], int] = wall_clock_ms,
         seed: int | None = None,
-        on_commit: Callable[[int, float, float], None] | None = None,
+        on_applied: Callable[[int], None] | None = None,
+        on_commit: Callable[[float, float], None] | None = None,
         gauge: StorageGauge | None = None,
     ) -> None:
         self.env = state.env  # the node's one environment: the Raft log lives beside the state
@@ -228,7 +229,8 @@ class RaftNode:
         self._peers = dict(peers or {})
         self._clock_ms = clock_ms
         self._rng = random.Random(seed)
-        self._on_commit = on_commit
+        self._on_applied = on_applied  # (commands) once a write's batch is applied, before its answers
+        self._on_commit = on_commit  # (commit_seconds, fsync_seconds) after each durable write
         self.storage = WalLogStorage(self.env)  # the entries in segment files beside the state
         self.transport = transport(self._on_messages)
         self.core: RaftCore | None = None
@@ -1130,6 +1132,8 @@ class RaftNode:
                 st.set_hard_state(txn, hs)
             if job.committed:
                 job.results = self._apply(txn, job)
+                if self._on_applied is not None:
+                    self._on_applied(sum(len(r) for r in job.results))
                 if job.answer is not None:  # before the commit (see `_answer_early`)
                     self.state.publish_applied()  # what the answers tell, readers see
                     n = job.durable_committed
@@ -1159,7 +1163,7 @@ class RaftNode:
             self.gauge.committed()
         if self._on_commit:  # every durable write, also one that only appends or votes
             t2 = time.perf_counter()
-            self._on_commit(sum(len(r) for r in job.results) if job.committed else 0, t2 - t0, t2 - t1)
+            self._on_commit(t2 - t0, t2 - t1)
 
     def _must_be_durable(self, job: _Job) -> bool:
         """Must the LMDB commit of this write be durable when it returns (both syncs), or

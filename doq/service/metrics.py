@@ -80,15 +80,19 @@ def transport(name: str) -> Transport:
     return t
 
 
-def observe_commit(commands: int, commit_seconds: float, fsync_seconds: float) -> None:
-    """Called by the node after each durable write (an LMDB txn committed with fsync),
-    with the number of commands it applied (0 for a write that only appended entries or
-    stored a vote): the histograms count every write, the batches those that applied."""
-    COMMIT_SECONDS.observe(commit_seconds)
-    FSYNC_SECONDS.observe(fsync_seconds)
+def observe_applied(commands: int) -> None:
+    """Called by the node once it has applied a batch of `commands` commands (one write's),
+    before their answers leave: whoever hears an answer finds its command counted."""
     if commands:
         COMMANDS.inc(commands)
         BATCHES.inc()
+
+
+def observe_commit(commit_seconds: float, fsync_seconds: float) -> None:
+    """Called by the node after each durable write (an LMDB txn committed with fsync), also
+    one that only appended entries or stored a vote."""
+    COMMIT_SECONDS.observe(commit_seconds)
+    FSYNC_SECONDS.observe(fsync_seconds)
 
 
 MAX_QUEUE_SERIES = 100  # queues with series of their own in doq_queue_messages; the rest are summed

@@ -21,19 +21,19 @@ from tests.support.local_node import LocalNode
 
 
 class Counted:
-    """Commands committed by the node (its `on_commit` hook, as the metrics see it)."""
+    """Commands applied by the node (its `on_applied` hook, as the metrics see it)."""
 
     def __init__(self) -> None:
         self.commands = 0
 
-    def __call__(self, commands: int, commit_s: float, fsync_s: float) -> None:
+    def __call__(self, commands: int) -> None:
         self.commands += commands
 
 
 @pytest.fixture
 async def svc(tmp_path: Path) -> AsyncIterator[tuple[QueueService, Counted]]:
     counted = Counted()
-    node = LocalNode(StateStore(open_env(tmp_path / "db", map_size=256 * 1024**2)), on_commit=counted)
+    node = LocalNode(StateStore(open_env(tmp_path / "db", map_size=256 * 1024**2)), on_applied=counted)
     await node.start()
     yield QueueService(node), counted
     await node.stop()

@@ -36,7 +36,8 @@ _META_TAG = 1  # the machine meta record: every applied command stamps replicate
 async def local_service(path: Path, limits: Limits | None = None) -> AsyncIterator[QueueService]:
     """A started node and its facade, built as `doq serve` builds them; stopped on exit."""
     env = open_env(path / "doq.lmdb")
-    node = LocalNode(StateStore(env), on_commit=metrics.observe_commit)
+    node = LocalNode(StateStore(env), on_applied=metrics.observe_applied,
+                     on_commit=metrics.observe_commit)
     await node.start()
     try:
         yield QueueService(node, limits)

@@ -52,13 +52,15 @@ class LocalNode:
         node_id: str = "node-1",
         addrs: MemberAddrs = NO_ADDRS,
         clock_ms: Callable[[], int] = wall_clock_ms,
-        on_commit: Callable[[int, float, float], None] | None = None,
+        on_applied: Callable[[int], None] | None = None,
+        on_commit: Callable[[float, float], None] | None = None,
     ) -> None:
         self.state = state
         self.node_id = node_id
         self.addrs = addrs
         self._clock_ms = clock_ms
-        self._on_commit = on_commit  # (commands, commit_seconds, fsync_seconds) for metrics
+        self._on_applied = on_applied  # (commands) for metrics, before the answers
+        self._on_commit = on_commit  # (commit_seconds, fsync_seconds) for metrics
         self._pending: list[tuple[Command, ProposalFuture]] = []
         self._wakeup = asyncio.Event()
         self._listeners: list[Callable[[], None]] = []
@@ -253,9 +255,14 @@ class LocalNode:
             results = self.state.apply_entries(txn, [(index, batch)])[0]
             t1 = time.perf_counter()
         t2 = time.perf_counter()
+        if self._on_applied:
+            try:
+                self._on_applied(len(results))
+            except Exception:
+                log.exception("on_applied hook failed")
         if self._on_commit:
             try:
-                self._on_commit(len(results), t2 - t0, t2 - t1)
+                self._on_commit(t2 - t0, t2 - t1)
             except Exception:
                 log.exception("on_commit hook failed")
         return results
