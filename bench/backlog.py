@@ -45,6 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/NA
 
 from bench.side_by_side import _doq, doq_server
 
+RESTART_TIMEOUT_S = 900.0  # the restart step's wait for /readyz: a measurement, not a limit
+
 KINDS = ("plain", "random", "timestamps", "fair-blocks", "fair-interleaved")
 PREFETCH = 1000
 WINDOW = 1024
@@ -165,7 +167,8 @@ def run_kind(kind: str, n: int, m: int, per_group: int, payload: int, root: Path
         drain_cpu_s = _cpu_s(pid) - cpu1  # the server's, until it holds every ack
         w2 = _write_bytes(pid)
     t0 = time.perf_counter()
-    with doq_server(root / kind) as server:  # the same data dir: a restart
+    # the same data dir: a restart (at 5M on a loaded machine it can take minutes)
+    with doq_server(root / kind, ready_timeout_s=RESTART_TIMEOUT_S) as server:
         restart_s = time.perf_counter() - t0
         time.sleep(1.0)  # as after the fill: what the start does once ready (a release of its pages) lands
         rss2, anon2, file2 = (_proc_kb(server.pids[0], f) for f in ("VmRSS", "RssAnon", "RssFile"))

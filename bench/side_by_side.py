@@ -155,11 +155,13 @@ def _env_for(cmd: list[str]) -> dict[str, str]:
 
 @contextlib.contextmanager
 def doq_server(root: Path, nodes: int = 1, launcher: Sequence[str] = (), secure: bool = False,
-               extra_args: Sequence[str] = ()) -> Iterator[Server]:
+               extra_args: Sequence[str] = (), ready_timeout_s: float = 60.0) -> Iterator[Server]:
     """A fresh `doq serve` (a one-node Raft cluster, as users run it), or `nodes` of them
     forming one cluster by `--join` (the address is the leader's: node-1, which bootstraps).
     `launcher` replaces `python -m doq` (e.g. to start it with probes: `bench/e2e_stages.py`).
-    `secure`: `--secure` (TLS on every port; the clients verify with the cluster CA)."""
+    `secure`: `--secure` (TLS on every port; the clients verify with the cluster CA).
+    `ready_timeout_s`: how long each node may take to answer `/readyz` (a restart on a
+    large backlog rebuilds its state first)."""
     root.mkdir(parents=True, exist_ok=True)
     procs: list[subprocess.Popen[bytes]] = []
     grpc_addrs: list[str] = []
@@ -194,7 +196,7 @@ def doq_server(root: Path, nodes: int = 1, launcher: Sequence[str] = (), secure:
                 except OSError:
                     return False
 
-            _wait(f"doq serve node-{i}", ready, procs[-1], 60, log)
+            _wait(f"doq serve node-{i}", ready, procs[-1], ready_timeout_s, log)
 
         def formed() -> bool:
             key_file = root / "data" / "admin.key"  # a secure node's (`extra_args` --secure)
