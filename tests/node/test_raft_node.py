@@ -875,11 +875,16 @@ async def test_the_commit_metrics_observe_every_durable_write(tmp_path: Path) ->
         await leader.propose(enq(i))
     await cl.converged()
     nodes = [n for n in cl.nodes.values() if isinstance(n, CountsWrites)]
-    assert len(nodes) == 3
-    for n in nodes:
-        assert n.writes > 0 and len(n.observed) == n.writes, (n.node_id, n.writes, len(n.observed))
-        assert 0 in n.observed  # some writes appended (or voted) without applying
-    assert isinstance(leader, CountsWrites) and sum(leader.observed) >= 20
+    assert len(nodes) == 3 and isinstance(leader, CountsWrites)
+
+    async def all_observed() -> bool:
+        # the hook runs after a write's LMDB commit, which the answers and the readers'
+        # view precede (and before `writes` counts it): wait for the last writes to end
+        return sum(leader.observed) >= 20 and all(len(n.observed) == n.writes for n in nodes)
+
+    await eventually(all_observed, 30, "the commit hook did not observe every write")
+    for n in nodes:  # (every write observed: `all_observed`)
+        assert n.writes > 0 and 0 in n.observed, n.node_id  # some appended (or voted) without applying
 
 
 
