@@ -57,7 +57,7 @@ def _spy_dequeues(srv: Served, monkeypatch: pytest.MonkeyPatch) -> list[Dequeue]
     return seen
 
 
-async def _until(cond: Callable[[], bool], what: str, timeout_s: float = 20) -> None:
+async def _until(cond: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while not cond():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
