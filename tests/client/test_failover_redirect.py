@@ -46,7 +46,7 @@ def _stats(s: Servers) -> tuple[int, int]:
     return info.stats.total, info.stats.in_flight
 
 
-def _wait_stats(s: Servers, want: tuple[int, int], timeout_s: float = 20) -> None:
+def _wait_stats(s: Servers, want: tuple[int, int], timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while (got := _stats(s)) != want:
         assert time.monotonic() < deadline, f"queue q has (total, in_flight) {got}, expected {want}"
