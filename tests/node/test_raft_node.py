@@ -797,10 +797,10 @@ async def test_the_service_runs_unchanged_on_a_raft_node_lease_expiry_replicates
     cl = await three(tmp_path)
     leader = await cl.wait_leader()
     api = QueueService(leader)
-    poll = asyncio.create_task(api.dequeue("q", wait_ms=10_000, visibility_timeout_ms=300))
+    poll = asyncio.create_task(api.dequeue("q", wait_ms=60_000, visibility_timeout_ms=300))
     await asyncio.sleep(0.05)
     await api.enqueue("q", c.EnqueueItem(b"hello"))
-    got = await asyncio.wait_for(poll, 10)
+    got = await asyncio.wait_for(poll, 60)
     assert [m.content for m in got] == [b"hello"]
 
     async def redelivered() -> bool:  # the lease expired: replicated time moved via a Tick
