@@ -48,11 +48,11 @@ async def test_async_unary_methods(node: NodeProc, queue_name: str) -> None:
         await c.enqueue(queue_name, b"d")
         assert await c.purge_queue(queue_name) == 1
         # long poll: a dequeue waiting in the server returns when a message arrives
-        waiter = asyncio.ensure_future(c.dequeue(queue_name, wait_ms=10_000, ack=True))
+        waiter = asyncio.ensure_future(c.dequeue(queue_name, wait_ms=60_000, ack=True))
         await asyncio.sleep(0.2)
         assert not waiter.done()
         await c.enqueue(queue_name, b"wake")
-        got = await asyncio.wait_for(waiter, 5)
+        got = await asyncio.wait_for(waiter, 60)  # woken by the message, not the poll's end
         assert [x.content for x in got] == [b"wake"]
         with pytest.raises(InvalidArgument):
             await c.enqueue("bad name!", b"x")

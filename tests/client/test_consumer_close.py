@@ -24,7 +24,7 @@ N = 20
 LONG_LEASE_MS = 300_000  # far beyond the test: anything back in the queue was handed back
 
 
-def _poll(cond: Callable[[], bool], what: str, timeout_s: float = 20) -> None:
+def _poll(cond: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while not cond():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"

@@ -46,7 +46,7 @@ def _stats(s: Servers) -> tuple[int, int]:
     return info.stats.total, info.stats.in_flight
 
 
-def _wait_stats(s: Servers, want: tuple[int, int], timeout_s: float = 20) -> None:
+def _wait_stats(s: Servers, want: tuple[int, int], timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while (got := _stats(s)) != want:
         assert time.monotonic() < deadline, f"queue q has (total, in_flight) {got}, expected {want}"
@@ -125,12 +125,13 @@ async def test_async_unary_calls_follow_the_leader(servers: Servers) -> None:
 
 def test_a_failover_gives_up_after_its_timeout() -> None:
     dead = f"127.0.0.1:{free_port()}"
-    with DoqClient(dead, timeout_s=5, failover=FailoverPolicy(timeout_s=0.5)) as c:
+    with DoqClient(dead, timeout_s=120, failover=FailoverPolicy(timeout_s=0.5)) as c:
         t0 = time.monotonic()
         with pytest.raises(Exception) as ei:
             c.get_queue("q")
         assert getattr(ei.value, "code", None) == grpc.StatusCode.UNAVAILABLE
-        assert time.monotonic() - t0 < 5  # bounded by the failover timeout, not per-call ones
+        # bounded by the failover timeout, not per-call ones (a wide margin: a loaded CI machine)
+        assert time.monotonic() - t0 < 60
 
 
 # -- producer -------------------------------------------------------------------------------

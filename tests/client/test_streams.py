@@ -27,7 +27,7 @@ def _drain_ids(client: DoqClient, queue: str) -> list[int]:
     return ids
 
 
-def _wait_total(client: DoqClient, queue: str, total: int, timeout_s: float = 10) -> None:
+def _wait_total(client: DoqClient, queue: str, total: int, timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while (t := client.get_queue(queue).stats.total) != total:
         assert time.monotonic() < deadline, f"queue total is {t}, expected {total}"

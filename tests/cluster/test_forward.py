@@ -169,12 +169,14 @@ async def test_concurrent_forwards() -> None:
 async def test_a_client_that_abandons_a_forwarded_long_poll_is_seen_gone_by_the_leader() -> None:
     """The leader's poll must end when the client leaves (else it takes a message for nobody)."""
     seen: dict[str, str] = {}
+    arrived = asyncio.Event()
 
     async def leader_app(scope: Any, receive: Any, send: Any) -> None:
         while (await receive()).get("more_body"):
             pass  # the request body
+        arrived.set()
         try:
-            seen["leader"] = (await asyncio.wait_for(receive(), 10))["type"]
+            seen["leader"] = (await asyncio.wait_for(receive(), 60))["type"]
         except TimeoutError:
             seen["leader"] = "still connected"
         await send({"type": "http.response.start", "status": 204, "headers": []})
@@ -190,9 +192,9 @@ async def test_a_client_that_abandons_a_forwarded_long_poll_is_seen_gone_by_the_
             _, writer = await asyncio.open_connection(host, int(port))
             writer.write(b"GET /API/v1/queues/jobs/messages?ack=true&wait_ms=20000 HTTP/1.1\r\nHost: x\r\n\r\n")
             await writer.drain()
-            await asyncio.sleep(0.5)
+            await asyncio.wait_for(arrived.wait(), 60)  # forwarded (not a fixed sleep: a loaded machine)
             writer.close()  # the client gives up
-            for _ in range(100):
+            for _ in range(600):
                 if "leader" in seen:
                     break
                 await asyncio.sleep(0.1)

@@ -22,6 +22,9 @@ from tests.support.proc import NodeProc, running_node
 
 pytestmark = pytest.mark.integration
 Q = "/API/v1/queues"
+# Events read before a change must show (one a second): those sent while the test's calls
+# ran (slow on a loaded machine) are still in the socket's buffer, older than the change.
+EVENTS_TO_WAIT = 120
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +87,7 @@ def test_events_stream_snapshots_with_counts_and_counters(node: NodeProc) -> Non
         status, got = call(node, "POST", f"{Q}/dash-events/messages:dequeue", {"max_messages": 2})
         assert status == 200 and len(got["messages"]) == 2
         call(node, "POST", f"{Q}/dash-events/messages/{got['messages'][0]['id']}/ack")
-        for _ in range(10):  # one event a second: the next ones show the change
+        for _ in range(EVENTS_TO_WAIT):  # one event a second: the next ones show the change
             later = events.next()
             row = next(q for q in later["queues"] if q["name"] == "dash-events")
             if row["acked"] == 1:
@@ -109,7 +112,7 @@ def test_events_give_the_age_of_each_queues_oldest_message_in_any_state(node: No
     events = EventReader(node)
 
     def row_when(cond: Any) -> tuple[dict[str, Any], int]:
-        for _ in range(10):  # one event a second: the next ones show a change
+        for _ in range(EVENTS_TO_WAIT):  # one event a second: the next ones show a change
             snap = events.next()
             row = next(q for q in snap["queues"] if q["name"] == "dash-age")
             if cond(row):

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from doq.service.http_gateway import body_limits
+from tests.support.cluster import until
 from tests.support.proc import NodeProc, running_node
 
 pytestmark = pytest.mark.integration
@@ -91,7 +92,13 @@ def test_metrics_count_real_traffic(node: NodeProc) -> None:
     leased = ok(node, "GET", f"{Q}/metrics_q/messages")  # leased: in flight
     ok(node, "GET", f"{Q}/metrics_q/messages?ack=true")  # delivered and removed
     ok(node, "POST", f"{Q}/metrics_q/messages/{leased['id']}/ack")
-    after = metrics(node)
+    # the node answers once a command is applied, before its LMDB commit: the commit's
+    # counters and histograms (`observe_commit`) are counted after it, so wait for them
+    def committed() -> dict[str, float] | None:
+        m = metrics(node)
+        return m if m["doq_commands_applied_total"] - before.get("doq_commands_applied_total", 0.0) >= 5 else None
+
+    after: dict[str, float] = until("the five commands' commits observed", committed, timeout_s=60)
 
     def delta(key: str) -> float:
         return after.get(key, 0.0) - before.get(key, 0.0)

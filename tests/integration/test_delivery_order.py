@@ -132,8 +132,8 @@ async def test_dequeues_committed_together_go_out_in_frames_of_at_most_max_batch
     await _until(lambda: served.api.long_polls.waiting("q") == 1, "the long poll")
     with stalled_commits(served.env):  # three enqueues, each leasing for the session, one commit
         stored = [served.api.enqueue_nowait("q", EnqueueItem(b"%d" % i)) for i in range(3)]
-    assert [m.content for m in await asyncio.wait_for(first, 20)] == [b"0", b"1"]
-    assert [m.content for m in await asyncio.wait_for(anext(frames), 20)] == [b"2"]
+    assert [m.content for m in await asyncio.wait_for(first, 60)] == [b"0", b"1"]
+    assert [m.content for m in await asyncio.wait_for(anext(frames), 60)] == [b"2"]
     await asyncio.gather(*stored)
     await frames.aclose()
 

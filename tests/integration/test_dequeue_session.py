@@ -57,7 +57,7 @@ def _spy_dequeues(srv: Served, monkeypatch: pytest.MonkeyPatch) -> list[Dequeue]
     return seen
 
 
-async def _until(cond: Callable[[], bool], what: str, timeout_s: float = 20) -> None:
+async def _until(cond: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while not cond():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
@@ -104,7 +104,7 @@ async def test_acks_received_are_applied_when_the_call_is_cancelled_while_they_w
         drain.cancel()  # the call ends (cancelled by the client) while the acks wait
         with pytest.raises(asyncio.CancelledError):
             await drain
-    await asyncio.wait_for(blocker, 20)
+    await asyncio.wait_for(blocker, 60)
     state = served.api.node.state
     await _until(lambda: state.get_queue("q").stats.in_flight == 0, "the acks to be applied")
     for m in msgs:
@@ -138,7 +138,7 @@ async def test_pump_respects_credits_then_waits(served: Served, monkeypatch: pyt
     await _until(lambda: not s.wake.is_set(), "the pump to wait for credits")
     assert not waiting.done() and len(dequeues) == 1  # no dequeue without credits
     s.add_credits(1)
-    assert len(await asyncio.wait_for(waiting, 20)) == 1
+    assert len(await asyncio.wait_for(waiting, 60)) == 1
     assert [d.max_messages for d in dequeues] == [2, 1]
     await frames.aclose()
 
@@ -158,7 +158,7 @@ async def test_pump_releases_what_it_dequeued_after_the_half_close(
         s.half_closed.set()  # the client half-closes while the dequeue waits for its commit
         s.wake.set()
     with pytest.raises(StopAsyncIteration):
-        await asyncio.wait_for(pending, 20)
+        await asyncio.wait_for(pending, 60)
     await s.drain()
     views = [served.api.node.state.get_message("q", i) for i in ids]
     assert [(v.state, v.attempts) for v in views] == [(MessageState.READY, 0)] * 3
@@ -189,8 +189,8 @@ async def test_pump_proposes_dequeues_up_to_its_credits_while_one_commits(
         await _until(lambda: len(dequeues) > 0, "the first dequeue")
         # 25 deliverable: three dequeues of 10 (the third may come back short), not a fourth
         assert [d.max_messages for d in dequeues] == [10, 10, 10]
-    got = [await asyncio.wait_for(first, 20)]
-    got += [await asyncio.wait_for(anext(frames), 20) for _ in range(2)]
+    got = [await asyncio.wait_for(first, 60)]
+    got += [await asyncio.wait_for(anext(frames), 60) for _ in range(2)]
     assert [[m.id for m in f] for f in got] == [ids[:10], ids[10:20], ids[20:]]
     assert [m.lease_id for f in got for m in f] == sorted({m.lease_id for f in got for m in f})
     assert s.credits == 15
@@ -209,7 +209,7 @@ async def test_pump_without_prefetch_proposes_one_dequeue_at_a_time(
         first = asyncio.ensure_future(anext(frames))
         await _until(lambda: len(dequeues) > 0, "the first dequeue")
         assert [d.max_messages for d in dequeues] == [2]
-    assert len(await asyncio.wait_for(first, 20)) == 2
+    assert len(await asyncio.wait_for(first, 60)) == 2
     await frames.aclose()
 
 
@@ -237,13 +237,13 @@ async def test_pump_is_parked_for_the_next_frame_while_a_frame_is_being_sent(
     first = asyncio.ensure_future(anext(frames))
     await _until(lambda: served.api.long_polls.waiting("q") == 1, "the first long poll")
     await _enqueue(served, 1)
-    assert [m.content for m in await asyncio.wait_for(first, 20)] == [b"0"]
+    assert [m.content for m in await asyncio.wait_for(first, 60)] == [b"0"]
     # the first frame is not taken yet (being sent): the session waits for the next one
     assert served.api.long_polls.waiting("q") == 1
     proposed = _spy_proposals(served, monkeypatch)
     served.api.enqueue_nowait("q", EnqueueItem(b"1"))  # proposes the session's dequeue with it
     assert proposed == [Enqueue, Dequeue]
-    assert [m.content for m in await asyncio.wait_for(anext(frames), 20)] == [b"1"]
+    assert [m.content for m in await asyncio.wait_for(anext(frames), 60)] == [b"1"]
     assert proposed == [Enqueue, Dequeue]  # no second dequeue
     await frames.aclose()
 
@@ -264,11 +264,11 @@ async def test_pump_stays_parked_while_its_dequeues_commit(
         # credits 2: the first two enqueues lease for the session, the third does not
         assert proposed == [Enqueue, Dequeue, Enqueue, Dequeue, Enqueue]
         assert served.api.long_polls.waiting("q") == 0  # no room left: out of the FIFO
-    assert [m.content for m in await asyncio.wait_for(first, 20)] == [b"0", b"1"]  # one commit
+    assert [m.content for m in await asyncio.wait_for(first, 60)] == [b"0", b"1"]  # one commit
     await asyncio.gather(*stored)
     assert (await served.api.get_queue("q")).stats.ready == 1  # the third waits for a credit
     s.add_credits(1)
-    assert [m.content for m in await asyncio.wait_for(anext(frames), 20)] == [b"2"]
+    assert [m.content for m in await asyncio.wait_for(anext(frames), 60)] == [b"2"]
     await frames.aclose()
 
 
@@ -280,8 +280,8 @@ async def test_parked_sessions_take_turns(served: Served) -> None:
     await _until(lambda: served.api.long_polls.waiting("q") == 2, "both long polls")
     for i in range(2):
         await asyncio.gather(served.api.enqueue_nowait("q", EnqueueItem(b"%d" % i)))
-    assert [m.content for m in await asyncio.wait_for(got_a, 20)] == [b"0"]
-    assert [m.content for m in await asyncio.wait_for(got_b, 20)] == [b"1"]
+    assert [m.content for m in await asyncio.wait_for(got_a, 60)] == [b"0"]
+    assert [m.content for m in await asyncio.wait_for(got_b, 60)] == [b"1"]
     await fa.aclose()
     await fb.aclose()
 
@@ -296,7 +296,7 @@ async def test_a_parked_session_takes_what_a_commit_makes_deliverable(served: Se
     got = asyncio.ensure_future(anext(frames))
     await _until(lambda: served.api.long_polls.waiting("q") == 1, "the long poll")
     await served.api.nack("q", ids[0], lease_id=other[0].lease_id, release=True)
-    assert [m.id for m in await asyncio.wait_for(got, 20)] == ids
+    assert [m.id for m in await asyncio.wait_for(got, 60)] == ids
     await frames.aclose()
 
 
@@ -307,7 +307,7 @@ async def test_a_parked_session_sees_its_queue_deleted(served: Served) -> None:
     await _until(lambda: served.api.long_polls.waiting("q") == 1, "the long poll")
     await served.api.delete_queue("q")
     with pytest.raises(QueueNotFound):
-        await asyncio.wait_for(got, 20)
+        await asyncio.wait_for(got, 60)
     assert served.api.long_polls.waiting() == 0
 
 
@@ -317,7 +317,7 @@ async def test_pump_closed_early_releases_what_its_next_dequeue_leased(served: S
     await _enqueue(served, 1)
     s = _session(served, prefetch=10, max_batch=1)
     frames = s.pump()
-    first = await asyncio.wait_for(anext(frames), 20)  # the session waits for more meanwhile
+    first = await asyncio.wait_for(anext(frames), 60)  # the session waits for more meanwhile
     ids = await _enqueue(served, 1)
     await _until(lambda: served.api.node.state.get_message("q", ids[0]).state == MessageState.IN_FLIGHT,
                  "the message to be leased for the session")
@@ -346,7 +346,7 @@ async def test_stream_refuses_mismatched_ack_lease_ids(served: Served) -> None:
             await call.read()
 
     with pytest.raises(grpc.aio.AioRpcError) as ei:
-        await asyncio.wait_for(read_to_the_end(), 20)  # the stream must end, with that status
+        await asyncio.wait_for(read_to_the_end(), 60)  # the stream must end, with that status
     assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert dict(ei.value.trailing_metadata() or ())["doq-reason"] == "INVALID_LEASE_IDS"
     assert (await served.api.get_queue("q")).stats.in_flight == 2  # nothing was acked

@@ -22,7 +22,7 @@ from tests.support import inproc
 from tests.support.inproc import stalled_commits
 
 
-async def _until(cond: Callable[[], bool], what: str, timeout_s: float = 10) -> None:
+async def _until(cond: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while not cond():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"

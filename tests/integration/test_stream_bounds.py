@@ -34,7 +34,7 @@ async def served(tmp_path: Path) -> AsyncIterator[Served]:
         yield srv
 
 
-async def _until(cond: Callable[[], bool], what: str, timeout_s: float = 20) -> None:
+async def _until(cond: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while not cond():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"

@@ -51,7 +51,7 @@ class Counter:
         return self if obj is None else functools.partial(self, obj)  # bound like a method
 
 
-async def _until(cond: Callable[[], bool], what: str, timeout_s: float = 20) -> None:
+async def _until(cond: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while not cond():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
@@ -69,7 +69,7 @@ def _leftovers(before: set[asyncio.Task[Any]]) -> list[str]:
     return out
 
 
-async def _no_leftovers(before: set[asyncio.Task[Any]], timeout_s: float = 10) -> None:
+async def _no_leftovers(before: set[asyncio.Task[Any]], timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while left := _leftovers(before):
         assert time.monotonic() < deadline, f"tasks outlived their cancelled call: {left}"

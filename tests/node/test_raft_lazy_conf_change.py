@@ -75,7 +75,7 @@ async def _transfer_scenario(root: Path) -> None:
         await _join(cl, ld, "n2")
         await _promoted_on(ld, "n2", acked=True)  # committed by n1 alone, the only voter
         assert await ld.transfer_leader("n2") == "n2"
-        new = await cl.wait_leader(timeout_s=10)
+        new = await cl.wait_leader(timeout_s=60)
         assert new.node_id == "n2"
         await retry(lambda: new.propose(c.Enqueue("q", [c.EnqueueItem(b"after")])))
     finally:

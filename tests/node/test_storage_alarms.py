@@ -234,7 +234,7 @@ async def test_a_members_alarm_reaches_the_leader_which_refuses_growth_until_it_
 
         leader.gauge = await loop.run_in_executor(leader._applier, lambda: StorageGauge(
             leader.env, tmp_path, node_id="n1", max_data_bytes=1 << 40, disk_free_limit_bytes=0))
-        await eventually(refused, 10, "the leader hears of n3's alarm")
+        await eventually(refused, 60, "the leader hears of n3's alarm")
         assert [(a.node_id, a.reason) for a in leader.alarms()] == [("n3", "DISK_FREE_LIMIT")]
         with pytest.raises(StorageFull, match="node n3"):
             leader.propose_nowait(c.Enqueue("q", [c.EnqueueItem(b"m")]))
@@ -247,7 +247,7 @@ async def test_a_members_alarm_reaches_the_leader_which_refuses_growth_until_it_
             leader._refresh_alarms()
             return True if not leader.alarms() else None
 
-        await eventually(cleared, 10, "the alarm clears on the leader")
+        await eventually(cleared, 60, "the alarm clears on the leader")
         await leader.propose(c.Enqueue("q", [c.EnqueueItem(b"m")]))
     finally:
         await cluster.close()

@@ -17,7 +17,7 @@ from doq.node.transport_base import PeerFrame
 from doq.raft.types import Message, MessageType, SnapshotMeta
 from tests.support.proc import free_port
 
-DEADLINE_S = 20.0
+DEADLINE_S = 60.0  # generous: only a failing test waits it out (a loaded machine is slow)
 
 
 class Inbox:

@@ -39,7 +39,7 @@ async def svc(tmp_path: Path) -> AsyncIterator[tuple[QueueService, Counted]]:
     await node.stop()
 
 
-async def _until(what: str, check: object, timeout_s: float = 20.0) -> None:
+async def _until(what: str, check: object, timeout_s: float = 60.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout_s
     while not check():  # type: ignore[operator]
         if asyncio.get_running_loop().time() > deadline:
