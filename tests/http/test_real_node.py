@@ -92,11 +92,12 @@ def test_metrics_count_real_traffic(node: NodeProc) -> None:
     leased = ok(node, "GET", f"{Q}/metrics_q/messages")  # leased: in flight
     ok(node, "GET", f"{Q}/metrics_q/messages?ack=true")  # delivered and removed
     ok(node, "POST", f"{Q}/metrics_q/messages/{leased['id']}/ack")
-    # the node answers once a command is applied, before its LMDB commit: the commit's
-    # counters and histograms (`observe_commit`) are counted after it, so wait for them
+    # the node answers once a command is applied (and counted), before its LMDB commit:
+    # the commit histograms (`observe_commit`) observe it after, so wait for them
     def committed() -> dict[str, float] | None:
         m = metrics(node)
-        return m if m["doq_commands_applied_total"] - before.get("doq_commands_applied_total", 0.0) >= 5 else None
+        return m if all(m.get(k, 0.0) - before.get(k, 0.0) >= 5 for k in (
+            "doq_commands_applied_total", "doq_commit_seconds_count", "doq_fsync_seconds_count")) else None
 
     after: dict[str, float] = until("the five commands' commits observed", committed, timeout_s=60)
 
