@@ -81,10 +81,6 @@ class PriorityIndex:
         """The ids at delivery positions start..stop-1, unchanged."""
         return [i for _, i in self.ready.islice(start, stop)]
 
-    def upcoming_ids(self, n: int) -> list[int]:
-        """The ids the next `n` pops would take (a read-ahead hint; nothing changes)."""
-        return self.peek_ids(0, n)
-
     def ids(self) -> list[int]:
         return list(self.ready.bs())
 

@@ -16,7 +16,7 @@ the queue, so a rebuilt replica continues the same rotation.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from itertools import chain, islice
+from itertools import islice
 from operator import le, lt
 
 from sortedcontainers import SortedList
@@ -211,23 +211,6 @@ class FairIndex:
             if not room[cursor]:
                 live.remove(cursor)
                 credit = 0
-        return out
-
-    def upcoming_ids(self, n: int) -> list[int]:
-        """About `n` ids of ready messages the next pops are likely to take (a hint, in no
-        promised order; nothing changes): the first ids of each group in rotation order
-        from the cursor's, as many per group as `n` spreads over the groups (at least one)."""
-        active = self.active
-        if not active or n <= 0:
-            return []
-        per = -(-n // len(active))
-        start = active.bisect_right(self.cursor)
-        out: list[int] = []
-        groups = self.groups
-        for name in chain(active.islice(start), active.islice(0, start)):
-            out.extend(i for _, i in groups[name].ready.islice(0, per))
-            if len(out) >= n:
-                break
         return out
 
     def refresh_groups(self, names: list[str]) -> None:

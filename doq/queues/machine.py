@@ -763,13 +763,6 @@ class QueueMachine:
         changed, self._changed = self._changed, set()
         return changed
 
-    def upcoming_ids(self, queue: str, n: int) -> list[int]:
-        """About `n` ids of `queue`'s ready messages that the next dequeues are likely to
-        take ([] if none or no such queue): a hint for a store's read-ahead of bodies, in
-        no promised order; nothing changes (the ready index may sort a chunk it holds)."""
-        q = self.queues.get(queue)
-        return q.index.upcoming_ids(n) if q is not None else []
-
     def deliverable(self, queue: str) -> int:
         """How many messages a dequeue of `queue` could take now (0 if none or no such
         queue; for a fair queue with a per-group limit, an upper bound)."""

@@ -164,11 +164,6 @@ COMPACT_FRACTION = 4
 SWEEP_CHUNK = 1 << 14  # versions entries a commit removes at most, of a collection
 SWEEP_GATHER = 1 << 14  # notes a commit reads (and sorts) at most, of a collection
 SWEEP_VISIT = 1 << 15  # bodies a commit walks over (or notes it drops) at most, of a compaction
-# the read-ahead of a scattered delivery (`_TxnSink.ahead`): the bodies of the next
-# AHEAD_READ messages the queue would deliver, read in key order when a delivery finds
-# fewer than 7/8 of its bodies read ahead; at most AHEAD_MAX held (then it starts over)
-AHEAD_READ = 1 << 15
-AHEAD_MAX = 1 << 17
 DEFAULT_TOMBSTONE_RETENTION = 1_000_000
 DUMP_MAGIC = b"DOQSTATE1"
 _DUMP_REC = struct.Struct(">BII")
@@ -306,20 +301,10 @@ class _TxnSink:
 
     Every read of a message composes it, so the records, their versions, backups,
     digests and dumps are what they would be with every write in place. `lazy=False`
-    (a restore's sink) writes everything in place: records may then come in any order.
-
-    Read-ahead: a scattered delivery reads each body by a random B+tree seek (~4 µs at
-    1M on this VM against ~1.5-2 µs for the same keys read in key order). So when one
-    finds fewer than 7/8 of its bodies in `ahead`, the bodies of the next `AHEAD_READ`
-    messages the machine would deliver from that queue (`upcoming`: a hint) are read,
-    their ids sorted, in key order, into `ahead` (message key -> stored body, as in
-    state_messages). Invariant: every entry of `ahead` is the key's value in
-    state_messages as this txn sees it: an entry is dropped when its body is written,
-    removed or noted gone (`_forget`), or taken by a rewrite; `StateStore._load_all`
-    (every rebuild: after an abort, a restore, a snapshot) empties it."""
+    (a restore's sink) writes everything in place: records may then come in any order."""
 
     __slots__ = ("txn", "ver", "dbs", "versions", "tombs", "stale", "leases", "gone_db", "n_stale", "gone",
-                 "leased", "legacy", "lazy", "ahead", "upcoming")
+                 "leased", "legacy", "lazy")
 
     def __init__(self, dbs: dict[int, Any], versions: Any, tombs: Any, stale: Any, leases: Any,
                  gone_db: Any, *, lazy: bool = True) -> None:
@@ -338,34 +323,6 @@ class _TxnSink:
         # those of `leased` whose entry may have a versions entry (written before this load:
         # an earlier layout indexed leases; unversioned when the lease goes or is replaced)
         self.legacy: set[bytes] = set()
-        self.ahead: dict[bytes, bytes] = {}  # bodies read ahead (see the class docstring)
-        # (queue's message key prefix, n) -> about n ids of its next deliveries; None: no read-ahead
-        self.upcoming: Callable[[bytes, int], list[int]] | None = None
-
-    def _forget(self, keys: Iterable[bytes]) -> None:
-        """Drop `keys`' bodies read ahead (their bodies are written or removed)."""
-        if self.ahead:
-            deque(map(self.ahead.pop, keys, itertools.repeat(None)), 0)
-
-    def _read_ahead(self, prefix: bytes, n: int) -> None:
-        """Read the bodies of about `n` of the queue's next deliveries (`upcoming`) into
-        `ahead`, in key order (ids sorted as ints: no sort of byte keys)."""
-        assert self.upcoming is not None
-        ids = self.upcoming(prefix, n)
-        if not ids:
-            return
-        ids.sort()
-        ahead = self.ahead
-        if len(ahead) + len(ids) > AHEAD_MAX:
-            ahead.clear()
-        keys = list(map(prefix.__add__, map(_V.pack, ids)))
-        if ahead:
-            keys = list(itertools.filterfalse(ahead.__contains__, keys))
-        db = self.dbs[_MSG]
-        ahead.update(zip(keys, map(self.txn.get, keys, itertools.repeat(None), itertools.repeat(db)), strict=True))
-        if None in ahead.values():  # not expected (a ready message has its body): keep the invariant
-            for k in [k for k, v in ahead.items() if v is None]:
-                del ahead[k]
 
     def _unversion(self, entries: list[bytes]) -> None:
         """Versions entries (version + key) no longer live: see the class docstring."""
@@ -433,7 +390,6 @@ class _TxnSink:
             self._unversion(stale)
             return  # a lease has no versions entry (`StateStore._indexed` reads the lease table)
         txn.put(key, ver + value, db=self.dbs[_MSG])
-        self._forget((key,))
         if body is not None and body[:8] != ver:
             stale.append(body[:8] + key)
         if lease is not None:
@@ -455,7 +411,6 @@ class _TxnSink:
         ver = self.ver
         txn.put(key, ver + value, db=self.dbs[key[0]])
         txn.put(ver + key, b"", db=self.versions)
-        self._forget((key,))
 
     def insert_many(self, keys: list[bytes], head: bytes, tails: list[bytes]) -> None:
         """`insert` of `keys[i]` = `head + tails[i]`, one C call per database."""
@@ -466,7 +421,6 @@ class _TxnSink:
         ver = self.ver
         prefix = ver + head
         txn.cursor(db=self.dbs[keys[0][0]]).putmulti(zip(keys, [prefix + t for t in tails], strict=True))
-        self._forget(keys)
         txn.cursor(db=self.versions).putmulti([(ver + k, b"") for k in keys])
 
     def _remove(self, keys: list[bytes]) -> list[bytes | None]:
@@ -491,7 +445,6 @@ class _TxnSink:
         """`_remove` of message keys: (the stored values before, the (key, value) of
         those that existed)."""
         txn = self.txn
-        self._forget(keys)
         note = self.lazy and _scattered(keys)
         bodies = _walk(txn.cursor(db=self.dbs[_MSG]), keys, pop=not note)
         pop, leases, noted, leased, legacy, ver = txn.pop, self.leases, self.gone, self.leased, self.legacy, self.ver
@@ -551,7 +504,6 @@ class _TxnSink:
             return keys
         leased.difference_update(done)
         noted.update(done)
-        self._forget(done)
         legacy = self.legacy
         if legacy and not legacy.isdisjoint(done):  # their versions entries go too
             olds = _walk(txn.cursor(db=self.leases), done, pop=True)
@@ -578,23 +530,12 @@ class _TxnSink:
         db = self.dbs[kind]
         scattered = kind == _MSG and self.lazy and _scattered(keys)
         bodies: list[bytes]
-        if scattered:  # the bodies read ahead, else a seek per key (`txn.get`: ~25 % less than `getmulti`)
-            ahead = self.ahead
-            bodies = list(map(ahead.pop, keys, itertools.repeat(None))) if ahead else [None] * len(keys)  # type: ignore[list-item]
-            if None in bodies:
-                get = txn.get
-                missed = 0
-                for i, b in enumerate(bodies):
-                    if b is None:
-                        b = get(keys[i], db=db)
-                        if b is None:
-                            raise KeyError("rewrite_many of a record that does not exist")
-                        bodies[i] = b
-                        missed += 1
-                if lease_only and self.upcoming is not None and missed * 8 > len(keys):
-                    self._read_ahead(keys[0][:-8], AHEAD_READ)
+        if scattered:  # a seek per key anyway: one C call for all
+            found = txn.cursor(db=db).getmulti(keys)
+            if len(found) != len(keys):
+                raise KeyError("rewrite_many of a record that does not exist")
+            bodies = [v for _, v in found]
         else:
-            self._forget(keys)
             bodies = _walk(txn.cursor(db=db), keys, pop=False)  # type: ignore[assignment]
         leased = self.leased
         olds = bodies
@@ -707,7 +648,7 @@ class _Compaction:
         self.upto = upto
         self.walked = False  # past `end`: dropping the notes
 
-    def step(self, cur: Any, gone: set[bytes], sink_forget: Callable[[list[bytes]], None]) -> tuple[int, bool, list[bytes]]:
+    def step(self, cur: Any, gone: set[bytes]) -> tuple[int, bool, list[bytes]]:
         """Visit up to `SWEEP_VISIT` keys through the cursor `cur` (of state_messages),
         deleting those in `gone` (and dropping them from it): (keys visited, walk done,
         the versions entries of the bodies deleted, ascending by key). The keys are read
@@ -723,7 +664,6 @@ class _Compaction:
         hit = list(filter(gone.__contains__, keys[:cut] if cut < len(keys) else keys))
         if not hit:
             return cut, done, []
-        sink_forget(hit)
         gone.difference_update(hit)
         bodies = _walk(cur, hit, pop=True)
         return cut, done, [b[:8] + k for k, b in zip(hit, bodies, strict=True) if b is not None]
@@ -833,7 +773,6 @@ class StateStore:
         self._collecting: _Collection | None = None
         self.sweep_keys = 0  # keys the last `_sweep` visited, read or took (bounded per commit)
         self.machine = QueueMachine(self._sink)
-        self._sink.upcoming = self._upcoming
         self.applied_index = 0
         self.version_offset = 0
         self.cluster_id = ""  # "" in a state from before cluster ids (or a joiner not yet caught up)
@@ -849,11 +788,6 @@ class StateStore:
         self._writer_ident: int | None = None  # the thread of the last `write()`
         self.readers_waiting = 0  # direct readers waiting in `wait_committed` (tests watch it)
         self.rebuild()
-
-    def _upcoming(self, prefix: bytes, n: int) -> list[int]:
-        """About `n` ids of the next deliveries of the queue whose message keys start with
-        `prefix` (the sink's read-ahead hint)."""
-        return self.machine.upcoming_ids(K.split_name(prefix)[1], n)
 
     @property
     def broken(self) -> bool:
@@ -1017,7 +951,6 @@ class StateStore:
         self._sink.gone = {bytes(g[8:]) for g in txn.cursor(db=self._gone).iternext(values=False)}
         self._sink.leased = {bytes(k) for k in txn.cursor(db=self._leases).iternext(values=False)}
         self._sink.legacy = set(self._sink.leased)
-        self._sink.ahead.clear()
         self._compacting = self._collecting = None
         self._load_machine(txn)
         self.machine.keys.load(list(self._key_records(txn)))
@@ -1305,7 +1238,7 @@ class StateStore:
         if self._compacting is not None:
             cw = self._compacting
             if not cw.walked:
-                visited, cw.walked, removed = cw.step(txn.cursor(db=msgs), sink.gone, sink._forget)
+                visited, cw.walked, removed = cw.step(txn.cursor(db=msgs), sink.gone)
                 work += visited
                 if removed:  # the bodies' versions entries (kept while the bodies were)
                     removed.sort()
@@ -1372,7 +1305,6 @@ class StateStore:
                 continue
             head.sort()
             if db is self._gone:
-                sink._forget(head)
                 bodies = _walk(txn.cursor(db=self._kind_db[K.MESSAGE]), head, pop=True)
                 self._unversion_dead(txn, sorted(b[:8] + k for k, b in zip(head, bodies, strict=True) if b is not None))
                 sink.gone.difference_update(head)

@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 
 import doq.storage.state as S
 from doq.queues import commands as c
-from doq.queues import keys as K
 from doq.queues.codec import encode_batch
 from doq.queues.model import QueueSettings
 from doq.storage.env import open_env
@@ -142,7 +141,6 @@ def test_a_drain_delivers_every_message_once_in_order_whatever_the_sweeps(
                 with store.write() as txn:
                     outs[name] = store.apply_entries(txn, ent)[0]
             assert repr(outs["swept"]) == repr(outs["unswept"])
-            _check_ahead(stores["swept"])
             views = outs["swept"][-1]
             assert isinstance(views, list)
             if prev[0]:
@@ -190,160 +188,3 @@ def test_a_drain_delivers_every_message_once_in_order_whatever_the_sweeps(
         assert msgs == 0  # every body acked, every one removed
         for env in envs.values():
             env.close()
-
-
-@contextlib.contextmanager
-def _tiny_read_ahead(read: int, most: int) -> Iterator[None]:
-    """The read-ahead takes `read` bodies at a time and holds at most `most`."""
-    old = S.AHEAD_READ, S.AHEAD_MAX
-    S.AHEAD_READ, S.AHEAD_MAX = read, most
-    try:
-        yield
-    finally:
-        S.AHEAD_READ, S.AHEAD_MAX = old
-
-
-def _check_ahead(store: StateStore) -> None:
-    """Every body read ahead is the key's stored body (the sink's invariant)."""
-    db = store._kind_db[S._MSG]
-    with store.env.begin() as txn:
-        for k, v in store._sink.ahead.items():
-            assert txn.get(k, db=db) == v, k
-
-
-_ops = st.lists(st.one_of(
-    st.tuples(st.just("enq"), st.integers(1, 150), st.integers(0, 2**32)),
-    st.tuples(st.just("deq"), st.integers(2, 8), st.booleans()),
-    st.tuples(st.just("ack"), st.integers(0, 100), st.just(0)),
-    st.tuples(st.just("nack"), st.integers(0, 100), st.integers(0, 3)),
-    st.tuples(st.just("upd"), st.integers(0, 10**6), st.integers(-5, 5)),
-    st.tuples(st.just("del"), st.integers(0, 10**6), st.just(0)),
-    st.tuples(st.just("purge"), st.just(0), st.just(0)),
-    st.tuples(st.just("restart"), st.just(0), st.just(0)),
-), min_size=1, max_size=40)
-
-
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(fair=st.booleans(), read=st.integers(1, 24), most=st.integers(1, 60), ops=_ops)
-def test_deliveries_with_read_ahead_are_those_without(fair: bool, read: int, most: int,
-                                                       ops: list[tuple[str, int, int]]) -> None:
-    """The same entries applied to a store that reads bodies ahead (tiny sizes, so reads
-    ahead start over, overflow and go stale) and to one that does not: the same results
-    (every delivered body, priority, order, lease), the same changes and dump; after every
-    commit each body held ahead is the key's stored body. Between deliveries: enqueues with
-    priorities ahead of those read, acks, nacks (released, delayed, with a new priority),
-    priority updates, deletes, purges, deliveries that remove (ack), restarts."""
-    import random
-
-    with tempfile.TemporaryDirectory() as tmp, _tiny_read_ahead(read, most):
-        envs = {name: open_env(Path(tmp) / name, map_size=1 << 26) for name in ("ahead", "plain")}
-        stores = {name: StateStore(env) for name, env in envs.items()}
-        stores["plain"]._sink.upcoming = None
-        index = 0
-        n_msgs = 0
-        inflight: dict[int, int] = {}  # id -> lease id (from the deliveries)
-
-        def apply(*cmds: c.Command) -> list[object]:
-            nonlocal index
-            index += 1
-            ent = [_entry(index, *cmds)]
-            outs = {}
-            for name, store in stores.items():
-                with store.write() as txn:
-                    outs[name] = store.apply_entries(txn, ent)[0]
-            assert repr(outs["ahead"]) == repr(outs["plain"])
-            _check_ahead(stores["ahead"])
-            return outs["ahead"]
-
-        def target(a: int) -> int:
-            """A message id: three times in four one whose body is read ahead, if any."""
-            held = sorted(stores["ahead"]._sink.ahead)
-            if held and a % 4:
-                return int.from_bytes(held[a % len(held)][-8:], "big")
-            return 1 + a % n_msgs
-
-        apply(c.CreateQueue("q", "fair" if fair else "delayed", QueueSettings()))
-        rnd = random.Random(len(ops))
-        for op, a, b in [("enq", 120, len(ops)), ("deq", 4, 0), *ops]:  # bodies read ahead from the start
-            if op == "enq":
-                r = random.Random(b)
-                contents = [b"m%d" % (n_msgs + j) for j in range(a)]
-                n_msgs += a
-                apply(c.EnqueueColumns("q", contents, groups=[f"g{r.randrange(4)}" for _ in range(a)] if fair else [],
-                                       priorities=[] if fair else [r.randrange(-50, 50) for _ in range(a)]))
-            elif op == "deq":
-                out = apply(c.Dequeue("q", a, ack=b, visibility_timeout_ms=3_600_000))
-                views = out[0]
-                assert isinstance(views, list)
-                if not b:
-                    inflight.update((v.id, v.lease_id) for v in views)
-            elif op == "ack" and inflight:
-                ids = sorted(inflight)[: max(1, len(inflight) * a // 100)]
-                apply(c.Ack("q", ids, [inflight.pop(i) for i in ids]))
-            elif op == "nack" and inflight:
-                id_ = rnd.choice(sorted(inflight))
-                lid = inflight.pop(id_)
-                nack = [c.Nack("q", id_, lid, release=True), c.Nack("q", id_, lid),
-                        c.Nack("q", id_, lid, delay_ms=1), c.Nack("q", id_, lid, priority=-100)][b]
-                apply(nack)
-            elif op == "upd" and n_msgs:
-                apply(c.UpdatePriority("q", target(a), b * 30))
-            elif op == "del" and n_msgs:
-                id_ = target(a)
-                inflight.pop(id_, None)
-                apply(c.DeleteMessage("q", id_))
-            elif op == "purge":
-                inflight.clear()
-                apply(c.PurgeQueue("q"))
-            elif op == "restart":
-                envs["ahead"].close()
-                envs["ahead"] = open_env(Path(tmp) / "ahead", map_size=1 << 26)
-                stores["ahead"] = StateStore(envs["ahead"])
-            apply(c.Tick())
-        while True:  # the rest, delivered the same
-            views = apply(c.Dequeue("q", 7, visibility_timeout_ms=3_600_000))[0]
-            if not views:
-                break
-        assert list(stores["ahead"].iter_changes(0)) == list(stores["plain"].iter_changes(0))
-        assert stores["ahead"].dump_state_bytes() == stores["plain"].dump_state_bytes()
-        for env in envs.values():
-            env.close()
-
-
-def test_a_delivery_takes_the_bodies_read_ahead_and_reads_the_rest() -> None:
-    """A scattered delivery that misses reads the next `AHEAD_READ` deliveries' bodies
-    ahead; the deliveries that follow take theirs from there (no read), each with its own
-    body; an aborted write empties it (it may hold what the abort undid)."""
-    import random
-
-    rnd = random.Random(7)
-    with tempfile.TemporaryDirectory() as tmp, _tiny_read_ahead(64, 256):
-        env = open_env(Path(tmp) / "s", map_size=1 << 26)
-        store = StateStore(env)
-        prios = [rnd.randrange(10**6) for _ in range(300)]
-        ents = [_entry(1, c.CreateQueue("q", "delayed", QueueSettings())),
-                _entry(2, c.EnqueueColumns("q", [b"m%d" % i for i in range(300)], groups=[], priorities=prios))]
-        with store.write() as txn:
-            store.apply_entries(txn, ents)
-        order = [i for _, i in sorted(zip(prios, range(1, 301), strict=True))]
-        sink = store._sink
-        got: list[int] = []
-        for index in range(3, 8):
-            before = dict(sink.ahead)
-            with store.write() as txn:
-                views = store.apply_entries(txn, [_entry(index, c.Dequeue("q", 10, visibility_timeout_ms=3_600_000))])[0][0]
-            assert isinstance(views, list)
-            assert all(v.content == b"m%d" % (v.id - 1) for v in views)
-            got += [v.id for v in views]
-            keys = [K.message_key("q", v.id) for v in views]
-            if index == 3:  # nothing ahead: read, then the next 64 read ahead
-                assert not before and sorted(sink.ahead) == sorted(K.message_key("q", i) for i in order[10:74])
-            else:  # taken from what was read ahead, nothing read
-                assert all(k in before for k in keys) and len(sink.ahead) == len(before) - 10
-            _check_ahead(store)
-        assert got == order[:50]
-        with contextlib.suppress(RuntimeError), store.write() as txn:
-            store.apply_entries(txn, [_entry(8, c.Dequeue("q", 10, visibility_timeout_ms=3_600_000))])
-            raise RuntimeError("abort")
-        assert not sink.ahead
-        env.close()
