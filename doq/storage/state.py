@@ -530,11 +530,10 @@ class _TxnSink:
         db = self.dbs[kind]
         scattered = kind == _MSG and self.lazy and _scattered(keys)
         bodies: list[bytes]
-        if scattered:  # a seek per key anyway: one C call for all
-            found = txn.cursor(db=db).getmulti(keys)
-            if len(found) != len(keys):
+        if scattered:  # a seek per key anyway: `txn.get` per key, driven by `map` (less CPU than `getmulti`)
+            bodies = list(map(txn.get, keys, itertools.repeat(None), itertools.repeat(db)))  # type: ignore[arg-type]
+            if None in bodies:
                 raise KeyError("rewrite_many of a record that does not exist")
-            bodies = [v for _, v in found]
         else:
             bodies = _walk(txn.cursor(db=db), keys, pop=False)  # type: ignore[assignment]
         leased = self.leased
