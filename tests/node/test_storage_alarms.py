@@ -117,6 +117,52 @@ def test_a_measure_of_a_raft_only_write_rereads_the_raft_tables_and_keeps_the_st
     env.close()
 
 
+async def test_the_gauges_partial_measures_equal_a_whole_one_on_every_node_of_a_cluster_with_the_apply_thread(
+        tmp_path: Path) -> None:
+    """With the apply thread on, three nodes (followers append without applying under the
+    lazy commit: Raft-only writes, measured with `state_changed=False`), enqueues and
+    acking dequeues (state tables grow and shrink): on every node, once all is applied,
+    the state tables' pages the gauge last measured are a whole measure's (read on the
+    apply thread: no write runs meanwhile). Fails if a write that changed a state table
+    were measured as Raft-only."""
+    cfg = dataclasses.replace(FAST, snapshot_every=0, apply_thread=True)
+    cluster = Cluster(tmp_path, cfg)
+    try:
+        leader = await cluster.start("n1")
+        await cluster.grow("n2", "n3")
+        loop = asyncio.get_running_loop()
+        for nid, node in cluster.nodes.items():  # built on the apply thread (see the test below)
+            node.gauge = await loop.run_in_executor(node._applier, lambda n=node, i=nid: StorageGauge(
+                n.env, tmp_path, node_id=i, max_data_bytes=1 << 40, disk_free_limit_bytes=0))
+        await leader.propose(c.CreateQueue("q", "delayed", QueueSettings()))
+        for i in range(6):
+            await asyncio.gather(*[leader.propose(c.Enqueue("q", [c.EnqueueItem(CONTENT)])) for _ in range(5)])
+            await leader.propose(c.Dequeue("q", max_messages=3, ack=True))
+        target = leader.state.applied_index
+
+        def state_bytes(gauge: StorageGauge) -> int:
+            return gauge.used_bytes - gauge.log_bytes  # the tables but the Raft log's
+
+        for nid, node in cluster.nodes.items():
+            async def caught_up(n: RaftNode = node) -> bool | None:
+                return True if n.state.applied_index >= target else None
+
+            await eventually(caught_up, 30, f"{nid} applied the leader's last entry")
+
+            def whole(_: object, n: RaftNode = node, i: str = nid) -> tuple[int, int]:
+                fresh = StorageGauge(n.env, tmp_path, node_id=i, max_data_bytes=1 << 40,
+                                     disk_free_limit_bytes=0)
+                with n.env.begin() as txn:
+                    fresh.measure(txn)
+                assert n.gauge is not None
+                return state_bytes(n.gauge), state_bytes(fresh)
+
+            measured, expected = await node.inspect(whole)
+            assert measured == expected, nid
+    finally:
+        await cluster.close()
+
+
 def test_the_disk_alarm_follows_the_free_space(tmp_path: Path) -> None:
     env = open_env(tmp_path / "db")
     disk = _Disk(100 << 20)
