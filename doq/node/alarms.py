@@ -160,7 +160,7 @@ class StorageGauge:
         self._free_at_failure: int | None = None
         self.alarms: tuple[Alarm, ...] = ()
 
-    # -- the LMDB writes' thread ---------------------------------------------------------------------
+    # -- the LMDB writes' thread -----------------------------------------------------------
     def measure(self, txn: lmdb.Transaction, *, log_bytes: int | None = None,
                 state_changed: bool = True) -> None:
         """In a write transaction, before its commit: the pages the trees use, plus

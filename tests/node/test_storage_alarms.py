@@ -135,7 +135,7 @@ async def test_the_gauges_partial_measures_equal_a_whole_one_on_every_node_of_a_
             node.gauge = await loop.run_in_executor(node._applier, lambda n=node, i=nid: StorageGauge(
                 n.env, tmp_path, node_id=i, max_data_bytes=1 << 40, disk_free_limit_bytes=0))
         await leader.propose(c.CreateQueue("q", "delayed", QueueSettings()))
-        for i in range(6):
+        for _round in range(6):
             await asyncio.gather(*[leader.propose(c.Enqueue("q", [c.EnqueueItem(CONTENT)])) for _ in range(5)])
             await leader.propose(c.Dequeue("q", max_messages=3, ack=True))
         target = leader.state.applied_index
