@@ -158,9 +158,8 @@ class RaftNodeConfig:
     # True: a Ready that needs nothing but the log's fdatasync before its messages and
     # the next Ready hands its LMDB part (hard state, apply, answers) to the apply
     # thread, and the loop goes on to the next Ready at once (`RaftNode._defers_apply`).
-    # Off by default: a deferred apply that fails for want of space is retried on the
-    # apply thread, which then takes no other job (`inspect`) until space is freed, and
-    # its gain is not measured on a quiet machine yet (docs/benchmarks.md, lat7)
+    # Off by default (`--apply-thread`): measured slower end to end at 1k msg/s on 1 and
+    # 3 nodes, though faster one call at a time at p50 (docs/benchmarks.md, apply8)
     apply_thread: bool = False
 
 
