@@ -53,6 +53,7 @@ class ServeConfig:
     keep_alive_ms: int = 5_000
     max_restore_size: int = 4 << 30
     max_queues: int = 10_000  # as doq.service.limits.Limits
+    apply_thread: bool = False  # as RaftNodeConfig (a unit test keeps them equal)
 
     def member_addrs(self) -> MemberAddrs:
         """The addresses this node announces to the cluster (and clients are sent to): the
@@ -119,6 +120,8 @@ _HELP = {
     "max_queues": "most queues the cluster holds: creating one more is refused (429 / "
                   "RESOURCE_EXHAUSTED QUEUE_LIMIT_REACHED) until one is deleted; the leader's "
                   "applies (0: no limit)",
+    "apply_thread": "apply committed entries to the state (its LMDB commit) on a thread of their own, "
+                    "off the Raft log's path: the node appends the next entries meanwhile (1: on, 0: off)",
     "restore_chunk_bytes": "record bytes (uncompressed) per log entry of an online restore "
                            "(1024..16777216)",
     "max_stream_prefetch": "largest prefetch (and free credits) of one dequeue stream; more is "
@@ -193,7 +196,7 @@ def _parse_addr(name: str, value: str) -> str:
     return value
 
 
-_BOOLS = {"secure", "insecure", "print_admin_key"}
+_BOOLS = {"secure", "insecure", "print_admin_key", "apply_thread"}
 
 
 def _coerce(name: str, value: Any) -> Any:

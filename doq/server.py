@@ -125,7 +125,8 @@ async def open_runtime(config: ServeConfig) -> Runtime:
 
         raft_config = RaftNodeConfig(election_tick=config.election_timeout_ms // RaftNodeConfig().tick_ms,
                                      snapshot_every=config.snapshot_every, keep_entries=config.keep_entries,
-                                     restore_chunk_bytes=config.restore_chunk_bytes)
+                                     restore_chunk_bytes=config.restore_chunk_bytes,
+                                     apply_thread=config.apply_thread)
         join = join_cluster
         if enrolled is not None:  # already added by the enrollment
             join = lambda *_, **__: enrolled  # noqa: E731

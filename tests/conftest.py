@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,28 @@ marker_guard.install()
 # when generating data is slow (a test's own @settings adds to this, keeping these).
 settings.register_profile("doq", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("doq")
+
+
+def _force_apply_thread() -> None:
+    """`DOQ_TEST_APPLY_THREAD=1` (or 0) runs the whole suite with the Raft node's apply
+    thread on (off): the default of `RaftNodeConfig.apply_thread` for every node built in
+    this process (a test that sets it keeps its own), and `DOQ_APPLY_THREAD` for every
+    server process a test starts. Read here only, never by doq itself."""
+    forced = os.environ.get("DOQ_TEST_APPLY_THREAD", "")
+    if forced not in ("0", "1"):
+        return
+    from doq.node.raft_node import RaftNodeConfig
+
+    names = [f.name for f in dataclasses.fields(RaftNodeConfig)]
+    defaults = list(RaftNodeConfig.__init__.__defaults__ or ())
+    assert len(defaults) == len(names)  # every field has a default
+    defaults[names.index("apply_thread")] = forced == "1"
+    RaftNodeConfig.__init__.__defaults__ = tuple(defaults)
+    assert RaftNodeConfig().apply_thread is (forced == "1")
+    os.environ["DOQ_APPLY_THREAD"] = forced
+
+
+_force_apply_thread()
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -17,8 +17,12 @@ Three alarms, each with a stable reason:
   its reserve). Nothing of it was applied (the Raft log entries and the state change are
   one LMDB transaction); the node retries it until it succeeds, which lifts this alarm.
 
-`StorageGauge` is the node's own measure; the methods that measure run on the writer
-thread, `alarms` (an immutable tuple replaced whole) is read from any thread.
+`StorageGauge` is the node's own measure; the methods that measure run on the thread of
+the node's LMDB writes (its apply thread), `alarms` (an immutable tuple replaced whole) is
+read from any thread. Every write measures inside its transaction; one that changed only
+the `raft_*` tables re-reads those alone and keeps the other tables' pages from the last
+measure, which is whole because every write that applies entries or installs a snapshot
+re-reads all of them, and a failed write makes the next measure whole.
 """
 
 from __future__ import annotations
@@ -156,7 +160,7 @@ class StorageGauge:
         self._free_at_failure: int | None = None
         self.alarms: tuple[Alarm, ...] = ()
 
-    # -- writer thread ---------------------------------------------------------------------
+    # -- the LMDB writes' thread -----------------------------------------------------------
     def measure(self, txn: lmdb.Transaction, *, log_bytes: int | None = None,
                 state_changed: bool = True) -> None:
         """In a write transaction, before its commit: the pages the trees use, plus

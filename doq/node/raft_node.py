@@ -158,9 +158,8 @@ class RaftNodeConfig:
     # True: a Ready that needs nothing but the log's fdatasync before its messages and
     # the next Ready hands its LMDB part (hard state, apply, answers) to the apply
     # thread, and the loop goes on to the next Ready at once (`RaftNode._defers_apply`).
-    # Off by default: a deferred apply that fails for want of space is retried on the
-    # apply thread, which then takes no other job (`inspect`) until space is freed, and
-    # its gain is not measured on a quiet machine yet (docs/benchmarks.md, lat7)
+    # Off by default (`--apply-thread`): measured slower end to end at 1k msg/s on 1 and
+    # 3 nodes, though faster one call at a time at p50 (docs/benchmarks.md, apply8)
     apply_thread: bool = False
 
 
@@ -239,6 +238,9 @@ class RaftNode:
         # in log order (`_defers_apply`); the writer hands it a Ready's LMDB part
         self._applier = WriterThread("doq-raft-apply")
         self._apply_error: BaseException | None = None  # a deferred apply failed: the node fails
+        # deferred applies not committed, in log order: the first failed for want of space
+        # and the loop retries them (`_replay_stalled`); only the apply thread changes it
+        self._stalled: list[tuple[_Job, float]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake = asyncio.Event()
         self._listeners: list[Callable[[], None]] = []
@@ -721,6 +723,8 @@ class RaftNode:
                 if self._apply_error is not None:
                     raise self._apply_error
                 async with self._ready_lock:  # a restore runs between two Readies
+                    if self._stalled:  # a deferred apply failed for want of space
+                        await self._drain_applies()
                     core = self.core
                     assert core is not None
                     self._feed(core)
@@ -921,36 +925,89 @@ class RaftNode:
     async def _drain_applies(self) -> None:
         """Return once every deferred apply handed to the apply thread has committed and
         its loop part (`_deferred_applied`) ran (at once when none can be: `apply_thread`
-        off, every write awaited whole)."""
+        off, every write awaited whole). Applies stalled for want of space are retried
+        here until they commit (`_replay_stalled`)."""
         if self.cfg.apply_thread:
             await self._applier.call(_nothing, None)
+            if self._stalled:
+                await self._replay_stalled()
 
     def _apply_deferred(self, job: _Job, t0: float) -> None:
         """Apply thread: a deferred Ready's LMDB part (`_commit_state`), then its loop part.
-        A failure for want of space is retried here until it passes (the store rebuilt its
-        memory; the same entries apply again; the next applies wait behind it); any other
-        failure fails the node (`_run` raises it)."""
+        A failure for want of space is handed back to the loop: the job and every one
+        posted after it wait in `_stalled`, in log order, none applied, until the loop
+        (which raises the alarm, and may grow the map between two tries) replays them
+        (`_replay_stalled`); the apply thread meanwhile takes other jobs (`inspect`). Any
+        other failure fails the node (`_run` raises it)."""
         if self._apply_error is not None:
             return
+        if self._stalled:  # behind an apply that failed: in log order, after it
+            self._stalled.append((job, t0))
+            return
+        try:
+            self._commit_state(job, t0, None, admits=False, new_vote=False)
+        except Exception as e:
+            self._apply_failed(job, t0, e)
+            return
+        self._applied_on_loop(job)
+
+    def _apply_failed(self, job: _Job, t0: float, err: Exception) -> None:
+        """Apply thread: `job`'s LMDB commit failed (the store rebuilt its memory: nothing
+        of it is applied). For want of space it waits in `_stalled`, at its head; otherwise
+        the node fails. Either way the loop is woken."""
+        if self.gauge is None or self._stopping or not self.gauge.write_failed(err):
+            log.error("node %s: a deferred apply failed", self.node_id, exc_info=err)
+            self._apply_error = err
+        else:
+            self._stalled.insert(0, (job, t0))
         loop = self._loop
         assert loop is not None
-        delay_s, max_delay_s = 0.05, self.cfg.nospace_retry_max_ms / 1000
-        while True:
-            try:
-                self._commit_state(job, t0, None, admits=False, new_vote=False)
-                break
-            except Exception as e:
-                if self.gauge is None or self._stopping or not self.gauge.write_failed(e):
-                    log.exception("node %s: a deferred apply failed", self.node_id)
-                    self._apply_error = e
-                    with contextlib.suppress(RuntimeError):
-                        loop.call_soon_threadsafe(self._wake.set)
-                    return
-                time.sleep(delay_s)
-                delay_s = min(delay_s * 2, max_delay_s)
-        if job.on_applied is not None:
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(self._wake.set)
+
+    def _applied_on_loop(self, job: _Job) -> None:
+        """Apply thread: `job` committed; its loop part runs there (`_deferred_applied`)."""
+        if job.on_applied is not None and self._loop is not None:
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
-                loop.call_soon_threadsafe(job.on_applied)
+                self._loop.call_soon_threadsafe(job.on_applied)
+
+    def _commit_stalled(self, _: object) -> None:
+        """Apply thread: commit the stalled applies in log order, each once; raises the
+        first failure (that job and those after it stay stalled)."""
+        while self._stalled:
+            job, t0 = self._stalled[0]
+            self._commit_state(job, t0, None, admits=False, new_vote=False)
+            del self._stalled[0]
+            self._applied_on_loop(job)
+
+    async def _replay_stalled(self) -> None:
+        """Loop: deferred applies stalled for want of space (`_apply_failed`): take up the
+        NOSPACE alarm (growth refused), then try them again, in order, as `_write_off_loop`
+        retries a whole write, until they commit (which lifts the alarm); meanwhile
+        heartbeats are answered. Any other failure, or a failure while stopping, raises."""
+        gauge = self.gauge
+        assert gauge is not None
+        ack_term = self._ack_term
+        self._ack_term = ack_term or self.storage.hard_state.term  # deferred: no new term or vote
+        delay_s, max_delay_s = 0.05, self.cfg.nospace_retry_max_ms / 1000
+        try:
+            while self._stalled:
+                self._refresh_alarms()
+                if delay_s < max_delay_s and gauge.alarms:  # the first tries only
+                    log.warning("node %s: a deferred apply failed for want of space (%s); retrying "
+                                "until space is freed", self.node_id, gauge.alarms[-1].message)
+                await asyncio.sleep(delay_s)
+                delay_s = min(delay_s * 2, max_delay_s)
+                while not gauge.worth_retrying() and not self._stopping:
+                    await asyncio.sleep(delay_s)  # the disk is still full: no rebuild for nothing
+                try:
+                    await self._applier.call(self._commit_stalled, None)
+                except Exception as e:
+                    if self._stopping or not gauge.write_failed(e):
+                        raise
+        finally:
+            self._ack_term = ack_term
+            self._admission.written()
 
     def _deferred_applied(self, core: RaftCore, job: _Job) -> None:
         """Loop: a deferred apply committed; what `_handle_ready` does after an apply."""

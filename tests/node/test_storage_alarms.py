@@ -5,9 +5,12 @@ gauge's thresholds and the classification of failures with real LMDB errors."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
 import os
+import threading
 from pathlib import Path
+from typing import Any
 
 import lmdb
 import pytest
@@ -114,6 +117,52 @@ def test_a_measure_of_a_raft_only_write_rereads_the_raft_tables_and_keeps_the_st
     env.close()
 
 
+async def test_the_gauges_partial_measures_equal_a_whole_one_on_every_node_of_a_cluster_with_the_apply_thread(
+        tmp_path: Path) -> None:
+    """With the apply thread on, three nodes (followers append without applying under the
+    lazy commit: Raft-only writes, measured with `state_changed=False`), enqueues and
+    acking dequeues (state tables grow and shrink): on every node, once all is applied,
+    the state tables' pages the gauge last measured are a whole measure's (read on the
+    apply thread: no write runs meanwhile). Fails if a write that changed a state table
+    were measured as Raft-only."""
+    cfg = dataclasses.replace(FAST, snapshot_every=0, apply_thread=True)
+    cluster = Cluster(tmp_path, cfg)
+    try:
+        leader = await cluster.start("n1")
+        await cluster.grow("n2", "n3")
+        loop = asyncio.get_running_loop()
+        for nid, node in cluster.nodes.items():  # built on the apply thread (see the test below)
+            node.gauge = await loop.run_in_executor(node._applier, lambda n=node, i=nid: StorageGauge(
+                n.env, tmp_path, node_id=i, max_data_bytes=1 << 40, disk_free_limit_bytes=0))
+        await leader.propose(c.CreateQueue("q", "delayed", QueueSettings()))
+        for _round in range(6):
+            await asyncio.gather(*[leader.propose(c.Enqueue("q", [c.EnqueueItem(CONTENT)])) for _ in range(5)])
+            await leader.propose(c.Dequeue("q", max_messages=3, ack=True))
+        target = leader.state.applied_index
+
+        def state_bytes(gauge: StorageGauge) -> int:
+            return gauge.used_bytes - gauge.log_bytes  # the tables but the Raft log's
+
+        for nid, node in cluster.nodes.items():
+            async def caught_up(n: RaftNode = node) -> bool | None:
+                return True if n.state.applied_index >= target else None
+
+            await eventually(caught_up, 30, f"{nid} applied the leader's last entry")
+
+            def whole(_: object, n: RaftNode = node, i: str = nid) -> tuple[int, int]:
+                fresh = StorageGauge(n.env, tmp_path, node_id=i, max_data_bytes=1 << 40,
+                                     disk_free_limit_bytes=0)
+                with n.env.begin() as txn:
+                    fresh.measure(txn)
+                assert n.gauge is not None
+                return state_bytes(n.gauge), state_bytes(fresh)
+
+            measured, expected = await node.inspect(whole)
+            assert measured == expected, nid
+    finally:
+        await cluster.close()
+
+
 def test_the_disk_alarm_follows_the_free_space(tmp_path: Path) -> None:
     env = open_env(tmp_path / "db")
     disk = _Disk(100 << 20)
@@ -208,6 +257,109 @@ async def test_a_write_that_fails_for_want_of_space_is_retried_whole_and_nothing
     # what is on disk is whole: the log and the state agree, every acknowledged message there
     state = StateStore(env)
     assert state.get_queue("q").stats.total == acked + 2
+    env.close()
+
+
+class _FillsUp(StorageGauge):
+    """A gauge whose measure, inside a write txn after its apply (and its early answers),
+    fails as a full map does while `full` is set."""
+
+    full = False
+
+    def measure(self, txn: lmdb.Transaction, **kw: Any) -> None:
+        if self.full:
+            raise lmdb.MapFullError("mdb_put: MDB_MAP_FULL: Environment mapsize limit reached")
+        super().measure(txn, **kw)
+
+
+class _HoldsApplies(RaftNode):
+    """While `hold` is set, its apply thread waits for `release` before a deferred apply;
+    records the indexes each LMDB write that committed applied, in commit order."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.committed_order: list[int] = []
+        self.hold = False
+        self.holding = threading.Event()
+        self.release = threading.Event()
+
+    def _apply_deferred(self, job: Any, t0: float) -> None:
+        if self.hold:
+            self.holding.set()
+            self.release.wait(60)
+        super()._apply_deferred(job, t0)
+
+    def _commit_state(self, job: Any, *a: Any, **kw: Any) -> None:
+        super()._commit_state(job, *a, **kw)
+        self.committed_order.extend(e.index for e in job.committed)
+
+
+async def test_deferred_applies_on_a_full_map_wait_in_order_for_space_and_none_is_lost_or_applied_twice(
+        tmp_path: Path) -> None:
+    """The apply thread on: 20 entries appended and committed while it is held, each a
+    deferred apply; then the map is full. The first apply fails (after its early answer):
+    the loop raises NOSPACE and refuses growth, the applies behind it wait, none applied,
+    and the apply thread stays free for other jobs (`inspect`; a map grown there). Once
+    there is room they commit in log order, each once, every proposal gets its own result
+    (ids in proposal order), the alarm lifts, and a restart finds all 20. Fails if the
+    apply thread retried on its own (`inspect` would wait behind it) or if an apply behind
+    the failed one committed before it, was lost or applied twice."""
+    path = tmp_path / "n1"
+    env = open_env(path)
+    gauge = _FillsUp(env, path, node_id="n1", max_data_bytes=1 << 40, disk_free_limit_bytes=0)
+    cfg = dataclasses.replace(FAST, snapshot_every=0, apply_thread=True, nospace_retry_max_ms=100)
+    node = _HoldsApplies(StateStore(env), node_id="n1", addrs=addrs("n1"), transport=Net().factory("n1"),
+                         config=cfg, gauge=gauge)
+    await node.start()
+    try:
+        await node.propose(c.CreateQueue("q", "delayed", QueueSettings()))
+        core = node.core
+        assert core is not None
+        node.hold = True
+        futs = [node.propose_nowait(c.Enqueue("q", [c.EnqueueItem(b"m0")]))]
+        await asyncio.to_thread(node.holding.wait, 60)
+        held_at = node.state.applied_index
+        for i in range(1, 20):  # one entry each: one deferred apply each
+            futs.append(node.propose_nowait(c.Enqueue("q", [c.EnqueueItem(b"m%d" % i)])))
+            before = core.log.committed
+
+            async def committed(b: int = before) -> bool | None:
+                return True if core.log.committed > b else None
+
+            await eventually(committed, 30, "the next entry committed")
+        gauge.full = True
+        node.hold = False
+        node.release.set()
+
+        async def stalled() -> bool | None:
+            return True if len(node._stalled) == 20 and node.alarms() else None
+
+        await eventually(stalled, 30, "every deferred apply stalled behind the failed one, NOSPACE raised")
+        assert [a.reason for a in node.alarms()] == ["NOSPACE"]
+        with pytest.raises(StorageFull):
+            node.propose_nowait(c.Enqueue("q", [c.EnqueueItem(b"more")]))
+        # the apply thread takes other jobs meanwhile, and nothing was applied
+        assert await asyncio.wait_for(node.inspect(lambda st: st.applied_index), 60) == held_at
+        assert not any(f.done() for f in futs[1:])
+        assert all(i <= held_at for i in node.committed_order)  # nothing past the held one committed
+        gauge.full = False
+        results = await asyncio.gather(*futs)
+        ids = [r[0].id for r in results]  # type: ignore[index]
+        assert ids == list(range(ids[0], ids[0] + 20))
+        await node.inspect(lambda st: None)  # after the last commit (answered before it)
+        order = [i for i in node.committed_order if i > held_at]
+        assert order == list(range(held_at + 1, held_at + 21))  # each once, in log order
+
+        async def cleared() -> bool | None:
+            return True if node.alarms() == [] else None
+
+        await eventually(cleared, 30, "the NOSPACE alarm lifted by the replayed commits")
+        await node.propose(c.Enqueue("q", [c.EnqueueItem(b"after")]))
+    finally:
+        await node.stop()
+    state = StateStore(env)
+    assert state.get_queue("q").stats.total == 21
+    assert [state.get_message("q", id_).content for id_ in ids] == [b"m%d" % i for i in range(20)]
     env.close()
 
 

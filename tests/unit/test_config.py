@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -91,6 +92,10 @@ def test_snapshot_settings_reach_the_raft_driver_with_its_defaults() -> None:
     c, driver = parse([]), RaftNodeConfig()
     assert (c.snapshot_every, c.keep_entries, c.restore_chunk_bytes) == (
         driver.snapshot_every, driver.keep_entries, driver.restore_chunk_bytes)
+    # the field's default (tests/conftest.py may force the driver's for a whole run)
+    assert c.apply_thread == {f.name: f.default for f in dataclasses.fields(RaftNodeConfig)}["apply_thread"]
+    assert parse([], {"DOQ_APPLY_THREAD": "1"}).apply_thread is True
+    assert parse([], {"DOQ_APPLY_THREAD": "0"}).apply_thread is False
     c = parse(["--snapshot-every", "50", "--restore-chunk-bytes", "4096"], {"DOQ_KEEP_ENTRIES": "0"})
     assert (c.snapshot_every, c.keep_entries, c.restore_chunk_bytes) == (50, 0, 4096)
 
