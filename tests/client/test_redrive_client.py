@@ -37,7 +37,9 @@ def test_sync_client(client: DoqClient) -> None:
     assert isinstance(t, RedriveTask) and (t.to, t.total) == ("s-src", 7)
     done = until("completed", lambda: (g := client.get_redrive("s-dlq")).state == "completed" and g)
     assert (done.moved, done.remaining, done.running) == (7, 0, False)
-    msgs = client.dequeue("s-src", max_messages=10)
+    # the queue's own 100 ms lease could end before a loaded node's commit of this dequeue
+    # (then nothing is handed out: `doq_leases_ended_before_delivery_total`): ask for a long one
+    msgs = client.dequeue("s-src", max_messages=10, visibility_timeout_ms=60_000)
     assert sorted(m.metadata["i"] for m in msgs) == [str(i) for i in range(7)]
     assert {m.attempts for m in msgs} == {1}  # reset to 0 by the move; 1 is this delivery
     assert client.cancel_redrive("s-dlq").state == "completed"

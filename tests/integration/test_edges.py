@@ -28,7 +28,7 @@ def http(doq_node: NodeProc) -> Iterator[httpx.Client]:
         yield c
 
 
-def _until(what: str, check: Callable[[], bool], timeout_s: float = 20.0) -> None:
+def _until(what: str, check: Callable[[], bool], timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not check():
         if time.monotonic() > deadline:

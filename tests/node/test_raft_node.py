@@ -797,7 +797,7 @@ async def test_the_service_runs_unchanged_on_a_raft_node_lease_expiry_replicates
     cl = await three(tmp_path)
     leader = await cl.wait_leader()
     api = QueueService(leader)
-    poll = asyncio.create_task(api.dequeue("q", wait_ms=60_000, visibility_timeout_ms=300))
+    poll = asyncio.create_task(api.dequeue("q", wait_ms=60_000, visibility_timeout_ms=2000))
     await asyncio.sleep(0.05)
     await api.enqueue("q", c.EnqueueItem(b"hello"))
     got = await asyncio.wait_for(poll, 60)
