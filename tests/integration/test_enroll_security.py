@@ -39,7 +39,14 @@ from doq.raft.types import Message, MessageType
 from doq.tls.certs import make_csr
 from doq.tls.enrollment import JoinToken, decode_token, encode_token
 from tests.integration.test_join_token import joiner, members, refused
-from tests.integration.test_tls import admin_key, ca_file, https, start_secure, wait_https_ready
+from tests.integration.test_tls import (
+    admin_key,
+    ca_file,
+    https,
+    remove_member,
+    start_secure,
+    wait_https_ready,
+)
 from tests.support.cluster import until
 from tests.support.forge import delete_queue_append, send_frame
 from tests.support.proc import NodeProc
@@ -126,7 +133,7 @@ def test_the_answer_is_a_certificate_for_exactly_the_node_id_never_the_ca_key(se
     assert log["key"] == "jointoken:" + decode_token(token).token_id.hex() and log["result"] == "ok"
     assert counter(seed, "doq_audit_events_total", action="member.add", result="ok") >= 1
     assert decode_token(token).secret.hex() not in seed.log()
-    assert https(seed, "DELETE", "/cluster/members/ghost")[0] == 200
+    assert remove_member(seed, "ghost")[0] == 200
 
 
 def test_a_flood_of_bogus_tokens_proposes_nothing(seed: NodeProc) -> None:
@@ -135,7 +142,7 @@ def test_a_flood_of_bogus_tokens_proposes_nothing(seed: NodeProc) -> None:
     csr, _ = make_csr("flood", [])
     status, body = https(seed, "POST", "/cluster/enroll", enroll_body(spent, "spender", csr))
     assert status == 200, body
-    assert https(seed, "DELETE", "/cluster/members/spender")[0] == 200
+    assert remove_member(seed, "spender")[0] == 200
     until("the token's expiry passed", lambda: time.time() * 1000 > real.expires_ms + 1)
     good = create_token(seed)
     before = until("a settled log", lambda: (lambda v: v if v["commit_index"] == v["applied_index"] else None)(
@@ -167,7 +174,7 @@ def test_a_flood_of_bogus_tokens_proposes_nothing(seed: NodeProc) -> None:
     status, body = https(seed, "POST", "/cluster/enroll", enroll_body(good, "late", csr))
     assert status == 200, body
     assert view(seed)["commit_index"] > before["commit_index"]
-    assert https(seed, "DELETE", "/cluster/members/late")[0] == 200
+    assert remove_member(seed, "late")[0] == 200
 
 
 def test_an_http_join_address_with_a_token_is_refused(seed: NodeProc) -> None:
@@ -184,7 +191,7 @@ def test_an_http_join_address_with_a_token_is_refused(seed: NodeProc) -> None:
     try:
         wait_https_ready(ok, 90)
         assert "node-9" in members(seed)
-        assert https(seed, "DELETE", "/cluster/members/node-9")[0] == 200  # the seed alone again
+        assert remove_member(seed, "node-9")[0] == 200  # the seed alone again
     finally:
         ok.kill9()
 
@@ -233,7 +240,7 @@ def test_a_removed_member_with_its_valid_certificate_changes_nothing(
         assert status in (200, 201), body
         cert_dir = data / "node-3" / "tls"
         stolen = {p.name: p.read_bytes() for p in cert_dir.iterdir()}  # its still valid certificate
-        assert https(n1, "DELETE", "/cluster/members/node-3")[0] == 200
+        assert remove_member(n1, "node-3")[0] == 200
         n3.kill9()
         rest = [n1, n2]
         until("two members", lambda: all(sorted(m["node_id"] for m in view(n)["members"]) == ["node-1", "node-2"]

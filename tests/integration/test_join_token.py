@@ -18,7 +18,14 @@ from collections.abc import Iterator
 import pytest
 
 from doq.tls.enrollment import decode_token, encode_token
-from tests.integration.test_tls import admin_key, ca_file, https, start_secure, wait_https_ready
+from tests.integration.test_tls import (
+    admin_key,
+    ca_file,
+    https,
+    remove_member,
+    start_secure,
+    wait_https_ready,
+)
 from tests.support.cluster import until
 from tests.support.proc import NodeProc
 
@@ -87,7 +94,7 @@ def test_a_node_with_a_join_token_enrolls_and_joins_with_mutual_tls(seed: NodePr
         log = refused(joiner(seed, "node-3", token))  # the same token again
         assert "INVALID_JOIN_TOKEN" in log
         assert members(seed) == before
-        assert https(seed, "DELETE", "/cluster/members/node-2")[0] == 200  # the seed alone again
+        assert remove_member(seed, "node-2")[0] == 200  # the seed alone again
     finally:
         n2.kill9()
 

@@ -15,6 +15,7 @@ import shutil
 import ssl
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -60,6 +61,18 @@ def https(node: NodeProc, method: str, path: str, body: Any = None, ca: Path | N
             return r.status, json.loads(raw) if raw else None
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read() or b"null")
+
+
+def remove_member(node: NodeProc, member: str, timeout_s: float = 60) -> tuple[int, Any]:
+    """`DELETE /cluster/members/{member}` over HTTPS, again while it answers a retryable 503
+    (a membership change still in progress, e.g. the promotion that follows a join, or no
+    leader yet on a loaded machine); the last answer."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status, body = https(node, "DELETE", f"/cluster/members/{member}")
+        if status != 503 or not (body or {}).get("retryable") or time.monotonic() > deadline:
+            return status, body
+        time.sleep(0.2)
 
 
 def wait_https_ready(node: NodeProc, timeout_s: float = 60) -> None:
