@@ -49,6 +49,7 @@ An online restore is not the node's business: `doq.backup.online` orchestrates i
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import logging
@@ -248,6 +249,9 @@ class RaftNode:
         # during a long write resets the election clock the ticks before it advanced
         self._inbox: list[Message | None] = []
         self._ack_term = 0  # while the writer works: the durable term heartbeats are answered in
+        # the commit index at each of the last `election_tick` ticks: readiness compares the
+        # applied index with the oldest (a write in flight is not "applying")
+        self._commit_marks: collections.deque[int] = collections.deque(maxlen=self.cfg.election_tick)
         self._pending: list[tuple[Command, ProposalFuture]] = []
         self._admin: list[Callable[[RaftCore], None]] = []
         self._proposals = ProposalBook()
@@ -452,7 +456,9 @@ class RaftNode:
     def readiness_problems(self) -> list[str]:
         """[] when this node is a member of the configuration (voter or learner), knows a
         leader it has heard from within an election timeout (or is it), and has applied up
-        to the commit index it learned; else the reasons, with the liveness ones."""
+        to the commit index it knew an election timeout ago (the oldest of `_commit_marks`;
+        the current one before the first tick); else the reasons, with the liveness ones.
+        Entries committed since are a write in flight on a busy node, not a lag."""
         core = self.core
         problems = self.liveness_problems()
         if self._stopping:
@@ -465,7 +471,8 @@ class RaftNode:
             problems.append("no_leader")
         elif self._role != Role.LEADER and core.election_elapsed >= self.cfg.election_tick:
             problems.append("leader_unreachable")
-        if self.applied_index < core.log.committed:
+        marks = self._commit_marks
+        if self.applied_index < (marks[0] if marks else core.log.committed):
             problems.append("applying")
         return problems
 
@@ -676,6 +683,8 @@ class RaftNode:
         if self._stopping:
             return
         self._inbox.append(None)
+        if self.core is not None:
+            self._commit_marks.append(self.core.log.committed)
         if self._ack_term:  # the writer works: keep the followers' election clocks reset
             beats = write_overlap.heartbeats_while_writing(self.core, self._ack_term, self.node_id)
             if beats:

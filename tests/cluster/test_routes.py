@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from doq.cluster_client import LEADER_HEADER, status_from_json
+from doq.errors import Unavailable
 from doq.node.cluster import Member, MemberAddrs
 from doq.service.http.cluster import build_cluster_router
 from tests.cluster.support import FakeCluster, cluster_app, three_members
@@ -136,6 +137,28 @@ async def test_remove_member(lc: httpx.AsyncClient, leader: FakeCluster) -> None
     assert [m.node_id for m in leader.status.members] == ["node-1", "node-2"]
     assert_problem(await lc.delete("/cluster/members/node-3"), 404, "MEMBER_NOT_FOUND")
     assert leader.calls == [("remove", "node-3")]
+
+
+@pytest.mark.parametrize("reason", ["CONF_CHANGE_PENDING", "CONF_CHANGE_TIMEOUT"])
+async def test_a_membership_change_that_must_wait_is_a_retryable_503_as_documented(
+        leader: FakeCluster, reason: str) -> None:
+    """Another change not applied yet (or this one not in time): 503, retryable, nothing
+    changed; the OpenAPI document names both reasons under 503 for join and removal."""
+
+    async def busy(*_a: object, **_kw: object) -> None:
+        raise Unavailable("membership change refused for now", reason=reason)
+
+    leader.remove_member = busy  # type: ignore[method-assign]
+    leader.add_member = busy  # type: ignore[method-assign,assignment]
+    before = list(leader.status.members)
+    async for c in client_for(leader):
+        for r in (await c.delete("/cluster/members/node-3"), await c.post("/cluster/join", json=NEW)):
+            assert assert_problem(r, 503, reason)["retryable"] is True
+    assert leader.status.members == before
+    paths = cluster_app(leader).openapi()["paths"]
+    for op in (paths["/cluster/members/{node_id}"]["delete"], paths["/cluster/join"]["post"]):
+        assert reason in op["responses"]["503"]["description"]
+        assert "in progress" not in op["responses"]["409"]["description"]
 
 
 async def test_transfer_leader_with_and_without_target(leader: FakeCluster) -> None:

@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import random
 import struct
+import threading
 import zlib
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -344,3 +345,24 @@ async def retry(fn: Callable[[], Awaitable[T]], timeout_s: float = 30.0) -> T:
             if not e.retryable or loop.time() > deadline:
                 raise
         await asyncio.sleep(0.05)
+
+
+class HoldsCommitAfterAnswer(RaftNode):
+    """While `hold` is set, its writer, having handed the loop the answers of a write
+    (before that write's LMDB commit), waits for `release` before it commits."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.hold = False
+        self.held = threading.Event()
+        self.release = threading.Event()
+
+    def _write(self, job: Any) -> None:
+        early = job.answer
+        if early is not None and self.hold:
+            def answer(committed: Any, results: Any) -> None:
+                self.held.set()  # before the answers reach the loop
+                early(committed, results)
+                self.release.wait(60)
+            job.answer = answer
+        super()._write(job)

@@ -19,7 +19,7 @@ from doq.node.raft_node import RaftNode, RaftNodeConfig
 from doq.queues import commands as c
 from doq.queues.model import QueueSettings
 from doq.raft.types import Ready
-from tests.node.raftnet import FAST, Cluster, addrs, eventually, retry
+from tests.node.raftnet import FAST, Cluster, HoldsCommitAfterAnswer, addrs, eventually, retry
 
 pytestmark = pytest.mark.timeout(180)
 _open: list[Cluster] = []
@@ -169,27 +169,6 @@ async def test_a_leader_answers_once_applied_before_its_own_commit_and_only_what
     await cl.converged()
     assert len(set(cl.digests().values())) == 1
     assert not cl.net.violations, cl.net.violations[:5]
-
-
-class HoldsCommitAfterAnswer(RaftNode):
-    """While `hold` is set, its writer, having handed the loop the answers of a write
-    (before that write's LMDB commit), waits for `release` before it commits."""
-
-    def __init__(self, *a: Any, **kw: Any) -> None:
-        super().__init__(*a, **kw)
-        self.hold = False
-        self.held = threading.Event()
-        self.release = threading.Event()
-
-    def _write(self, job: Any) -> None:
-        early = job.answer
-        if early is not None and self.hold:
-            def answer(committed: Any, results: Any) -> None:
-                self.held.set()  # before the answers reach the loop
-                early(committed, results)
-                self.release.wait(60)
-            job.answer = answer
-        super()._write(job)
 
 
 async def test_a_lone_voter_answers_once_its_log_is_synced_and_direct_readers_wait_for_the_commit(

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from doq.queues.model import QueueSettings
 from doq.service.api import QueueService
 from doq.service.http_gateway import create_app
 from doq.service.limits import Limits
-from tests.node.raftnet import FAST, Cluster, eventually, retry
+from tests.node.raftnet import FAST, Cluster, HoldsCommitAfterAnswer, eventually, retry
 
 pytestmark = pytest.mark.timeout(120)
 _open: list[Cluster] = []
@@ -83,3 +84,28 @@ async def test_a_follower_cut_from_its_leader_stops_being_ready(tmp_path: Path) 
     assert follower.liveness_problems() == []  # it can make progress once the network heals
     cl.net.heal()
     await eventually(lambda: asyncio.sleep(0, follower.is_ready()), 30, "ready again")
+
+
+async def test_a_write_in_flight_is_not_applying_but_a_commit_held_past_an_election_timeout_is(
+        tmp_path: Path) -> None:
+    """A busy leader always has entries committed and not yet applied (its write in
+    flight): it stays ready while its applied index reaches the commit index it knew an
+    election timeout ago, and says "applying" only once a write is held longer than that.
+    Fails if readiness compares with the current commit index (the old rule flapped)."""
+    slow_ticks = dataclasses.replace(FAST, election_tick=200)  # an election timeout of 5 s
+    cl = Cluster(tmp_path, slow_ticks, HoldsCommitAfterAnswer)
+    _open.append(cl)
+    node = await cl.start("n1")  # a lone voter: it leads at once, answers before its commit
+    assert isinstance(node, HoldsCommitAfterAnswer)
+    await retry(lambda: node.propose(c.CreateQueue("q", "delayed", QueueSettings())))
+    await eventually(lambda: asyncio.sleep(0, node.is_ready()), 30, "ready")
+    node.hold = True
+    await node.propose(c.Enqueue("q", [c.EnqueueItem(b"m")]))  # answered; its commit held
+    assert node.core is not None and node.applied_index < node.core.log.committed  # in flight
+    assert node.readiness_problems() == []
+    problems = await eventually(
+        lambda: asyncio.sleep(0, node.readiness_problems() or None), 60, "applying once held")
+    assert problems == ["applying"]
+    node.hold = False
+    node.release.set()
+    await eventually(lambda: asyncio.sleep(0, node.is_ready()), 60, "ready once the commit is done")

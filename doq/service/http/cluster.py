@@ -135,6 +135,8 @@ MemberId = Annotated[str, Path(description="The member's node id.", examples=["n
 
 _NOT_LEADER = ("Not the leader (NOT_LEADER, `leader_hint`; header X-Doq-Leader: the leader's HTTP "
                "address when known), no leader, or shutting down; retryable.")
+_CHANGE_BUSY = (" Also while another membership change is not applied yet (CONF_CHANGE_PENDING) or "
+                "when this one was not applied in time (CONF_CHANGE_TIMEOUT); both retryable.")
 _ANSWERS = {
     "cluster_status": "This node's view of the cluster.",
     "cluster_identity": "This node's store identity.",
@@ -177,7 +179,7 @@ def build_cluster_router(api: QueueService) -> APIRouter:
         responses=errors(400, 409, 413, 415, notes={
             409: "The node id is taken by a member with other addresses (MEMBER_EXISTS), the joiner "
                  "means another cluster (CLUSTER_MISMATCH), or this node cannot add members.",
-            503: _NOT_LEADER}),
+            503: _NOT_LEADER + _CHANGE_BUSY}),
         openapi_extra=body_doc(JoinBody),
     )
     async def join_cluster(request: Request) -> Response:
@@ -199,9 +201,9 @@ def build_cluster_router(api: QueueService) -> APIRouter:
         "/cluster/members/{node_id}", tags=["cluster"], response_model=RemoveResult, summary="Remove a member",
         responses=errors(400, 404, 409, notes={
             404: "No member has this id (NOT_FOUND).",
-            409: "The change is refused now (e.g. another membership change is in progress, or the "
-                 "last voter), or this node cannot remove members.",
-            503: _NOT_LEADER}),
+            409: "The cluster refuses the change (the last voter: LAST_VOTER), or this node cannot "
+                 "remove members.",
+            503: _NOT_LEADER + _CHANGE_BUSY}),
     )
     async def remove_member(node_id: MemberId, request: Request) -> Response:
         """Remove a member (voter or learner) from the cluster; it stops receiving the log."""

@@ -37,13 +37,13 @@ class Readiness(BaseModel):
     model_config = ConfigDict(json_schema_extra={"examples": [
         {"ready": True, "leader": True, "leader_hint": "node-1", "reasons": []}]})
     ready: bool = Field(description="This node can serve: a member, in contact with the leader, applied "
-                                    "up to the commit index it knows.")
+                                    "up to the commit index it knew an election timeout ago.")
     leader: bool = Field(description="This node is the leader.")
     leader_hint: str = Field(description="The leader this node knows of (\"\" if none).")
     reasons: list[str] = Field(description=(
         "Why it is not ready ([] when ready): `not_a_member` (not in the configuration, e.g. a store "
         "not admitted yet), `no_leader`, `leader_unreachable` (no word from it for an election "
-        "timeout), `applying` (behind its commit index), `shutting_down`, `starting`, `joining`, "
+        "timeout), `applying` (behind the commit index it knew an election timeout ago), `shutting_down`, `starting`, `joining`, "
         "and the liveness reasons (`raft_failed`, `store_broken`)."))
     alarms: list[dict[str, str]] = Field(default_factory=list, description=(
         "Storage alarms on now (node_id, reason: DATA_SIZE_LIMIT | DISK_FREE_LIMIT | NOSPACE, "
