@@ -5,13 +5,9 @@ pod's (token re-read for every call, the CA verified)."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +16,7 @@ import pytest
 from doq.node import k8s_leader
 from doq.node.k8s_leader import InClusterApi, K8sApiError, K8sConfigError, LeaderLabel
 from tests.deploy.fake_k8s import FakeKubeApi, fake_kube_api, make_credentials
-from tests.support.proc import free_port
+from tests.support.proc import NodeProc, refused_addr
 
 NS, POD, KEY = "doq", "doq-0", "doq.io/leader"
 POD_PATH = f"/api/v1/namespaces/{NS}/pods/{POD}"
@@ -132,8 +128,13 @@ def test_an_unreachable_api_never_raises(credentials: Path) -> None:
     """Nothing listens: every call fails and is retried; close() gives up after its timeout
     and says so."""
     sa = credentials / "serviceaccount"
+    with refused_addr() as nobody:
+        _unreachable_api_never_raises(sa, nobody.rsplit(":", 1)[1])
+
+
+def _unreachable_api_never_raises(sa: Path, port: str) -> None:
     env = {"DOQ_K8S_LEADER_LABEL": KEY, "KUBERNETES_SERVICE_HOST": "127.0.0.1",
-           "KUBERNETES_SERVICE_PORT": str(free_port()), "DOQ_K8S_SERVICE_ACCOUNT_DIR": str(sa),
+           "KUBERNETES_SERVICE_PORT": port, "DOQ_K8S_SERVICE_ACCOUNT_DIR": str(sa),
            "DOQ_K8S_POD_NAME": POD}
     label = _label(env)
     label.start()
@@ -197,30 +198,9 @@ def test_from_env(tmp_path: Path, kube: tuple[FakeKubeApi, Path]) -> None:
 # -- the real node -------------------------------------------------------------------------
 
 
-def _serve(tmp_path: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], int, Path]:
-    http_port = free_port()
-    log = tmp_path / "node.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "doq", "serve", "--node-id", POD, "--data-dir", str(tmp_path / "data"),
-             "--http-addr", f"127.0.0.1:{http_port}", "--grpc-addr", f"127.0.0.1:{free_port()}",
-             "--raft-addr", f"127.0.0.1:{free_port()}"],
-            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **env})
-    return proc, http_port, log
-
-
-def _ready(port: int, proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, log.read_text()
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.05)
-    raise TimeoutError(log.read_text())
+def _node(tmp_path: Path, env: dict[str, str]) -> NodeProc:
+    """A `doq serve` of the pod `POD` with the in-cluster environment `env`."""
+    return NodeProc(tmp_path / "data", node_id=POD, env=env, log_path=tmp_path / "node.log")
 
 
 @pytest.mark.integration
@@ -230,26 +210,23 @@ def test_doq_serve_labels_its_pod_through_api_errors_and_unlabels_on_sigterm(
     serving meanwhile); on SIGTERM it removes the label and exits 0."""
     api, sa = kube
     api.fail_next = [503, 503, 0]
-    proc, port, log = _serve(tmp_path, _env(api, sa))
+    node = _node(tmp_path, _env(api, sa))
     try:
-        _ready(port, proc, log)
+        node.start()  # ready (its /readyz answers 200) while the API still fails
         api.wait_for(lambda: _has_label(api))
         assert [r.status for r in api.requests][:3] == [503, 503, 0]
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/livez", timeout=5) as r:
+        with node.urlopen(node.http_url + "/livez", timeout=5) as r:
             assert r.status == 200
-        os.kill(proc.pid, signal.SIGTERM)
-        assert proc.wait(60) == 0, log.read_text()
+        assert node.terminate(60) == 0, node.log()
         assert not _has_label(api)
         assert api.requests[-1].body == {"metadata": {"labels": {KEY: None}}}
     finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+        node.kill9()
 
 
 @pytest.mark.integration
 def test_doq_serve_refuses_to_start_without_the_in_cluster_setup(tmp_path: Path) -> None:
-    proc, _, log = _serve(tmp_path, {"DOQ_K8S_LEADER_LABEL": KEY, "KUBERNETES_SERVICE_HOST": ""})
-    assert proc.wait(60) == 1
-    assert "KUBERNETES_SERVICE_HOST" in log.read_text()
+    node = _node(tmp_path, {"DOQ_K8S_LEADER_LABEL": KEY, "KUBERNETES_SERVICE_HOST": ""}).launch()
+    assert node.proc is not None and node.proc.wait(60) == 1
+    assert "KUBERNETES_SERVICE_HOST" in node.log()
     assert not (tmp_path / "data" / POD).exists()  # nothing on disk

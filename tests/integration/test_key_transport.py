@@ -55,8 +55,8 @@ class _Recorder(http.server.BaseHTTPRequestHandler):
 def _serve(redirect_to: str = "") -> tuple[http.server.ThreadingHTTPServer, list[dict[str, str]], int]:
     seen: list[dict[str, str]] = []
     handler = type("H", (_Recorder,), {"seen": seen, "redirect_to": redirect_to})
-    port = free_port()
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    port = srv.server_address[1]
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     return srv, seen, port
 

@@ -12,8 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from doq.ports import free_port
-from tests.support.proc import NodeProc, running_node
+from tests.support.proc import NodeProc, refused_addr, running_node
 
 pytestmark = pytest.mark.integration
 
@@ -138,7 +137,8 @@ def test_server_from_env_and_errors(node: NodeProc) -> None:
     dup = doq(node, "queues", "create", "cli-dup", "--type", "fair", ok=False)
     assert dup.returncode == 1 and "HTTP 409" in dup.stderr and "already exists" in dup.stderr
 
-    dead = doq(None, "queues", "list", "--server", f"http://127.0.0.1:{free_port()}", ok=False)
+    with refused_addr() as nobody:
+        dead = doq(None, "queues", "list", "--server", f"http://{nobody}", ok=False)
     assert dead.returncode == 1 and "cannot reach" in dead.stderr
     bad = doq(None, "queues", "list", "--server", "ftp://x", ok=False)
     assert bad.returncode == 2 and "--server must be an http(s) URL" in bad.stderr

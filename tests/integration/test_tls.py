@@ -19,6 +19,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ from doq.tls.certs import generate_ca, install_ca, issue_node_cert
 from doq_client import DoqClient
 from tests.support.cluster import until
 from tests.support.forge import delete_queue_append, send_frame
-from tests.support.proc import NodeProc
+from tests.support.proc import NodeProc, refused_addr
 
 pytestmark = pytest.mark.integration
 
@@ -251,12 +252,11 @@ def test_a_non_loopback_node_runs_secure_unless_insecure(tmp_path: Path) -> None
 def test_a_secure_node_waiting_to_join_answers_over_https_only(tmp_path: Path) -> None:
     """While an empty store waits for its cluster (`doq.service.startup_http`: identity,
     /livez, /readyz not ready), a secure node already speaks HTTPS only."""
-    from doq.ports import free_port
-
     cert, key = generate_ca()
     n = NodeProc(tmp_path / "data", node_id="node-2")
     install_ca(tmp_path / "data" / "node-2" / "tls", cert, key)
-    n.extra_args = ["--secure", "--join", f"127.0.0.1:{free_port()}"]  # nobody answers there: it waits
+    nobody = ExitStack()
+    n.extra_args = ["--secure", "--join", nobody.enter_context(refused_addr())]  # nobody answers there: it waits
     n.launch()
     try:
         status, body = until("the identity over HTTPS", lambda: https(n, "GET", "/cluster/identity"), 60)
@@ -266,3 +266,4 @@ def test_a_secure_node_waiting_to_join_answers_over_https_only(tmp_path: Path) -
             urllib.request.urlopen(f"http://127.0.0.1:{n.http_port}/cluster/identity", timeout=10)
     finally:
         n.kill9()
+        nobody.close()

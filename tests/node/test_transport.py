@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import ExitStack, asynccontextmanager
 
 import grpc
 import pytest
@@ -15,7 +15,7 @@ from doq_proto.raft.v1 import raft_pb2, raft_pb2_grpc
 from doq.node.transport import GrpcRaftTransport, backoff_delay_s
 from doq.node.transport_base import PeerFrame
 from doq.raft.types import Message, MessageType, SnapshotMeta
-from tests.support.proc import free_port
+from tests.support.proc import free_port, refused_addr
 
 DEADLINE_S = 60.0  # generous: only a failing test waits it out (a loaded machine is slow)
 
@@ -121,7 +121,11 @@ async def test_three_transports_keep_order_per_peer() -> None:
 
 
 async def test_dead_peer_queue_is_bounded_and_does_not_block_others() -> None:
-    dead = f"127.0.0.1:{free_port()}"  # nobody listens there
+    with refused_addr() as dead:  # nobody listens there
+        await _dead_peer_queue_is_bounded(dead)
+
+
+async def _dead_peer_queue_is_bounded(dead: str) -> None:
     async with transports("a", "c", queue_max_messages=50) as (ts, inbox):
         ts["a"].set_peer("dead", dead)
         for r in range(20):  # rounds of 50 (c's queue holds 50 too): each round fits c's queue
@@ -221,8 +225,12 @@ async def test_large_snapshot_chunk_and_unknown_peer() -> None:
 
 
 async def test_stop_flushes_then_leaves_no_tasks() -> None:
+    with refused_addr() as dead:
+        await _stop_flushes_then_leaves_no_tasks(dead)
+
+
+async def _stop_flushes_then_leaves_no_tasks(dead: str) -> None:
     before = asyncio.all_tasks()
-    dead = f"127.0.0.1:{free_port()}"
     async with transports("a", "b") as (ts, inbox):
         ts["a"].set_peer("dead", dead)
         ts["a"].set_peer("b", f"127.0.0.1:{ts['b'].port}")
@@ -262,8 +270,9 @@ async def test_only_a_member_of_the_same_cluster_can_report_a_storage_alarm() ->
     inbox = Inbox()
     t = GrpcRaftTransport("leader", "127.0.0.1:0", inbox)
     await t.start()
+    member = ExitStack()
     try:
-        t.set_peer("member", f"127.0.0.1:{free_port()}")  # a configured peer (not running)
+        t.set_peer("member", member.enter_context(refused_addr()))  # a configured peer, not running
         t.set_cluster_ids(["cluster-a"])
         addr, full = f"127.0.0.1:{t.port}", [("NOSPACE", "disk full")]
         for frm, cluster_ids in [("mallory", ["cluster-a"]), ("member", ["cluster-b"]), ("mallory", [])]:
@@ -275,3 +284,4 @@ async def test_only_a_member_of_the_same_cluster_can_report_a_storage_alarm() ->
         assert t.peer_alarms(max_age_s=3600) == {"member": (("NOSPACE", "disk full"),)}
     finally:
         await t.stop()
+        member.close()

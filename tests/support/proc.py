@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -25,6 +26,16 @@ from doq.ports import free_port
 
 _BIND_ATTEMPTS = 5
 _PORT_TAKEN = ("Address already in use", "address already in use", "Failed to bind")
+
+
+@contextlib.contextmanager
+def refused_addr() -> Iterator[str]:
+    """An address on 127.0.0.1 where nothing listens while the block runs: this process
+    holds its port bound without listening, so a connection there is refused and no other
+    process can take the port (a port merely chosen free could be taken meanwhile)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield f"127.0.0.1:{s.getsockname()[1]}"
 
 
 def _lost_a_port(log: str) -> bool:
