@@ -86,7 +86,7 @@ CRASHING_CONSUMER = """
 import sys, time
 from doq_client import DoqClient
 with DoqClient(sys.argv[1]) as c:
-    cons = c.consumer(sys.argv[2], prefetch=int(sys.argv[3]), ack=True, visibility_timeout_ms=1500)
+    cons = c.consumer(sys.argv[2], prefetch=int(sys.argv[3]), ack=True, visibility_timeout_ms=6000)
     m = cons.next()
     print(m.id, flush=True)
     time.sleep(600)

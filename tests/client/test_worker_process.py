@@ -166,7 +166,7 @@ def test_a_worker_killed_mid_message_has_it_redelivered_after_the_lease(
 ) -> None:
     """SIGKILL while the handler runs: the message is not lost; once its lease ends it is
     delivered to another worker (attempt 2) and acked there."""
-    client.create_queue(queue_name, settings=QueueSettings(visibility_timeout_ms=1_500))
+    client.create_queue(queue_name, settings=QueueSettings(visibility_timeout_ms=6_000))  # extended every 2 s while it runs
     [mid] = _enqueue(client, queue_name, 1)
     with worker_proc(node, queue_name, mode, 1, 30, "stuck") as w:
         w.wait_for(_started(1), "the handler to start")
