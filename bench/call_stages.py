@@ -165,6 +165,9 @@ def install() -> None:  # noqa: C901 - one closure per probe point
             elif m.type == MessageType.APP_RESP and not m.reject:
                 keys.append(("wr_resp", m.index))
         self._probe_keys = keys
+        t = now()
+        for stage, key in keys:  # taken into a frame (the TCP transport writes it at once)
+            add(("tk" + stage[2:], key, t))
         return out
 
     transport._Peer.take = take  # type: ignore[method-assign]
@@ -248,18 +251,19 @@ def report(prefix: str, leader_pid: int, calls: list[tuple[int, int]]) -> dict[s
         # the follower whose answer came first
         best = None
         for fd in followers:
-            tr = first(fd, "f_wr_resp") or first(fd, "wr_resp")
+            tr = first(fd, "wr_resp") or first(fd, "send_resp")
             if tr is not None and (best is None or tr < best[0]):
                 best = (tr, fd)
         if best is None:
             continue
         fd = best[1]
-        at["wr_app"] = min((t for t in lead.get(("wr_app", idx), []) if t0 <= t <= t1), default=None)
+        at["wr_app"] = min((t for t in lead.get(("wr_app", idx), []) or lead.get(("tk_app", idx), [])
+                            if t0 <= t <= t1), default=None)
         at["recv_app"] = first(fd, "recv_app")
         at["f_rd_ent"] = first(fd, "rd_ent")
         at["f_sync"] = first(fd, "sync_ent")
         at["f_send_resp"] = first(fd, "send_resp")
-        at["f_wr_resp"] = first(fd, "wr_resp")
+        at["f_wr_resp"] = first(fd, "wr_resp") or first(fd, "tk_resp")
         at["f_wr_end"] = first(fd, "wr_end")
         at["rd_com"] = first(lead, "rd_com")
         lmdb0 = [t for t in lead.get(("lmdb0", idx), []) if at["rd_com"] is not None and t >= at["rd_com"]]
