@@ -1,5 +1,7 @@
-"""GrpcRaftTransport with real gRPC on 127.0.0.1: order per peer, bounded queues that never
-block the caller or other peers, reconnection after a restart, clean stop."""
+"""The peer transports on 127.0.0.1, each test for both (`GrpcRaftTransport` over real gRPC,
+`TcpRaftTransport` over asyncio TCP streams) unless its name says which: order per peer,
+bounded queues that never block the caller or other peers, reconnection after a restart,
+the handshake, clean stop."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ import grpc
 import pytest
 from doq_proto.raft.v1 import raft_pb2, raft_pb2_grpc
 
+from doq.node import tcp_transport
+from doq.node.tcp_transport import TcpRaftTransport
 from doq.node.transport import GrpcRaftTransport, backoff_delay_s
 from doq.node.transport_base import PeerFrame
 from doq.raft.types import Message, MessageType, SnapshotMeta
@@ -54,11 +58,21 @@ async def until(cond: Callable[[], bool], what: str, deadline_s: float = DEADLIN
         await asyncio.sleep(0.01)
 
 
+Kind = type[GrpcRaftTransport]
+
+
+@pytest.fixture(params=[GrpcRaftTransport, TcpRaftTransport], ids=["grpc", "tcp"])
+def kind(request: pytest.FixtureRequest) -> Kind:
+    """The transport class under test."""
+    return request.param  # type: ignore[no-any-return]
+
+
 @asynccontextmanager
-async def transports(*ids: str, **kw: object) -> AsyncIterator[tuple[dict[str, GrpcRaftTransport], dict[str, Inbox]]]:
-    """Started transports for `ids`, each knowing every other one."""
+async def transports(kind: Kind, *ids: str, **kw: object) -> AsyncIterator[tuple[dict[str, GrpcRaftTransport],
+                                                                               dict[str, Inbox]]]:
+    """Started transports of `kind` for `ids`, each knowing every other one."""
     inboxes = {i: Inbox() for i in ids}
-    ts = {i: GrpcRaftTransport(i, "127.0.0.1:0", inboxes[i], **kw) for i in ids}  # type: ignore[arg-type]
+    ts = {i: kind(i, "127.0.0.1:0", inboxes[i], **kw) for i in ids}  # type: ignore[arg-type]
     for t in ts.values():
         await t.start()
     for t in ts.values():
@@ -79,8 +93,8 @@ def test_backoff_grows_is_bounded_and_jittered() -> None:
     assert len({round(d, 9) for d in delays[10:]}) > 1  # jittered, not lockstep
 
 
-async def test_two_transports_exchange_messages_in_order() -> None:
-    async with transports("a", "b") as (ts, inbox):
+async def test_two_transports_exchange_messages_in_order(kind: Kind) -> None:
+    async with transports(kind, "a", "b") as (ts, inbox):
         for start in range(0, 2000, 100):
             ts["a"].send([msg("a", "b", s) for s in range(start, start + 100)])
             ts["b"].send([msg("b", "a", s) for s in range(start, start + 100)])
@@ -96,8 +110,8 @@ async def test_two_transports_exchange_messages_in_order() -> None:
         assert inbox["b"].calls == stats.sent_frames  # one on_messages call per frame
 
 
-async def test_every_frame_carries_the_senders_cluster_ids_and_stream_sender() -> None:
-    async with transports("a", "b") as (ts, inbox):
+async def test_every_frame_carries_the_senders_cluster_ids_and_stream_sender(kind: Kind) -> None:
+    async with transports(kind, "a", "b") as (ts, inbox):
         ts["a"].set_cluster_ids(["cid-now", "cid-before-restore"])
         ts["a"].send([msg("a", "b", s) for s in range(10)])
         await until(count_is(inbox["b"], 10), "10 messages")
@@ -106,8 +120,8 @@ async def test_every_frame_carries_the_senders_cluster_ids_and_stream_sender() -
                    for f in inbox["b"].frames)
 
 
-async def test_three_transports_keep_order_per_peer() -> None:
-    async with transports("a", "b", "c") as (ts, inbox):
+async def test_three_transports_keep_order_per_peer(kind: Kind) -> None:
+    async with transports(kind, "a", "b", "c") as (ts, inbox):
         for s in range(600):
             ts["a"].send([msg("a", "b", s), msg("a", "c", s)])
             ts["b"].send([msg("b", "c", s)])
@@ -120,9 +134,9 @@ async def test_three_transports_keep_order_per_peer() -> None:
         assert inbox["a"].messages == []
 
 
-async def test_dead_peer_queue_is_bounded_and_does_not_block_others() -> None:
+async def test_dead_peer_queue_is_bounded_and_does_not_block_others(kind: Kind) -> None:
     dead = f"127.0.0.1:{free_port()}"  # nobody listens there
-    async with transports("a", "c", queue_max_messages=50) as (ts, inbox):
+    async with transports(kind, "a", "c", queue_max_messages=50) as (ts, inbox):
         ts["a"].set_peer("dead", dead)
         for r in range(20):  # rounds of 50 (c's queue holds 50 too): each round fits c's queue
             ts["a"].send([m for s in range(r * 50, r * 50 + 50) for m in (msg("a", "dead", s), msg("a", "c", s))])
@@ -143,13 +157,24 @@ class StalledServicer(raft_pb2_grpc.RaftTransportServicer):
         await asyncio.Event().wait()
 
 
-async def test_stalled_peer_does_not_block_the_caller_or_other_peers() -> None:
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)])
-    raft_pb2_grpc.add_RaftTransportServicer_to_server(StalledServicer(), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
+async def _stalled_tcp_peer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Accepts the handshake, then never reads (a slow or frozen peer)."""
+    await tcp_transport._read_unit(reader, tcp_transport.MAX_HELLO_BYTES)
+    writer.write(tcp_transport._unit(tcp_transport.ACCEPT + b"slow"))
+    await asyncio.Event().wait()
+
+
+async def test_stalled_peer_does_not_block_the_caller_or_other_peers(kind: Kind) -> None:
+    if kind is TcpRaftTransport:
+        tcp = await asyncio.start_server(_stalled_tcp_peer, "127.0.0.1", 0)
+        port = tcp.sockets[0].getsockname()[1]
+    else:
+        server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)])
+        raft_pb2_grpc.add_RaftTransportServicer_to_server(StalledServicer(), server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
     try:
-        async with transports("a", "c", queue_max_bytes=2 * 1024 * 1024) as (ts, inbox):
+        async with transports(kind, "a", "c", queue_max_bytes=2 * 1024 * 1024) as (ts, inbox):
             ts["a"].set_peer("slow", f"127.0.0.1:{port}")
             chunk = b"x" * (256 * 1024)
             for s in range(400):  # 100 MiB for the stalled peer: far beyond any flow-control window
@@ -162,14 +187,17 @@ async def test_stalled_peer_does_not_block_the_caller_or_other_peers() -> None:
             assert queued_bytes <= 2 * 1024 * 1024
             assert ts["a"].peer_stats("slow").dropped > 0
     finally:
-        await server.stop(None)
+        if kind is TcpRaftTransport:
+            tcp.close()
+        else:
+            await server.stop(None)
 
 
-async def test_restarted_peer_is_reconnected() -> None:
+async def test_restarted_peer_is_reconnected(kind: Kind) -> None:
     port_b = free_port()
     inbox_a, inbox_b1, inbox_b2 = Inbox(), Inbox(), Inbox()
-    a = GrpcRaftTransport("a", "127.0.0.1:0", inbox_a, backoff_max_s=0.2)
-    b1 = GrpcRaftTransport("b", f"127.0.0.1:{port_b}", inbox_b1)
+    a = kind("a", "127.0.0.1:0", inbox_a, backoff_max_s=0.2)
+    b1 = kind("b", f"127.0.0.1:{port_b}", inbox_b1)
     await a.start()
     await b1.start()
     a.set_peer("b", f"127.0.0.1:{port_b}")
@@ -177,7 +205,7 @@ async def test_restarted_peer_is_reconnected() -> None:
         a.send([msg("a", "b", 0)])
         await until(lambda: inbox_b1.seqs("a") == [0], "first delivery")
         await b1.stop()
-        b2 = GrpcRaftTransport("b", f"127.0.0.1:{port_b}", inbox_b2)
+        b2 = kind("b", f"127.0.0.1:{port_b}", inbox_b2)
         await b2.start()
         try:
             loop = asyncio.get_running_loop()
@@ -199,8 +227,8 @@ async def test_restarted_peer_is_reconnected() -> None:
         await a.stop()
 
 
-async def test_stream_to_the_wrong_node_is_refused() -> None:
-    async with transports("a", "c") as (ts, inbox):
+async def test_stream_to_the_wrong_node_is_refused(kind: Kind) -> None:
+    async with transports(kind, "a", "c") as (ts, inbox):
         ts["a"].set_peer("b", f"127.0.0.1:{ts['c'].port}")  # b's address points at c
         ts["a"].send([msg("a", "b", 1)])
         await until(lambda: ts["a"].peer_stats("b").failures >= 2, "refusals")
@@ -208,8 +236,8 @@ async def test_stream_to_the_wrong_node_is_refused() -> None:
         assert inbox["c"].messages == []
 
 
-async def test_large_snapshot_chunk_and_unknown_peer() -> None:
-    async with transports("a", "b") as (ts, inbox):
+async def test_large_snapshot_chunk_and_unknown_peer(kind: Kind) -> None:
+    async with transports(kind, "a", "b") as (ts, inbox):
         data = random.Random(1).randbytes(24 * 1024 * 1024)
         snap = Message(type=MessageType.SNAP, to="b", frm="a", term=3, offset=0, data=data, done=True,
                        snapshot=SnapshotMeta(index=10, term=3))
@@ -220,10 +248,10 @@ async def test_large_snapshot_chunk_and_unknown_peer() -> None:
         assert got[1].data == data and got[1].snapshot == SnapshotMeta(index=10, term=3) and got[1].done
 
 
-async def test_stop_flushes_then_leaves_no_tasks() -> None:
+async def test_stop_flushes_then_leaves_no_tasks(kind: Kind) -> None:
     before = asyncio.all_tasks()
     dead = f"127.0.0.1:{free_port()}"
-    async with transports("a", "b") as (ts, inbox):
+    async with transports(kind, "a", "b") as (ts, inbox):
         ts["a"].set_peer("dead", dead)
         ts["a"].set_peer("b", f"127.0.0.1:{ts['b'].port}")
         await until(lambda: ts["a"].peer_stats("b").handshakes == 1, "stream open")
@@ -237,8 +265,8 @@ async def test_stop_flushes_then_leaves_no_tasks() -> None:
 
 
 @pytest.mark.parametrize("bad_to", ["", "b2"])
-async def test_receiver_checks_handshake_with_raw_client(bad_to: str) -> None:
-    async with transports("b") as (ts, inbox):
+async def test_grpc_receiver_checks_handshake_with_raw_client(bad_to: str) -> None:
+    async with transports(GrpcRaftTransport, "b") as (ts, inbox):
         async with grpc.aio.insecure_channel(f"127.0.0.1:{ts['b'].port}") as ch:
             call = raft_pb2_grpc.RaftTransportStub(ch).Send(metadata=(("doq-raft-from", "x"), ("doq-raft-to", bad_to)))
             with pytest.raises(grpc.aio.AioRpcError) as e:
@@ -252,7 +280,24 @@ async def test_receiver_checks_handshake_with_raw_client(bad_to: str) -> None:
         assert inbox["b"].messages == []
 
 
-async def test_only_a_member_of_the_same_cluster_can_report_a_storage_alarm() -> None:
+@pytest.mark.parametrize("hello", [b"", b"nonsense", tcp_transport.MAGIC + b"x\0b2"])
+async def test_tcp_receiver_refuses_a_bad_handshake_and_an_undecodable_frame(hello: bytes) -> None:
+    async with transports(TcpRaftTransport, "b") as (ts, inbox):
+        reader, writer = await asyncio.open_connection("127.0.0.1", ts["b"].port)
+        writer.write(tcp_transport._unit(hello))
+        assert await reader.read() == b""  # closed without an answer
+        writer.close()
+        reader, writer = await asyncio.open_connection("127.0.0.1", ts["b"].port)
+        writer.write(tcp_transport._unit(tcp_transport.MAGIC + b"x\0b"))
+        accept = await tcp_transport._read_unit(reader, 1024)
+        assert accept == tcp_transport.ACCEPT + b"b"
+        writer.write(tcp_transport._unit(raft_pb2.Frame(messages=[b"\x00garbage"]).SerializeToString()))
+        assert await reader.read() == b""  # the undecodable frame ended the connection
+        writer.close()
+        assert inbox["b"].messages == []
+
+
+async def test_only_a_member_of_the_same_cluster_can_report_a_storage_alarm(kind: Kind) -> None:
     """The leader refuses growth on its members' storage alarms (`peer_alarms`): a frame
     from a node that is not a configured peer, or from a peer's id with another cluster's
     id, records nothing, so a stranger who reaches the raft port cannot stop the cluster's
@@ -260,7 +305,7 @@ async def test_only_a_member_of_the_same_cluster_can_report_a_storage_alarm() ->
     from tests.support.forge import send_frame
 
     inbox = Inbox()
-    t = GrpcRaftTransport("leader", "127.0.0.1:0", inbox)
+    t = kind("leader", "127.0.0.1:0", inbox)
     await t.start()
     try:
         t.set_peer("member", f"127.0.0.1:{free_port()}")  # a configured peer (not running)
@@ -268,10 +313,10 @@ async def test_only_a_member_of_the_same_cluster_can_report_a_storage_alarm() ->
         addr, full = f"127.0.0.1:{t.port}", [("NOSPACE", "disk full")]
         for frm, cluster_ids in [("mallory", ["cluster-a"]), ("member", ["cluster-b"]), ("mallory", [])]:
             await asyncio.to_thread(send_frame, addr, stream_from=frm, to="leader", messages=[],
-                                    cluster_ids=cluster_ids, alarms=full)
+                                    cluster_ids=cluster_ids, alarms=full, grpc_wire=kind is GrpcRaftTransport)
             assert t.peer_alarms(max_age_s=3600) == {}, (frm, cluster_ids)
         await asyncio.to_thread(send_frame, addr, stream_from="member", to="leader", messages=[],
-                                cluster_ids=["cluster-a"], alarms=full)
+                                cluster_ids=["cluster-a"], alarms=full, grpc_wire=kind is GrpcRaftTransport)
         assert t.peer_alarms(max_age_s=3600) == {"member": (("NOSPACE", "disk full"),)}
     finally:
         await t.stop()
