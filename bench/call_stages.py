@@ -8,7 +8,8 @@ from this process and prints, per step, the p50 / p90 of the time from the step 
 
 - leader: `api_in` (the service's `enqueue`), `prop` (`propose_nowait`), `rd_ent` (the
   Ready that appends the entry), `send_app` (its AppendEntries queued on the transport),
-  `wr_app` (that frame written to a follower's stream), `sync_ent` (the entry's
+  `wr_app` (that frame written to a follower's gRPC stream, or taken into a frame by the
+  TCP transport, which writes it at once), `sync_ent` (the entry's
   fdatasync done), `wr_end` (the leader's write of that Ready back on the loop);
 - follower (the first to answer): `recv_app`, `f_rd_ent`, `f_sync`, `f_send_resp`,
   `f_wr_resp`;
