@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import struct
 
 from doq_proto.raft.v1 import raft_pb2
@@ -65,6 +66,25 @@ async def _read_unit(reader: asyncio.StreamReader, max_bytes: int) -> bytes:
 
 def _unit(data: bytes) -> bytes:
     return _LEN.pack(len(data)) + data
+
+
+KEEPALIVE_S = 5
+"""A connection whose peer stops answering (a partition, a dead host) is closed within
+~3 × this (TCP keepalive probes, and `TCP_USER_TIMEOUT` for unacknowledged data), as the
+gRPC transport's keepalive does; the sender then reconnects."""
+
+
+def _keepalive(writer: asyncio.StreamWriter) -> None:
+    """Turn on TCP keepalive (`KEEPALIVE_S`) where the platform has the options."""
+    sock = writer.get_extra_info("socket")
+    if sock is None:
+        return
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        for name, value in (("TCP_KEEPIDLE", KEEPALIVE_S), ("TCP_KEEPINTVL", KEEPALIVE_S),
+                            ("TCP_KEEPCNT", 2), ("TCP_USER_TIMEOUT", 3 * KEEPALIVE_S * 1000)):
+            if hasattr(socket, name):
+                sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
 
 
 class TcpRaftTransport(GrpcRaftTransport):
@@ -128,6 +148,7 @@ class TcpRaftTransport(GrpcRaftTransport):
                 reader, opened = await asyncio.wait_for(
                     asyncio.open_connection(host.strip("[]"), int(port)), self._connect_timeout_s)
                 writer = opened
+                _keepalive(opened)
                 opened.write(hello)
                 answer = await asyncio.wait_for(_read_unit(reader, MAX_HELLO_BYTES), self._connect_timeout_s)
                 if answer != ACCEPT + peer.node_id.encode():
@@ -193,6 +214,7 @@ class TcpRaftTransport(GrpcRaftTransport):
         assert task is not None
         self._inbound.add(task)
         try:
+            _keepalive(writer)
             await self._serve(reader, writer)
         except (OSError, ValueError, TimeoutError, asyncio.IncompleteReadError):
             pass  # the sender went away, or was refused

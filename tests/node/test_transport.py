@@ -320,3 +320,23 @@ async def test_only_a_member_of_the_same_cluster_can_report_a_storage_alarm(kind
         assert t.peer_alarms(max_age_s=3600) == {"member": (("NOSPACE", "disk full"),)}
     finally:
         await t.stop()
+
+
+async def test_tcp_connections_keep_alive_so_a_silent_peer_is_dropped() -> None:
+    """`TcpRaftTransport` turns on TCP keepalive and a user timeout on both ends of a
+    connection (as the gRPC transport's keepalive, a partitioned peer's connection ends)."""
+    import socket
+
+    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    try:
+        _, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
+        tcp_transport._keepalive(writer)
+        sock = writer.get_extra_info("socket")
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        if hasattr(socket, "TCP_KEEPIDLE"):
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == tcp_transport.KEEPALIVE_S
+        if hasattr(socket, "TCP_USER_TIMEOUT"):
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 3000 * tcp_transport.KEEPALIVE_S
+        writer.close()
+    finally:
+        server.close()
