@@ -98,7 +98,7 @@ from doq.queues.model import (
     QueueStats,
     QueueType,
 )
-from doq.queues.pairlist import PairList, sorted_pairs
+from doq.queues.pairlist import PairList
 from doq.queues.redrive import CancelRedrive, Redrives, StartRedrive
 from doq.queues.sortedext import extend_sorted, remove_many
 from doq.queues.store import Store
@@ -310,6 +310,33 @@ def _column(buf: bytes, at: int, stride: int, typecode: str, *, little: bool) ->
     return col
 
 
+_NONZERO = bytes([0] + [1] * 255)  # a translate table: 1 for a byte that is not 0
+
+
+def _runs(names: bytes, size: int, n: int) -> list[tuple[bytes, int]]:
+    """(name, count) of each run of equal names in `names`: `n` names of `size` bytes each,
+    back to back. Where a run starts is found by C calls over the chunk (the names XORed
+    with the names one before, as ints; the bytes of each name's difference ORed together
+    by strided slices), then one step per run."""
+    if size == 0 or names == names[:size] * n:
+        return [(names[:size], n)]
+    diff = (int.from_bytes(names[size:], "little") ^ int.from_bytes(names[:-size], "little")).to_bytes(
+        (n - 1) * size, "little")
+    acc = 0
+    for k in range(size):
+        acc |= int.from_bytes(diff[k::size], "little")
+    starts = acc.to_bytes(n - 1, "little").translate(_NONZERO)  # byte j: name j + 1 starts a run
+    out = []
+    prev = 0
+    j = starts.find(1)
+    while j >= 0:
+        out.append((names[prev * size : (prev + 1) * size], j + 1 - prev))
+        prev = j + 1
+        j = starts.find(1, prev)
+    out.append((names[prev * size : (prev + 1) * size], n - prev))
+    return out
+
+
 class _QueueLoad:
     """What `_Loader` gathers for one queue (arrays: no int object per message)."""
 
@@ -419,26 +446,35 @@ class _Loader:
         if len(kb) != n * klen or any(kb[i::klen] != prefix[i : i + 1] * n for i in range(plen)):
             return False  # keys of other queues (or malformed): record by record
         hs = _HDR_HEAD.size
-        heads = b"".join(map(itemgetter(slice(offset, offset + hs)), vals))
-        if len(heads) != n * hs:
-            return False
-        ps = _column(heads, 0, hs, "q", little=True)
+        # the headers' bytes: record j's at `at + j * hs` of `heads`. Records of one length
+        # (the common case: one payload size) are joined whole, one copy of the chunk's
+        # bytes, rather than a new bytes object per record
+        width = len(vals[0])
+        joined: tuple[bytes, int] | None = None
+        if width >= offset + hs and not any(map(width.__ne__, map(len, vals))):
+            heads, at, hs = b"".join(vals), offset, width
+            joined = heads, width
+        else:
+            heads, at = b"".join(map(itemgetter(slice(offset, offset + hs)), vals)), 0
+            if len(heads) != n * hs:
+                return False
+        ps = _column(heads, at, hs, "q", little=True)
         ids = _column(kb, plen, klen, "Q", little=False)
         # the records that are not plainly ready: in flight, with a not-before time, or a
         # timestamp priority (found in C but for the last two, rare in most queues)
         special: set[int] = set()
-        flags = heads[_FLAGS_AT::hs].translate(_IN_FLIGHT_BIT)
+        flags = heads[at + _FLAGS_AT :: hs].translate(_IN_FLIGHT_BIT)
         j = flags.find(1)
         while j >= 0:
             special.add(j)
             j = flags.find(1, j + 1)
-        if any(heads[8 + b :: hs].count(0) != n for b in range(8)):
+        if any(heads[at + 8 + b :: hs].count(0) != n for b in range(8)):
             nb = _NOT_BEFORE.unpack_from
-            special.update(j for j in range(n) if nb(heads, j * hs)[0])
+            special.update(j for j in range(n) if nb(heads, at + j * hs)[0])
         if cur.q.qtype is QueueType.FAIR:
             if special or max(ps) >= R.TS_PRIORITY_MIN:
                 return False  # record by record
-            return self._fair_columns(cur, vals, ps, ids, offset)
+            return self._fair_columns(cur, vals, ps, ids, offset, joined)
         cur.ids.extend(ids)
         if max(ps) >= R.TS_PRIORITY_MIN:
             if not special:  # timestamp priorities only: due or not, told apart as columns
@@ -461,31 +497,47 @@ class _Loader:
         return True
 
     def _fair_columns(self, cur: _QueueLoad, vals: Sequence[bytes], ps: array[int], ids: array[int],
-                      offset: int) -> bool:
+                      offset: int, joined: tuple[bytes, int] | None = None) -> bool:
         """Index a chunk of a fair queue's ready records (none in flight, delayed or with a
         timestamp priority) by runs of one group (a group's messages enqueued together
         are adjacent): one slice of the columns per run, not a record at a time. False
-        (nothing done) if the records are malformed."""
+        (nothing done) if the records are malformed. `joined`: the records joined whole,
+        each of the same width, and that width (the group names are then cut by strides)."""
         n = len(vals)
         gl = array("H")
-        gl.frombytes(b"".join(map(itemgetter(slice(offset + _GLEN_AT, offset + _GLEN_AT + 2)), vals)))
+        if joined is not None:
+            buf, width = joined
+            glb = bytearray(2 * n)
+            glb[0::2] = buf[offset + _GLEN_AT :: width]
+            glb[1::2] = buf[offset + _GLEN_AT + 1 :: width]
+            gl.frombytes(glb)
+        else:
+            gl.frombytes(b"".join(map(itemgetter(slice(offset + _GLEN_AT, offset + _GLEN_AT + 2)), vals)))
         if len(gl) != n:
             return False
         if not _HOST_LITTLE:
             gl.byteswap()
         at = offset + _HDR_SIZE
         lo, hi = min(gl), max(gl)
-        if lo == hi:
-            gb = b"".join(map(itemgetter(slice(at, at + lo)), vals))
-            if len(gb) != n * lo:
-                return False
-            names = [gb[i : i + lo] for i in range(0, n * lo, lo)] if lo else [b""] * n
-        else:
-            names = [bytes(v[at : at + g]) for v, g in zip(vals, gl, strict=True)]
-            if any(len(b) != g for b, g in zip(names, gl, strict=True)):
-                return False
         try:
-            runs = [(b.decode(), len(list(grp))) for b, grp in itertools.groupby(names)]
+            if lo == hi:
+                if joined is not None:
+                    if at + lo > width:
+                        return False
+                    gbs = bytearray(n * lo)
+                    for k in range(lo):
+                        gbs[k::lo] = buf[at + k :: width]
+                    gb = bytes(gbs)
+                else:
+                    gb = b"".join(map(itemgetter(slice(at, at + lo)), vals))
+                    if len(gb) != n * lo:
+                        return False
+                runs = [(b.decode(), k) for b, k in _runs(gb, lo, n)]
+            else:
+                names = [bytes(v[at : at + g]) for v, g in zip(vals, gl, strict=True)]
+                if any(len(b) != g for b, g in zip(names, gl, strict=True)):
+                    return False
+                runs = [(b.decode(), len(list(grp))) for b, grp in itertools.groupby(names)]
         except UnicodeDecodeError:
             return False
         cur.ids.extend(ids)
@@ -648,7 +700,7 @@ class _Loader:
             else:
                 q.index.load_pairs(ld.ready_p, ld.ready_i)
             if ld.dl_at:
-                q.delayed = PairList.from_sorted(*sorted_pairs(ld.dl_at, ld.dl_id))
+                q.delayed = PairList.from_unsorted(ld.dl_at, ld.dl_id)
                 m._sync_due(q)
         m.leases = SortedList(self.leases)
 
