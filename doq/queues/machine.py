@@ -57,9 +57,10 @@ import itertools
 import struct
 from array import array
 from bisect import bisect_left, bisect_right
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import compress, islice, pairwise, repeat
-from operator import itemgetter, lt, mul, ne, not_
+from operator import eq, itemgetter, lt, mul, ne, not_
 from typing import Any
 
 from sortedcontainers import SortedList
@@ -379,10 +380,12 @@ class _Loader:
         self._feed_rows(((key, rec),))
 
     def feed_all(self, items: Iterable[tuple[bytes, bytes]], offset: int = 0,
-                 overrides: Mapping[bytes, bytes | None] | None = None, *, last: bool = False) -> None:
+                 overrides: Mapping[bytes, bytes | None] | None = None, *, last: bool = False,
+                 ordered: bool = False) -> None:
         """Index message records (key, value): the record is `value[offset:]`; a key in
         `overrides` has that value instead (None: skip it). A record whose queue record
         or the meta record is still to come is kept for `finish` (unless `last`).
+        `ordered`: the items come in ascending key order (an LMDB cursor's; not checked).
 
         Taken in chunks of `_CHUNK`: a chunk of one delayed queue's records none of which
         is in flight or held by a not-before time is indexed as columns (`_feed_columns`,
@@ -393,14 +396,15 @@ class _Loader:
         it = iter(items)
         okeys = sorted(overrides) if overrides and not last else []
         while chunk := list(islice(it, _CHUNK)):
-            if last or not self._feed_columns(chunk, offset, overrides, okeys):
+            if last or not self._feed_columns(chunk, offset, overrides, okeys, ordered):
                 self._feed_rows(chunk, offset, overrides, last=last)
 
     def _feed_columns(self, chunk: list[tuple[bytes, bytes]], offset: int,
                       overrides: Mapping[bytes, bytes | None] | None,
-                      okeys: Sequence[bytes] | None = None) -> bool:
+                      okeys: Sequence[bytes] | None = None, ordered: bool = False) -> bool:
         """Index the chunk as columns if it qualifies (see `feed_all`); False (nothing
-        done) if not. `okeys`: the keys of `overrides`, sorted (sorted here if None)."""
+        done) if not. `okeys`: the keys of `overrides`, sorted (sorted here if None);
+        `ordered`: the chunk's keys are ascending (not checked)."""
         try:
             cur = self._queue_of(chunk[0][0], False)
         except ValueError:
@@ -410,7 +414,7 @@ class _Loader:
         keys = list(map(_FIRST, chunk))
         vals = list(map(_SECOND, chunk))
         if overrides:
-            if not all(map(lt, keys, islice(keys, 1, None))):
+            if not ordered and not all(map(lt, keys, islice(keys, 1, None))):
                 return False  # keys not in order: record by record
             # the overridden keys within the chunk's range, found by bisecting the sorted
             # keys of the map (no lookup per record)
@@ -418,12 +422,18 @@ class _Loader:
                 okeys = sorted(overrides)
             lo = bisect_left(okeys, keys[0])
             hi = bisect_right(okeys, keys[-1], lo)
-            at = []
-            for h in okeys[lo:hi]:
-                p = bisect_left(keys, h)
-                if keys[p] == h:
-                    at.append(p)
-            if at:  # the chunk with the overridden records replaced (or left out: None)
+            hs = okeys[lo:hi]
+            pos = list(map(bisect_left, repeat(keys), hs))  # each < len(keys): h <= keys[-1]
+            at = list(compress(pos, map(eq, map(keys.__getitem__, pos), hs)))
+            if at and not any(map(overrides.__getitem__, map(keys.__getitem__, at))):
+                # records left out only (gone, the common case): a mask over the chunk
+                keep = bytearray(b"\x01") * len(keys)
+                deque(map(keep.__setitem__, at, repeat(0)), 0)
+                keys = list(compress(keys, keep))
+                if not keys:
+                    return True
+                vals = list(compress(vals, keep))
+            elif at:  # the chunk with the overridden records replaced (or left out: None)
                 kept: list[tuple[bytes, bytes]] = []
                 prev = 0
                 for p in at:
@@ -922,12 +932,13 @@ class QueueMachine:
     # -- rebuild -------------------------------------------------------------------------
     def load(self, records: Iterable[tuple[bytes, bytes]],
              messages: Iterable[tuple[bytes, bytes]] = (), offset: int = 0,
-             overrides: Mapping[bytes, bytes | None] | None = None) -> None:
+             overrides: Mapping[bytes, bytes | None] | None = None, *, ordered: bool = False) -> None:
         """Rebuild all in-memory state from the records (any order of kinds is fine,
         but keys of one kind in key order is fastest). Replaces the current state.
         `messages`, read after `records`: more message records (key, value), the record
         being `value[offset:]`, or `overrides[key]` for a key there (None: no record);
-        the fast path of a store's rebuild."""
+        the fast path of a store's rebuild; `ordered`: they come in ascending key order
+        (an LMDB cursor's: not checked)."""
         keys, join_tokens = self.keys, self.join_tokens
         self.__init__(self.store)  # type: ignore[misc]
         self.keys, self.join_tokens = keys, join_tokens
@@ -957,7 +968,7 @@ class QueueMachine:
             else:
                 raise ValueError(f"unknown record key {key!r}")
         self._load_groups(groups)  # before the messages: a throttled group is not active
-        loader.feed_all(messages, offset, overrides)
+        loader.feed_all(messages, offset, overrides, ordered=ordered)
         loader.finish()
         self._load_dedups(dedups)
         self._touched_fair.clear()
