@@ -312,6 +312,7 @@ def _column(buf: bytes, at: int, stride: int, typecode: str, *, little: bool) ->
 
 
 _NONZERO = bytes([0] + [1] * 255)  # a translate table: 1 for a byte that is not 0
+_NOT_BIT = bytes([1, 0]) + bytes(254)  # a translate table: 0 <-> 1
 
 
 def _runs(names: bytes, size: int, n: int) -> list[tuple[bytes, int]]:
@@ -422,9 +423,9 @@ class _Loader:
                 okeys = sorted(overrides)
             lo = bisect_left(okeys, keys[0])
             hi = bisect_right(okeys, keys[-1], lo)
-            hs = okeys[lo:hi]
-            pos = list(map(bisect_left, repeat(keys), hs))  # each < len(keys): h <= keys[-1]
-            at = list(compress(pos, map(eq, map(keys.__getitem__, pos), hs)))
+            inner = okeys[lo:hi]
+            pos = list(map(bisect_left, repeat(keys), inner))  # each < len(keys): h <= keys[-1]
+            at = list(compress(pos, map(eq, map(keys.__getitem__, pos), inner)))
             if at and not any(map(overrides.__getitem__, map(keys.__getitem__, at))):
                 # records left out only (gone, the common case): a mask over the chunk
                 keep = bytearray(b"\x01") * len(keys)
@@ -456,31 +457,31 @@ class _Loader:
         if len(kb) != n * klen or any(kb[i::klen] != prefix[i : i + 1] * n for i in range(plen)):
             return False  # keys of other queues (or malformed): record by record
         hs = _HDR_HEAD.size
-        # the headers' bytes: record j's at `at + j * hs` of `heads`. Records of one length
+        # the headers' bytes: record j's at `h0 + j * hs` of `heads`. Records of one length
         # (the common case: one payload size) are joined whole, one copy of the chunk's
         # bytes, rather than a new bytes object per record
         width = len(vals[0])
         joined: tuple[bytes, int] | None = None
         if width >= offset + hs and not any(map(width.__ne__, map(len, vals))):
-            heads, at, hs = b"".join(vals), offset, width
+            heads, h0, hs = b"".join(vals), offset, width
             joined = heads, width
         else:
-            heads, at = b"".join(map(itemgetter(slice(offset, offset + hs)), vals)), 0
+            heads, h0 = b"".join(map(itemgetter(slice(offset, offset + hs)), vals)), 0
             if len(heads) != n * hs:
                 return False
-        ps = _column(heads, at, hs, "q", little=True)
+        ps = _column(heads, h0, hs, "q", little=True)
         ids = _column(kb, plen, klen, "Q", little=False)
         # the records that are not plainly ready: in flight, with a not-before time, or a
         # timestamp priority (found in C but for the last two, rare in most queues)
         special: set[int] = set()
-        flags = heads[at + _FLAGS_AT :: hs].translate(_IN_FLIGHT_BIT)
+        flags = heads[h0 + _FLAGS_AT :: hs].translate(_IN_FLIGHT_BIT)
         j = flags.find(1)
         while j >= 0:
             special.add(j)
             j = flags.find(1, j + 1)
-        if any(heads[at + 8 + b :: hs].count(0) != n for b in range(8)):
+        if any(heads[h0 + 8 + b :: hs].count(0) != n for b in range(8)):
             nb = _NOT_BEFORE.unpack_from
-            special.update(j for j in range(n) if nb(heads, at + j * hs)[0])
+            special.update(j for j in range(n) if nb(heads, h0 + j * hs)[0])
         if cur.q.qtype is QueueType.FAIR:
             if special or max(ps) >= R.TS_PRIORITY_MIN:
                 return False  # record by record
@@ -571,12 +572,13 @@ class _Loader:
         if 0 <= now < max_ms:
             # told apart in C: a record's time min(p * 1000, MAX_MS) (0 for a priority
             # that is no timestamp) is after now iff p >= ts_min and p * 1000 > now
-            late = list(map(max(ts_min - 1, now // 1000).__lt__, ps))
-            if not any(late):
+            # a byte (0 or 1) per record: searched and inverted by C calls
+            late = bytes(map(max(ts_min - 1, now // 1000).__lt__, ps))
+            if late.find(1) < 0:
                 cur.ready_p.extend(ps)
                 cur.ready_i.extend(ids)
                 return
-            some = not all(late)
+            some = late.find(0) >= 0
             late_ps = list(itertools.compress(ps, late)) if some else ps
             ats: Iterable[int] = map((1000).__mul__, late_ps)
             if max(late_ps) * 1000 >= max_ms:
@@ -586,7 +588,7 @@ class _Loader:
                 cur.dl_id.extend(ids)
                 return
             cur.dl_id.extend(itertools.compress(ids, late))
-            due = list(map(not_, late))
+            due = late.translate(_NOT_BIT)
             cur.ready_p.extend(itertools.compress(ps, due))
             cur.ready_i.extend(itertools.compress(ids, due))
             return
@@ -595,13 +597,13 @@ class _Loader:
             cur.dl_at.extend(ats)
             cur.dl_id.extend(ids)
             return
-        late = [at > now for at in ats]
-        if any(late):
-            due = [not x for x in late]
-            cur.dl_at.extend(itertools.compress(ats, late))
-            cur.dl_id.extend(itertools.compress(ids, late))
-            cur.ready_p.extend(itertools.compress(ps, due))
-            cur.ready_i.extend(itertools.compress(ids, due))
+        late_l = [at > now for at in ats]
+        if any(late_l):
+            due_l = [not x for x in late_l]
+            cur.dl_at.extend(itertools.compress(ats, late_l))
+            cur.dl_id.extend(itertools.compress(ids, late_l))
+            cur.ready_p.extend(itertools.compress(ps, due_l))
+            cur.ready_i.extend(itertools.compress(ids, due_l))
             return
         cur.ready_p.extend(ps)
         cur.ready_i.extend(ids)

@@ -47,7 +47,7 @@ _RUN = 1 << 14  # floats sorted apart before the merge (`_sort_floats`)
 _BLOCK = 1 << 18
 _HOST_LITTLE = array("H", [1]).tobytes()[0] == 1
 # LOADs of pairs a chunk of `PairList.from_unsorted` aims at (a's spread evenly: half to all
-# of that), sorted when first read (a chunk of 1.5-3k pairs: ~1 ms)
+# of that), sorted when first read (a chunk of 1.5-3k pairs: ~2 ms)
 BUCKET_LOADS = 12
 
 
