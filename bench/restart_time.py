@@ -53,15 +53,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout-s", type=float, default=600)
     ns = p.parse_args(argv)
     co = ns.checkout.resolve()
+    root = ns.root.resolve()
     env = {**os.environ, "PYTHONPATH": f"{co}{os.pathsep}{co / 'clients' / 'python'}"}
     grpc_port, http_port, raft_port = free_port(), free_port(), free_port()
-    cmd = [sys.executable, "-m", "doq", "serve", "--node-id", "node-1", "--data-dir", str(ns.root / "data"),
+    cmd = [sys.executable, "-m", "doq", "serve", "--node-id", "node-1", "--data-dir", str(root / "data"),
            "--grpc-addr", f"127.0.0.1:{grpc_port}", "--http-addr", f"127.0.0.1:{http_port}",
            "--raft-addr", f"127.0.0.1:{raft_port}", "--log-level", "warning"]
     load_before = _loadavg()
     t0 = time.perf_counter()
     with open(ns.root / "restart.log", "ab") as log:
-        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+        # run in the checkout: `python -m doq` puts the working directory first on sys.path,
+        # so started from another checkout it would run that one's code, not `--checkout`'s
+        proc = subprocess.Popen(cmd, env=env, cwd=co, stdout=log, stderr=subprocess.STDOUT)
     peak_anon_kb = 0
     try:
         while True:

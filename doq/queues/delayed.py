@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from itertools import islice
 from operator import le, lt
 
-from doq.queues.pairlist import PairList, sorted_pairs
+from doq.queues.pairlist import PairList
 
 PRIO_OFFSET = 1 << 63
 MASK64 = (1 << 64) - 1
@@ -91,11 +91,12 @@ class PriorityIndex:
         return ""
 
     def load_pairs(self, priorities: Sequence[int], ids: Sequence[int]) -> None:
-        """Replace the content by the pairs (any order; ids distinct)."""
+        """Replace the content by the pairs (any order; ids distinct). Pairs out of order
+        are left in unsorted chunks, sorted as they are first read (`PairList.from_unsorted`)."""
         if all(map(le, priorities, islice(priorities, 1, None))) and all(map(lt, ids, islice(ids, 1, None))):
             self.ready = PairList.from_sorted(priorities, ids)
             return
-        self.ready = PairList.from_sorted(*sorted_pairs(priorities, ids))
+        self.ready = PairList.from_unsorted(priorities, ids)
 
     def bulk_load(self, keys: dict[str, list[int]], inflight: dict[str, int]) -> None:
         ready: list[int] = []

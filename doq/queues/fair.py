@@ -22,7 +22,7 @@ from operator import le, lt
 from sortedcontainers import SortedList
 
 from doq.queues.group_policy import GroupPolicies
-from doq.queues.pairlist import PairList, sorted_pairs
+from doq.queues.pairlist import PairList
 
 _OFF = 1 << 63  # ready_key(priority, id) = (priority + _OFF) << 64 | id (doq.queues.delayed)
 _MASK64 = (1 << 64) - 1
@@ -239,7 +239,7 @@ class FairIndex:
             if all(map(le, ps, islice(ps, 1, None))) and all(map(lt, ids, islice(ids, 1, None))):
                 g.ready = PairList.from_sorted(ps, ids)
             else:
-                g.ready = PairList.from_sorted(*sorted_pairs(ps, ids))
+                g.ready = PairList.from_unsorted(ps, ids)
             self.n_ready += len(ids)
         for name, n in inflight.items():
             self._group(name).inflight += n

@@ -57,9 +57,10 @@ import itertools
 import struct
 from array import array
 from bisect import bisect_left, bisect_right
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import compress, islice, pairwise, repeat
-from operator import itemgetter, lt, mul, ne, not_
+from operator import eq, itemgetter, lt, mul, ne, not_
 from typing import Any
 
 from sortedcontainers import SortedList
@@ -98,7 +99,7 @@ from doq.queues.model import (
     QueueStats,
     QueueType,
 )
-from doq.queues.pairlist import PairList, sorted_pairs
+from doq.queues.pairlist import PairList
 from doq.queues.redrive import CancelRedrive, Redrives, StartRedrive
 from doq.queues.sortedext import extend_sorted, remove_many
 from doq.queues.store import Store
@@ -310,6 +311,34 @@ def _column(buf: bytes, at: int, stride: int, typecode: str, *, little: bool) ->
     return col
 
 
+_NONZERO = bytes([0] + [1] * 255)  # a translate table: 1 for a byte that is not 0
+_NOT_BIT = bytes([1, 0]) + bytes(254)  # a translate table: 0 <-> 1
+
+
+def _runs(names: bytes, size: int, n: int) -> list[tuple[bytes, int]]:
+    """(name, count) of each run of equal names in `names`: `n` names of `size` bytes each,
+    back to back. Where a run starts is found by C calls over the chunk (the names XORed
+    with the names one before, as ints; the bytes of each name's difference ORed together
+    by strided slices), then one step per run."""
+    if size == 0 or names == names[:size] * n:
+        return [(names[:size], n)]
+    diff = (int.from_bytes(names[size:], "little") ^ int.from_bytes(names[:-size], "little")).to_bytes(
+        (n - 1) * size, "little")
+    acc = 0
+    for k in range(size):
+        acc |= int.from_bytes(diff[k::size], "little")
+    starts = acc.to_bytes(n - 1, "little").translate(_NONZERO)  # byte j: name j + 1 starts a run
+    out = []
+    prev = 0
+    j = starts.find(1)
+    while j >= 0:
+        out.append((names[prev * size : (prev + 1) * size], j + 1 - prev))
+        prev = j + 1
+        j = starts.find(1, prev)
+    out.append((names[prev * size : (prev + 1) * size], n - prev))
+    return out
+
+
 class _QueueLoad:
     """What `_Loader` gathers for one queue (arrays: no int object per message)."""
 
@@ -352,10 +381,12 @@ class _Loader:
         self._feed_rows(((key, rec),))
 
     def feed_all(self, items: Iterable[tuple[bytes, bytes]], offset: int = 0,
-                 overrides: Mapping[bytes, bytes | None] | None = None, *, last: bool = False) -> None:
+                 overrides: Mapping[bytes, bytes | None] | None = None, *, last: bool = False,
+                 ordered: bool = False) -> None:
         """Index message records (key, value): the record is `value[offset:]`; a key in
         `overrides` has that value instead (None: skip it). A record whose queue record
         or the meta record is still to come is kept for `finish` (unless `last`).
+        `ordered`: the items come in ascending key order (an LMDB cursor's; not checked).
 
         Taken in chunks of `_CHUNK`: a chunk of one delayed queue's records none of which
         is in flight or held by a not-before time is indexed as columns (`_feed_columns`,
@@ -366,14 +397,15 @@ class _Loader:
         it = iter(items)
         okeys = sorted(overrides) if overrides and not last else []
         while chunk := list(islice(it, _CHUNK)):
-            if last or not self._feed_columns(chunk, offset, overrides, okeys):
+            if last or not self._feed_columns(chunk, offset, overrides, okeys, ordered):
                 self._feed_rows(chunk, offset, overrides, last=last)
 
     def _feed_columns(self, chunk: list[tuple[bytes, bytes]], offset: int,
                       overrides: Mapping[bytes, bytes | None] | None,
-                      okeys: Sequence[bytes] | None = None) -> bool:
+                      okeys: Sequence[bytes] | None = None, ordered: bool = False) -> bool:
         """Index the chunk as columns if it qualifies (see `feed_all`); False (nothing
-        done) if not. `okeys`: the keys of `overrides`, sorted (sorted here if None)."""
+        done) if not. `okeys`: the keys of `overrides`, sorted (sorted here if None);
+        `ordered`: the chunk's keys are ascending (not checked)."""
         try:
             cur = self._queue_of(chunk[0][0], False)
         except ValueError:
@@ -383,7 +415,7 @@ class _Loader:
         keys = list(map(_FIRST, chunk))
         vals = list(map(_SECOND, chunk))
         if overrides:
-            if not all(map(lt, keys, islice(keys, 1, None))):
+            if not ordered and not all(map(lt, keys, islice(keys, 1, None))):
                 return False  # keys not in order: record by record
             # the overridden keys within the chunk's range, found by bisecting the sorted
             # keys of the map (no lookup per record)
@@ -391,12 +423,18 @@ class _Loader:
                 okeys = sorted(overrides)
             lo = bisect_left(okeys, keys[0])
             hi = bisect_right(okeys, keys[-1], lo)
-            at = []
-            for h in okeys[lo:hi]:
-                p = bisect_left(keys, h)
-                if keys[p] == h:
-                    at.append(p)
-            if at:  # the chunk with the overridden records replaced (or left out: None)
+            inner = okeys[lo:hi]
+            pos = list(map(bisect_left, repeat(keys), inner))  # each < len(keys): h <= keys[-1]
+            at = list(compress(pos, map(eq, map(keys.__getitem__, pos), inner)))
+            if at and not any(map(overrides.__getitem__, map(keys.__getitem__, at))):
+                # records left out only (gone, the common case): a mask over the chunk
+                keep = bytearray(b"\x01") * len(keys)
+                deque(map(keep.__setitem__, at, repeat(0)), 0)
+                keys = list(compress(keys, keep))
+                if not keys:
+                    return True
+                vals = list(compress(vals, keep))
+            elif at:  # the chunk with the overridden records replaced (or left out: None)
                 kept: list[tuple[bytes, bytes]] = []
                 prev = 0
                 for p in at:
@@ -419,26 +457,35 @@ class _Loader:
         if len(kb) != n * klen or any(kb[i::klen] != prefix[i : i + 1] * n for i in range(plen)):
             return False  # keys of other queues (or malformed): record by record
         hs = _HDR_HEAD.size
-        heads = b"".join(map(itemgetter(slice(offset, offset + hs)), vals))
-        if len(heads) != n * hs:
-            return False
-        ps = _column(heads, 0, hs, "q", little=True)
+        # the headers' bytes: record j's at `h0 + j * hs` of `heads`. Records of one length
+        # (the common case: one payload size) are joined whole, one copy of the chunk's
+        # bytes, rather than a new bytes object per record
+        width = len(vals[0])
+        joined: tuple[bytes, int] | None = None
+        if width >= offset + hs and not any(map(width.__ne__, map(len, vals))):
+            heads, h0, hs = b"".join(vals), offset, width
+            joined = heads, width
+        else:
+            heads, h0 = b"".join(map(itemgetter(slice(offset, offset + hs)), vals)), 0
+            if len(heads) != n * hs:
+                return False
+        ps = _column(heads, h0, hs, "q", little=True)
         ids = _column(kb, plen, klen, "Q", little=False)
         # the records that are not plainly ready: in flight, with a not-before time, or a
         # timestamp priority (found in C but for the last two, rare in most queues)
         special: set[int] = set()
-        flags = heads[_FLAGS_AT::hs].translate(_IN_FLIGHT_BIT)
+        flags = heads[h0 + _FLAGS_AT :: hs].translate(_IN_FLIGHT_BIT)
         j = flags.find(1)
         while j >= 0:
             special.add(j)
             j = flags.find(1, j + 1)
-        if any(heads[8 + b :: hs].count(0) != n for b in range(8)):
+        if any(heads[h0 + 8 + b :: hs].count(0) != n for b in range(8)):
             nb = _NOT_BEFORE.unpack_from
-            special.update(j for j in range(n) if nb(heads, j * hs)[0])
+            special.update(j for j in range(n) if nb(heads, h0 + j * hs)[0])
         if cur.q.qtype is QueueType.FAIR:
             if special or max(ps) >= R.TS_PRIORITY_MIN:
                 return False  # record by record
-            return self._fair_columns(cur, vals, ps, ids, offset)
+            return self._fair_columns(cur, vals, ps, ids, offset, joined)
         cur.ids.extend(ids)
         if max(ps) >= R.TS_PRIORITY_MIN:
             if not special:  # timestamp priorities only: due or not, told apart as columns
@@ -461,31 +508,47 @@ class _Loader:
         return True
 
     def _fair_columns(self, cur: _QueueLoad, vals: Sequence[bytes], ps: array[int], ids: array[int],
-                      offset: int) -> bool:
+                      offset: int, joined: tuple[bytes, int] | None = None) -> bool:
         """Index a chunk of a fair queue's ready records (none in flight, delayed or with a
         timestamp priority) by runs of one group (a group's messages enqueued together
         are adjacent): one slice of the columns per run, not a record at a time. False
-        (nothing done) if the records are malformed."""
+        (nothing done) if the records are malformed. `joined`: the records joined whole,
+        each of the same width, and that width (the group names are then cut by strides)."""
         n = len(vals)
         gl = array("H")
-        gl.frombytes(b"".join(map(itemgetter(slice(offset + _GLEN_AT, offset + _GLEN_AT + 2)), vals)))
+        if joined is not None:
+            buf, width = joined
+            glb = bytearray(2 * n)
+            glb[0::2] = buf[offset + _GLEN_AT :: width]
+            glb[1::2] = buf[offset + _GLEN_AT + 1 :: width]
+            gl.frombytes(glb)
+        else:
+            gl.frombytes(b"".join(map(itemgetter(slice(offset + _GLEN_AT, offset + _GLEN_AT + 2)), vals)))
         if len(gl) != n:
             return False
         if not _HOST_LITTLE:
             gl.byteswap()
         at = offset + _HDR_SIZE
         lo, hi = min(gl), max(gl)
-        if lo == hi:
-            gb = b"".join(map(itemgetter(slice(at, at + lo)), vals))
-            if len(gb) != n * lo:
-                return False
-            names = [gb[i : i + lo] for i in range(0, n * lo, lo)] if lo else [b""] * n
-        else:
-            names = [bytes(v[at : at + g]) for v, g in zip(vals, gl, strict=True)]
-            if any(len(b) != g for b, g in zip(names, gl, strict=True)):
-                return False
         try:
-            runs = [(b.decode(), len(list(grp))) for b, grp in itertools.groupby(names)]
+            if lo == hi:
+                if joined is not None:
+                    if at + lo > width:
+                        return False
+                    gbs = bytearray(n * lo)
+                    for k in range(lo):
+                        gbs[k::lo] = buf[at + k :: width]
+                    gb = bytes(gbs)
+                else:
+                    gb = b"".join(map(itemgetter(slice(at, at + lo)), vals))
+                    if len(gb) != n * lo:
+                        return False
+                runs = [(b.decode(), k) for b, k in _runs(gb, lo, n)]
+            else:
+                names = [bytes(v[at : at + g]) for v, g in zip(vals, gl, strict=True)]
+                if any(len(b) != g for b, g in zip(names, gl, strict=True)):
+                    return False
+                runs = [(b.decode(), len(list(grp))) for b, grp in itertools.groupby(names)]
         except UnicodeDecodeError:
             return False
         cur.ids.extend(ids)
@@ -509,12 +572,13 @@ class _Loader:
         if 0 <= now < max_ms:
             # told apart in C: a record's time min(p * 1000, MAX_MS) (0 for a priority
             # that is no timestamp) is after now iff p >= ts_min and p * 1000 > now
-            late = list(map(max(ts_min - 1, now // 1000).__lt__, ps))
-            if not any(late):
+            # a byte (0 or 1) per record: searched and inverted by C calls
+            late = bytes(map(max(ts_min - 1, now // 1000).__lt__, ps))
+            if late.find(1) < 0:
                 cur.ready_p.extend(ps)
                 cur.ready_i.extend(ids)
                 return
-            some = not all(late)
+            some = late.find(0) >= 0
             late_ps = list(itertools.compress(ps, late)) if some else ps
             ats: Iterable[int] = map((1000).__mul__, late_ps)
             if max(late_ps) * 1000 >= max_ms:
@@ -524,7 +588,7 @@ class _Loader:
                 cur.dl_id.extend(ids)
                 return
             cur.dl_id.extend(itertools.compress(ids, late))
-            due = list(map(not_, late))
+            due = late.translate(_NOT_BIT)
             cur.ready_p.extend(itertools.compress(ps, due))
             cur.ready_i.extend(itertools.compress(ids, due))
             return
@@ -533,13 +597,13 @@ class _Loader:
             cur.dl_at.extend(ats)
             cur.dl_id.extend(ids)
             return
-        late = [at > now for at in ats]
-        if any(late):
-            due = [not x for x in late]
-            cur.dl_at.extend(itertools.compress(ats, late))
-            cur.dl_id.extend(itertools.compress(ids, late))
-            cur.ready_p.extend(itertools.compress(ps, due))
-            cur.ready_i.extend(itertools.compress(ids, due))
+        late_l = [at > now for at in ats]
+        if any(late_l):
+            due_l = [not x for x in late_l]
+            cur.dl_at.extend(itertools.compress(ats, late_l))
+            cur.dl_id.extend(itertools.compress(ids, late_l))
+            cur.ready_p.extend(itertools.compress(ps, due_l))
+            cur.ready_i.extend(itertools.compress(ids, due_l))
             return
         cur.ready_p.extend(ps)
         cur.ready_i.extend(ids)
@@ -648,7 +712,7 @@ class _Loader:
             else:
                 q.index.load_pairs(ld.ready_p, ld.ready_i)
             if ld.dl_at:
-                q.delayed = PairList.from_sorted(*sorted_pairs(ld.dl_at, ld.dl_id))
+                q.delayed = PairList.from_unsorted(ld.dl_at, ld.dl_id)
                 m._sync_due(q)
         m.leases = SortedList(self.leases)
 
@@ -870,12 +934,13 @@ class QueueMachine:
     # -- rebuild -------------------------------------------------------------------------
     def load(self, records: Iterable[tuple[bytes, bytes]],
              messages: Iterable[tuple[bytes, bytes]] = (), offset: int = 0,
-             overrides: Mapping[bytes, bytes | None] | None = None) -> None:
+             overrides: Mapping[bytes, bytes | None] | None = None, *, ordered: bool = False) -> None:
         """Rebuild all in-memory state from the records (any order of kinds is fine,
         but keys of one kind in key order is fastest). Replaces the current state.
         `messages`, read after `records`: more message records (key, value), the record
         being `value[offset:]`, or `overrides[key]` for a key there (None: no record);
-        the fast path of a store's rebuild."""
+        the fast path of a store's rebuild; `ordered`: they come in ascending key order
+        (an LMDB cursor's: not checked)."""
         keys, join_tokens = self.keys, self.join_tokens
         self.__init__(self.store)  # type: ignore[misc]
         self.keys, self.join_tokens = keys, join_tokens
@@ -905,7 +970,7 @@ class QueueMachine:
             else:
                 raise ValueError(f"unknown record key {key!r}")
         self._load_groups(groups)  # before the messages: a throttled group is not active
-        loader.feed_all(messages, offset, overrides)
+        loader.feed_all(messages, offset, overrides, ordered=ordered)
         loader.finish()
         self._load_dedups(dedups)
         self._touched_fair.clear()

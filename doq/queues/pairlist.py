@@ -46,6 +46,9 @@ _RUN = 1 << 14  # floats sorted apart before the merge (`_sort_floats`)
 # so their memory is reused, not mapped and faulted in afresh for every temporary
 _BLOCK = 1 << 18
 _HOST_LITTLE = array("H", [1]).tobytes()[0] == 1
+# LOADs of pairs a chunk of `PairList.from_unsorted` aims at (a's spread evenly: half to all
+# of that), sorted when first read (a chunk of 1.5-3k pairs: ~2 ms)
+BUCKET_LOADS = 12
 
 
 def _ones(n: int) -> int:
@@ -56,6 +59,25 @@ def _ones(n: int) -> int:
 def _words(col: array[int]) -> int:
     """The column's 64-bit words (`'q'`: two's complement) as one int, item i at bit 64 * i."""
     return int.from_bytes(col, "little")
+
+
+def _rel_words(col: array[int], amin: int, ones: int) -> int:
+    """The words of `_words(col)` less `amin` each (as unsigned: no borrow across words),
+    for a `'q'` column whose items are all >= `amin`; `ones` is `_ones(len(col))`."""
+    if amin >= 0:  # a - amin per word, borrow-free
+        return _words(col) - amin * ones
+    # the words in offset binary (sign bit flipped) order as a does: then borrow-free
+    return (_words(col) ^ (_SIGN * ones)) - (amin + _SIGN) * ones
+
+
+def _unpack(keys: int, m: int, ones: int, shift: int, a_bits: int, amin: int, bmin: int,
+            a_out: array[int], b_out: array[int]) -> None:
+    """Append to `a_out` and `b_out` the pairs of the `m` packed keys `(a - amin) << shift |
+    (b - bmin)` held as the 64-bit words of `keys` (`ones`: `_ones(m)`)."""
+    a_rel = ((keys >> shift) & (((1 << a_bits) - 1) * ones)) if a_bits else 0
+    a_words = a_rel + amin * ones if amin >= 0 else (a_rel + (amin + _SIGN) * ones) ^ (_SIGN * ones)
+    a_out.frombytes(a_words.to_bytes(8 * m, "little"))
+    b_out.frombytes(((keys & (((1 << shift) - 1) * ones)) + bmin * ones).to_bytes(8 * m, "little"))
 
 
 def _sort_floats(floats: array[float]) -> array[float]:
@@ -104,10 +126,7 @@ def sorted_pairs(a: Sequence[int], b: Sequence[int]) -> tuple[array[int], array[
         for i in range(0, n, _BLOCK):
             m = min(_BLOCK, n - i)
             ones = _ones(m)
-            if amin >= 0:  # a - amin per word, borrow-free
-                rel = _words(a_col[i : i + m]) - amin * ones
-            else:  # the words in offset binary (sign bit flipped) order as a does: then borrow-free
-                rel = (_words(a_col[i : i + m]) ^ (_SIGN * ones)) - (amin + _SIGN) * ones
+            rel = _rel_words(a_col[i : i + m], amin, ones)
             # a word's a part stays below bit 62; + 2**52: a normal float's bit pattern
             keys = ((rel << shift) | (_words(b_col[i : i + m]) - bmin * ones)) + _NORMAL * ones
             floats.frombytes(keys.to_bytes(8 * m, "little"))
@@ -120,10 +139,7 @@ def sorted_pairs(a: Sequence[int], b: Sequence[int]) -> tuple[array[int], array[
             m = min(_BLOCK, n - i)
             ones = _ones(m)
             keys = int.from_bytes(view[i : i + m], "little") - _NORMAL * ones
-            a_rel = ((keys >> shift) & (((1 << a_bits) - 1) * ones)) if a_bits else 0
-            a_words = a_rel + amin * ones if amin >= 0 else (a_rel + (amin + _SIGN) * ones) ^ (_SIGN * ones)
-            a_out.frombytes(a_words.to_bytes(8 * m, "little"))
-            b_out.frombytes(((keys & (mask * ones)) + bmin * ones).to_bytes(8 * m, "little"))
+            _unpack(keys, m, ones, shift, a_bits, amin, bmin, a_out, b_out)
         view.release()
         return a_out, b_out
     ikeys = [((x - amin) << shift) | (y - bmin) for x, y in zip(a, b, strict=True)]
@@ -159,6 +175,75 @@ class PairList:
         pl = cls()
         pl._append_sorted(a, b)
         return pl
+
+    @classmethod
+    def from_unsorted(cls, a: Sequence[int], b: Sequence[int]) -> PairList:
+        """The list of the distinct pairs `zip(a, b)`, in any order: the same list as
+        `from_sorted(*sorted_pairs(a, b))`, without sorting it here (a rebuild's bulk load).
+
+        Each pair is packed into one 64-bit key, `(a - min a) << bits(b's span) | (b - min
+        b)`, and the keys are split by ranges of a of one width (a power of two: about
+        BUCKET_LOADS * LOAD pairs a range when the a's are spread evenly) into unsorted
+        chunks, each sorted when it is first read (`_fix`), as `add_many` leaves them.
+        Packing, the ranges (shifts of the keys) and each chunk's unpacking are done on
+        the 64-bit words of one int at a time, and the keys are appended to their chunks by
+        C calls over the column: no sort and no Python bytecode per pair. A range holding
+        more than UNSORTED_LOADS * LOAD pairs (a's bunched) is sorted here; a list of at
+        most that many pairs, or whose keys need more than 64 bits, is sorted whole
+        (`sorted_pairs`)."""
+        n = len(a)
+        if n != len(b):
+            raise ValueError("a and b differ in length")
+        cap = UNSORTED_LOADS * LOAD
+        if n <= cap or not _HOST_LITTLE:
+            return cls.from_sorted(*sorted_pairs(a, b))
+        amin, bmin = min(a), min(b)
+        a_span, b_bits = max(a) - amin, (max(b) - bmin).bit_length()
+        if a_span.bit_length() + b_bits > 64:
+            return cls.from_sorted(*sorted_pairs(a, b))
+        a_col = a if isinstance(a, array) and a.typecode == "q" else array("q", a)
+        b_col = b if isinstance(b, array) and b.typecode == "Q" else array("Q", b)
+        shift = max(0, (a_span * BUCKET_LOADS * LOAD // n).bit_length() - 1)  # a range's width: 2**shift
+        nb = (a_span >> shift) + 1  # ranges: n / (BUCKET_LOADS * LOAD) to twice that, + 1
+        mask = (1 << (nb - 1).bit_length()) - 1  # the range's bits, within the key's 64
+        keys, idx = array("Q"), array("Q")
+        for i in range(0, n, _BLOCK):
+            m = min(_BLOCK, n - i)
+            ones = _ones(m)
+            packed = (_rel_words(a_col[i : i + m], amin, ones) << b_bits) | (_words(b_col[i : i + m]) - bmin * ones)
+            keys.frombytes(packed.to_bytes(8 * m, "little"))
+            idx.frombytes(((packed >> (b_bits + shift)) & (mask * ones)).to_bytes(8 * m, "little"))
+        del packed
+        chunks: list[array[int]] = [array("Q") for _ in range(nb)]
+        deque(map(_append, map(chunks.__getitem__, idx), keys), 0)
+        del idx, keys
+        pl = cls()
+        for ck in chunks:
+            if not ck:
+                continue
+            unsorted = len(ck) <= cap
+            if not unsorted:
+                ck = array("Q", sorted(ck))
+            m = len(ck)
+            ca, cb = array("q"), array("Q")
+            _unpack(_words(ck), m, _ones(m), b_bits, a_span.bit_length(), amin, bmin, ca, cb)
+            if unsorted:
+                top = max(ck)
+                pl._push(ca, cb, (top >> b_bits) + amin, (top & ((1 << b_bits) - 1)) + bmin, True)
+            else:
+                for j in range(0, m, LOAD):  # sorted chunks of LOAD (the last one: at most)
+                    pl._push(ca[j : j + LOAD], cb[j : j + LOAD], ca[min(m, j + LOAD) - 1], cb[min(m, j + LOAD) - 1], False)
+        return pl
+
+    def _push(self, ca: array[int], cb: array[int], top_a: int, top_b: int, unsorted: bool) -> None:
+        """Append a chunk whose pairs all follow the list's largest pair; (top_a, top_b):
+        its largest pair."""
+        self._as.append(ca)
+        self._bs.append(cb)
+        self._maxa.append(top_a)
+        self._maxb.append(top_b)
+        self._unsorted.append(unsorted)
+        self._len += len(ca)
 
     def __len__(self) -> int:
         return self._len

@@ -971,7 +971,7 @@ class StateStore:
                 if body is not None and k not in overrides:
                     overrides[k] = _compose(body, lease)
         msgs = txn.cursor(db=self._db[b"state_messages"]).iternext()
-        self.machine.load(others, msgs, 8, overrides or None)
+        self.machine.load(others, msgs, 8, overrides or None, ordered=True)  # a cursor: key order
 
     def _key_records(self, txn: Any) -> Iterator[KeyRecord]:
         cur = txn.cursor(db=self._meta)

@@ -180,6 +180,73 @@ def test_add_many_is_an_add_per_pair(batches: list[tuple[list[tuple[int, int]], 
         pairlist.LOAD = old
 
 
+# pairs of a bulk load: a's with ties, bunched (a few values), spread, at both edges of int64
+load_a = st.integers(-3, 3) | st.integers(0, 1000) | st.sampled_from([-(2**63), 2**63 - 1, 2**62, -1]) | I64
+
+
+@settings(max_examples=300, deadline=None)
+@example([(a, b) for a in (-(2**63), 2**63 - 1) for b in range(20)], 1, 2, 0, 0)  # the full span, a range per end
+@example([(0, b) for b in range(50)] + [(1, 0)], 1, 2, 0, 1)  # one range past the cap: sorted in place
+@given(st.lists(st.tuples(load_a, SMALL_B), max_size=150), st.sampled_from([1, 2, 3, 256]),
+       st.integers(1, 4), st.integers(0, 10**6), st.integers(0, 4))
+def test_from_unsorted_is_the_sorted_list(pairs: list[tuple[int, int]], load: int, unsorted_loads: int,
+                                          seed: int, reads: int) -> None:
+    """`PairList.from_unsorted` of pairs in any order is the list `from_sorted` of the sorted
+    pairs makes: the same pairs in the same order, first and last, invariants (each chunk's
+    pairs above the previous chunk's largest, its largest pair exact) before any read, and
+    the same list after reads, removals, bulk adds and pops (which sort the chunks they
+    touch). Small LOADs make many ranges, ranges past the cap (sorted at once) and lists
+    small enough to be sorted whole."""
+    old = pairlist.LOAD, pairlist.UNSORTED_LOADS
+    pairlist.LOAD, pairlist.UNSORTED_LOADS = load, unsorted_loads
+    try:
+        pairs = list(dict.fromkeys(pairs))
+        random.Random(seed).shuffle(pairs)
+        ref = sorted(pairs)
+        pl = PairList.from_unsorted(array("q", [a for a, _ in pairs]), array("Q", [b for _, b in pairs]))
+        pl.check()
+        assert _held(pl) == ref and len(pl) == len(ref)
+        if ref:
+            assert pl.first() == ref[0] and pl.last() == ref[-1]
+        rnd = random.Random(seed + 1)
+        for _ in range(reads):  # reads and changes on the unsorted chunks
+            if not ref:
+                break
+            mid = ref[rnd.randrange(len(ref))]
+            assert mid in pl
+            pl.remove(*mid)
+            ref.remove(mid)
+            more = [p for p in {(rnd.randrange(-5, 5), rnd.randrange(50)) for _ in range(5)} if p not in set(ref)]
+            pl.add_many([a for a, _ in more], [b for _, b in more])
+            ref = sorted(ref + more)
+            got = pl.pop_front(2)
+            assert list(zip(*got, strict=True)) == ref[:2]
+            ref = ref[2:]
+            pl.check()
+            assert _held(pl) == ref
+        assert list(pl) == ref
+        pl.check()
+    finally:
+        pairlist.LOAD, pairlist.UNSORTED_LOADS = old
+
+
+def test_from_unsorted_leaves_evenly_spread_pairs_unsorted_in_ranges() -> None:
+    """Random priorities (as a rebuild of a delayed queue reads them, in id order) are not
+    sorted by the load: they lie in unsorted chunks of at most the cap, each sorted when
+    first read; a's all equal are sorted at once (one range past the cap)."""
+    rnd = random.Random(3)
+    n = 100_000
+    ps = array("q", [rnd.randrange(1_000_000_000) for _ in range(n)])
+    pl = PairList.from_unsorted(ps, array("Q", range(1, n + 1)))
+    pl.check()
+    assert all(pl._unsorted) and len(pl._as) >= n // (pairlist.BUCKET_LOADS * pairlist.LOAD)  # noqa: SLF001
+    assert max(map(len, pl._as)) <= pairlist.UNSORTED_LOADS * pairlist.LOAD  # noqa: SLF001
+    assert pl.pop_front(3) == tuple(map(list, zip(*sorted(zip(ps, range(1, n + 1), strict=True))[:3], strict=True)))
+    flat = PairList.from_unsorted(array("q", [7] * n), array("Q", rnd.sample(range(10 * n), n)))
+    flat.check()
+    assert not any(flat._unsorted)  # noqa: SLF001
+
+
 ids_st = st.integers(0, 5) | st.integers(0, 3 << PAGE_BITS) | st.integers(0, 2**64 - 1)
 
 
@@ -563,3 +630,19 @@ def test_overrides_in_a_chunk_out_of_key_order_apply_to_their_own_records() -> N
     fresh.load(others, [msgs[0], msgs[2], msgs[1]], 0, {msgs[1][0]: None, msgs[2][0]: None})
     assert fresh.queue_info("d").stats.ready == 1
     assert fresh.peek_ids("d", MessageState.READY, 0, 10) == [int.from_bytes(msgs[0][0][-8:], "big")]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 9), st.lists(st.integers(0, 3), min_size=1, max_size=60), st.integers(0, 8))
+def test_runs_of_equal_names_are_groupby(size: int, picks: list[int], at: int) -> None:
+    """`_runs` (where a group's run starts, found by XORs and strided ORs over the chunk) is
+    `itertools.groupby` of the names: names of one length differing in one byte anywhere
+    (first, last, middle) or in all, runs of one and runs of many."""
+    import itertools
+
+    from doq.queues import machine as M
+    base = bytes(range(65, 65 + size))
+    pool = [base] + [base[:i] + b"\x00" + base[i + 1:] for i in ({at % size, 0, size - 1} if size else set())]
+    names = [pool[p % len(pool)] for p in picks]
+    want = [(k, len(list(g))) for k, g in itertools.groupby(names)]
+    assert M._runs(b"".join(names), size, len(names)) == want  # noqa: SLF001

@@ -100,3 +100,55 @@ def test_a_rebuild_pauses_the_gc_and_leaves_it_as_it_was(tmp_path: Path) -> None
             gc.enable()
     assert seen == [False, False]
     env.close()
+
+
+def _apply(st: StateStore, index: int, *cmds: c.Command, now: int = NOW) -> str:
+    """The results of one entry of `cmds`, as text (errors compare by type and message)."""
+    with st.write() as txn:
+        return repr(st.apply_entries(txn, [(index, encode_batch(c.CommandBatch(now, list(cmds))))]))
+
+
+def test_a_rebuild_with_unsorted_chunks_goes_on_as_the_store_that_never_restarted(tmp_path: Path) -> None:
+    """A copy of the store opened again (small chunks and ranges: the ready and delayed pairs
+    left in unsorted chunks, `PairList.from_unsorted`) holds the same order as the live
+    store, and the same commands then give the same results on both: deliveries, nacks with
+    new priorities, enqueues into the unsorted chunks, priority updates, time passing."""
+    env = open_env(tmp_path / "db", map_size=1 << 30)
+    st = StateStore(env)
+    _fill(st)
+    (tmp_path / "copy").mkdir(mode=0o700)
+    env.copy(str(tmp_path / "copy"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pairlist, "LOAD", 16)  # ranges of ~128 pairs, at most 256 unsorted
+        env2 = open_env(tmp_path / "copy", map_size=1 << 30)
+        again = StateStore(env2)
+        for qn in ("random", "stamps"):
+            index = again.machine.queues[qn].index
+            assert any(index.ready._unsorted)  # type: ignore[union-attr]  # noqa: SLF001
+        assert any(again.machine.queues["stamps"].delayed._unsorted)  # noqa: SLF001
+        rnd = random.Random(9)
+        index = 1000
+        for step in range(12):
+            cmds: list[c.Command] = []
+            for qn in ("ties", "random", "stamps", "fair"):
+                cmds.append(c.Dequeue(qn, 37, seed=step))
+                cmds.append(c.Enqueue(qn, [c.EnqueueItem(b"y", group=f"g{rnd.randrange(80):04d}",
+                                                         priority=rnd.randrange(1_000_000_000) if qn != "stamps"
+                                                         else NOW // 1000 + rnd.randrange(-20, 40))
+                                           for _ in range(23)]))
+            index += 1
+            now = NOW + step * 3000
+            assert _apply(again, index, *cmds, now=now) == _apply(st, index, *cmds, now=now)
+            for qn in ("ties", "random", "stamps", "fair"):
+                flight = st.machine.peek_ids(qn, MessageState.IN_FLIGHT, 0, 10 * N)
+                assert again.machine.peek_ids(qn, MessageState.IN_FLIGHT, 0, 10 * N) == flight
+                some = flight[step::7]
+                ready = st.machine.peek_ids(qn, MessageState.READY, 0, 10 * N)[::97]
+                more = [c.Ack(qn, some[::2]),
+                        *(c.Nack(qn, i, 0, priority=rnd.randrange(100)) for i in some[1::2]),
+                        *(c.UpdatePriority(qn, i, rnd.randrange(-5, 5)) for i in ready[:5])]
+                index += 1
+                assert _apply(again, index, *more, now=now) == _apply(st, index, *more, now=now)
+            assert _seen(again) == _seen(st)
+        env2.close()
+    env.close()
