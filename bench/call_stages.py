@@ -129,13 +129,17 @@ def install() -> None:  # noqa: C901 - one closure per probe point
 
     orig_on = node_cls._on_messages
 
-    def on_messages(self: Any, frame: Any) -> None:
+    def stamp(messages: Any, app: str, resp: str) -> None:
+        """Stamp each append (by its last entry) as `app`, each accepting answer as `resp`."""
         t = now()
-        for m in frame.messages:
+        for m in messages:
             if m.type == MessageType.APP and m.entries:
-                add(("recv_app", m.entries[-1].index, t))
+                add((app, m.entries[-1].index, t))
             elif m.type == MessageType.APP_RESP and not m.reject:
-                add(("recv_resp", m.index, t))
+                add((resp, m.index, t))
+
+    def on_messages(self: Any, frame: Any) -> None:
+        stamp(frame.messages, "recv_app", "recv_resp")
         orig_on(self, frame)
 
     node_cls._on_messages = on_messages  # type: ignore[method-assign]
@@ -144,12 +148,7 @@ def install() -> None:  # noqa: C901 - one closure per probe point
     orig_send = tr.send
 
     def send(self: Any, messages: Any) -> None:
-        t = now()
-        for m in messages:
-            if m.type == MessageType.APP and m.entries:
-                add(("send_app", m.entries[-1].index, t))
-            elif m.type == MessageType.APP_RESP and not m.reject:
-                add(("send_resp", m.index, t))
+        stamp(messages, "send_app", "send_resp")
         orig_send(self, messages)
 
     tr.send = send  # type: ignore[method-assign]
