@@ -148,7 +148,28 @@ def drain(addr: str, queue: str, count: int) -> float:
         return time.perf_counter() - t0
 
 
-def run_kind(kind: str, n: int, m: int, per_group: int, payload: int, root: Path) -> dict[str, Any]:
+@contextlib.contextmanager
+def _py_spy(pid: int, out: str | None) -> Iterator[None]:
+    """`py-spy record` of the server `pid` into `out` (raw, 200 Hz) while the block runs (nothing if `out` is None)."""
+    if out is None:
+        yield
+        return
+    import signal
+    import subprocess
+
+    spy = str(Path(sys.executable).with_name("py-spy"))
+    proc = subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "200", "--format", "raw", "-o", out],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.5)  # let it attach
+    try:
+        yield
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait()
+
+
+def run_kind(kind: str, n: int, m: int, per_group: int, payload: int, root: Path,
+             profile: str | None = None) -> dict[str, Any]:
     queue = "bench"
     if kind == "timestamps":
         m = min(m, n // 2)
@@ -157,13 +178,15 @@ def run_kind(kind: str, n: int, m: int, per_group: int, payload: int, root: Path
         rss0, anon0, file0 = (_proc_kb(pid, f) for f in ("VmRSS", "RssAnon", "RssFile"))
         w0 = _write_bytes(pid)
         cpu0 = _cpu_s(pid)
-        fill_s = fill(server.addr, queue, kind, n, per_group, payload)
+        with _py_spy(pid, f"{profile}-{kind}-fill.txt" if profile else None):
+            fill_s = fill(server.addr, queue, kind, n, per_group, payload)
         fill_cpu_s = _cpu_s(pid) - cpu0  # the server's, until the last confirmation
         time.sleep(1.0)  # let the last commits land before reading memory
         w1 = _write_bytes(pid)
         rss1, anon1, file1 = (_proc_kb(pid, f) for f in ("VmRSS", "RssAnon", "RssFile"))
         cpu1 = _cpu_s(pid)
-        drain_s = drain(server.addr, queue, m)
+        with _py_spy(pid, f"{profile}-{kind}-drain.txt" if profile else None):
+            drain_s = drain(server.addr, queue, m)
         drain_cpu_s = _cpu_s(pid) - cpu1  # the server's, until it holds every ack
         w2 = _write_bytes(pid)
     t0 = time.perf_counter()
@@ -204,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", metavar="FILE", help="also write the record here")
     p.add_argument("--keep", metavar="DIR", type=Path,
                    help="fill under DIR/KIND and keep the data dirs (for `bench/restart_time.py DIR/KIND`)")
+    p.add_argument("--py-spy", metavar="PREFIX",
+                   help="profile the server's fill and drain with py-spy into PREFIX-KIND-{fill,drain}.txt (raw)")
     ns = p.parse_args(argv)
     kinds = [k for k in ns.kinds.split(",") if k]
     for k in kinds:
@@ -214,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.ExitStack() as stack:
         tmp = ns.keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="doq-backlog-")))
         for kind in kinds:
-            rec = run_kind(kind, ns.messages, ns.drain, ns.per_group, ns.payload_bytes, tmp)
+            rec = run_kind(kind, ns.messages, ns.drain, ns.per_group, ns.payload_bytes, tmp, ns.py_spy)
             rec["load_after"] = loadavg()
             record["runs"].append(rec)
             print(json.dumps(rec), flush=True)

@@ -223,7 +223,18 @@ class FairIndex:
     def unleased(self, group: str) -> None:
         g = self.groups[group]
         g.inflight -= 1
-        self._refresh(g)
+        if self.limit or not g.ready:  # else neither its place in the rotation nor its entry can change
+            self._refresh(g)
+
+    def unleased_many(self, names: Sequence[str]) -> None:
+        """`unleased(name)` for each of `names`, in one call."""
+        groups, refresh = self.groups, self._refresh
+        limit = self.limit
+        for name in names:
+            g = groups[name]
+            g.inflight -= 1
+            if limit or not g.ready:
+                refresh(g)
 
     def set_limit(self, limit: int) -> None:
         self.limit = limit

@@ -1721,6 +1721,8 @@ class QueueMachine:
         name = q.name
         in_flight = MessageState.IN_FLIGHT
         flag = R.FLAG_IN_FLIGHT
+        ts_min, ts_cap = R.TS_PRIORITY_MIN, R.MAX_MS // 1000  # `_ts(p)` inline: p * 1000 up to MAX_MS
+        max_ms = R.MAX_MS
         for id_, rec, lid in zip(ids, recs, lids if lids is not None else itertools.repeat(0, len(ids)), strict=True):
             prio, not_before, enq, _, _, attempts, _, glen, dlen, mlen = unpack(rec)
             attempts += 1
@@ -1730,8 +1732,12 @@ class QueueMachine:
                 group, md = "", {}
                 dedup = rec[_HDR_SIZE : _HDR_SIZE + dlen].decode() if dlen else ""
                 content = rec[_HDR_SIZE + dlen :]
-            ap(MessageView(id_, name, group, prio, attempts,
-                           max(not_before, _ts(prio)) if prio >= R.TS_PRIORITY_MIN else not_before,
+            at = not_before
+            if prio >= ts_min:  # a timestamp priority: not before prio * 1000 ms (`_ts`, inline)
+                ts_ms = prio * 1000 if prio <= ts_cap else max_ms
+                if ts_ms > at:
+                    at = ts_ms
+            ap(MessageView(id_, name, group, prio, attempts, at,
                            exp, enq, in_flight, lid, dedup, md, content))
             if leased is not None:
                 leased.append(pack(prio, not_before, enq, exp, lid, attempts, flag, glen, dlen, mlen)
@@ -1758,7 +1764,8 @@ class QueueMachine:
                                   reason="INVALID_LEASE_IDS")
         out: list[DoqError | None] = []
         inflight = q.inflight
-        unleased = q.index.unleased if isinstance(q.index, FairIndex) else None
+        fair = q.index if isinstance(q.index, FairIndex) else None
+        left: list[str] = []  # the groups of the acked messages of a fair queue, for its index
         acked: list[int] = []
         lease_keys: list[int] = []
         flushed = 0  # acked[:flushed] are out of q.members
@@ -1774,12 +1781,14 @@ class QueueMachine:
                     out.append(err)
                     continue
             lease_keys.append(e.key)
-            if unleased is not None:
-                unleased(e.group)
+            if fair is not None:
+                left.append(e.group)
             del inflight[id_]
             acked.append(id_)
             out.append(None)
-        if acked:  # the lease index and the records, in bulk
+        if acked:  # the lease index, the fair index and the records, in bulk
+            if fair is not None:
+                fair.unleased_many(left)
             q.acked += len(acked)
             q.members.discard_many(acked[flushed:])
             lease_keys.sort()

@@ -499,7 +499,7 @@ class _TxnSink:
         """Delete the messages of `keys` that have a lease entry (scattered: noted gone,
         see the class docstring), reading only that entry; the other keys, to delete."""
         txn, leased, noted, ver = self.txn, self.leased, self.gone, self.ver
-        done = sorted({k for k in keys if k in leased} - noted)
+        done = sorted(leased.intersection(keys).difference(noted))  # set operations in C
         if not done:
             return keys
         leased.difference_update(done)
@@ -511,7 +511,7 @@ class _TxnSink:
             legacy.difference_update(done)
         else:
             _drop_keys(txn.cursor(db=self.leases), done)
-        notes = [(ver + k, b"") for k in done]  # a gone note and a tombstone: the same (version + key)
+        notes = list(zip(map(ver.__add__, done), itertools.repeat(b"")))  # a gone note and a tombstone: the same (version + key)
         txn.cursor(db=self.gone_db).putmulti(notes)
         txn.cursor(db=self.tombs).putmulti(notes)
         return [] if len(done) == len(keys) else [k for k in keys if k not in noted]

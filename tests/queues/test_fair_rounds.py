@@ -74,3 +74,38 @@ def test_a_batch_pop_reads_the_rotation_only_as_far_as_it_delivers() -> None:
         assert len(fi.pop_many(100, True)) == 100
     assert seen <= 2 * 20 * 100
     assert fi.cursor == "g01999"
+
+
+def _unleased_one_by_one(fi: FairIndex, names: list[str]) -> None:
+    """The definition: each message out of flight re-evaluates its group (`_refresh`)."""
+    for name in names:
+        g = fi.groups[name]
+        g.inflight -= 1
+        fi._refresh(g)  # noqa: SLF001
+
+
+@settings(max_examples=300, deadline=None)
+@given(sizes=st.lists(st.integers(0, 6), min_size=1, max_size=12),
+       inflight=st.lists(st.integers(0, 3), max_size=12), limit=st.integers(0, 4),
+       n=st.integers(0, 80), pick=st.randoms(use_true_random=False), batch=st.booleans())
+def test_unleased_is_a_refresh_of_the_group(sizes: list[int], inflight: list[int], limit: int, n: int,
+                                            pick: object, batch: bool) -> None:
+    """`unleased` (which skips the group's re-evaluation when it cannot change anything)
+    and `unleased_many` leave the index as a `_refresh` after each message would: the
+    rotation, the counts, and a group with nothing ready and nothing in flight gone."""
+    fast = _index(sizes, inflight, limit, -1, 0)
+    slow = _index(sizes, inflight, limit, -1, 0)
+    popped = [fast.pop(True) for _ in range(n)]
+    for _ in range(n):
+        slow.pop(True)
+    names = [name for p in popped if p is not None for name in [p[1]]]
+    names += [name for name, g in sorted(fast.groups.items()) for _ in range(g.inflight - names.count(name))]
+    pick.shuffle(names)  # type: ignore[attr-defined]
+    names = names[: len(names) * 3 // 4 + 1] if names else []
+    if batch:
+        fast.unleased_many(names)
+    else:
+        for name in names:
+            fast.unleased(name)
+    _unleased_one_by_one(slow, names)
+    assert _state(fast) == _state(slow)

@@ -491,3 +491,19 @@ def test_deleting_an_in_flight_message_needs_its_lease_unless_the_caller_may_del
     [a2] = h.enqueue("q", item())
     h.dequeue("q", 1, seed=9)
     assert h.one(c.DeleteMessage("q", a2)) is None  # an admin (and entries written before): any state
+
+
+def test_a_timestamp_priority_delivered_shows_its_later_not_before(h: Harness) -> None:
+    """A message with a timestamp priority (seconds) is shown not before the later of its
+    timestamp and its own not-before (a nack's delay)."""
+    h.create()
+    ts_s = T0 // 1000 + 5  # due 5 s after T0
+    [a] = h.enqueue("q", item(priority=ts_s))
+    assert h.dequeue("q") == []
+    h.one(c.Tick(), at=T0 + 5_000)
+    [v] = h.dequeue("q")
+    assert (v.id, v.deliver_at_ms) == (a, ts_s * 1000)
+    assert h.one(c.Nack("q", a, v.lease_id, delay_ms=7_000)) is None
+    h.one(c.Tick(), at=T0 + 12_000)
+    [again] = h.dequeue("q")
+    assert (again.id, again.deliver_at_ms, again.attempts) == (a, T0 + 12_000, 2)
