@@ -16,8 +16,8 @@ the queue, so a rebuilt replica continues the same rotation.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from itertools import islice
-from operator import le, lt
+from itertools import islice, repeat
+from operator import add, attrgetter, le, lshift, lt, or_
 
 from sortedcontainers import SortedList
 
@@ -26,6 +26,7 @@ from doq.queues.pairlist import PairList
 
 _OFF = 1 << 63  # ready_key(priority, id) = (priority + _OFF) << 64 | id (doq.queues.delayed)
 _MASK64 = (1 << 64) - 1
+_ready = attrgetter("ready")
 
 
 def _pair(key: int) -> tuple[int, int]:
@@ -168,13 +169,15 @@ class FairIndex:
             names = list(act.islice(start, start + want))
             if len(names) < want:
                 names += act.islice(0, min(start, want - len(names)))
-            for name in names:
-                g = groups[name]
-                p, i = g.ready.pop_first()
-                out.append(((p + _OFF) << 64) | i)
+            if not names:
+                break
+            gs = list(map(groups.__getitem__, names))
+            ps, ids = PairList.pop_firsts(list(map(_ready, gs)))  # one pair of each, in C-driven steps
+            out.extend(map(or_, map(lshift, map(add, ps, repeat(_OFF)), repeat(64)), ids))
+            cursor = names[-1]
+            for g in gs:
                 if lease:
                     g.inflight += 1
-                cursor = name
                 if not g.ready or (limit and g.inflight >= limit):
                     self._refresh(g)
         self.n_ready -= len(out)

@@ -459,6 +459,25 @@ class PairList:
         self._len -= 1
         return a, b
 
+    @staticmethod
+    def pop_firsts(lists: Sequence[PairList]) -> tuple[list[int], list[int]]:
+        """`pop_first()` of each list, in order (a list may come more than once; none may
+        run empty before its last pop), as (a's, b's): one call for a round of a fair
+        queue's groups, no method call per pair."""
+        outa: list[int] = []
+        outb: list[int] = []
+        apa, apb = outa.append, outb.append
+        for pl in lists:
+            if pl._unsorted[0]:
+                pl._fix(0)
+            ca, cb = pl._as[0], pl._bs[0]
+            apa(ca.pop(0))
+            apb(cb.pop(0))
+            if not ca:
+                pl._drop(0)
+            pl._len -= 1
+        return outa, outb
+
     def pop_through(self, a_max: int) -> tuple[list[int], list[int]]:
         """Remove and return every pair whose a is <= `a_max`, in order, as (a's, b's)."""
         n = 0

@@ -646,3 +646,39 @@ def test_runs_of_equal_names_are_groupby(size: int, picks: list[int], at: int) -
     names = [pool[p % len(pool)] for p in picks]
     want = [(k, len(list(g))) for k, g in itertools.groupby(names)]
     assert M._runs(b"".join(names), size, len(names)) == want  # noqa: SLF001
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.tuples(SMALL_A, SMALL_B), max_size=30), min_size=1, max_size=6),
+       st.lists(st.integers(0, 5), max_size=40), st.sampled_from([1, 2, 3, 1024]))
+def test_pop_firsts_is_a_pop_first_of_each(contents: list[list[tuple[int, int]]], order: list[int],
+                                           load: int) -> None:
+    """`PairList.pop_firsts(lists)` pops what `pop_first()` of each list in turn pops, and
+    leaves the same lists (unsorted chunks left by `add_many` included; a list may come
+    more than once)."""
+    old = pairlist.LOAD
+    pairlist.LOAD = load
+    try:
+        fast, slow = [], []
+        for pairs in contents:
+            pairs = sorted(set(pairs), key=lambda p: (p[1], p[0]))  # distinct, out of order
+            for side in (fast, slow):
+                pl = PairList()
+                pl.add_many([a for a, _ in pairs[: len(pairs) // 2]], [b for _, b in pairs[: len(pairs) // 2]])
+                pl.add_many([a for a, _ in pairs[len(pairs) // 2 :]], [b for _, b in pairs[len(pairs) // 2 :]])
+                side.append(pl)
+        left = [len(pl) for pl in slow]
+        picks = []
+        for i in order:
+            i %= len(slow)
+            if left[i]:
+                left[i] -= 1
+                picks.append(i)
+        got = PairList.pop_firsts([fast[i] for i in picks])
+        want = [slow[i].pop_first() for i in picks]
+        assert got == ([a for a, _ in want], [b for _, b in want])
+        for f, s in zip(fast, slow, strict=True):
+            f.check()
+            assert list(f) == list(s) and len(f) == len(s)
+    finally:
+        pairlist.LOAD = old
