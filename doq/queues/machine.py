@@ -1726,12 +1726,14 @@ class QueueMachine:
         for id_, rec, lid in zip(ids, recs, lids if lids is not None else itertools.repeat(0, len(ids)), strict=True):
             prio, not_before, enq, _, _, attempts, _, glen, dlen, mlen = unpack(rec)
             attempts += 1
-            if glen or mlen:
+            if mlen:
                 group, dedup, md, content = R.message_parts(rec)
-            else:
-                group, md = "", {}
-                dedup = rec[_HDR_SIZE : _HDR_SIZE + dlen].decode() if dlen else ""
-                content = rec[_HDR_SIZE + dlen :]
+            else:  # `R.message_parts` inline (a fair queue's messages: a group, no metadata)
+                md = {}
+                p = _HDR_SIZE + glen
+                group = rec[_HDR_SIZE:p].decode() if glen else ""
+                dedup = rec[p : p + dlen].decode() if dlen else ""
+                content = rec[p + dlen :]
             at = not_before
             if prio >= ts_min:  # a timestamp priority: not before prio * 1000 ms (`_ts`, inline)
                 ts_ms = prio * 1000 if prio <= ts_cap else max_ms
