@@ -24,6 +24,8 @@ apart: `/proc/PID/status` RssAnon, RssFile), bytes the server wrote to disk per 
 and after; then restarts the server on the same data (the backlog less the drained
 messages) and prints the seconds until it is ready (and the CPU seconds it used: steadier on a
 shared machine) and its RSS per queued message. 100-byte messages unless `--payload-bytes`. `--json FILE` writes the record.
+`--py-spy PREFIX` records the server with py-spy (200 Hz, raw) during each kind's fill and drain
+apart, into `PREFIX-KIND-fill.txt` and `PREFIX-KIND-drain.txt`.
 """
 
 from __future__ import annotations
