@@ -184,6 +184,20 @@ class StorageGauge:
             used += log_bytes
         self.used_bytes = used
 
+    def measure_log(self, log_bytes: int) -> bool:
+        """After a write that only appended to the segment log (no LMDB transaction: no
+        table changed since the last `measure`): the log's new size, `log_bytes` as in
+        `measure`, the tables' pages as last read. False (nothing done) when no whole
+        measure stands (none yet, or a failed write dropped it): the caller measures in a
+        transaction instead."""
+        if not self._measured:
+            return False
+        pages = self._pages
+        table_log = pages[self._log_index] * self._page_bytes
+        self.log_bytes = table_log + log_bytes
+        self.used_bytes = sum(pages) * self._page_bytes + log_bytes
+        return True
+
     def committed(self) -> None:
         """A write committed: no longer short of space for it; re-judge the limits. The
         data size alarm goes on at the limit and off only once the store is a margin

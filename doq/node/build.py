@@ -63,7 +63,7 @@ async def open_raft_node(
     cluster_id: str = "",
     config: RaftNodeConfig | None = None,
     on_applied: Callable[[int], None] | None = None,
-    on_commit: Callable[[float, float], None] | None = None,
+    on_commit: Callable[[float, float | None], None] | None = None,
     gauge: StorageGauge | None = None,
 ) -> RaftNode:
     """Build (not start) the node; joins first when needed (see the module docstring).

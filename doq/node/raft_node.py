@@ -17,7 +17,8 @@ leadership loss) is in docs/raft.md, "The node driver"; in short:
   after it), append the entries to the segment log with ONE fdatasync
   (`doq.node.wal_log`), then the Ready's messages may leave (`_send_after_log`), then in
   ONE LMDB write txn set the hard state and apply the committed entries (and the member
-  addresses of conf changes), its meta page synced only when `_must_be_durable`. The
+  addresses of conf changes), its meta page synced only when `_must_be_durable` (no txn
+  when the Ready has nothing for LMDB: a leader's Ready that only appends). The
   log is the writer thread's; every LMDB write txn runs on the apply thread. With
   `apply_thread`, a Ready that needs only the fdatasync before the next (`_defers_apply`)
   leaves its LMDB part to the apply thread and the loop goes on; any other waits for those (`_drain_applies`)
@@ -216,7 +217,7 @@ class RaftNode:
         clock_ms: Callable[[], int] = wall_clock_ms,
         seed: int | None = None,
         on_applied: Callable[[int], None] | None = None,
-        on_commit: Callable[[float, float], None] | None = None,
+        on_commit: Callable[[float, float | None], None] | None = None,
         gauge: StorageGauge | None = None,
     ) -> None:
         self.env = state.env  # the node's one environment: the Raft log lives beside the state
@@ -230,7 +231,7 @@ class RaftNode:
         self._clock_ms = clock_ms
         self._rng = random.Random(seed)
         self._on_applied = on_applied  # (commands) once a write's batch is applied, before its answers
-        self._on_commit = on_commit  # (commit_seconds, fsync_seconds) after each durable write
+        self._on_commit = on_commit  # (commit_seconds, fsync_seconds or None: no LMDB commit) after each durable write
         self.storage = WalLogStorage(self.env)  # the entries in segment files beside the state
         self.transport = transport(self._on_messages)
         self.core: RaftCore | None = None
@@ -1184,12 +1185,25 @@ class RaftNode:
         """Step (3) of `_write_txn`: the hard state, the apply (its answers before the
         commit, `_answer_early`), this node's snapshot meta and the compaction point in
         one LMDB commit, durable only when needed (`_must_be_durable`). `cluster_id`: the
-        state's before the write (None: as it is now)."""
+        state's before the write (None: as it is now).
+
+        No LMDB transaction at all when the write has nothing for LMDB: no hard state, no
+        committed entry, no snapshot, no compaction due, nothing that must be durable
+        there (a leader's Ready that only appends its next entry, one per call when calls
+        come one at a time; its commit comes in the next Ready). The gauge then counts the
+        segment log's growth without reading the tables (`StorageGauge.measure_log`), and
+        the write is observed with no LMDB commit (no `doq_fsync_seconds` sample)."""
         st = self.storage
         hs = job.hard_state
         if cluster_id is None:
             cluster_id = self.state.cluster_id
         durable = new_vote or admits or self._must_be_durable(job)
+        compact_to, per_write = self._compaction(job)
+        if (not durable and hs is None and not job.committed and job.snapshot is None
+                and compact_to < st.first_index() and self.state.cluster_id == cluster_id
+                and (self.gauge is None or self.gauge.measure_log(st.log_bytes()))):
+            self._written(t0, None, durable=False)
+            return
         with self.state.write(durable=durable) as txn:  # then publishes the readers' view
             if admits:
                 store_identity.save(txn, self._store_db, self.identity.ungated())
@@ -1206,13 +1220,7 @@ class RaftNode:
                     job.answer(job.committed[:n], job.results[:n])
             if job.own_snapshot is not None:
                 st.create_snapshot(txn, Snapshot(job.own_snapshot))
-            snap_index = st.snapshot_meta().index
-            per_write = self.cfg.compact_entries_per_write
-            if job.compact_floor is None:
-                compact_to = snap_index - self.cfg.keep_entries
-            else:  # a storage alarm or a large log: keep only what followers need
-                compact_to = min(snap_index, job.compact_floor)
-                per_write = self.cfg.compact_entries_under_alarm
+                compact_to, per_write = self._compaction(job)
             if compact_to >= st.first_index():  # a few entries per write: never one large txn
                 job.compacted = st.compact(txn, compact_to, per_write)
             if self.state.cluster_id != cluster_id:
@@ -1224,12 +1232,27 @@ class RaftNode:
                 self.gauge.measure(txn, log_bytes=st.log_bytes(),
                                    state_changed=bool(job.committed) or job.snapshot is not None)
             t1 = time.perf_counter()
-        st.after_commit(durable)
+        self._written(t0, t1, durable=durable)
+
+    def _compaction(self, job: _Job) -> tuple[int, int]:
+        """Up to which index this write compacts the log (nothing if below its first
+        index), and at most how many entries: `keep_entries` behind the snapshot, or under
+        log pressure (`job.compact_floor`) only what the followers need."""
+        snap_index = self.storage.snapshot_meta().index
+        if job.compact_floor is None:
+            return snap_index - self.cfg.keep_entries, self.cfg.compact_entries_per_write
+        return min(snap_index, job.compact_floor), self.cfg.compact_entries_under_alarm
+
+    def _written(self, t0: float, t1: float | None, *, durable: bool) -> None:
+        """After a write (begun at `t0`) and its LMDB commit (begun at `t1`; None: the
+        write had nothing for LMDB, see `_commit_state`): let go of what a durable commit
+        frees, re-judge the storage limits, observe the write."""
+        self.storage.after_commit(durable)
         if self.gauge is not None:
             self.gauge.committed()
         if self._on_commit:  # every durable write, also one that only appends or votes
             t2 = time.perf_counter()
-            self._on_commit(t2 - t0, t2 - t1)
+            self._on_commit(t2 - t0, None if t1 is None else t2 - t1)
 
     def _must_be_durable(self, job: _Job) -> bool:
         """Must the LMDB commit of this write be durable when it returns (both syncs), or

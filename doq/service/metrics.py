@@ -88,11 +88,13 @@ def observe_applied(commands: int) -> None:
         BATCHES.inc()
 
 
-def observe_commit(commit_seconds: float, fsync_seconds: float) -> None:
-    """Called by the node after each durable write (an LMDB txn committed with fsync), also
-    one that only appended entries or stored a vote."""
+def observe_commit(commit_seconds: float, fsync_seconds: float | None) -> None:
+    """Called by the node after each durable write, also one that only appended entries or
+    stored a vote; `fsync_seconds` is its LMDB commit's time, None when the write had
+    nothing for LMDB (a leader's append-only write: no `doq_fsync_seconds` sample)."""
     COMMIT_SECONDS.observe(commit_seconds)
-    FSYNC_SECONDS.observe(fsync_seconds)
+    if fsync_seconds is not None:
+        FSYNC_SECONDS.observe(fsync_seconds)
 
 
 MAX_QUEUE_SERIES = 100  # queues with series of their own in doq_queue_messages; the rest are summed

@@ -8,6 +8,7 @@ since virtual time moves only when the loop idles); real LMDB."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from pathlib import Path
 
 import lmdb
@@ -18,6 +19,7 @@ from doq.queues import commands as c
 from doq.queues.model import QueueSettings
 from doq.storage import env as env_mod
 from doq.storage.segment_log import SegmentLog
+from doq.storage.state import StateStore
 from tests.node.raftnet import Cluster, retry
 from tests.node.simloop import InlineExecutor, VirtualTimeLoop
 
@@ -103,11 +105,17 @@ async def _syncs_scenario(root: Path, syncs: list[str]) -> None:
         writes = [n.writes - b for n, b in zip(nodes, writes_before, strict=True)]  # type: ignore[attr-defined]
         synced = [syncs.count(n.env.path()) for n in nodes]
         wal_synced = [syncs.count(f"wal:{n.env.path()}") for n in nodes]
+        txns = [syncs.count(f"txn:{n.env.path()}") for n in nodes]
         # the leader: an append and an apply per call; a follower: one write per call;
         # each append is one segment log fdatasync, no LMDB commit syncs its meta page
         assert writes == [2 * CALLS, CALLS, CALLS], writes
         assert wal_synced == [CALLS, CALLS, CALLS], wal_synced
         assert synced == [0, 0, 0], synced
+        # one LMDB write transaction per call on the leader: its append (no hard state,
+        # nothing committed) opens none, its apply one. A follower's too, but for the
+        # first call's append: the heartbeats of the settling told it every commit before,
+        # so that write has nothing for LMDB (no new commit index, nothing to apply)
+        assert txns == [CALLS, CALLS - 1, CALLS - 1], txns
         # what the leader applied without a meta sync is in its store all the same
         assert ld.state.get_queue("q").stats.total == CALLS
     finally:
@@ -120,7 +128,8 @@ def test_entries_are_synced_once_in_the_segment_log_and_the_apply_never_syncs_th
     commit that applies them (and records the commit index) then syncs its data pages
     only: an OS crash that undoes it makes the node re-apply the same entries from its log
     (`RaftNode._must_be_durable`). Terms, votes, snapshots, memberships still sync the
-    meta page (not in this steady state)."""
+    meta page (not in this steady state). A leader's Ready that only appends opens no
+    LMDB transaction at all (`RaftNode._commit_state`)."""
     syncs: list[str] = []
     real = env_mod.sync_meta
 
@@ -135,8 +144,15 @@ def test_entries_are_synced_once_in_the_segment_log_and_the_apply_never_syncs_th
             syncs.append(f"wal:{log.path.parent}")
         real_seg_sync(log)
 
+    real_write = StateStore.write
+
+    def counting_write(store: StateStore, *, durable: bool = True) -> Iterator[lmdb.Transaction]:
+        syncs.append(f"txn:{store.env.path()}")
+        return real_write(store, durable=durable)
+
     monkeypatch.setattr("doq.storage.state.sync_meta", counting)
     monkeypatch.setattr(SegmentLog, "sync", counting_seg)
+    monkeypatch.setattr(StateStore, "write", counting_write)
     loop = VirtualTimeLoop()
     try:
         loop.run_until_complete(_syncs_scenario(tmp_path, syncs))

@@ -871,6 +871,26 @@ async def test_the_commit_metrics_observe_every_durable_write(tmp_path: Path) ->
         assert n.writes > 0, n.node_id
         assert len(n.applied) < n.writes, n.node_id  # some appended (or voted) without applying
     assert sum(leader.applied) >= 20
+    # a leader's write that only appends has no LMDB commit: no fsync time to observe
+    # (not a zero), its apply's write has one
+    assert any(f is None for _, f in leader.observed), leader.observed
+    assert any(f is not None and f > 0 for _, f in leader.observed), leader.observed
+
+
+def test_observe_commit_counts_an_fsync_only_for_a_write_with_an_lmdb_commit() -> None:
+    from doq.service import metrics
+
+    def count(h: Any) -> float:
+        return next(x.value for x in h.collect()[0].samples if x.name.endswith("_count"))
+
+    def counts() -> tuple[float, float]:
+        return count(metrics.COMMIT_SECONDS), count(metrics.FSYNC_SECONDS)
+
+    commits, fsyncs = counts()
+    metrics.observe_commit(0.002, None)
+    assert counts() == (commits + 1, fsyncs)
+    metrics.observe_commit(0.002, 0.001)
+    assert counts() == (commits + 2, fsyncs + 1)
 
 
 

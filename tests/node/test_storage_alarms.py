@@ -117,6 +117,34 @@ def test_a_measure_of_a_raft_only_write_rereads_the_raft_tables_and_keeps_the_st
     env.close()
 
 
+def test_a_log_only_measure_adds_the_segment_log_to_the_tables_last_measured(tmp_path: Path) -> None:
+    """`measure_log` (a write that only appended to the segment log: no LMDB transaction)
+    counts the segment log's bytes on top of the tables' pages last measured, as `measure`
+    with the same `log_bytes` would; with no whole measure standing (none yet, or a failed
+    write dropped it) it does nothing and says so, so the caller measures in a txn."""
+    env = open_env(tmp_path / "db", map_size=alarms.map_size(64 << 20))
+    gauge = _gauge(env, tmp_path, max_data_bytes=64 << 20)
+    state_db = env.open_db(b"state_messages")
+    assert gauge.measure_log(1000) is False  # nothing measured yet
+    assert gauge.used_bytes == 0
+    with env.begin(write=True) as txn:
+        for i in range(50):
+            txn.put(i.to_bytes(8, "big"), CONTENT, db=state_db)
+        gauge.measure(txn, log_bytes=1000)
+    gauge.committed()
+    tables, table_log = gauge.used_bytes - 1000, gauge.log_bytes - 1000
+    assert gauge.measure_log(250_000) is True
+    assert (gauge.used_bytes, gauge.log_bytes) == (tables + 250_000, table_log + 250_000)
+    with env.begin() as txn:  # what a whole measure with that log says
+        fresh = _gauge(env, tmp_path, max_data_bytes=64 << 20)
+        fresh.measure(txn, log_bytes=250_000)
+    assert (fresh.used_bytes, fresh.log_bytes) == (gauge.used_bytes, gauge.log_bytes)
+    assert gauge.write_failed(OSError("not for want of space")) is False
+    assert gauge.measure_log(300_000) is False  # the next measure must read every table
+    assert gauge.used_bytes == tables + 250_000
+    env.close()
+
+
 async def test_the_gauges_partial_measures_equal_a_whole_one_on_every_node_of_a_cluster_with_the_apply_thread(
         tmp_path: Path) -> None:
     """With the apply thread on, three nodes (followers append without applying under the
