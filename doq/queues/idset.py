@@ -20,6 +20,8 @@ PAGE_MASK = (1 << PAGE_BITS) - 1
 SPARSE_MAX = 4096  # members of an array page; more: a bitmap (8 KiB = 4096 * 2 bytes)
 DENSE_MIN = 1024  # a bitmap page with fewer members goes back to an array
 _BITMAP_BYTES = 1 << (PAGE_BITS - 3)
+_HOST_LITTLE = array("H", [1]).tobytes()[0] == 1
+_NONZERO = bytes([0] + [1] * 255)  # a translate table: 1 for a byte that is not 0
 
 
 class IdSet:
@@ -64,9 +66,30 @@ class IdSet:
             self._add_offsets(cur_hi, offs)
 
     def load_sorted(self, ids: Sequence[int]) -> None:
-        """Replace the content by `ids` (ascending, distinct): a page at a time, a dense
-        run of ids as a bitmap filled by bytes."""
+        """Replace the content by `ids` (ascending, distinct; not checked): a page at a
+        time, by C calls over the page's ids (no Python step per id): a page of at most
+        SPARSE_MAX ids as their offsets, a denser one as a bitmap with its holes cleared,
+        a Python step per run of missing ids (`_bitmap`)."""
         self.clear()
+        if not _HOST_LITTLE:
+            self._load_sorted_by_id(ids)
+            return
+        col = ids if isinstance(ids, array) and ids.typecode == "Q" else array("Q", ids)
+        n = len(col)
+        pages, counts = self._pages, self._counts
+        i = 0
+        while i < n:
+            hi = col[i] >> PAGE_BITS
+            j = bisect_left(col, (hi + 1) << PAGE_BITS, i)
+            seg = col[i:j]
+            base = hi << PAGE_BITS
+            pages[hi] = _offsets_of(seg, base) if j - i <= SPARSE_MAX else _bitmap(seg, base)
+            counts[hi] = j - i
+            i = j
+        self._len = n
+
+    def _load_sorted_by_id(self, ids: Sequence[int]) -> None:
+        """`load_sorted` (into an empty set) a Python step per id (a big-endian host)."""
         n = len(ids)
         i = 0
         while i < n:
@@ -76,10 +99,6 @@ class IdSet:
             base = hi << PAGE_BITS
             if count <= SPARSE_MAX:
                 self._pages[hi] = array("H", [x - base for x in ids[i:j]])
-            elif ids[j - 1] - ids[i] == count - 1:
-                bm = bytearray(_BITMAP_BYTES)
-                _fill(bm, ids[i] - base, ids[j - 1] - base + 1)
-                self._pages[hi] = bm
             else:
                 bm = bytearray(_BITMAP_BYTES)
                 for x in ids[i:j]:
@@ -229,6 +248,57 @@ def _fill(bm: bytearray, lo: int, hi: int) -> None:
     while lo < hi:
         bm[lo >> 3] |= 1 << (lo & 7)
         lo += 1
+
+
+def _ones(n: int) -> int:
+    """An int of `n` 64-bit words each 1: `word * _ones(n)` is `n` copies of `word`."""
+    return int.from_bytes((1).to_bytes(8, "little") * n, "little")
+
+
+def _offsets_of(seg: array[int], base: int) -> array[int]:
+    """The ids of `seg` (a `'Q'` array of one page's ids, each >= `base`, the page's first
+    id; a little-endian host) less `base`, as an `'H'` array: word arithmetic on one int
+    and two strided byte copies."""
+    m = len(seg)
+    raw = (int.from_bytes(seg, "little") - base * _ones(m)).to_bytes(8 * m, "little")
+    out = bytearray(2 * m)
+    out[0::2] = raw[0::8]
+    out[1::2] = raw[1::8]
+    return array("H", bytes(out))
+
+
+def _bitmap(seg: array[int], base: int) -> bytearray:
+    """The bitmap page of `seg` (a `'Q'` array of one page's ids, ascending, distinct, at
+    least two; `base`: the page's first id; a little-endian host). A byte per id is set
+    from the first id to the last, the holes between them are cleared (found by C calls:
+    each id's distance to the next less one, as the 64-bit words of one int; a Python step
+    per run of missing ids), and the bytes are packed into bits by eight strided slices."""
+    m = len(seg)
+    lo, hi = seg[0] - base, seg[-1] - base
+    bm = bytearray(_BITMAP_BYTES)
+    if hi - lo == m - 1:  # no holes
+        _fill(bm, lo, hi + 1)
+        return bm
+    per_id = bytearray(1 << PAGE_BITS)
+    per_id[lo : hi + 1] = b"\x01" * (hi - lo + 1)
+    # word k: seg[k + 1] - seg[k] - 1, the ids missing after seg[k] (< 2**16: one page;
+    # borrow-free: the ids ascend)
+    gaps = (int.from_bytes(seg[1:], "little") - int.from_bytes(seg[:-1], "little") - _ones(m - 1)).to_bytes(
+        8 * (m - 1), "little")
+    # byte k: not 0 iff ids are missing after seg[k] (the gap's two low bytes ORed)
+    flags = (int.from_bytes(gaps[0::8], "little") | int.from_bytes(gaps[1::8], "little")).to_bytes(
+        m - 1, "little").translate(_NONZERO)
+    k = flags.find(1)
+    while k >= 0:
+        g = gaps[8 * k] | gaps[8 * k + 1] << 8
+        at = seg[k] - base + 1
+        per_id[at : at + g] = bytes(g)
+        k = flags.find(1, k + 1)
+    bits = 0
+    for b in range(8):  # byte o of `per_id` -> bit o & 7 of byte o >> 3
+        bits |= int.from_bytes(per_id[b::8], "little") << b
+    bm[:] = bits.to_bytes(_BITMAP_BYTES, "little")
+    return bm
 
 
 def _offsets(bm: bytearray) -> list[int]:
