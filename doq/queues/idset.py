@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import compress, repeat
 
 PAGE_BITS = 16
 PAGE_MASK = (1 << PAGE_BITS) - 1
@@ -22,6 +24,8 @@ DENSE_MIN = 1024  # a bitmap page with fewer members goes back to an array
 _BITMAP_BYTES = 1 << (PAGE_BITS - 3)
 _HOST_LITTLE = array("H", [1]).tobytes()[0] == 1
 _NONZERO = bytes([0] + [1] * 255)  # a translate table: 1 for a byte that is not 0
+_IS_ZERO = bytes([1]) + bytes(255)  # a translate table: 1 for 0, else 0
+_IS_ONE = bytes([0, 1]) + bytes(254)  # a translate table: 1 for 1, else 0
 
 
 class IdSet:
@@ -82,8 +86,7 @@ class IdSet:
             hi = col[i] >> PAGE_BITS
             j = bisect_left(col, (hi + 1) << PAGE_BITS, i)
             seg = col[i:j]
-            base = hi << PAGE_BITS
-            pages[hi] = _offsets_of(seg, base) if j - i <= SPARSE_MAX else _bitmap(seg, base)
+            pages[hi] = _offsets_of(seg) if j - i <= SPARSE_MAX else _bitmap(seg)
             counts[hi] = j - i
             i = j
         self._len = n
@@ -250,50 +253,56 @@ def _fill(bm: bytearray, lo: int, hi: int) -> None:
         lo += 1
 
 
-def _ones(n: int) -> int:
-    """An int of `n` 64-bit words each 1: `word * _ones(n)` is `n` copies of `word`."""
-    return int.from_bytes((1).to_bytes(8, "little") * n, "little")
-
-
-def _offsets_of(seg: array[int], base: int) -> array[int]:
-    """The ids of `seg` (a `'Q'` array of one page's ids, each >= `base`, the page's first
-    id; a little-endian host) less `base`, as an `'H'` array: word arithmetic on one int
-    and two strided byte copies."""
-    m = len(seg)
-    raw = (int.from_bytes(seg, "little") - base * _ones(m)).to_bytes(8 * m, "little")
-    out = bytearray(2 * m)
+def _low16(seg: array[int]) -> bytes:
+    """The two low bytes of each id of `seg` (a `'Q'` array; a little-endian host), back
+    to back: the ids' offsets in their page, as an `'H'` array's bytes."""
+    raw = seg.tobytes()
+    out = bytearray(2 * len(seg))
     out[0::2] = raw[0::8]
     out[1::2] = raw[1::8]
-    return array("H", bytes(out))
+    return bytes(out)
 
 
-def _bitmap(seg: array[int], base: int) -> bytearray:
+def _offsets_of(seg: array[int]) -> array[int]:
+    """The offsets of the ids of `seg` (one page's, a `'Q'` array; a little-endian host)
+    in their page, as an `'H'` array: two strided byte copies."""
+    return array("H", _low16(seg))
+
+
+def _bitmap(seg: array[int]) -> bytearray:
     """The bitmap page of `seg` (a `'Q'` array of one page's ids, ascending, distinct, at
-    least two; `base`: the page's first id; a little-endian host). A byte per id is set
-    from the first id to the last, the holes between them are cleared (found by C calls:
-    each id's distance to the next less one, as the 64-bit words of one int; a Python step
-    per run of missing ids), and the bytes are packed into bits by eight strided slices."""
+    least two; a little-endian host). A byte per id is set from the first id to the last,
+    the holes between them are cleared (found by C calls: each offset's distance to the
+    next less one, as the 16-bit words of one int; a Python step per run of missing ids),
+    and the bytes are packed into bits by eight strided slices."""
     m = len(seg)
-    lo, hi = seg[0] - base, seg[-1] - base
+    offs = _low16(seg)
+    lo, hi = seg[0] & PAGE_MASK, seg[-1] & PAGE_MASK
     bm = bytearray(_BITMAP_BYTES)
     if hi - lo == m - 1:  # no holes
         _fill(bm, lo, hi + 1)
         return bm
     per_id = bytearray(1 << PAGE_BITS)
     per_id[lo : hi + 1] = b"\x01" * (hi - lo + 1)
-    # word k: seg[k + 1] - seg[k] - 1, the ids missing after seg[k] (< 2**16: one page;
-    # borrow-free: the ids ascend)
-    gaps = (int.from_bytes(seg[1:], "little") - int.from_bytes(seg[:-1], "little") - _ones(m - 1)).to_bytes(
-        8 * (m - 1), "little")
-    # byte k: not 0 iff ids are missing after seg[k] (the gap's two low bytes ORed)
-    flags = (int.from_bytes(gaps[0::8], "little") | int.from_bytes(gaps[1::8], "little")).to_bytes(
-        m - 1, "little").translate(_NONZERO)
-    k = flags.find(1)
+    # word k: offset k + 1 - offset k - 1, the ids missing after id k (borrow-free: the
+    # offsets ascend)
+    gaps = (int.from_bytes(offs[2:], "little") - int.from_bytes(offs[:-2], "little")
+            - int.from_bytes(b"\x01\x00" * (m - 1), "little")).to_bytes(2 * (m - 1), "little")
+    low, high = gaps[0::2], gaps[1::2]
+    # byte k: 1 iff ids are missing after id k (the gap's two bytes ORed); 1 iff one is
+    nz = int.from_bytes((int.from_bytes(low, "little") | int.from_bytes(high, "little")).to_bytes(
+        m - 1, "little").translate(_NONZERO), "little")
+    one = int.from_bytes(low.translate(_IS_ONE), "little") & int.from_bytes(high.translate(_IS_ZERO), "little")
+    # the lone missing ids (most holes): cleared by C calls, at offset k + 1 for each such k
+    deque(map(per_id.__setitem__, map((1).__add__, compress(array("H", offs), one.to_bytes(m - 1, "little"))),
+              repeat(0)), 0)
+    runs = (nz ^ one).to_bytes(m - 1, "little")  # byte k: 1 iff two or more are missing after id k
+    k = runs.find(1)
     while k >= 0:
-        g = gaps[8 * k] | gaps[8 * k + 1] << 8
-        at = seg[k] - base + 1
+        g = gaps[2 * k] | gaps[2 * k + 1] << 8
+        at = (offs[2 * k] | offs[2 * k + 1] << 8) + 1
         per_id[at : at + g] = bytes(g)
-        k = flags.find(1, k + 1)
+        k = runs.find(1, k + 1)
     bits = 0
     for b in range(8):  # byte o of `per_id` -> bit o & 7 of byte o >> 3
         bits |= int.from_bytes(per_id[b::8], "little") << b
