@@ -421,6 +421,10 @@ class _Loader:
             return False
         keys = list(map(_FIRST, chunk))
         vals = list(map(_SECOND, chunk))
+        fair = cur.q.qtype is QueueType.FAIR
+        # positions (ascending) of the chunk's records left out (gone) when they are cut out
+        # of the columns rather than the chunk (a delayed queue's: `_drop`)
+        drop: list[int] = []
         if overrides:
             if not ordered and not all(map(lt, keys, islice(keys, 1, None))):
                 return False  # keys not in order: record by record
@@ -433,8 +437,10 @@ class _Loader:
             inner = okeys[lo:hi]
             pos = list(map(bisect_left, repeat(keys), inner))  # each < len(keys): h <= keys[-1]
             at = list(compress(pos, map(eq, map(keys.__getitem__, pos), inner)))
-            if at and not any(map(overrides.__getitem__, map(keys.__getitem__, at))):
-                # records left out only (gone, the common case): a mask over the chunk
+            if at and not fair and len(at) < len(keys) and not any(map(overrides.__getitem__, map(keys.__getitem__, at))):
+                drop = at  # records left out only (gone, the common case): cut from the columns
+            elif at and not any(map(overrides.__getitem__, map(keys.__getitem__, at))):
+                # records left out only: a mask over the chunk
                 keep = bytearray(b"\x01") * len(keys)
                 deque(map(keep.__setitem__, at, repeat(0)), 0)
                 keys = list(compress(keys, keep))
@@ -469,7 +475,7 @@ class _Loader:
         # bytes, rather than a new bytes object per record
         width = len(vals[0])
         joined: tuple[bytes, int] | None = None
-        if width >= offset + hs and not any(map(width.__ne__, map(len, vals))):
+        if width >= offset + hs and list(map(len, vals)).count(width) == n:
             heads, h0, hs = b"".join(vals), offset, width
             joined = heads, width
         else:
@@ -489,7 +495,11 @@ class _Loader:
         if any(heads[h0 + 8 + b :: hs].count(0) != n for b in range(8)):
             nb = _NOT_BEFORE.unpack_from
             special.update(j for j in range(n) if nb(heads, h0 + j * hs)[0])
-        if cur.q.qtype is QueueType.FAIR:
+        if drop:
+            special = self._drop(drop, ps, ids, special)
+            if not ps:
+                return True
+        if fair:
             if special or max(ps) >= R.TS_PRIORITY_MIN:
                 return False  # record by record
             return self._fair_columns(cur, vals, ps, ids, offset, joined, ordered)
@@ -510,6 +520,10 @@ class _Loader:
             cur.ready_p.extend(ps)
             cur.ready_i.extend(ids)
             return True
+        if drop:  # the records by position as in the cut columns
+            keep = bytearray(b"\x01") * len(vals)
+            deque(map(keep.__setitem__, drop, repeat(0)), 0)
+            vals = list(compress(vals, keep))
         prev = 0
         for j in sorted(special):
             cur.ready_p.extend(ps[prev:j])
@@ -519,6 +533,15 @@ class _Loader:
         cur.ready_p.extend(ps[prev:])
         cur.ready_i.extend(ids[prev:])
         return True
+
+    @staticmethod
+    def _drop(drop: list[int], ps: array[int], ids: array[int], special: set[int]) -> set[int]:
+        """Cut the records at the positions `drop` (ascending) out of the chunk's columns
+        `ps` and `ids` (in place: a memmove per record cut); `special` (positions) without
+        them, renumbered as in the cut columns, is returned."""
+        for j in reversed(drop):
+            del ps[j], ids[j]
+        return {j - bisect_left(drop, j) for j in special.difference(drop)} if special else special
 
     @staticmethod
     def _add_ids(cur: _QueueLoad, ids: array[int], ordered: bool) -> None:
