@@ -90,13 +90,16 @@ class PriorityIndex:
     def group_name(self, group: str) -> str:
         return ""
 
-    def load_pairs(self, priorities: Sequence[int], ids: Sequence[int]) -> None:
+    def load_pairs(self, priorities: Sequence[int], ids: Sequence[int],
+                   p_bounds: tuple[int, int] | None = None, id_bounds: tuple[int, int] | None = None) -> None:
         """Replace the content by the pairs (any order; ids distinct). Pairs out of order
-        are left in unsorted chunks, sorted as they are first read (`PairList.from_unsorted`)."""
+        are left in unsorted chunks, sorted as they are first read (`PairList.from_unsorted`).
+        `p_bounds`, `id_bounds`: (lowest, highest) that every priority, every id lies within
+        (not checked), if the caller knows them."""
         if all(map(le, priorities, islice(priorities, 1, None))) and all(map(lt, ids, islice(ids, 1, None))):
             self.ready = PairList.from_sorted(priorities, ids)
             return
-        self.ready = PairList.from_unsorted(priorities, ids)
+        self.ready = PairList.from_unsorted(priorities, ids, p_bounds, id_bounds)
 
     def bulk_load(self, keys: dict[str, list[int]], inflight: dict[str, int]) -> None:
         ready: list[int] = []

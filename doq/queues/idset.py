@@ -13,13 +13,19 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import compress, repeat
 
 PAGE_BITS = 16
 PAGE_MASK = (1 << PAGE_BITS) - 1
 SPARSE_MAX = 4096  # members of an array page; more: a bitmap (8 KiB = 4096 * 2 bytes)
 DENSE_MIN = 1024  # a bitmap page with fewer members goes back to an array
 _BITMAP_BYTES = 1 << (PAGE_BITS - 3)
+_HOST_LITTLE = array("H", [1]).tobytes()[0] == 1
+_NONZERO = bytes([0] + [1] * 255)  # a translate table: 1 for a byte that is not 0
+_IS_ZERO = bytes([1]) + bytes(255)  # a translate table: 1 for 0, else 0
+_IS_ONE = bytes([0, 1]) + bytes(254)  # a translate table: 1 for 1, else 0
 
 
 class IdSet:
@@ -64,9 +70,29 @@ class IdSet:
             self._add_offsets(cur_hi, offs)
 
     def load_sorted(self, ids: Sequence[int]) -> None:
-        """Replace the content by `ids` (ascending, distinct): a page at a time, a dense
-        run of ids as a bitmap filled by bytes."""
+        """Replace the content by `ids` (ascending, distinct; not checked): a page at a
+        time, by C calls over the page's ids (no Python step per id): a page of at most
+        SPARSE_MAX ids as their offsets, a denser one as a bitmap with its holes cleared,
+        a Python step per run of missing ids (`_bitmap`)."""
         self.clear()
+        if not _HOST_LITTLE:
+            self._load_sorted_by_id(ids)
+            return
+        col = ids if isinstance(ids, array) and ids.typecode == "Q" else array("Q", ids)
+        n = len(col)
+        pages, counts = self._pages, self._counts
+        i = 0
+        while i < n:
+            hi = col[i] >> PAGE_BITS
+            j = bisect_left(col, (hi + 1) << PAGE_BITS, i)
+            seg = col[i:j]
+            pages[hi] = _offsets_of(seg) if j - i <= SPARSE_MAX else _bitmap(seg)
+            counts[hi] = j - i
+            i = j
+        self._len = n
+
+    def _load_sorted_by_id(self, ids: Sequence[int]) -> None:
+        """`load_sorted` (into an empty set) a Python step per id (a big-endian host)."""
         n = len(ids)
         i = 0
         while i < n:
@@ -76,10 +102,6 @@ class IdSet:
             base = hi << PAGE_BITS
             if count <= SPARSE_MAX:
                 self._pages[hi] = array("H", [x - base for x in ids[i:j]])
-            elif ids[j - 1] - ids[i] == count - 1:
-                bm = bytearray(_BITMAP_BYTES)
-                _fill(bm, ids[i] - base, ids[j - 1] - base + 1)
-                self._pages[hi] = bm
             else:
                 bm = bytearray(_BITMAP_BYTES)
                 for x in ids[i:j]:
@@ -229,6 +251,63 @@ def _fill(bm: bytearray, lo: int, hi: int) -> None:
     while lo < hi:
         bm[lo >> 3] |= 1 << (lo & 7)
         lo += 1
+
+
+def _low16(seg: array[int]) -> bytes:
+    """The two low bytes of each id of `seg` (a `'Q'` array; a little-endian host), back
+    to back: the ids' offsets in their page, as an `'H'` array's bytes."""
+    raw = seg.tobytes()
+    out = bytearray(2 * len(seg))
+    out[0::2] = raw[0::8]
+    out[1::2] = raw[1::8]
+    return bytes(out)
+
+
+def _offsets_of(seg: array[int]) -> array[int]:
+    """The offsets of the ids of `seg` (one page's, a `'Q'` array; a little-endian host)
+    in their page, as an `'H'` array: two strided byte copies."""
+    return array("H", _low16(seg))
+
+
+def _bitmap(seg: array[int]) -> bytearray:
+    """The bitmap page of `seg` (a `'Q'` array of one page's ids, ascending, distinct, at
+    least two; a little-endian host). A byte per id is set from the first id to the last,
+    the holes between them are cleared (found by C calls: each offset's distance to the
+    next less one, as the 16-bit words of one int; a Python step per run of missing ids),
+    and the bytes are packed into bits by eight strided slices."""
+    m = len(seg)
+    offs = _low16(seg)
+    lo, hi = seg[0] & PAGE_MASK, seg[-1] & PAGE_MASK
+    bm = bytearray(_BITMAP_BYTES)
+    if hi - lo == m - 1:  # no holes
+        _fill(bm, lo, hi + 1)
+        return bm
+    per_id = bytearray(1 << PAGE_BITS)
+    per_id[lo : hi + 1] = b"\x01" * (hi - lo + 1)
+    # word k: offset k + 1 - offset k - 1, the ids missing after id k (borrow-free: the
+    # offsets ascend)
+    gaps = (int.from_bytes(offs[2:], "little") - int.from_bytes(offs[:-2], "little")
+            - int.from_bytes(b"\x01\x00" * (m - 1), "little")).to_bytes(2 * (m - 1), "little")
+    low, high = gaps[0::2], gaps[1::2]
+    # byte k: 1 iff ids are missing after id k (the gap's two bytes ORed); 1 iff one is
+    nz = int.from_bytes((int.from_bytes(low, "little") | int.from_bytes(high, "little")).to_bytes(
+        m - 1, "little").translate(_NONZERO), "little")
+    one = int.from_bytes(low.translate(_IS_ONE), "little") & int.from_bytes(high.translate(_IS_ZERO), "little")
+    # the lone missing ids (most holes): cleared by C calls, at offset k + 1 for each such k
+    deque(map(per_id.__setitem__, map((1).__add__, compress(array("H", offs), one.to_bytes(m - 1, "little"))),
+              repeat(0)), 0)
+    runs = (nz ^ one).to_bytes(m - 1, "little")  # byte k: 1 iff two or more are missing after id k
+    k = runs.find(1)
+    while k >= 0:
+        g = gaps[2 * k] | gaps[2 * k + 1] << 8
+        at = (offs[2 * k] | offs[2 * k + 1] << 8) + 1
+        per_id[at : at + g] = bytes(g)
+        k = runs.find(1, k + 1)
+    bits = 0
+    for b in range(8):  # byte o of `per_id` -> bit o & 7 of byte o >> 3
+        bits |= int.from_bytes(per_id[b::8], "little") << b
+    bm[:] = bits.to_bytes(_BITMAP_BYTES, "little")
+    return bm
 
 
 def _offsets(bm: bytearray) -> list[int]:

@@ -342,11 +342,18 @@ def _runs(names: bytes, size: int, n: int) -> list[tuple[bytes, int]]:
 class _QueueLoad:
     """What `_Loader` gathers for one queue (arrays: no int object per message)."""
 
-    __slots__ = ("q", "ids", "ready_p", "ready_i", "ready_keys", "infl", "dl_at", "dl_id", "names")
+    __slots__ = ("q", "ids", "ascending", "ready_p", "ready_i", "p_lo", "p_hi", "ready_keys", "infl", "dl_at",
+                 "dl_id", "names")
 
     def __init__(self, q: Queue) -> None:
         self.q = q
         self.ids = array("Q")
+        # `ids` is known to ascend (chunks of ascending ids, each after the one before);
+        # False: not known (`finish` checks)
+        self.ascending = True
+        # every priority in `ready_p` lies in [p_lo, p_hi] (kept by the columns' path;
+        # p_lo > p_hi: not known)
+        self.p_lo, self.p_hi = 0, -1
         self.ready_p = array("q")  # a delayed queue's ready (priority, id), in id order
         self.ready_i = array("Q")
         # a fair queue's ready (priorities, ids) by group
@@ -414,6 +421,10 @@ class _Loader:
             return False
         keys = list(map(_FIRST, chunk))
         vals = list(map(_SECOND, chunk))
+        fair = cur.q.qtype is QueueType.FAIR
+        # positions (ascending) of the chunk's records left out (gone) when they are cut out
+        # of the columns rather than the chunk (a delayed queue's: `_drop`)
+        drop: list[int] = []
         if overrides:
             if not ordered and not all(map(lt, keys, islice(keys, 1, None))):
                 return False  # keys not in order: record by record
@@ -426,8 +437,10 @@ class _Loader:
             inner = okeys[lo:hi]
             pos = list(map(bisect_left, repeat(keys), inner))  # each < len(keys): h <= keys[-1]
             at = list(compress(pos, map(eq, map(keys.__getitem__, pos), inner)))
-            if at and not any(map(overrides.__getitem__, map(keys.__getitem__, at))):
-                # records left out only (gone, the common case): a mask over the chunk
+            if at and not fair and len(at) < len(keys) and not any(map(overrides.__getitem__, map(keys.__getitem__, at))):
+                drop = at  # records left out only (gone, the common case): cut from the columns
+            elif at and not any(map(overrides.__getitem__, map(keys.__getitem__, at))):
+                # records left out only: a mask over the chunk
                 keep = bytearray(b"\x01") * len(keys)
                 deque(map(keep.__setitem__, at, repeat(0)), 0)
                 keys = list(compress(keys, keep))
@@ -462,7 +475,7 @@ class _Loader:
         # bytes, rather than a new bytes object per record
         width = len(vals[0])
         joined: tuple[bytes, int] | None = None
-        if width >= offset + hs and not any(map(width.__ne__, map(len, vals))):
+        if width >= offset + hs and list(map(len, vals)).count(width) == n:
             heads, h0, hs = b"".join(vals), offset, width
             joined = heads, width
         else:
@@ -482,12 +495,22 @@ class _Loader:
         if any(heads[h0 + 8 + b :: hs].count(0) != n for b in range(8)):
             nb = _NOT_BEFORE.unpack_from
             special.update(j for j in range(n) if nb(heads, h0 + j * hs)[0])
-        if cur.q.qtype is QueueType.FAIR:
+        if drop:
+            special = self._drop(drop, ps, ids, special)
+            if not ps:
+                return True
+        if fair:
             if special or max(ps) >= R.TS_PRIORITY_MIN:
                 return False  # record by record
-            return self._fair_columns(cur, vals, ps, ids, offset, joined)
-        cur.ids.extend(ids)
-        if max(ps) >= R.TS_PRIORITY_MIN:
+            return self._fair_columns(cur, vals, ps, ids, offset, joined, ordered)
+        self._add_ids(cur, ids, ordered)
+        # the ready pairs' priorities are some of `ps` (here or by `_place`): their bounds
+        lo, top = min(ps), max(ps)
+        if cur.p_lo <= cur.p_hi:
+            cur.p_lo, cur.p_hi = min(lo, cur.p_lo), max(top, cur.p_hi)
+        elif not cur.ready_p:
+            cur.p_lo, cur.p_hi = lo, top
+        if top >= R.TS_PRIORITY_MIN:
             if not special:  # timestamp priorities only: due or not, told apart as columns
                 self._split_due(cur, ps, ids)
                 return True
@@ -497,6 +520,10 @@ class _Loader:
             cur.ready_p.extend(ps)
             cur.ready_i.extend(ids)
             return True
+        if drop:  # the records by position as in the cut columns
+            keep = bytearray(b"\x01") * len(vals)
+            deque(map(keep.__setitem__, drop, repeat(0)), 0)
+            vals = list(compress(vals, keep))
         prev = 0
         for j in sorted(special):
             cur.ready_p.extend(ps[prev:j])
@@ -507,8 +534,24 @@ class _Loader:
         cur.ready_i.extend(ids[prev:])
         return True
 
+    @staticmethod
+    def _drop(drop: list[int], ps: array[int], ids: array[int], special: set[int]) -> set[int]:
+        """Cut the records at the positions `drop` (ascending) out of the chunk's columns
+        `ps` and `ids` (in place: a memmove per record cut); `special` (positions) without
+        them, renumbered as in the cut columns, is returned."""
+        for j in reversed(drop):
+            del ps[j], ids[j]
+        return {j - bisect_left(drop, j) for j in special.difference(drop)} if special else special
+
+    @staticmethod
+    def _add_ids(cur: _QueueLoad, ids: array[int], ordered: bool) -> None:
+        """Count a chunk's ids (`ordered`: they ascend) and keep `cur.ascending`."""
+        if cur.ascending and (not ordered or (cur.ids and ids[0] <= cur.ids[-1])):
+            cur.ascending = False
+        cur.ids.extend(ids)
+
     def _fair_columns(self, cur: _QueueLoad, vals: Sequence[bytes], ps: array[int], ids: array[int],
-                      offset: int, joined: tuple[bytes, int] | None = None) -> bool:
+                      offset: int, joined: tuple[bytes, int] | None = None, ordered: bool = False) -> bool:
         """Index a chunk of a fair queue's ready records (none in flight, delayed or with a
         timestamp priority) by runs of one group (a group's messages enqueued together
         are adjacent): one slice of the columns per run, not a record at a time. False
@@ -551,7 +594,7 @@ class _Loader:
                 runs = [(b.decode(), len(list(grp))) for b, grp in itertools.groupby(names)]
         except UnicodeDecodeError:
             return False
-        cur.ids.extend(ids)
+        self._add_ids(cur, ids, ordered)
         intern, ready = cur.names.setdefault, cur.ready_keys
         start = 0
         for g, k in runs:
@@ -653,6 +696,8 @@ class _Loader:
                 plen = len(prefix)
                 klen = plen + 8
                 fair = cur.q.qtype is QueueType.FAIR
+                cur.ascending = False  # ids and priorities by record: `finish` checks the order
+                cur.p_lo, cur.p_hi = 0, -1
                 ids_ap, rp_ap, ri_ap = cur.ids.append, cur.ready_p.append, cur.ready_i.append
                 dl_at_ap, dl_id_ap = cur.dl_at.append, cur.dl_id.append
             assert cur is not None and ids_ap is not None and rp_ap is not None and ri_ap is not None
@@ -705,14 +750,18 @@ class _Loader:
         for ld in self.per_q.values():
             q = ld.q
             ids = ld.ids
-            ascending = all(map(lt, ids, islice(ids, 1, None)))  # records came in key order
+            # records came in key order: known by chunks, or checked here
+            ascending = ld.ascending or all(map(lt, ids, islice(ids, 1, None)))
             q.members.load_sorted(ids if ascending else sorted(ids))
+            # the ids' bounds (those of any of them) when they ascend: no pass to find them
+            id_bounds = (ids[0], ids[-1]) if ascending and ids else None
             if isinstance(q.index, FairIndex):
                 q.index.load_groups(ld.ready_keys, ld.infl)
             else:
-                q.index.load_pairs(ld.ready_p, ld.ready_i)
+                p_bounds = (ld.p_lo, ld.p_hi) if ld.p_lo <= ld.p_hi else None
+                q.index.load_pairs(ld.ready_p, ld.ready_i, p_bounds, id_bounds)
             if ld.dl_at:
-                q.delayed = PairList.from_unsorted(ld.dl_at, ld.dl_id)
+                q.delayed = PairList.from_unsorted(ld.dl_at, ld.dl_id, b_bounds=id_bounds)
                 m._sync_due(q)
         m.leases = SortedList(self.leases)
 

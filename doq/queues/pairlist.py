@@ -177,7 +177,8 @@ class PairList:
         return pl
 
     @classmethod
-    def from_unsorted(cls, a: Sequence[int], b: Sequence[int]) -> PairList:
+    def from_unsorted(cls, a: Sequence[int], b: Sequence[int], a_bounds: tuple[int, int] | None = None,
+                      b_bounds: tuple[int, int] | None = None) -> PairList:
         """The list of the distinct pairs `zip(a, b)`, in any order: the same list as
         `from_sorted(*sorted_pairs(a, b))`, without sorting it here (a rebuild's bulk load).
 
@@ -190,15 +191,18 @@ class PairList:
         C calls over the column: no sort and no Python bytecode per pair. A range holding
         more than UNSORTED_LOADS * LOAD pairs (a's bunched) is sorted here; a list of at
         most that many pairs, or whose keys need more than 64 bits, is sorted whole
-        (`sorted_pairs`)."""
+        (`sorted_pairs`). `a_bounds`, `b_bounds`: (lowest, highest) that every a, every b
+        lies within (not checked; the same list whatever bounds hold them, the chunks cut
+        by them), if the caller knows them: no pass over the column to find them."""
         n = len(a)
         if n != len(b):
             raise ValueError("a and b differ in length")
         cap = UNSORTED_LOADS * LOAD
         if n <= cap or not _HOST_LITTLE:
             return cls.from_sorted(*sorted_pairs(a, b))
-        amin, bmin = min(a), min(b)
-        a_span, b_bits = max(a) - amin, (max(b) - bmin).bit_length()
+        amin, amax = a_bounds if a_bounds is not None else (min(a), max(a))
+        bmin, bmax = b_bounds if b_bounds is not None else (min(b), max(b))
+        a_span, b_bits = amax - amin, (bmax - bmin).bit_length()
         if a_span.bit_length() + b_bits > 64:
             return cls.from_sorted(*sorted_pairs(a, b))
         a_col = a if isinstance(a, array) and a.typecode == "q" else array("q", a)

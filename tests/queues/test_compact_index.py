@@ -682,3 +682,22 @@ def test_pop_firsts_is_a_pop_first_of_each(contents: list[list[tuple[int, int]]]
             assert list(f) == list(s) and len(f) == len(s)
     finally:
         pairlist.LOAD = old
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2**64 - 70_000), st.integers(1, 70_000), st.integers(1, 40)), max_size=3),
+       st.randoms(use_true_random=False))
+def test_idset_bulk_load_equals_the_per_id_load(runs: list[tuple[int, int, int]], rnd: object) -> None:
+    """`load_sorted` (C calls per page: offsets, bitmaps with holes cleared per run of
+    missing ids) builds the very pages the per-id load builds: the same form and bytes,
+    counts and length, for dense pages with holes (single and runs), sparse and full ones."""
+    ids: set[int] = set()
+    for first, n, drop in runs:
+        ids.update(x for x in range(first, first + n) if rnd.randrange(drop) or drop == 1)  # type: ignore[attr-defined]
+    ref = sorted(ids)
+    bulk, by_id = IdSet(), IdSet()
+    bulk.load_sorted(ref)
+    by_id._load_sorted_by_id(ref)
+    assert bulk._pages == by_id._pages and bulk._counts == by_id._counts and len(bulk) == len(by_id) == len(ref)
+    assert all(type(bulk._pages[h]) is type(by_id._pages[h]) for h in bulk._pages)
+    assert list(bulk) == ref
