@@ -163,6 +163,15 @@ class RaftNodeConfig:
     # Off by default (`--apply-thread`): measured slower end to end at 1k msg/s on 1 and
     # 3 nodes, though faster one call at a time at p50 (docs/benchmarks.md, apply8)
     apply_thread: bool = False
+    # The batched commit (apply thread off): a write whose LMDB part need not be durable
+    # leaves its transaction open, held, and the next writes continue it; it commits at
+    # most `hold_commit_ms` after it began, once it holds `hold_commit_entries` applied
+    # entries or `hold_commit_bytes` of their data, and at once when something needs LMDB
+    # to hold it (a durable write, a direct reader, snapshot data, a stop). 0: every
+    # write commits (docs/raft.md, "The batched commit"; docs/benchmarks.md, lat11)
+    hold_commit_ms: int = 100
+    hold_commit_entries: int = 1_000
+    hold_commit_bytes: int = 4 << 20
 
 
 @dataclass(slots=True)
@@ -188,6 +197,8 @@ class _Job:
     deferred: bool = False  # the LMDB part runs on the apply thread, after the loop moved on
     apply_posted: bool = False
     on_applied: Callable[[], None] | None = None  # deferred: the loop's part once applied
+    flush: bool = False  # no Ready: commit the held write (and apply again what a failed one lost)
+    refill: list[Entry] = field(default_factory=list)  # entries applied again first (`_refill`)
 
 
 class RaftNode:
@@ -243,6 +254,17 @@ class RaftNode:
         # deferred applies not committed, in log order: the first failed for want of space
         # and the loop retries them (`_replay_stalled`); only the apply thread changes it
         self._stalled: list[tuple[_Job, float]] = []
+        # the batched commit (`_holds`): the apply thread's count of what the held write
+        # applied, the highest index applied in memory (a failed commit of a held write
+        # loses what follows LMDB's applied index: `_refill`), the loop's flush timer and
+        # its flags (a flush due; entries to apply again)
+        self._held_entries = self._held_bytes = 0
+        self._applied_upto = 0
+        self._flush_handle: asyncio.TimerHandle | None = None
+        self._flush_due = False
+        self._refill_due = False
+        if self._batches_commits():
+            state.commit_wanted = self._want_commit
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake = asyncio.Event()
         self._listeners: list[Callable[[], None]] = []
@@ -368,6 +390,13 @@ class RaftNode:
                 pass
         with contextlib.suppress(Exception):  # deferred applies end (and answer) first
             await self._drain_applies()
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+        try:  # the held write: committed (aborted if the node failed: the log has it)
+            await self._applier.call(self._end_held, None)
+        except Exception:
+            log.exception("node %s: the held write could not be committed at stop; its entries "
+                          "are applied again from the log at the next start", self.node_id)
         self._snapshots.cancel()
         self._fail_all(Unavailable("node is shutting down", reason="SHUTTING_DOWN"))
         await self.transport.stop()
@@ -735,6 +764,9 @@ class RaftNode:
                 async with self._ready_lock:  # a restore runs between two Readies
                     if self._stalled:  # a deferred apply failed for want of space
                         await self._drain_applies()
+                    if self._flush_due or self._refill_due:
+                        self._flush_due = self._refill_due = False
+                        await self._write_off_loop(_Job(None, [], None, [], None, flush=True))
                     core = self.core
                     assert core is not None
                     self._feed(core)
@@ -742,6 +774,7 @@ class RaftNode:
                     if handled:
                         await self._handle_ready(core, core.ready())
                         self._wake.set()  # more may have arrived meanwhile
+                        self._schedule_flush()
                     if self.storage.snapshot_wanted and not self._snapshots.producing:
                         await self._drain_applies()  # the state at the core's applied index
                         self._snapshots.produce(core, self._applier)
@@ -1199,18 +1232,27 @@ class RaftNode:
             cluster_id = self.state.cluster_id
         durable = new_vote or admits or self._must_be_durable(job)
         compact_to, per_write = self._compaction(job)
+        job.refill = self._refill(job)
+        if job.flush and not job.refill:  # the held write's commit, nothing else
+            t1 = time.perf_counter()
+            if self.state.commit_held():
+                self._held_entries = self._held_bytes = 0
+                self._written(t0, t1, durable=False)
+            return
         if (not durable and hs is None and not job.committed and job.snapshot is None
                 and compact_to < st.first_index() and self.state.cluster_id == cluster_id
-                and (self.gauge is None or self.gauge.measure_log(st.log_bytes()))):
+                and not job.refill and (self.gauge is None or self.gauge.measure_log(st.log_bytes()))):
             self._written(t0, None, durable=False)
             return
-        with self.state.write(durable=durable) as txn:  # then publishes the readers' view
+        hold = None if durable or not self._batches_commits() else (
+            lambda: self._holds(job, cluster_id))
+        with self.state.write(durable=durable, hold=hold) as txn:  # then publishes the readers' view
             if admits:
                 store_identity.save(txn, self._store_db, self.identity.ungated())
                 job.admitted = True
             if hs is not None:
                 st.set_hard_state(txn, hs)
-            if job.committed:
+            if job.committed or job.refill:
                 job.results = self._apply(txn, job)
                 if self._on_applied is not None:
                     self._on_applied(sum(len(r) for r in job.results))
@@ -1232,7 +1274,95 @@ class RaftNode:
                 self.gauge.measure(txn, log_bytes=st.log_bytes(),
                                    state_changed=bool(job.committed) or job.snapshot is not None)
             t1 = time.perf_counter()
+        self._applied_upto = max(self._applied_upto, self.state.applied_index)
+        if self.state.held:
+            self._written(t0, None, durable=False)  # no LMDB commit (yet)
+            return
+        self._held_entries = self._held_bytes = 0
         self._written(t0, t1, durable=durable)
+
+    # -- the batched commit ------------------------------------------------------------------
+    def _batches_commits(self) -> bool:
+        """Do writes hold their LMDB transaction open across Readies (`hold_commit_ms`)?
+        Only with the apply thread off: every write is then whole, on the apply thread."""
+        return self.cfg.hold_commit_ms > 0 and not self.cfg.apply_thread
+
+    def _holds(self, job: _Job, cluster_id: str) -> bool:
+        """Apply thread, as a write that need not be durable ends: may its transaction stay
+        open (held, `StateStore.write(hold=...)`) for the next writes to continue? Not with
+        a snapshot installed or recorded, a cluster id changed, an admission, while
+        stopping, nor once the held write reached `hold_commit_entries` applied entries or
+        `hold_commit_bytes` of their data (the loop's timer commits it after
+        `hold_commit_ms`: `_schedule_flush`)."""
+        self._held_entries += len(job.committed)
+        self._held_bytes += sum(len(e.data) for e in job.committed)
+        return (not job.flush and job.snapshot is None and job.own_snapshot is None and not job.admitted
+                and self.state.cluster_id == cluster_id and not self._stopping
+                and self._held_entries < self.cfg.hold_commit_entries
+                and self._held_bytes < self.cfg.hold_commit_bytes)
+
+    def _refill(self, job: _Job) -> list[Entry]:
+        """Apply thread: the entries applied in a held write whose commit failed (memory was
+        rebuilt from LMDB, its applied index back), which this write applies again before
+        its own, from the log (their answers were given; the machine is deterministic).
+        Empty when nothing was lost."""
+        hi = self._applied_upto
+        if job.committed:
+            hi = min(hi, job.committed[0].index - 1)
+        lo = self.state.applied_index + 1
+        if lo > hi:
+            return []
+        if lo < self.storage.first_index():  # never: compaction stays behind a durable snapshot
+            raise RuntimeError(f"the log was compacted past the state's applied index {lo - 1}")
+        return self.storage.entries(lo, hi + 1, 1 << 62)
+
+    def _want_commit(self) -> None:
+        """Any thread: a direct reader of LMDB waits for the held write
+        (`StateStore.wait_committed`): the apply thread commits it next."""
+        with contextlib.suppress(RuntimeError):  # shut down: nothing is held any more
+            self._applier.post(self._commit_held_now)
+
+    def _commit_held_now(self) -> None:
+        """Apply thread: commit the held write, if any. If that (or a commit a reader made,
+        `StateStore.wait_committed`) failed, memory was rebuilt and lost what it applied: the
+        log's view is reloaded and the loop applies those entries again (`_refill`)."""
+        try:
+            t0 = time.perf_counter()
+            if self.state.commit_held():
+                self._held_entries = self._held_bytes = 0
+                self._written(t0, t0, durable=False)
+        except Exception:
+            log.warning("node %s: the held write's commit failed; its entries are applied again",
+                        self.node_id, exc_info=True)
+        if self.state.applied_index < self._applied_upto and not self._stopping:
+            self._held_entries = self._held_bytes = 0
+            _reload_log(self.storage)
+            loop = self._loop
+            if loop is not None:
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(self._ask_refill)
+
+    def _ask_refill(self) -> None:
+        """Loop: apply again what a failed commit of the held write lost (`_run`)."""
+        self._refill_due = True
+        self._wake.set()
+
+    def _end_held(self, _: object) -> None:
+        """Apply thread, at stop: commit the held write; abort it if the node failed."""
+        if self._failed is not None or self._apply_error is not None:
+            self.state.abort_held()
+        else:
+            self.state.commit_held()
+
+    def _schedule_flush(self) -> None:
+        """Loop, after a Ready: a held write commits at most `hold_commit_ms` later."""
+        if self._flush_handle is None and self.state.held and self._loop is not None:
+            self._flush_handle = self._loop.call_later(self.cfg.hold_commit_ms / 1000, self._on_flush_timer)
+
+    def _on_flush_timer(self) -> None:
+        self._flush_handle = None
+        self._flush_due = True
+        self._wake.set()
 
     def _compaction(self, job: _Job) -> tuple[int, int]:
         """Up to which index this write compacts the log (nothing if below its first
@@ -1294,7 +1424,7 @@ class RaftNode:
         items: list[tuple[int, bytes | CommandBatch]] = []
         props = self._proposals.by_index  # read only here (the loop changes it between Readies)
         members: dict[str, MemberAddrs] | None = None
-        for e in job.committed:
+        for e in (*job.refill, *job.committed):
             if e.type == EntryType.CONF_CHANGE:
                 items.append((e.index, b""))  # advances the applied index only
                 if e.index <= self.state.applied_index:
@@ -1316,7 +1446,7 @@ class RaftNode:
         if members is not None:
             self.storage.set_members(txn, members)
             job.members = members
-        return results
+        return results[len(job.refill):]  # the refill's were answered before
 
     # -- results -----------------------------------------------------------------------------
     def _resolve_committed(self, committed: list[Entry], results: list[list[object]]) -> None:

@@ -786,6 +786,10 @@ class StateStore:
         self._answered_index = 0  # the highest applied index published before its commit
         self._writer_ident: int | None = None  # the thread of the last `write()`
         self.readers_waiting = 0  # direct readers waiting in `wait_committed` (tests watch it)
+        # the write transaction held open across writes (`write(hold=...)`), and who is
+        # asked to commit it when a direct reader waits for it from another thread
+        self._held: lmdb.Transaction | None = None
+        self.commit_wanted: Callable[[], None] | None = None
         self.rebuild()
 
     @property
@@ -796,7 +800,8 @@ class StateStore:
 
     # -- writes ----------------------------------------------------------------------------
     @contextlib.contextmanager
-    def write(self, *, durable: bool = True) -> Iterator[lmdb.Transaction]:
+    def write(self, *, durable: bool = True,
+              hold: Callable[[], bool] | None = None) -> Iterator[lmdb.Transaction]:
         """One write transaction: the block's changes commit when it ends, durable (both
         syncs: `sync_meta`) unless `durable=False` (data pages synced, the meta page
         written but not synced until the next commit's sync: an OS crash while it is the
@@ -805,14 +810,35 @@ class StateStore:
         log), and readers then see them (a new `view`). If the block or the commit raises,
         the transaction is aborted and memory rebuilt from LMDB: nothing changed, the error
         propagates, and the store takes the next write. Raises `StoreBroken` if even that
-        rebuild fails."""
+        rebuild fails.
+
+        `hold` (asked when the block ended, for a write with `durable=False` only): True
+        leaves the transaction open, **held**: its changes are in memory and published to
+        readers (the view at the new `applied_index`; the direct readers of LMDB wait for
+        the commit, `wait_committed`), and the next `write()` continues it; the first one
+        that does not hold commits them all, or `commit_held()` does. Only for changes that
+        can be derived again: a failure of the block or of the commit of a continued
+        transaction loses every change since the last commit (memory rebuilt from LMDB,
+        `applied_index` back to the committed one), and the caller must apply them again
+        (entries durable in the Raft log). Every write on one thread (the writer's)."""
         self._writer_ident = threading.get_ident()
-        txn = self.env.begin(write=True)
+        txn, self._held = self._held, None
+        if txn is None:
+            txn = self.env.begin(write=True)
         try:
             yield txn
-            txn.commit()
-            self._mark_committed()
+            kept = False
+            if not durable and hold is not None and hold():
+                with self._commit_cond:  # a direct reader waiting (`wait_committed`): commit
+                    kept = not self.readers_waiting
+                    if kept:
+                        self._held = txn
+                        self._answered_index = max(self._answered_index, self.applied_index)
+            if not kept:
+                txn.commit()
+                self._mark_committed()
         except BaseException:
+            self._held = None
             txn.abort()
             try:
                 self.rebuild()
@@ -831,6 +857,45 @@ class StateStore:
         except Exception as e:
             self._broken = True
             raise StoreBroken(f"committed, but the readers' view could not be refreshed: {e}") from e
+
+    @property
+    def held(self) -> bool:
+        """Is a write transaction held open (`write(hold=...)`), its changes not committed?"""
+        return self._held is not None
+
+    @property
+    def committed_index(self) -> int:
+        """The applied index LMDB holds (as of the last commit or load)."""
+        return self._committed_index
+
+    def commit_held(self) -> bool:
+        """Commit the held transaction, if any (writer thread); False if none. As `write()`
+        on failure: aborted, memory rebuilt from LMDB (every change since the last commit
+        lost, to be applied again by the caller), the error raised."""
+        txn, self._held = self._held, None
+        if txn is None:
+            return False
+        try:
+            txn.commit()
+            self._mark_committed()
+        except BaseException:
+            txn.abort()
+            try:
+                self.rebuild()
+            except Exception as e:
+                self._broken = True
+                raise StoreBroken(f"state store out of sync with LMDB after a failed commit: {e}") from e
+            raise
+        return True
+
+    def abort_held(self) -> None:
+        """Drop the held transaction, if any, and rebuild memory from LMDB (writer thread;
+        a node that failed and stops: its changes are applied again from the log at the
+        next start)."""
+        txn, self._held = self._held, None
+        if txn is not None:
+            txn.abort()
+            self.rebuild()
 
     def publish_applied(self) -> None:
         """Publish the view of what the open write has applied, before it commits (writer
@@ -853,23 +918,41 @@ class StateStore:
         (`publish_applied`: a Raft node answers entries durable in its log before the
         apply's LMDB commit), so a direct reader of LMDB (`get_message`, `peek`,
         `state_digest`, `iter_changes` and the backups, `is_empty`, `iter_dump`) sees at
-        least what any answer told. Costs nothing when nothing waits for a commit. On the
-        writer thread (whose own commit it would wait for) or after `timeout_s` (a commit
-        that failed and is being retried, e.g. a full disk): raises `Unavailable`
-        (retryable), never returns early."""
+        least what any answer told. Costs nothing when nothing waits for a commit. A held
+        write (`write(hold=...)`) is committed: on the writer thread here and now, from
+        another thread by its owner (`commit_wanted`; no write holds while a reader
+        waits). On the writer thread with nothing held (its own commit would be waited
+        for), after a failed commit there, or after `timeout_s` (a commit that failed and
+        is being retried, e.g. a full disk): raises `Unavailable` (retryable), never
+        returns early."""
         target = self._answered_index
         if self._committed_index >= target:
             return
         if threading.get_ident() == self._writer_ident:
+            if self._held is not None:  # held (`write(hold=...)`): committed here and now
+                try:
+                    self.commit_held()
+                except Exception as e:
+                    if self.commit_wanted is not None:
+                        self.commit_wanted()  # memory rebuilt: its owner applies them again
+                    raise Unavailable(f"the state's last apply could not be committed: {e}",
+                                      reason="APPLY_NOT_COMMITTED") from e
+                if self._committed_index >= target:
+                    return
             raise Unavailable("the state's last apply is not committed yet (a write failed and is "
                               "retried)", reason="APPLY_NOT_COMMITTED")
         with self._commit_cond:
-            self.readers_waiting += 1
-            try:
+            self.readers_waiting += 1  # from now on no write holds (`write`)
+            ask = self._held is not None
+        try:
+            if ask and self.commit_wanted is not None:
+                self.commit_wanted()  # the writer commits what it holds
+            with self._commit_cond:
                 if not self._commit_cond.wait_for(lambda: self._committed_index >= target, timeout_s):
                     raise Unavailable("the state's last apply is not committed yet (a write failed and "
                                       "is retried)", reason="APPLY_NOT_COMMITTED")
-            finally:
+        finally:
+            with self._commit_cond:
                 self.readers_waiting -= 1
 
     def _publish(self, applied_index: int | None = None) -> None:
@@ -1647,7 +1730,9 @@ class StateStore:
     def open_read(self) -> StateRead:
         """Everything a Raft snapshot carries, from ONE read txn: call it on the writer
         thread between two commits (so it is exactly at the applied index); consume
-        `records` on any ONE thread (it holds the txn until exhausted or closed)."""
+        `records` on any ONE thread (it holds the txn until exhausted or closed). A held
+        write (`write(hold=...)`) is committed first."""
+        self.wait_committed()
         txn = self.env.begin()
         try:
             raw = txn.get(APPLIED_KEY, db=self._meta)

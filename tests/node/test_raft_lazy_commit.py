@@ -99,6 +99,7 @@ async def _syncs_scenario(root: Path, syncs: list[str]) -> None:
             await asyncio.sleep(0.025)
         nodes = sorted(cl.nodes.values(), key=lambda n: n is not ld)  # the leader first
         writes_before = [n.writes for n in nodes]  # type: ignore[attr-defined]
+        txnids_before = [n.env.info()["last_txnid"] for n in nodes]
         syncs.clear()
         for i in range(CALLS):
             await ld.propose(c.Enqueue("q", [c.EnqueueItem(b"m%d" % i)]))
@@ -116,6 +117,17 @@ async def _syncs_scenario(root: Path, syncs: list[str]) -> None:
         # first call's append: the heartbeats of the settling told it every commit before,
         # so that write has nothing for LMDB (no new commit index, nothing to apply)
         assert txns == [CALLS, CALLS - 1, CALLS - 1], txns
+        # and those write transactions are held open across the calls (the batched
+        # commit, `RaftNodeConfig.hold_commit_ms`): no LMDB commit at all while the calls
+        # ran (virtual time did not move: the flush timer did not fire); every commit
+        # would sync its data pages (one fdatasync per call more)
+        commits = [n.env.info()["last_txnid"] - b for n, b in zip(nodes, txnids_before, strict=True)]
+        assert commits == [0, 0, 0], commits
+        assert all(n.state.held for n in nodes)
+        await asyncio.sleep(cl.nodes[ld.node_id].cfg.hold_commit_ms / 1000 + 0.025)  # virtual
+        assert not any(n.state.held for n in nodes)
+        commits = [n.env.info()["last_txnid"] - b for n, b in zip(nodes, txnids_before, strict=True)]
+        assert all(1 <= k <= 3 for k in commits), commits  # the flush (and a heartbeat's commit index)
         # what the leader applied without a meta sync is in its store all the same
         assert ld.state.get_queue("q").stats.total == CALLS
     finally:
@@ -146,9 +158,9 @@ def test_entries_are_synced_once_in_the_segment_log_and_the_apply_never_syncs_th
 
     real_write = StateStore.write
 
-    def counting_write(store: StateStore, *, durable: bool = True) -> Iterator[lmdb.Transaction]:
+    def counting_write(store: StateStore, *, durable: bool = True, **kw: object) -> Iterator[lmdb.Transaction]:
         syncs.append(f"txn:{store.env.path()}")
-        return real_write(store, durable=durable)
+        return real_write(store, durable=durable, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr("doq.storage.state.sync_meta", counting)
     monkeypatch.setattr(SegmentLog, "sync", counting_seg)
