@@ -54,6 +54,7 @@ class ServeConfig:
     max_restore_size: int = 4 << 30
     max_queues: int = 10_000  # as doq.service.limits.Limits
     apply_thread: bool = False  # as RaftNodeConfig (a unit test keeps them equal)
+    hold_commit_ms: int = 100  # as RaftNodeConfig (a unit test keeps them equal)
 
     def member_addrs(self) -> MemberAddrs:
         """The addresses this node announces to the cluster (and clients are sent to): the
@@ -122,6 +123,8 @@ _HELP = {
                   "applies (0: no limit)",
     "apply_thread": "apply committed entries to the state (its LMDB commit) on a thread of their own, "
                     "off the Raft log's path: the node appends the next entries meanwhile (1: on, 0: off)",
+    "hold_commit_ms": "longest a write transaction of the state (applied entries, durable in the Raft "
+                      "log) stays open across writes before its LMDB commit (0: every write commits)",
     "restore_chunk_bytes": "record bytes (uncompressed) per log entry of an online restore "
                            "(1024..16777216)",
     "max_stream_prefetch": "largest prefetch (and free credits) of one dequeue stream; more is "
@@ -146,6 +149,7 @@ _INT_RANGES: dict[str, tuple[int, int | None]] = {
     "read_timeout_ms": (100, 3_600_000),
     "keep_alive_ms": (100, 3_600_000),
     "max_queues": (0, 100_000_000),
+    "hold_commit_ms": (0, 60_000),
 }
 
 #: byte-size settings (`doq.units.parse_size`): (lowest, highest) accepted

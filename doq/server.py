@@ -126,7 +126,7 @@ async def open_runtime(config: ServeConfig) -> Runtime:
         raft_config = RaftNodeConfig(election_tick=config.election_timeout_ms // RaftNodeConfig().tick_ms,
                                      snapshot_every=config.snapshot_every, keep_entries=config.keep_entries,
                                      restore_chunk_bytes=config.restore_chunk_bytes,
-                                     apply_thread=config.apply_thread)
+                                     apply_thread=config.apply_thread, hold_commit_ms=config.hold_commit_ms)
         join = join_cluster
         if enrolled is not None:  # already added by the enrollment
             join = lambda *_, **__: enrolled  # noqa: E731

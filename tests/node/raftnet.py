@@ -241,7 +241,7 @@ class Cluster:
         persisted; its callers see Unavailable (as a client of a dead process would)."""
         node = self.nodes.pop(nid)
         node._stopping = True
-        for h in (node._tick_handle, node._lease_handle):
+        for h in (node._tick_handle, node._lease_handle, node._flush_handle):
             if h:
                 h.cancel()
         for t in (node._task, node._snapshots.task):
@@ -253,7 +253,10 @@ class Cluster:
                     await t
         node._fail_all(Unavailable("crashed"))
         self.net.transports[nid].started = False
-        node._writer.shutdown(wait=True)  # a thread's txn must end before the env closes
+        # a held write (the batched commit) is lost, as in a killed process: its thread
+        # aborts it (a thread's txn must end before the env closes)
+        node._applier.post(node.state.abort_held)
+        node._writer.shutdown(wait=True)
         node._applier.shutdown(wait=True)
         node._snapshots.shutdown()
         node.env.close()

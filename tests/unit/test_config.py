@@ -96,6 +96,8 @@ def test_snapshot_settings_reach_the_raft_driver_with_its_defaults() -> None:
     assert c.apply_thread == {f.name: f.default for f in dataclasses.fields(RaftNodeConfig)}["apply_thread"]
     assert parse([], {"DOQ_APPLY_THREAD": "1"}).apply_thread is True
     assert parse([], {"DOQ_APPLY_THREAD": "0"}).apply_thread is False
+    assert c.hold_commit_ms == {f.name: f.default for f in dataclasses.fields(RaftNodeConfig)}["hold_commit_ms"]
+    assert parse(["--hold-commit-ms", "0"], {}).hold_commit_ms == 0
     c = parse(["--snapshot-every", "50", "--restore-chunk-bytes", "4096"], {"DOQ_KEEP_ENTRIES": "0"})
     assert (c.snapshot_every, c.keep_entries, c.restore_chunk_bytes) == (50, 0, 4096)
 
