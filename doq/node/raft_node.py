@@ -260,6 +260,7 @@ class RaftNode:
         # its flags (a flush due; entries to apply again)
         self._held_entries = self._held_bytes = 0
         self._applied_upto = 0
+        self._reload_due = False  # apply thread: a held write's commit failed, the log's view is stale
         self._flush_handle: asyncio.TimerHandle | None = None
         self._flush_due = False
         self._refill_due = False
@@ -477,7 +478,7 @@ class RaftNode:
 
     @property
     def applied_index(self) -> int:
-        return self.state.view.applied_index  # committed (the writer may be applying more)
+        return self.state.view.applied_index  # published: committed or held (the writer may be applying more)
 
     def is_ready(self) -> bool:
         """Can serve: no `readiness_problems()`."""
@@ -1155,6 +1156,9 @@ class RaftNode:
     def _write(self, job: _Job) -> None:
         """The Ready's durable part and the apply (`_write_txn`); a deferred Ready's log
         part only, its LMDB part handed to the apply thread (`_apply_deferred`)."""
+        if self._reload_due:  # a held write's commit failed (`_commit_held_now`)
+            _reload_log(self.storage)
+            self._reload_due = False
         if job.deferred:
             t0 = time.perf_counter()
             self._append_log(job)
@@ -1235,9 +1239,9 @@ class RaftNode:
         job.refill = self._refill(job)
         if job.flush and not job.refill:  # the held write's commit, nothing else
             t1 = time.perf_counter()
-            if self.state.commit_held():
-                self._held_entries = self._held_bytes = 0
-                self._written(t0, t1, durable=False)
+            committed = self.state.commit_held()
+            self._held_entries = self._held_bytes = 0
+            self._written(t0, t1 if committed else None, durable=False)  # observed as every write
             return
         if (not durable and hs is None and not job.committed and job.snapshot is None
                 and compact_to < st.first_index() and self.state.cluster_id == cluster_id
@@ -1326,17 +1330,15 @@ class RaftNode:
         """Apply thread: commit the held write, if any. If that (or a commit a reader made,
         `StateStore.wait_committed`) failed, memory was rebuilt and lost what it applied: the
         log's view is reloaded and the loop applies those entries again (`_refill`)."""
-        try:
-            t0 = time.perf_counter()
+        try:  # not a write of the node's: not observed (`_written`)
             if self.state.commit_held():
                 self._held_entries = self._held_bytes = 0
-                self._written(t0, t0, durable=False)
         except Exception:
             log.warning("node %s: the held write's commit failed; its entries are applied again",
                         self.node_id, exc_info=True)
         if self.state.applied_index < self._applied_upto and not self._stopping:
             self._held_entries = self._held_bytes = 0
-            _reload_log(self.storage)
+            self._reload_due = True  # before the next write (`_write`), as a failed write's retry
             loop = self._loop
             if loop is not None:
                 with contextlib.suppress(RuntimeError):

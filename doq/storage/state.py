@@ -841,7 +841,9 @@ class StateStore:
             self._held = None
             txn.abort()
             try:
-                self.rebuild()
+                # the readers' view stays: what it shows was answered, and the caller
+                # applies it again (`write`'s contract) before the next view is published
+                self.rebuild(publish=False)
             except Exception as e:
                 self._broken = True
                 raise StoreBroken(f"state store out of sync with LMDB after a failed write: {e}") from e
@@ -881,7 +883,7 @@ class StateStore:
         except BaseException:
             txn.abort()
             try:
-                self.rebuild()
+                self.rebuild(publish=False)  # the view stays, as in `write`
             except Exception as e:
                 self._broken = True
                 raise StoreBroken(f"state store out of sync with LMDB after a failed commit: {e}") from e
@@ -991,16 +993,18 @@ class StateStore:
         return QueueView(self.machine.queue_info(name), self.machine.deliverable(name))
 
     # -- rebuild -------------------------------------------------------------------------
-    def rebuild(self, txn: lmdb.Transaction | None = None) -> None:
-        """Reload applied_index and the in-memory indexes from LMDB and publish the view,
-        or, inside `write()`, from its `txn` (published when that commits). Outside a
-        write, the data file's pages the load mapped are let go of afterwards
+    def rebuild(self, txn: lmdb.Transaction | None = None, *, publish: bool = True) -> None:
+        """Reload applied_index and the in-memory indexes from LMDB and publish the view
+        (`publish=False`: the view published before stays, the next write publishes one
+        rebuilt whole), or, inside `write()`, from its `txn` (published when that commits).
+        Outside a write, the data file's pages the load mapped are let go of afterwards
         (`doq.storage.mapped`: they stay in the page cache, no longer in this process's RSS)."""
         if txn is None:
             with self.env.begin() as rtxn:
                 self._load(rtxn)
             self._mark_committed()
-            self._publish()
+            if publish:
+                self._publish()
             # the load read every record: its pages need not stay charged to this process
             release_mapped_pages(os.path.join(self.env.path(), "data.mdb"))
         else:

@@ -98,7 +98,9 @@ async def test_a_write_in_flight_is_not_applying_but_a_commit_held_past_an_elect
     node = await cl.start("n1")  # a lone voter: it leads at once, answers before its commit
     assert isinstance(node, HoldsCommitAfterAnswer)
     await retry(lambda: node.propose(c.CreateQueue("q", "delayed", QueueSettings())))
-    await eventually(lambda: asyncio.sleep(0, node.is_ready()), 30, "ready")
+    # ready, and a tick has marked the commit index (before the first, readiness compares
+    # with the current one: a fast start may not have seen a tick yet)
+    await eventually(lambda: asyncio.sleep(0, node.is_ready() and bool(node._commit_marks)), 30, "ready")
     node.hold = True
     await node.propose(c.Enqueue("q", [c.EnqueueItem(b"m")]))  # answered; its commit held
     assert node.core is not None and node.applied_index < node.core.log.committed  # in flight

@@ -79,6 +79,7 @@ def digests(cl: Cluster) -> dict[str, int]:
 
 
 def staged(node: RaftNode) -> bool:
+    node.state.wait_committed()  # a direct reader of LMDB: what was applied, committed
     with node.env.begin() as txn:
         return txn.get(STAGE_KEY, db=node.state._meta) is not None
 

@@ -28,6 +28,13 @@ from tests.node.raftnet import FAST, Cluster, Net, addrs, eventually
 CONTENT = b"x" * 16_000
 
 
+def _committed(node: RaftNode) -> bool:
+    """On the apply thread, before a gauge opens its tables there (LMDB's write lock): the
+    held write of the batched commit committed. True."""
+    node.state.commit_held()
+    return True
+
+
 class _Disk:
     """A statvfs answer with a settable free space (the real disk path is exercised by
     tests/integration/test_storage_alarms.py)."""
@@ -160,7 +167,7 @@ async def test_the_gauges_partial_measures_equal_a_whole_one_on_every_node_of_a_
         await cluster.grow("n2", "n3")
         loop = asyncio.get_running_loop()
         for nid, node in cluster.nodes.items():  # built on the apply thread (see the test below)
-            node.gauge = await loop.run_in_executor(node._applier, lambda n=node, i=nid: StorageGauge(
+            node.gauge = await loop.run_in_executor(node._applier, lambda n=node, i=nid: _committed(n) and StorageGauge(
                 n.env, tmp_path, node_id=i, max_data_bytes=1 << 40, disk_free_limit_bytes=0))
         await leader.propose(c.CreateQueue("q", "delayed", QueueSettings()))
         for _round in range(6):
@@ -402,7 +409,7 @@ async def test_a_members_alarm_reaches_the_leader_which_refuses_growth_until_it_
         loop = asyncio.get_running_loop()
         # built on the node's writer thread: opening the gauge's databases takes LMDB's write
         # lock, which py-lmdb waits for holding the GIL (beside a running writer: a deadlock)
-        follower.gauge = await loop.run_in_executor(follower._applier, lambda: StorageGauge(
+        follower.gauge = await loop.run_in_executor(follower._applier, lambda: _committed(follower) and StorageGauge(
             follower.env, tmp_path, node_id="n3", max_data_bytes=1 << 40, disk_free_limit_bytes=64 << 20,
             statvfs=disk))
         follower.gauge.check_disk()
@@ -412,7 +419,7 @@ async def test_a_members_alarm_reaches_the_leader_which_refuses_growth_until_it_
             leader._refresh_alarms()
             return True if leader.alarms() else None
 
-        leader.gauge = await loop.run_in_executor(leader._applier, lambda: StorageGauge(
+        leader.gauge = await loop.run_in_executor(leader._applier, lambda: _committed(leader) and StorageGauge(
             leader.env, tmp_path, node_id="n1", max_data_bytes=1 << 40, disk_free_limit_bytes=0))
         await eventually(refused, 60, "the leader hears of n3's alarm")
         assert [(a.node_id, a.reason) for a in leader.alarms()] == [("n3", "DISK_FREE_LIMIT")]
