@@ -29,9 +29,9 @@ _honest_write = StateStore.write
 
 
 @contextlib.contextmanager
-def _write_late(self: Any, *, durable: bool = True) -> Iterator[Any]:
+def _write_late(self: Any, *, durable: bool = True, hold: Any = None) -> Iterator[Any]:
     """`StateStore.write` that commits only now and then (the writer thread's only txn;
-    `durable` ignored).
+    `durable` and the driver's `hold` ignored: nothing is ever held the honest way).
     The write that creates a fresh node's cluster id commits at once: the node's start
     opens other write transactions after it, which would wait for this one forever."""
     if not self.cluster_id and getattr(self, "_planted_txn", None) is None:
