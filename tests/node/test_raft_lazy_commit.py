@@ -88,7 +88,9 @@ def test_a_follower_makes_one_durable_write_per_call_and_learns_the_last_commit_
 
 async def _syncs_scenario(root: Path, syncs: list[str]) -> None:
     loop = asyncio.get_running_loop()
-    cl = Cluster(root, RaftNodeConfig(tick_ms=25, election_tick=10, heartbeat_tick=1, broadcast_commit=False), _CountingNode,
+    cfg = RaftNodeConfig(tick_ms=25, election_tick=10, heartbeat_tick=1, broadcast_commit=False,
+                         apply_thread=False)  # (the batched commit is for the apply thread off)
+    cl = Cluster(root, cfg, _CountingNode,
                  prepare=_inline, clock_ms=lambda: 1_700_000_000_000 + int(loop.time() * 1000))
     try:
         await cl.start("n1")
