@@ -1362,6 +1362,7 @@ class RaftNode:
             self._flush_handle = self._loop.call_later(self.cfg.hold_commit_ms / 1000, self._on_flush_timer)
 
     def _on_flush_timer(self) -> None:
+        """Loop: `hold_commit_ms` after a write was held: `_run` makes a flush write."""
         self._flush_handle = None
         self._flush_due = True
         self._wake.set()
