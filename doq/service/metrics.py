@@ -91,7 +91,9 @@ def observe_applied(commands: int) -> None:
 def observe_commit(commit_seconds: float, fsync_seconds: float | None) -> None:
     """Called by the node after each durable write, also one that only appended entries or
     stored a vote; `fsync_seconds` is its LMDB commit's time, None when the write had
-    nothing for LMDB (a leader's append-only write: no `doq_fsync_seconds` sample)."""
+    nothing for LMDB or left its transaction held (a leader's append-only write, a write
+    of the batched commit, docs/raft.md: no `doq_fsync_seconds` sample; the write that
+    commits a held transaction has one)."""
     COMMIT_SECONDS.observe(commit_seconds)
     if fsync_seconds is not None:
         FSYNC_SECONDS.observe(fsync_seconds)
