@@ -84,27 +84,41 @@ def release_mapped_pages(path: str | os.PathLike[str]) -> int:
 PREFETCH_CHUNK_BYTES = 8 << 20  # one WILLNEED advice: the kernel reads it in readahead-sized requests
 
 
-def _advise_willneed(path: str, length: int) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        for off in range(0, length, PREFETCH_CHUNK_BYTES):
-            os.posix_fadvise(fd, off, min(PREFETCH_CHUNK_BYTES, length - off), os.POSIX_FADV_WILLNEED)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+class Prefetch:
+    """A running `prefetch_file`: `stop()` ends it after the advice under way."""
+
+    def __init__(self, path: str, length: int) -> None:
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(path, length), name="doq-prefetch", daemon=True)
+        self.thread.start()
+
+    def _run(self, path: str, length: int) -> None:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return
+        try:
+            for off in range(0, length, PREFETCH_CHUNK_BYTES):
+                if self._stop.is_set():
+                    return
+                os.posix_fadvise(fd, off, min(PREFETCH_CHUNK_BYTES, length - off), os.POSIX_FADV_WILLNEED)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+    def stop(self) -> None:
+        """No more advice (what was asked for may still be read in); returns when the
+        thread has ended."""
+        self._stop.set()
+        self.thread.join()
 
 
-def prefetch_file(path: str | os.PathLike[str], length: int) -> threading.Thread | None:
+def prefetch_file(path: str | os.PathLike[str], length: int) -> Prefetch | None:
     """Ask the kernel to read the first `length` bytes of the file `path` into the page
-    cache, in file order (see the module docstring), from a daemon thread, which is
-    returned (started; None where `posix_fadvise` is missing). Never raises: this only
-    makes later reads of the file cheaper; the file is not changed."""
+    cache, in file order (see the module docstring), from a daemon thread: the running
+    prefetch is returned (None where `posix_fadvise` is missing, or `length` <= 0). Never
+    raises: this only makes later reads of the file cheaper; the file is not changed."""
     if not hasattr(os, "posix_fadvise") or length <= 0:
         return None
-    t = threading.Thread(target=_advise_willneed, args=(os.fspath(path), length), name="doq-prefetch", daemon=True)
-    t.start()
-    return t
+    return Prefetch(os.fspath(path), length)

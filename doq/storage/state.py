@@ -922,8 +922,8 @@ class StateStore:
             prefetch = prefetch_file(data_file, (self.env.info()["last_pgno"] + 1) * self.env.stat()["psize"])
             with self.env.begin() as rtxn:
                 self._load(rtxn)
-            if prefetch is not None:
-                prefetch.join()  # done long since but for a tiny store
+            if prefetch is not None:  # done long since, unless most of the file is free pages
+                prefetch.stop()
             self._mark_committed()
             self._publish()
             # the load read every record: its pages need not stay charged to this process
