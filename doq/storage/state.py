@@ -920,10 +920,12 @@ class StateStore:
             # the load reads every page in use: read from disk in file order meanwhile, not
             # one fault at a time in key order (`doq.storage.mapped`)
             prefetch = prefetch_file(data_file, (self.env.info()["last_pgno"] + 1) * self.env.stat()["psize"])
-            with self.env.begin() as rtxn:
-                self._load(rtxn)
-            if prefetch is not None:  # done long since, unless most of the file is free pages
-                prefetch.stop()
+            try:
+                with self.env.begin() as rtxn:
+                    self._load(rtxn)
+            finally:
+                if prefetch is not None:  # done long since, unless most of the file is free pages
+                    prefetch.stop()
             self._mark_committed()
             self._publish()
             # the load read every record: its pages need not stay charged to this process
