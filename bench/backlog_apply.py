@@ -33,7 +33,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "clients" / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/NAME.py`: this checkout first
 
-from bench.backlog import KINDS, loadavg, messages
+from bench.backlog import KINDS, _py_spy, loadavg, messages
 from doq.queues import commands as c
 from doq.queues.codec import encode_batch
 from doq.queues.model import QueueSettings
@@ -49,7 +49,7 @@ def _written() -> int:
 
 
 def run_kind(kind: str, n: int, m: int, batch: int, per_group: int, root: Path,
-             restart: bool = False) -> dict[str, Any]:
+             restart: bool = False, profile: str | None = None) -> dict[str, Any]:
     if kind == "timestamps":
         m = min(m, n // 2)  # the due half
     env = open_env(root / kind, map_size=1 << 34)
@@ -96,6 +96,8 @@ def run_kind(kind: str, n: int, m: int, batch: int, per_group: int, root: Path,
     longest_apply[:] = [0.0, 0]
     gc.freeze()  # as a server does once started: the fill's objects (here the bench's message list) out of full collections
     gc.callbacks.append(on_gc)
+    spy = _py_spy(os.getpid(), f"{profile}-{kind}-drain.txt" if profile else None)
+    spy.__enter__()  # noqa: PLC2801 (the drain's span, not a block's)
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
     cpu0 = time.process_time()
@@ -120,10 +122,11 @@ def run_kind(kind: str, n: int, m: int, batch: int, per_group: int, root: Path,
     commit(*[[c.Ack("q", prev[0], prev[1])]])
     drain_s = time.perf_counter() - t0
     drain_cpu_s = time.process_time() - cpu0
+    ru1 = resource.getrusage(resource.RUSAGE_SELF)
+    spy.__exit__(None, None, None)
     gc.callbacks.remove(on_gc)
     gc.unfreeze()
     written = _written() - w0
-    ru1 = resource.getrusage(resource.RUSAGE_SELF)
     env.close()
     rec = {"kind": kind, "messages": n, "drained": m, "fill_msg_per_s": n / fill_s,
            "drain_msg_per_s": m / drain_s, "drain_cpu_us_per_msg": drain_cpu_s / m * 1e6,
@@ -174,12 +177,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dir", help="where the temp dirs go (default: the system's)")
     p.add_argument("--restart", action="store_true",
                    help="then time a fresh process opening the store (rebuild) and its RSS per message")
+    p.add_argument("--py-spy", metavar="PREFIX",
+                   help="profile each kind's drain with py-spy (200 Hz, raw) into PREFIX-KIND-drain.txt")
     ns = p.parse_args(argv)
     print(f"backlog {ns.messages}, drain {ns.drain}, load average {loadavg()}", flush=True)
     runs = []
     with tempfile.TemporaryDirectory(prefix="doq-backlog-apply-", dir=ns.dir) as tmp:
         for kind in ns.kinds.split(","):
-            runs.append(run_kind(kind, ns.messages, ns.drain, ns.batch, ns.per_group, Path(tmp), ns.restart))
+            runs.append(run_kind(kind, ns.messages, ns.drain, ns.batch, ns.per_group, Path(tmp), ns.restart, ns.py_spy))
             print(json.dumps(runs[-1]), flush=True)
     plain = next((r for r in runs if r["kind"] == "plain"), None)
     for r in runs:
