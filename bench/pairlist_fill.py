@@ -26,6 +26,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/NA
 from doq.queues import pairlist as P
 
 
+def _fill(prios: list[int], batch: int, sorted_pairs: list[int]) -> tuple[float, P.PairList]:
+    """Add (prios[i], i + 1) in batches, printing each tenth's figures: (CPU s, the list)."""
+    n = len(prios)
+    pl = P.PairList()
+    step = max(batch, n // 10)
+    total = time.process_time()
+    t0, s0, mark = total, 0, step
+    for i in range(0, n, batch):
+        j = min(n, i + batch)
+        pl.add_many(prios[i:j], range(i + 1, j + 1))
+        if j >= mark or j == n:
+            t = time.process_time()
+            part = j - (mark - step)
+            print(f"{j / 1e6:5.2f}M: {(t - t0) / part * 1e6:5.2f} µs a pair, "
+                  f"{(sorted_pairs[0] - s0) / part:4.2f} pairs sorted a pair added, {len(pl._as)} chunks", flush=True)
+            t0, s0, mark = t, sorted_pairs[0], mark + step
+    return time.process_time() - total, pl
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="pairlist_fill", description=__doc__.split("\n\n")[0])
     p.add_argument("--messages", type=int, default=5_000_000)
@@ -44,27 +63,18 @@ def main(argv: list[str] | None = None) -> int:
         fix(self, i)
 
     P.PairList._fix = counted_fix  # type: ignore[method-assign]
-    pl = P.PairList()
-    step = max(batch, n // 10)
-    total = time.process_time()
-    t0, s0, mark = total, 0, step
-    for i in range(0, n, batch):
-        j = min(n, i + batch)
-        pl.add_many(prios[i:j], range(i + 1, j + 1))
-        if j >= mark or j == n:
-            t = time.process_time()
-            part = j - (mark - step)
-            print(f"{j / 1e6:5.2f}M: {(t - t0) / part * 1e6:5.2f} µs a pair, "
-                  f"{(sorted_pairs[0] - s0) / part:4.2f} pairs sorted a pair added, {len(pl._as)} chunks", flush=True)
-            t0, s0, mark = t, sorted_pairs[0], mark + step
-    fill = time.process_time() - total
+    try:
+        fill = _fill(prios, batch, sorted_pairs)
+    finally:
+        P.PairList._fix = fix  # type: ignore[method-assign]
     t = time.process_time()
     m = min(ns.drain, n)
     taken = 0
+    pl = fill[1]
     while taken < m:
         taken += len(pl.pop_front(min(500, m - taken))[0])
     drain = time.process_time() - t
-    print(f"fill {fill / n * 1e6:.2f} µs a pair ({sorted_pairs[0] / n:.2f} pairs sorted a pair), "
+    print(f"fill {fill[0] / n * 1e6:.2f} µs a pair ({sorted_pairs[0] / n:.2f} pairs sorted a pair), "
           f"pop_front {drain / max(1, m) * 1e6:.2f} µs a pair")
     return 0
 
