@@ -9,7 +9,8 @@ kind: fill and drain msg/s, the ratio to `plain`, CPU per message of the fill an
 (`time.process_time`: steadier than msg/s on a shared machine; of the drain also the system
 part and the minor page faults), bytes this process wrote to disk per drained message
 (`/proc/self/io`), the mean and longest commit time of the drain (and, in CPU time, its
-longest `apply_entries` with the keys its sweep handled, and its longest GC pause), and the
+longest `apply_entries` with the keys its sweep handled, its longest GC pause and the GC CPU per
+drained message), and the
 load average;
 with `--restart`, the seconds (wall and CPU) a fresh process takes to open the store (the
 rebuild of a restart) and its RSS per queued message. Runs the code on `sys.path`, so the
@@ -57,13 +58,16 @@ def run_kind(kind: str, n: int, m: int, batch: int, per_group: int, root: Path,
     now = int(time.time() * 1000)
     idx = 0
     longest_apply = [0.0, 0]  # the drain's longest apply_entries (s) and its sweep's keys
-    gc_pause = [0.0, 0.0]  # start of the collection under way, the longest pause (s)
+    gc_pause = [0.0, 0.0, 0.0, 0.0]  # start of the collection under way, the longest pause, all pauses (s), collections
 
     def on_gc(phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             gc_pause[0] = time.process_time()
         else:
-            gc_pause[1] = max(gc_pause[1], time.process_time() - gc_pause[0])
+            pause = time.process_time() - gc_pause[0]
+            gc_pause[1] = max(gc_pause[1], pause)
+            gc_pause[2] += pause
+            gc_pause[3] += 1
 
     def commit(*entries: list[Any]) -> list[list[object]]:
         nonlocal idx
@@ -133,7 +137,8 @@ def run_kind(kind: str, n: int, m: int, batch: int, per_group: int, root: Path,
            "fill_cpu_us_per_msg": fill_cpu_s / n * 1e6, "drain_write_bytes_per_msg": written / m,
            "drain_commit_ms": commit_s / commits * 1e3, "drain_longest_commit_ms": longest_s * 1e3,
            "drain_longest_apply_cpu_ms": longest_apply[0] * 1e3, "drain_longest_apply_sweep_keys": longest_apply[1],
-           "drain_longest_gc_cpu_ms": gc_pause[1] * 1e3,
+           "drain_longest_gc_cpu_ms": gc_pause[1] * 1e3, "drain_gc_cpu_us_per_msg": gc_pause[2] / m * 1e6,
+           "drain_gc_collections": int(gc_pause[3]),
            "drain_sys_us_per_msg": (ru1.ru_stime - ru0.ru_stime) / m * 1e6,
            "drain_minflt_per_msg": (ru1.ru_minflt - ru0.ru_minflt) / m, "load": loadavg()}
     if restart:
