@@ -9,11 +9,11 @@ kind: fill and drain msg/s, the ratio to `plain`, CPU per message of the fill an
 (`time.process_time`: steadier than msg/s on a shared machine; of the drain also the system
 part and the minor page faults), bytes this process wrote to disk per drained message
 (`/proc/self/io`), the mean and longest commit time of the drain (and, in CPU time, its
-longest `apply_entries` with the keys its sweep handled, its longest GC pause and the GC CPU per
-drained message), and the
-load average;
+longest `apply_entries` with the keys its sweep handled, its longest GC pause and the GC CPU
+per drained message), and the load average;
 with `--restart`, the seconds (wall and CPU) a fresh process takes to open the store (the
-rebuild of a restart) and its RSS per queued message. Runs the code on `sys.path`, so the
+rebuild of a restart) and its RSS per queued message; with `--py-spy PREFIX`, each kind's
+drain profiled by py-spy (200 Hz, raw) into PREFIX-KIND-drain.txt. Runs the code on `sys.path`, so the
 same command measures two checkouts back to back.
 """
 
