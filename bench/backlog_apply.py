@@ -9,10 +9,11 @@ kind: fill and drain msg/s, the ratio to `plain`, CPU per message of the fill an
 (`time.process_time`: steadier than msg/s on a shared machine; of the drain also the system
 part and the minor page faults), bytes this process wrote to disk per drained message
 (`/proc/self/io`), the mean and longest commit time of the drain (and, in CPU time, its
-longest `apply_entries` with the keys its sweep handled, and its longest GC pause), and the
-load average;
+longest `apply_entries` with the keys its sweep handled, its longest GC pause and the GC CPU
+per drained message), and the load average;
 with `--restart`, the seconds (wall and CPU) a fresh process takes to open the store (the
-rebuild of a restart) and its RSS per queued message. Runs the code on `sys.path`, so the
+rebuild of a restart) and its RSS per queued message; with `--py-spy PREFIX`, each kind's
+drain profiled by py-spy (200 Hz, raw) into PREFIX-KIND-drain.txt. Runs the code on `sys.path`, so the
 same command measures two checkouts back to back.
 """
 
@@ -33,7 +34,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "clients" / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/NAME.py`: this checkout first
 
-from bench.backlog import KINDS, loadavg, messages
+from bench.backlog import KINDS, _py_spy, loadavg, messages
 from doq.queues import commands as c
 from doq.queues.codec import encode_batch
 from doq.queues.model import QueueSettings
@@ -49,7 +50,7 @@ def _written() -> int:
 
 
 def run_kind(kind: str, n: int, m: int, batch: int, per_group: int, root: Path,
-             restart: bool = False) -> dict[str, Any]:
+             restart: bool = False, profile: str | None = None) -> dict[str, Any]:
     if kind == "timestamps":
         m = min(m, n // 2)  # the due half
     env = open_env(root / kind, map_size=1 << 34)
@@ -57,13 +58,16 @@ def run_kind(kind: str, n: int, m: int, batch: int, per_group: int, root: Path,
     now = int(time.time() * 1000)
     idx = 0
     longest_apply = [0.0, 0]  # the drain's longest apply_entries (s) and its sweep's keys
-    gc_pause = [0.0, 0.0]  # start of the collection under way, the longest pause (s)
+    gc_pause = [0.0, 0.0, 0.0, 0.0]  # start of the collection under way, the longest pause, all pauses (s), collections
 
     def on_gc(phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             gc_pause[0] = time.process_time()
         else:
-            gc_pause[1] = max(gc_pause[1], time.process_time() - gc_pause[0])
+            pause = time.process_time() - gc_pause[0]
+            gc_pause[1] = max(gc_pause[1], pause)
+            gc_pause[2] += pause
+            gc_pause[3] += 1
 
     def commit(*entries: list[Any]) -> list[list[object]]:
         nonlocal idx
@@ -96,6 +100,8 @@ def run_kind(kind: str, n: int, m: int, batch: int, per_group: int, root: Path,
     longest_apply[:] = [0.0, 0]
     gc.freeze()  # as a server does once started: the fill's objects (here the bench's message list) out of full collections
     gc.callbacks.append(on_gc)
+    spy = _py_spy(os.getpid(), f"{profile}-{kind}-drain.txt" if profile else None)
+    spy.__enter__()  # noqa: PLC2801 (the drain's span, not a block's)
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
     cpu0 = time.process_time()
@@ -120,17 +126,19 @@ def run_kind(kind: str, n: int, m: int, batch: int, per_group: int, root: Path,
     commit(*[[c.Ack("q", prev[0], prev[1])]])
     drain_s = time.perf_counter() - t0
     drain_cpu_s = time.process_time() - cpu0
+    ru1 = resource.getrusage(resource.RUSAGE_SELF)
+    spy.__exit__(None, None, None)
     gc.callbacks.remove(on_gc)
     gc.unfreeze()
     written = _written() - w0
-    ru1 = resource.getrusage(resource.RUSAGE_SELF)
     env.close()
     rec = {"kind": kind, "messages": n, "drained": m, "fill_msg_per_s": n / fill_s,
            "drain_msg_per_s": m / drain_s, "drain_cpu_us_per_msg": drain_cpu_s / m * 1e6,
            "fill_cpu_us_per_msg": fill_cpu_s / n * 1e6, "drain_write_bytes_per_msg": written / m,
            "drain_commit_ms": commit_s / commits * 1e3, "drain_longest_commit_ms": longest_s * 1e3,
            "drain_longest_apply_cpu_ms": longest_apply[0] * 1e3, "drain_longest_apply_sweep_keys": longest_apply[1],
-           "drain_longest_gc_cpu_ms": gc_pause[1] * 1e3,
+           "drain_longest_gc_cpu_ms": gc_pause[1] * 1e3, "drain_gc_cpu_us_per_msg": gc_pause[2] / m * 1e6,
+           "drain_gc_collections": int(gc_pause[3]),
            "drain_sys_us_per_msg": (ru1.ru_stime - ru0.ru_stime) / m * 1e6,
            "drain_minflt_per_msg": (ru1.ru_minflt - ru0.ru_minflt) / m, "load": loadavg()}
     if restart:
@@ -174,12 +182,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dir", help="where the temp dirs go (default: the system's)")
     p.add_argument("--restart", action="store_true",
                    help="then time a fresh process opening the store (rebuild) and its RSS per message")
+    p.add_argument("--py-spy", metavar="PREFIX",
+                   help="profile each kind's drain with py-spy (200 Hz, raw) into PREFIX-KIND-drain.txt")
     ns = p.parse_args(argv)
     print(f"backlog {ns.messages}, drain {ns.drain}, load average {loadavg()}", flush=True)
     runs = []
     with tempfile.TemporaryDirectory(prefix="doq-backlog-apply-", dir=ns.dir) as tmp:
         for kind in ns.kinds.split(","):
-            runs.append(run_kind(kind, ns.messages, ns.drain, ns.batch, ns.per_group, Path(tmp), ns.restart))
+            runs.append(run_kind(kind, ns.messages, ns.drain, ns.batch, ns.per_group, Path(tmp), ns.restart, ns.py_spy))
             print(json.dumps(runs[-1]), flush=True)
     plain = next((r for r in runs if r["kind"] == "plain"), None)
     for r in runs:

@@ -53,6 +53,7 @@ Semantics (documented rules):
 
 from __future__ import annotations
 
+import functools
 import itertools
 import struct
 from array import array
@@ -311,6 +312,45 @@ def _column(buf: bytes, at: int, stride: int, typecode: str, *, little: bool) ->
     return col
 
 
+_SIGN = 1 << 63
+_TOP_BIT = bytes(128) + b"\x01" * 128  # a translate table: 1 for a byte >= 128, else 0
+
+
+@functools.lru_cache(maxsize=8)
+def _repeated(word: int, n: int) -> int:
+    """The int of `n` 64-bit words each `word` (0 <= word < 2**64): a bytes repetition,
+    not a multiplication of big ints (cached: one rebuild asks for the same few)."""
+    return int.from_bytes(word.to_bytes(8, "little") * n, "little")
+
+
+def _late_bytes(ps: Sequence[int], threshold: int, bounds: tuple[int, int] | None = None) -> bytes:
+    """A byte per item of `ps`: 1 where it is > `threshold`, else 0. `bounds`: (min, max)
+    of `ps` when known.
+
+    For a `'q'` array on a little-endian host, word arithmetic on one int: with every p
+    and `threshold` >= 0, p + 2**63 - (threshold + 1) lies in [0, 2**64) (no carry out of
+    its word) and has its top bit set iff p > threshold; else, for a span below 2**63, the
+    same on p - min (in offset binary: no borrow across words). The top bits are read off
+    each word's last byte. Otherwise one C call per item."""
+    n = len(ps)
+    if not n:
+        return b""
+    lo, top = bounds if bounds is not None else (min(ps), max(ps))
+    if top <= threshold:
+        return bytes(n)
+    if lo > threshold:
+        return b"\x01" * n
+    if type(ps) is not array or ps.typecode != "q" or not _HOST_LITTLE or top - lo >= _SIGN:
+        return bytes(map(threshold.__lt__, ps))
+    # here lo <= threshold < top
+    if lo >= 0:
+        words = int.from_bytes(ps, "little") + _repeated(_SIGN - threshold - 1, n)
+    else:  # p - lo per word, then as above with threshold - lo
+        rel = (int.from_bytes(ps, "little") ^ _repeated(_SIGN, n)) - _repeated(lo + _SIGN, n)
+        words = rel + _repeated(_SIGN - (threshold - lo) - 1, n)
+    return words.to_bytes(8 * n, "little")[7::8].translate(_TOP_BIT)
+
+
 _NONZERO = bytes([0] + [1] * 255)  # a translate table: 1 for a byte that is not 0
 _NOT_BIT = bytes([1, 0]) + bytes(254)  # a translate table: 0 <-> 1
 
@@ -512,7 +552,7 @@ class _Loader:
             cur.p_lo, cur.p_hi = lo, top
         if top >= R.TS_PRIORITY_MIN:
             if not special:  # timestamp priorities only: due or not, told apart as columns
-                self._split_due(cur, ps, ids)
+                self._split_due(cur, ps, ids, (lo, top))
                 return True
             ts_min = R.TS_PRIORITY_MIN
             special.update(j for j, p in enumerate(ps) if p >= ts_min)
@@ -607,26 +647,32 @@ class _Loader:
             start += k
         return True
 
-    def _split_due(self, cur: _QueueLoad, ps: Sequence[int], ids: Sequence[int]) -> None:
+    def _split_due(self, cur: _QueueLoad, ps: Sequence[int], ids: Sequence[int],
+                   bounds: tuple[int, int] | None = None) -> None:
         """Index records of a delayed queue that are neither in flight nor held by a
         not-before time: ready, or delayed until their timestamp priority's time (what
-        `_place` does one by one)."""
+        `_place` does one by one). `bounds`: (min, max) of `ps`, when known."""
         ts_min, max_ms, now = R.TS_PRIORITY_MIN, R.MAX_MS, self.m.now_ms
         if 0 <= now < max_ms:
             # told apart in C: a record's time min(p * 1000, MAX_MS) (0 for a priority
             # that is no timestamp) is after now iff p >= ts_min and p * 1000 > now
             # a byte (0 or 1) per record: searched and inverted by C calls
-            late = bytes(map(max(ts_min - 1, now // 1000).__lt__, ps))
+            late = _late_bytes(ps, max(ts_min - 1, now // 1000), bounds)
             if late.find(1) < 0:
                 cur.ready_p.extend(ps)
                 cur.ready_i.extend(ids)
                 return
             some = late.find(0) >= 0
-            late_ps = list(itertools.compress(ps, late)) if some else ps
-            ats: Iterable[int] = map((1000).__mul__, late_ps)
-            if max(late_ps) * 1000 >= max_ms:
-                ats = map(min, ats, itertools.repeat(max_ms))
-            cur.dl_at.extend(ats)
+            late_ps = array("q", itertools.compress(ps, late)) if some else ps
+            top = max(late_ps) if bounds is None else bounds[1]  # the largest p is late
+            if top * 1000 <= max_ms and _HOST_LITTLE and type(late_ps) is array:
+                # p * 1000 of each (all > 0, none past MAX_MS) as one int's 64-bit words
+                cur.dl_at.frombytes((int.from_bytes(late_ps, "little") * 1000).to_bytes(8 * len(late_ps), "little"))
+            else:
+                ats: Iterable[int] = map((1000).__mul__, late_ps)
+                if top * 1000 >= max_ms:
+                    ats = map(min, ats, itertools.repeat(max_ms))
+                cur.dl_at.extend(ats)
             if not some:
                 cur.dl_id.extend(ids)
                 return

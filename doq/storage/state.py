@@ -132,7 +132,7 @@ from doq.queues.redrive import RedriveTask
 from doq.storage.chunks import decode_chunk
 from doq.storage.digest import digest_of_stored
 from doq.storage.env import open_db, sync_meta
-from doq.storage.mapped import release_mapped_pages
+from doq.storage.mapped import prefetch_file, release_mapped_pages
 
 _V = struct.Struct(">Q")
 APPLIED_KEY = b"\x00applied"
@@ -997,16 +997,26 @@ class StateStore:
         """Reload applied_index and the in-memory indexes from LMDB and publish the view
         (`publish=False`: the view published before stays, the next write publishes one
         rebuilt whole), or, inside `write()`, from its `txn` (published when that commits).
-        Outside a write, the data file's pages the load mapped are let go of afterwards
-        (`doq.storage.mapped`: they stay in the page cache, no longer in this process's RSS)."""
+        Outside a write, the data file's used part is read into the page cache in file order
+        while the load runs (`prefetch_file`), and the pages the load mapped are let go of
+        afterwards (`doq.storage.mapped`: they stay in the page cache, no longer in this
+        process's RSS)."""
         if txn is None:
-            with self.env.begin() as rtxn:
-                self._load(rtxn)
+            data_file = os.path.join(self.env.path(), "data.mdb")
+            # the load reads every page in use: read from disk in file order meanwhile, not
+            # one fault at a time in key order (`doq.storage.mapped`)
+            prefetch = prefetch_file(data_file, (self.env.info()["last_pgno"] + 1) * self.env.stat()["psize"])
+            try:
+                with self.env.begin() as rtxn:
+                    self._load(rtxn)
+            finally:
+                if prefetch is not None:  # done long since, unless most of the file is free pages
+                    prefetch.stop()
             self._mark_committed()
             if publish:
                 self._publish()
             # the load read every record: its pages need not stay charged to this process
-            release_mapped_pages(os.path.join(self.env.path(), "data.mdb"))
+            release_mapped_pages(data_file)
         else:
             self._load(txn)
         self._broken = False

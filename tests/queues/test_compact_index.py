@@ -589,6 +589,27 @@ def test_split_due_as_columns_is_place_one_by_one(ps: list[int], now: int) -> No
     assert list(zip(cur.dl_at, cur.dl_id, strict=True)) == want_delayed
 
 
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.integers(-(2**63), 2**63 - 1) | st.integers(-3, 3) | st.integers(1_799_999_990, 1_800_000_010)
+                | st.sampled_from([-(2**63), -(2**62), 2**62, 2**63 - 1]), min_size=1, max_size=300),
+       st.integers(-3, 3) | st.integers(1_799_999_990, 1_800_000_010) | st.integers(-(2**63), 2**63 - 1),
+       st.booleans())
+def test_late_bytes_as_words_is_the_per_item_test(ps: list[int], threshold: int, known: bool) -> None:
+    """`_late_bytes` (the word arithmetic on one int, or its fallbacks for spans of 2**63
+    and more) marks exactly the items > threshold, with the bounds given or not; the
+    items next to the threshold, the int64 ends and one-item chunks included."""
+    from doq.queues import machine as M
+    col = array("q", ps)
+    want = bytes(p > threshold for p in ps)
+    assert M._late_bytes(col, threshold, (min(ps), max(ps)) if known else None) == want  # noqa: SLF001
+    for t in (min(ps) - 1, min(ps), max(ps) - 1, max(ps)):  # at the bounds
+        assert M._late_bytes(col, t) == bytes(p > t for p in ps)  # noqa: SLF001
+    # a span below 2**63 takes the word path: shifted into it, the same answer
+    lo = min(ps)
+    narrow = array("q", [max(p, lo) if p - lo < 2**62 else lo + 2**62 for p in ps])
+    assert M._late_bytes(narrow, threshold) == bytes(p > threshold for p in narrow)  # noqa: SLF001
+
+
 def test_a_chunk_of_a_fair_queues_ready_records_is_taken_by_runs_of_one_group() -> None:
     """A chunk of a fair queue's ready records is indexed a run of one group at a time
     (no record through `_other`), with groups of one name length or of several."""

@@ -78,3 +78,55 @@ def test_release_of_a_file_not_mapped_does_nothing(tmp_path: Path) -> None:
     assert release_mapped_pages(f) == 0
     assert release_mapped_pages(tmp_path / "missing") == 0
     assert os.path.exists(f)
+
+
+def test_a_rebuild_asks_for_the_data_files_used_part_in_file_order_from_a_thread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before the load reads every record, the used part of the data file (up to LMDB's
+    last page) is advised WILLNEED chunk by chunk in file order, off the loading thread;
+    the rebuild's state is the same."""
+    import threading
+
+    from doq.storage import mapped
+
+    _fill(tmp_path / "s")
+    data = tmp_path / "s" / "data.mdb"
+    calls: list[tuple[str, int, int, int, str]] = []
+    real = os.posix_fadvise
+
+    def spy(fd: int, offset: int, length: int, advice: int) -> None:
+        calls.append((os.readlink(f"/proc/self/fd/{fd}"), offset, length, advice, threading.current_thread().name))
+        real(fd, offset, length, advice)
+
+    monkeypatch.setattr(mapped, "PREFETCH_CHUNK_BYTES", 1 << 20)
+    monkeypatch.setattr(os, "posix_fadvise", spy)
+    st = StateStore(open_env(tmp_path / "s", map_size=1 << 28))
+    used = (st.env.info()["last_pgno"] + 1) * st.env.stat()["psize"]
+    assert used > 4 << 20
+    assert calls  # (the load may end before the last chunks are asked for: the prefetch stops then)
+    assert {(p, a) for p, _, _, a, _ in calls} == {(str(data.resolve()), os.POSIX_FADV_WILLNEED)}
+    assert [(o, n) for _, o, n, _, _ in calls] == [(o, min(1 << 20, used - o)) for o in range(0, used, 1 << 20)][:len(calls)]
+    assert threading.main_thread().name not in {t for *_, t in calls}
+    assert st.machine.queues["q"].index.n_ready == MESSAGES
+    assert [t for t in threading.enumerate() if t.name == "doq-prefetch"] == []  # stopped
+    calls.clear()
+    pf = mapped.prefetch_file(data, used)  # left to run: the whole used part, in file order
+    assert pf is not None
+    pf.thread.join()
+    assert [(o, n) for _, o, n, _, _ in calls] == [(o, min(1 << 20, used - o)) for o in range(0, used, 1 << 20)]
+    monkeypatch.setattr(os, "posix_fadvise", real)
+    calls.clear()
+    with st.write() as txn:  # a rebuild inside a write reads what it needs only
+        st.rebuild(txn)
+    assert calls == []
+    st.env.close()
+
+
+def test_prefetch_of_a_missing_or_empty_file_does_nothing(tmp_path: Path) -> None:
+    from doq.storage.mapped import prefetch_file
+
+    assert prefetch_file(tmp_path / "plain", 0) is None
+    pf = prefetch_file(tmp_path / "missing", 1 << 20)
+    assert pf is not None
+    pf.stop()
+    assert not (tmp_path / "missing").exists()
