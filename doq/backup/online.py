@@ -81,11 +81,12 @@ async def restore_online(node: RestoreTarget, files: Sequence[BinaryIO], names: 
     """
     names = list(names) if names else [f"file #{i + 1}" for i in range(len(files))]
     readers = await asyncio.to_thread(lambda: [_reader(f, n) for f, n in zip(files, names, strict=True)])
-    check_target_cluster(node.state, [r.header for r in readers], names)
+    # off the loop: `is_empty` is a direct reader of LMDB, it may wait for a commit
+    await asyncio.to_thread(check_target_cluster, node.state, [r.header for r in readers], names)
     check_chain([r.header for r in readers], names=names)
     if not node.is_leader:
         raise NotLeader("online restore must be sent to the leader", leader_hint=node.leader_hint)
-    _refuse_non_empty(node.state)
+    await asyncio.to_thread(_refuse_non_empty, node.state)
     await asyncio.to_thread(_verify_all, readers, names)  # off the writer and the loop
     return await restore_chain(node, RestoreChain(readers, names))
 
@@ -103,7 +104,7 @@ async def restore_chain(node: RestoreTarget, chain: RestoreChain) -> RestoreResu
         raise InvalidArgument(f"the chain's to_version {chain.to_version} is out of range "
                               f"(0..{MAX_RESTORE_VERSION - 1})", reason="INVALID_INDEX")
     async with _lock_of(node):
-        if not node.state.is_empty():  # another restore may have just filled it
+        if not await asyncio.to_thread(node.state.is_empty):  # another restore may have just filled it
             raise FailedPrecondition("the target state is not empty: restore needs a fresh cluster",
                                      reason="RESTORE_TARGET_NOT_EMPTY")
         outcome, chunks = await _through_log(node, chain)

@@ -266,6 +266,8 @@ class RaftNode:
         self._refill_due = False
         if self._batches_commits():
             state.commit_wanted = self._want_commit
+            state.on_held_committed = self._held_committed
+            state.on_lost = self._state_lost
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake = asyncio.Event()
         self._listeners: list[Callable[[], None]] = []
@@ -1156,7 +1158,9 @@ class RaftNode:
     def _write(self, job: _Job) -> None:
         """The Ready's durable part and the apply (`_write_txn`); a deferred Ready's log
         part only, its LMDB part handed to the apply thread (`_apply_deferred`)."""
-        if self._reload_due:  # a held write's commit failed (`_commit_held_now`)
+        if self._reload_due or self.state.applied_index < self._applied_upto:
+            # a held write's commit failed (`_state_lost`, `_commit_held_now`): what it
+            # recorded of the log (compaction point, hard state) is gone from LMDB too
             _reload_log(self.storage)
             self._reload_due = False
         if job.deferred:
@@ -1239,14 +1243,14 @@ class RaftNode:
         job.refill = self._refill(job)
         if job.flush and not job.refill:  # the held write's commit, nothing else
             t1 = time.perf_counter()
-            committed = self.state.commit_held()
+            committed = self.state.commit_held()  # its gauge: `_held_committed`
             self._held_entries = self._held_bytes = 0
-            self._written(t0, t1 if committed else None, durable=False)  # observed as every write
+            self._written(t0, t1 if committed else None, durable=False, committed=False)  # observed as every write
             return
         if (not durable and hs is None and not job.committed and job.snapshot is None
                 and compact_to < st.first_index() and self.state.cluster_id == cluster_id
                 and not job.refill and (self.gauge is None or self.gauge.measure_log(st.log_bytes()))):
-            self._written(t0, None, durable=False)
+            self._written(t0, None, durable=False, committed=not self.state.held)
             return
         hold = None if durable or not self._batches_commits() else (
             lambda: self._holds(job, cluster_id))
@@ -1280,7 +1284,7 @@ class RaftNode:
             t1 = time.perf_counter()
         self._applied_upto = max(self._applied_upto, self.state.applied_index)
         if self.state.held:
-            self._written(t0, None, durable=False)  # no LMDB commit (yet)
+            self._written(t0, None, durable=False, committed=False)  # no LMDB commit (yet)
             return
         self._held_entries = self._held_bytes = 0
         self._written(t0, t1, durable=durable)
@@ -1320,6 +1324,34 @@ class RaftNode:
             raise RuntimeError(f"the log was compacted past the state's applied index {lo - 1}")
         return self.storage.entries(lo, hi + 1, 1 << 62)
 
+    def _held_committed(self) -> None:
+        """Apply thread (`StateStore.on_held_committed`): the held write was committed by
+        `commit_held` (the flush, a stop, a direct reader's wait on this thread): its count
+        starts again, and the storage limits are judged on what LMDB now holds."""
+        self._held_entries = self._held_bytes = 0
+        if self.gauge is not None:
+            self.gauge.committed()
+
+    def _state_lost(self) -> None:
+        """Apply thread (`StateStore.on_lost`, before anything else runs here): a failed
+        commit (or write) lost the held write's applies and what it recorded of the log (a
+        compaction point, a hard state). The log's view is reloaded from LMDB at once, so no
+        write that follows drops a segment file past LMDB's compaction point, and the loop
+        applies the lost entries again (`_refill`); until then the readers of memory
+        answer `Unavailable` (`StateStore.check_current`)."""
+        self._held_entries = self._held_bytes = 0
+        try:
+            _reload_log(self.storage)
+            self._reload_due = False
+        except Exception:
+            log.warning("node %s: the log's view could not be reloaded after a failed commit; "
+                        "retried before the next write", self.node_id, exc_info=True)
+            self._reload_due = True
+        loop = self._loop
+        if loop is not None and not self._stopping:
+            with contextlib.suppress(RuntimeError):  # the loop is closed
+                loop.call_soon_threadsafe(self._ask_refill)
+
     def _want_commit(self) -> None:
         """Any thread: a direct reader of LMDB waits for the held write
         (`StateStore.wait_committed`): the apply thread commits it next."""
@@ -1329,10 +1361,10 @@ class RaftNode:
     def _commit_held_now(self) -> None:
         """Apply thread: commit the held write, if any. If that (or a commit a reader made,
         `StateStore.wait_committed`) failed, memory was rebuilt and lost what it applied: the
-        log's view is reloaded and the loop applies those entries again (`_refill`)."""
+        log's view is reloaded and the loop applies those entries again (`_state_lost`;
+        checked here again)."""
         try:  # not a write of the node's: not observed (`_written`)
-            if self.state.commit_held():
-                self._held_entries = self._held_bytes = 0
+            self.state.commit_held()
         except Exception:
             log.warning("node %s: the held write's commit failed; its entries are applied again",
                         self.node_id, exc_info=True)
@@ -1376,12 +1408,14 @@ class RaftNode:
             return snap_index - self.cfg.keep_entries, self.cfg.compact_entries_per_write
         return min(snap_index, job.compact_floor), self.cfg.compact_entries_under_alarm
 
-    def _written(self, t0: float, t1: float | None, *, durable: bool) -> None:
+    def _written(self, t0: float, t1: float | None, *, durable: bool, committed: bool = True) -> None:
         """After a write (begun at `t0`) and its LMDB commit (begun at `t1`; None: the
         write had nothing for LMDB, see `_commit_state`): let go of what a durable commit
-        frees, re-judge the storage limits, observe the write."""
+        frees, re-judge the storage limits (`committed`: not for a held write, whose
+        commit may still fail for want of space: `_held_committed` does it then), observe
+        the write."""
         self.storage.after_commit(durable)
-        if self.gauge is not None:
+        if self.gauge is not None and committed:
             self.gauge.committed()
         if self._on_commit:  # every durable write, also one that only appends or votes
             t2 = time.perf_counter()

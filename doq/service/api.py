@@ -583,7 +583,9 @@ class QueueService:
         v.check_queue_name(queue)
         v.check_id(id_)
         await self.node.read_barrier()
-        return without_leases(caller, [self.node.state.get_message(queue, id_)])[0]
+        # off the loop: a direct reader of LMDB may wait for a commit (`wait_committed`)
+        view = await asyncio.to_thread(self.node.state.get_message, queue, id_)
+        return without_leases(caller, [view])[0]
 
     async def peek(self, queue: str, state: MessageState = MessageState.READY, offset: int = 0,
                    limit: int = 20, *, caller: Caller = INTERNAL) -> list[MessageView]:

@@ -790,6 +790,12 @@ class StateStore:
         # asked to commit it when a direct reader waits for it from another thread
         self._held: lmdb.Transaction | None = None
         self.commit_wanted: Callable[[], None] | None = None
+        # the owner's hooks, on the writer thread: a held write committed by
+        # `commit_held` (not by a `write()`), and a failed commit or write that lost the
+        # changes of a held write (memory rebuilt from LMDB: `on_lost`)
+        self.on_held_committed: Callable[[], None] | None = None
+        self.on_lost: Callable[[], None] | None = None
+        self._failed_commits = 0  # of held writes, under `_commit_cond` (`wait_committed`)
         self.rebuild()
 
     @property
@@ -823,6 +829,7 @@ class StateStore:
         (entries durable in the Raft log). Every write on one thread (the writer's)."""
         self._writer_ident = threading.get_ident()
         txn, self._held = self._held, None
+        continued = txn is not None
         if txn is None:
             txn = self.env.begin(write=True)
         try:
@@ -835,7 +842,7 @@ class StateStore:
                         self._held = txn
                         self._answered_index = max(self._answered_index, self.applied_index)
             if not kept:
-                txn.commit()
+                self._commit(txn)
                 self._mark_committed()
         except BaseException:
             self._held = None
@@ -847,6 +854,8 @@ class StateStore:
             except Exception as e:
                 self._broken = True
                 raise StoreBroken(f"state store out of sync with LMDB after a failed write: {e}") from e
+            if continued:
+                self._lost(failed_commit=False)
             raise
         if durable:
             try:
@@ -871,14 +880,17 @@ class StateStore:
         return self._committed_index
 
     def commit_held(self) -> bool:
-        """Commit the held transaction, if any (writer thread); False if none. As `write()`
-        on failure: aborted, memory rebuilt from LMDB (every change since the last commit
-        lost, to be applied again by the caller), the error raised."""
+        """Commit the held transaction, if any (writer thread); False if none; then
+        `on_held_committed`. As `write()` on failure: aborted, memory rebuilt from LMDB
+        (every change since the last commit lost, to be applied again by the caller; the
+        readers' view stays), `on_lost` called here, on the writer thread, before anything
+        else runs there, the direct readers waiting for it woken (`wait_committed` raises
+        `Unavailable`), the error raised."""
         txn, self._held = self._held, None
         if txn is None:
             return False
         try:
-            txn.commit()
+            self._commit(txn)
             self._mark_committed()
         except BaseException:
             txn.abort()
@@ -887,17 +899,50 @@ class StateStore:
             except Exception as e:
                 self._broken = True
                 raise StoreBroken(f"state store out of sync with LMDB after a failed commit: {e}") from e
+            self._lost(failed_commit=True)
             raise
+        if self.on_held_committed is not None:
+            self.on_held_committed()
         return True
+
+    def _commit(self, txn: lmdb.Transaction) -> None:
+        """Commit a write transaction (the one place `write` and `commit_held` do: tests
+        plant a failed commit here)."""
+        txn.commit()
+
+    def _lost(self, *, failed_commit: bool) -> None:
+        """Writer thread: a failure lost the changes of a held write (memory rebuilt from
+        LMDB, behind the published view): the owner is told (`on_lost`), and after a
+        failed commit the direct readers waiting for it are woken to answer `Unavailable`
+        (`wait_committed`) rather than wait for a retry that needs this thread."""
+        if failed_commit:
+            with self._commit_cond:
+                self._failed_commits += 1
+                self._commit_cond.notify_all()
+        if self.on_lost is not None:
+            self.on_lost()
+
+    @property
+    def behind(self) -> bool:
+        """Is memory behind the published view (a failed write or commit rolled it back to
+        LMDB, and the lost applies are not applied again yet)? The readers of memory then
+        answer `Unavailable` (`check_current`) rather than what was already superseded."""
+        return self.applied_index < self.view.applied_index
+
+    def check_current(self) -> None:
+        """Raise `Unavailable` (retryable, APPLY_NOT_COMMITTED) while `behind`."""
+        if self.applied_index < self.view.applied_index:
+            raise Unavailable("the state is being applied again after a failed commit; retry",
+                              reason="APPLY_NOT_COMMITTED")
 
     def abort_held(self) -> None:
         """Drop the held transaction, if any, and rebuild memory from LMDB (writer thread;
         a node that failed and stops: its changes are applied again from the log at the
-        next start)."""
+        next start). The readers' view stays (it shows what was answered)."""
         txn, self._held = self._held, None
         if txn is not None:
             txn.abort()
-            self.rebuild()
+            self.rebuild(publish=False)
 
     def publish_applied(self) -> None:
         """Publish the view of what the open write has applied, before it commits (writer
@@ -925,18 +970,16 @@ class StateStore:
         another thread by its owner (`commit_wanted`; no write holds while a reader
         waits). On the writer thread with nothing held (its own commit would be waited
         for), after a failed commit there, or after `timeout_s` (a commit that failed and
-        is being retried, e.g. a full disk): raises `Unavailable` (retryable), never
-        returns early."""
+        is being retried, e.g. a full disk), or at once when a held write's commit fails
+        meanwhile (`commit_held`): raises `Unavailable` (retryable), never returns early."""
         target = self._answered_index
         if self._committed_index >= target:
             return
         if threading.get_ident() == self._writer_ident:
             if self._held is not None:  # held (`write(hold=...)`): committed here and now
                 try:
-                    self.commit_held()
+                    self.commit_held()  # on failure its owner was told (`on_lost`)
                 except Exception as e:
-                    if self.commit_wanted is not None:
-                        self.commit_wanted()  # memory rebuilt: its owner applies them again
                     raise Unavailable(f"the state's last apply could not be committed: {e}",
                                       reason="APPLY_NOT_COMMITTED") from e
                 if self._committed_index >= target:
@@ -946,13 +989,18 @@ class StateStore:
         with self._commit_cond:
             self.readers_waiting += 1  # from now on no write holds (`write`)
             ask = self._held is not None
+            failures = self._failed_commits
         try:
             if ask and self.commit_wanted is not None:
                 self.commit_wanted()  # the writer commits what it holds
             with self._commit_cond:
-                if not self._commit_cond.wait_for(lambda: self._committed_index >= target, timeout_s):
+                if not self._commit_cond.wait_for(
+                        lambda: self._committed_index >= target or self._failed_commits != failures, timeout_s):
                     raise Unavailable("the state's last apply is not committed yet (a write failed and "
                                       "is retried)", reason="APPLY_NOT_COMMITTED")
+                if self._committed_index < target:
+                    raise Unavailable("the state's last apply could not be committed (it is applied "
+                                      "again and retried)", reason="APPLY_NOT_COMMITTED")
         finally:
             with self._commit_cond:
                 self.readers_waiting -= 1
@@ -1473,21 +1521,31 @@ class StateStore:
         the machine's in-memory index, a look-up or two per id, not a published view). On
         the leader an id it calls gone is gone for good; one it calls unborn may still be
         in entries committed but not applied here (after a leader change): ask again after
-        a read barrier."""
+        a read barrier. Raises `Unavailable` (retryable) while memory is `behind` the
+        published view (a failed commit rolled it back: an id answered may look unborn)."""
+        self.check_current()
         return self.machine.sort_known(queue, ids)
 
     def throttled_groups(self, queues: Iterable[str]) -> dict[str, int]:
         """For each of `queues` that has any, how many of its groups wait for their rate
-        (`QueueMachine.throttled_groups`; any thread)."""
+        (`QueueMachine.throttled_groups`; any thread); none while memory is `behind`."""
+        if self.behind:
+            return {}
         return {name: n for name in queues if (n := self.machine.throttled_groups(name))}
 
     def oldest_enqueued_ms(self, queues: Iterable[str]) -> dict[str, int]:
         """When each of `queues`' oldest message was enqueued (replicated ms), for those
         that hold messages: one look-up per queue in one read txn. Any thread (the oldest
         id comes from the machine's index, `QueueMachine.oldest_id`; a message taken
-        meanwhile may still answer: an approximate age, as SQS's)."""
+        meanwhile may still answer: an approximate age, as SQS's). A message applied since
+        the last commit (a held write, `write(hold=...)`; not readable from another
+        thread) counts as enqueued at the replicated time of the last apply (its age is
+        under the hold's bound). Nothing while memory is `behind` (after a failed commit)."""
         out: dict[str, int] = {}
+        if self.behind:
+            return out
         db = self._kind_db[K.MESSAGE]
+        uncommitted = self._committed_index < self.applied_index
         with self.env.begin() as txn:
             for name in queues:
                 id_ = self.machine.oldest_id(name)
@@ -1496,6 +1554,8 @@ class StateStore:
                 v = txn.get(K.message_key(name, id_), db=db)
                 if v is not None:
                     out[name] = R.MSG_HDR.unpack_from(v, 8)[2]
+                elif uncommitted:
+                    out[name] = self.machine.now_ms
         return out
 
     def get_message(self, queue: str, id_: int) -> MessageView:
@@ -1541,7 +1601,9 @@ class StateStore:
 
     def group_stats(self, queue: str) -> list[GroupStats]:
         """A fair queue's groups with their backlog and messages in flight (writer thread
-        only, as `peek`). Raises QueueNotFound."""
+        only, as `peek`). Raises QueueNotFound, or `Unavailable` (retryable) while memory is
+        `behind` the published view (after a failed commit)."""
+        self.check_current()
         return self.machine.group_stats(queue)
 
     def get_queue(self, name: str) -> QueueInfo:
