@@ -370,6 +370,36 @@ def restore_offline(
 
         env = open_env(node_dir(data_dir, node_id) / "doq.lmdb")
         try:
-            return restore_into(StateStore(env), readers, names, verified=True, advance=advance)
+            state = StateStore(env)
+            if state.is_empty():  # (else refused as not empty, below)
+                _refuse_unapplied_log(env.path(), state.applied_index)
+            return restore_into(state, readers, names, verified=True, advance=advance)
         finally:
             env.close()
+
+
+def _refuse_unapplied_log(lmdb_dir: str, applied_index: int) -> None:
+    """Refuse (FailedPrecondition RESTORE_TARGET_NOT_EMPTY) a node directory whose Raft log
+    (its segment files, `<lmdb dir>/wal`: `doq.node.wal_log.wal_dir`) holds entries past
+    its state's applied index: a node killed rather than stopped, whose state in LMDB lags
+    its log by up to one held batch (docs/raft.md, "The batched commit"). Its state looks
+    empty but is not: its next start applies those entries. Opening the log is what a
+    start does first (a torn tail cut)."""
+    from pathlib import Path
+
+    from doq.storage.segment_log import SUFFIX, SegmentLog
+
+    wal = Path(lmdb_dir) / "wal"
+    if not wal.is_dir() or not any(p.name.endswith(SUFFIX) for p in wal.iterdir()):
+        return
+    log = SegmentLog(wal)
+    try:
+        last = log.last_index()
+    finally:
+        log.close()
+    if last > applied_index:
+        raise FailedPrecondition(
+            f"the target's Raft log holds entries up to index {last} that its state has not "
+            f"applied (applied: {applied_index}; a node killed, not stopped): its state is not "
+            "empty. Start the node and stop it, or restore into a fresh data dir",
+            reason="RESTORE_TARGET_NOT_EMPTY")

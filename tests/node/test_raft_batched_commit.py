@@ -15,6 +15,7 @@ from pathlib import Path
 import lmdb
 import pytest
 
+from doq.errors import Unavailable
 from doq.node.raft_node import RaftNode
 from doq.queues import commands as c
 from doq.queues.model import MessageState, QueueSettings
@@ -131,32 +132,36 @@ async def test_a_stop_commits_the_held_write(tmp_path: Path) -> None:
 
 async def test_a_failed_commit_of_the_held_write_applies_its_entries_again_from_the_log(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The held write's commit fails (here: once, planted, as LMDB would: aborted, memory
-    rebuilt from LMDB, its applies lost): the node applies those entries again from its
-    log and commits them; the reader that asked for the commit then finds them, each
-    message once, and so does a restart. Fails if the lost applies are not applied again
-    (the reader times out, the messages are gone from memory)."""
+    """The held write's commit fails (here: once, planted in `StateStore._commit`, as
+    LMDB fails it: aborted, memory rebuilt from LMDB, its applies lost): the reader that
+    asked for the commit answers `Unavailable` (retryable) at once, the node applies those
+    entries again from its log and commits them; the reader asking again finds them,
+    each message once. Fails if the lost applies are not applied again (the reader
+    times out, the messages are gone from memory)."""
     _, n1 = await _one(tmp_path)
     for i in range(5):
         await n1.propose(_enq(i))
     assert await _held(n1)
     applied = n1.state.applied_index
-    real = StateStore.commit_held
+    real = StateStore._commit
     failed = threading.Event()
 
-    def fail_once(store: StateStore) -> bool:
-        if failed.is_set() or store._held is None:
-            return real(store)
+    def fail_once(store: StateStore, txn: lmdb.Transaction) -> None:
+        if failed.is_set() or store is not n1.state:
+            return real(store, txn)
         failed.set()
-        txn, store._held = store._held, None
-        txn.abort()
-        store.rebuild()
         raise lmdb.MapFullError("planted")
 
-    monkeypatch.setattr(StateStore, "commit_held", fail_once)
-    contents = await asyncio.to_thread(
-        lambda: [m.content for m in n1.state.peek("q", MessageState.READY, 0, 100)])
+    monkeypatch.setattr(StateStore, "_commit", fail_once)
+
+    async def read() -> list[bytes]:
+        return await asyncio.to_thread(
+            lambda: [m.content for m in n1.state.peek("q", MessageState.READY, 0, 100)])
+
+    with pytest.raises(Unavailable):
+        await read()
     assert failed.is_set()
+    contents = await retry(read)
     assert contents == [b"m%d" % i for i in range(5)]
     assert n1.state.applied_index == applied and not n1.state.held
     assert n1.state.get_queue("q").stats.total == 5
