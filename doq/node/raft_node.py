@@ -1158,7 +1158,7 @@ class RaftNode:
     def _write(self, job: _Job) -> None:
         """The Ready's durable part and the apply (`_write_txn`); a deferred Ready's log
         part only, its LMDB part handed to the apply thread (`_apply_deferred`)."""
-        if self._reload_due or self.state.applied_index < self._applied_upto:
+        if self._reload_due or (self.state.applied_index < self._applied_upto and self._batches_commits()):
             # a held write's commit failed (`_state_lost`, `_commit_held_now`): what it
             # recorded of the log (compaction point, hard state) is gone from LMDB too
             _reload_log(self.storage)
