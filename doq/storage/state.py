@@ -931,7 +931,7 @@ class StateStore:
 
     def check_current(self) -> None:
         """Raise `Unavailable` (retryable, APPLY_NOT_COMMITTED) while `behind`."""
-        if self.applied_index < self.view.applied_index:
+        if self.behind:
             raise Unavailable("the state is being applied again after a failed commit; retry",
                               reason="APPLY_NOT_COMMITTED")
 
