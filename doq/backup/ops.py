@@ -382,9 +382,10 @@ def _refuse_unapplied_log(lmdb_dir: str, applied_index: int) -> None:
     """Refuse (FailedPrecondition RESTORE_TARGET_NOT_EMPTY) a node directory whose Raft log
     (its segment files, `<lmdb dir>/wal`: `doq.node.wal_log.wal_dir`) holds entries past
     its state's applied index: a node killed rather than stopped, whose state in LMDB lags
-    its log by up to one held batch (docs/raft.md, "The batched commit"). Its state looks
-    empty but is not: its next start applies those entries. Opening the log is what a
-    start does first (a torn tail cut)."""
+    its log by up to one held batch (docs/raft.md, "The batched commit"), or one stopped
+    with entries it had not applied yet. Its state looks empty but is not: its next start
+    applies those entries. Opening the log does what a start does first (a torn tail cut,
+    leftover temporary files removed); nothing else is written."""
     from pathlib import Path
 
     from doq.storage.segment_log import SUFFIX, SegmentLog
@@ -400,6 +401,6 @@ def _refuse_unapplied_log(lmdb_dir: str, applied_index: int) -> None:
     if last > applied_index:
         raise FailedPrecondition(
             f"the target's Raft log holds entries up to index {last} that its state has not "
-            f"applied (applied: {applied_index}; a node killed, not stopped): its state is not "
-            "empty. Start the node and stop it, or restore into a fresh data dir",
+            f"applied (applied: {applied_index}; a node killed, or stopped before it applied "
+            "them): it is not a fresh node. Restore into a fresh data dir",
             reason="RESTORE_TARGET_NOT_EMPTY")

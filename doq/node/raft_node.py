@@ -1335,18 +1335,18 @@ class RaftNode:
     def _state_lost(self) -> None:
         """Apply thread (`StateStore.on_lost`, before anything else runs here): a failed
         commit (or write) lost the held write's applies and what it recorded of the log (a
-        compaction point, a hard state). The log's view is reloaded from LMDB at once, so no
-        write that follows drops a segment file past LMDB's compaction point, and the loop
+        compaction point, a hard state). The log's view is reloaded from LMDB before the next
+        write (`_reload_due`), so none drops a segment file past LMDB's compaction point, and the loop
         applies the lost entries again (`_refill`); until then the readers of memory
-        answer `Unavailable` (`StateStore.check_current`)."""
+        answer `Unavailable` (`StateStore.check_current`).
+
+        The reload itself waits for the next write (`_write` does it first thing, on this
+        thread, while the loop waits for that write under the Ready lock): here the loop
+        may be reading the log (`core.ready()`, a follower's catch-up), and a reload closes
+        and reopens its segment files. Every write that could drop a segment file runs
+        through `_write`, so none runs on the stale view."""
         self._held_entries = self._held_bytes = 0
-        try:
-            _reload_log(self.storage)
-            self._reload_due = False
-        except Exception:
-            log.warning("node %s: the log's view could not be reloaded after a failed commit; "
-                        "retried before the next write", self.node_id, exc_info=True)
-            self._reload_due = True
+        self._reload_due = True
         loop = self._loop
         if loop is not None and not self._stopping:
             with contextlib.suppress(RuntimeError):  # the loop is closed

@@ -855,7 +855,7 @@ class StateStore:
                 self._broken = True
                 raise StoreBroken(f"state store out of sync with LMDB after a failed write: {e}") from e
             if continued:
-                self._lost(failed_commit=False)
+                self._lost()
             raise
         if durable:
             try:
@@ -899,7 +899,7 @@ class StateStore:
             except Exception as e:
                 self._broken = True
                 raise StoreBroken(f"state store out of sync with LMDB after a failed commit: {e}") from e
-            self._lost(failed_commit=True)
+            self._lost()
             raise
         if self.on_held_committed is not None:
             self.on_held_committed()
@@ -910,24 +910,25 @@ class StateStore:
         plant a failed commit here)."""
         txn.commit()
 
-    def _lost(self, *, failed_commit: bool) -> None:
-        """Writer thread: a failure lost the changes of a held write (memory rebuilt from
-        LMDB, behind the published view): the owner is told (`on_lost`), and after a
-        failed commit the direct readers waiting for it are woken to answer `Unavailable`
-        (`wait_committed`) rather than wait for a retry that needs this thread."""
-        if failed_commit:
-            with self._commit_cond:
-                self._failed_commits += 1
-                self._commit_cond.notify_all()
+    def _lost(self) -> None:
+        """Writer thread: a failure (of its commit, or of the block of a write continuing
+        it) lost the changes of a held write (memory rebuilt from LMDB, behind the
+        published view): the direct readers waiting for them are woken to answer
+        `Unavailable` (`wait_committed`) rather than wait out their timeout for a retry that
+        needs this thread, and the owner is told (`on_lost`)."""
+        with self._commit_cond:
+            self._failed_commits += 1
+            self._commit_cond.notify_all()
         if self.on_lost is not None:
             self.on_lost()
 
     @property
     def behind(self) -> bool:
-        """Is memory behind the published view (a failed write or commit rolled it back to
-        LMDB, and the lost applies are not applied again yet)? The readers of memory then
+        """Is memory behind the published view or an answer given before its commit
+        (`publish_applied`): a failed write or commit rolled it back to LMDB, and the lost
+        applies are not applied again yet? The readers of memory then
         answer `Unavailable` (`check_current`) rather than what was already superseded."""
-        return self.applied_index < self.view.applied_index
+        return self.applied_index < max(self.view.applied_index, self._answered_index)
 
     def check_current(self) -> None:
         """Raise `Unavailable` (retryable, APPLY_NOT_COMMITTED) while `behind`."""

@@ -120,17 +120,18 @@ async def test_get_message_reads_off_the_loop_and_answers_at_once_when_the_commi
     assert n1.state.committed_index == n1.state.applied_index or await _held(n1)
 
 
-async def test_a_failed_commit_on_the_apply_thread_reloads_the_logs_view_before_anything_else_runs_there(
+async def test_a_failed_commit_on_the_apply_thread_reloads_the_logs_view_before_the_next_write(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """(From the review's throwaway, made deterministic.) A snapshot every 10 entries and
     compaction one entry per write, so held writes carry compaction points and hard
     states; a reader on the apply thread (`peek` through `inspect`) commits such a held
-    write, and that commit fails. Before anything else runs on the apply thread (a
-    durable write already queued would drop segment files by the log's in-memory
-    compaction point), the log's view is LMDB's again: its compaction point and hard
-    state. Then the node goes on, restarts (its log reconciled with LMDB), and every
-    confirmed message is there. Fails if the reload waits for a job posted behind the
-    queued writes (the in-memory compaction point and hard state still the lost ones)."""
+    write, and that commit fails. The log's in-memory view (compaction point, hard
+    state) is then ahead of LMDB's: it is marked for a reload that the next write does
+    first thing, on the apply thread (not at once: the loop may be reading the log), so
+    no write (a durable one already queued) drops segment files by the lost compaction
+    point. Then the node goes on, restarts (its log reconciled with LMDB), and every
+    confirmed message is there. Fails if the failure leaves the reload to a job posted
+    behind the queued writes (`_reload_due` not set)."""
     monkeypatch.setitem(WalLogStorage.__init__.__kwdefaults__, "segment_bytes", 4128)
     cfg = dataclasses.replace(HOLD, snapshot_every=10, keep_entries=2, compact_entries_per_write=1)
     cl, n1 = await _one(tmp_path, cfg)
@@ -142,7 +143,7 @@ async def test_a_failed_commit_on_the_apply_thread_reloads_the_logs_view_before_
         with node.env.begin() as txn:
             return RaftMeta.read(txn, node.storage._meta_db)
 
-    def probe(s: StateStore) -> tuple[tuple[int, object], tuple[int, object]] | None:
+    def probe(s: StateStore) -> tuple[tuple[int, object], tuple[int, object], bool] | None:
         st = n1.storage
         if not (s.held and st.first_index() - 1 > in_lmdb(n1).first[0]):
             return None  # no held compaction point yet
@@ -150,7 +151,7 @@ async def test_a_failed_commit_on_the_apply_thread_reloads_the_logs_view_before_
         with pytest.raises(Unavailable):
             s.peek("q", MessageState.READY, 0, 5)
         disk = in_lmdb(n1)
-        return (st.first_index() - 1, st.hard_state), (disk.first[0], disk.hard_state)
+        return (st.first_index() - 1, st.hard_state), (disk.first[0], disk.hard_state), n1._reload_due
 
     for _ in range(2000):
         out = await n1.propose(c.Enqueue("q", [c.EnqueueItem(b"x" * rng.randrange(200, 1500))]))
@@ -161,8 +162,9 @@ async def test_a_failed_commit_on_the_apply_thread_reloads_the_logs_view_before_
     else:
         pytest.fail("never a held write with a compaction point")
     assert fault.failed == 1
-    memory, disk = views
-    assert memory == disk
+    memory, disk, reload_due = views
+    assert memory != disk  # the lost compaction point and hard state: stale until reloaded
+    assert reload_due  # ... which the next write does before anything else
     for i in range(30):  # snapshots, compactions, segment files dropped
         out = await retry(lambda i=i: n1.propose(_enq(i)))  # type: ignore[misc]
         confirmed.append(out[0].id)  # type: ignore[index]
