@@ -290,6 +290,7 @@ def _metadata(md: object) -> bytes:
 
 
 _CHUNK = 1024  # records `_Loader.feed_all` takes at a time
+_BULK_DUE = 1024  # messages due at once that `_make_ready` adds to a ready index in one call
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
 _FLAGS_AT = struct.calcsize("<qQ28x")  # the flags byte in a `_HDR_HEAD`
 _IN_FLIGHT_BIT = bytes(1 if b & R.FLAG_IN_FLIGHT else 0 for b in range(256))  # a translate table
@@ -867,6 +868,8 @@ class QueueMachine:
         self.now_ms = 0
         self._meta_written: tuple[int, int, int] = (1, 0, 1)
         self._changed: set[str] = set()  # queue names whose info may differ (take_changed)
+        # records read because their delay ended (`_make_ready`), since `take_due_reads`
+        self._due_reads = 0
         # client keys: replicated, but kept by the state store apart from the records
         # (`doq.queues.apikeys`); `load` leaves them to the store
         self.keys = KeyTable()
@@ -923,6 +926,12 @@ class QueueMachine:
             self.store.put(K.META_KEY, R.META_REC.pack(*meta))
             self._meta_written = meta
         return results
+
+    def take_due_reads(self) -> int:
+        """The message records read because their delay ended (each one's priority or
+        group), since the last call; the count restarts at 0."""
+        n, self._due_reads = self._due_reads, 0
+        return n
 
     def next_due_ms(self) -> int | None:
         """Earliest replicated time at which a delay ends or a lease expires (None: never)."""
@@ -1318,12 +1327,20 @@ class QueueMachine:
         prefix = q.prefix
         pack = _U64.pack
         unpack = _HDR.unpack_from
+        self._due_reads += len(ids)
         if type(q.index) is PriorityIndex:
-            add = q.index.add_pair
-            for id_ in ids:
-                rec = get(prefix + pack(id_))
-                assert rec is not None
-                add(unpack(rec)[0], id_)
+            if len(ids) < _BULK_DUE:
+                add = q.index.add_pair
+                for id_ in ids:
+                    rec = get(prefix + pack(id_))
+                    assert rec is not None
+                    add(unpack(rec)[0], id_)
+                return
+            # one bulk add: the first tick after a long stop makes every message that fell
+            # due meanwhile ready at once (~200k after 2 h of a 5M timestamp backlog)
+            recs = list(map(get, map(prefix.__add__, map(pack, ids))))
+            assert None not in recs
+            q.index.add_pairs(array("q", [unpack(rec)[0] for rec in recs]), ids)
             return
         for id_ in ids:
             rec = get(prefix + pack(id_))
