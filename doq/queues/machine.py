@@ -1339,8 +1339,11 @@ class QueueMachine:
             # one bulk add: the first tick after a long stop makes every message that fell
             # due meanwhile ready at once (~200k after 2 h of a 5M timestamp backlog)
             recs = list(map(get, map(prefix.__add__, map(pack, ids))))
-            assert None not in recs
-            q.index.add_pairs(array("q", [unpack(rec)[0] for rec in recs]), ids)
+            ps = array("q")
+            for rec in recs:
+                assert rec is not None
+                ps.append(unpack(rec)[0])
+            q.index.add_pairs(ps, ids)
             return
         for id_ in ids:
             rec = get(prefix + pack(id_))
