@@ -290,7 +290,6 @@ def _metadata(md: object) -> bytes:
 
 
 _CHUNK = 1024  # records `_Loader.feed_all` takes at a time
-_BULK_DUE = 1024  # messages due at once that `_make_ready` adds to a ready index in one call
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
 _FLAGS_AT = struct.calcsize("<qQ28x")  # the flags byte in a `_HDR_HEAD`
 _IN_FLIGHT_BIT = bytes(1 if b & R.FLAG_IN_FLIGHT else 0 for b in range(256))  # a translate table
@@ -1329,21 +1328,15 @@ class QueueMachine:
         unpack = _HDR.unpack_from
         self._due_reads += len(ids)
         if type(q.index) is PriorityIndex:
-            if len(ids) < _BULK_DUE:
-                add = q.index.add_pair
-                for id_ in ids:
-                    rec = get(prefix + pack(id_))
-                    assert rec is not None
-                    add(unpack(rec)[0], id_)
-                return
-            # one bulk add: the first tick after a long stop makes every message that fell
-            # due meanwhile ready at once (~200k after 2 h of a 5M timestamp backlog)
-            recs = list(map(get, map(prefix.__add__, map(pack, ids))))
-            ps = array("q")
-            for rec in recs:
+            # in due order: a timestamp falling due mostly follows the ready ones (an
+            # append); read in key order and added by `add_pairs`, the first tick after
+            # 2 h stopped (~100k due) measured no faster, sorted reads with adds one by
+            # one slower (1.15-1.18 s against 0.83-0.96 s)
+            add = q.index.add_pair
+            for id_ in ids:
+                rec = get(prefix + pack(id_))
                 assert rec is not None
-                ps.append(unpack(rec)[0])
-            q.index.add_pairs(ps, ids)
+                add(unpack(rec)[0], id_)
             return
         for id_ in ids:
             rec = get(prefix + pack(id_))
