@@ -101,6 +101,15 @@ class PriorityIndex:
             return
         self.ready = PairList.from_unsorted(priorities, ids, p_bounds, id_bounds)
 
+    def load_pairs_split(self, priorities: Sequence[int], ids: Sequence[int], ready_upto: int,
+                         p_bounds: tuple[int, int] | None = None,
+                         id_bounds: tuple[int, int] | None = None) -> PairList:
+        """`load_pairs` of the pairs whose priority is <= `ready_upto`; the others are
+        returned, as a list of (priority, id) (`PairList.split_unsorted`: one pass over the
+        pairs for both)."""
+        self.ready, rest = PairList.split_unsorted(priorities, ids, ready_upto, p_bounds, id_bounds)
+        return rest
+
     def bulk_load(self, keys: dict[str, list[int]], inflight: dict[str, int]) -> None:
         ready: list[int] = []
         for ks in keys.values():

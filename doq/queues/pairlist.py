@@ -194,17 +194,36 @@ class PairList:
         (`sorted_pairs`). `a_bounds`, `b_bounds`: (lowest, highest) that every a, every b
         lies within (not checked; the same list whatever bounds hold them, the chunks cut
         by them), if the caller knows them: no pass over the column to find them."""
+        return cls._build(a, b, None, a_bounds, b_bounds)[0]
+
+    @classmethod
+    def split_unsorted(cls, a: Sequence[int], b: Sequence[int], split_a: int,
+                       a_bounds: tuple[int, int] | None = None,
+                       b_bounds: tuple[int, int] | None = None) -> tuple[PairList, PairList]:
+        """(the list of the pairs of `zip(a, b)` whose a is <= `split_a`, the list of the
+        others), each the list `from_unsorted` makes of its pairs (in any order, distinct).
+        Built as `from_unsorted` builds one list, the pairs distributed once: the ranges
+        below `split_a`'s go to the first list whole, those above to the second, and the
+        one range holding `split_a` is sorted and cut (a rebuild's ready and delayed
+        messages of a queue of timestamp priorities, told apart by one comparison).
+        `a_bounds`, `b_bounds`: as for `from_unsorted` (of all the pairs)."""
+        return cls._build(a, b, split_a, a_bounds, b_bounds)
+
+    @classmethod
+    def _build(cls, a: Sequence[int], b: Sequence[int], split_a: int | None,
+               a_bounds: tuple[int, int] | None, b_bounds: tuple[int, int] | None) -> tuple[PairList, PairList]:
+        """`split_unsorted` (`split_a` None: every pair in the first list)."""
         n = len(a)
         if n != len(b):
             raise ValueError("a and b differ in length")
         cap = UNSORTED_LOADS * LOAD
         if n <= cap or not _HOST_LITTLE:
-            return cls.from_sorted(*sorted_pairs(a, b))
+            return cls._split_sorted(*sorted_pairs(a, b), split_a)
         amin, amax = a_bounds if a_bounds is not None else (min(a), max(a))
         bmin, bmax = b_bounds if b_bounds is not None else (min(b), max(b))
         a_span, b_bits = amax - amin, (bmax - bmin).bit_length()
         if a_span.bit_length() + b_bits > 64:
-            return cls.from_sorted(*sorted_pairs(a, b))
+            return cls._split_sorted(*sorted_pairs(a, b), split_a)
         a_col = a if isinstance(a, array) and a.typecode == "q" else array("q", a)
         b_col = b if isinstance(b, array) and b.typecode == "Q" else array("Q", b)
         shift = max(0, (a_span * BUCKET_LOADS * LOAD // n).bit_length() - 1)  # a range's width: 2**shift
@@ -221,23 +240,69 @@ class PairList:
         chunks: list[array[int]] = [array("Q") for _ in range(nb)]
         deque(map(_append, map(chunks.__getitem__, idx), keys), 0)
         del idx, keys
-        pl = cls()
-        for ck in chunks:
+        # the range holding split_a (-1: every pair above it; nb: none) and, within it, the
+        # largest key whose a is split_a's
+        at = nb if split_a is None or split_a >= amax else -1 if split_a < amin else (split_a - amin) >> shift
+        top_key = ((split_a - amin) << b_bits | ((1 << b_bits) - 1)) if 0 <= at < nb and split_a is not None else 0
+        a_bits = a_span.bit_length()
+        low, high = cls(), cls()
+        for r, ck in enumerate(chunks):
             if not ck:
                 continue
-            unsorted = len(ck) <= cap
-            if not unsorted:
+            if r == at:
                 ck = array("Q", sorted(ck))
-            m = len(ck)
-            ca, cb = array("q"), array("Q")
-            _unpack(_words(ck), m, _ones(m), b_bits, a_span.bit_length(), amin, bmin, ca, cb)
-            if unsorted:
-                top = max(ck)
-                pl._push(ca, cb, (top >> b_bits) + amin, (top & ((1 << b_bits) - 1)) + bmin, True)
+                k = bisect_right(ck, top_key)
+                low._push_keys(ck[:k], True, cap, b_bits, a_bits, amin, bmin)
+                high._push_keys(ck[k:], True, cap, b_bits, a_bits, amin, bmin)
             else:
-                for j in range(0, m, LOAD):  # sorted chunks of LOAD (the last one: at most)
-                    pl._push(ca[j : j + LOAD], cb[j : j + LOAD], ca[min(m, j + LOAD) - 1], cb[min(m, j + LOAD) - 1], False)
-        return pl
+                (low if r < at else high)._push_keys(ck, False, cap, b_bits, a_bits, amin, bmin)
+        return low, high
+
+    @classmethod
+    def _split_sorted(cls, a: array[int], b: array[int], split_a: int | None) -> tuple[PairList, PairList]:
+        """(`from_sorted` of the sorted pairs whose a is <= `split_a`, of the others)."""
+        k = len(a) if split_a is None else bisect_right(a, split_a)
+        return cls.from_sorted(a[:k], b[:k]), cls.from_sorted(a[k:], b[k:])
+
+    def _push_keys(self, ck: array[int], in_order: bool, cap: int, b_bits: int, a_bits: int, amin: int,
+                   bmin: int) -> None:
+        """Append the pairs of the packed keys `ck` (`(a - amin) << b_bits | (b - bmin)`), all
+        after the list's largest pair: one unsorted chunk if there are at most `cap` of them
+        and `in_order` is false, else sorted chunks of LOAD (sorted here if not `in_order`)."""
+        if not ck:
+            return
+        unsorted = not in_order and len(ck) <= cap
+        if not unsorted and not in_order:
+            ck = array("Q", sorted(ck))
+        m = len(ck)
+        ca, cb = array("q"), array("Q")
+        _unpack(_words(ck), m, _ones(m), b_bits, a_bits, amin, bmin, ca, cb)
+        if unsorted:
+            top = max(ck)
+            self._push(ca, cb, (top >> b_bits) + amin, (top & ((1 << b_bits) - 1)) + bmin, True)
+        else:
+            for j in range(0, m, LOAD):  # sorted chunks of LOAD (the last one: at most)
+                self._push(ca[j : j + LOAD], cb[j : j + LOAD], ca[min(m, j + LOAD) - 1], cb[min(m, j + LOAD) - 1], False)
+
+    def scale_a(self, factor: int) -> None:
+        """Multiply every a by `factor` (>= 1: the pairs' order is kept). ValueError, the
+        list unchanged, if an a * factor would not fit in a signed 64-bit integer. Each
+        chunk of a's >= 0 is multiplied as the 64-bit words of one int (no carry: every
+        product fits in its word), others item by item."""
+        if factor < 1:
+            raise ValueError("factor must be >= 1")
+        if not self._as or factor == 1:
+            return
+        lowest = min(self._as[0]) if self._unsorted[0] else self._as[0][0]
+        if not (-_SIGN <= lowest * factor and self._maxa[-1] * factor < _SIGN):
+            raise ValueError("a * factor out of the signed 64-bit range")
+        for i, ca in enumerate(self._as):
+            if _HOST_LITTLE and (ca[0] >= 0 if not self._unsorted[i] else min(ca) >= 0):
+                self._as[i] = array("q")
+                self._as[i].frombytes((_words(ca) * factor).to_bytes(8 * len(ca), "little"))
+            else:
+                self._as[i] = array("q", map(factor.__mul__, ca))
+        self._maxa = [x * factor for x in self._maxa]
 
     def _push(self, ca: array[int], cb: array[int], top_a: int, top_b: int, unsorted: bool) -> None:
         """Append a chunk whose pairs all follow the list's largest pair; (top_a, top_b):

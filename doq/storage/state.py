@@ -165,6 +165,9 @@ SWEEP_CHUNK = 1 << 14  # versions entries a commit removes at most, of a collect
 SWEEP_GATHER = 1 << 14  # notes a commit reads (and sorts) at most, of a collection
 SWEEP_VISIT = 1 << 15  # bodies a commit walks over (or notes it drops) at most, of a compaction
 DEFAULT_TOMBSTONE_RETENTION = 1_000_000
+# message records read because their delay ended (`QueueMachine.take_due_reads`) after which
+# a commit lets go of the data file's pages this process mapped (`release_mapped_pages`)
+RELEASE_AFTER_DUE_READS = 16384
 DUMP_MAGIC = b"DOQSTATE1"
 _DUMP_REC = struct.Struct(">BII")
 # dump order: (dump tag, db name); the versions index is derived, so not dumped
@@ -777,6 +780,7 @@ class StateStore:
         self.cluster_id = ""  # "" in a state from before cluster ids (or a joiner not yet caught up)
         self._broken = False
         self._reload_view = True  # the next publish rebuilds the view of every queue
+        self._due_reads = 0  # records read by ended delays since the last release of mapped pages
         self._keys_changed = True  # the next publish publishes the key table
         self.view = StateView()
         # direct readers of LMDB and the applies answered before their commit
@@ -868,6 +872,13 @@ class StateStore:
         except Exception as e:
             self._broken = True
             raise StoreBroken(f"committed, but the readers' view could not be refreshed: {e}") from e
+        self._due_reads += self.machine.take_due_reads()
+        if self._due_reads >= RELEASE_AFTER_DUE_READS:
+            # messages whose delay ended were read one by one, at random places of the file
+            # (the first tick after a long stop: every message due meanwhile, ~200k after 2 h
+            # of a 5M timestamp backlog, mapped ~1.3 GB of it): let go of those pages
+            self._due_reads = 0
+            release_mapped_pages(self._data_file())
 
     @property
     def held(self) -> bool:
@@ -1041,6 +1052,9 @@ class StateStore:
     def _queue_view(self, name: str) -> QueueView:
         return QueueView(self.machine.queue_info(name), self.machine.deliverable(name))
 
+    def _data_file(self) -> str:
+        return os.path.join(self.env.path(), "data.mdb")
+
     # -- rebuild -------------------------------------------------------------------------
     def rebuild(self, txn: lmdb.Transaction | None = None, *, publish: bool = True) -> None:
         """Reload applied_index and the in-memory indexes from LMDB and publish the view
@@ -1051,7 +1065,7 @@ class StateStore:
         afterwards (`doq.storage.mapped`: they stay in the page cache, no longer in this
         process's RSS)."""
         if txn is None:
-            data_file = os.path.join(self.env.path(), "data.mdb")
+            data_file = self._data_file()
             # the load reads every page in use: read from disk in file order meanwhile, not
             # one fault at a time in key order (`doq.storage.mapped`)
             prefetch = prefetch_file(data_file, (self.env.info()["last_pgno"] + 1) * self.env.stat()["psize"])

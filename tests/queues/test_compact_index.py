@@ -230,6 +230,68 @@ def test_from_unsorted_is_the_sorted_list(pairs: list[tuple[int, int]], load: in
         pairlist.LOAD, pairlist.UNSORTED_LOADS = old
 
 
+@settings(max_examples=300, deadline=None)
+@example([(a, b) for a in range(-3, 4) for b in range(30)], 0, 1, 2, 0)  # the split inside a range past the cap
+@example([(a, b) for a in (-(2**63), 2**63 - 1) for b in range(20)], 2**63 - 1, 1, 2, 0)
+@given(st.lists(st.tuples(load_a, SMALL_B), max_size=150), load_a, st.sampled_from([1, 2, 3, 256]),
+       st.integers(1, 4), st.integers(0, 10**6))
+def test_split_unsorted_is_the_sorted_list_cut_at_a(pairs: list[tuple[int, int]], split_a: int, load: int,
+                                                    unsorted_loads: int, seed: int) -> None:
+    """`PairList.split_unsorted` of pairs in any order is the sorted pairs cut after the
+    last whose a is <= split_a, as two lists that keep the invariants and read, pop and
+    take adds as lists do; with exact bounds or wider ones given."""
+    old = pairlist.LOAD, pairlist.UNSORTED_LOADS
+    pairlist.LOAD, pairlist.UNSORTED_LOADS = load, unsorted_loads
+    try:
+        pairs = list(dict.fromkeys(pairs))
+        random.Random(seed).shuffle(pairs)
+        ref = sorted(pairs)
+        k = sum(1 for a, _ in ref if a <= split_a)
+        a_col, b_col = array("q", [a for a, _ in pairs]), array("Q", [b for _, b in pairs])
+        bounds = [(None, None)]
+        if pairs:
+            bounds.append(((min(a_col) - (seed % 3), max(a_col)), (0, max(b_col) + seed % 5)))
+        for a_bounds, b_bounds in bounds:
+            if a_bounds is not None and a_bounds[0] < -(2**63):
+                continue
+            low, high = PairList.split_unsorted(a_col, b_col, split_a, a_bounds, b_bounds)
+            low.check()
+            high.check()
+            assert _held(low) == ref[:k] and _held(high) == ref[k:]
+            assert len(low) == k and len(high) == len(ref) - k
+            assert list(high) == ref[k:] and list(low) == ref[:k]
+            assert high.pop_front(2) == tuple(map(list, zip(*ref[k : k + 2], strict=True))) or len(ref) == k
+    finally:
+        pairlist.LOAD, pairlist.UNSORTED_LOADS = old
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(-(2**40), 2**40) | st.integers(0, 2**50) | st.integers(-3, 3), SMALL_B),
+                max_size=120), st.sampled_from([1, 2, 1000, 2**12]), st.sampled_from([1, 2, 256]), st.booleans())
+def test_scale_a_multiplies_every_a_and_keeps_the_order(pairs: list[tuple[int, int]], factor: int, load: int,
+                                                       unsorted: bool) -> None:
+    """`scale_a(f)` leaves the list of (a * f, b), in order, for sorted and unsorted chunks
+    (word arithmetic for chunks of a's >= 0, per item otherwise); a product out of the
+    int64 range raises ValueError and changes nothing."""
+    old = pairlist.LOAD, pairlist.UNSORTED_LOADS
+    pairlist.LOAD, pairlist.UNSORTED_LOADS = load, 2
+    try:
+        pairs = list(dict.fromkeys(pairs))
+        random.Random(len(pairs)).shuffle(pairs)
+        a_col, b_col = array("q", [a for a, _ in pairs]), array("Q", [b for _, b in pairs])
+        pl = PairList.from_unsorted(a_col, b_col) if unsorted else PairList.from_sorted(*sorted_pairs(a_col, b_col))
+        pl.scale_a(factor)
+        pl.check()
+        assert list(pl) == sorted((a * factor, b) for a, b in pairs)
+        if any(a for a, _ in pairs):
+            before = list(pl)
+            with pytest.raises(ValueError):
+                pl.scale_a(2**63 + 1)
+            assert list(pl) == before
+    finally:
+        pairlist.LOAD, pairlist.UNSORTED_LOADS = old
+
+
 def test_from_unsorted_leaves_evenly_spread_pairs_unsorted_in_ranges() -> None:
     """Random priorities (as a rebuild of a delayed queue reads them, in id order) are not
     sorted by the load: they lie in unsorted chunks of at most the cap, each sorted when
@@ -527,7 +589,9 @@ def test_a_chunk_of_ready_records_is_taken_as_columns() -> None:
 
 def test_a_chunk_of_timestamp_priorities_is_split_due_or_delayed_as_columns() -> None:
     """A chunk of timestamp-priority records (neither in flight nor held by a delay) is
-    told apart, due or delayed, as columns: no record goes through `_place`."""
+    kept whole as columns, the late ones told apart at `finish` by one split of the
+    queue's pairs: no record goes through `_place`, and the queue holds the due ones
+    ready and the others delayed until their priority's time."""
     from doq.queues import machine as M
     now = 1_800_000_000_000
     store = MemoryStore()
@@ -538,30 +602,67 @@ def test_a_chunk_of_timestamp_priorities_is_split_due_or_delayed_as_columns() ->
     msgs = sorted((k, v) for k, v in store.data.items() if k[0] == ord("M"))
     others = sorted((k, v) for k, v in store.data.items() if k[0] != ord("M"))
     ids = [int.from_bytes(k[-8:], "big") for k, _ in msgs]
-    for part in (msgs, msgs[:10]):  # a mixed chunk; a chunk of the past only
+    late = [p for p in prios if p * 1000 > now]
+    future = [kv for kv, p in zip(msgs, prios, strict=True) if p * 1000 > now]
+    past = [kv for kv, p in zip(msgs, prios, strict=True) if p * 1000 <= now]
+    for part in (msgs, msgs[:10], past, future):  # mixed chunks; the past only; the future only
         fresh = QueueMachine(MemoryStore())
         fresh.load(others)
         loader = M._Loader(fresh)  # noqa: SLF001
         loader.meta_seen = True
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(M._Loader, "_place", None)  # noqa: SLF001
+            mp.setattr(M._Loader, "_split_due", None)  # noqa: SLF001
             assert loader._feed_columns(part, 0, None)  # noqa: SLF001
-        got = loader.per_q["d"]
-        n = len(part)
-        due = [j for j in range(n) if prios[j] * 1000 <= now]
-        assert list(got.ready_i) == [ids[j] for j in due] and list(got.ready_p) == [prios[j] for j in due]
-        assert list(got.dl_id) == [ids[j] for j in range(n) if j not in due]
-        assert list(got.dl_at) == [prios[j] * 1000 for j in range(n) if j not in due]
-    late = [p for p in prios if p * 1000 > now]
-    fresh = QueueMachine(MemoryStore())
-    fresh.load(others)
-    loader = M._Loader(fresh)  # noqa: SLF001
-    loader.meta_seen = True
-    part = [kv for kv, p in zip(msgs, prios, strict=True) if p * 1000 > now]  # the future only
+            got = loader.per_q["d"]
+            held = {ids.index(int.from_bytes(k[-8:], "big")) for k, _ in part}
+            assert (got.late_above is None) == all(prios[j] * 1000 <= now for j in held)
+            loader.finish()
+        due = sorted((prios[j], ids[j]) for j in held if prios[j] * 1000 <= now)
+        q = fresh.queues["d"]
+        assert list(q.index.ready) == due and not q.inflight
+        assert list(q.delayed) == sorted((prios[j] * 1000, ids[j]) for j in held if prios[j] * 1000 > now)
+    assert len(late) == len(future)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(-3, 3) | st.integers(R.TS_PRIORITY_MIN - 2, R.TS_PRIORITY_MIN + 2)
+                          | st.integers(1_799_999_990, 1_800_000_010) | st.integers(R.MAX_MS // 1000 - 2, R.MAX_MS // 1000 + 2),
+                          st.sampled_from([0, 0, 0, 5_000, 20_000])),
+                min_size=1, max_size=80),
+       st.sampled_from([3, 7, 1024]), st.sets(st.integers(0, 79), max_size=5),
+       st.sampled_from([1_800_000_000_000, 1_800_000_000_999, 0]))
+def test_a_rebuild_of_timestamp_priorities_is_the_per_record_load(items: list[tuple[int, int]], chunk: int,
+                                                                  dequeued: set[int], now: int) -> None:
+    """A delayed queue's rebuild by columns (timestamp chunks kept whole, the late pairs
+    split off at `finish`) holds what the per-record load holds (`_feed_rows` only): the
+    same ready order, the same delayed (time, id) list, the same in-flight entries and
+    due times, beside records with a delay, in flight, with priorities no timestamps and
+    timestamps past MAX_MS; chunks of several sizes."""
+    from doq.queues import machine as M
+    store = MemoryStore()
+    m = QueueMachine(store)
+    m.apply(1, c.CommandBatch(now, [c.CreateQueue("d", "delayed", QueueSettings())]))
+    m.apply(2, c.CommandBatch(now, [c.Enqueue("d", [c.EnqueueItem(b"x", priority=p, delay_ms=d) for p, d in items])]))
+    if dequeued:
+        m.apply(3, c.CommandBatch(now, [c.Dequeue("d", len(dequeued), visibility_timeout_ms=30_000)]))
+    msgs = sorted((k, v) for k, v in store.data.items() if k[0] == ord("M"))
+    others = sorted((k, v) for k, v in store.data.items() if k[0] != ord("M"))
+
+    def state(mm: QueueMachine) -> tuple[object, ...]:
+        q = mm.queues["d"]
+        return (list(q.index.ready), list(q.delayed), sorted(q.inflight), list(mm.due), list(mm.leases),
+                q.n_delayed, mm.queue_info("d"))
+
+    fast = QueueMachine(MemoryStore())
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(M._Loader, "_place", None)  # noqa: SLF001
-        assert loader._feed_columns(part, 0, None)  # noqa: SLF001
-    assert list(loader.per_q["d"].dl_at) == [p * 1000 for p in late] and not loader.per_q["d"].ready_i
+        mp.setattr(M, "_CHUNK", chunk)
+        fast.load(others, msgs, ordered=True)
+    slow = QueueMachine(MemoryStore())
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(M._Loader, "_feed_columns", lambda *a, **k: False)  # noqa: SLF001
+        slow.load(others, msgs, ordered=True)
+    assert state(fast) == state(slow)
 
 
 @settings(max_examples=300, deadline=None)

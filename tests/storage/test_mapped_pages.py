@@ -130,3 +130,43 @@ def test_prefetch_of_a_missing_or_empty_file_does_nothing(tmp_path: Path) -> Non
     assert pf is not None
     pf.stop()
     assert not (tmp_path / "missing").exists()
+
+
+def test_messages_made_ready_by_a_late_tick_leave_their_pages_out_of_the_process_rss(tmp_path: Path) -> None:
+    """The first tick after a long stop makes every message whose time came meanwhile ready,
+    reading each record (its priority) at a random place of the file: once that many were
+    read, the commit lets go of the pages they mapped (`RELEASE_AFTER_DUE_READS`), as the
+    rebuild does. The messages are ready in order; a few due at once keep their pages."""
+    from doq.storage import state as S
+
+    path = tmp_path / "s"
+    st = StateStore(open_env(path, map_size=1 << 28))
+    ents = [(1, encode_batch(c.CommandBatch(NOW_MS, [c.CreateQueue("q", "delayed", QueueSettings())])))]
+    for i in range(MESSAGES // 1000):  # timestamp priorities (s), all after NOW_MS, spread
+        prios = [NOW_MS // 1000 + 1 + (j * 7919) % 100_000 for j in range(i * 1000, (i + 1) * 1000)]
+        ents.append((i + 2, encode_batch(c.CommandBatch(NOW_MS, [c.EnqueueColumns("q", [b"x" * 100] * 1000, priorities=prios)]))))
+    with st.write() as txn:
+        st.apply_entries(txn, ents)
+    st.env.close()
+    data = path / "data.mdb"
+    size = data.stat().st_size
+    assert size > 4 << 20 and MESSAGES > S.RELEASE_AFTER_DUE_READS
+    st = StateStore(open_env(path, map_size=1 << 28))
+    q = st.machine.queues["q"]
+    assert q.index.n_ready == 0 and len(q.delayed) == MESSAGES
+    assert _mapped_rss_bytes(data) < size // 10
+    index = len(ents) + 1
+    few_at = NOW_MS + 1000 * 2_000  # the messages due within 2000 s: a few, kept mapped
+    few = sum(1 for a, _ in q.delayed if a <= few_at)
+    assert 0 < few < S.RELEASE_AFTER_DUE_READS
+    with st.write() as txn:
+        st.apply_entries(txn, [(index, encode_batch(c.CommandBatch(few_at, [c.Tick()])))])
+    assert q.index.n_ready == few and _mapped_rss_bytes(data) > 0
+    want = sorted((a // 1000, i) for a, i in q.delayed)
+    with st.write() as txn:  # every message due: read one by one
+        st.apply_entries(txn, [(index + 1, encode_batch(c.CommandBatch(NOW_MS + 200_000_000, [c.Tick()])))])
+    assert not q.delayed and q.index.n_ready == MESSAGES
+    assert _mapped_rss_bytes(data) < size // 10, (_mapped_rss_bytes(data), size)
+    got = list(q.index.ready)
+    assert got[few:] == want and got == sorted(got)
+    st.env.close()
