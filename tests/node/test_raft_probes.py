@@ -104,7 +104,9 @@ async def test_a_write_in_flight_is_not_applying_but_a_commit_held_past_an_elect
     node.hold = True
     await node.propose(c.Enqueue("q", [c.EnqueueItem(b"m")]))  # answered; its commit held
     assert node.core is not None and node.applied_index < node.core.log.committed  # in flight
-    assert node.readiness_problems() == []
+    # ready: the write is in flight for less than an election timeout (unless this process
+    # was starved of a CPU for that long since the commit: then the oldest mark holds it)
+    assert node.readiness_problems() == [] or node._commit_marks[0] >= node.core.log.committed
     problems = await eventually(
         lambda: asyncio.sleep(0, node.readiness_problems() or None), 60, "applying once held")
     assert problems == ["applying"]
