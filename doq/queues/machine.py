@@ -290,6 +290,9 @@ def _metadata(md: object) -> bytes:
 
 
 _CHUNK = 1024  # records `_Loader.feed_all` takes at a time
+# a rebuild's delayed records joined to a timestamp queue's late pairs by `add_many` up to
+# this many; more: one bulk build of both (`PairList.merged_unsorted`)
+MERGE_BY_ADD_MAX = 4096
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
 _FLAGS_AT = struct.calcsize("<qQ28x")  # the flags byte in a `_HDR_HEAD`
 _IN_FLIGHT_BIT = bytes(1 if b & R.FLAG_IN_FLIGHT else 0 for b in range(256))  # a translate table
@@ -837,7 +840,10 @@ class _Loader:
                     late = q.index.load_pairs_split(ld.ready_p, ld.ready_i, ld.late_above, p_bounds, id_bounds)
                     late.scale_a(1000)
                     if late and ld.dl_at:
-                        late.add_many(ld.dl_at, ld.dl_id)
+                        if len(ld.dl_at) <= MERGE_BY_ADD_MAX:
+                            late.add_many(ld.dl_at, ld.dl_id)
+                        else:  # many: bunched times would pile into a few chunks, sorted pair by pair
+                            late = late.merged_unsorted(ld.dl_at, ld.dl_id)
                     if late:
                         q.delayed = late
             if ld.dl_at and not q.delayed:

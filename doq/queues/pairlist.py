@@ -304,6 +304,20 @@ class PairList:
                 self._as[i] = array("q", map(factor.__mul__, ca))
         self._maxa = [x * factor for x in self._maxa]
 
+    def merged_unsorted(self, a: Sequence[int], b: Sequence[int]) -> PairList:
+        """A new list of this list's pairs and those of `zip(a, b)` (none of them in this
+        list), built as `from_unsorted` builds one: a bulk load's union of two large sets
+        of pairs, where `add_many` would pile pairs bunched in a into a few chunks and sort
+        them pair by pair (a rebuild's late timestamp pairs and delayed records). The
+        columns are joined by C calls; this list is left as it is."""
+        all_a, all_b = array("q"), array("Q")
+        for ca, cb in zip(self._as, self._bs, strict=True):
+            all_a.extend(ca)
+            all_b.extend(cb)
+        all_a.extend(a)
+        all_b.extend(b)
+        return PairList.from_unsorted(all_a, all_b)
+
     def _push(self, ca: array[int], cb: array[int], top_a: int, top_b: int, unsorted: bool) -> None:
         """Append a chunk whose pairs all follow the list's largest pair; (top_a, top_b):
         its largest pair."""
