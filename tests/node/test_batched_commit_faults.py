@@ -26,10 +26,10 @@ from doq.queues import commands as c
 from doq.queues.model import MessageState, QueueSettings
 from doq.service.api import QueueService
 from doq.storage.state import StateStore
-from tests.node.raftnet import FAST, Cluster, retry
+from tests.node.heldnet import HOLD, enq, held, one_node
+from tests.node.raftnet import Cluster, retry
 
 pytestmark = pytest.mark.timeout(240)
-HOLD = dataclasses.replace(FAST, hold_commit_ms=60_000, apply_thread=False)
 _open: list[Cluster] = []
 
 
@@ -40,21 +40,7 @@ async def _close_clusters() -> AsyncIterator[None]:
         await _open.pop().close()
 
 
-async def _one(root: Path, cfg: object = HOLD) -> tuple[Cluster, RaftNode]:
-    cl = Cluster(root, cfg, RaftNode)
-    _open.append(cl)
-    n1 = await cl.start("n1")
-    await cl.wait_leader()
-    await retry(lambda: n1.propose(c.CreateQueue("q", "delayed", QueueSettings())))
-    return cl, n1
 
-
-def _enq(i: int) -> c.Enqueue:
-    return c.Enqueue("q", [c.EnqueueItem(b"m%d" % i)])
-
-
-async def _held(node: RaftNode) -> bool:
-    return await node.inspect(lambda s: s.held)
 
 
 class _Fault:
@@ -95,11 +81,11 @@ async def test_get_message_reads_off_the_loop_and_answers_at_once_when_the_commi
     Fails if the read runs on the loop (the loop is blocked until the commit gives up
     waiting for it: `loop_ran` False) or if a reader waits out its timeout after a failed
     commit (the read then succeeds after the refill instead of raising)."""
-    _, n1 = await _one(tmp_path)
+    _, n1 = await one_node(tmp_path, _open)
     api = QueueService(n1)
-    out = await n1.propose(_enq(0))
+    out = await n1.propose(enq(0))
     mid = out[0].id  # type: ignore[index]
-    assert await _held(n1)
+    assert await held(n1)
     monkeypatch.setattr(StateStore.wait_committed, "__defaults__", (120.0,))
     loop = asyncio.get_running_loop()
     loop_ran = threading.Event()
@@ -117,7 +103,7 @@ async def test_get_message_reads_off_the_loop_and_answers_at_once_when_the_commi
     assert "could not be committed" in str(err.value)
     assert fault.failed == 1 and seen == [True]
     assert await _until_readable(api, mid) == b"m0"
-    assert n1.state.committed_index == n1.state.applied_index or await _held(n1)
+    assert n1.state.committed_index == n1.state.applied_index or await held(n1)
 
 
 async def test_a_failed_commit_on_the_apply_thread_reloads_the_logs_view_before_the_next_write(
@@ -134,7 +120,7 @@ async def test_a_failed_commit_on_the_apply_thread_reloads_the_logs_view_before_
     behind the queued writes (`_reload_due` not set)."""
     monkeypatch.setitem(WalLogStorage.__init__.__kwdefaults__, "segment_bytes", 4128)
     cfg = dataclasses.replace(HOLD, snapshot_every=10, keep_entries=2, compact_entries_per_write=1)
-    cl, n1 = await _one(tmp_path, cfg)
+    cl, n1 = await one_node(tmp_path, _open, cfg)
     rng = random.Random(1)
     fault = _Fault(monkeypatch, n1.state)
     confirmed: list[int] = []
@@ -166,7 +152,7 @@ async def test_a_failed_commit_on_the_apply_thread_reloads_the_logs_view_before_
     assert memory != disk  # the lost compaction point and hard state: stale until reloaded
     assert reload_due  # ... which the next write does before anything else
     for i in range(30):  # snapshots, compactions, segment files dropped
-        out = await retry(lambda i=i: n1.propose(_enq(i)))  # type: ignore[misc]
+        out = await retry(lambda i=i: n1.propose(enq(i)))  # type: ignore[misc]
         confirmed.append(out[0].id)  # type: ignore[index]
     await retry(lambda: n1.inspect(lambda s: s.peek("q", MessageState.READY, 0, 1)))
     assert n1.storage.seg.first_index() <= in_lmdb(n1).first[0] + 1
@@ -186,9 +172,9 @@ async def test_memory_readers_answer_unavailable_between_a_failed_held_commit_an
     show nothing, instead of the rolled-back state (messages answered as enqueued called
     unborn). Afterwards they answer from the refilled state. Fails without the guard
     (`sort_known` calls the five ids unborn)."""
-    _, n1 = await _one(tmp_path)
-    ids = [(await n1.propose(_enq(i)))[0].id for i in range(5)]  # type: ignore[index]
-    assert await _held(n1)
+    _, n1 = await one_node(tmp_path, _open)
+    ids = [(await n1.propose(enq(i)))[0].id for i in range(5)]  # type: ignore[index]
+    assert await held(n1)
     fault = _Fault(monkeypatch, n1.state)
 
     def during(s: StateStore) -> dict[str, object]:
@@ -219,10 +205,10 @@ async def test_a_failed_node_stopping_keeps_the_answered_view(tmp_path: Path) ->
     """A node that failed with a write held aborts it at stop (the log has its entries)
     and keeps the readers' view at what was answered. Fails if the abort publishes the
     rolled-back state (the view's applied index behind the answers)."""
-    cl, n1 = await _one(tmp_path)
+    cl, n1 = await one_node(tmp_path, _open)
     for i in range(5):
-        await n1.propose(_enq(i))
-    assert await _held(n1)
+        await n1.propose(enq(i))
+    assert await held(n1)
     answered = n1.applied_index
     assert n1.state.committed_index < answered
     n1._failed = RuntimeError("planted: the node failed")
@@ -241,7 +227,7 @@ async def test_a_reader_commit_starts_the_held_count_again_and_the_gauge_sees_on
     `hold_commit_entries` 8, five calls, a peek, then five calls more are all held.
     Fails if each held write calls `committed()` or if the count went on from five
     (the tenth entry commits)."""
-    _, n1 = await _one(tmp_path, dataclasses.replace(HOLD, hold_commit_entries=8))
+    _, n1 = await one_node(tmp_path, _open, dataclasses.replace(HOLD, hold_commit_entries=8))
     calls: list[int] = []
 
     class Counting(StorageGauge):
@@ -256,14 +242,14 @@ async def test_a_reader_commit_starts_the_held_count_again_and_the_gauge_sees_on
     await n1.inspect(install)
     calls.clear()
     for i in range(5):
-        await n1.propose(_enq(i))
-    assert await _held(n1)
+        await n1.propose(enq(i))
+    assert await held(n1)
     assert calls == []
     await n1.inspect(lambda s: s.peek("q", MessageState.READY, 0, 1))
-    assert not await _held(n1) and calls == [1]
+    assert not await held(n1) and calls == [1]
     for i in range(5, 10):
-        await n1.propose(_enq(i))
-    assert await _held(n1)
+        await n1.propose(enq(i))
+    assert await held(n1)
     assert calls == [1]
 
 
@@ -272,11 +258,11 @@ async def test_oldest_enqueued_ms_counts_a_queue_whose_messages_are_only_in_the_
     """The metrics' oldest message age: a queue whose messages were all applied in the
     held write (not readable from another thread) is counted, at the replicated time of
     the last apply. Fails if the queue is missing."""
-    _, n1 = await _one(tmp_path)
+    _, n1 = await one_node(tmp_path, _open)
     await n1.inspect(lambda s: s.commit_held())
     await n1.propose(c.CreateQueue("r", "delayed", QueueSettings()))
     await n1.propose(c.Enqueue("r", [c.EnqueueItem(b"only held")]))
-    assert await _held(n1)
+    assert await held(n1)
     ages = await asyncio.to_thread(n1.state.oldest_enqueued_ms, ["r"])
     assert ages == {"r": n1.state.machine.now_ms}
     await n1.inspect(lambda s: s.commit_held())

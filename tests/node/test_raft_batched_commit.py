@@ -20,10 +20,10 @@ from doq.node.raft_node import RaftNode
 from doq.queues import commands as c
 from doq.queues.model import MessageState, QueueSettings
 from doq.storage.state import StateStore
-from tests.node.raftnet import FAST, Cluster, retry
+from tests.node.heldnet import HOLD, enq, held, one_node
+from tests.node.raftnet import Cluster, retry
 
 pytestmark = pytest.mark.timeout(180)
-HOLD = dataclasses.replace(FAST, hold_commit_ms=60_000, apply_thread=False)
 _open: list[Cluster] = []
 
 
@@ -34,23 +34,7 @@ async def _close_clusters() -> AsyncIterator[None]:
         await _open.pop().close()
 
 
-async def _one(root: Path) -> tuple[Cluster, RaftNode]:
-    cl = Cluster(root, HOLD, RaftNode)
-    _open.append(cl)
-    n1 = await cl.start("n1")
-    await cl.wait_leader()
-    await retry(lambda: n1.propose(c.CreateQueue("q", "delayed", QueueSettings())))
-    return cl, n1
 
-
-def _enq(i: int) -> c.Enqueue:
-    return c.Enqueue("q", [c.EnqueueItem(b"m%d" % i)])
-
-
-async def _held(node: RaftNode) -> bool:
-    """Is a write held, as of the end of the last write? (Read on the apply thread: an
-    answer may come before its write ends, `RaftNode._answer_early`.)"""
-    return await node.inspect(lambda s: s.held)
 
 
 def _txnid(node: RaftNode) -> int:
@@ -64,13 +48,13 @@ async def test_writes_hold_their_transaction_and_a_direct_reader_after_an_answer
     service calls it, `peek` on the apply thread through `inspect`, the digest) finds what
     the answer told: its wait commits the held write. Fails if every write commits (no
     hold) or if a reader read LMDB before that commit (MessageNotFound)."""
-    _, n1 = await _one(tmp_path)
+    _, n1 = await one_node(tmp_path, _open)
     before = _txnid(n1)
     ids = []
     for i in range(10):
-        out = await n1.propose(_enq(i))
+        out = await n1.propose(enq(i))
         ids.append(out[0].id)  # type: ignore[index]
-    assert await _held(n1)
+    assert await held(n1)
     assert _txnid(n1) == before  # ten calls, no LMDB commit
     assert n1.applied_index == n1.state.applied_index  # the readers' view has them all
     assert n1.state.get_queue("q").stats.total == 10
@@ -90,11 +74,11 @@ async def test_writes_hold_their_transaction_and_a_direct_reader_after_an_answer
     assert seen["digest"][0] >= n1.state.applied_index  # type: ignore[index]
     assert not n1.state.held and _txnid(n1) == before + 1  # the reader's wait: one commit
 
-    out = await n1.propose(_enq(10))
-    assert await _held(n1)
+    out = await n1.propose(enq(10))
+    assert await held(n1)
     assert n1.state.get_message("q", out[0].id).content == b"m10"  # type: ignore[index]  # the loop thread
-    out = await n1.propose(_enq(11))
-    assert await _held(n1)
+    out = await n1.propose(enq(11))
+    assert await held(n1)
     peeked = await n1.inspect(lambda s: s.peek("q", MessageState.READY, 0, 100))
     assert [m.content for m in peeked][-1] == b"m11"
     assert not n1.state.held
@@ -107,22 +91,22 @@ async def test_the_held_write_commits_within_hold_commit_ms(tmp_path: Path) -> N
     n1 = await cl.start("n1")
     await cl.wait_leader()
     await retry(lambda: n1.propose(c.CreateQueue("q", "delayed", QueueSettings())))
-    await n1.propose(_enq(0))
+    await n1.propose(enq(0))
     for _ in range(1500):  # the timer: 50 ms of real time (at most 30 s here)
-        if not await _held(n1):
+        if not await held(n1):
             break
         await asyncio.sleep(0.02)
-    assert not await _held(n1)
+    assert not await held(n1)
     assert n1.state.committed_index == n1.state.applied_index
 
 
 async def test_a_stop_commits_the_held_write(tmp_path: Path) -> None:
     """A stop commits a held write: LMDB holds every answered call (nothing to apply again
     at the next start)."""
-    cl, n1 = await _one(tmp_path)
+    cl, n1 = await one_node(tmp_path, _open)
     for i in range(5):
-        await n1.propose(_enq(i))
-    assert await _held(n1)
+        await n1.propose(enq(i))
+    assert await held(n1)
     applied = n1.state.applied_index
     assert n1.state.committed_index < applied
     await cl.stop("n1")
@@ -138,10 +122,10 @@ async def test_a_failed_commit_of_the_held_write_applies_its_entries_again_from_
     entries again from its log and commits them; the reader asking again finds them,
     each message once. Fails if the lost applies are not applied again (the reader
     times out, the messages are gone from memory)."""
-    _, n1 = await _one(tmp_path)
+    _, n1 = await one_node(tmp_path, _open)
     for i in range(5):
-        await n1.propose(_enq(i))
-    assert await _held(n1)
+        await n1.propose(enq(i))
+    assert await held(n1)
     applied = n1.state.applied_index
     real = StateStore._commit
     failed = threading.Event()
@@ -165,5 +149,5 @@ async def test_a_failed_commit_of_the_held_write_applies_its_entries_again_from_
     assert contents == [b"m%d" % i for i in range(5)]
     assert n1.state.applied_index == applied and not n1.state.held
     assert n1.state.get_queue("q").stats.total == 5
-    out = await n1.propose(_enq(5))  # ids go on from where they were
+    out = await n1.propose(enq(5))  # ids go on from where they were
     assert out[0].id == 6  # type: ignore[index]
