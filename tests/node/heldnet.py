@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from doq.node.raft_node import RaftNode
+from doq.node.raft_node import RaftNode, RaftNodeConfig
 from doq.queues import commands as c
 from doq.queues.model import QueueSettings
 from tests.node.raftnet import FAST, Cluster, retry
@@ -15,7 +15,7 @@ from tests.node.raftnet import FAST, Cluster, retry
 HOLD = dataclasses.replace(FAST, hold_commit_ms=60_000, apply_thread=False)
 
 
-async def one_node(root: Path, opened: list[Cluster], cfg: object = HOLD) -> tuple[Cluster, RaftNode]:
+async def one_node(root: Path, opened: list[Cluster], cfg: RaftNodeConfig = HOLD) -> tuple[Cluster, RaftNode]:
     """A one-node cluster under `root` with delayed queue "q", its leader elected; the
     cluster is appended to `opened` (the caller's fixture closes it)."""
     cl = Cluster(root, cfg, RaftNode)
