@@ -13,8 +13,10 @@ longest `apply_entries` with the keys its sweep handled, its longest GC pause an
 per drained message), and the load average;
 with `--restart`, the seconds (wall and CPU) a fresh process takes to open the store (the
 rebuild of a restart) and its RSS per queued message; with `--py-spy PREFIX`, each kind's
-drain profiled by py-spy (200 Hz, raw) into PREFIX-KIND-drain.txt. Runs the code on `sys.path`, so the
-same command measures two checkouts back to back.
+drain profiled by py-spy (200 Hz, raw; `--py-spy-args` for more options) into PREFIX-KIND-drain.txt;
+with `--keep DIR`, each kind's filled store is kept in DIR/KIND-N and a later run with the same DIR
+and N drains a copy of it (opened as a restart does: the index rebuilt) instead of filling again.
+Runs the code on `sys.path`, so the same command measures two checkouts back to back.
 """
 
 from __future__ import annotations
