@@ -151,8 +151,9 @@ def drain(addr: str, queue: str, count: int) -> float:
 
 
 @contextlib.contextmanager
-def _py_spy(pid: int, out: str | None) -> Iterator[None]:
-    """`py-spy record` of the server `pid` into `out` (raw, 200 Hz) while the block runs (nothing if `out` is None)."""
+def _py_spy(pid: int, out: str | None, extra: tuple[str, ...] = ()) -> Iterator[None]:
+    """`py-spy record` of the server `pid` into `out` (raw, 200 Hz unless `extra` says otherwise:
+    more `py-spy record` options) while the block runs (nothing if `out` is None)."""
     if out is None:
         yield
         return
@@ -160,7 +161,8 @@ def _py_spy(pid: int, out: str | None) -> Iterator[None]:
     import subprocess
 
     spy = str(Path(sys.executable).with_name("py-spy"))
-    proc = subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "200", "--format", "raw", "-o", out],
+    rate = () if "--rate" in extra else ("--rate", "200")
+    proc = subprocess.Popen([spy, "record", "--pid", str(pid), *rate, *extra, "--format", "raw", "-o", out],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(0.5)  # let it attach
     try:
@@ -171,7 +173,7 @@ def _py_spy(pid: int, out: str | None) -> Iterator[None]:
 
 
 def run_kind(kind: str, n: int, m: int, per_group: int, payload: int, root: Path,
-             profile: str | None = None) -> dict[str, Any]:
+             profile: str | None = None, spy_args: tuple[str, ...] = ()) -> dict[str, Any]:
     queue = "bench"
     if kind == "timestamps":
         m = min(m, n // 2)
@@ -180,14 +182,14 @@ def run_kind(kind: str, n: int, m: int, per_group: int, payload: int, root: Path
         rss0, anon0, file0 = (_proc_kb(pid, f) for f in ("VmRSS", "RssAnon", "RssFile"))
         w0 = _write_bytes(pid)
         cpu0 = _cpu_s(pid)
-        with _py_spy(pid, f"{profile}-{kind}-fill.txt" if profile else None):
+        with _py_spy(pid, f"{profile}-{kind}-fill.txt" if profile else None, spy_args):
             fill_s = fill(server.addr, queue, kind, n, per_group, payload)
         fill_cpu_s = _cpu_s(pid) - cpu0  # the server's, until the last confirmation
         time.sleep(1.0)  # let the last commits land before reading memory
         w1 = _write_bytes(pid)
         rss1, anon1, file1 = (_proc_kb(pid, f) for f in ("VmRSS", "RssAnon", "RssFile"))
         cpu1 = _cpu_s(pid)
-        with _py_spy(pid, f"{profile}-{kind}-drain.txt" if profile else None):
+        with _py_spy(pid, f"{profile}-{kind}-drain.txt" if profile else None, spy_args):
             drain_s = drain(server.addr, queue, m)
         drain_cpu_s = _cpu_s(pid) - cpu1  # the server's, until it holds every ack
         w2 = _write_bytes(pid)
@@ -231,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="fill under DIR/KIND and keep the data dirs (for `bench/restart_time.py DIR/KIND`)")
     p.add_argument("--py-spy", metavar="PREFIX",
                    help="profile the server's fill and drain with py-spy into PREFIX-KIND-{fill,drain}.txt (raw)")
+    p.add_argument("--py-spy-args", default="",
+                   help="more py-spy record options, e.g. '--rate 500 --native' (default: 200 Hz)")
     ns = p.parse_args(argv)
     kinds = [k for k in ns.kinds.split(",") if k]
     for k in kinds:
@@ -241,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.ExitStack() as stack:
         tmp = ns.keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="doq-backlog-")))
         for kind in kinds:
-            rec = run_kind(kind, ns.messages, ns.drain, ns.per_group, ns.payload_bytes, tmp, ns.py_spy)
+            rec = run_kind(kind, ns.messages, ns.drain, ns.per_group, ns.payload_bytes, tmp, ns.py_spy,
+                           tuple(ns.py_spy_args.split()))
             rec["load_after"] = loadavg()
             record["runs"].append(rec)
             print(json.dumps(rec), flush=True)

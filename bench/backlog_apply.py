@@ -13,8 +13,10 @@ longest `apply_entries` with the keys its sweep handled, its longest GC pause an
 per drained message), and the load average;
 with `--restart`, the seconds (wall and CPU) a fresh process takes to open the store (the
 rebuild of a restart) and its RSS per queued message; with `--py-spy PREFIX`, each kind's
-drain profiled by py-spy (200 Hz, raw) into PREFIX-KIND-drain.txt. Runs the code on `sys.path`, so the
-same command measures two checkouts back to back.
+drain profiled by py-spy (200 Hz, raw; `--py-spy-args` for more options) into PREFIX-KIND-drain.txt;
+with `--keep DIR`, each kind's filled store is kept in DIR/KIND-N and a later run with the same DIR
+and N drains a copy of it (opened as a restart does: the index rebuilt) instead of filling again.
+Runs the code on `sys.path`, so the same command measures two checkouts back to back.
 """
 
 from __future__ import annotations
@@ -50,9 +52,13 @@ def _written() -> int:
 
 
 def run_kind(kind: str, n: int, m: int, batch: int, per_group: int, root: Path,
-             restart: bool = False, profile: str | None = None) -> dict[str, Any]:
+             restart: bool = False, profile: str | None = None, keep: Path | None = None,
+             spy_args: tuple[str, ...] = ()) -> dict[str, Any]:
     if kind == "timestamps":
         m = min(m, n // 2)  # the due half
+    kept = keep / f"{kind}-{n}" if keep else None
+    if kept and kept.exists():  # a filled store kept by an earlier run: drain a copy of it
+        subprocess.run(["cp", "-a", str(kept), str(root / kind)], check=True)
     env = open_env(root / kind, map_size=1 << 34)
     st = StateStore(env)
     now = int(time.time() * 1000)
@@ -84,23 +90,30 @@ def run_kind(kind: str, n: int, m: int, batch: int, per_group: int, root: Path,
             return out
 
     qtype = "fair" if kind.startswith("fair") else "delayed"
-    commit([c.CreateQueue("q", qtype, QueueSettings())])
-    body = b"x" * 100
-    items = list(messages(kind, n, per_group))
-    t0 = time.perf_counter()
-    cpu0 = time.process_time()
-    for i in range(0, n, 10_000):
-        chunk = [items[j : j + 1000] for j in range(i, min(i + 10_000, n), 1000)]
-        commit(*[[c.EnqueueColumns("q", [body] * len(part), groups=[g for _, g in part] if qtype == "fair" else [],
-                                   priorities=[p for p, _ in part] if kind != "plain" and qtype != "fair" else [])]
-                 for part in chunk])
-    fill_s = time.perf_counter() - t0
-    fill_cpu_s = time.process_time() - cpu0
+    fill_s = fill_cpu_s = float("nan")  # a kept store's fill is not measured again
+    if st.applied_index:
+        idx = st.applied_index
+    else:
+        commit([c.CreateQueue("q", qtype, QueueSettings())])
+        body = b"x" * 100
+        items = list(messages(kind, n, per_group))
+        t0 = time.perf_counter()
+        cpu0 = time.process_time()
+        for i in range(0, n, 10_000):
+            chunk = [items[j : j + 1000] for j in range(i, min(i + 10_000, n), 1000)]
+            commit(*[[c.EnqueueColumns("q", [body] * len(part), groups=[g for _, g in part] if qtype == "fair" else [],
+                                       priorities=[p for p, _ in part] if kind != "plain" and qtype != "fair" else [])]
+                     for part in chunk])
+        fill_s = time.perf_counter() - t0
+        fill_cpu_s = time.process_time() - cpu0
+        if kept:  # every commit was durable: the files are a consistent store
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            subprocess.run(["cp", "-a", str(root / kind), str(kept)], check=True)
     w0 = _written()
     longest_apply[:] = [0.0, 0]
     gc.freeze()  # as a server does once started: the fill's objects (here the bench's message list) out of full collections
     gc.callbacks.append(on_gc)
-    spy = _py_spy(os.getpid(), f"{profile}-{kind}-drain.txt" if profile else None)
+    spy = _py_spy(os.getpid(), f"{profile}-{kind}-drain.txt" if profile else None, spy_args)
     spy.__enter__()  # noqa: PLC2801 (the drain's span, not a block's)
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
@@ -182,6 +195,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dir", help="where the temp dirs go (default: the system's)")
     p.add_argument("--restart", action="store_true",
                    help="then time a fresh process opening the store (rebuild) and its RSS per message")
+    p.add_argument("--keep", metavar="DIR",
+                   help="keep each kind's filled store in DIR/KIND-N (copied there after the fill); a later run "
+                        "with the same DIR and N drains a copy of it instead of filling (fill figures: nan)")
+    p.add_argument("--py-spy-args", default="",
+                   help="more py-spy record options, e.g. '--rate 500 --native' (default: 200 Hz)")
     p.add_argument("--py-spy", metavar="PREFIX",
                    help="profile each kind's drain with py-spy (200 Hz, raw) into PREFIX-KIND-drain.txt")
     ns = p.parse_args(argv)
@@ -189,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     with tempfile.TemporaryDirectory(prefix="doq-backlog-apply-", dir=ns.dir) as tmp:
         for kind in ns.kinds.split(","):
-            runs.append(run_kind(kind, ns.messages, ns.drain, ns.batch, ns.per_group, Path(tmp), ns.restart, ns.py_spy))
+            runs.append(run_kind(kind, ns.messages, ns.drain, ns.batch, ns.per_group, Path(tmp), ns.restart, ns.py_spy,
+                                 Path(ns.keep) if ns.keep else None, tuple(ns.py_spy_args.split())))
             print(json.dumps(runs[-1]), flush=True)
     plain = next((r for r in runs if r["kind"] == "plain"), None)
     for r in runs:
