@@ -320,6 +320,8 @@ class _LoadWorker:
     (`QueueMachine.load`'s `upper`). A subprocess, never a fork: an LMDB environment may
     not be used across a fork."""
 
+    module = "doq.storage.load_worker"  # what runs (`python -m`; tests run others)
+
     def __init__(self, env_path: str, split: bytes, txn_id: int) -> None:
         self.split = split
         self.txn_id = txn_id
@@ -329,7 +331,7 @@ class _LoadWorker:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         self.proc = subprocess.Popen(
-            [sys.executable, "-P", "-m", "doq.storage.load_worker", env_path, split.hex(), str(txn_id)],
+            [sys.executable, "-P", "-m", self.module, env_path, split.hex(), str(txn_id)],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
 
     def segments(self) -> list[Segment]:
@@ -1253,6 +1255,7 @@ class StateStore:
         if worker is not None:
             try:
                 self._load_messages(txn, worker)
+                log.info("message records loaded on two processes (the second from key %s)", worker.split.hex())
                 return
             except Exception as e:  # noqa: BLE001 - any failure of the two-process load: load again alone
                 log.warning("the load's second process failed (%s): loading on one CPU", e)
