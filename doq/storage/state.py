@@ -95,6 +95,7 @@ import os
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -330,9 +331,19 @@ class _LoadWorker:
         root = os.path.dirname(os.path.dirname(os.path.abspath(doq.__file__)))
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-        self.proc = subprocess.Popen(
-            [sys.executable, "-P", "-m", self.module, env_path, split.hex(), str(txn_id)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        # its answer and errors go to unlinked files, read once it exited: no pipe to drain
+        # meanwhile, and one read of the answer (not a heap of small reads kept by the
+        # allocator after the load)
+        self.out = tempfile.TemporaryFile()  # noqa: SIM115 - closed by `close`
+        self.err = tempfile.TemporaryFile()  # noqa: SIM115 - closed by `close`
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-P", "-m", self.module, env_path, split.hex(), str(txn_id)],
+                stdin=subprocess.DEVNULL, stdout=self.out, stderr=self.err, env=env)
+        except BaseException:
+            self.out.close()
+            self.err.close()
+            raise
 
     def segments(self) -> list[Segment]:
         """The worker's segments, once it is done: raises `RuntimeError` if it failed,
@@ -340,25 +351,32 @@ class _LoadWorker:
         since it started."""
         timeout_s = LOAD_WORKER_GRACE_S + 3 * (time.monotonic() - self.started)
         try:
-            out, err = self.proc.communicate(timeout=timeout_s)
+            status = self.proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             raise RuntimeError(f"no answer in {timeout_s:.0f} s") from None
-        if self.proc.returncode != 0:
-            tail = err.decode(errors="replace").strip().splitlines()[-1:] or [""]
-            raise RuntimeError(f"exit status {self.proc.returncode}: {tail[0]}")
+        if status != 0:
+            self.err.seek(0)
+            tail = self.err.read(1 << 16).decode(errors="replace").strip().splitlines()[-1:] or [""]
+            raise RuntimeError(f"exit status {status}: {tail[0]}")
+        self.out.seek(0)
+        out = self.out.read()
         try:
             magic, txn_id, segs = marshal.loads(out)
         except (ValueError, EOFError, TypeError) as e:
             raise RuntimeError(f"unreadable answer ({e})") from None
+        finally:
+            del out
         if magic != LOAD_WORKER_MAGIC or txn_id != self.txn_id or not isinstance(segs, list):
             raise RuntimeError("an answer of another kind or of another transaction")
         return segs
 
     def close(self) -> None:
-        """Kill the worker if it still runs, and reap it."""
+        """Kill the worker if it still runs, reap it, and drop its files."""
         if self.proc.poll() is None:
             self.proc.kill()
-        self.proc.communicate()
+        self.proc.wait()
+        self.out.close()
+        self.err.close()
 
 
 def _scattered(keys: list[bytes]) -> bool:
