@@ -62,7 +62,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import compress, islice, pairwise, repeat
 from operator import eq, itemgetter, lt, mul, ne, not_
-from typing import Any
+from typing import Any, cast
 
 from sortedcontainers import SortedList
 
@@ -575,10 +575,10 @@ class _Loader:
         again)."""
         for seg in segments:
             if seg[0] == "r":
-                self._feed_rows(seg[1], offset)
+                self._feed_rows(cast(RowSegment, seg)[1], offset)
                 continue
-            _, name, ascending, p_lo, p_hi, late_above, ids_b, rp_b, ri_b, at_b, di_b, groups = seg
-            q = self.m.queues.get(name) if self.meta_seen else None
+            tag, name, ascending, p_lo, p_hi, late_above, ids_b, rp_b, ri_b, at_b, di_b, groups = cast(ColumnSegment, seg)
+            q = self.m.queues.get(name) if self.meta_seen and tag == "c" else None
             if q is None:
                 raise ValueError(f"columns of no queue {name!r}")
             src = _QueueLoad(q)

@@ -18,7 +18,6 @@ from doq.storage.state import StateStore
 from tests.storage.test_rebuild_order import _fill, _seen
 
 
-
 @pytest.fixture(autouse=True)
 def two_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
     """This process may run on two CPUs, whatever the machine running the tests has."""
