@@ -1303,7 +1303,7 @@ class StateStore:
             return None
         try:
             return _LoadWorker(self.env.path(), split, txn.id())
-        except OSError as e:
+        except Exception as e:  # noqa: BLE001 - no interpreter to run, no temporary file, ...: load alone
             log.warning("the load's second process did not start (%s): loading on one CPU", e)
             return None
 

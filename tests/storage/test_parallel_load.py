@@ -100,3 +100,16 @@ def test_a_failed_worker_leaves_a_load_on_one_process(filled: Path, monkeypatch:
     assert caplog.text.count("loading on one CPU") == 1 and "loaded on two processes" not in caplog.text
     assert _seen(two) == one
     env.close()
+
+
+def test_a_worker_that_cannot_start_leaves_a_load_on_one_process(filled: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """No interpreter to run the worker with: the start loads alone and logs it once."""
+    env = open_env(filled, map_size=1 << 30)
+    one = _seen(StateStore(env))
+    monkeypatch.setattr(S.sys, "executable", str(filled / "no-such-python"))
+    with caplog.at_level(logging.INFO, logger="doq.storage"):
+        two = StateStore(env, parallel_load_min=1000)
+    assert caplog.text.count("loading on one CPU") == 1 and "loaded on two processes" not in caplog.text
+    assert _seen(two) == one
+    env.close()
