@@ -1276,7 +1276,7 @@ class StateStore:
                 log.info("message records loaded on two processes (the second from key %s)", worker.split.hex())
                 return
             except Exception as e:  # noqa: BLE001 - any failure of the two-process load: load again alone
-                log.warning("the load's second process failed (%s): loading on one CPU", e)
+                log.warning("the load on two processes failed (%s): loading on one CPU", e)
             finally:
                 worker.close()
         self._load_messages(txn, None)
