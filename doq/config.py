@@ -55,6 +55,7 @@ class ServeConfig:
     max_queues: int = 10_000  # as doq.service.limits.Limits
     apply_thread: bool = False  # as RaftNodeConfig (a unit test keeps them equal)
     hold_commit_ms: int = 100  # as RaftNodeConfig (a unit test keeps them equal)
+    parallel_load_min: int = 500_000  # as doq.storage.state.PARALLEL_LOAD_MIN
 
     def member_addrs(self) -> MemberAddrs:
         """The addresses this node announces to the cluster (and clients are sent to): the
@@ -125,6 +126,9 @@ _HELP = {
                     "off the Raft log's path: the node appends the next entries meanwhile (1: on, 0: off)",
     "hold_commit_ms": "longest a write transaction of the state (applied entries, durable in the Raft "
                       "log) stays open across writes before its LMDB commit (0: every write commits)",
+    "parallel_load_min": "a start with at least this many message records stored loads them on two "
+                         "CPUs (a second process reads half) when the node may use more than one "
+                         "(0: always one)",
     "restore_chunk_bytes": "record bytes (uncompressed) per log entry of an online restore "
                            "(1024..16777216)",
     "max_stream_prefetch": "largest prefetch (and free credits) of one dequeue stream; more is "
@@ -150,6 +154,7 @@ _INT_RANGES: dict[str, tuple[int, int | None]] = {
     "keep_alive_ms": (100, 3_600_000),
     "max_queues": (0, 100_000_000),
     "hold_commit_ms": (0, 60_000),
+    "parallel_load_min": (0, None),
 }
 
 #: byte-size settings (`doq.units.parse_size`): (lowest, highest) accepted

@@ -117,7 +117,7 @@ async def open_runtime(config: ServeConfig) -> Runtime:
         lock.release(discard=True)
         raise StartupError(str(e)) from None
     try:
-        state = StateStore(env)
+        state = StateStore(env, parallel_load_min=config.parallel_load_min or None)  # nothing else writes
         from doq.cluster_client import ClusterError, join_cluster
         from doq.node.build import ClusterMismatch, open_raft_node
         from doq.node.raft_node import RaftNodeConfig

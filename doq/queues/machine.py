@@ -62,7 +62,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import compress, islice, pairwise, repeat
 from operator import eq, itemgetter, lt, mul, ne, not_
-from typing import Any
+from typing import Any, cast
 
 from sortedcontainers import SortedList
 
@@ -411,6 +411,52 @@ class _QueueLoad:
         self.names: dict[str, str] = {}  # interned group names
 
 
+# a part of a load made elsewhere (`_Loader.segments`, `_Loader.absorb`): a chunk's records
+# ("r", [(key, value)]), or a run of one queue's columns ("c", queue name, ids ascend, the
+# ready priorities' bounds (lo > hi: not known), `late_above`, ids, ready priorities,
+# ready ids, delayed times, delayed ids (arrays' machine bytes), [(group, priorities, ids)])
+RowSegment = tuple[str, list[tuple[bytes, bytes]]]
+ColumnSegment = tuple[str, str, bool, int, int, "int | None", bytes, bytes, bytes, bytes, bytes,
+                      list[tuple[str, bytes, bytes]]]
+Segment = RowSegment | ColumnSegment
+
+
+def _column_segment(name: str, ld: _QueueLoad) -> ColumnSegment:
+    return ("c", name, ld.ascending, ld.p_lo, ld.p_hi, ld.late_above, ld.ids.tobytes(), ld.ready_p.tobytes(),
+            ld.ready_i.tobytes(), ld.dl_at.tobytes(), ld.dl_id.tobytes(),
+            [(g, ps.tobytes(), ids.tobytes()) for g, (ps, ids) in ld.ready_keys.items()])
+
+
+def _absorb(dst: _QueueLoad, src: _QueueLoad) -> None:
+    """Join `src` (the columns of records after all of `dst`'s, of no record in flight) to
+    `dst` as `_Loader._feed_columns` joins a chunk: ids (and whether they still ascend), the
+    ready priorities' bounds (kept only while known, set if none are ready yet), the late
+    threshold, the ready and delayed pairs, a fair queue's groups in the order they came."""
+    if src.ids:
+        if dst.ascending and (not src.ascending or (dst.ids and src.ids[0] <= dst.ids[-1])):
+            dst.ascending = False
+        dst.ids.extend(src.ids)
+    if src.p_lo <= src.p_hi:
+        if dst.p_lo <= dst.p_hi:
+            dst.p_lo, dst.p_hi = min(src.p_lo, dst.p_lo), max(src.p_hi, dst.p_hi)
+        elif not dst.ready_p:
+            dst.p_lo, dst.p_hi = src.p_lo, src.p_hi
+    if src.late_above is not None:
+        dst.late_above = src.late_above
+    dst.ready_p.extend(src.ready_p)
+    dst.ready_i.extend(src.ready_i)
+    dst.dl_at.extend(src.dl_at)
+    dst.dl_id.extend(src.dl_id)
+    intern, ready = dst.names.setdefault, dst.ready_keys
+    for g, (ps, ids) in src.ready_keys.items():
+        g = intern(g, g)
+        pair = ready.get(g)
+        if pair is None:
+            pair = ready[g] = (array("q"), array("Q"))
+        pair[0].extend(ps)
+        pair[1].extend(ids)
+
+
 class _Loader:
     """Rebuilds the message indexes from message records (a queue's records in key
     order is fastest): no per-message object but in-flight entries."""
@@ -421,6 +467,7 @@ class _Loader:
         self.leases: list[int] = []
         self.meta_seen = False  # the meta record (now_ms) was loaded
         self.pending: list[tuple[bytes, bytes]] = []  # fed before their queue or the meta
+        self.placed = 0  # records `_place` indexed (`segments` tells a chunk's columns apart by it)
 
     def _queue_of(self, key: bytes, last: bool) -> _QueueLoad | None:
         _, name, _ = K.split_name(key)
@@ -436,11 +483,13 @@ class _Loader:
 
     def feed_all(self, items: Iterable[tuple[bytes, bytes]], offset: int = 0,
                  overrides: Mapping[bytes, bytes | None] | None = None, *, last: bool = False,
-                 ordered: bool = False) -> None:
+                 ordered: bool = False, stop: bytes | None = None) -> None:
         """Index message records (key, value): the record is `value[offset:]`; a key in
         `overrides` has that value instead (None: skip it). A record whose queue record
         or the meta record is still to come is kept for `finish` (unless `last`).
         `ordered`: the items come in ascending key order (an LMDB cursor's; not checked).
+        `stop` (with `ordered`): the items from this key on are left out (and the
+        iteration stops within a chunk of it).
 
         Taken in chunks of `_CHUNK`: a chunk of one delayed queue's records none of which
         is in flight or held by a not-before time is indexed as columns (`_feed_columns`,
@@ -451,8 +500,105 @@ class _Loader:
         it = iter(items)
         okeys = sorted(overrides) if overrides and not last else []
         while chunk := list(islice(it, _CHUNK)):
+            end = stop is not None and chunk[-1][0] >= stop
+            if end:  # the items from `stop` on are not this load's (`QueueMachine.load`'s `upper`)
+                chunk = chunk[: bisect_left(chunk, stop, key=_FIRST)]
+                if not chunk:
+                    return
             if last or not self._feed_columns(chunk, offset, overrides, okeys, ordered):
                 self._feed_rows(chunk, offset, overrides, last=last)
+            if end:
+                return
+
+    def segments(self, items: Iterable[tuple[bytes, bytes]], offset: int = 0,
+                 overrides: Mapping[bytes, bytes | None] | None = None) -> list[Segment]:
+        """What `feed_all(items, offset, overrides, ordered=True)` would add, as segments
+        for `absorb` (the load of a key range in another process: `doq.storage.load_worker`):
+        the chunks taken as columns (`_feed_columns`) with no record through `_place`, as
+        runs of one queue's columns (`ColumnSegment`); any other chunk as its records
+        (key, value) with the overrides applied (`RowSegment`), for the absorbing loader
+        to take record by record. `items` ascend by key (a cursor's); this loader's own
+        state (`per_q`, `pending`) is left as it was."""
+        it = iter(items)
+        okeys = sorted(overrides) if overrides else []
+        out: list[Segment] = []
+        run: _QueueLoad | None = None
+        run_name = ""
+        for chunk in iter(lambda: list(islice(it, _CHUNK)), []):
+            try:
+                name = K.split_name(chunk[0][0])[1]
+            except ValueError:
+                name = None
+            held = self.per_q.get(name) if name is not None else None
+            scratch: _QueueLoad | None = None
+            placed = self.placed
+            if name is not None and self.meta_seen and name in self.m.queues:
+                scratch = self.per_q[name] = _QueueLoad(self.m.queues[name])
+            try:
+                took = scratch is not None and self._feed_columns(chunk, offset, overrides, okeys, True)
+            finally:
+                if scratch is not None:
+                    if held is None:
+                        del self.per_q[name]  # type: ignore[arg-type]
+                    else:
+                        self.per_q[name] = held  # type: ignore[index]
+            if took and self.placed == placed:
+                assert scratch is not None and name is not None
+                if run is None or run_name != name:
+                    if run is not None:
+                        out.append(_column_segment(run_name, run))
+                    run, run_name = _QueueLoad(scratch.q), name
+                _absorb(run, scratch)
+                continue
+            if run is not None:
+                out.append(_column_segment(run_name, run))
+                run = None
+            rows: list[tuple[bytes, bytes]] = []
+            for k, v in chunk:
+                if overrides is not None and k in overrides:
+                    o = overrides[k]
+                    if o is None:
+                        continue
+                    v = o
+                rows.append((bytes(k), bytes(v)))
+            out.append(("r", rows))
+        if run is not None:
+            out.append(_column_segment(run_name, run))
+        return out
+
+    def absorb(self, segments: Iterable[Segment], offset: int = 0) -> None:
+        """Add what `segments` (of `segments`, over keys after every key fed so far) hold,
+        as feeding their records here would (`feed_all(..., ordered=True)`): columns
+        joined to their queue's, rows fed record by record. Raises ValueError for a
+        segment that does not fit (an unknown queue, columns of unequal lengths, groups of
+        a queue that is not fair); what was absorbed before it stays (the caller loads
+        again)."""
+        for seg in segments:
+            if seg[0] == "r":
+                self._feed_rows(cast(RowSegment, seg)[1], offset)
+                continue
+            tag, name, ascending, p_lo, p_hi, late_above, ids_b, rp_b, ri_b, at_b, di_b, groups = cast(ColumnSegment, seg)
+            q = self.m.queues.get(name) if self.meta_seen and tag == "c" else None
+            if q is None:
+                raise ValueError(f"columns of no queue {name!r}")
+            src = _QueueLoad(q)
+            src.ascending, src.p_lo, src.p_hi, src.late_above = ascending, p_lo, p_hi, late_above
+            for col, raw in ((src.ids, ids_b), (src.ready_p, rp_b), (src.ready_i, ri_b), (src.dl_at, at_b),
+                             (src.dl_id, di_b)):
+                col.frombytes(raw)
+            fair = q.qtype is QueueType.FAIR
+            if len(src.ready_p) != len(src.ready_i) or len(src.dl_at) != len(src.dl_id) or (groups and not fair):
+                raise ValueError(f"malformed columns of queue {name!r}")
+            for g, ps_b, gi_b in groups:
+                pair = src.ready_keys[g] = (array("q"), array("Q"))
+                pair[0].frombytes(ps_b)
+                pair[1].frombytes(gi_b)
+                if len(pair[0]) != len(pair[1]):
+                    raise ValueError(f"malformed columns of queue {name!r}")
+            cur = self.per_q.get(name)
+            if cur is None:
+                cur = self.per_q[name] = _QueueLoad(q)
+            _absorb(cur, src)
 
     def _feed_columns(self, chunk: list[tuple[bytes, bytes]], offset: int,
                       overrides: Mapping[bytes, bytes | None] | None,
@@ -728,6 +874,7 @@ class _Loader:
 
     def _place(self, cur: _QueueLoad, id_: int, rec: bytes, offset: int) -> None:
         """Index one record of a delayed queue (its id already counted)."""
+        self.placed += 1
         prio, not_before, flags = _HDR_HEAD.unpack_from(rec, offset)
         if flags & R.FLAG_IN_FLIGHT:
             self._other(cur, id_, rec, offset)
@@ -1078,13 +1225,18 @@ class QueueMachine:
     # -- rebuild -------------------------------------------------------------------------
     def load(self, records: Iterable[tuple[bytes, bytes]],
              messages: Iterable[tuple[bytes, bytes]] = (), offset: int = 0,
-             overrides: Mapping[bytes, bytes | None] | None = None, *, ordered: bool = False) -> None:
+             overrides: Mapping[bytes, bytes | None] | None = None, *, ordered: bool = False,
+             stop: bytes | None = None, upper: Callable[[], Iterable[Segment]] | None = None) -> None:
         """Rebuild all in-memory state from the records (any order of kinds is fine,
         but keys of one kind in key order is fastest). Replaces the current state.
         `messages`, read after `records`: more message records (key, value), the record
         being `value[offset:]`, or `overrides[key]` for a key there (None: no record);
         the fast path of a store's rebuild; `ordered`: they come in ascending key order
-        (an LMDB cursor's: not checked)."""
+        (an LMDB cursor's: not checked). `stop` (with `ordered`): the messages from this
+        key on are not read here: `upper()` gives them, as `_Loader.segments` of them
+        (loaded elsewhere, the overrides applied), joined after the others (the same
+        state as reading them here). If `upper` or its segments raise, the state is
+        half-loaded: the caller loads again."""
         keys, join_tokens = self.keys, self.join_tokens
         self.__init__(self.store)  # type: ignore[misc]
         self.keys, self.join_tokens = keys, join_tokens
@@ -1114,10 +1266,23 @@ class QueueMachine:
             else:
                 raise ValueError(f"unknown record key {key!r}")
         self._load_groups(groups)  # before the messages: a throttled group is not active
-        loader.feed_all(messages, offset, overrides, ordered=ordered)
+        loader.feed_all(messages, offset, overrides, ordered=ordered, stop=stop)
+        if upper is not None:
+            loader.absorb(upper(), offset)
         loader.finish()
         self._load_dedups(dedups)
         self._touched_fair.clear()
+
+    def segments_of(self, records: Iterable[tuple[bytes, bytes]], messages: Iterable[tuple[bytes, bytes]],
+                    offset: int = 0, overrides: Mapping[bytes, bytes | None] | None = None) -> list[Segment]:
+        """`load(records)` (the queues and the meta record; no messages), then the
+        `_Loader.segments` of `messages` (ascending keys, the record `value[offset:]` or
+        the override) for another machine's `load(..., upper=...)`."""
+        records = list(records)
+        self.load(records)
+        loader = _Loader(self)
+        loader.meta_seen = any(k == K.META_KEY for k, _ in records)
+        return loader.segments(messages, offset, overrides)
 
     def _load_groups(self, groups: list[tuple[bytes, bytes]]) -> None:
         """Group records (overrides, buckets) of fair queues; raises ValueError for a

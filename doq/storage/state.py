@@ -89,9 +89,15 @@ import gc
 import hashlib
 import heapq
 import itertools
+import logging
+import marshal
 import os
 import struct
+import subprocess
+import sys
+import tempfile
 import threading
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -126,7 +132,7 @@ from doq.queues.commands import (
     RevokeKey,
     UseJoinToken,
 )
-from doq.queues.machine import QueueMachine
+from doq.queues.machine import QueueMachine, Segment
 from doq.queues.model import GroupStats, MessageState, MessageView, QueueInfo
 from doq.queues.redrive import RedriveTask
 from doq.storage.chunks import decode_chunk
@@ -165,6 +171,16 @@ SWEEP_CHUNK = 1 << 14  # versions entries a commit removes at most, of a collect
 SWEEP_GATHER = 1 << 14  # notes a commit reads (and sorts) at most, of a collection
 SWEEP_VISIT = 1 << 15  # bodies a commit walks over (or notes it drops) at most, of a compaction
 DEFAULT_TOMBSTONE_RETENTION = 1_000_000
+# a start (`StateStore(parallel_load_min=N)`) with at least N message records loads the
+# upper part of them in a second process (`doq.storage.load_worker`) while it loads the rest
+PARALLEL_LOAD_MIN = 500_000
+# the worker's answer is waited for this long beyond 3x the time the start's own part took
+LOAD_WORKER_GRACE_S = 30.0
+LOAD_WORKER_MAGIC = b"DOQLOAD1"
+# the share (numerator, denominator) of the message records the start loads itself: a
+# little more than half, as the worker first starts an interpreter and imports (~0.4 s
+# CPU; the start waited ~0.5 s for an even split's worker at 4.75M)
+SPLIT_AT = (11, 20)
 # message records read because their delay ended (`QueueMachine.take_due_reads`) after which
 # a commit lets go of the data file's pages this process mapped (`release_mapped_pages`)
 RELEASE_AFTER_DUE_READS = 16384
@@ -174,6 +190,7 @@ _DUMP_REC = struct.Struct(">BII")
 _DUMPED = ((1, b"state_meta"), (2, b"state_queues"), (3, b"state_messages"),
            (4, b"state_dedup"), (5, b"state_tombstones"))
 Record = tuple[bytes, bytes | None, int]  # (key, payload or None for a tombstone, version)
+log = logging.getLogger("doq.storage")
 
 
 class StoreBroken(RuntimeError):
@@ -247,6 +264,124 @@ def _compose(body: bytes, lease: bytes | None) -> bytes:
     if lease is None:
         return body
     return lease[:8] + body[8:_LS] + lease[8:] + body[_LE:]
+
+
+def machine_records(txn: Any, dbs: Mapping[bytes, Any], *, dedups: bool = True) -> Iterator[tuple[bytes, bytes]]:
+    """(key, record) of every record `QueueMachine.load` takes but the messages: the meta
+    record, queues, group and redrive records, and (`dedups`) the dedup records."""
+    names = (b"state_meta", b"state_queues", b"state_dedup") if dedups else (b"state_meta", b"state_queues")
+    for name in names:
+        for k, v in txn.cursor(db=dbs[name]).iternext():
+            if name != b"state_meta" or k[:1] != b"\x00":
+                yield k, v[8:]
+
+
+def message_overrides(txn: Any, bodies: Any, leases: Any, gone: Iterable[bytes],
+                      start: bytes = b"") -> dict[bytes, bytes | None]:
+    """The messages whose record is not their body in state_messages, from key `start` on:
+    None for those noted gone, the body composed with its lease entry for the leased."""
+    overrides: dict[bytes, bytes | None] = dict.fromkeys(k for k in gone if k >= start)
+    cur = txn.cursor(db=leases)
+    if cur.set_range(start):
+        for k, lease in cur.iternext():
+            body = txn.get(k, db=bodies)
+            if body is not None and k not in overrides:
+                overrides[k] = _compose(body, lease)
+    return overrides
+
+
+def split_key(txn: Any, bodies: Any) -> bytes | None:
+    """A message key splitting state_messages into a lower part for the start and an upper
+    part for the load worker: each queue's records counted as the span of its first and
+    last ids (two seeks a queue; LMDB has no rank), the key at `SPLIT_AT` of their sum.
+    None: one record or none."""
+    cur = txn.cursor(db=bodies)
+    spans: list[tuple[bytes, int, int]] = []  # (queue's key prefix, first id, last id)
+    at = cur.first()
+    while at:
+        first = cur.key()
+        prefix = first[:-8]
+        if len(first) < 9:
+            return None
+        if cur.set_range(prefix + b"\xff" * 8 + b"\x00"):
+            cur.prev()
+        else:
+            cur.last()
+        last = cur.key()
+        spans.append((prefix, int.from_bytes(first[-8:], "big"), int.from_bytes(last[-8:], "big")))
+        at = cur.next()
+    total = sum(b - a + 1 for _, a, b in spans)
+    if total < 2:
+        return None
+    left = min(total - 1, max(1, total * SPLIT_AT[0] // SPLIT_AT[1]))
+    for prefix, a, b in spans:
+        if left < b - a + 1:
+            return prefix + (a + left).to_bytes(8, "big")
+        left -= b - a + 1
+    return None
+
+
+class _LoadWorker:
+    """A `doq.storage.load_worker` process loading the message records from `split` on
+    (`QueueMachine.load`'s `upper`). A subprocess, never a fork: an LMDB environment may
+    not be used across a fork."""
+
+    module = "doq.storage.load_worker"  # what runs (`python -m`; tests run others)
+
+    def __init__(self, env_path: str, split: bytes, txn_id: int) -> None:
+        self.split = split
+        self.txn_id = txn_id
+        self.started = time.monotonic()
+        import doq  # the worker imports the same doq as this process
+        root = os.path.dirname(os.path.dirname(os.path.abspath(doq.__file__)))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        # its answer and errors go to unlinked files, read once it exited: no pipe to drain
+        # meanwhile, and one read of the answer (not a heap of small reads kept by the
+        # allocator after the load)
+        self.out = tempfile.TemporaryFile()  # noqa: SIM115 - closed by `close`
+        self.err = tempfile.TemporaryFile()  # noqa: SIM115 - closed by `close`
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-P", "-m", self.module, env_path, split.hex(), str(txn_id)],
+                stdin=subprocess.DEVNULL, stdout=self.out, stderr=self.err, env=env)
+        except BaseException:
+            self.out.close()
+            self.err.close()
+            raise
+
+    def segments(self) -> list[Segment]:
+        """The worker's segments, once it is done: raises `RuntimeError` if it failed,
+        answered something else or is not done `LOAD_WORKER_GRACE_S` after 3x the time
+        since it started."""
+        timeout_s = LOAD_WORKER_GRACE_S + 3 * (time.monotonic() - self.started)
+        try:
+            status = self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"no answer in {timeout_s:.0f} s") from None
+        if status != 0:
+            self.err.seek(0)
+            tail = self.err.read(1 << 16).decode(errors="replace").strip().splitlines()[-1:] or [""]
+            raise RuntimeError(f"exit status {status}: {tail[0]}")
+        self.out.seek(0)
+        out = self.out.read()
+        try:
+            magic, txn_id, segs = marshal.loads(out)
+        except (ValueError, EOFError, TypeError) as e:
+            raise RuntimeError(f"unreadable answer ({e})") from None
+        finally:
+            del out
+        if magic != LOAD_WORKER_MAGIC or txn_id != self.txn_id or not isinstance(segs, list):
+            raise RuntimeError("an answer of another kind or of another transaction")
+        return segs
+
+    def close(self) -> None:
+        """Kill the worker if it still runs, reap it, and drop its files."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.out.close()
+        self.err.close()
 
 
 def _scattered(keys: list[bytes]) -> bool:
@@ -749,8 +884,15 @@ class StateStore:
     """The node's replicated queue state. See the module docstring for the contracts."""
 
     def __init__(self, env: lmdb.Environment, *,
-                 tombstone_retention: int = DEFAULT_TOMBSTONE_RETENTION) -> None:
+                 tombstone_retention: int = DEFAULT_TOMBSTONE_RETENTION,
+                 parallel_load_min: int | None = None) -> None:
+        """`parallel_load_min`: this first load (a start: nothing else writes the
+        environment meanwhile) loads the upper part of the message records in a second
+        process when there are at least that many and this process may run on more than
+        one CPU (`_load_machine`); None: on this one only. Later rebuilds (a failed write's,
+        a restore's, a snapshot's) load on this process only."""
         self.env = env
+        self._parallel_load_min = parallel_load_min
         self.tombstone_retention = tombstone_retention
         self._db = {n: open_db(env, n) for _, n in _DUMPED}
         self._db[b"state_versions"] = open_db(env, b"state_versions")
@@ -800,7 +942,11 @@ class StateStore:
         self.on_held_committed: Callable[[], None] | None = None
         self.on_lost: Callable[[], None] | None = None
         self._failed_commits = 0  # of held writes, under `_commit_cond` (`wait_committed`)
-        self.rebuild()
+        self._parallel = parallel_load_min is not None  # the first load only
+        try:
+            self.rebuild()
+        finally:
+            self._parallel = False
 
     @property
     def broken(self) -> bool:
@@ -1118,20 +1264,53 @@ class StateStore:
     def _load_machine(self, txn: Any) -> None:
         """`machine.load` of every record: the messages straight from their cursor (the
         version prefix skipped in place), composed with their lease entries and the gone
-        ones left out through a small map of exceptions."""
-        others = (
-            (k, v[8:]) for name in (b"state_meta", b"state_queues", b"state_dedup")
-            for k, v in self._stored_in(txn, name) if name != b"state_meta" or k[:1] != b"\x00"
-        )
-        overrides: dict[bytes, bytes | None] = dict.fromkeys(self._sink.gone)
-        if self._sink.leased:
-            bodies = self._db[b"state_messages"]
-            for k, lease in txn.cursor(db=self._leases).iternext():
-                body = txn.get(k, db=bodies)
-                if body is not None and k not in overrides:
-                    overrides[k] = _compose(body, lease)
-        msgs = txn.cursor(db=self._db[b"state_messages"]).iternext()
-        self.machine.load(others, msgs, 8, overrides or None, ordered=True)  # a cursor: key order
+        ones left out through a small map of exceptions.
+
+        A start's load (`parallel_load_min`) of many messages on a process that may use
+        more than one CPU: a worker process (`doq.storage.load_worker`, started first)
+        reads the records from a key near the middle (`split_key`) in its own read
+        transaction, the same snapshot (its id checked: nothing writes during a start),
+        while this one reads those before it; its columns are then joined after them
+        (`QueueMachine.load`'s `upper`): the same state as one reading all. If the worker
+        fails (exits, answers garbage or late), the load is done again here alone (logged);
+        the worker is killed and reaped on every path."""
+        worker = self._start_worker(txn) if self._parallel else None
+        if worker is not None:
+            try:
+                self._load_messages(txn, worker)
+                log.info("message records loaded on two processes (the second from key %s)", worker.split.hex())
+                return
+            except Exception as e:  # noqa: BLE001 - any failure of the two-process load: load again alone
+                log.warning("the load on two processes failed (%s): loading on one CPU", e)
+            finally:
+                worker.close()
+        self._load_messages(txn, None)
+
+    def _load_messages(self, txn: Any, worker: _LoadWorker | None) -> None:
+        bodies = self._db[b"state_messages"]
+        overrides = message_overrides(txn, bodies, self._leases, self._sink.gone) if (
+            self._sink.gone or self._sink.leased) else {}
+        msgs = txn.cursor(db=bodies).iternext()
+        self.machine.load(machine_records(txn, self._db), msgs, 8, overrides or None, ordered=True,  # key order
+                          stop=None if worker is None else worker.split,
+                          upper=None if worker is None else worker.segments)
+
+    def _start_worker(self, txn: Any) -> _LoadWorker | None:
+        """The worker of a start's load (see `_load_machine`), or None: too few messages,
+        one CPU, nowhere to split, or it could not be started (logged)."""
+        bodies = self._db[b"state_messages"]
+        floor = self._parallel_load_min
+        affinity = getattr(os, "sched_getaffinity", None)
+        if floor is None or txn.stat(bodies)["entries"] < max(floor, 2) or affinity is None or len(affinity(0)) < 2:
+            return None
+        split = split_key(txn, bodies)
+        if split is None:
+            return None
+        try:
+            return _LoadWorker(self.env.path(), split, txn.id())
+        except Exception as e:  # noqa: BLE001 - no interpreter to run, no temporary file, ...: load alone
+            log.warning("the load's second process did not start (%s): loading on one CPU", e)
+            return None
 
     def _key_records(self, txn: Any) -> Iterator[KeyRecord]:
         cur = txn.cursor(db=self._meta)

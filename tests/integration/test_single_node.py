@@ -236,3 +236,50 @@ def test_reflection_and_health_are_served(doq_node: NodeProc) -> None:
         health.Check(health_pb2.HealthCheckRequest(service="no.such.Service"))
     assert e.value.code() == grpc.StatusCode.NOT_FOUND
     ch.close()
+
+
+def test_a_restart_above_the_parallel_load_threshold_holds_what_it_held(tmp_path: Path) -> None:
+    """A restart whose store holds more message records than `--parallel-load-min` (lowered
+    here through its environment variable) loads them on two processes and answers what
+    it held: every message, in its queue's order, the in-flight ones still in flight."""
+    node = NodeProc(tmp_path / "data", extra_args=["--log-level", "info"],
+                    env={"DOQ_PARALLEL_LOAD_MIN": "1000"}).start()
+    try:
+        ch, stub = stub_for(node)
+        stub.CreateQueue(pb.CreateQueueRequest(name="p", type="delayed"))
+        stub.CreateQueue(pb.CreateQueueRequest(name="q", type="delayed"))
+        for qn in ("p", "q"):
+            for start in range(0, 2000, 500):
+                got = stub.EnqueueBatch(pb.EnqueueBatchRequest(columns=pb.EnqueueColumns(
+                    queue_name=qn, contents=[b"%s%d" % (qn.encode(), i) for i in range(start, start + 500)],
+                    priorities=[(i * 7919) % 101 for i in range(start, start + 500)])))
+                assert len(got.ids) == 500 and not got.HasField("error")
+        leased = stub.Dequeue(pb.DequeueRequest(queue_name="q", max_messages=10, visibility_timeout_ms=3_600_000))
+        assert len(leased.messages) == 10
+
+        def held() -> list[list[tuple[int, bytes]]]:
+            out = []
+            for qn in ("p", "q"):
+                for state in ("ready", "in_flight"):
+                    msgs: list[tuple[int, bytes]] = []
+                    offset = 0
+                    while True:
+                        page = stub.Peek(pb.PeekRequest(queue_name=qn, state=state, offset=offset, limit=100))
+                        msgs += [(m.id, m.content) for m in page.messages]
+                        if not page.next_offset:
+                            break
+                        offset = page.next_offset
+                    out.append(msgs)
+            return out
+
+        before = held()
+        assert [len(x) for x in before] == [2000, 0, 1990, 10]
+        ch.close()
+        assert node.terminate() == 0
+        node.start()
+        assert "loaded on two processes" in node.log() and "loading on one CPU" not in node.log()
+        ch, stub = stub_for(node)
+        assert held() == before  # the same messages, in the same order
+        ch.close()
+    finally:
+        node.kill9()

@@ -1,0 +1,63 @@
+"""The second process of a start's load (`doq.storage.state.StateStore`, `_load_machine`).
+
+`python -m doq.storage.load_worker ENV_PATH SPLIT_HEX TXN_ID` opens the node's LMDB
+environment read-only, checks that its read transaction is the one the starting process
+reads (`TXN_ID`: nothing wrote in between), loads the queues and the meta record, reads
+the message records from key `SPLIT_HEX` on (their gone and leased ones resolved as the
+start does) and writes `marshal.dumps((LOAD_WORKER_MAGIC, TXN_ID, segments))` to its
+standard output: `QueueMachine.segments` of them (arrays as bytes; the chunks to be taken
+record by record as their records). Exits non-zero, with a line on standard error, if
+anything fails; the starting process then loads alone. Imports only the storage layer and
+the queues core (not the server)."""
+
+from __future__ import annotations
+
+import gc
+import marshal
+import sys
+
+import lmdb
+
+from doq.queues.machine import QueueMachine
+from doq.queues.store import MemoryStore
+from doq.storage.env import MAX_DBS
+from doq.storage.state import LOAD_WORKER_MAGIC, machine_records, message_overrides
+
+_DBS = (b"state_meta", b"state_queues", b"state_messages", b"state_leases", b"state_gone")
+
+
+def segments_of(env: lmdb.Environment, split: bytes, txn_id: int) -> bytes:
+    """The answer (see the module docstring) for the records of `env` from `split` on."""
+    with env.begin() as txn:
+        if txn.id() != txn_id:
+            raise RuntimeError(f"read transaction {txn.id()}, not {txn_id}: the store changed")
+        dbs = {n: env.open_db(n, txn=txn, create=False) for n in _DBS}
+        gone = [bytes(g[8:]) for g in txn.cursor(db=dbs[b"state_gone"]).iternext(values=False)]
+        overrides = message_overrides(txn, dbs[b"state_messages"], dbs[b"state_leases"], gone, split)
+        cur = txn.cursor(db=dbs[b"state_messages"])
+        msgs = cur.iternext() if cur.set_range(split) else iter(())
+        m = QueueMachine(MemoryStore())
+        segs = m.segments_of(machine_records(txn, dbs, dedups=False), msgs, 8, overrides or None)
+        return marshal.dumps((LOAD_WORKER_MAGIC, txn_id, segs))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        path, split_hex, txn_id = args[0], bytes.fromhex(args[1]), int(args[2])
+        gc.disable()  # millions of short-lived objects, no cycles (as the start's own load)
+        env = lmdb.open(path, readonly=True, lock=True, max_dbs=MAX_DBS, readahead=False)
+        try:
+            out = segments_of(env, split_hex, txn_id)
+        finally:
+            env.close()
+        sys.stdout.buffer.write(out)
+        sys.stdout.buffer.flush()
+    except Exception as e:  # noqa: BLE001 - reported to the starting process, which loads alone
+        print(f"doq load worker: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""A load split at a key (`QueueMachine.load`'s `stop` and `upper`, the segments of the
+upper part made by another machine: `QueueMachine.segments_of`) builds the state a load of
+every record in one go builds."""
+
+from __future__ import annotations
+
+import marshal
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from doq.queues import commands as c
+from doq.queues import keys as K
+from doq.queues.machine import QueueMachine
+from doq.queues.model import MessageState, QueueSettings
+from doq.queues.store import MemoryStore
+
+NOW = 1_800_000_000_000
+NAMES = ("a", "f", "p", "t")
+
+
+def _state(x: QueueMachine) -> list[object]:
+    """What a machine holds: each queue's stats, its messages by state, its indexes'
+    contents (ready and delayed order, in-flight entries, members), the leases and dues."""
+    out: list[object] = [x.next_due_ms(), list(x.leases), list(x.due), x.now_ms, x.next_id]
+    for qn in NAMES:
+        q = x.queues[qn]
+        index: Any = q.index
+        out += [x.queue_info(qn).stats,
+                [x.peek_ids(qn, s, 0, 10_000) for s in (MessageState.READY, MessageState.DELAYED,
+                                                        MessageState.IN_FLIGHT)],
+                list(index.ready) if hasattr(index, "ready") else None,
+                list(q.delayed) if q.delayed else [], sorted((i, e.key, e.group, e.lease_id) for i, e in q.inflight.items()),
+                list(q.inflight), list(q.members), q.n_delayed]
+    return out
+
+
+def _store(items: list[tuple[int, int, int]], take: int) -> tuple[list[tuple[bytes, bytes]], list[tuple[bytes, bytes]]]:
+    """(other records, message records) of a machine holding `items` (queue, priority kind,
+    delay) in a plain queue, a delayed queue, a timestamp queue (half due, half later) and
+    a fair queue with groups, `take` of each dequeued (in flight)."""
+    store = MemoryStore()
+    m = QueueMachine(store)
+    m.apply(1, c.CommandBatch(NOW, [c.CreateQueue(qn, "fair" if qn == "f" else "delayed", QueueSettings())
+                                    for qn in NAMES]))
+    for qn in NAMES:
+        batch = []
+        for q, p, d in items:
+            if NAMES[q] != qn:
+                continue
+            prio = {"p": 0, "a": p, "f": p % 3, "t": NOW // 1000 + p * 7}[qn]
+            batch.append(c.EnqueueItem(b"x", group=f"g{p % 4}" if qn == "f" else "", priority=prio,
+                                       delay_ms=d * 1000))
+        if batch:
+            m.apply(2, c.CommandBatch(NOW, [c.Enqueue(qn, batch)]))
+        if take:
+            m.apply(3, c.CommandBatch(NOW, [c.Dequeue(qn, take, seed=7)]))
+    msgs = sorted((k, b"v" * 8 + v) for k, v in store.data.items() if k[0] == K.MESSAGE)
+    others = sorted((k, v) for k, v in store.data.items() if k[0] != K.MESSAGE)
+    return others, msgs
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(-20, 20), st.sampled_from([0, 0, 0, 5, 20_000])),
+                min_size=1, max_size=120),
+       st.integers(0, 6), st.integers(0, 200), st.sampled_from(["key", "after", "end of queue"]),
+       st.sets(st.integers(0, 200), max_size=20), st.sets(st.integers(0, 200), max_size=6),
+       st.sampled_from([3, 7, 1024]))
+def test_a_load_split_at_a_key_is_the_load_in_one_go(items: list[tuple[int, int, int]], take: int, at: int,
+                                                    how: str, drop: set[int], swap: set[int], chunk: int) -> None:
+    """The records from a split key on loaded by another machine into segments (sent as
+    marshal bytes, as the worker process sends them) and joined after the rest: the same
+    state as the load of every record, for a plain, a delayed, a timestamp (half due) and
+    a fair queue with groups, records in flight, with a not-before delay, left out (gone)
+    or replaced (leased) by the overrides, the split inside a queue, right after a
+    record, or between queues; several chunk sizes; and the same after later dequeues."""
+    from doq.queues import machine as M
+    others, msgs = _store(items, take)
+    overrides: dict[bytes, bytes | None] = {msgs[i % len(msgs)][0]: None for i in drop}
+    for i in swap:
+        k, other = msgs[i % len(msgs)][0], msgs[(i + 1) % len(msgs)]
+        if other[0][:-8] == k[:-8]:
+            overrides[k] = other[1]
+    key = msgs[at % len(msgs)][0]
+    split = {"key": key, "after": key + b"\x00", "end of queue": key[:-8] + b"\xff" * 9}[how]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(M, "_CHUNK", chunk)
+        whole = QueueMachine(MemoryStore())
+        whole.load(others, iter(msgs), 8, overrides or None, ordered=True)
+        worker = QueueMachine(MemoryStore())
+        segs = worker.segments_of([r for r in others if r[0][0] != K.DEDUP],
+                                  iter([kv for kv in msgs if kv[0] >= split]), 8,
+                                  {k: v for k, v in overrides.items() if k >= split} or None)
+        sent = marshal.loads(marshal.dumps(segs))
+        parts = QueueMachine(MemoryStore())
+        parts.load(others, iter(msgs), 8, overrides or None, ordered=True, stop=split, upper=lambda: sent)
+    assert _state(parts) == _state(whole)
+    held = dict(others) | {k: v[8:] for k, v in msgs if k not in overrides}
+    held |= {k: v[8:] for k, v in overrides.items() if v is not None}
+    for x in (parts, whole):
+        x.store.data = dict(held)  # type: ignore[attr-defined]
+    for later in (NOW + 6_000, NOW + 100_000, NOW + 12_000_000):  # delays end, timestamps fall due, leases expire
+        for x in (parts, whole):
+            x.apply(4, c.CommandBatch(later, [c.Dequeue(qn, 7, seed=1) for qn in NAMES]))
+        assert _state(parts) == _state(whole)
+
+
+def test_segments_of_records_that_need_one_by_one_handling_are_their_records() -> None:
+    """A chunk the columns do not take (here: a malformed record) comes back as its
+    records, the overrides applied; chunks of ready records of one queue as one run of
+    columns, the records left out by the overrides cut out."""
+    from doq.queues import machine as M
+    others, msgs = _store([(2, 0, 0)] * 10 + [(0, 1, 0)] * 10, 0)
+    worker = QueueMachine(MemoryStore())
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(M, "_CHUNK", 5)
+        segs = worker.segments_of(others, iter(msgs), 8, {msgs[0][0]: None, msgs[17][0]: msgs[17][1][:8] + b"?"})
+    # a: two chunks of columns (one run, its first record left out); p: a chunk of
+    # columns, then a chunk holding a malformed record: its records
+    assert [s[0] for s in segs] == ["c", "c", "r"]
+    assert segs[0][1] == "a" and len(segs[0][6]) == 9 * 8 and segs[1][1] == "p"
+    assert segs[2][1] == [(k, v) for k, v in msgs[15:17]] + [(msgs[17][0], msgs[17][1][:8] + b"?")] + msgs[18:]
+
+
+def test_absorb_refuses_segments_that_do_not_fit() -> None:
+    """Columns of an unknown queue, of unequal lengths, or groups of a queue that is not
+    fair are refused (the store then loads again in one go)."""
+    from doq.queues import machine as M
+    others, msgs = _store([(0, 1, 0)] * 4, 0)
+    m = QueueMachine(MemoryStore())
+    m.load(others)
+    loader = M._Loader(m)  # noqa: SLF001
+    loader.meta_seen = True
+    good = ("c", "a", True, 0, 1, None, b"\x01" + bytes(7), bytes(8), b"\x01" + bytes(7), b"", b"", [])
+    bad = [("c", "nope", *good[2:]), (*good[:7], bytes(16), *good[8:]), (*good[:11], [("g", bytes(8), bytes(8))]),
+           (*good[:6], b"\x01", *good[7:])]
+    for seg in bad:
+        with pytest.raises(ValueError):
+            loader.absorb([seg])
+    loader.absorb([good])
+    assert list(loader.per_q["a"].ready_i) == [1]

@@ -1,0 +1,115 @@
+"""A start's load on two processes (`StateStore(parallel_load_min=...)`, the worker
+`doq.storage.load_worker`): the same state as a load on one; a worker that fails in any
+way leaves a load on one, logged once, the worker reaped; later rebuilds stay on one."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from doq.storage import state as S
+from doq.storage.env import open_env
+from doq.storage.state import StateStore
+from tests.storage.test_rebuild_order import _fill, _seen
+
+
+@pytest.fixture(autouse=True)
+def two_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process may run on two CPUs, whatever the machine running the tests has."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+
+
+@pytest.fixture(scope="module")
+def filled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store of four queues (ties, random priorities, timestamps half due, fair groups
+    as blocks), some messages in flight, some acked and not swept (gone)."""
+    path = tmp_path_factory.mktemp("parallel") / "db"
+    env = open_env(path, map_size=1 << 30)
+    _fill(StateStore(env))
+    env.close()
+    return path
+
+
+class _Watch:
+    """The load workers started (and what they ended as) while the test runs."""
+
+    def __init__(self, mp: pytest.MonkeyPatch) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.splits: list[bytes] = []
+        init, close = S._LoadWorker.__init__, S._LoadWorker.close  # noqa: SLF001
+
+        def watched_init(w: Any, *a: Any) -> None:
+            init(w, *a)
+            self.procs.append(w.proc)
+            self.splits.append(w.split)
+
+        def watched_close(w: Any) -> None:
+            close(w)
+            assert w.proc.returncode is not None  # reaped
+
+        mp.setattr(S._LoadWorker, "__init__", watched_init)  # noqa: SLF001
+        mp.setattr(S._LoadWorker, "close", watched_close)  # noqa: SLF001
+
+
+def test_a_start_loads_on_two_processes_what_one_loads(filled: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """Above the threshold a start's load runs a worker (reaped when done) and builds the
+    state a load on one process builds; below it, and in a later rebuild, no worker."""
+    env = open_env(filled, map_size=1 << 30)
+    watch = _Watch(monkeypatch)
+    one = _seen(StateStore(env))
+    assert not watch.procs
+    with caplog.at_level(logging.INFO, logger="doq.storage"):
+        two = StateStore(env, parallel_load_min=1000)
+    assert len(watch.procs) == 1 and watch.procs[0].returncode == 0
+    assert "loaded on two processes" in caplog.text and "failed" not in caplog.text
+    assert _seen(two) == one
+    two.rebuild()  # a later rebuild (a failed write's): one process
+    assert len(watch.procs) == 1 and _seen(two) == one
+    StateStore(env, parallel_load_min=10**9)  # too few records
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    assert _seen(StateStore(env, parallel_load_min=1000)) == one  # one CPU
+    assert len(watch.procs) == 1
+    env.close()
+
+
+@pytest.mark.parametrize("mode", ["exit", "garbage", "other transaction", "unfit columns", "hang"])
+def test_a_failed_worker_leaves_a_load_on_one_process(filled: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      caplog: pytest.LogCaptureFixture, mode: str) -> None:
+    """A worker that exits with an error, answers garbage, answers for another read
+    transaction, answers columns that fit no queue, or does not answer in time: the start
+    loads alone (the state of a load on one process), logs it once, and the worker is
+    killed if need be and reaped."""
+    env = open_env(filled, map_size=1 << 30)
+    one = _seen(StateStore(env))
+    watch = _Watch(monkeypatch)
+    monkeypatch.setattr(S._LoadWorker, "module", "tests.storage.fake_load_worker")  # noqa: SLF001
+    monkeypatch.setenv("DOQ_FAKE_LOAD_WORKER", mode)
+    if mode == "hang":
+        monkeypatch.setattr(S, "LOAD_WORKER_GRACE_S", 0.0)
+    with caplog.at_level(logging.INFO, logger="doq.storage"):
+        two = StateStore(env, parallel_load_min=1000)
+    assert len(watch.procs) == 1 and watch.procs[0].returncode is not None
+    if mode == "hang":
+        assert watch.procs[0].returncode < 0  # killed
+    assert caplog.text.count("loading on one CPU") == 1 and "loaded on two processes" not in caplog.text
+    assert _seen(two) == one
+    env.close()
+
+
+def test_a_worker_that_cannot_start_leaves_a_load_on_one_process(filled: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """No interpreter to run the worker with: the start loads alone and logs it once."""
+    env = open_env(filled, map_size=1 << 30)
+    one = _seen(StateStore(env))
+    monkeypatch.setattr(S.sys, "executable", str(filled / "no-such-python"))
+    with caplog.at_level(logging.INFO, logger="doq.storage"):
+        two = StateStore(env, parallel_load_min=1000)
+    assert caplog.text.count("loading on one CPU") == 1 and "loaded on two processes" not in caplog.text
+    assert _seen(two) == one
+    env.close()
