@@ -1575,8 +1575,21 @@ class StateStore:
 
     def get_message(self, queue: str, id_: int) -> MessageView:
         """The message as last committed (one read txn; a message the machine's index
-        already calls gone, `sort_known`, is not found). Raises QueueNotFound / MessageNotFound."""
+        already calls gone, `sort_known`, is not found), once every answered apply is
+        committed (`wait_committed`). Raises QueueNotFound / MessageNotFound."""
         self.wait_committed()
+        return self._read_message(queue, id_)
+
+    def get_message_now(self, queue: str, id_: int) -> MessageView | None:
+        """`get_message` when LMDB already holds every answered apply (nothing to wait
+        for: one read txn, fit for the event loop); None otherwise, without waiting (the
+        caller reads with `get_message` off the loop). What is answered after the check
+        need not be seen, as with `wait_committed`'s own check."""
+        if self._committed_index < self._answered_index:
+            return None
+        return self._read_message(queue, id_)
+
+    def _read_message(self, queue: str, id_: int) -> MessageView:
         with self.env.begin() as txn:
             try:
                 qkey = K.queue_key(queue)
