@@ -266,6 +266,7 @@ class RaftNode:
         self._reload_due = False  # apply thread: a held write's commit failed, the log's view is stale
         self._flush_handle: asyncio.TimerHandle | None = None
         self._flush_due = False
+        self._flushing = False  # the flush write commits the held write (`_held_committed`)
         self._refill_due = False
         if self._batches_commits():
             state.commit_wanted = self._want_commit
@@ -1246,7 +1247,11 @@ class RaftNode:
         job.refill = self._refill(job)
         if job.flush and not job.refill:  # the held write's commit, nothing else
             t1 = time.perf_counter()
-            committed = self.state.commit_held()  # its gauge: `_held_committed`
+            self._flushing = True  # observed below, as every write (not in `_held_committed`)
+            try:
+                committed = self.state.commit_held()  # its gauge: `_held_committed`
+            finally:
+                self._flushing = False
             self._held_entries = self._held_bytes = 0
             self._written(t0, t1 if committed else None, durable=False, committed=False)  # observed as every write
             return
@@ -1345,13 +1350,17 @@ class RaftNode:
             raise RuntimeError(f"the log was compacted past the state's applied index {lo - 1}")
         return self.storage.entries(lo, hi + 1, 1 << 62)
 
-    def _held_committed(self) -> None:
+    def _held_committed(self, commit_s: float) -> None:
         """Apply thread (`StateStore.on_held_committed`): the held write was committed by
-        `commit_held` (the flush, a stop, a direct reader's wait on this thread): its count
-        starts again, and the storage limits are judged on what LMDB now holds."""
+        `commit_held` (the flush, a stop, a direct reader's wait): its count starts again,
+        and the storage limits are judged on what LMDB now holds. A commit other than the
+        flush write's (which `_written` observes) is observed here: one `doq_commit_seconds`
+        and one `doq_fsync_seconds` sample of `commit_s`."""
         self._held_entries = self._held_bytes = 0
         if self.gauge is not None:
             self.gauge.committed()
+        if self._on_commit and not self._flushing:
+            self._on_commit(commit_s, commit_s)
 
     def _state_lost(self) -> None:
         """Apply thread (`StateStore.on_lost`, before anything else runs here): a failed

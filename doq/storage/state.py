@@ -92,6 +92,7 @@ import itertools
 import os
 import struct
 import threading
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -797,7 +798,7 @@ class StateStore:
         # the owner's hooks, on the writer thread: a held write committed by
         # `commit_held` (not by a `write()`), and a failed commit or write that lost the
         # changes of a held write (memory rebuilt from LMDB: `on_lost`)
-        self.on_held_committed: Callable[[], None] | None = None
+        self.on_held_committed: Callable[[float], None] | None = None  # (the commit's seconds)
         self.on_lost: Callable[[], None] | None = None
         self._failed_commits = 0  # of held writes, under `_commit_cond` (`wait_committed`)
         self.rebuild()
@@ -892,7 +893,7 @@ class StateStore:
 
     def commit_held(self) -> bool:
         """Commit the held transaction, if any (writer thread); False if none; then
-        `on_held_committed`. As `write()` on failure: aborted, memory rebuilt from LMDB
+        `on_held_committed(seconds the commit took)`. As `write()` on failure: aborted, memory rebuilt from LMDB
         (every change since the last commit lost, to be applied again by the caller; the
         readers' view stays), `on_lost` called here, on the writer thread, before anything
         else runs there, the direct readers waiting for it woken (`wait_committed` raises
@@ -900,6 +901,7 @@ class StateStore:
         txn, self._held = self._held, None
         if txn is None:
             return False
+        t0 = time.perf_counter()
         try:
             self._commit(txn)
             self._mark_committed()
@@ -913,7 +915,7 @@ class StateStore:
             self._lost()
             raise
         if self.on_held_committed is not None:
-            self.on_held_committed()
+            self.on_held_committed(time.perf_counter() - t0)
         return True
 
     def _commit(self, txn: lmdb.Transaction) -> None:

@@ -86,6 +86,7 @@ async def test_a_held_batch_reads_the_tables_once_and_the_next_batch_measures_it
 
     await node.inspect(lambda s: s.commit_held())  # the batch commits (as its timer would)
     await _enqueue(node, 1)  # begins the next batch: a whole measure
+    assert await node.inspect(lambda s: s.held)  # its write ended (answers come before it)
     assert gauge.whole == 2
     # ten 16 kB messages later the tables take more than the batch's first write saw
     assert gauge.used_bytes - gauge.log_bytes >= tables_first + 9 * len(CONTENT)
