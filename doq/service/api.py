@@ -583,8 +583,11 @@ class QueueService:
         v.check_queue_name(queue)
         v.check_id(id_)
         await self.node.read_barrier()
-        # off the loop: a direct reader of LMDB may wait for a commit (`wait_committed`)
-        view = await asyncio.to_thread(self.node.state.get_message, queue, id_)
+        state = self.node.state
+        view = state.get_message_now(queue, id_)  # nothing answered is uncommitted: no hop
+        if view is None:
+            # off the loop: a direct reader of LMDB waits for a commit (`wait_committed`)
+            view = await asyncio.to_thread(state.get_message, queue, id_)
         return without_leases(caller, [view])[0]
 
     async def peek(self, queue: str, state: MessageState = MessageState.READY, offset: int = 0,

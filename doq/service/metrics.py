@@ -93,7 +93,8 @@ def observe_commit(commit_seconds: float, fsync_seconds: float | None) -> None:
     stored a vote; `fsync_seconds` is its LMDB commit's time, None when the write had
     nothing for LMDB or left its transaction held (a leader's append-only write, a write
     of the batched commit, docs/raft.md: no `doq_fsync_seconds` sample; the write that
-    commits a held transaction has one)."""
+    commits a held transaction has one); also after a commit of a held transaction that a
+    direct reader of the state asked for (both samples: that commit's time)."""
     COMMIT_SECONDS.observe(commit_seconds)
     if fsync_seconds is not None:
         FSYNC_SECONDS.observe(fsync_seconds)

@@ -939,7 +939,7 @@ class StateStore:
         # the owner's hooks, on the writer thread: a held write committed by
         # `commit_held` (not by a `write()`), and a failed commit or write that lost the
         # changes of a held write (memory rebuilt from LMDB: `on_lost`)
-        self.on_held_committed: Callable[[], None] | None = None
+        self.on_held_committed: Callable[[float], None] | None = None  # (the commit's seconds)
         self.on_lost: Callable[[], None] | None = None
         self._failed_commits = 0  # of held writes, under `_commit_cond` (`wait_committed`)
         self._parallel = parallel_load_min is not None  # the first load only
@@ -1038,7 +1038,7 @@ class StateStore:
 
     def commit_held(self) -> bool:
         """Commit the held transaction, if any (writer thread); False if none; then
-        `on_held_committed`. As `write()` on failure: aborted, memory rebuilt from LMDB
+        `on_held_committed(seconds the commit took)`. As `write()` on failure: aborted, memory rebuilt from LMDB
         (every change since the last commit lost, to be applied again by the caller; the
         readers' view stays), `on_lost` called here, on the writer thread, before anything
         else runs there, the direct readers waiting for it woken (`wait_committed` raises
@@ -1046,6 +1046,7 @@ class StateStore:
         txn, self._held = self._held, None
         if txn is None:
             return False
+        t0 = time.perf_counter()
         try:
             self._commit(txn)
             self._mark_committed()
@@ -1059,7 +1060,7 @@ class StateStore:
             self._lost()
             raise
         if self.on_held_committed is not None:
-            self.on_held_committed()
+            self.on_held_committed(time.perf_counter() - t0)
         return True
 
     def _commit(self, txn: lmdb.Transaction) -> None:
@@ -1754,8 +1755,21 @@ class StateStore:
 
     def get_message(self, queue: str, id_: int) -> MessageView:
         """The message as last committed (one read txn; a message the machine's index
-        already calls gone, `sort_known`, is not found). Raises QueueNotFound / MessageNotFound."""
+        already calls gone, `sort_known`, is not found), once every answered apply is
+        committed (`wait_committed`). Raises QueueNotFound / MessageNotFound."""
         self.wait_committed()
+        return self._read_message(queue, id_)
+
+    def get_message_now(self, queue: str, id_: int) -> MessageView | None:
+        """`get_message` when LMDB already holds every answered apply (nothing to wait
+        for: one read txn, fit for the event loop); None otherwise, without waiting (the
+        caller reads with `get_message` off the loop). What is answered after the check
+        need not be seen, as with `wait_committed`'s own check."""
+        if self._committed_index < self._answered_index:
+            return None
+        return self._read_message(queue, id_)
+
+    def _read_message(self, queue: str, id_: int) -> MessageView:
         with self.env.begin() as txn:
             try:
                 qkey = K.queue_key(queue)
