@@ -411,20 +411,26 @@ class _QueueLoad:
         self.names: dict[str, str] = {}  # interned group names
 
 
+class UpperLoadError(Exception):
+    """`QueueMachine.load`'s `upper` part failed (raised it, or gave segments that do not
+    fit): the machine is half-loaded."""
+
+
 # a part of a load made elsewhere (`_Loader.segments`, `_Loader.absorb`): a chunk's records
 # ("r", [(key, value)]), or a run of one queue's columns ("c", queue name, ids ascend, the
 # ready priorities' bounds (lo > hi: not known), `late_above`, ids, ready priorities,
-# ready ids, delayed times, delayed ids (arrays' machine bytes), [(group, priorities, ids)])
+# ready ids, delayed times, delayed ids (arrays' machine bytes), [(group, priorities, ids)],
+# [(id, record)] of the run's records in flight, in key order: their ids among the ids)
 RowSegment = tuple[str, list[tuple[bytes, bytes]]]
 ColumnSegment = tuple[str, str, bool, int, int, "int | None", bytes, bytes, bytes, bytes, bytes,
-                      list[tuple[str, bytes, bytes]]]
+                      list[tuple[str, bytes, bytes]], list[tuple[int, bytes]]]
 Segment = RowSegment | ColumnSegment
 
 
-def _column_segment(name: str, ld: _QueueLoad) -> ColumnSegment:
+def _column_segment(name: str, ld: _QueueLoad, in_flight: list[tuple[int, bytes]]) -> ColumnSegment:
     return ("c", name, ld.ascending, ld.p_lo, ld.p_hi, ld.late_above, ld.ids.tobytes(), ld.ready_p.tobytes(),
             ld.ready_i.tobytes(), ld.dl_at.tobytes(), ld.dl_id.tobytes(),
-            [(g, ps.tobytes(), ids.tobytes()) for g, (ps, ids) in ld.ready_keys.items()])
+            [(g, ps.tobytes(), ids.tobytes()) for g, (ps, ids) in ld.ready_keys.items()], in_flight)
 
 
 def _absorb(dst: _QueueLoad, src: _QueueLoad) -> None:
@@ -467,7 +473,8 @@ class _Loader:
         self.leases: list[int] = []
         self.meta_seen = False  # the meta record (now_ms) was loaded
         self.pending: list[tuple[bytes, bytes]] = []  # fed before their queue or the meta
-        self.placed = 0  # records `_place` indexed (`segments` tells a chunk's columns apart by it)
+        # `segments`: the records in flight `_place` meets, (id, record), instead of indexing them
+        self.in_flight_out: list[tuple[int, bytes]] | None = None
 
     def _queue_of(self, key: bytes, last: bool) -> _QueueLoad | None:
         _, name, _ = K.split_name(key)
@@ -511,48 +518,55 @@ class _Loader:
                 return
 
     def segments(self, items: Iterable[tuple[bytes, bytes]], offset: int = 0,
-                 overrides: Mapping[bytes, bytes | None] | None = None) -> list[Segment]:
+                 overrides: Mapping[bytes, bytes | None] | None = None,
+                 progress: Callable[[], None] | None = None) -> list[Segment]:
         """What `feed_all(items, offset, overrides, ordered=True)` would add, as segments
         for `absorb` (the load of a key range in another process: `doq.storage.load_worker`):
-        the chunks taken as columns (`_feed_columns`) with no record through `_place`, as
-        runs of one queue's columns (`ColumnSegment`); any other chunk as its records
-        (key, value) with the overrides applied (`RowSegment`), for the absorbing loader
-        to take record by record. `items` ascend by key (a cursor's); this loader's own
-        state (`per_q`, `pending`) is left as it was."""
+        the chunks taken as columns (`_feed_columns`), as runs of one queue's columns with
+        their records in flight (`ColumnSegment`); any other chunk as its records (key,
+        value) with the overrides applied (`RowSegment`), for the absorbing loader to take
+        record by record. `items` ascend by key (a cursor's); this loader's own state
+        (`per_q`, `pending`) is left as it was. `progress` is called once per chunk."""
         it = iter(items)
         okeys = sorted(overrides) if overrides else []
         out: list[Segment] = []
         run: _QueueLoad | None = None
         run_name = ""
+        run_in_flight: list[tuple[int, bytes]] = []
         for chunk in iter(lambda: list(islice(it, _CHUNK)), []):
+            if progress is not None:
+                progress()
             try:
                 name = K.split_name(chunk[0][0])[1]
             except ValueError:
                 name = None
             held = self.per_q.get(name) if name is not None else None
             scratch: _QueueLoad | None = None
-            placed = self.placed
+            in_flight: list[tuple[int, bytes]] = []
             if name is not None and self.meta_seen and name in self.m.queues:
                 scratch = self.per_q[name] = _QueueLoad(self.m.queues[name])
+            self.in_flight_out = in_flight
             try:
                 took = scratch is not None and self._feed_columns(chunk, offset, overrides, okeys, True)
             finally:
+                self.in_flight_out = None
                 if scratch is not None:
                     if held is None:
                         del self.per_q[name]  # type: ignore[arg-type]
                     else:
                         self.per_q[name] = held  # type: ignore[index]
-            if took and self.placed == placed:
+            if took:
                 assert scratch is not None and name is not None
                 if run is None or run_name != name:
                     if run is not None:
-                        out.append(_column_segment(run_name, run))
-                    run, run_name = _QueueLoad(scratch.q), name
+                        out.append(_column_segment(run_name, run, run_in_flight))
+                    run, run_name, run_in_flight = _QueueLoad(scratch.q), name, []
                 _absorb(run, scratch)
+                run_in_flight.extend(in_flight)
                 continue
             if run is not None:
-                out.append(_column_segment(run_name, run))
-                run = None
+                out.append(_column_segment(run_name, run, run_in_flight))
+                run, run_in_flight = None, []
             rows: list[tuple[bytes, bytes]] = []
             for k, v in chunk:
                 if overrides is not None and k in overrides:
@@ -563,7 +577,7 @@ class _Loader:
                 rows.append((bytes(k), bytes(v)))
             out.append(("r", rows))
         if run is not None:
-            out.append(_column_segment(run_name, run))
+            out.append(_column_segment(run_name, run, run_in_flight))
         return out
 
     def absorb(self, segments: Iterable[Segment], offset: int = 0) -> None:
@@ -577,7 +591,8 @@ class _Loader:
             if seg[0] == "r":
                 self._feed_rows(cast(RowSegment, seg)[1], offset)
                 continue
-            tag, name, ascending, p_lo, p_hi, late_above, ids_b, rp_b, ri_b, at_b, di_b, groups = cast(ColumnSegment, seg)
+            tag, name, ascending, p_lo, p_hi, late_above, ids_b, rp_b, ri_b, at_b, di_b, groups, in_flight = cast(
+                ColumnSegment, seg)
             q = self.m.queues.get(name) if self.meta_seen and tag == "c" else None
             if q is None:
                 raise ValueError(f"columns of no queue {name!r}")
@@ -595,10 +610,15 @@ class _Loader:
                 pair[1].frombytes(gi_b)
                 if len(pair[0]) != len(pair[1]):
                     raise ValueError(f"malformed columns of queue {name!r}")
+            if not all(len(rec) >= _HDR_SIZE and _HDR_HEAD.unpack_from(rec)[2] & R.FLAG_IN_FLIGHT
+                       for _, rec in in_flight):
+                raise ValueError(f"a record in flight of queue {name!r} that is not one")
             cur = self.per_q.get(name)
             if cur is None:
                 cur = self.per_q[name] = _QueueLoad(q)
             _absorb(cur, src)
+            for id_, rec in in_flight:  # their ids are among the columns' ids
+                self._other(cur, id_, rec, 0)
 
     def _feed_columns(self, chunk: list[tuple[bytes, bytes]], offset: int,
                       overrides: Mapping[bytes, bytes | None] | None,
@@ -874,9 +894,11 @@ class _Loader:
 
     def _place(self, cur: _QueueLoad, id_: int, rec: bytes, offset: int) -> None:
         """Index one record of a delayed queue (its id already counted)."""
-        self.placed += 1
         prio, not_before, flags = _HDR_HEAD.unpack_from(rec, offset)
         if flags & R.FLAG_IN_FLIGHT:
+            if self.in_flight_out is not None:
+                self.in_flight_out.append((id_, bytes(rec[offset:])))
+                return
             self._other(cur, id_, rec, offset)
             return
         at = max(not_before, _ts(prio))
@@ -1235,8 +1257,8 @@ class QueueMachine:
         (an LMDB cursor's: not checked). `stop` (with `ordered`): the messages from this
         key on are not read here: `upper()` gives them, as `_Loader.segments` of them
         (loaded elsewhere, the overrides applied), joined after the others (the same
-        state as reading them here). If `upper` or its segments raise, the state is
-        half-loaded: the caller loads again."""
+        state as reading them here). If `upper` or its segments raise, `UpperLoadError`
+        (from the error) is raised and the state is half-loaded: the caller loads again."""
         keys, join_tokens = self.keys, self.join_tokens
         self.__init__(self.store)  # type: ignore[misc]
         self.keys, self.join_tokens = keys, join_tokens
@@ -1268,13 +1290,17 @@ class QueueMachine:
         self._load_groups(groups)  # before the messages: a throttled group is not active
         loader.feed_all(messages, offset, overrides, ordered=ordered, stop=stop)
         if upper is not None:
-            loader.absorb(upper(), offset)
+            try:
+                loader.absorb(upper(), offset)
+            except Exception as e:
+                raise UpperLoadError(str(e)) from e
         loader.finish()
         self._load_dedups(dedups)
         self._touched_fair.clear()
 
     def segments_of(self, records: Iterable[tuple[bytes, bytes]], messages: Iterable[tuple[bytes, bytes]],
-                    offset: int = 0, overrides: Mapping[bytes, bytes | None] | None = None) -> list[Segment]:
+                    offset: int = 0, overrides: Mapping[bytes, bytes | None] | None = None,
+                    progress: Callable[[], None] | None = None) -> list[Segment]:
         """`load(records)` (the queues and the meta record; no messages), then the
         `_Loader.segments` of `messages` (ascending keys, the record `value[offset:]` or
         the override) for another machine's `load(..., upper=...)`."""
@@ -1282,7 +1308,7 @@ class QueueMachine:
         self.load(records)
         loader = _Loader(self)
         loader.meta_seen = any(k == K.META_KEY for k, _ in records)
-        return loader.segments(messages, offset, overrides)
+        return loader.segments(messages, offset, overrides, progress)
 
     def _load_groups(self, groups: list[tuple[bytes, bytes]]) -> None:
         """Group records (overrides, buckets) of fair queues; raises ValueError for a

@@ -132,7 +132,7 @@ from doq.queues.commands import (
     RevokeKey,
     UseJoinToken,
 )
-from doq.queues.machine import QueueMachine, Segment
+from doq.queues.machine import QueueMachine, Segment, UpperLoadError
 from doq.queues.model import GroupStats, MessageState, MessageView, QueueInfo
 from doq.queues.redrive import RedriveTask
 from doq.storage.chunks import decode_chunk
@@ -174,8 +174,11 @@ DEFAULT_TOMBSTONE_RETENTION = 1_000_000
 # a start (`StateStore(parallel_load_min=N)`) with at least N message records loads the
 # upper part of them in a second process (`doq.storage.load_worker`) while it loads the rest
 PARALLEL_LOAD_MIN = 500_000
-# the worker's answer is waited for this long beyond 3x the time the start's own part took
-LOAD_WORKER_GRACE_S = 30.0
+# a worker that shows no progress (a byte on its standard error per chunk run: it writes
+# one when it starts and every `load_worker.PROGRESS_CHUNKS` chunks) for this long is killed
+LOAD_WORKER_STALL_S = 30.0
+# probes of a queue's ids (`split_key`) to tell its records' density
+SPLIT_PROBES = 16
 LOAD_WORKER_MAGIC = b"DOQLOAD1"
 # the share (numerator, denominator) of the message records the start loads itself: a
 # little more than half, as the worker first starts an interpreter and imports (~0.4 s
@@ -292,9 +295,12 @@ def message_overrides(txn: Any, bodies: Any, leases: Any, gone: Iterable[bytes],
 
 def split_key(txn: Any, bodies: Any) -> bytes | None:
     """A message key splitting state_messages into a lower part for the start and an upper
-    part for the load worker: each queue's records counted as the span of its first and
-    last ids (two seeks a queue; LMDB has no rank), the key at `SPLIT_AT` of their sum.
-    None: one record or none."""
+    part for the load worker, near `SPLIT_AT` of the records. LMDB has no rank: each
+    queue's records are estimated from its first and last ids (two seeks) and, for a queue
+    spanning more than 1/64 of all the ids, their density from `SPLIT_PROBES` seeks at
+    even steps (the mean distance from a probed id to the next record's: ids are global,
+    so a queue holding an old and a new message spans many ids and few records). None:
+    one record or none."""
     cur = txn.cursor(db=bodies)
     spans: list[tuple[bytes, int, int]] = []  # (queue's key prefix, first id, last id)
     at = cur.first()
@@ -310,15 +316,46 @@ def split_key(txn: Any, bodies: Any) -> bytes | None:
         last = cur.key()
         spans.append((prefix, int.from_bytes(first[-8:], "big"), int.from_bytes(last[-8:], "big")))
         at = cur.next()
-    total = sum(b - a + 1 for _, a, b in spans)
+    all_ids = sum(b - a + 1 for _, a, b in spans)
+    counts = [_records_in(cur, prefix, a, b) if (b - a + 1) * 64 > all_ids else b - a + 1
+              for prefix, a, b in spans]
+    total = sum(counts)
     if total < 2:
         return None
     left = min(total - 1, max(1, total * SPLIT_AT[0] // SPLIT_AT[1]))
-    for prefix, a, b in spans:
-        if left < b - a + 1:
-            return prefix + (a + left).to_bytes(8, "big")
-        left -= b - a + 1
+    for (prefix, a, b), n in zip(spans, counts, strict=True):
+        if left < n:  # the ids taken as evenly spread over the queue's span
+            return prefix + (a + left * (b - a + 1) // n).to_bytes(8, "big")
+        left -= n
     return None
+
+
+def _records_in(cur: Any, prefix: bytes, first: int, last: int) -> int:
+    """About how many records queue `prefix` holds between its `first` and `last` ids (both
+    records): the span over (1 + the mean gap from `SPLIT_PROBES` ids at even steps to the
+    next record's id, a geometric gap's mean for ids kept at random), at least 2."""
+    span = last - first + 1
+    gaps = 0
+    for i in range(SPLIT_PROBES):
+        probe = first + span * i // SPLIT_PROBES
+        if cur.set_range(prefix + probe.to_bytes(8, "big")) and cur.key()[:-8] == prefix:
+            gaps += int.from_bytes(cur.key()[-8:], "big") - probe
+    return max(2, min(span, round(span / (1 + gaps / SPLIT_PROBES))))
+
+
+def cpus_allowed(cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
+    """The CPUs this process may use: its affinity, lowered by a cgroup (v2) CPU quota
+    (`cpu_max`: "QUOTA PERIOD" or "max PERIOD", a container's limit) when there is one."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    n = len(affinity(0)) if affinity is not None else 1
+    try:
+        with open(cpu_max) as f:
+            quota, period = f.read().split()[:2]
+        if quota != "max":
+            n = min(n, max(1, int(quota) // int(period)))
+    except (OSError, ValueError):
+        pass
+    return n
 
 
 class _LoadWorker:
@@ -331,14 +368,14 @@ class _LoadWorker:
     def __init__(self, env_path: str, split: bytes, txn_id: int) -> None:
         self.split = split
         self.txn_id = txn_id
-        self.started = time.monotonic()
         import doq  # the worker imports the same doq as this process
         root = os.path.dirname(os.path.dirname(os.path.abspath(doq.__file__)))
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        if root not in _site_dirs():  # a checkout: ahead of anything installed (not ahead of the stdlib otherwise)
+            env["PYTHONPATH"] = os.pathsep.join([root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         # its answer and errors go to unlinked files, read once it exited: no pipe to drain
         # meanwhile, and one read of the answer (not a heap of small reads kept by the
-        # allocator after the load)
+        # allocator after the load); its progress is the size of its standard error's file
         self.out = tempfile.TemporaryFile()  # noqa: SIM115 - closed by `close`
         self.err = tempfile.TemporaryFile()  # noqa: SIM115 - closed by `close`
         try:
@@ -352,17 +389,23 @@ class _LoadWorker:
 
     def segments(self) -> list[Segment]:
         """The worker's segments, once it is done: raises `RuntimeError` if it failed,
-        answered something else or is not done `LOAD_WORKER_GRACE_S` after 3x the time
-        since it started."""
-        timeout_s = LOAD_WORKER_GRACE_S + 3 * (time.monotonic() - self.started)
-        try:
-            status = self.proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            raise RuntimeError(f"no answer in {timeout_s:.0f} s") from None
+        answered something else, or showed no progress for `LOAD_WORKER_STALL_S` (a
+        worker slower than the start is waited for while it progresses)."""
+        seen, since = -1, time.monotonic()
+        while True:
+            try:
+                status = self.proc.wait(timeout=0.25)
+                break
+            except subprocess.TimeoutExpired:
+                size = os.fstat(self.err.fileno()).st_size
+                if size != seen:
+                    seen, since = size, time.monotonic()
+                elif time.monotonic() - since > LOAD_WORKER_STALL_S:
+                    raise RuntimeError(f"no progress in {LOAD_WORKER_STALL_S:.0f} s") from None
         if status != 0:
             self.err.seek(0)
-            tail = self.err.read(1 << 16).decode(errors="replace").strip().splitlines()[-1:] or [""]
-            raise RuntimeError(f"exit status {status}: {tail[0]}")
+            tail = self.err.read().decode(errors="replace").strip().splitlines()[-1:] or [""]
+            raise RuntimeError(f"exit status {status}: {tail[0][-500:]}")
         self.out.seek(0)
         out = self.out.read()
         try:
@@ -382,6 +425,17 @@ class _LoadWorker:
         self.proc.wait()
         self.out.close()
         self.err.close()
+
+
+def _site_dirs() -> set[str]:
+    """The directories this interpreter finds installed packages in (a worker started with
+    `-P` has them on its path without being told)."""
+    import site
+    import sysconfig
+
+    dirs = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    dirs.update(getattr(site, "getsitepackages", list)())
+    return {os.path.abspath(d) for d in dirs}
 
 
 def _scattered(keys: list[bytes]) -> bool:
@@ -1281,10 +1335,13 @@ class StateStore:
                 self._load_messages(txn, worker)
                 log.info("message records loaded on two processes (the second from key %s)", worker.split.hex())
                 return
-            except Exception as e:  # noqa: BLE001 - any failure of the two-process load: load again alone
-                log.warning("the load on two processes failed (%s): loading on one CPU", e)
+            except UpperLoadError as e:  # the worker's part failed (this process's own errors go up)
+                log.warning("the load on two processes failed (%s): loading on one CPU", e.__cause__ or e)
             finally:
                 worker.close()
+                # a worker killed in its read transaction leaves its reader slot behind, which
+                # would keep every page freed from then on from being reused
+                self.env.reader_check()
         self._load_messages(txn, None)
 
     def _load_messages(self, txn: Any, worker: _LoadWorker | None) -> None:
@@ -1301,8 +1358,7 @@ class StateStore:
         one CPU, nowhere to split, or it could not be started (logged)."""
         bodies = self._db[b"state_messages"]
         floor = self._parallel_load_min
-        affinity = getattr(os, "sched_getaffinity", None)
-        if floor is None or txn.stat(bodies)["entries"] < max(floor, 2) or affinity is None or len(affinity(0)) < 2:
+        if floor is None or txn.stat(bodies)["entries"] < max(floor, 2) or cpus_allowed() < 2:
             return None
         split = split_key(txn, bodies)
         if split is None:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from doq.queues import commands as c
 from doq.queues import keys as K
+from doq.queues import records as R
 from doq.queues.machine import QueueMachine
 from doq.queues.model import MessageState, QueueSettings
 from doq.queues.store import MemoryStore
@@ -124,18 +125,42 @@ def test_segments_of_records_that_need_one_by_one_handling_are_their_records() -
     assert segs[2][1] == [(k, v) for k, v in msgs[15:17]] + [(msgs[17][0], msgs[17][1][:8] + b"?")] + msgs[18:]
 
 
+def test_a_chunk_with_records_in_flight_is_sent_as_columns_and_those_records() -> None:
+    """Records in flight among a delayed queue's chunk leave the chunk in the columns: the
+    segment carries those records alone (id, record), not the chunk's records (bodies
+    and all) for the start to take one by one."""
+    from doq.queues import machine as M
+    others, msgs = _store([(0, 1, 0)] * 10, 2)
+    worker = QueueMachine(MemoryStore())
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(M, "_CHUNK", 5)
+        segs = worker.segments_of(others, iter(msgs), 8)
+    assert [s[0] for s in segs] == ["c"]
+    in_flight = segs[0][12]
+    assert len(in_flight) == 2 and len(segs[0][6]) == 10 * 8
+    by_id = {int.from_bytes(k[-8:], "big"): v[8:] for k, v in msgs}
+    assert all(by_id[i] == rec for i, rec in in_flight)
+    whole = QueueMachine(MemoryStore())
+    whole.load(others, iter(msgs), 8, ordered=True)
+    parts = QueueMachine(MemoryStore())
+    parts.load(others, iter(msgs), 8, ordered=True, stop=msgs[0][0], upper=lambda: segs)
+    assert _state(parts) == _state(whole)
+
+
 def test_absorb_refuses_segments_that_do_not_fit() -> None:
-    """Columns of an unknown queue, of unequal lengths, or groups of a queue that is not
-    fair are refused (the store then loads again in one go)."""
+    """Columns of an unknown queue, of unequal lengths, groups of a queue that is not fair,
+    or a record sent as in flight that is not are refused (the store then loads again in
+    one go)."""
     from doq.queues import machine as M
     others, msgs = _store([(0, 1, 0)] * 4, 0)
     m = QueueMachine(MemoryStore())
     m.load(others)
     loader = M._Loader(m)  # noqa: SLF001
     loader.meta_seen = True
-    good = ("c", "a", True, 0, 1, None, b"\x01" + bytes(7), bytes(8), b"\x01" + bytes(7), b"", b"", [])
-    bad = [("c", "nope", *good[2:]), (*good[:7], bytes(16), *good[8:]), (*good[:11], [("g", bytes(8), bytes(8))]),
-           (*good[:6], b"\x01", *good[7:])]
+    good = ("c", "a", True, 0, 1, None, b"\x01" + bytes(7), bytes(8), b"\x01" + bytes(7), b"", b"", [], [])
+    bad = [("c", "nope", *good[2:]), (*good[:7], bytes(16), *good[8:]),
+           (*good[:11], [("g", bytes(8), bytes(8))], []), (*good[:6], b"\x01", *good[7:]),
+           (*good[:12], [(1, bytes(R.HDR_SIZE))])]  # a record "in flight" that is not
     for seg in bad:
         with pytest.raises(ValueError):
             loader.absorb([seg])

@@ -12,10 +12,13 @@ from typing import Any
 
 import pytest
 
+from doq.queues import commands as c
+from doq.queues.codec import encode_batch
+from doq.queues.model import QueueSettings
 from doq.storage import state as S
 from doq.storage.env import open_env
 from doq.storage.state import StateStore
-from tests.storage.test_rebuild_order import _fill, _seen
+from tests.storage.test_rebuild_order import NOW, _fill, _seen
 
 
 @pytest.fixture(autouse=True)
@@ -91,7 +94,7 @@ def test_a_failed_worker_leaves_a_load_on_one_process(filled: Path, monkeypatch:
     monkeypatch.setattr(S._LoadWorker, "module", "tests.storage.fake_load_worker")  # noqa: SLF001
     monkeypatch.setenv("DOQ_FAKE_LOAD_WORKER", mode)
     if mode == "hang":
-        monkeypatch.setattr(S, "LOAD_WORKER_GRACE_S", 0.0)
+        monkeypatch.setattr(S, "LOAD_WORKER_STALL_S", 0.5)
     with caplog.at_level(logging.INFO, logger="doq.storage"):
         two = StateStore(env, parallel_load_min=1000)
     assert len(watch.procs) == 1 and watch.procs[0].returncode is not None
@@ -113,3 +116,91 @@ def test_a_worker_that_cannot_start_leaves_a_load_on_one_process(filled: Path, m
     assert caplog.text.count("loading on one CPU") == 1 and "loaded on two processes" not in caplog.text
     assert _seen(two) == one
     env.close()
+
+
+def test_a_worker_killed_in_its_read_transaction_leaves_no_reader_slot(filled: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker that stops progressing inside its read transaction is killed; its reader
+    slot is cleared (`reader_check`), else every page freed from then on stays unused."""
+    env = open_env(filled, map_size=1 << 30)
+    one = _seen(StateStore(env))
+    watch = _Watch(monkeypatch)
+    monkeypatch.setattr(S._LoadWorker, "module", "tests.storage.fake_load_worker")  # noqa: SLF001
+    monkeypatch.setenv("DOQ_FAKE_LOAD_WORKER", "hang in its read transaction")
+    monkeypatch.setattr(S, "LOAD_WORKER_STALL_S", 3.0)
+    two = StateStore(env, parallel_load_min=1000)
+    assert watch.procs[0].returncode is not None and watch.procs[0].returncode < 0  # killed
+    assert env.reader_check() == 0  # no stale slot left to clear
+    assert f"{watch.procs[0].pid}" not in env.readers().split()
+    assert _seen(two) == one
+    env.close()
+
+
+def test_a_slow_worker_that_progresses_is_waited_for(filled: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """A worker slower than the start, and than the stall time, but progressing: its
+    answer is taken (no deadline from the start's own time)."""
+    env = open_env(filled, map_size=1 << 30)
+    one = _seen(StateStore(env))
+    watch = _Watch(monkeypatch)
+    monkeypatch.setattr(S._LoadWorker, "module", "tests.storage.fake_load_worker")  # noqa: SLF001
+    monkeypatch.setenv("DOQ_FAKE_LOAD_WORKER", "slow")
+    monkeypatch.setattr(S, "LOAD_WORKER_STALL_S", 5.0)
+    with caplog.at_level(logging.INFO, logger="doq.storage"):
+        two = StateStore(env, parallel_load_min=1000)
+    assert watch.procs[0].returncode == 0
+    assert "loaded on two processes" in caplog.text and "loading on one CPU" not in caplog.text
+    assert _seen(two) == one
+    env.close()
+
+
+def test_an_error_of_the_starts_own_part_is_raised_not_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """Messages of a queue whose record is gone, below the split: the load raises as a
+    load on one process does, without a second load or a line blaming the worker."""
+    env = open_env(tmp_path / "db", map_size=1 << 28)
+    st = StateStore(env)
+    with st.write() as txn:
+        st.apply_entries(txn, [(1, encode_batch(c.CommandBatch(NOW, [
+            *(c.CreateQueue(n, "delayed", QueueSettings()) for n in "az"),
+            c.Enqueue("a", [c.EnqueueItem(b"x") for _ in range(10)]),
+            c.Enqueue("z", [c.EnqueueItem(b"x") for _ in range(3000)])])))])
+    with env.begin(write=True) as txn:
+        qdb = env.open_db(b"state_queues", txn=txn)
+        txn.delete(next(k for k, _ in txn.cursor(db=qdb) if k.endswith(b"a")), db=qdb)
+    with pytest.raises(Exception) as serial:
+        StateStore(env)
+    watch = _Watch(monkeypatch)
+    with caplog.at_level(logging.INFO, logger="doq.storage"), pytest.raises(type(serial.value)):
+        StateStore(env, parallel_load_min=1000)
+    assert len(watch.procs) == 1 and "loading on one CPU" not in caplog.text
+    env.close()
+
+
+def test_the_split_counts_a_sparse_queues_records_not_its_ids(tmp_path: Path) -> None:
+    """Queue "a" holds two messages enqueued far apart (its ids span the whole history)
+    and "z" thousands: the split falls inside "z" at about `SPLIT_AT` of the records."""
+    env = open_env(tmp_path / "db", map_size=1 << 28)
+    st = StateStore(env)
+    cmds: list[c.Command] = [c.CreateQueue(n, "delayed", QueueSettings()) for n in "az"]
+    cmds += [c.Enqueue("a", [c.EnqueueItem(b"x")]), c.Enqueue("z", [c.EnqueueItem(b"x") for _ in range(4000)]),
+             c.Enqueue("a", [c.EnqueueItem(b"x")])]
+    with st.write() as txn:
+        st.apply_entries(txn, [(1, encode_batch(c.CommandBatch(NOW, cmds)))])
+    with env.begin() as txn:
+        split = S.split_key(txn, env.open_db(b"state_messages", txn=txn, create=False))
+        keys = [bytes(k) for k in txn.cursor(db=env.open_db(b"state_messages", txn=txn, create=False)).iternext(values=False)]
+    assert split is not None and split[:-8] == keys[-1][:-8]  # "z" sorts last
+    below = sum(k < split for k in keys)
+    assert abs(below - len(keys) * S.SPLIT_AT[0] // S.SPLIT_AT[1]) < len(keys) // 20
+    env.close()
+
+
+@pytest.mark.parametrize(("cpu_max", "cpus"), [("max 100000\n", 2), ("100000 100000\n", 1), ("150000 100000\n", 1),
+                                               ("400000 100000\n", 2), (None, 2), ("garbage\n", 2)])
+def test_a_cpu_quota_counts_as_fewer_cpus(tmp_path: Path, cpu_max: str | None, cpus: int) -> None:
+    """A cgroup quota (`cpu.max`, a container's CPU limit) below two CPUs: one CPU, no worker."""
+    path = tmp_path / "cpu.max"
+    if cpu_max is not None:
+        path.write_text(cpu_max)
+    assert S.cpus_allowed(str(path)) == cpus
