@@ -22,10 +22,7 @@ the node's LMDB writes (its apply thread), `alarms` (an immutable tuple replaced
 read from any thread. Every write measures inside its transaction; one that changed only
 the `raft_*` tables re-reads those alone and keeps the other tables' pages from the last
 measure, which is whole because every write that applies entries or installs a snapshot
-re-reads all of them, and a failed write makes the next measure whole. One exception
-(`RaftNode._measure`): a write continuing a held one (the batched commit) updates only the
-log's size (`measure_log`) while the store has ample room, so the measure may lag by what
-one held batch added, until the next batch's first write.
+re-reads all of them, and a failed write makes the next measure whole.
 """
 
 from __future__ import annotations

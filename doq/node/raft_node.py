@@ -129,9 +129,6 @@ TransportFactory = Callable[[OnMessages], RaftTransport]
 
 
 T = TypeVar("T")
-# A held write's continuation skips the gauge's table reads while the store has room for
-# this many held batches (`hold_commit_bytes` each): `RaftNode._measure`.
-MEASURE_ROOM_BATCHES = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -1262,7 +1259,6 @@ class RaftNode:
             return
         hold = None if durable or not self._batches_commits() else (
             lambda: self._holds(job, cluster_id))
-        continues_held = self.state.held  # this write continues a held one (`_measure`)
         with self.state.write(durable=durable, hold=hold) as txn:  # then publishes the readers' view
             if admits:
                 store_identity.save(txn, self._store_db, self.identity.ungated())
@@ -1287,7 +1283,9 @@ class RaftNode:
                 st.add_peer_cluster_id(txn, cluster_id)
                 job.cluster_id_changed = True
             if self.gauge is not None:
-                self._measure(self.gauge, txn, job, continues_held=continues_held and not durable)
+                # only an apply (or a snapshot installed just before) changes the state's tables
+                self.gauge.measure(txn, log_bytes=st.log_bytes(),
+                                   state_changed=bool(job.committed) or job.snapshot is not None)
             t1 = time.perf_counter()
         self._applied_upto = max(self._applied_upto, self.state.applied_index)
         if self.state.held:
@@ -1295,25 +1293,6 @@ class RaftNode:
             return
         self._held_entries = self._held_bytes = 0
         self._written(t0, t1, durable=durable)
-
-    def _measure(self, gauge: StorageGauge, txn: lmdb.Transaction, job: _Job, *, continues_held: bool) -> None:
-        """Apply thread, in a write's transaction: the gauge's measure of the store. A
-        write that continues a held one (the batched commit) and installs no snapshot
-        re-reads no table while the store has room for `MEASURE_ROOM_BATCHES` held
-        batches: the log's size is updated, the tables' pages stay as the batch's first
-        write read them (a `stat` of every table, ~55-65 µs, at every call one at a time;
-        docs/benchmarks.md, lat13). The measure then lags the store by at most what one
-        held batch added (`hold_commit_entries`, `hold_commit_bytes`), which that room
-        dwarfs: no limit can be crossed unseen. The next write that begins a batch (or
-        commits, or is durable) measures whole again."""
-        st = self.storage
-        if (continues_held and job.snapshot is None and job.own_snapshot is None
-                and gauge.headroom_bytes >= MEASURE_ROOM_BATCHES * self.cfg.hold_commit_bytes
-                and gauge.measure_log(st.log_bytes())):
-            return
-        # only an apply (or a snapshot installed just before) changes the state's tables
-        gauge.measure(txn, log_bytes=st.log_bytes(),
-                      state_changed=bool(job.committed) or job.snapshot is not None)
 
     # -- the batched commit ------------------------------------------------------------------
     def _batches_commits(self) -> bool:
