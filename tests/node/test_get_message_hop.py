@@ -6,7 +6,6 @@ sees the message. Real LMDB, real threads, the in-memory network (tests/node/raf
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -15,13 +14,12 @@ import pytest
 
 from doq.node.raft_node import RaftNode
 from doq.queues import commands as c
-from doq.queues.model import QueueSettings
 from doq.service import api as service_api
 from doq.service.api import QueueService
-from tests.node.raftnet import FAST, Cluster, retry
+from tests.node.heldnet import one_node
+from tests.node.raftnet import Cluster
 
 pytestmark = pytest.mark.timeout(180)
-HOLD = dataclasses.replace(FAST, hold_commit_ms=60_000, apply_thread=False)
 _open: list[Cluster] = []
 
 
@@ -33,12 +31,7 @@ async def _close_clusters() -> AsyncIterator[None]:
 
 
 async def _one(root: Path) -> RaftNode:
-    cl = Cluster(root, HOLD, RaftNode)
-    _open.append(cl)
-    n1 = await cl.start("n1")
-    await cl.wait_leader()
-    await retry(lambda: n1.propose(c.CreateQueue("q", "delayed", QueueSettings())))
-    return n1
+    return (await one_node(root, _open))[1]
 
 
 def _count_hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:

@@ -6,7 +6,6 @@ test does commits a held write."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -14,12 +13,11 @@ import pytest
 
 from doq.node.raft_node import RaftNode
 from doq.queues import commands as c
-from doq.queues.model import QueueSettings
 from doq.service.api import QueueService
-from tests.node.raftnet import FAST, Cluster, eventually, retry
+from tests.node.heldnet import one_node
+from tests.node.raftnet import Cluster, eventually
 
 pytestmark = pytest.mark.timeout(180)
-HOLD = dataclasses.replace(FAST, hold_commit_ms=60_000, apply_thread=False)
 _open: list[Cluster] = []
 
 
@@ -31,11 +29,7 @@ async def _close_clusters() -> AsyncIterator[None]:
 
 
 async def _observed_node(root: Path) -> tuple[RaftNode, list[tuple[float, float | None]]]:
-    cl = Cluster(root, HOLD, RaftNode)
-    _open.append(cl)
-    n1 = await cl.start("n1")
-    await cl.wait_leader()
-    await retry(lambda: n1.propose(c.CreateQueue("q", "delayed", QueueSettings())))
+    _, n1 = await one_node(root, _open)
     await n1.inspect(lambda s: s.commit_held())
     samples: list[tuple[float, float | None]] = []
     n1._on_commit = lambda commit_s, fsync_s: samples.append((commit_s, fsync_s))
