@@ -85,6 +85,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import gc
 import hashlib
 import heapq
@@ -948,14 +949,18 @@ class StateStore:
 
     def __init__(self, env: lmdb.Environment, *,
                  tombstone_retention: int = DEFAULT_TOMBSTONE_RETENTION,
-                 parallel_load_min: int | None = None) -> None:
+                 parallel_load_min: int | None = None, meanwhile: Callable[[], None] | None = None) -> None:
         """`parallel_load_min`: this first load (a start: nothing else writes the
         environment meanwhile) loads the upper part of the message records in a second
         process when there are at least that many and this process may run on more than
         one CPU (`_load_machine`); None: on this one only. Later rebuilds (a failed write's,
-        a restore's, a snapshot's) load on this process only."""
+        a restore's, a snapshot's) load on this process only. `meanwhile`: called once
+        when such a load has read its own part, before it waits for the second process:
+        the caller's work that needs no state (a server's later imports) done while the
+        other CPU still loads; an exception it raises is logged and dropped."""
         self.env = env
         self._parallel_load_min = parallel_load_min
+        self._meanwhile = meanwhile
         self.tombstone_retention = tombstone_retention
         self._db = {n: open_db(env, n) for _, n in _DUMPED}
         self._db[b"state_versions"] = open_db(env, b"state_versions")
@@ -1360,8 +1365,18 @@ class StateStore:
         msgs = txn.cursor(db=bodies).iternext()
         self.machine.load(machine_records(txn, self._db), msgs, 8, overrides or None, ordered=True,  # key order
                           stop=None if worker is None else worker.split,
-                          upper=None if worker is None else worker.segments,
+                          upper=None if worker is None else functools.partial(self._upper, worker),
                           split_records=None if worker is None else worker.split_records)
+
+    def _upper(self, worker: _LoadWorker) -> list[Segment]:
+        """The worker's segments, once `meanwhile` has run (here: after the start's own
+        part, with the other CPU still loading)."""
+        if self._meanwhile is not None:
+            try:
+                self._meanwhile()
+            except Exception as e:  # noqa: BLE001 - the caller's work, not the load's: it meets its error again later
+                log.warning("the work beside the load failed: %s", e)
+        return worker.segments()
 
     def _start_worker(self, txn: Any) -> _LoadWorker | None:
         """The worker of a start's load (see `_load_machine`), or None: too few messages,

@@ -244,3 +244,36 @@ def test_a_start_with_many_ready_pairs_joins_the_pair_ranges_both_processes_made
     two = StateStore(env, parallel_load_min=1000)
     assert len(watch.procs) == 1 and _seen(two) == one
     assert M.RANGES_MIN <= 35_000 and sorted(joined, key=str) == [(1, None), (2, NOW // 1000)]
+
+
+def test_the_work_beside_a_load_on_two_processes_runs_once_before_the_start_waits(
+        filled: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """`meanwhile` runs once a load on two processes has read its own part, before it
+    reads the worker's answer; one that raises is logged and the load goes on (on two
+    processes, the same state); a load on one process does not call it."""
+    env = open_env(filled, map_size=1 << 30)
+    one = _seen(StateStore(env))
+    events: list[str] = []
+    segments = S._LoadWorker.segments  # noqa: SLF001
+
+    def watched(w: Any) -> Any:
+        events.append("worker's answer")
+        return segments(w)
+
+    monkeypatch.setattr(S._LoadWorker, "segments", watched)  # noqa: SLF001
+    two = StateStore(env, parallel_load_min=1000, meanwhile=lambda: events.append("meanwhile"))
+    assert events == ["meanwhile", "worker's answer"] and _seen(two) == one
+
+    def fails() -> None:
+        events.append("failed")
+        raise ImportError("no such module")
+
+    events.clear()
+    with caplog.at_level(logging.INFO, logger="doq.storage"):
+        two = StateStore(env, parallel_load_min=1000, meanwhile=fails)
+    assert events == ["failed", "worker's answer"] and _seen(two) == one
+    assert "no such module" in caplog.text and "loaded on two processes" in caplog.text
+    events.clear()
+    StateStore(env, parallel_load_min=10**9, meanwhile=lambda: events.append("meanwhile"))  # too few: one process
+    assert events == []
+    env.close()
