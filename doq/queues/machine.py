@@ -1072,8 +1072,8 @@ class _Loader:
             if isinstance(q.index, FairIndex):
                 q.index.load_groups(ld.ready_keys, ld.infl)
             else:
+                parts = self._join_ranges(ld) if ld.ranges else None  # (may put them back: bounds unknown)
                 p_bounds = (ld.p_lo, ld.p_hi) if ld.p_lo <= ld.p_hi else None
-                parts = self._join_ranges(ld) if ld.ranges else None
                 late = PairList()
                 if parts is not None:  # the ranges of a split load's parts, joined
                     late = q.index.load_ranges(parts, ld.late_above)

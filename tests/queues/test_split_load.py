@@ -210,3 +210,49 @@ def test_absorb_refuses_segments_that_do_not_fit() -> None:
     assert list(loader.per_q["a"].ready_i) == [1]
     loader.absorb([(*good[:6], b"\x02" + bytes(7), b"", b"", *good[9:13], ranges)])
     assert [p.columns() for p in loader.per_q["a"].ranges] == [(array("q", [0]), array("Q", [2]))]
+
+
+@pytest.mark.parametrize("wide", [True, False])
+def test_pairs_besides_the_ranges_are_joined_to_them_or_all_go_back_to_one_bulk_build(wide: bool) -> None:
+    """The start's part of a queue in pair ranges, the worker's part sent as columns
+    (its priorities ascend): joined on the ranges' grid, or, when they do not fit it (a
+    span of priorities far wider than the grid's ranges), every pair back into one bulk
+    build (the bounds of all found again): the state of a load in one go either way."""
+    from doq.queues import machine as M
+    from doq.queues import pairlist
+    store = MemoryStore()
+    m = QueueMachine(store)
+    m.apply(1, c.CommandBatch(NOW, [c.CreateQueue(qn, "fair" if qn == "f" else "delayed", QueueSettings())
+                                    for qn in NAMES]))
+    step = 2**40 if wide else 1
+    ps = [(i * 7919) % 101 for i in range(60)] + [10**6 + i * step for i in range(60)]
+    m.apply(2, c.CommandBatch(NOW, [c.Enqueue("a", [c.EnqueueItem(b"x", priority=p) for p in ps])]))
+    msgs = sorted((k, b"v" * 8 + v) for k, v in store.data.items() if k[0] == K.MESSAGE)
+    others = sorted((k, v) for k, v in store.data.items() if k[0] != K.MESSAGE)
+    split = msgs[60][0]
+    joined: list[int] = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(M, "_CHUNK", 7)
+        mp.setattr(M, "RANGES_MIN", 5)
+        mp.setattr(pairlist, "LOAD", 1)  # bulk builds by ranges, not sorted whole
+        mp.setattr(pairlist, "BUCKET_LOADS", 4)
+        real = M.pair_ranges
+
+        def watched(*a: Any) -> Any:
+            got = real(*a)
+            joined.append(got is not None)
+            return got
+
+        mp.setattr(M, "pair_ranges", watched)
+        whole = QueueMachine(MemoryStore())
+        whole.load(others, iter(msgs), 8, ordered=True)
+        segs = QueueMachine(MemoryStore()).segments_of(others, iter(msgs[60:]), 8, split_records=120)
+        assert segs[0][-1] is None  # ascending: sent as columns
+        parts = QueueMachine(MemoryStore())
+        # the start's part record by record (its priorities' bounds unknown, then those of
+        # the worker's columns only): the bulk build must find the bounds of all again
+        mp.setattr(M._Loader, "_feed_columns", lambda *a: False)  # noqa: SLF001
+        parts.load(others, iter(msgs), 8, ordered=True, stop=split, upper=lambda: segs, split_records=120)
+        parts.queues["a"].index.ready.check()  # type: ignore[attr-defined]
+    assert joined == [True, not wide]  # the start's part; the worker's columns on its grid, or not
+    assert _state(parts) == _state(whole)
