@@ -9,7 +9,7 @@ from array import array
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from doq.queues import commands as c
@@ -87,6 +87,12 @@ def test_a_load_split_at_a_key_is_the_load_in_one_go(items: list[tuple[int, int,
 
 
 @settings(max_examples=60, deadline=None)
+# a few pairs of the timestamp queue besides its ranges (late ones among them): the worker's
+# part below `ranges_min`, then the start's
+@example([(0, p, 0) for p in range(-20, 20)] + [(3, (p * 7) % 41 - 20, 0) for p in range(100)], 0, 130, "key",
+         set(), set(), 7, 150, 30)
+@example([(0, p, 0) for p in range(-20, 20)] + [(3, (p * 7) % 41 - 20, 0) for p in range(100)], 0, 50, "key",
+         set(), set(), 7, 150, 30)
 @given(st.lists(st.tuples(st.sampled_from([0, 3]), st.integers(-20, 20), st.sampled_from([0, 0, 0, 0, 0, 5])),
                 min_size=60, max_size=300),
        st.integers(0, 4), st.integers(0, 300), st.sampled_from(["key", "after"]),
