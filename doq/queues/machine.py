@@ -455,13 +455,15 @@ def _column_segment(name: str, ld: _QueueLoad, in_flight: list[tuple[int, bytes]
 
 def _ranges_of(ps: array[int], ids: array[int], bounds: tuple[int, int] | None, n_est: int) -> PairRanges | None:
     """A split load's part of a queue's ready pairs (priority, id) distributed into
-    `PairRanges` on the grid for about `n_est` pairs over their span (ranges of about half
-    a bulk build's, so that the two parts' ranges joined hold what one's would), or None:
-    the pairs ascend already (a bulk build takes them as they are) or do not fit a grid."""
+    `PairRanges` on the grid a bulk build of about `n_est` pairs over their span would use
+    (both parts on the same grid, as a rule: their ranges joined hold what one bulk build's
+    would; half as wide ranges cost ~25 % more here, appends to twice as many arrays), or
+    None: the pairs ascend already (a bulk build takes them as they are) or do not fit a
+    grid."""
     if all(map(le, ps, islice(ps, 1, None))):
         return None
     lo, hi = bounds if bounds is not None else (min(ps), max(ps))
-    shift = range_shift(hi - lo, n_est, pairlist.BUCKET_LOADS * pairlist.LOAD // 2)
+    shift = range_shift(hi - lo, n_est, pairlist.BUCKET_LOADS * pairlist.LOAD)
     return pair_ranges(ps, ids, shift, (lo, hi))
 
 

@@ -454,11 +454,24 @@ class PairList:
                 high._push_sorted(sa[k:], sb[k:])
                 continue
             dst = low if at is None or r < at else high
-            if len(ca) <= cap:
-                dst._push(ca, cb, top[0], top[1], True)
-            else:
-                dst._push_sorted(*sorted_pairs(ca, cb))
+            dst._push_range(ca, cb, top, shift, cap)
         return low, high
+
+    def _push_range(self, ca: array[int], cb: array[int], top: tuple[int, int], shift: int, cap: int) -> None:
+        """Append the pairs of one range (unsorted, all after the list's largest; `top`
+        the largest): one unsorted chunk if at most `cap`, else the range cut by the next
+        bits of a into finer ranges (two parts' ranges joined on a grid coarser than
+        either's hold up to four times a bulk build's), each so pushed; sorted chunks if
+        its a's are too close for that."""
+        if len(ca) <= cap:
+            self._push(ca, cb, top[0], top[1], True)
+            return
+        finer = pair_ranges(ca, cb, shift - 2) if shift >= 2 else None
+        if finer is None or len(finer.rs) < 2:
+            self._push_sorted(*sorted_pairs(ca, cb))
+            return
+        for fa, fb, ftop in zip(finer.as_, finer.bs, finer.tops, strict=True):
+            self._push_range(fa, fb, ftop, finer.shift, cap)
 
     def _push_sorted(self, a: array[int], b: array[int]) -> None:
         """Append sorted pairs, all after the list's largest, as sorted chunks of LOAD."""
