@@ -181,10 +181,12 @@ LOAD_WORKER_STALL_S = 30.0
 # probes of a queue's ids (`split_key`) to tell its records' density
 SPLIT_PROBES = 16
 LOAD_WORKER_MAGIC = b"DOQLOAD2"
-# the share (numerator, denominator) of the message records the start loads itself: a
-# little more than half, as the worker first starts an interpreter and imports (~0.4 s
-# CPU; the start waited ~0.5 s for an even split's worker at 4.75M)
-SPLIT_AT = (11, 20)
+# the share (numerator, denominator) of the message records the start loads itself: half.
+# The worker first starts an interpreter and imports (~0.4 s CPU) and distributes its part's
+# ready pairs into ranges; the start distributes its own and does the server's later
+# imports (`meanwhile`, ~1 s) before it waits (55 % before those two, when the start
+# waited ~0.13 s)
+SPLIT_AT = (1, 2)
 # message records read because their delay ended (`QueueMachine.take_due_reads`) after which
 # a commit lets go of the data file's pages this process mapped (`release_mapped_pages`)
 RELEASE_AFTER_DUE_READS = 16384
