@@ -184,8 +184,8 @@ LOAD_WORKER_MAGIC = b"DOQLOAD2"
 # the share (numerator, denominator) of the message records the start loads itself: half.
 # The worker first starts an interpreter and imports (~0.4 s CPU) and distributes its part's
 # ready pairs into ranges; the start distributes its own and does the server's later
-# imports (`meanwhile`, ~1 s) before it waits (55 % before those two, when the start
-# waited ~0.13 s)
+# imports (`meanwhile`, ~1 s) before it waits: ~0.5-1 s more CPU on the start's side
+# (before those two: 55 %, with which the start waited ~0.13 s; docs/benchmarks.md, boot14)
 SPLIT_AT = (1, 2)
 # message records read because their delay ended (`QueueMachine.take_due_reads`) after which
 # a commit lets go of the data file's pages this process mapped (`release_mapped_pages`)
