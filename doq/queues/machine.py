@@ -568,12 +568,9 @@ class _Loader:
         first queue, for the run's own for the others), the bulk build's distribution done
         here; None: as columns."""
         it = iter(items)
-        first: str | None = None  # the first run's queue (the one split between the processes)
+        first: str | None = None  # the first item's queue (the one split between the processes)
 
         def close(name: str, ld: _QueueLoad, in_flight: list[tuple[int, bytes]]) -> ColumnSegment:
-            nonlocal first
-            if first is None:
-                first = name
             n = None if split_records is None else split_records if name == first else len(ld.ready_p)
             return _column_segment(name, ld, in_flight, n)
 
@@ -589,6 +586,8 @@ class _Loader:
                 name = K.split_name(chunk[0][0])[1]
             except ValueError:
                 name = None
+            if first is None:
+                first = name or ""
             held = self.per_q.get(name) if name is not None else None
             scratch: _QueueLoad | None = None
             in_flight: list[tuple[int, bytes]] = []
