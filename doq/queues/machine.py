@@ -110,6 +110,7 @@ INT64_MIN, INT64_MAX = L.PRIORITY_MIN, L.PRIORITY_MAX
 MAX_DELAY_MS = L.MAX_DELAY_MS
 MAX_DEDUP_ENTRIES = 1_000_000
 _U64 = struct.Struct(">Q")
+_I64 = struct.Struct("<q")  # a record header's priority (its first field)
 _HDR = R.MSG_HDR
 _HDR_SIZE = R.HDR_SIZE
 _HDR_HEAD = struct.Struct("<qQ28xB")  # priority, not_before, flags of a MSG_HDR
@@ -1796,30 +1797,31 @@ class QueueMachine:
         if prios and (set(map(type, prios)) != {int} or min(prios) < INT64_MIN or max(prios) > INT64_MAX):
             return None
         groups = cmd.groups
-        gbs: list[bytes] = []
+        dlen = len(tails[0]) - len(cmd.contents[0]) if cmd.dedup_ids else 0
+        now = self.now_ms
+        pack = _HDR.pack
+        # a record is the header, the group's bytes and the tail; the header after its
+        # priority (`rest`) depends on the group's length only: built once per distinct
+        # group (a batch has few), the records by C calls over the columns
         if groups:
             if set(map(type, groups)) != {str}:
                 return None
             try:
-                gbs = [g.encode() for g in groups]
+                encoded = {g: g.encode() for g in set(groups)}
             except UnicodeError:
                 return None
-            if max(map(len, gbs)) > 0xFFFF:
+            if max(map(len, encoded.values())) > 0xFFFF:
                 return None
-        dlen = len(tails[0]) - len(cmd.contents[0]) if cmd.dedup_ids else 0
+            rest = {g: pack(0, 0, now, 0, 0, 0, 0, len(gb), dlen, 0)[8:] + gb for g, gb in encoded.items()}
+            rests: Iterable[bytes] = map(rest.__getitem__, groups)
+        else:
+            rests = repeat(pack(0, 0, now, 0, 0, 0, 0, 0, dlen, 0)[8:], n)
         first = self.next_id
         ids = range(first, first + n)
         self.next_id = first + n
-        now = self.now_ms
-        pack = _HDR.pack
         ps = prios or [0] * n
-        if gbs:
-            recs = [pack(p, 0, now, 0, 0, 0, 0, len(gb), dlen, 0) + gb + t for p, gb, t in zip(ps, gbs, tails, strict=True)]
-        else:
-            recs = [pack(p, 0, now, 0, 0, 0, 0, 0, dlen, 0) + t for p, t in zip(ps, tails, strict=True)]
-        u64 = _U64.pack
-        prefix = q.prefix
-        self.store.insert_many([prefix + u64(i) for i in ids], b"", recs)
+        recs = list(map(bytes.__add__, map(bytes.__add__, map(_I64.pack, ps), rests), tails))
+        self.store.insert_many(list(map(q.prefix.__add__, map(_U64.pack, ids))), b"", recs)
         if run is not None:
             self._remember_run(q, run[0], run[1], n, first)
         elif cmd.dedup_ids:

@@ -432,12 +432,14 @@ class PairList:
         if not n:
             return
         maxa, maxb = self._maxa, self._maxb
+        # ascending (b's too: a's all equal, e.g. a fair queue's group filled as a block, or
+        # ascending ids) and after the last pair: appended in order, nothing to sort
+        if ((not maxa or a[0] > maxa[-1] or a[0] == maxa[-1] and b[0] > maxb[-1])
+                and all(map(le, a, islice(a, 1, None))) and all(map(lt, b, islice(b, 1, None)))):
+            self._append_sorted(a, b)
+            return
         if not maxa:
             self._append_sorted(*sorted_pairs(a, b))
-            return
-        if ((a[0] > maxa[-1] or a[0] == maxa[-1] and b[0] > maxb[-1]) and all(map(le, a, islice(a, 1, None)))
-                and all(map(lt, b, islice(b, 1, None)))):  # ascending (b's too), after the last pair
-            self._append_sorted(a, b)
             return
         top_a = max(a)
         if top_a >= maxa[-1]:  # pairs after the last one go to the last chunk: it ends with the largest
