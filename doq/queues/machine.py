@@ -1369,6 +1369,16 @@ class QueueMachine:
                 self.due.add(new)
             q.due_key = new
 
+    def _sync_due_added(self, q: Queue, lowest: int) -> None:
+        """`_sync_due` after pairs were added to `q.delayed` (and none removed), the
+        smallest added a being `lowest`: the first deliver_at is the lower of it and the
+        one `due` held, so an unsorted first chunk is not scanned for it."""
+        if q.due_key is None or lowest < q.due_key >> 32:
+            if q.due_key is not None:
+                self.due.remove(q.due_key)
+            q.due_key = (lowest << 32) | q.qnum
+            self.due.add(q.due_key)
+
     def _advance(self, now: int, spared: frozenset[tuple[str, int, int]] = frozenset()) -> None:
         """Replicated time reaches `now`: due delays end, due leases expire, due dedup
         records are forgotten. A due lease the batch releases (`spared`: (queue, id,
@@ -1833,8 +1843,9 @@ class QueueMachine:
         rp: Sequence[int] = ps
         ri: Sequence[int] = ids
         if True in late:  # the index gets those due now; the others wait in q.delayed
-            q.delayed.add_many(list(compress(deliver, late)), list(compress(ids, late)))
-            self._sync_due(q)
+            waiting = list(compress(deliver, late))
+            q.delayed.add_many(waiting, list(compress(ids, late)))
+            self._sync_due_added(q, min(waiting))
             due = list(map(not_, late))
             rp, ri = list(compress(ps, due)), list(compress(ids, due))
         if isinstance(q.index, PriorityIndex):
