@@ -118,9 +118,11 @@ assert _HDR_HEAD.size == R.LEASE_END and _HDR_HEAD.unpack(_HDR.pack(-5, 6, 0, 0,
 _ts = R.priority_deliver_at
 
 
-def _deliver_at(ps: list[int]) -> list[int]:
-    """`[_ts(p) for p in ps]`: with C calls only when every priority is a timestamp."""
-    if min(ps) >= R.TS_PRIORITY_MIN and max(ps) <= R.MAX_MS // 1000:
+def _deliver_at(ps: list[int], bounds: tuple[int, int] | None = None) -> list[int]:
+    """`[_ts(p) for p in ps]`: with C calls only when every priority is a timestamp.
+    `bounds`: (min(ps), max(ps)) if the caller knows them."""
+    lo, hi = bounds if bounds is not None else (min(ps), max(ps))
+    if lo >= R.TS_PRIORITY_MIN and hi <= R.MAX_MS // 1000:
         return list(map(mul, ps, repeat(1000)))
     return [_ts(p) if p >= R.TS_PRIORITY_MIN else 0 for p in ps]
 
@@ -1804,8 +1806,13 @@ class QueueMachine:
         reports it). Same records, indexes and results as `_enqueue_items`."""
         n = len(tails)
         prios = cmd.priorities
-        if prios and (set(map(type, prios)) != {int} or min(prios) < INT64_MIN or max(prios) > INT64_MAX):
-            return None
+        bounds = (0, 0)  # (min, max) of the priorities
+        if prios:
+            if set(map(type, prios)) != {int}:
+                return None
+            bounds = min(prios), max(prios)
+            if bounds[0] < INT64_MIN or bounds[1] > INT64_MAX:
+                return None
         groups = cmd.groups
         dlen = len(tails[0]) - len(cmd.contents[0]) if cmd.dedup_ids else 0
         now = self.now_ms
@@ -1838,7 +1845,7 @@ class QueueMachine:
             self._remember_dedups(q, cmd.dedup_ids, ids)
         q.members.add_range(first, n)
         # not before deliver[j] (a timestamp priority: `_ts`); none if no priority is one
-        deliver = _deliver_at(ps) if prios and max(ps) >= R.TS_PRIORITY_MIN else []
+        deliver = _deliver_at(ps, bounds) if bounds[1] >= R.TS_PRIORITY_MIN else []
         late = list(map(lt, repeat(now), deliver))
         rp: Sequence[int] = ps
         ri: Sequence[int] = ids
