@@ -456,12 +456,13 @@ class PairList:
         as_, bs, unsorted = self._as, self._bs, self._unsorted
         deque(map(_append, map(as_.__getitem__, idx), a), 0)
         deque(map(_append, map(bs.__getitem__, idx), b), 0)
-        touched = sorted(set(idx))
-        deque(map(unsorted.__setitem__, touched, repeat(True)), 0)
+        deque(map(unsorted.__setitem__, idx, repeat(True)), 0)  # a chunk per pair: no set of the touched ones
         self._len += n
         cap = UNSORTED_LOADS * LOAD
-        for i in reversed(list(compress(touched, map(lt, repeat(cap), map(len, map(as_.__getitem__, touched)))))):
-            self._split(i)
+        if max(map(len, map(as_.__getitem__, idx))) > cap:  # some chunk passed the cap (rare)
+            touched = sorted(set(idx))
+            for i in reversed(list(compress(touched, map(lt, repeat(cap), map(len, map(as_.__getitem__, touched)))))):
+                self._split(i)
 
     def _split(self, i: int) -> None:
         """Cut unsorted chunk `i` (over the cap) into unsorted chunks of about LOAD pairs,
