@@ -450,9 +450,11 @@ class PairList:
             if top_a > maxa[-1] or top_b > maxb[-1]:
                 maxa[-1], maxb[-1] = top_a, top_b
         idx = list(map(bisect_left, repeat(maxa), a))  # the chunk, unless its largest a is the pair's
-        if True in map(eq, map(maxa.__getitem__, idx), a):
+        ties = list(map(eq, map(maxa.__getitem__, idx), a))
+        if True in ties:  # those pairs' chunks by their b's too (priorities with ties: timestamps)
             chunk_of = self._chunk_of
-            idx = [chunk_of(x, y) if maxa[i] == x else i for i, x, y in zip(idx, a, b, strict=True)]
+            for j in compress(range(n), ties):
+                idx[j] = chunk_of(a[j], b[j])
         as_, bs, unsorted = self._as, self._bs, self._unsorted
         deque(map(_append, map(as_.__getitem__, idx), a), 0)
         deque(map(_append, map(bs.__getitem__, idx), b), 0)
