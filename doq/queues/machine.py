@@ -1818,8 +1818,10 @@ class QueueMachine:
         now = self.now_ms
         pack = _HDR.pack
         # a record is the header, the group's bytes and the tail; the header after its
-        # priority (`rest`) depends on the group's length only: built once per distinct
-        # group (a batch has few), the records by C calls over the columns
+        # priority depends on the group's length only: built once per distinct group (a
+        # batch has few), with the priority 0 when there are no priorities, and the records
+        # joined by C calls over the columns
+        cut = 8 if prios else 0  # the priority's bytes, packed per message
         if groups:
             if set(map(type, groups)) != {str}:
                 return None
@@ -1829,15 +1831,16 @@ class QueueMachine:
                 return None
             if max(map(len, encoded.values())) > 0xFFFF:
                 return None
-            rest = {g: pack(0, 0, now, 0, 0, 0, 0, len(gb), dlen, 0)[8:] + gb for g, gb in encoded.items()}
+            rest = {g: pack(0, 0, now, 0, 0, 0, 0, len(gb), dlen, 0)[cut:] + gb for g, gb in encoded.items()}
             rests: Iterable[bytes] = map(rest.__getitem__, groups)
         else:
-            rests = repeat(pack(0, 0, now, 0, 0, 0, 0, 0, dlen, 0)[8:], n)
+            rests = repeat(pack(0, 0, now, 0, 0, 0, 0, 0, dlen, 0)[cut:], n)
         first = self.next_id
         ids = range(first, first + n)
         self.next_id = first + n
         ps = prios or [0] * n
-        recs = list(map(bytes.__add__, map(bytes.__add__, map(_I64.pack, ps), rests), tails))
+        heads = map(bytes.__add__, map(_I64.pack, prios), rests) if prios else rests
+        recs = list(map(bytes.__add__, heads, tails))
         self.store.insert_many(list(map(q.prefix.__add__, map(_U64.pack, ids))), b"", recs)
         if run is not None:
             self._remember_run(q, run[0], run[1], n, first)
