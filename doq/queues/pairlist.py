@@ -444,24 +444,30 @@ class PairList:
         if not maxa:
             self._append_sorted(*sorted_pairs(a, b))
             return
+        if n == 1:
+            self.add(a[0], b[0])
+            return
         top_a = max(a)
         if top_a >= maxa[-1]:  # pairs after the last one go to the last chunk: it ends with the largest
             top_b = max(compress(b, map(eq, a, repeat(top_a))))
             if top_a > maxa[-1] or top_b > maxb[-1]:
                 maxa[-1], maxb[-1] = top_a, top_b
         idx = list(map(bisect_left, repeat(maxa), a))  # the chunk, unless its largest a is the pair's
-        ties = list(map(eq, map(maxa.__getitem__, idx), a))
+        pick = itemgetter(*idx)  # each pair's item of a per-chunk list, as a tuple: one C call (n > 1)
+        ties = list(map(eq, pick(maxa), a))
         if True in ties:  # those pairs' chunks by their b's too (priorities with ties: timestamps)
             chunk_of = self._chunk_of
             for j in compress(range(n), ties):
                 idx[j] = chunk_of(a[j], b[j])
-        as_, bs, unsorted = self._as, self._bs, self._unsorted
-        deque(map(_append, map(as_.__getitem__, idx), a), 0)
-        deque(map(_append, map(bs.__getitem__, idx), b), 0)
+            pick = itemgetter(*idx)
+        as_, unsorted = self._as, self._unsorted
+        chunks = pick(as_)
+        deque(map(_append, chunks, a), 0)
+        deque(map(_append, pick(self._bs), b), 0)
         deque(map(unsorted.__setitem__, idx, repeat(True)), 0)  # a chunk per pair: no set of the touched ones
         self._len += n
         cap = UNSORTED_LOADS * LOAD
-        if max(map(len, map(as_.__getitem__, idx))) > cap:  # some chunk passed the cap (rare)
+        if max(map(len, chunks)) > cap:  # some chunk passed the cap (rare)
             touched = sorted(set(idx))
             for i in reversed(list(compress(touched, map(lt, repeat(cap), map(len, map(as_.__getitem__, touched)))))):
                 self._split(i)
