@@ -1507,7 +1507,7 @@ class QueueMachine:
         (`group`: the index's name object, `q.index.group_name`)."""
         if deliver_at > self.now_ms:
             q.delayed.add(deliver_at, id_)
-            self._sync_due(q)
+            self._sync_due_added(q, deliver_at)
         elif type(q.index) is PriorityIndex:
             q.index.add_pair(prio, id_)
         else:
