@@ -10,11 +10,8 @@ deterministic, no I/O.
 
 Bulk adds (`add_many`) do not put each pair in its place: a pair is appended to the chunk
 whose key range holds it, and the chunk is marked unsorted; a chunk is sorted (and cut into
-chunks of LOAD to 2 * LOAD pairs) when it is next read (`_fix`); one that grows past
-UNSORTED_LOADS * LOAD pairs is cut, unsorted, into chunks of about LOAD pairs by ranges of a
-between pivots sampled from it (`_split`: no sort, so a fill sorts only what is read; a
-uniform fill's chunks reach the cap together, and sorting them there made a 5M fill sort
-~0.84 pairs a pair added, 2-3 in a wave). A random pair's insert in place reads ~10 cold cache lines of a
+chunks of LOAD to 2 * LOAD pairs) when it is next read (`_fix`) or when it grows past
+UNSORTED_LOADS * LOAD pairs. A random pair's insert in place reads ~10 cold cache lines of a
 chunk (the bisect) and moves half of it; an append touches its end, and a chunk's sort reads
 it in order. The chunk's key range and largest
 pair (`_maxa`, `_maxb`) are kept exact either way, so where a pair belongs never depends on the
@@ -470,39 +467,7 @@ class PairList:
         if max(map(len, chunks)) > cap:  # some chunk passed the cap (rare)
             touched = sorted(set(idx))
             for i in reversed(list(compress(touched, map(lt, repeat(cap), map(len, map(as_.__getitem__, touched)))))):
-                self._split(i)
-
-    def _split(self, i: int) -> None:
-        """Cut unsorted chunk `i` (over the cap) into unsorted chunks of about LOAD pairs,
-        by ranges of a between pivots sampled from it: C calls over its pairs, no sort
-        (each piece is sorted when first read, `_fix`). Sorts it instead (`_fix`) when the
-        a's are too bunched for that (fewer than two ranges, or a piece over the cap)."""
-        ca, cb = self._as[i], self._bs[i]
-        n = len(ca)
-        k = max(2, n // LOAD)
-        sample = sorted(ca[:: max(1, n // (8 * k))])
-        top = self._maxa[i]
-        pivots = sorted({x for x in (sample[j * len(sample) // k] for j in range(1, k)) if x < top})
-        if not pivots:
-            self._fix(i)
-            return
-        # piece j: pivots[j - 1] < a <= pivots[j] (the last: above every pivot)
-        idx = list(map(bisect_left, repeat(pivots), ca))
-        m = len(pivots) + 1
-        pa = [array("q") for _ in range(m)]
-        pb = [array("Q") for _ in range(m)]
-        deque(map(_append, map(pa.__getitem__, idx), ca), 0)
-        deque(map(_append, map(pb.__getitem__, idx), cb), 0)
-        keep = [j for j in range(m) if pa[j]]
-        if max(len(pa[j]) for j in keep) > UNSORTED_LOADS * LOAD:
-            self._fix(i)
-            return
-        tops = [max(pa[j]) for j in keep]
-        self._as[i : i + 1] = [pa[j] for j in keep]
-        self._bs[i : i + 1] = [pb[j] for j in keep]
-        self._maxa[i : i + 1] = tops
-        self._maxb[i : i + 1] = [max(compress(pb[j], map(eq, pa[j], repeat(t)))) for j, t in zip(keep, tops, strict=True)]
-        self._unsorted[i : i + 1] = [True] * len(keep)
+                self._fix(i)
 
     def _cut(self, i: int) -> None:
         """Cut sorted chunk `i` into chunks of LOAD to 2 * LOAD pairs (at least two)."""

@@ -886,35 +886,3 @@ def test_idset_bulk_load_equals_the_per_id_load(runs: list[tuple[int, int, int]]
     assert bulk._pages == by_id._pages and bulk._counts == by_id._counts and len(bulk) == len(by_id) == len(ref)
     assert all(type(bulk._pages[h]) is type(by_id._pages[h]) for h in bulk._pages)
     assert list(bulk) == ref
-
-
-def test_add_many_cuts_a_full_chunk_without_sorting_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A fill of spread priorities sorts nothing: a chunk past UNSORTED_LOADS * LOAD is cut
-    by sampled pivots into unsorted chunks (`_split`), each sorted when first read; its a's
-    bunched (one priority), it is sorted and cut as before. The list stays exact."""
-    rnd = random.Random(5)
-    n = 6 * pairlist.UNSORTED_LOADS * pairlist.LOAD  # past the first cap (the first 4 chunks reach it at ~16k)
-    a = [rnd.randrange(1 << 40) for _ in range(n)]
-    sorts: list[int] = []
-    fix = PairList._fix
-
-    def counted(self: PairList, i: int) -> None:
-        sorts.append(len(self._as[i]))  # noqa: SLF001
-        fix(self, i)
-
-    monkeypatch.setattr(PairList, "_fix", counted)
-    pl = PairList()
-    for i in range(0, n, 1000):
-        pl.add_many(a[i : i + 1000], range(i, min(n, i + 1000)))
-        pl.check()
-    assert sorts == []  # the first batch goes in sorted (`sorted_pairs`), the full chunks by `_split`
-    assert len(pl._as) > 16 and all(pl._unsorted[1:-1])  # noqa: SLF001 (cut, and left unsorted)
-    assert list(pl) == sorted(zip(a, range(n), strict=True))
-    sorts.clear()
-    one = PairList()  # one priority: no pivot splits it, so it is sorted and cut at the cap
-    cap = pairlist.UNSORTED_LOADS * pairlist.LOAD
-    one.add_many([7] * 10, list(range(0, 20, 2)))
-    bs = list(range(cap * 2 + 1, 20, -2))  # descending: 10 + len(bs) > cap
-    one.add_many([7] * len(bs), bs)
-    one.check()
-    assert sorts and list(one) == sorted([(7, b) for b in range(0, 20, 2)] + [(7, b) for b in bs])
