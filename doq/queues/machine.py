@@ -111,6 +111,7 @@ INT64_MIN, INT64_MAX = L.PRIORITY_MIN, L.PRIORITY_MAX
 MAX_DELAY_MS = L.MAX_DELAY_MS
 MAX_DEDUP_ENTRIES = 1_000_000
 _U64 = struct.Struct(">Q")
+_I64 = struct.Struct("<q")  # a record header's priority (its first field)
 _HDR = R.MSG_HDR
 _HDR_SIZE = R.HDR_SIZE
 _HDR_HEAD = struct.Struct("<qQ28xB")  # priority, not_before, flags of a MSG_HDR
@@ -118,9 +119,11 @@ assert _HDR_HEAD.size == R.LEASE_END and _HDR_HEAD.unpack(_HDR.pack(-5, 6, 0, 0,
 _ts = R.priority_deliver_at
 
 
-def _deliver_at(ps: list[int]) -> list[int]:
-    """`[_ts(p) for p in ps]`: with C calls only when every priority is a timestamp."""
-    if min(ps) >= R.TS_PRIORITY_MIN and max(ps) <= R.MAX_MS // 1000:
+def _deliver_at(ps: list[int], bounds: tuple[int, int] | None = None) -> list[int]:
+    """`[_ts(p) for p in ps]`: with C calls only when every priority is a timestamp.
+    `bounds`: (min(ps), max(ps)) if the caller knows them."""
+    lo, hi = bounds if bounds is not None else (min(ps), max(ps))
+    if lo >= R.TS_PRIORITY_MIN and hi <= R.MAX_MS // 1000:
         return list(map(mul, ps, repeat(1000)))
     return [_ts(p) if p >= R.TS_PRIORITY_MIN else 0 for p in ps]
 
@@ -1490,6 +1493,16 @@ class QueueMachine:
                 self.due.add(new)
             q.due_key = new
 
+    def _sync_due_added(self, q: Queue, lowest: int) -> None:
+        """`_sync_due` after pairs were added to `q.delayed` (and none removed), the
+        smallest added a being `lowest`: the first deliver_at is the lower of it and the
+        one `due` held, so an unsorted first chunk is not scanned for it."""
+        if q.due_key is None or lowest < q.due_key >> 32:
+            if q.due_key is not None:
+                self.due.remove(q.due_key)
+            q.due_key = (lowest << 32) | q.qnum
+            self.due.add(q.due_key)
+
     def _advance(self, now: int, spared: frozenset[tuple[str, int, int]] = frozenset()) -> None:
         """Replicated time reaches `now`: due delays end, due leases expire, due dedup
         records are forgotten. A due lease the batch releases (`spared`: (queue, id,
@@ -1616,7 +1629,7 @@ class QueueMachine:
         (`group`: the index's name object, `q.index.group_name`)."""
         if deliver_at > self.now_ms:
             q.delayed.add(deliver_at, id_)
-            self._sync_due(q)
+            self._sync_due_added(q, deliver_at)
         elif type(q.index) is PriorityIndex:
             q.index.add_pair(prio, id_)
         else:
@@ -1915,46 +1928,56 @@ class QueueMachine:
         reports it). Same records, indexes and results as `_enqueue_items`."""
         n = len(tails)
         prios = cmd.priorities
-        if prios and (set(map(type, prios)) != {int} or min(prios) < INT64_MIN or max(prios) > INT64_MAX):
-            return None
+        bounds = (0, 0)  # (min, max) of the priorities
+        if prios:
+            if set(map(type, prios)) != {int}:
+                return None
+            bounds = min(prios), max(prios)
+            if bounds[0] < INT64_MIN or bounds[1] > INT64_MAX:
+                return None
         groups = cmd.groups
-        gbs: list[bytes] = []
+        dlen = len(tails[0]) - len(cmd.contents[0]) if cmd.dedup_ids else 0
+        now = self.now_ms
+        pack = _HDR.pack
+        # a record is the header, the group's bytes and the tail; the header after its
+        # priority depends on the group's length only: built once per distinct group (a
+        # batch has few), with the priority 0 when there are no priorities, and the records
+        # joined by C calls over the columns
+        cut = 8 if prios else 0  # the priority's bytes, packed per message
         if groups:
             if set(map(type, groups)) != {str}:
                 return None
             try:
-                gbs = [g.encode() for g in groups]
+                encoded = {g: g.encode() for g in set(groups)}
             except UnicodeError:
                 return None
-            if max(map(len, gbs)) > 0xFFFF:
+            if max(map(len, encoded.values())) > 0xFFFF:
                 return None
-        dlen = len(tails[0]) - len(cmd.contents[0]) if cmd.dedup_ids else 0
+            rest = {g: pack(0, 0, now, 0, 0, 0, 0, len(gb), dlen, 0)[cut:] + gb for g, gb in encoded.items()}
+            rests: Iterable[bytes] = map(rest.__getitem__, groups)
+        else:
+            rests = repeat(pack(0, 0, now, 0, 0, 0, 0, 0, dlen, 0)[cut:], n)
         first = self.next_id
         ids = range(first, first + n)
         self.next_id = first + n
-        now = self.now_ms
-        pack = _HDR.pack
         ps = prios or [0] * n
-        if gbs:
-            recs = [pack(p, 0, now, 0, 0, 0, 0, len(gb), dlen, 0) + gb + t for p, gb, t in zip(ps, gbs, tails, strict=True)]
-        else:
-            recs = [pack(p, 0, now, 0, 0, 0, 0, 0, dlen, 0) + t for p, t in zip(ps, tails, strict=True)]
-        u64 = _U64.pack
-        prefix = q.prefix
-        self.store.insert_many([prefix + u64(i) for i in ids], b"", recs)
+        heads = map(bytes.__add__, map(_I64.pack, prios), rests) if prios else rests
+        recs = list(map(bytes.__add__, heads, tails))
+        self.store.insert_many(list(map(q.prefix.__add__, map(_U64.pack, ids))), b"", recs)
         if run is not None:
             self._remember_run(q, run[0], run[1], n, first)
         elif cmd.dedup_ids:
             self._remember_dedups(q, cmd.dedup_ids, ids)
         q.members.add_range(first, n)
         # not before deliver[j] (a timestamp priority: `_ts`); none if no priority is one
-        deliver = _deliver_at(ps) if prios and max(ps) >= R.TS_PRIORITY_MIN else []
+        deliver = _deliver_at(ps, bounds) if bounds[1] >= R.TS_PRIORITY_MIN else []
         late = list(map(lt, repeat(now), deliver))
         rp: Sequence[int] = ps
         ri: Sequence[int] = ids
         if True in late:  # the index gets those due now; the others wait in q.delayed
-            q.delayed.add_many(list(compress(deliver, late)), list(compress(ids, late)))
-            self._sync_due(q)
+            waiting = list(compress(deliver, late))
+            q.delayed.add_many(waiting, list(compress(ids, late)))
+            self._sync_due_added(q, min(waiting))
             due = list(map(not_, late))
             rp, ri = list(compress(ps, due)), list(compress(ids, due))
         if isinstance(q.index, PriorityIndex):

@@ -654,12 +654,17 @@ class PairList:
         if not n:
             return
         maxa, maxb = self._maxa, self._maxb
+        # ascending (b's too: a's all equal, e.g. a fair queue's group filled as a block, or
+        # ascending ids) and after the last pair: appended in order, nothing to sort
+        if ((not maxa or a[0] > maxa[-1] or a[0] == maxa[-1] and b[0] > maxb[-1])
+                and all(map(le, a, islice(a, 1, None))) and all(map(lt, b, islice(b, 1, None)))):
+            self._append_sorted(a, b)
+            return
         if not maxa:
             self._append_sorted(*sorted_pairs(a, b))
             return
-        if ((a[0] > maxa[-1] or a[0] == maxa[-1] and b[0] > maxb[-1]) and all(map(le, a, islice(a, 1, None)))
-                and all(map(lt, b, islice(b, 1, None)))):  # ascending (b's too), after the last pair
-            self._append_sorted(a, b)
+        if n == 1:
+            self.add(a[0], b[0])
             return
         top_a = max(a)
         if top_a >= maxa[-1]:  # pairs after the last one go to the last chunk: it ends with the largest
@@ -667,18 +672,24 @@ class PairList:
             if top_a > maxa[-1] or top_b > maxb[-1]:
                 maxa[-1], maxb[-1] = top_a, top_b
         idx = list(map(bisect_left, repeat(maxa), a))  # the chunk, unless its largest a is the pair's
-        if True in map(eq, map(maxa.__getitem__, idx), a):
+        pick = itemgetter(*idx)  # each pair's item of a per-chunk list, as a tuple: one C call (n > 1)
+        ties = list(map(eq, pick(maxa), a))
+        if True in ties:  # those pairs' chunks by their b's too (priorities with ties: timestamps)
             chunk_of = self._chunk_of
-            idx = [chunk_of(x, y) if maxa[i] == x else i for i, x, y in zip(idx, a, b, strict=True)]
-        as_, bs, unsorted = self._as, self._bs, self._unsorted
-        deque(map(_append, map(as_.__getitem__, idx), a), 0)
-        deque(map(_append, map(bs.__getitem__, idx), b), 0)
-        touched = sorted(set(idx))
-        deque(map(unsorted.__setitem__, touched, repeat(True)), 0)
+            for j in compress(range(n), ties):
+                idx[j] = chunk_of(a[j], b[j])
+            pick = itemgetter(*idx)
+        as_, unsorted = self._as, self._unsorted
+        chunks = pick(as_)
+        deque(map(_append, chunks, a), 0)
+        deque(map(_append, pick(self._bs), b), 0)
+        deque(map(unsorted.__setitem__, idx, repeat(True)), 0)  # a chunk per pair: no set of the touched ones
         self._len += n
         cap = UNSORTED_LOADS * LOAD
-        for i in reversed(list(compress(touched, map(lt, repeat(cap), map(len, map(as_.__getitem__, touched)))))):
-            self._fix(i)
+        if max(map(len, chunks)) > cap:  # some chunk passed the cap (rare)
+            touched = sorted(set(idx))
+            for i in reversed(list(compress(touched, map(lt, repeat(cap), map(len, map(as_.__getitem__, touched)))))):
+                self._fix(i)
 
     def _cut(self, i: int) -> None:
         """Cut sorted chunk `i` into chunks of LOAD to 2 * LOAD pairs (at least two)."""
