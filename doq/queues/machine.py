@@ -461,12 +461,16 @@ def _ranges_of(ps: array[int], ids: array[int], bounds: tuple[int, int] | None, 
     `PairRanges` on the grid a bulk build of about `n_est` pairs over their span would use
     (both parts on the same grid, as a rule: their ranges joined hold what one bulk build's
     would; half as wide ranges cost ~25 % more here, appends to twice as many arrays), or
-    None: the pairs ascend already (a bulk build takes them as they are) or do not fit a
-    grid."""
+    None: the pairs ascend already (a bulk build takes them as they are), do not fit a
+    grid, or are bunched on too few priorities for one (its ranges would pass the unsorted
+    chunks' cap on average and be sorted whole at the join, after both parts paid for the
+    distribution: a bulk build of the columns costs less)."""
     if all(map(le, ps, islice(ps, 1, None))):
         return None
     lo, hi = bounds if bounds is not None else (min(ps), max(ps))
     shift = range_shift(hi - lo, n_est, pairlist.BUCKET_LOADS * pairlist.LOAD)
+    if n_est > (((hi - lo) >> shift) + 1) * pairlist.UNSORTED_LOADS * pairlist.LOAD:
+        return None
     return pair_ranges(ps, ids, shift, (lo, hi))
 
 

@@ -42,6 +42,7 @@ _first, _second = itemgetter(0), itemgetter(1)
 _FLOAT_BITS_MAX = 62  # packed keys below 2**62, plus 2**52, are the bit patterns of finite positive floats
 _NORMAL = 1 << 52  # the bit pattern of the smallest positive normal float (no subnormals sorted)
 _SIGN = 1 << 63
+_I64_MIN, _I64_MAX, _U64_MAX = -_SIGN, _SIGN - 1, (1 << 64) - 1  # a pair's a and b columns (`q`, `Q`)
 _RUN = 1 << 14  # floats sorted apart before the merge (`_sort_floats`)
 # pairs packed or unpacked at a time: a block's ints (2 MiB) stay below glibc's mmap threshold,
 # so their memory is reused, not mapped and faulted in afresh for every temporary
@@ -191,7 +192,8 @@ class PairRanges:
     def from_wire(cls, wire: object) -> PairRanges:
         """`to_wire`'s value back; ValueError if it is not one: a part of the wrong shape,
         ranges not ascending, arrays of unequal lengths or empty, a largest pair outside
-        its range (the pairs themselves are not checked: their producer is this code)."""
+        its range or not of the columns' types (the pairs themselves are not checked: their
+        producer is this code)."""
         try:
             shift: Any
             rs: Any
@@ -214,8 +216,11 @@ class PairRanges:
                 bs.append(cb)
             if any(type(r) is not int for r in rs) or any(map(le, rs[1:], rs)):
                 raise ValueError("pair ranges out of order")
-            if any(type(t) is not int or t >> shift != r for t, r in zip(top_as, rs, strict=True)):
+            if any(type(t) is not int or t >> shift != r or not _I64_MIN <= t <= _I64_MAX
+                   for t, r in zip(top_as, rs, strict=True)):
                 raise ValueError("a pair range's largest pair outside it")
+            if any(type(t) is not int or not 0 <= t <= _U64_MAX for t in top_bs):
+                raise ValueError("a pair range's largest id not an unsigned 64-bit integer")
             return cls(shift, rs, as_, bs, list(zip(top_as, top_bs, strict=True)))
         except (TypeError, ValueError) as e:
             raise ValueError(f"malformed pair ranges: {e}") from None

@@ -327,7 +327,11 @@ def test_pair_ranges_from_wire_refuses_what_to_wire_does_not_make() -> None:
                 (4, got.rs, [b"", *got.to_wire()[2][1:]], *got.to_wire()[3:]),
                 (4, got.rs, got.to_wire()[2], [bytes(16), *got.to_wire()[3][1:]], *got.to_wire()[4:]),
                 (4, got.rs, *got.to_wire()[2:4], [-9, 5, 3000], got.to_wire()[5]),
-                (4, got.rs, [b"x", *got.to_wire()[2][1:]], *got.to_wire()[3:])]:
+                (4, got.rs, [b"x", *got.to_wire()[2][1:]], *got.to_wire()[3:]),
+                (4, got.rs, *got.to_wire()[2:5], [2, "1", 3]),  # a largest id not an int
+                (4, got.rs, *got.to_wire()[2:5], [2, -1, 3]),
+                (4, got.rs, *got.to_wire()[2:5], [2, 1, 2**64]),
+                (0, [2**63], [bytes(8)], [bytes(8)], [2**63], [1])]:  # a largest a past int64
         with pytest.raises(ValueError):
             pairlist.PairRanges.from_wire(bad)
 

@@ -262,3 +262,21 @@ def test_pairs_besides_the_ranges_are_joined_to_them_or_all_go_back_to_one_bulk_
         parts.queues["a"].index.ready.check()  # type: ignore[attr-defined]
     assert joined == [True, not wide]  # the start's part; the worker's columns on its grid, or not
     assert _state(parts) == _state(whole)
+
+
+def test_pairs_bunched_on_few_priorities_are_not_distributed_into_ranges() -> None:
+    """A part whose pairs share a few priorities (a grid of shift 0 with ranges far past the
+    unsorted chunks' cap) goes as columns to one bulk build; pairs spread over a wide span
+    are distributed into ranges."""
+    import random
+
+    from doq.queues import machine, pairlist
+
+    rnd = random.Random(7)
+    n = 4 * pairlist.UNSORTED_LOADS * pairlist.LOAD * 10
+    ids = array("Q", range(1, n + 1))
+    bunched = array("q", [rnd.randrange(10) for _ in range(n)])
+    assert machine._ranges_of(bunched, ids, None, 4 * n) is None
+    spread = array("q", [rnd.randrange(10**9) for _ in range(n)])
+    got = machine._ranges_of(spread, ids, None, 4 * n)
+    assert got is not None and sum(map(len, got.as_)) == n
