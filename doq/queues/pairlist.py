@@ -256,6 +256,27 @@ def range_shift(a_span: int, n: int, per_range: int) -> int:
     return max(0, (a_span * per_range // max(1, n)).bit_length() - 1)
 
 
+def _distribute(a_col: array[int], b_col: array[int], a_lo: int, b_lo: int, b_bits: int, shift: int,
+                nb: int) -> list[array[int]]:
+    """The pairs of the columns as 64-bit keys (a - a_lo above b - b_lo's `b_bits` bits)
+    appended, in the columns' order, to the `nb` ranges of the grid of `shift` (a range
+    per 2**shift of a - a_lo): packed `_BLOCK` pairs at a time as the words of one int,
+    each key's range found by shifts of those words, the appends done by C calls."""
+    n = len(a_col)
+    mask = (1 << (nb - 1).bit_length()) - 1  # the range's bits, within the key's 64
+    keys, idx = array("Q"), array("Q")
+    for i in range(0, n, _BLOCK):
+        m = min(_BLOCK, n - i)
+        ones = _ones(m)
+        packed = (_rel_words(a_col[i : i + m], a_lo, ones) << b_bits) | (_words(b_col[i : i + m]) - b_lo * ones)
+        keys.frombytes(packed.to_bytes(8 * m, "little"))
+        idx.frombytes(((packed >> (b_bits + shift)) & (mask * ones)).to_bytes(8 * m, "little"))
+        del packed
+    chunks: list[array[int]] = [array("Q") for _ in range(nb)]
+    deque(map(_append, map(chunks.__getitem__, idx), keys), 0)
+    return chunks
+
+
 def pair_ranges(a: Sequence[int], b: Sequence[int], shift: int, a_bounds: tuple[int, int] | None = None,
                 b_bounds: tuple[int, int] | None = None) -> PairRanges | None:
     """The pairs `zip(a, b)` (distinct, any order) distributed into the ranges of the grid
@@ -285,18 +306,7 @@ def pair_ranges(a: Sequence[int], b: Sequence[int], shift: int, a_bounds: tuple[
     nb = (a_span >> shift) + 1
     if nb > 2 * n + RANGES_SLACK:  # a grid far too fine for these pairs: mostly empty ranges
         return None
-    mask = (1 << (nb - 1).bit_length()) - 1
-    keys, idx = array("Q"), array("Q")
-    for i in range(0, n, _BLOCK):
-        m = min(_BLOCK, n - i)
-        ones = _ones(m)
-        packed = (_rel_words(a_col[i : i + m], lo, ones) << b_bits) | (_words(b_col[i : i + m]) - bmin * ones)
-        keys.frombytes(packed.to_bytes(8 * m, "little"))
-        idx.frombytes(((packed >> (b_bits + shift)) & (mask * ones)).to_bytes(8 * m, "little"))
-    del packed
-    chunks: list[array[int]] = [array("Q") for _ in range(nb)]
-    deque(map(_append, map(chunks.__getitem__, idx), keys), 0)
-    del idx, keys
+    chunks = _distribute(a_col, b_col, lo, bmin, b_bits, shift, nb)
     a_bits, b_mask = a_span.bit_length(), (1 << b_bits) - 1
     out = PairRanges(shift, [], [], [], [])
     for j, ck in enumerate(chunks):
@@ -392,18 +402,7 @@ class PairList:
         b_col = b if isinstance(b, array) and b.typecode == "Q" else array("Q", b)
         shift = max(0, (a_span * BUCKET_LOADS * LOAD // n).bit_length() - 1)  # a range's width: 2**shift
         nb = (a_span >> shift) + 1  # ranges: n / (BUCKET_LOADS * LOAD) to twice that, + 1
-        mask = (1 << (nb - 1).bit_length()) - 1  # the range's bits, within the key's 64
-        keys, idx = array("Q"), array("Q")
-        for i in range(0, n, _BLOCK):
-            m = min(_BLOCK, n - i)
-            ones = _ones(m)
-            packed = (_rel_words(a_col[i : i + m], amin, ones) << b_bits) | (_words(b_col[i : i + m]) - bmin * ones)
-            keys.frombytes(packed.to_bytes(8 * m, "little"))
-            idx.frombytes(((packed >> (b_bits + shift)) & (mask * ones)).to_bytes(8 * m, "little"))
-        del packed
-        chunks: list[array[int]] = [array("Q") for _ in range(nb)]
-        deque(map(_append, map(chunks.__getitem__, idx), keys), 0)
-        del idx, keys
+        chunks = _distribute(a_col, b_col, amin, bmin, b_bits, shift, nb)
         # the range holding split_a (-1: every pair above it; nb: none) and, within it, the
         # largest key whose a is split_a's
         at = nb if split_a is None or split_a >= amax else -1 if split_a < amin else (split_a - amin) >> shift
