@@ -26,6 +26,10 @@ messages) and prints the seconds until it is ready (and the CPU seconds it used:
 shared machine) and its RSS per queued message. 100-byte messages unless `--payload-bytes`. `--json FILE` writes the record.
 `--py-spy PREFIX` records the server with py-spy (200 Hz, raw) during each kind's fill and drain
 apart, into `PREFIX-KIND-fill.txt` and `PREFIX-KIND-drain.txt`.
+Of the fill it also prints where the CPU went: the producer's (this process: the client and the
+messages' generation, `time.process_time`) and the server's per thread kind (`loop`, `grpc`,
+`other`: `bench/quorum_cpu.py`'s split) per message, and the messages per applied command (a
+columns frame) and per durable write (the server's `/metrics`).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "clients" / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `python bench/NAME.py`: this checkout first
 
+from bench.quorum_cpu import thread_cpu_s
 from bench.side_by_side import _doq, doq_server
 
 RESTART_TIMEOUT_S = 900.0  # the restart step's wait for /readyz: a measurement, not a limit
@@ -81,6 +86,23 @@ def _write_bytes(pid: int) -> int:
     except OSError:
         pass
     return 0
+
+
+def _counters(http_url: str) -> dict[str, float]:
+    """The server's commands applied and durable writes (with commands) so far (`/metrics`)."""
+    import re
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{http_url}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return {}
+    out = {}
+    for name in ("doq_commands_applied_total", "doq_batches_committed_total"):
+        m = re.search(rf"^{name} (\S+)$", text, re.M)
+        out[name] = float(m.group(1)) if m else 0.0
+    return out
 
 
 def messages(kind: str, n: int, per_group: int, seed: int = 1) -> Iterator[tuple[int, str]]:
@@ -182,9 +204,13 @@ def run_kind(kind: str, n: int, m: int, per_group: int, payload: int, root: Path
         rss0, anon0, file0 = (_proc_kb(pid, f) for f in ("VmRSS", "RssAnon", "RssFile"))
         w0 = _write_bytes(pid)
         cpu0 = _cpu_s(pid)
+        threads0, counters0 = thread_cpu_s(pid), _counters(server.http_url)
+        client0 = time.process_time()
         with _py_spy(pid, f"{profile}-{kind}-fill.txt" if profile else None, spy_args):
             fill_s = fill(server.addr, queue, kind, n, per_group, payload)
+        client_cpu_s = time.process_time() - client0  # this process: the producer (and the generator)
         fill_cpu_s = _cpu_s(pid) - cpu0  # the server's, until the last confirmation
+        threads1, counters1 = thread_cpu_s(pid), _counters(server.http_url)
         time.sleep(1.0)  # let the last commits land before reading memory
         w1 = _write_bytes(pid)
         rss1, anon1, file1 = (_proc_kb(pid, f) for f in ("VmRSS", "RssAnon", "RssFile"))
@@ -205,6 +231,12 @@ def run_kind(kind: str, n: int, m: int, per_group: int, payload: int, root: Path
         "kind": kind, "messages": n, "drained": m,
         "fill_msg_per_s": n / fill_s, "drain_msg_per_s": m / drain_s,
         "fill_server_cpu_us_per_msg": fill_cpu_s / n * 1e6,
+        "fill_client_cpu_us_per_msg": client_cpu_s / n * 1e6,
+        "fill_thread_cpu_us_per_msg": {k: (v - threads0.get(k, 0.0)) / n * 1e6 for k, v in threads1.items()},
+        "fill_msgs_per_command": n / max(counters1.get("doq_commands_applied_total", 0.0)
+                                         - counters0.get("doq_commands_applied_total", 0.0), 1.0),
+        "fill_msgs_per_write": n / max(counters1.get("doq_batches_committed_total", 0.0)
+                                       - counters0.get("doq_batches_committed_total", 0.0), 1.0),
         "drain_server_cpu_us_per_msg": drain_cpu_s / m * 1e6,
         "rss_bytes_per_msg": (rss1 - rss0) * 1024 / n,
         "rss_anon_bytes_per_msg": (anon1 - anon0) * 1024 / n,
@@ -263,6 +295,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['drain_write_bytes_per_msg']:.0f} | {r['restart_s']:.1f} ({r['restart_cpu_s']:.1f} CPU) |")
     print("server CPU per filled message: " + ", ".join(
         f"{r['kind']} {r['fill_server_cpu_us_per_msg']:.1f} µs" for r in record["runs"]))
+    print("fill, µs of CPU per message: " + "; ".join(
+        f"{r['kind']}: client {r['fill_client_cpu_us_per_msg']:.1f}, server "
+        + " ".join(f"{k} {v:.1f}" for k, v in sorted(r["fill_thread_cpu_us_per_msg"].items()))
+        + f"; {r['fill_msgs_per_command']:.0f} msgs a command, {r['fill_msgs_per_write']:.0f} a write"
+        for r in record["runs"]))
     print("server CPU per drained message: " + ", ".join(
         f"{r['kind']} {r['drain_server_cpu_us_per_msg']:.1f} µs" for r in record["runs"]))
     print(f"load average before {record['load_before']}, after {record['load_after']}")
