@@ -33,6 +33,9 @@ LOAD = 256  # pairs a sorted chunk is cut to (at most twice that): 1024 cost a t
 # sorted and cut: fewer, larger chunks take a batch's appends (their ends stay in the CPU's
 # caches), and each pair is sorted about once
 UNSORTED_LOADS = 16
+# `_fix` sorts a chunk of more than this many LOADs as packed keys (`sorted_pairs`), not as tuples:
+# 4097 random pairs ~1.06 -> ~0.72 µs a pair, 600 about even (docs/benchmarks.md, "fill15")
+FIX_PACKED_LOADS = 4
 
 
 _append = array.append  # called as `_append(chunk, x)` by `map`: no bytecode per pair
@@ -571,12 +574,19 @@ class PairList:
 
     def _fix(self, i: int) -> None:
         """Sort chunk `i` (marked unsorted), and cut it if longer than 2 * LOAD: chunk `i`
-        is then the first of its sorted pieces (the caller finds a pair's chunk again)."""
-        pairs = sorted(zip(self._as[i], self._bs[i], strict=True))
-        self._as[i] = array("q", map(_first, pairs))
-        self._bs[i] = array("Q", map(_second, pairs))
+        is then the first of its sorted pieces (the caller finds a pair's chunk again).
+        A chunk of more than FIX_PACKED_LOADS * LOAD pairs (one that passed the cap in a
+        fill, or is first read in a drain) is sorted as packed keys (`sorted_pairs`); a
+        smaller one as tuples (the packing's fixed cost is more than it saves there)."""
+        ca, cb = self._as[i], self._bs[i]
+        if len(ca) > FIX_PACKED_LOADS * LOAD:
+            self._as[i], self._bs[i] = sorted_pairs(ca, cb)
+        else:
+            pairs = sorted(zip(ca, cb, strict=True))
+            self._as[i] = array("q", map(_first, pairs))
+            self._bs[i] = array("Q", map(_second, pairs))
         self._unsorted[i] = False
-        if len(pairs) > 2 * LOAD:
+        if len(ca) > 2 * LOAD:
             self._cut(i)
 
     def first(self) -> tuple[int, int]:

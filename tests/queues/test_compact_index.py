@@ -957,3 +957,31 @@ def test_idset_bulk_load_equals_the_per_id_load(runs: list[tuple[int, int, int]]
     assert bulk._pages == by_id._pages and bulk._counts == by_id._counts and len(bulk) == len(by_id) == len(ref)
     assert all(type(bulk._pages[h]) is type(by_id._pages[h]) for h in bulk._pages)
     assert list(bulk) == ref
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(SMALL_A, SMALL_B), min_size=1, max_size=120, unique=True), st.sampled_from([1, 2, 3]))
+def test_a_long_unsorted_chunk_is_sorted_as_packed_keys_to_the_same_list(pairs: list[tuple[int, int]],
+                                                                         load: int) -> None:
+    """A chunk longer than FIX_PACKED_LOADS * LOAD is sorted by `sorted_pairs` when first read
+    (`_fix`), a shorter one as tuples: either way the list is the sorted pairs (ties of a, both
+    ends of int64), cut into sorted chunks."""
+    calls: list[int] = []
+    real = pairlist.sorted_pairs
+
+    def spy(a: Any, b: Any) -> Any:
+        calls.append(len(a))
+        return real(a, b)
+
+    old = pairlist.LOAD, pairlist.sorted_pairs
+    pairlist.LOAD, pairlist.sorted_pairs = load, spy
+    try:
+        pl = PairList()
+        top = max(pairs)
+        pl._push(array("q", [a for a, _ in pairs]), array("Q", [b for _, b in pairs]), *top, True)  # noqa: SLF001
+        assert list(pl) == sorted(pairs)  # the read sorts the chunk
+        pl.check()
+        assert all(not u for u in pl._unsorted)  # noqa: SLF001
+        assert calls == ([len(pairs)] if len(pairs) > pairlist.FIX_PACKED_LOADS * load else [])
+    finally:
+        pairlist.LOAD, pairlist.sorted_pairs = old
