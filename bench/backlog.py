@@ -27,7 +27,7 @@ shared machine) and its RSS per queued message. 100-byte messages unless `--payl
 `--py-spy PREFIX` records the server with py-spy (200 Hz, raw) during each kind's fill and drain
 apart, into `PREFIX-KIND-fill.txt` and `PREFIX-KIND-drain.txt`.
 Of the fill it also prints where the CPU went: the producer's (this process: the client and the
-messages' generation, `time.process_time`) and the server's per thread kind (`loop`, `grpc`,
+messages' generation, `time.process_time`; of it the cyclic GC's) and the server's per thread kind (`loop`, `grpc`,
 `other`: `bench/quorum_cpu.py`'s split) per message, and the messages per applied command (a
 columns frame) and per durable write (the server's `/metrics`).
 """
@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import random
@@ -132,6 +133,30 @@ def messages(kind: str, n: int, per_group: int, seed: int = 1) -> Iterator[tuple
         raise ValueError(f"unknown kind {kind!r}")
 
 
+class _GcClock:
+    """CPU seconds this process spent in the cyclic GC (any thread) while installed, and
+    the collections of each generation (`gc.callbacks`)."""
+
+    def __init__(self) -> None:
+        self.cpu_s = 0.0
+        self.collections = [0, 0, 0]
+        self._t0 = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._t0 = time.thread_time()
+        else:
+            self.cpu_s += time.thread_time() - self._t0
+            self.collections[info["generation"]] += 1
+
+    def __enter__(self) -> _GcClock:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self)
+
+
 def fill(addr: str, queue: str, kind: str, n: int, per_group: int, payload: int) -> float:
     """Seconds to enqueue the `n` messages of `kind`, one `enqueue` each, all confirmed."""
     body = b"x" * payload
@@ -206,7 +231,7 @@ def run_kind(kind: str, n: int, m: int, per_group: int, payload: int, root: Path
         cpu0 = _cpu_s(pid)
         threads0, counters0 = thread_cpu_s(pid), _counters(server.http_url)
         client0 = time.process_time()
-        with _py_spy(pid, f"{profile}-{kind}-fill.txt" if profile else None, spy_args):
+        with _py_spy(pid, f"{profile}-{kind}-fill.txt" if profile else None, spy_args), _GcClock() as gc_clock:
             fill_s = fill(server.addr, queue, kind, n, per_group, payload)
         client_cpu_s = time.process_time() - client0  # this process: the producer (and the generator)
         fill_cpu_s = _cpu_s(pid) - cpu0  # the server's, until the last confirmation
@@ -232,6 +257,7 @@ def run_kind(kind: str, n: int, m: int, per_group: int, payload: int, root: Path
         "fill_msg_per_s": n / fill_s, "drain_msg_per_s": m / drain_s,
         "fill_server_cpu_us_per_msg": fill_cpu_s / n * 1e6,
         "fill_client_cpu_us_per_msg": client_cpu_s / n * 1e6,
+        "fill_client_gc_us_per_msg": gc_clock.cpu_s / n * 1e6, "fill_client_gc_collections": gc_clock.collections,
         "fill_thread_cpu_us_per_msg": {k: (v - threads0.get(k, 0.0)) / n * 1e6 for k, v in threads1.items()},
         "fill_msgs_per_command": n / max(counters1.get("doq_commands_applied_total", 0.0)
                                          - counters0.get("doq_commands_applied_total", 0.0), 1.0),
@@ -296,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     print("server CPU per filled message: " + ", ".join(
         f"{r['kind']} {r['fill_server_cpu_us_per_msg']:.1f} µs" for r in record["runs"]))
     print("fill, µs of CPU per message: " + "; ".join(
-        f"{r['kind']}: client {r['fill_client_cpu_us_per_msg']:.1f}, server "
+        f"{r['kind']}: client {r['fill_client_cpu_us_per_msg']:.1f} (GC {r['fill_client_gc_us_per_msg']:.1f}), server "
         + " ".join(f"{k} {v:.1f}" for k, v in sorted(r["fill_thread_cpu_us_per_msg"].items()))
         + f"; {r['fill_msgs_per_command']:.0f} msgs a command, {r['fill_msgs_per_write']:.0f} a write"
         for r in record["runs"]))
