@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import gc
+from typing import Any
+
 import pytest
 from doq_proto.v1 import doq_pb2 as pb
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from doq_client._ledger import Chunk, Frame, Stamper, batch_frame
 from doq_client.types import enqueue_request
@@ -38,9 +43,9 @@ def test_a_batch_frame_carries_the_unanswered_requests() -> None:
     assert [m.content for m in frame.messages] == [r.content for r in reqs[1:4]]
 
 
-def _col(queue: str, *bodies: bytes, extras: list[tuple[str, int, dict[str, str], int]] | None = None) -> Chunk:
+def _col(queue: str, *bodies: bytes, **columns: Any) -> Chunk:
     return Chunk(None, None, len(bodies) == 1, True, queue=queue, contents=list(bodies),
-                 dedup_ids=[f"d-{b.decode()}" for b in bodies], extras=extras)
+                 dedup_ids=[f"d-{b.decode()}" for b in bodies], **columns)
 
 
 def test_frames_take_chunks_of_one_queue_within_the_bounds() -> None:
@@ -65,10 +70,10 @@ def test_frames_take_chunks_of_one_queue_within_the_bounds() -> None:
 
 
 def test_a_columns_frame_round_trips_every_column() -> None:
-    from doq_client._ledger import NO_EXTRA, columns_frame
+    from doq_client._ledger import columns_frame
 
     plain = _col("q", b"a", b"b")
-    rich = _col("q", b"c", extras=[("g", 5, {"k": "v"}, 10)])
+    rich = _col("q", b"c", groups=["g"], priorities=[5], metadata=[{"k": "v"}], delays_ms=[10])
     data, frame = columns_frame([plain, rich])
     cols = pb.EnqueueBatchRequest.FromString(data).columns
     assert cols.queue_name == "q" and list(cols.contents) == [b"a", b"b", b"c"]
@@ -76,11 +81,77 @@ def test_a_columns_frame_round_trips_every_column() -> None:
     assert list(cols.groups) == ["", "", "g"] and list(cols.priorities) == [0, 0, 5]
     assert [dict(m.entries) for m in cols.metadata] == [{}, {}, {"k": "v"}]
     assert list(cols.delays_ms) == [0, 0, 10]
-    assert frame.size == 3 and frame.extras == [NO_EXTRA, NO_EXTRA, ("g", 5, {"k": "v"}, 10)]
+    assert frame.size == 3 and frame.groups == ["", "", "g"] and frame.priorities == [0, 0, 5]
     plain.outcomes.append(None)  # type: ignore[arg-type]  # answered before a failover
     data, frame = columns_frame([plain])
     cols = pb.EnqueueBatchRequest.FromString(data).columns
     assert list(cols.contents) == [b"b"] and not cols.groups and frame.size == 1
+
+
+_FIELDS = {"groups": ("", st.sampled_from(["", "g", "tenant-7"])),
+           "priorities": (0, st.integers(-(2**63), 2**63 - 1)),
+           "metadata": ({}, st.sampled_from([{}, {"k": "v"}])),
+           "delays_ms": (0, st.integers(0, 10**6))}
+
+
+@st.composite
+def _chunks(draw: Any) -> list[tuple[Chunk, dict[str, list[Any]]]]:
+    """Chunks of one queue, each with its own optional columns and 0..n-1 messages answered."""
+    out = []
+    for j in range(draw(st.integers(1, 6))):
+        n = draw(st.integers(1, 4))
+        bodies = [b"%d-%d" % (j, i) for i in range(n)]
+        full: dict[str, list[Any]] = {}
+        given_cols: dict[str, list[Any]] = {}
+        for name, (default, values) in _FIELDS.items():
+            if draw(st.booleans()):
+                given_cols[name] = full[name] = draw(st.lists(values, min_size=n, max_size=n))
+            else:
+                full[name] = [default] * n
+        if n == 1 and not ({"metadata", "delays_ms"} & given_cols.keys()) and draw(st.booleans()):
+            c = Chunk.one("q", bodies[0], f"d-{j}", full["groups"][0], full["priorities"][0])
+        else:
+            c = _col("q", *bodies, **given_cols)
+            c.dedup_ids = [f"d-{j}"] if n == 1 else c.dedup_ids
+        answered = draw(st.integers(0, n - 1))
+        c.outcomes.extend([None] * answered)  # type: ignore[list-item]
+        full["contents"], full["dedup_ids"] = list(c.contents), list(c.dedup_ids)
+        out.append((c, {k: v[answered:] for k, v in full.items()}))
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(_chunks())
+def test_a_frame_of_many_chunks_carries_each_unanswered_message_with_its_fields(
+        chunks: list[tuple[Chunk, dict[str, list[Any]]]]) -> None:
+    """Gathered column by column (chained when nothing was answered, chunk by chunk when
+    something was or a chunk lacks a column), every message keeps its own fields."""
+    from doq_client._ledger import columns_frame
+
+    data, frame = columns_frame([c for c, _ in chunks])
+    cols = pb.EnqueueBatchRequest.FromString(data).columns
+    want = {k: [v for _, w in chunks for v in w[k]] for k in ("contents", "dedup_ids", *_FIELDS)}
+    n = len(want["contents"])
+    assert list(cols.contents) == want["contents"] and frame.size == n
+    assert list(cols.dedup_ids) == want["dedup_ids"]
+    assert list(cols.groups or [""] * n) == want["groups"]
+    assert list(cols.priorities or [0] * n) == want["priorities"]
+    assert ([dict(m.entries) for m in cols.metadata] or [{}] * n) == want["metadata"]
+    assert list(cols.delays_ms or [0] * n) == want["delays_ms"]
+    assert list(frame.groups or [""] * n) == want["groups"]
+    assert list(frame.priorities or [0] * n) == want["priorities"]
+
+
+def test_a_keyed_message_chunk_leaves_nothing_for_the_cyclic_gc() -> None:
+    """A producer's keyed message holds its group and priority in tuples of str and int,
+    which the collector stops tracking: thousands in flight add nothing to its passes."""
+    c = Chunk.one("q", b"x", "d-1", "tenant", 5)
+    gc.collect()
+    assert c.groups == ("tenant",) and c.priorities == (5,)
+    assert not gc.is_tracked(c.groups) and not gc.is_tracked(c.priorities)
+    assert not gc.is_tracked(c.contents) and not gc.is_tracked(c.dedup_ids)
+    plain = Chunk.one("q", b"x", "d-2")
+    assert plain.groups is None and plain.priorities is None
 
 
 def test_column_answers_become_outcomes_in_order() -> None:
@@ -90,8 +161,8 @@ def test_column_answers_become_outcomes_in_order() -> None:
 
     done: list[Chunk] = []
     ledger = Ledger(done.append)
-    a, b = _col("q", b"1", b"2"), _col("q", b"3", extras=[("g", 2, {}, 0)])
-    ledger.sent([a, b], Frame(3, True, [("", 0, {}, 0), ("", 0, {}, 0), ("g", 2, {}, 0)]))
+    a, b = _col("q", b"1", b"2"), _col("q", b"3", groups=["g"], priorities=[2])
+    ledger.sent([a, b], Frame(3, True, ["", "", "g"], [0, 0, 2]))
     resp = pb.EnqueueBatchResponse(ids=[7, 0, 5], duplicates=[2], deliver_at_ms=[0, 0, 99],
                                    error_positions=[1],
                                    errors=[pb.Error(code=8, reason="MESSAGE_TOO_LARGE", message="big")])
@@ -101,16 +172,17 @@ def test_column_answers_become_outcomes_in_order() -> None:
     assert b.outcomes == [EnqueueResult(5, True, "g", 2, 99)]
 
 
-@pytest.mark.parametrize("extras", [None, [("", 0, {}, 0), ("g", -4, {}, 0), ("h", 9, {}, 0)]])
+@pytest.mark.parametrize(("groups", "prios"), [(None, None), (["", "g", "h"], None), (None, [0, -4, 9]),
+                                               (["", "g", "h"], [0, -4, 9])])
 @pytest.mark.parametrize(("dups", "deliver"), [([], []), ([0, 2], []), ([], [0, 5, 0]), ([1], [1, 2, 3])])
 def test_column_answers_without_errors_carry_each_messages_fields(
-        extras: list[tuple[str, int, dict[str, str], int]] | None, dups: list[int], deliver: list[int]) -> None:
+        groups: list[str] | None, prios: list[int] | None, dups: list[int], deliver: list[int]) -> None:
     from doq_client._ledger import _column_outcomes
     from doq_client.types import EnqueueResult
 
-    frame = Frame(3, True, extras)  # type: ignore[arg-type]
+    frame = Frame(3, True, groups, prios)
     resp = pb.EnqueueBatchResponse(ids=[4, 5, 6], duplicates=dups, deliver_at_ms=deliver)
-    want = [EnqueueResult(i, pos in dups, extras[pos][0] if extras else "", extras[pos][1] if extras else 0,
+    want = [EnqueueResult(i, pos in dups, groups[pos] if groups else "", prios[pos] if prios else 0,
                           deliver[pos] if deliver else 0) for pos, i in enumerate([4, 5, 6])]
     got = _column_outcomes(resp, frame)
     assert got == want and [repr(r) for r in got] == [repr(r) for r in want]

@@ -5,10 +5,12 @@ across frames. Every message carries a dedup id (the caller's, or one the produc
 stamped), so after a failover the very same messages are sent again. A chunk is kept in
 one of two forms:
 
-- columns (`queue` set): the messages of one queue as plain values (contents, dedup ids,
-  and the other fields only when some message sets them). Consecutive chunks of one queue
-  go out together as one columnar `EnqueueBatchRequest` frame: per message the producer
-  keeps a few list entries, not a protobuf object.
+- columns (`queue` set): the messages of one queue as plain values, one sequence per
+  field (contents, dedup ids; groups, priorities, metadata and delays only when some
+  message sets them). Consecutive chunks of one queue go out together as one columnar
+  `EnqueueBatchRequest` frame, gathered column by column: per message the producer keeps
+  a few sequence entries (tuples of str and int, which the cyclic GC stops tracking), not
+  a protobuf object or a per-message record.
 - wire (`queue` None): serialized `EnqueueRequest`s (one-message-per-frame streams, and
   `enqueue_many` over several queues), sent as they are.
 
@@ -21,9 +23,9 @@ from __future__ import annotations
 import itertools
 import secrets
 from collections import deque
-from collections.abc import Callable, Sequence
-from itertools import repeat
-from operator import itemgetter
+from collections.abc import Callable, Mapping, Sequence
+from itertools import chain, repeat
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 from doq_client.errors import DoqClientError, Internal, from_pb_error
@@ -32,12 +34,9 @@ from doq_client.types import EnqueueResult
 from doq_proto.v1 import doq_pb2 as pb
 
 Outcome = EnqueueResult | DoqClientError
-_FIRST, _SECOND = itemgetter(0), itemgetter(1)
 
 _DEDUP_TAG = b"\x32"  # EnqueueRequest.dedup_id: field 6, length-delimited
 _MESSAGES_TAG = b"\x0a"  # EnqueueBatchRequest.messages: field 1, length-delimited
-Extra = tuple[str, int, dict[str, str], int]  # group, priority, metadata, delay_ms
-NO_EXTRA: Extra = ("", 0, {}, 0)
 
 
 class Chunk:
@@ -47,21 +46,28 @@ class Chunk:
     otherwise it gets the list of outcomes, one per message. `safe`: every message carries
     a dedup id, so it may be sent again when its first sending's outcome is unknown.
     Outcomes arrive in message order; `answered` of them have arrived.
-    Columns form: `queue`, `contents`, `dedup_ids`, `extras` (None: every message has
-    the defaults); wire form: `wire`.
+    Columns form: `queue`, `contents`, `dedup_ids`, and `groups`, `priorities`, `metadata`,
+    `delays_ms` (each None when every message has that field's default: "", 0, {}, 0);
+    wire form: `wire`.
     """
 
-    __slots__ = ("queue", "contents", "dedup_ids", "extras", "wire", "future", "single",
-                 "safe", "outcomes", "nbytes", "n")
+    __slots__ = ("queue", "contents", "dedup_ids", "groups", "priorities", "metadata", "delays_ms",
+                 "wire", "future", "single", "safe", "outcomes", "nbytes", "n")
 
     def __init__(self, wire: list[bytes] | None, future: Any, single: bool, safe: bool, *,
                  queue: str | None = None, contents: Sequence[bytes] = (),
-                 dedup_ids: Sequence[str] = (), extras: list[Extra] | None = None) -> None:
+                 dedup_ids: Sequence[str] = (), groups: Sequence[str] | None = None,
+                 priorities: Sequence[int] | None = None,
+                 metadata: Sequence[Mapping[str, str]] | None = None,
+                 delays_ms: Sequence[int] | None = None) -> None:
         self.wire = wire
         self.queue = queue
         self.contents = contents
         self.dedup_ids = dedup_ids
-        self.extras = extras
+        self.groups = groups
+        self.priorities = priorities
+        self.metadata = metadata
+        self.delays_ms = delays_ms
         self.future = future
         self.single = single
         self.safe = safe
@@ -70,15 +76,18 @@ class Chunk:
         self.n = len(self.contents) if queue is not None else len(wire or ())  # messages
 
     @classmethod
-    def one(cls, queue: str, content: bytes, dedup_id: str, extra: Extra | None = None) -> Chunk:
+    def one(cls, queue: str, content: bytes, dedup_id: str, group: str = "", priority: int = 0) -> Chunk:
         """A single message in columns form (the per-message path: no keyword parsing, no
-        protobuf object); `extra`: its group, priority, metadata and delay (None: defaults)."""
+        protobuf object, no container the cyclic GC keeps tracking)."""
         c = cls.__new__(cls)
         c.wire = None
         c.queue = queue
         c.contents = (content,)
         c.dedup_ids = (dedup_id,)
-        c.extras = None if extra is None else [extra]
+        c.groups = (group,) if group else None
+        c.priorities = (priority,) if priority else None
+        c.metadata = None
+        c.delays_ms = None
         c.future = None
         c.single = True
         c.safe = bool(dedup_id)
@@ -137,11 +146,15 @@ class Stamper:
         if any(r.queue_name != queue for r in requests):
             return None
         dids = [r.dedup_id or self.next_id() for r in requests]
-        extras: list[Extra] | None = None
-        if any(r.group or r.priority or r.metadata or r.delay_ms for r in requests):
-            extras = [(r.group, r.priority, dict(r.metadata), r.delay_ms) for r in requests]
+        groups = [r.group for r in requests]
+        priorities = [r.priority for r in requests]
+        delays = [r.delay_ms for r in requests]
+        metadata = [dict(r.metadata) for r in requests] if any(r.metadata for r in requests) else None
         return Chunk(None, future, single, all(dids), queue=queue,
-                     contents=[r.content for r in requests], dedup_ids=dids, extras=extras)
+                     contents=[r.content for r in requests], dedup_ids=dids,
+                     groups=groups if any(groups) else None,
+                     priorities=priorities if any(priorities) else None,
+                     metadata=metadata, delays_ms=delays if any(delays) else None)
 
 
 def _varint(n: int) -> bytes:
@@ -169,41 +182,67 @@ class Frame(NamedTuple):
 
     size: int
     columns: bool
-    extras: list[Extra] | None  # columns frames: the messages' fields (None: all defaults)
+    groups: Sequence[str] | None = None  # columns frames: the messages' groups (None: all "")
+    priorities: Sequence[int] | None = None  # ... and priorities (None: all 0)
+
+
+_COLUMNS = {name: attrgetter(name) for name in ("contents", "dedup_ids", "groups", "priorities",
+                                                "metadata", "delays_ms")}
+_DEFAULTS: dict[str, Any] = {"groups": "", "priorities": 0, "metadata": {}, "delays_ms": 0}
+
+
+def _gather(chunks: Sequence[Chunk], name: str, answered: bool) -> list[Any] | None:
+    """The chunks' unanswered values of column `name`, in order (None when no chunk has
+    an optional column). Without answered messages (every frame but a resend after a
+    failover) the columns are chained by C calls, no bytecode per chunk."""
+    cols = list(map(_COLUMNS[name], chunks))
+    missing = cols.count(None)
+    if missing == len(cols):
+        return None
+    if not answered and not missing:
+        return list(chain.from_iterable(cols))
+    default = _DEFAULTS.get(name)
+    out: list[Any] = []
+    for c, col in zip(chunks, cols, strict=True):
+        k = len(c.outcomes)
+        out += col[k:] if col is not None else repeat(default, c.n - k)
+    return out
 
 
 def columns_frame(chunks: Sequence[Chunk]) -> tuple[bytes, Frame]:
     """One columnar `EnqueueBatchRequest` carrying the chunks' unanswered messages (one queue)."""
+    answered = any(map(_OUTCOMES, chunks))
     contents: Sequence[bytes]
     dids: Sequence[str]
-    if len(chunks) == 1 and not chunks[0].outcomes:
+    if len(chunks) == 1 and not answered:
         c = chunks[0]
-        contents, dids, extras = c.contents, c.dedup_ids, c.extras
+        contents, dids = c.contents, c.dedup_ids
+        groups, prios, mds, delays = c.groups, c.priorities, c.metadata, c.delays_ms
     else:
-        contents, dids = [], []
-        has_extra = any(c.extras is not None for c in chunks)
-        extras = [] if has_extra else None
-        for c in chunks:
-            k = len(c.outcomes)
-            contents += c.contents[k:]
-            dids += c.dedup_ids[k:]
-            if extras is not None:
-                extras += c.extras[k:] if c.extras is not None else [NO_EXTRA] * c.left()
+        contents = _gather(chunks, "contents", answered) or []  # never None: every chunk has them
+        dids = _gather(chunks, "dedup_ids", answered) or []
+        groups, prios = _gather(chunks, "groups", answered), _gather(chunks, "priorities", answered)
+        mds, delays = _gather(chunks, "metadata", answered), _gather(chunks, "delays_ms", answered)
     cols = pb.EnqueueColumns(queue_name=chunks[0].queue, contents=contents)
     if any(dids):
         cols.dedup_ids.extend(dids)
-    if extras is not None:
-        groups, prios, mds, delays = zip(*extras, strict=True)
-        if any(groups):
-            cols.groups.extend(groups)
-        if any(prios):
-            cols.priorities.extend(prios)
-        if any(mds):
-            cols.metadata.extend(pb.Metadata(entries=md) for md in mds)
-        if any(delays):
-            cols.delays_ms.extend(delays)
+    if groups is not None and any(groups):
+        cols.groups.extend(groups)
+    else:
+        groups = None
+    if prios is not None and any(prios):
+        cols.priorities.extend(prios)
+    else:
+        prios = None
+    if mds is not None and any(mds):
+        cols.metadata.extend(pb.Metadata(entries=md) for md in mds)
+    if delays is not None and any(delays):
+        cols.delays_ms.extend(delays)
     frame = pb.EnqueueBatchRequest(columns=cols).SerializeToString()
-    return frame, Frame(len(contents), True, extras)
+    return frame, Frame(len(contents), True, groups, prios)
+
+
+_OUTCOMES = attrgetter("outcomes")
 
 
 def take_frame(outbox: deque[Chunk], batch: int, max_bytes: int) -> tuple[list[Chunk], int]:
@@ -284,15 +323,15 @@ def _column_outcomes(resp: pb.EnqueueBatchResponse, frame: Frame) -> list[Outcom
     if len(ids) != frame.size:
         raise Refused(Internal(f"the server answered {len(ids)} ids for {frame.size} messages"))
     dups, deliver, positions = resp.duplicates, resp.deliver_at_ms, resp.error_positions
-    extras = frame.extras
-    if not dups and not deliver and not positions and extras is None:
+    groups, prios = frame.groups, frame.priorities
+    if not dups and not deliver and not positions and groups is None and prios is None:
         return [plain_result(i) for i in ids]
     dup = set(dups)
     if not positions:  # every message stored: one call per message, no branch
         n = len(ids)
         return list(map(_result, ids, map(dup.__contains__, range(n)) if dup else repeat(False, n),
-                        map(_FIRST, extras) if extras is not None else repeat(""),
-                        map(_SECOND, extras) if extras is not None else repeat(0),
+                        groups if groups is not None else repeat(""),
+                        prios if prios is not None else repeat(0),
                         deliver if deliver else repeat(0)))
     errors = {p: _item_error(e) for p, e in zip(positions, resp.errors, strict=True)}
     out: list[Outcome] = []
@@ -301,8 +340,8 @@ def _column_outcomes(resp: pb.EnqueueBatchResponse, frame: Frame) -> list[Outcom
         if err is not None:
             out.append(err)
             continue
-        group, prio = (extras[pos][0], extras[pos][1]) if extras is not None else ("", 0)
-        out.append(EnqueueResult(id_, pos in dup, group, prio, deliver[pos] if deliver else 0))
+        out.append(EnqueueResult(id_, pos in dup, groups[pos] if groups is not None else "",
+                                 prios[pos] if prios is not None else 0, deliver[pos] if deliver else 0))
     return out
 
 

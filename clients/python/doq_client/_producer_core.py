@@ -20,7 +20,6 @@ import grpc
 
 from doq_client import stages
 from doq_client._ledger import (
-    NO_EXTRA,
     Chunk,
     Frame,
     Ledger,
@@ -106,7 +105,7 @@ class ProducerCore:
             return self._requests_chunk([req], True)
         body = content if type(content) is bytes else to_bytes(content)
         did = dedup_id or self._stamper.next_id()
-        return Chunk.one(queue, body, did, (group, priority, NO_EXTRA[2], 0) if keyed else None)
+        return Chunk.one(queue, body, did, group, priority)
 
     def _requests_chunk(self, requests: Sequence[pb.EnqueueRequest], single: bool) -> Chunk:
         """Prebuilt requests as a chunk: columns when coalescing and they name one queue."""
