@@ -157,9 +157,9 @@ async def open_runtime(config: ServeConfig) -> Runtime:
 
 def _transport(config: ServeConfig, on_messages: Any, tls: ServingTls | None) -> Any:
     """The Raft transport; a secure node's follows its live TLS material (doq.tls.live)."""
-    from doq.node.transport import GrpcRaftTransport
+    from doq.node.transport import TcpRaftTransport
 
-    t = GrpcRaftTransport(config.node_id, config.raft_addr, on_messages, tls=tls.live if tls else None)
+    t = TcpRaftTransport(config.node_id, config.raft_addr, on_messages, tls=tls.live if tls else None)
     return t
 
 
