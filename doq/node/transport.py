@@ -472,9 +472,10 @@ class TcpRaftTransport:
         while not self._closing.is_set():
             writer: asyncio.StreamWriter | None = None
             try:
-                reader, writer = await asyncio.wait_for(self._open(peer), self._connect_timeout_s)
-                _keepalive(writer)
-                writer.write(greeting)
+                reader, opened = await asyncio.wait_for(self._open(peer), self._connect_timeout_s)
+                writer = opened
+                _keepalive(opened)
+                opened.write(greeting)
                 answer = await asyncio.wait_for(read_unit(reader, MAX_HELLO_BYTES), self._connect_timeout_s)
                 if answer != accepted:
                     raise _StreamClosed("no handshake")
@@ -483,7 +484,7 @@ class TcpRaftTransport:
                 if not peer.connected:
                     peer.connected = True
                     log.info("raft connection to %s at %s open", peer.node_id, peer.addr)
-                await self._pump(peer, reader, writer)
+                await self._pump(peer, reader, opened)
                 return
             except (OSError, ValueError, TimeoutError, asyncio.IncompleteReadError, _StreamClosed) as e:
                 # (ssl.SSLError and ssl.CertificateError are OSErrors and ValueErrors)

@@ -21,7 +21,14 @@ from doq.node import transport
 from doq.node.transport import TcpRaftTransport, backoff_delay_s
 from doq.node.transport_base import PeerFrame
 from doq.raft.types import Message, MessageType, SnapshotMeta
-from doq.tls.certs import NodeTls, generate_ca, install_enrolled, issue_node_cert, join_bundle, read_node_tls
+from doq.tls.certs import (
+    NodeTls,
+    generate_ca,
+    install_enrolled,
+    issue_node_cert,
+    join_bundle,
+    read_node_tls,
+)
 from doq.tls.creds import peer_server_context
 from doq.tls.live import LiveTls
 from tests.support.forge import PeerRefused, peer_context, send_frame
@@ -394,9 +401,9 @@ async def secure_receiver(pki: Pki, node_id: str = "b", **kw: object) -> AsyncIt
         await t.stop()
 
 
-async def forge_to(t: TcpRaftTransport, frm: str, ctx: ssl.SSLContext | None, **kw: object) -> None:
-    await asyncio.to_thread(send_frame, f"127.0.0.1:{t.port}", stream_from=frm, to=t.node_id,  # type: ignore[arg-type]
-                            messages=[msg(frm, t.node_id, 1)], ssl_context=ctx, **kw)
+async def forge_to(t: TcpRaftTransport, frm: str, ctx: ssl.SSLContext | None) -> None:
+    await asyncio.to_thread(send_frame, f"127.0.0.1:{t.port}", stream_from=frm, to=t.node_id,
+                            messages=[msg(frm, t.node_id, 1)], ssl_context=ctx)
 
 
 async def test_tls_a_member_certificate_passes(pki: Pki) -> None:
