@@ -156,7 +156,8 @@ async def open_runtime(config: ServeConfig) -> Runtime:
 
 
 def _transport(config: ServeConfig, on_messages: Any, tls: ServingTls | None) -> Any:
-    """The Raft transport; a secure node's follows its live TLS material (doq.tls.live)."""
+    """The Raft transport (asyncio TCP streams); a secure node's is mutual TLS following its
+    live TLS material (doq.tls.live)."""
     from doq.node.transport import TcpRaftTransport
 
     t = TcpRaftTransport(config.node_id, config.raft_addr, on_messages, tls=tls.live if tls else None)
@@ -290,7 +291,7 @@ async def _listen(rt: Runtime, authz: Authorizer) -> _Listeners:
     try:
         grpc_server, grpc_port = build_server(
             rt.api, config.grpc_addr, interceptors=interceptors,
-            credentials=tls.live.server_credentials(peer=False) if tls else None)
+            credentials=tls.live.server_credentials() if tls else None)
     except (OSError, RuntimeError) as e:
         raise StartupError(f"cannot listen on gRPC address {config.grpc_addr}: {e}") from e
     await grpc_server.start()
