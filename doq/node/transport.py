@@ -369,8 +369,8 @@ class TcpRaftTransport:
         """Listen on `listen_addr` and connect to the peers set so far."""
         ssl_ctx = None
         if self._contexts is not None:
-            ssl_ctx = peer_server_context(self._live.current)  # type: ignore[union-attr]
             contexts = self._contexts
+            ssl_ctx = contexts.server()  # raises if the material cannot be loaded: the node does not start
 
             def current(ssl_obj: ssl.SSLObject, _name: str | None, _ctx: ssl.SSLContext) -> None:
                 # every handshake gets the material current then (doq.tls.live); called
