@@ -117,7 +117,8 @@ async def open_runtime(config: ServeConfig) -> Runtime:
         lock.release(discard=True)
         raise StartupError(str(e)) from None
     try:
-        state = StateStore(env, parallel_load_min=config.parallel_load_min or None)  # nothing else writes
+        state = StateStore(env, parallel_load_min=config.parallel_load_min or None,  # nothing else writes
+                           meanwhile=_import_serving_modules)
         from doq.cluster_client import ClusterError, join_cluster
         from doq.node.build import ClusterMismatch, open_raft_node
         from doq.node.raft_node import RaftNodeConfig
@@ -153,6 +154,21 @@ async def open_runtime(config: ServeConfig) -> Runtime:
         lock.release()
         raise
     return Runtime(config, lock, env, state, node, api, tls)
+
+
+def _import_serving_modules() -> None:
+    """Import the modules a start needs once its state is loaded (the Raft node, the
+    listeners; ~1 s of CPU): `StateStore` calls it while a load on two processes waits
+    for its second one, so that this CPU does them while the other still loads."""
+    import uvicorn  # noqa: F401
+
+    import doq.cluster_client  # noqa: F401
+    import doq.node.build  # noqa: F401
+    import doq.node.raft_node  # noqa: F401
+    import doq.node.transport  # noqa: F401
+    import doq.service.http.protocol  # noqa: F401
+    import doq.service.http_gateway  # noqa: F401
+    import doq.service.metrics  # noqa: F401
 
 
 def _transport(config: ServeConfig, on_messages: Any, tls: ServingTls | None) -> Any:

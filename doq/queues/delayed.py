@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from itertools import islice
 from operator import le, lt
 
-from doq.queues.pairlist import PairList
+from doq.queues.pairlist import PairList, PairRanges
 
 PRIO_OFFSET = 1 << 63
 MASK64 = (1 << 64) - 1
@@ -108,6 +108,13 @@ class PriorityIndex:
         returned, as a list of (priority, id) (`PairList.split_unsorted`: one pass over the
         pairs for both)."""
         self.ready, rest = PairList.split_unsorted(priorities, ids, ready_upto, p_bounds, id_bounds)
+        return rest
+
+    def load_ranges(self, parts: Sequence[PairRanges], ready_upto: int | None) -> PairList:
+        """Replace the content by the pairs of `parts` (distributed apart: a split load's)
+        whose priority is <= `ready_upto` (None: all); the others are returned, as a list of
+        (priority, id) (`PairList.from_ranges`). The parts are spent."""
+        self.ready, rest = PairList.from_ranges(parts, ready_upto)
         return rest
 
     def bulk_load(self, keys: dict[str, list[int]], inflight: dict[str, int]) -> None:

@@ -61,7 +61,7 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import compress, islice, pairwise, repeat
-from operator import eq, itemgetter, lt, mul, ne, not_
+from operator import eq, itemgetter, le, lt, mul, ne, not_
 from typing import Any, cast
 
 from sortedcontainers import SortedList
@@ -79,6 +79,7 @@ from doq.errors import (
 from doq.queues import commands as c
 from doq.queues import keys as K
 from doq.queues import limits as L
+from doq.queues import pairlist
 from doq.queues import records as R
 from doq.queues.apikeys import KeyRecord, KeyTable
 from doq.queues.dedupruns import CANONICAL_LEN, PRODUCER_LEN, Run, Runs, one_run, parse, run_id
@@ -100,7 +101,7 @@ from doq.queues.model import (
     QueueStats,
     QueueType,
 )
-from doq.queues.pairlist import PairList
+from doq.queues.pairlist import PairList, PairRanges, pair_ranges, range_shift
 from doq.queues.redrive import CancelRedrive, Redrives, StartRedrive
 from doq.queues.sortedext import extend_sorted, remove_many
 from doq.queues.store import Store
@@ -110,6 +111,7 @@ INT64_MIN, INT64_MAX = L.PRIORITY_MIN, L.PRIORITY_MAX
 MAX_DELAY_MS = L.MAX_DELAY_MS
 MAX_DEDUP_ENTRIES = 1_000_000
 _U64 = struct.Struct(">Q")
+_I64 = struct.Struct("<q")  # a record header's priority (its first field)
 _HDR = R.MSG_HDR
 _HDR_SIZE = R.HDR_SIZE
 _HDR_HEAD = struct.Struct("<qQ28xB")  # priority, not_before, flags of a MSG_HDR
@@ -117,9 +119,11 @@ assert _HDR_HEAD.size == R.LEASE_END and _HDR_HEAD.unpack(_HDR.pack(-5, 6, 0, 0,
 _ts = R.priority_deliver_at
 
 
-def _deliver_at(ps: list[int]) -> list[int]:
-    """`[_ts(p) for p in ps]`: with C calls only when every priority is a timestamp."""
-    if min(ps) >= R.TS_PRIORITY_MIN and max(ps) <= R.MAX_MS // 1000:
+def _deliver_at(ps: list[int], bounds: tuple[int, int] | None = None) -> list[int]:
+    """`[_ts(p) for p in ps]`: with C calls only when every priority is a timestamp.
+    `bounds`: (min(ps), max(ps)) if the caller knows them."""
+    lo, hi = bounds if bounds is not None else (min(ps), max(ps))
+    if lo >= R.TS_PRIORITY_MIN and hi <= R.MAX_MS // 1000:
         return list(map(mul, ps, repeat(1000)))
     return [_ts(p) if p >= R.TS_PRIORITY_MIN else 0 for p in ps]
 
@@ -293,6 +297,10 @@ _CHUNK = 1024  # records `_Loader.feed_all` takes at a time
 # a rebuild's delayed records joined to a timestamp queue's late pairs by `add_many` up to
 # this many; more: one bulk build of both (`PairList.merged_unsorted`)
 MERGE_BY_ADD_MAX = 4096
+# a load split in two processes: a part of a delayed queue's ready pairs with at least this
+# many is distributed into pair ranges (`PairRanges`) where it was loaded, not by the start's
+# bulk build; fewer: sent and joined as columns
+RANGES_MIN = 1 << 14
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
 _FLAGS_AT = struct.calcsize("<qQ28x")  # the flags byte in a `_HDR_HEAD`
 _IN_FLIGHT_BIT = bytes(1 if b & R.FLAG_IN_FLIGHT else 0 for b in range(256))  # a translate table
@@ -386,7 +394,7 @@ class _QueueLoad:
     """What `_Loader` gathers for one queue (arrays: no int object per message)."""
 
     __slots__ = ("q", "ids", "ascending", "ready_p", "ready_i", "p_lo", "p_hi", "late_above", "ready_keys", "infl",
-                 "dl_at", "dl_id", "names")
+                 "dl_at", "dl_id", "names", "ranges")
 
     def __init__(self, q: Queue) -> None:
         self.q = q
@@ -409,6 +417,10 @@ class _QueueLoad:
         self.dl_at = array("q")
         self.dl_id = array("Q")
         self.names: dict[str, str] = {}  # interned group names
+        # a delayed queue's ready pairs distributed apart (a split load's parts:
+        # `_Loader.prepare_ranges`, the worker's segments), besides those in `ready_p`; the
+        # bounds `p_lo`, `p_hi` do not count them
+        self.ranges: list[PairRanges] = []
 
 
 class UpperLoadError(Exception):
@@ -420,17 +432,46 @@ class UpperLoadError(Exception):
 # ("r", [(key, value)]), or a run of one queue's columns ("c", queue name, ids ascend, the
 # ready priorities' bounds (lo > hi: not known), `late_above`, ids, ready priorities,
 # ready ids, delayed times, delayed ids (arrays' machine bytes), [(group, priorities, ids)],
-# [(id, record)] of the run's records in flight, in key order: their ids among the ids)
+# [(id, record)] of the run's records in flight, in key order: their ids among the ids,
+# the ready pairs distributed into ranges (`PairRanges.to_wire`; None: all in the columns))
 RowSegment = tuple[str, list[tuple[bytes, bytes]]]
 ColumnSegment = tuple[str, str, bool, int, int, "int | None", bytes, bytes, bytes, bytes, bytes,
-                      list[tuple[str, bytes, bytes]], list[tuple[int, bytes]]]
+                      list[tuple[str, bytes, bytes]], list[tuple[int, bytes]], "tuple[Any, ...] | None"]
 Segment = RowSegment | ColumnSegment
 
 
-def _column_segment(name: str, ld: _QueueLoad, in_flight: list[tuple[int, bytes]]) -> ColumnSegment:
+def _column_segment(name: str, ld: _QueueLoad, in_flight: list[tuple[int, bytes]],
+                    ranges_n: int | None = None) -> ColumnSegment:
+    """The run `ld` as a segment; `ranges_n`: its ready pairs distributed into ranges
+    (`_ranges_of`, for a queue of about that many pairs) when there are enough of them."""
+    ranges = None
+    if ranges_n is not None and len(ld.ready_p) >= RANGES_MIN and ld.q.qtype is not QueueType.FAIR:
+        bounds = (ld.p_lo, ld.p_hi) if ld.p_lo <= ld.p_hi else None
+        got = _ranges_of(ld.ready_p, ld.ready_i, bounds, max(ranges_n, len(ld.ready_p)))
+        if got is not None:
+            ranges = got.to_wire()
+            ld.ready_p, ld.ready_i = array("q"), array("Q")
     return ("c", name, ld.ascending, ld.p_lo, ld.p_hi, ld.late_above, ld.ids.tobytes(), ld.ready_p.tobytes(),
             ld.ready_i.tobytes(), ld.dl_at.tobytes(), ld.dl_id.tobytes(),
-            [(g, ps.tobytes(), ids.tobytes()) for g, (ps, ids) in ld.ready_keys.items()], in_flight)
+            [(g, ps.tobytes(), ids.tobytes()) for g, (ps, ids) in ld.ready_keys.items()], in_flight, ranges)
+
+
+def _ranges_of(ps: array[int], ids: array[int], bounds: tuple[int, int] | None, n_est: int) -> PairRanges | None:
+    """A split load's part of a queue's ready pairs (priority, id) distributed into
+    `PairRanges` on the grid a bulk build of about `n_est` pairs over their span would use
+    (both parts on the same grid, as a rule: their ranges joined hold what one bulk build's
+    would; half as wide ranges cost ~25 % more here, appends to twice as many arrays), or
+    None: the pairs ascend already (a bulk build takes them as they are), do not fit a
+    grid, or are bunched on too few priorities for one (its ranges would pass the unsorted
+    chunks' cap on average and be sorted whole at the join, after both parts paid for the
+    distribution: a bulk build of the columns costs less)."""
+    if all(map(le, ps, islice(ps, 1, None))):
+        return None
+    lo, hi = bounds if bounds is not None else (min(ps), max(ps))
+    shift = range_shift(hi - lo, n_est, pairlist.BUCKET_LOADS * pairlist.LOAD)
+    if n_est > (((hi - lo) >> shift) + 1) * pairlist.UNSORTED_LOADS * pairlist.LOAD:
+        return None
+    return pair_ranges(ps, ids, shift, (lo, hi))
 
 
 def _absorb(dst: _QueueLoad, src: _QueueLoad) -> None:
@@ -447,6 +488,7 @@ def _absorb(dst: _QueueLoad, src: _QueueLoad) -> None:
             dst.p_lo, dst.p_hi = min(src.p_lo, dst.p_lo), max(src.p_hi, dst.p_hi)
         elif not dst.ready_p:
             dst.p_lo, dst.p_hi = src.p_lo, src.p_hi
+    dst.ranges.extend(src.ranges)
     if src.late_above is not None:
         dst.late_above = src.late_above
     dst.ready_p.extend(src.ready_p)
@@ -519,15 +561,26 @@ class _Loader:
 
     def segments(self, items: Iterable[tuple[bytes, bytes]], offset: int = 0,
                  overrides: Mapping[bytes, bytes | None] | None = None,
-                 progress: Callable[[], None] | None = None) -> list[Segment]:
+                 progress: Callable[[], None] | None = None, split_records: int | None = None) -> list[Segment]:
         """What `feed_all(items, offset, overrides, ordered=True)` would add, as segments
         for `absorb` (the load of a key range in another process: `doq.storage.load_worker`):
         the chunks taken as columns (`_feed_columns`), as runs of one queue's columns with
         their records in flight (`ColumnSegment`); any other chunk as its records (key,
         value) with the overrides applied (`RowSegment`), for the absorbing loader to take
         record by record. `items` ascend by key (a cursor's); this loader's own state
-        (`per_q`, `pending`) is left as it was. `progress` is called once per chunk."""
+        (`per_q`, `pending`) is left as it was. `progress` is called once per chunk.
+        `split_records` (about how many records the queue of the first item holds, on both
+        sides of the split): a run's many ready pairs of a delayed queue are sent
+        distributed into pair ranges (`_ranges_of`: the grid for that many pairs for the
+        first queue, for the run's own for the others), the bulk build's distribution done
+        here; None: as columns."""
         it = iter(items)
+        first: str | None = None  # the first item's queue (the one split between the processes)
+
+        def close(name: str, ld: _QueueLoad, in_flight: list[tuple[int, bytes]]) -> ColumnSegment:
+            n = None if split_records is None else split_records if name == first else len(ld.ready_p)
+            return _column_segment(name, ld, in_flight, n)
+
         okeys = sorted(overrides) if overrides else []
         out: list[Segment] = []
         run: _QueueLoad | None = None
@@ -540,6 +593,8 @@ class _Loader:
                 name = K.split_name(chunk[0][0])[1]
             except ValueError:
                 name = None
+            if first is None:
+                first = name or ""
             held = self.per_q.get(name) if name is not None else None
             scratch: _QueueLoad | None = None
             in_flight: list[tuple[int, bytes]] = []
@@ -559,13 +614,13 @@ class _Loader:
                 assert scratch is not None and name is not None
                 if run is None or run_name != name:
                     if run is not None:
-                        out.append(_column_segment(run_name, run, run_in_flight))
+                        out.append(close(run_name, run, run_in_flight))
                     run, run_name, run_in_flight = _QueueLoad(scratch.q), name, []
                 _absorb(run, scratch)
                 run_in_flight.extend(in_flight)
                 continue
             if run is not None:
-                out.append(_column_segment(run_name, run, run_in_flight))
+                out.append(close(run_name, run, run_in_flight))
                 run, run_in_flight = None, []
             rows: list[tuple[bytes, bytes]] = []
             for k, v in chunk:
@@ -577,8 +632,27 @@ class _Loader:
                 rows.append((bytes(k), bytes(v)))
             out.append(("r", rows))
         if run is not None:
-            out.append(_column_segment(run_name, run, run_in_flight))
+            out.append(close(run_name, run, run_in_flight))
         return out
+
+    def prepare_ranges(self, split_name: str | None, split_records: int | None) -> None:
+        """Before a split load's other part is joined (`absorb`): distribute each delayed
+        queue's many ready pairs fed so far into pair ranges (`_ranges_of`; `split_records`:
+        about how many records queue `split_name`, the one split between the processes,
+        holds in all; another queue's grid is for its own pairs), so that `finish` joins
+        ranges rather than distributing every pair itself. Nothing if records wait for their
+        queue (`pending`)."""
+        if self.pending:
+            return
+        for name, ld in self.per_q.items():
+            if ld.q.qtype is QueueType.FAIR or len(ld.ready_p) < RANGES_MIN:
+                continue
+            n = split_records if name == split_name and split_records is not None else len(ld.ready_p)
+            bounds = (ld.p_lo, ld.p_hi) if ld.p_lo <= ld.p_hi else None
+            got = _ranges_of(ld.ready_p, ld.ready_i, bounds, max(n, len(ld.ready_p)))
+            if got is not None:
+                ld.ranges.append(got)
+                ld.ready_p, ld.ready_i = array("q"), array("Q")
 
     def absorb(self, segments: Iterable[Segment], offset: int = 0) -> None:
         """Add what `segments` (of `segments`, over keys after every key fed so far) hold,
@@ -591,12 +665,16 @@ class _Loader:
             if seg[0] == "r":
                 self._feed_rows(cast(RowSegment, seg)[1], offset)
                 continue
-            tag, name, ascending, p_lo, p_hi, late_above, ids_b, rp_b, ri_b, at_b, di_b, groups, in_flight = cast(
+            tag, name, ascending, p_lo, p_hi, late_above, ids_b, rp_b, ri_b, at_b, di_b, groups, in_flight, ranges = cast(
                 ColumnSegment, seg)
             q = self.m.queues.get(name) if self.meta_seen and tag == "c" else None
             if q is None:
                 raise ValueError(f"columns of no queue {name!r}")
             src = _QueueLoad(q)
+            if ranges is not None:
+                if q.qtype is QueueType.FAIR:
+                    raise ValueError(f"pair ranges of fair queue {name!r}")
+                src.ranges.append(PairRanges.from_wire(ranges))
             src.ascending, src.p_lo, src.p_hi, src.late_above = ascending, p_lo, p_hi, late_above
             for col, raw in ((src.ids, ids_b), (src.ready_p, rp_b), (src.ready_i, ri_b), (src.dl_at, at_b),
                              (src.dl_id, di_b)):
@@ -1002,11 +1080,18 @@ class _Loader:
             if isinstance(q.index, FairIndex):
                 q.index.load_groups(ld.ready_keys, ld.infl)
             else:
+                parts = self._join_ranges(ld) if ld.ranges else None  # (may put them back: bounds unknown)
                 p_bounds = (ld.p_lo, ld.p_hi) if ld.p_lo <= ld.p_hi else None
-                if ld.late_above is None:
+                late = PairList()
+                if parts is not None:  # the ranges of a split load's parts, joined
+                    late = q.index.load_ranges(parts, ld.late_above)
+                    if ld.ready_p:  # a few pairs besides: added
+                        self._add_rest(q.index.ready, late, ld)
+                elif ld.late_above is None:
                     q.index.load_pairs(ld.ready_p, ld.ready_i, p_bounds, id_bounds)
-                else:  # the late timestamp pairs (p, id), as (p * 1000, id): the same order
+                else:
                     late = q.index.load_pairs_split(ld.ready_p, ld.ready_i, ld.late_above, p_bounds, id_bounds)
+                if ld.late_above is not None:  # the late timestamp pairs (p, id), as (p * 1000, id): the same order
                     late.scale_a(1000)
                     if late and ld.dl_at:
                         if len(ld.dl_at) <= MERGE_BY_ADD_MAX:
@@ -1020,6 +1105,38 @@ class _Loader:
             if q.delayed:
                 m._sync_due(q)
         m.leases = SortedList(self.leases)
+
+    @staticmethod
+    def _join_ranges(ld: _QueueLoad) -> list[PairRanges] | None:
+        """The pair ranges of `ld` for `PriorityIndex.load_ranges`, with its ready pairs
+        besides them distributed on their grid when there are many (few stay in `ready_p`
+        for `_add_rest`); None, every pair back in `ready_p` (its bounds unknown), if those
+        do not fit the grid."""
+        parts, ld.ranges = ld.ranges, []
+        if len(ld.ready_p) >= RANGES_MIN:
+            more = pair_ranges(ld.ready_p, ld.ready_i, max(p.shift for p in parts))
+            if more is None:
+                for p in parts:
+                    ps, ids = p.columns()
+                    ld.ready_p.extend(ps)
+                    ld.ready_i.extend(ids)
+                ld.p_lo, ld.p_hi = 0, -1
+                return None
+            parts.append(more)
+            ld.ready_p, ld.ready_i = array("q"), array("Q")
+        return parts
+
+    @staticmethod
+    def _add_rest(ready: PairList, late: PairList, ld: _QueueLoad) -> None:
+        """Add the few ready pairs of `ld` besides its ranges: those above `late_above` to
+        `late`, the others to `ready`."""
+        ps, ids = ld.ready_p, ld.ready_i
+        if ld.late_above is not None:
+            above = bytes(map(ld.late_above.__lt__, ps))
+            late.add_many(list(compress(ps, above)), list(compress(ids, above)))
+            below = above.translate(_NOT_BIT)
+            ps, ids = array("q", compress(ps, below)), array("Q", compress(ids, below))
+        ready.add_many(ps, ids)
 
 
 class QueueMachine:
@@ -1248,7 +1365,8 @@ class QueueMachine:
     def load(self, records: Iterable[tuple[bytes, bytes]],
              messages: Iterable[tuple[bytes, bytes]] = (), offset: int = 0,
              overrides: Mapping[bytes, bytes | None] | None = None, *, ordered: bool = False,
-             stop: bytes | None = None, upper: Callable[[], Iterable[Segment]] | None = None) -> None:
+             stop: bytes | None = None, upper: Callable[[], Iterable[Segment]] | None = None,
+             split_records: int | None = None) -> None:
         """Rebuild all in-memory state from the records (any order of kinds is fine,
         but keys of one kind in key order is fastest). Replaces the current state.
         `messages`, read after `records`: more message records (key, value), the record
@@ -1258,7 +1376,11 @@ class QueueMachine:
         key on are not read here: `upper()` gives them, as `_Loader.segments` of them
         (loaded elsewhere, the overrides applied), joined after the others (the same
         state as reading them here). If `upper` or its segments raise, `UpperLoadError`
-        (from the error) is raised and the state is half-loaded: the caller loads again."""
+        (from the error) is raised and the state is half-loaded: the caller loads again.
+        `split_records` (with `upper`): about how many records the queue holding `stop`
+        has in all; before `upper` is called, the ready pairs read here are distributed
+        into pair ranges for it (`_Loader.prepare_ranges`), as `upper`'s maker does with
+        the same number (`segments_of`)."""
         keys, join_tokens = self.keys, self.join_tokens
         self.__init__(self.store)  # type: ignore[misc]
         self.keys, self.join_tokens = keys, join_tokens
@@ -1290,6 +1412,12 @@ class QueueMachine:
         self._load_groups(groups)  # before the messages: a throttled group is not active
         loader.feed_all(messages, offset, overrides, ordered=ordered, stop=stop)
         if upper is not None:
+            if split_records is not None and stop is not None:
+                try:
+                    split_name: str | None = K.split_name(stop)[1]
+                except ValueError:
+                    split_name = None
+                loader.prepare_ranges(split_name, split_records)
             try:
                 loader.absorb(upper(), offset)
             except Exception as e:
@@ -1300,15 +1428,16 @@ class QueueMachine:
 
     def segments_of(self, records: Iterable[tuple[bytes, bytes]], messages: Iterable[tuple[bytes, bytes]],
                     offset: int = 0, overrides: Mapping[bytes, bytes | None] | None = None,
-                    progress: Callable[[], None] | None = None) -> list[Segment]:
+                    progress: Callable[[], None] | None = None, split_records: int | None = None) -> list[Segment]:
         """`load(records)` (the queues and the meta record; no messages), then the
         `_Loader.segments` of `messages` (ascending keys, the record `value[offset:]` or
-        the override) for another machine's `load(..., upper=...)`."""
+        the override; `split_records`: see there) for another machine's `load(...,
+        upper=...)`."""
         records = list(records)
         self.load(records)
         loader = _Loader(self)
         loader.meta_seen = any(k == K.META_KEY for k, _ in records)
-        return loader.segments(messages, offset, overrides, progress)
+        return loader.segments(messages, offset, overrides, progress, split_records)
 
     def _load_groups(self, groups: list[tuple[bytes, bytes]]) -> None:
         """Group records (overrides, buckets) of fair queues; raises ValueError for a
@@ -1367,6 +1496,16 @@ class QueueMachine:
             if new is not None:
                 self.due.add(new)
             q.due_key = new
+
+    def _sync_due_added(self, q: Queue, lowest: int) -> None:
+        """`_sync_due` after pairs were added to `q.delayed` (and none removed), the
+        smallest added a being `lowest`: the first deliver_at is the lower of it and the
+        one `due` held, so an unsorted first chunk is not scanned for it."""
+        if q.due_key is None or lowest < q.due_key >> 32:
+            if q.due_key is not None:
+                self.due.remove(q.due_key)
+            q.due_key = (lowest << 32) | q.qnum
+            self.due.add(q.due_key)
 
     def _advance(self, now: int, spared: frozenset[tuple[str, int, int]] = frozenset()) -> None:
         """Replicated time reaches `now`: due delays end, due leases expire, due dedup
@@ -1494,7 +1633,7 @@ class QueueMachine:
         (`group`: the index's name object, `q.index.group_name`)."""
         if deliver_at > self.now_ms:
             q.delayed.add(deliver_at, id_)
-            self._sync_due(q)
+            self._sync_due_added(q, deliver_at)
         elif type(q.index) is PriorityIndex:
             q.index.add_pair(prio, id_)
         else:
@@ -1793,46 +1932,56 @@ class QueueMachine:
         reports it). Same records, indexes and results as `_enqueue_items`."""
         n = len(tails)
         prios = cmd.priorities
-        if prios and (set(map(type, prios)) != {int} or min(prios) < INT64_MIN or max(prios) > INT64_MAX):
-            return None
+        bounds = (0, 0)  # (min, max) of the priorities
+        if prios:
+            if set(map(type, prios)) != {int}:
+                return None
+            bounds = min(prios), max(prios)
+            if bounds[0] < INT64_MIN or bounds[1] > INT64_MAX:
+                return None
         groups = cmd.groups
-        gbs: list[bytes] = []
+        dlen = len(tails[0]) - len(cmd.contents[0]) if cmd.dedup_ids else 0
+        now = self.now_ms
+        pack = _HDR.pack
+        # a record is the header, the group's bytes and the tail; the header after its
+        # priority depends on the group's length only: built once per distinct group (a
+        # batch has few), with the priority 0 when there are no priorities, and the records
+        # joined by C calls over the columns
+        cut = 8 if prios else 0  # the priority's bytes, packed per message
         if groups:
             if set(map(type, groups)) != {str}:
                 return None
             try:
-                gbs = [g.encode() for g in groups]
+                encoded = {g: g.encode() for g in set(groups)}
             except UnicodeError:
                 return None
-            if max(map(len, gbs)) > 0xFFFF:
+            if max(map(len, encoded.values())) > 0xFFFF:
                 return None
-        dlen = len(tails[0]) - len(cmd.contents[0]) if cmd.dedup_ids else 0
+            rest = {g: pack(0, 0, now, 0, 0, 0, 0, len(gb), dlen, 0)[cut:] + gb for g, gb in encoded.items()}
+            rests: Iterable[bytes] = map(rest.__getitem__, groups)
+        else:
+            rests = repeat(pack(0, 0, now, 0, 0, 0, 0, 0, dlen, 0)[cut:], n)
         first = self.next_id
         ids = range(first, first + n)
         self.next_id = first + n
-        now = self.now_ms
-        pack = _HDR.pack
         ps = prios or [0] * n
-        if gbs:
-            recs = [pack(p, 0, now, 0, 0, 0, 0, len(gb), dlen, 0) + gb + t for p, gb, t in zip(ps, gbs, tails, strict=True)]
-        else:
-            recs = [pack(p, 0, now, 0, 0, 0, 0, 0, dlen, 0) + t for p, t in zip(ps, tails, strict=True)]
-        u64 = _U64.pack
-        prefix = q.prefix
-        self.store.insert_many([prefix + u64(i) for i in ids], b"", recs)
+        heads = map(bytes.__add__, map(_I64.pack, prios), rests) if prios else rests
+        recs = list(map(bytes.__add__, heads, tails))
+        self.store.insert_many(list(map(q.prefix.__add__, map(_U64.pack, ids))), b"", recs)
         if run is not None:
             self._remember_run(q, run[0], run[1], n, first)
         elif cmd.dedup_ids:
             self._remember_dedups(q, cmd.dedup_ids, ids)
         q.members.add_range(first, n)
         # not before deliver[j] (a timestamp priority: `_ts`); none if no priority is one
-        deliver = _deliver_at(ps) if prios and max(ps) >= R.TS_PRIORITY_MIN else []
+        deliver = _deliver_at(ps, bounds) if bounds[1] >= R.TS_PRIORITY_MIN else []
         late = list(map(lt, repeat(now), deliver))
         rp: Sequence[int] = ps
         ri: Sequence[int] = ids
         if True in late:  # the index gets those due now; the others wait in q.delayed
-            q.delayed.add_many(list(compress(deliver, late)), list(compress(ids, late)))
-            self._sync_due(q)
+            waiting = list(compress(deliver, late))
+            q.delayed.add_many(waiting, list(compress(ids, late)))
+            self._sync_due_added(q, min(waiting))
             due = list(map(not_, late))
             rp, ri = list(compress(ps, due)), list(compress(ids, due))
         if isinstance(q.index, PriorityIndex):

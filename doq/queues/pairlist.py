@@ -26,6 +26,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from itertools import compress, islice, pairwise, repeat
 from operator import eq, itemgetter, le, lt
+from typing import Any
 
 LOAD = 256  # pairs a sorted chunk is cut to (at most twice that): 1024 cost a third more per insert at 5M (cache misses, memmove)
 # an unsorted chunk (appended to by `add_many`) grows to UNSORTED_LOADS * LOAD pairs before it is
@@ -41,6 +42,7 @@ _first, _second = itemgetter(0), itemgetter(1)
 _FLOAT_BITS_MAX = 62  # packed keys below 2**62, plus 2**52, are the bit patterns of finite positive floats
 _NORMAL = 1 << 52  # the bit pattern of the smallest positive normal float (no subnormals sorted)
 _SIGN = 1 << 63
+_I64_MIN, _I64_MAX, _U64_MAX = -_SIGN, _SIGN - 1, (1 << 64) - 1  # a pair's a and b columns (`q`, `Q`)
 _RUN = 1 << 14  # floats sorted apart before the merge (`_sort_floats`)
 # pairs packed or unpacked at a time: a block's ints (2 MiB) stay below glibc's mmap threshold,
 # so their memory is reused, not mapped and faulted in afresh for every temporary
@@ -49,6 +51,8 @@ _HOST_LITTLE = array("H", [1]).tobytes()[0] == 1
 # LOADs of pairs a chunk of `PairList.from_unsorted` aims at (a's spread evenly: half to all
 # of that), sorted when first read (a chunk of 1.5-3k pairs: ~2 ms)
 BUCKET_LOADS = 12
+# `pair_ranges` refuses a grid of more ranges than twice its pairs plus this many
+RANGES_SLACK = 4096
 
 
 def _ones(n: int) -> int:
@@ -149,6 +153,176 @@ def sorted_pairs(a: Sequence[int], b: Sequence[int]) -> tuple[array[int], array[
     return a_out, b_out
 
 
+class PairRanges:
+    """Pairs distributed into the ranges of a of one absolute grid: range `r` holds the
+    pairs whose `a >> shift == r`, unsorted, as an a-array (`'q'`) and a b-array (`'Q'`)
+    with its largest pair. Two processes of a start each distribute their own part
+    (`pair_ranges`, with a shift each picks from its own pairs and a shared estimate of
+    their number), and `PairList.from_ranges` joins the parts range by range (a coarser
+    grid's range is the finer grid's ranges it covers: `coarsened`): the same list as
+    `PairList.from_unsorted` of all the pairs, its bulk distribution done apart."""
+
+    __slots__ = ("shift", "rs", "as_", "bs", "tops")
+
+    def __init__(self, shift: int, rs: list[int], as_: list[array[int]], bs: list[array[int]],
+                 tops: list[tuple[int, int]]) -> None:
+        self.shift = shift
+        self.rs = rs  # range numbers, ascending
+        self.as_ = as_
+        self.bs = bs
+        self.tops = tops  # each range's largest pair
+
+    def __len__(self) -> int:
+        return sum(map(len, self.as_))
+
+    def columns(self) -> tuple[array[int], array[int]]:
+        """Every pair, as (a's, b's), range after range (unsorted within one)."""
+        a, b = array("q"), array("Q")
+        for ca, cb in zip(self.as_, self.bs, strict=True):
+            a.extend(ca)
+            b.extend(cb)
+        return a, b
+
+    def to_wire(self) -> tuple[int, list[int], list[bytes], list[bytes], list[int], list[int]]:
+        """The ranges as plain values (for `marshal`); `from_wire` reads them back."""
+        return (self.shift, self.rs, [x.tobytes() for x in self.as_], [x.tobytes() for x in self.bs],
+                [t[0] for t in self.tops], [t[1] for t in self.tops])
+
+    @classmethod
+    def from_wire(cls, wire: object) -> PairRanges:
+        """`to_wire`'s value back; ValueError if it is not one: a part of the wrong shape,
+        ranges not ascending, arrays of unequal lengths or empty, a largest pair outside
+        its range or not of the columns' types (the pairs themselves are not checked: their
+        producer is this code)."""
+        try:
+            shift: Any
+            rs: Any
+            a_bs: Any
+            b_bs: Any
+            top_as: Any
+            top_bs: Any
+            shift, rs, a_bs, b_bs, top_as, top_bs = wire  # type: ignore[misc]
+            if not (type(shift) is int and 0 <= shift < 128 and isinstance(rs, list)
+                    and len(rs) == len(a_bs) == len(b_bs) == len(top_as) == len(top_bs)):
+                raise ValueError("pair ranges of the wrong shape")
+            as_, bs = [], []
+            for ab, bb in zip(a_bs, b_bs, strict=True):
+                ca, cb = array("q"), array("Q")
+                ca.frombytes(ab)
+                cb.frombytes(bb)
+                if not ca or len(ca) != len(cb):
+                    raise ValueError("a pair range of unequal or no columns")
+                as_.append(ca)
+                bs.append(cb)
+            if any(type(r) is not int for r in rs) or any(map(le, rs[1:], rs)):
+                raise ValueError("pair ranges out of order")
+            if any(type(t) is not int or t >> shift != r or not _I64_MIN <= t <= _I64_MAX
+                   for t, r in zip(top_as, rs, strict=True)):
+                raise ValueError("a pair range's largest pair outside it")
+            if any(type(t) is not int or not 0 <= t <= _U64_MAX for t in top_bs):
+                raise ValueError("a pair range's largest id not an unsigned 64-bit integer")
+            return cls(shift, rs, as_, bs, list(zip(top_as, top_bs, strict=True)))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"malformed pair ranges: {e}") from None
+
+    def coarsened(self, shift: int) -> PairRanges:
+        """The same pairs on the grid of `shift` (>= this one's): each range the ranges of
+        this grid it covers, joined (their arrays taken over: this object is spent)."""
+        d = shift - self.shift
+        if d <= 0:
+            return self
+        rs: list[int] = []
+        as_: list[array[int]] = []
+        bs: list[array[int]] = []
+        tops: list[tuple[int, int]] = []
+        for r, ca, cb, top in zip(self.rs, self.as_, self.bs, self.tops, strict=True):
+            r >>= d
+            if rs and rs[-1] == r:
+                as_[-1].extend(ca)
+                bs[-1].extend(cb)
+                tops[-1] = max(tops[-1], top)
+            else:
+                rs.append(r)
+                as_.append(ca)
+                bs.append(cb)
+                tops.append(top)
+        return PairRanges(shift, rs, as_, bs, tops)
+
+
+def range_shift(a_span: int, n: int, per_range: int) -> int:
+    """The grid's shift for pairs spread over `a_span` (max a - min a), about `n` of them:
+    a range of width 2**shift then holds half to all of `per_range` when they are spread
+    evenly."""
+    return max(0, (a_span * per_range // max(1, n)).bit_length() - 1)
+
+
+def _distribute(a_col: array[int], b_col: array[int], a_lo: int, b_lo: int, b_bits: int, shift: int,
+                nb: int) -> list[array[int]]:
+    """The pairs of the columns as 64-bit keys (a - a_lo above b - b_lo's `b_bits` bits)
+    appended, in the columns' order, to the `nb` ranges of the grid of `shift` (a range
+    per 2**shift of a - a_lo): packed `_BLOCK` pairs at a time as the words of one int,
+    each key's range found by shifts of those words, the appends done by C calls."""
+    n = len(a_col)
+    mask = (1 << (nb - 1).bit_length()) - 1  # the range's bits, within the key's 64
+    keys, idx = array("Q"), array("Q")
+    for i in range(0, n, _BLOCK):
+        m = min(_BLOCK, n - i)
+        ones = _ones(m)
+        packed = (_rel_words(a_col[i : i + m], a_lo, ones) << b_bits) | (_words(b_col[i : i + m]) - b_lo * ones)
+        keys.frombytes(packed.to_bytes(8 * m, "little"))
+        idx.frombytes(((packed >> (b_bits + shift)) & (mask * ones)).to_bytes(8 * m, "little"))
+        del packed
+    chunks: list[array[int]] = [array("Q") for _ in range(nb)]
+    deque(map(_append, map(chunks.__getitem__, idx), keys), 0)
+    return chunks
+
+
+def pair_ranges(a: Sequence[int], b: Sequence[int], shift: int, a_bounds: tuple[int, int] | None = None,
+                b_bounds: tuple[int, int] | None = None) -> PairRanges | None:
+    """The pairs `zip(a, b)` (distinct, any order) distributed into the ranges of the grid
+    of `shift` (`PairRanges`), as `PairList.from_unsorted` distributes them: each pair
+    packed into one 64-bit key relative to the start of the lowest range, the range of
+    each found by shifts of the keys packed as the words of one int, the keys appended to
+    their ranges by C calls, each range unpacked as words again. None if a key would need
+    more than 64 bits, if the grid has more than 2 * n + RANGES_SLACK ranges over the pairs'
+    span (or on a big-endian host). `a_bounds`, `b_bounds`: as for
+    `from_unsorted`."""
+    n = len(a)
+    if n != len(b):
+        raise ValueError("a and b differ in length")
+    if not n:
+        return PairRanges(shift, [], [], [], [])
+    if not _HOST_LITTLE:
+        return None
+    amin, amax = a_bounds if a_bounds is not None else (min(a), max(a))
+    bmin, bmax = b_bounds if b_bounds is not None else (min(b), max(b))
+    base = amin >> shift  # the lowest range (floor: a's below 0 too)
+    lo = base << shift
+    a_span, b_bits = amax - lo, (bmax - bmin).bit_length()
+    if a_span.bit_length() + b_bits > 64:
+        return None
+    a_col = a if isinstance(a, array) and a.typecode == "q" else array("q", a)
+    b_col = b if isinstance(b, array) and b.typecode == "Q" else array("Q", b)
+    nb = (a_span >> shift) + 1
+    if nb > 2 * n + RANGES_SLACK:  # a grid far too fine for these pairs: mostly empty ranges
+        return None
+    chunks = _distribute(a_col, b_col, lo, bmin, b_bits, shift, nb)
+    a_bits, b_mask = a_span.bit_length(), (1 << b_bits) - 1
+    out = PairRanges(shift, [], [], [], [])
+    for j, ck in enumerate(chunks):
+        if not ck:
+            continue
+        m = len(ck)
+        ca, cb = array("q"), array("Q")
+        _unpack(_words(ck), m, _ones(m), b_bits, a_bits, lo, bmin, ca, cb)
+        top = max(ck)
+        out.rs.append(base + j)
+        out.as_.append(ca)
+        out.bs.append(cb)
+        out.tops.append(((top >> b_bits) + lo, (top & b_mask) + bmin))
+    return out
+
+
 class PairList:
     """Sorted distinct (a, b) pairs; `add`/`remove` O(log n + LOAD) (memmove; a chunk left
     unsorted by `add_many` is sorted first: O(LOAD log LOAD)), `add_many` O(log n) per pair
@@ -228,18 +402,7 @@ class PairList:
         b_col = b if isinstance(b, array) and b.typecode == "Q" else array("Q", b)
         shift = max(0, (a_span * BUCKET_LOADS * LOAD // n).bit_length() - 1)  # a range's width: 2**shift
         nb = (a_span >> shift) + 1  # ranges: n / (BUCKET_LOADS * LOAD) to twice that, + 1
-        mask = (1 << (nb - 1).bit_length()) - 1  # the range's bits, within the key's 64
-        keys, idx = array("Q"), array("Q")
-        for i in range(0, n, _BLOCK):
-            m = min(_BLOCK, n - i)
-            ones = _ones(m)
-            packed = (_rel_words(a_col[i : i + m], amin, ones) << b_bits) | (_words(b_col[i : i + m]) - bmin * ones)
-            keys.frombytes(packed.to_bytes(8 * m, "little"))
-            idx.frombytes(((packed >> (b_bits + shift)) & (mask * ones)).to_bytes(8 * m, "little"))
-        del packed
-        chunks: list[array[int]] = [array("Q") for _ in range(nb)]
-        deque(map(_append, map(chunks.__getitem__, idx), keys), 0)
-        del idx, keys
+        chunks = _distribute(a_col, b_col, amin, bmin, b_bits, shift, nb)
         # the range holding split_a (-1: every pair above it; nb: none) and, within it, the
         # largest key whose a is split_a's
         at = nb if split_a is None or split_a >= amax else -1 if split_a < amin else (split_a - amin) >> shift
@@ -257,6 +420,69 @@ class PairList:
             else:
                 (low if r < at else high)._push_keys(ck, False, cap, b_bits, a_bits, amin, bmin)
         return low, high
+
+    @classmethod
+    def from_ranges(cls, parts: Sequence[PairRanges], split_a: int | None = None) -> tuple[PairList, PairList]:
+        """(the list of the pairs of every part whose a is <= `split_a`, the list of the
+        others; `split_a` None: every pair in the first), each the list `from_unsorted`
+        makes of its pairs (the parts' pairs distinct): the parts brought to the coarsest
+        grid among them, their ranges joined range by range (C copies of the arrays) and
+        pushed as unsorted chunks in range order; a range past UNSORTED_LOADS * LOAD pairs
+        is sorted here, and the range holding `split_a` sorted and cut. The parts are
+        spent (their arrays taken over)."""
+        parts = [p for p in parts if p.rs]
+        low, high = cls(), cls()
+        if not parts:
+            return low, high
+        shift = max(p.shift for p in parts)
+        merged: dict[int, list[Any]] = {}
+        for p in parts:
+            p = p.coarsened(shift)
+            for r, ca, cb, top in zip(p.rs, p.as_, p.bs, p.tops, strict=True):
+                cur = merged.get(r)
+                if cur is None:
+                    merged[r] = [ca, cb, top]
+                else:
+                    cur[0].extend(ca)
+                    cur[1].extend(cb)
+                    if top > cur[2]:
+                        cur[2] = top
+        at = None if split_a is None else split_a >> shift
+        cap = UNSORTED_LOADS * LOAD
+        for r in sorted(merged):
+            ca, cb, top = merged.pop(r)
+            if r == at and split_a is not None:
+                sa, sb = sorted_pairs(ca, cb)
+                k = bisect_right(sa, split_a)
+                low._push_sorted(sa[:k], sb[:k])
+                high._push_sorted(sa[k:], sb[k:])
+                continue
+            dst = low if at is None or r < at else high
+            dst._push_range(ca, cb, top, shift, cap)
+        return low, high
+
+    def _push_range(self, ca: array[int], cb: array[int], top: tuple[int, int], shift: int, cap: int) -> None:
+        """Append the pairs of one range (unsorted, all after the list's largest; `top`
+        the largest): one unsorted chunk if at most `cap`, else the range cut by the next
+        bits of a into finer ranges (two parts' ranges joined on a grid coarser than
+        either's hold up to four times a bulk build's), each so pushed; sorted chunks if
+        its a's are too close for that."""
+        if len(ca) <= cap:
+            self._push(ca, cb, top[0], top[1], True)
+            return
+        finer = pair_ranges(ca, cb, shift - 2) if shift >= 2 else None
+        if finer is None or len(finer.rs) < 2:
+            self._push_sorted(*sorted_pairs(ca, cb))
+            return
+        for fa, fb, ftop in zip(finer.as_, finer.bs, finer.tops, strict=True):
+            self._push_range(fa, fb, ftop, finer.shift, cap)
+
+    def _push_sorted(self, a: array[int], b: array[int]) -> None:
+        """Append sorted pairs, all after the list's largest, as sorted chunks of LOAD."""
+        m = len(a)
+        for j in range(0, m, LOAD):
+            e = min(m, j + LOAD)
+            self._push(a[j:e], b[j:e], a[e - 1], b[e - 1], False)
 
     @classmethod
     def _split_sorted(cls, a: array[int], b: array[int], split_a: int | None) -> tuple[PairList, PairList]:
@@ -432,12 +658,17 @@ class PairList:
         if not n:
             return
         maxa, maxb = self._maxa, self._maxb
+        # ascending (b's too: a's all equal, e.g. a fair queue's group filled as a block, or
+        # ascending ids) and after the last pair: appended in order, nothing to sort
+        if ((not maxa or a[0] > maxa[-1] or a[0] == maxa[-1] and b[0] > maxb[-1])
+                and all(map(le, a, islice(a, 1, None))) and all(map(lt, b, islice(b, 1, None)))):
+            self._append_sorted(a, b)
+            return
         if not maxa:
             self._append_sorted(*sorted_pairs(a, b))
             return
-        if ((a[0] > maxa[-1] or a[0] == maxa[-1] and b[0] > maxb[-1]) and all(map(le, a, islice(a, 1, None)))
-                and all(map(lt, b, islice(b, 1, None)))):  # ascending (b's too), after the last pair
-            self._append_sorted(a, b)
+        if n == 1:
+            self.add(a[0], b[0])
             return
         top_a = max(a)
         if top_a >= maxa[-1]:  # pairs after the last one go to the last chunk: it ends with the largest
@@ -445,18 +676,24 @@ class PairList:
             if top_a > maxa[-1] or top_b > maxb[-1]:
                 maxa[-1], maxb[-1] = top_a, top_b
         idx = list(map(bisect_left, repeat(maxa), a))  # the chunk, unless its largest a is the pair's
-        if True in map(eq, map(maxa.__getitem__, idx), a):
+        pick = itemgetter(*idx)  # each pair's item of a per-chunk list, as a tuple: one C call (n > 1)
+        ties = list(map(eq, pick(maxa), a))
+        if True in ties:  # those pairs' chunks by their b's too (priorities with ties: timestamps)
             chunk_of = self._chunk_of
-            idx = [chunk_of(x, y) if maxa[i] == x else i for i, x, y in zip(idx, a, b, strict=True)]
-        as_, bs, unsorted = self._as, self._bs, self._unsorted
-        deque(map(_append, map(as_.__getitem__, idx), a), 0)
-        deque(map(_append, map(bs.__getitem__, idx), b), 0)
-        touched = sorted(set(idx))
-        deque(map(unsorted.__setitem__, touched, repeat(True)), 0)
+            for j in compress(range(n), ties):
+                idx[j] = chunk_of(a[j], b[j])
+            pick = itemgetter(*idx)
+        as_, unsorted = self._as, self._unsorted
+        chunks = pick(as_)
+        deque(map(_append, chunks, a), 0)
+        deque(map(_append, pick(self._bs), b), 0)
+        deque(map(unsorted.__setitem__, idx, repeat(True)), 0)  # a chunk per pair: no set of the touched ones
         self._len += n
         cap = UNSORTED_LOADS * LOAD
-        for i in reversed(list(compress(touched, map(lt, repeat(cap), map(len, map(as_.__getitem__, touched)))))):
-            self._fix(i)
+        if max(map(len, chunks)) > cap:  # some chunk passed the cap (rare)
+            touched = sorted(set(idx))
+            for i in reversed(list(compress(touched, map(lt, repeat(cap), map(len, map(as_.__getitem__, touched)))))):
+                self._fix(i)
 
     def _cut(self, i: int) -> None:
         """Cut sorted chunk `i` into chunks of LOAD to 2 * LOAD pairs (at least two)."""

@@ -85,6 +85,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import gc
 import hashlib
 import heapq
@@ -179,11 +180,13 @@ PARALLEL_LOAD_MIN = 500_000
 LOAD_WORKER_STALL_S = 30.0
 # probes of a queue's ids (`split_key`) to tell its records' density
 SPLIT_PROBES = 16
-LOAD_WORKER_MAGIC = b"DOQLOAD1"
-# the share (numerator, denominator) of the message records the start loads itself: a
-# little more than half, as the worker first starts an interpreter and imports (~0.4 s
-# CPU; the start waited ~0.5 s for an even split's worker at 4.75M)
-SPLIT_AT = (11, 20)
+LOAD_WORKER_MAGIC = b"DOQLOAD2"
+# the share (numerator, denominator) of the message records the start loads itself: half.
+# The worker first starts an interpreter and imports (~0.4 s CPU) and distributes its part's
+# ready pairs into ranges; the start distributes its own and does the server's later
+# imports (`meanwhile`, ~1 s) before it waits: ~0.5-1 s more CPU on the start's side
+# (before those two: 55 %, with which the start waited ~0.13 s; docs/benchmarks.md, boot14)
+SPLIT_AT = (1, 2)
 # message records read because their delay ended (`QueueMachine.take_due_reads`) after which
 # a commit lets go of the data file's pages this process mapped (`release_mapped_pages`)
 RELEASE_AFTER_DUE_READS = 16384
@@ -294,8 +297,16 @@ def message_overrides(txn: Any, bodies: Any, leases: Any, gone: Iterable[bytes],
 
 
 def split_key(txn: Any, bodies: Any) -> bytes | None:
+    """`split_point`'s key."""
+    point = split_point(txn, bodies)
+    return None if point is None else point[0]
+
+
+def split_point(txn: Any, bodies: Any) -> tuple[bytes, int] | None:
     """A message key splitting state_messages into a lower part for the start and an upper
-    part for the load worker, near `SPLIT_AT` of the records. LMDB has no rank: each
+    part for the load worker, near `SPLIT_AT` of the records, and about how many records
+    the queue holding it has (both processes distribute their part of its ready pairs into
+    ranges for that many: `QueueMachine.load`'s `split_records`). LMDB has no rank: each
     queue's records are estimated from its first and last ids (two seeks) and, for a queue
     spanning more than 1/64 of all the ids, their density from `SPLIT_PROBES` seeks at
     even steps (the mean distance from a probed id to the next record's: ids are global,
@@ -325,7 +336,7 @@ def split_key(txn: Any, bodies: Any) -> bytes | None:
     left = min(total - 1, max(1, total * SPLIT_AT[0] // SPLIT_AT[1]))
     for (prefix, a, b), n in zip(spans, counts, strict=True):
         if left < n:  # the ids taken as evenly spread over the queue's span
-            return prefix + (a + left * (b - a + 1) // n).to_bytes(8, "big")
+            return prefix + (a + left * (b - a + 1) // n).to_bytes(8, "big"), n
         left -= n
     return None
 
@@ -365,9 +376,10 @@ class _LoadWorker:
 
     module = "doq.storage.load_worker"  # what runs (`python -m`; tests run others)
 
-    def __init__(self, env_path: str, split: bytes, txn_id: int) -> None:
+    def __init__(self, env_path: str, split: bytes, txn_id: int, split_records: int) -> None:
         self.split = split
         self.txn_id = txn_id
+        self.split_records = split_records
         import doq  # the worker imports the same doq as this process
         root = os.path.dirname(os.path.dirname(os.path.abspath(doq.__file__)))
         env = dict(os.environ)
@@ -380,7 +392,7 @@ class _LoadWorker:
         self.err = tempfile.TemporaryFile()  # noqa: SIM115 - closed by `close`
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-P", "-m", self.module, env_path, split.hex(), str(txn_id)],
+                [sys.executable, "-P", "-m", self.module, env_path, split.hex(), str(txn_id), str(split_records)],
                 stdin=subprocess.DEVNULL, stdout=self.out, stderr=self.err, env=env)
         except BaseException:
             self.out.close()
@@ -939,14 +951,18 @@ class StateStore:
 
     def __init__(self, env: lmdb.Environment, *,
                  tombstone_retention: int = DEFAULT_TOMBSTONE_RETENTION,
-                 parallel_load_min: int | None = None) -> None:
+                 parallel_load_min: int | None = None, meanwhile: Callable[[], None] | None = None) -> None:
         """`parallel_load_min`: this first load (a start: nothing else writes the
         environment meanwhile) loads the upper part of the message records in a second
         process when there are at least that many and this process may run on more than
         one CPU (`_load_machine`); None: on this one only. Later rebuilds (a failed write's,
-        a restore's, a snapshot's) load on this process only."""
+        a restore's, a snapshot's) load on this process only. `meanwhile`: called once
+        when such a load has read its own part, before it waits for the second process:
+        the caller's work that needs no state (a server's later imports) done while the
+        other CPU still loads; an exception it raises is logged and dropped."""
         self.env = env
         self._parallel_load_min = parallel_load_min
+        self._meanwhile = meanwhile
         self.tombstone_retention = tombstone_retention
         self._db = {n: open_db(env, n) for _, n in _DUMPED}
         self._db[b"state_versions"] = open_db(env, b"state_versions")
@@ -1351,7 +1367,18 @@ class StateStore:
         msgs = txn.cursor(db=bodies).iternext()
         self.machine.load(machine_records(txn, self._db), msgs, 8, overrides or None, ordered=True,  # key order
                           stop=None if worker is None else worker.split,
-                          upper=None if worker is None else worker.segments)
+                          upper=None if worker is None else functools.partial(self._upper, worker),
+                          split_records=None if worker is None else worker.split_records)
+
+    def _upper(self, worker: _LoadWorker) -> list[Segment]:
+        """The worker's segments, once `meanwhile` has run (here: after the start's own
+        part, with the other CPU still loading)."""
+        if self._meanwhile is not None:
+            try:
+                self._meanwhile()
+            except Exception as e:  # noqa: BLE001 - the caller's work, not the load's: it meets its error again later
+                log.warning("the work beside the load failed: %s", e)
+        return worker.segments()
 
     def _start_worker(self, txn: Any) -> _LoadWorker | None:
         """The worker of a start's load (see `_load_machine`), or None: too few messages,
@@ -1360,11 +1387,11 @@ class StateStore:
         floor = self._parallel_load_min
         if floor is None or txn.stat(bodies)["entries"] < max(floor, 2) or cpus_allowed() < 2:
             return None
-        split = split_key(txn, bodies)
-        if split is None:
+        point = split_point(txn, bodies)
+        if point is None:
             return None
         try:
-            return _LoadWorker(self.env.path(), split, txn.id())
+            return _LoadWorker(self.env.path(), point[0], txn.id(), point[1])
         except Exception as e:  # noqa: BLE001 - no interpreter to run, no temporary file, ...: load alone
             log.warning("the load's second process did not start (%s): loading on one CPU", e)
             return None

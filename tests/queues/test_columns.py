@@ -206,9 +206,25 @@ def test_priorities_and_groups_take_a_column_path_with_the_same_state(
     assert (list(res.ids), res.duplicates, res.deliver_at_ms) == _as_columns(want)
     assert res.errors == {}
     assert a.m.dedup_n == b.m.dedup_n
+    assert a.m.next_due_ms() == b.m.next_due_ms()  # the first delay to end, before any comes due
     for h in (a, b):
         h.run(c.Tick(), at=T0 + 200_000)  # the timestamps come due
     _same_state(a, b)
+
+
+@pytest.mark.parametrize("type_", ["delayed", "fair"])
+def test_a_batch_of_timestamps_brings_the_next_due_time_forward_only_if_earlier(type_: str) -> None:
+    """The machine's next due time after a batch of timestamp priorities is the earliest
+    delay of the queue, whether the batch's earliest is before it, after it or the first:
+    and the message due first becomes ready at its time, not later."""
+    h = Harness()
+    h.create("q", type_)
+    s = T0 // 1000
+    for batch, first_s in (([s + 90, s + 70], s + 70), ([s + 80, s + 95], s + 70), ([s + 99, s + 20, s + 60], s + 20)):
+        h.one(c.EnqueueColumns("q", [b"x"] * len(batch), ["g"] * len(batch) if type_ == "fair" else [], batch))
+        assert h.m.next_due_ms() == first_s * 1000
+    h.run(c.Tick(), at=(s + 20) * 1000)
+    assert [v.priority for v in h.dequeue("q", 10)] == [s + 20]
 
 
 def test_a_bad_priority_or_group_takes_the_per_message_path() -> None:

@@ -10,6 +10,7 @@ import sys
 import tracemalloc
 from array import array
 from bisect import insort
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -263,6 +264,76 @@ def test_split_unsorted_is_the_sorted_list_cut_at_a(pairs: list[tuple[int, int]]
             assert high.pop_front(2) == tuple(map(list, zip(*ref[k : k + 2], strict=True))) or len(ref) == k
     finally:
         pairlist.LOAD, pairlist.UNSORTED_LOADS = old
+
+
+@settings(max_examples=300, deadline=None)
+@example([(a, b) for a in (-(2**63), 2**63 - 1) for b in range(20)], [7], [None], 2**63 - 1, 1, 2, 0)
+@example([(a, b) for a in range(-3, 4) for b in range(30)], [100], [0, 1], 0, 1, 2, 0)  # the split in a range past the cap
+@given(st.lists(st.tuples(load_a, SMALL_B), max_size=150), st.lists(st.integers(0, 150), max_size=2),
+       st.lists(st.none() | st.integers(0, 70), min_size=3, max_size=3), st.none() | load_a,
+       st.sampled_from([1, 2, 3, 256]), st.integers(1, 4), st.integers(0, 10**6))
+def test_pair_ranges_made_apart_and_joined_are_the_sorted_list(pairs: list[tuple[int, int]], cuts: list[int],
+                                                               shifts: list[int | None], split_a: int | None,
+                                                               load: int, unsorted_loads: int, seed: int) -> None:
+    """Pairs cut into parts, each distributed into pair ranges on its own grid (a shift
+    from its own span and count, or any), some through their wire form, joined by
+    `PairList.from_ranges`: the sorted pairs (cut after the last whose a is <= split_a), as
+    lists that keep the invariants, with their first and last pairs, and that pop in order.
+    A grid a part does not fit (keys past 64 bits, far too many ranges) is refused (None)."""
+    old = pairlist.LOAD, pairlist.UNSORTED_LOADS
+    pairlist.LOAD, pairlist.UNSORTED_LOADS = load, unsorted_loads
+    try:
+        pairs = list(dict.fromkeys(pairs))
+        rnd = random.Random(seed)
+        rnd.shuffle(pairs)
+        ref = sorted(pairs)
+        bounds = sorted({0, len(pairs), *(min(k, len(pairs)) for k in cuts)})
+        parts = []
+        for (x, y), shift in zip(pairwise(bounds), shifts, strict=False):
+            a_col = array("q", [a for a, _ in pairs[x:y]])
+            b_col = array("Q", [b for _, b in pairs[x:y]])
+            if shift is None:
+                shift = pairlist.range_shift(max(a_col) - min(a_col) if a_col else 0, len(a_col), 4)
+            got = pairlist.pair_ranges(a_col, b_col, shift)
+            if got is None:
+                a_span = max(a_col) - ((min(a_col) >> shift) << shift)
+                assert (a_span.bit_length() + (max(b_col) - min(b_col)).bit_length() > 64
+                        or (a_span >> shift) + 1 > 2 * len(a_col) + pairlist.RANGES_SLACK)
+                return
+            assert sorted(zip(*got.columns(), strict=True)) == sorted(pairs[x:y]) and len(got) == y - x
+            parts.append(pairlist.PairRanges.from_wire(got.to_wire()) if rnd.random() < 0.5 else got)
+        low, high = PairList.from_ranges(parts, split_a)
+        low.check()
+        high.check()
+        k = len(ref) if split_a is None else sum(1 for a, _ in ref if a <= split_a)
+        assert _held(low) == ref[:k] and _held(high) == ref[k:]
+        for pl, want in ((low, ref[:k]), (high, ref[k:])):
+            if want:
+                assert pl.first() == want[0] and pl.last() == want[-1]
+            assert list(zip(*pl.pop_front(3), strict=True)) == want[:3]
+            pl.check()
+            assert list(pl) == want[3:]
+    finally:
+        pairlist.LOAD, pairlist.UNSORTED_LOADS = old
+
+
+def test_pair_ranges_from_wire_refuses_what_to_wire_does_not_make() -> None:
+    """`PairRanges.from_wire` takes back `to_wire`'s value and refuses anything else."""
+    got = pairlist.pair_ranges(array("q", [5, -9, 300]), array("Q", [1, 2, 3]), 4)
+    assert got is not None
+    back = pairlist.PairRanges.from_wire(got.to_wire())
+    assert (back.shift, back.rs, back.tops) == (4, [-1, 0, 18], [(-9, 2), (5, 1), (300, 3)])
+    for bad in [None, (4, [0]), (200, *got.to_wire()[1:]), (4, [0, -1, 18], *got.to_wire()[2:]),
+                (4, got.rs, [b"", *got.to_wire()[2][1:]], *got.to_wire()[3:]),
+                (4, got.rs, got.to_wire()[2], [bytes(16), *got.to_wire()[3][1:]], *got.to_wire()[4:]),
+                (4, got.rs, *got.to_wire()[2:4], [-9, 5, 3000], got.to_wire()[5]),
+                (4, got.rs, [b"x", *got.to_wire()[2][1:]], *got.to_wire()[3:]),
+                (4, got.rs, *got.to_wire()[2:5], [2, "1", 3]),  # a largest id not an int
+                (4, got.rs, *got.to_wire()[2:5], [2, -1, 3]),
+                (4, got.rs, *got.to_wire()[2:5], [2, 1, 2**64]),
+                (0, [2**63], [bytes(8)], [bytes(8)], [2**63], [1])]:  # a largest a past int64
+        with pytest.raises(ValueError):
+            pairlist.PairRanges.from_wire(bad)
 
 
 @settings(max_examples=200, deadline=None)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -204,3 +205,75 @@ def test_a_cpu_quota_counts_as_fewer_cpus(tmp_path: Path, cpu_max: str | None, c
     if cpu_max is not None:
         path.write_text(cpu_max)
     assert S.cpus_allowed(str(path)) == cpus
+
+
+def test_a_start_with_many_ready_pairs_joins_the_pair_ranges_both_processes_made(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A queue of random priorities and one of timestamps (half due) split between the two
+    processes, each part above `machine.RANGES_MIN`: each process distributes its part of
+    the ready pairs into ranges (the worker before it answers), the start joins them
+    (`PairList.from_ranges`: two parts for the split queue, the late timestamps cut off);
+    the same state as a load on one process."""
+    from doq.queues import machine as M
+    from doq.queues.pairlist import PairList
+
+    env = open_env(tmp_path / "db", map_size=1 << 30)
+    st = StateStore(env)
+    rnd = random.Random(7)
+    with st.write() as txn:
+        st.apply_entries(txn, [(1, encode_batch(c.CommandBatch(NOW, [
+            c.CreateQueue(qn, "delayed", QueueSettings()) for qn in ("random", "stamps")])))])
+    index = 1
+    for qn, n in (("random", 20_000), ("stamps", 80_000)):
+        for _ in range(0, n, 10_000):
+            index += 1
+            items = [c.EnqueueItem(b"x", priority=rnd.randrange(1_000_000_000) if qn == "random"
+                                   else NOW // 1000 + rnd.randrange(-3600, 3600)) for _ in range(10_000)]
+            with st.write() as txn:
+                st.apply_entries(txn, [(index, encode_batch(c.CommandBatch(NOW, [c.Enqueue(qn, items)])))])
+    one = _seen(StateStore(env))
+    joined: list[tuple[int, int | None]] = []
+    from_ranges = PairList.from_ranges.__func__  # type: ignore[attr-defined]
+
+    def spy(cls: type[PairList], parts: Any, split_a: int | None = None) -> Any:
+        joined.append((len(parts), split_a))
+        return from_ranges(cls, parts, split_a)
+
+    monkeypatch.setattr(PairList, "from_ranges", classmethod(spy))
+    watch = _Watch(monkeypatch)
+    two = StateStore(env, parallel_load_min=1000)
+    assert len(watch.procs) == 1 and _seen(two) == one
+    assert M.RANGES_MIN <= 35_000 and sorted(joined, key=str) == [(1, None), (2, NOW // 1000)]
+
+
+def test_the_work_beside_a_load_on_two_processes_runs_once_before_the_start_waits(
+        filled: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """`meanwhile` runs once a load on two processes has read its own part, before it
+    reads the worker's answer; one that raises is logged and the load goes on (on two
+    processes, the same state); a load on one process does not call it."""
+    env = open_env(filled, map_size=1 << 30)
+    one = _seen(StateStore(env))
+    events: list[str] = []
+    segments = S._LoadWorker.segments  # noqa: SLF001
+
+    def watched(w: Any) -> Any:
+        events.append("worker's answer")
+        return segments(w)
+
+    monkeypatch.setattr(S._LoadWorker, "segments", watched)  # noqa: SLF001
+    two = StateStore(env, parallel_load_min=1000, meanwhile=lambda: events.append("meanwhile"))
+    assert events == ["meanwhile", "worker's answer"] and _seen(two) == one
+
+    def fails() -> None:
+        events.append("failed")
+        raise ImportError("no such module")
+
+    events.clear()
+    with caplog.at_level(logging.INFO, logger="doq.storage"):
+        two = StateStore(env, parallel_load_min=1000, meanwhile=fails)
+    assert events == ["failed", "worker's answer"] and _seen(two) == one
+    assert "no such module" in caplog.text and "loaded on two processes" in caplog.text
+    events.clear()
+    StateStore(env, parallel_load_min=10**9, meanwhile=lambda: events.append("meanwhile"))  # too few: one process
+    assert events == []
+    env.close()
