@@ -84,7 +84,7 @@ from dataclasses import dataclass
 
 from doq_proto.raft.v1 import raft_pb2
 from google.protobuf.message import DecodeError as ProtoDecodeError
-from prometheus_client import Counter
+from prometheus_client import Counter, Gauge
 
 from doq.node.rate_log import RateLimitedLog
 from doq.node.transport_base import OnMessages, PeerFrame, RaftTransport
@@ -110,6 +110,21 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 """The largest encoded Raft message (e.g. a snapshot chunk) the transport carries."""
 FRAME_MAX_BYTES = 2 * MAX_MESSAGE_BYTES  # a frame: messages up to max_frame_bytes, or one large one
 _LEN = struct.Struct(">I")
+FRAME_BUDGET_BYTES = 2 * FRAME_MAX_BYTES
+"""Node-wide bound on bytes held by large inbound frames being received (at least one
+frame of `FRAME_MAX_BYTES`)."""
+BUDGET_EXEMPT_BYTES = 1024 * 1024
+"""Frames up to this size never wait for the budget (heartbeats, votes, most appends keep
+flowing while large ones wait); each authenticated sender has one connection, so they
+hold at most this per sender."""
+FRAME_FLOOR_S = 10.0
+FRAME_RATE_BYTES_PER_S = 1024 * 1024
+"""A frame must arrive within `FRAME_FLOOR_S` + its size / this of its length prefix, else
+its connection is closed (a sender that announces a large frame and trickles it)."""
+MAX_UNAUTHENTICATED = 512
+MAX_UNAUTHENTICATED_PER_ADDRESS = 64
+"""Inbound connections not yet past the handshake (TLS and the handshake unit), node-wide
+and per source address; past them a new connection is closed at accept."""
 KEEPALIVE_S = 5
 """A connection whose peer stops answering (a partition, a dead host, a paused process's
 kernel still acks) is closed within ~3 × this: TCP keepalive probes, and
@@ -123,6 +138,16 @@ STREAM_FAILURES = Counter("doq_raft_stream_failures_total", "Peer connections th
                           ["peer"])
 STREAMS_REFUSED = Counter("doq_raft_streams_refused_total",
                           "Inbound peer connections refused before any message was read", ["reason"])
+INBOUND_CLOSED = Counter("doq_raft_inbound_closed_total",
+                         "Authenticated inbound peer connections the node closed (replaced: the same "
+                         "sender handshook again; frame_deadline: a frame not received within its bound)",
+                         ["reason"])
+FRAME_BYTES_HELD = Gauge("doq_raft_frame_bytes_held",
+                         "Bytes reserved by large inbound frames being received (against frame_budget_bytes)")
+FRAME_BUDGET_WAITS = Counter("doq_raft_frame_budget_waits_total",
+                             "Large inbound frames that waited for the node-wide budget before being read")
+TLS_CONTEXT_FAILURES = Counter("doq_raft_tls_context_failures_total",
+                               "TLS material the Raft port could not build contexts from (the previous kept)")
 RECEIVED = Counter("doq_raft_messages_received_total",
                    "Raft messages received (peer: a peer this node sends to, else \"unknown\")", ["peer"])
 
@@ -225,40 +250,123 @@ class _Peer:
 
 
 class _PeerContexts:
-    """The SSL contexts of the live material's current generation (rebuilt when it moves;
-    a set of files that cannot be loaded keeps the previous contexts, logged)."""
+    """The SSL contexts of the live material, built from the bytes `LiveTls` checked when
+    it changes (a subscriber), not from the files at a handshake. Material the contexts
+    cannot be built from keeps the previous ones (logged and counted, without secrets);
+    the next change is built again."""
 
     def __init__(self, live: LiveTls) -> None:
-        self._live = live
-        self._generation = -1
-        self._server: ssl.SSLContext | None = None
-        self._client: ssl.SSLContext | None = None
+        material = live.current
+        # raises if the node's own material cannot serve: the node does not start
+        self._server, self._client = peer_server_context(material), peer_client_context(material)
+        live.subscribe(self.rebuild)
 
-    def _refresh(self) -> None:
-        gen = self._live.generation  # read before the material: a newer one is rebuilt next time
-        if gen == self._generation and self._server is not None:
-            return
-        material = self._live.current
+    def rebuild(self, material: NodeTls) -> None:
+        """Take `material` (LiveTls calls this after each change, on the changing thread)."""
         try:
             server, client = peer_server_context(material), peer_client_context(material)
-        except (OSError, ssl.SSLError) as e:
-            if self._server is None:
-                raise
-            log.error("cannot load the node's TLS files for the Raft port (%s); keeping the previous ones",
-                      type(e).__name__)
-            self._generation = gen
+        except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
+            TLS_CONTEXT_FAILURES.inc()
+            log.error("cannot build the Raft port's TLS contexts from the new material (%s); "
+                      "keeping the previous ones", type(e).__name__)
             return
-        self._generation, self._server, self._client = gen, server, client
+        self._server, self._client = server, client  # one assignment each: readers see old or new
 
     def server(self) -> ssl.SSLContext:
-        self._refresh()
-        assert self._server is not None
         return self._server
 
     def client(self) -> ssl.SSLContext:
-        self._refresh()
-        assert self._client is not None
         return self._client
+
+    @property
+    def trusted(self) -> bytes:
+        """The trust bundle new inbound handshakes check against."""
+        return trusted_bundle(self._server)
+
+
+class FrameBudget:
+    """The node-wide bound on bytes held by large inbound frames being received: a frame
+    reserves its size before its body is read and releases it once read (or its
+    connection ends). Over the bound, a frame waits, first come first served, without
+    reading (its bytes stay in the sender's and the kernel's buffers: TCP backpressure)."""
+
+    def __init__(self, limit_bytes: int) -> None:
+        self.limit_bytes = limit_bytes
+        self.held_bytes = 0
+        self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
+
+    @property
+    def waiting(self) -> int:
+        return sum(1 for _, f in self._waiters if not f.done())
+
+    def reserve(self, n: int) -> asyncio.Future[None] | None:
+        """Reserve `n` bytes: None when reserved now, else a future that completes once they
+        are (pass it to `cancel` to give up)."""
+        if not self._waiters and self.held_bytes + n <= self.limit_bytes:
+            self._add(n)
+            return None
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((n, fut))
+        return fut
+
+    def cancel(self, n: int, fut: asyncio.Future[None]) -> None:
+        """Give up a reservation's wait (released if it was granted meanwhile)."""
+        if fut.done() and not fut.cancelled() and fut.exception() is None:
+            self.release(n)
+        else:
+            fut.cancel()
+            self._grant()
+
+    def release(self, n: int) -> None:
+        self._add(-n)
+        self._grant()
+
+    def _add(self, n: int) -> None:
+        self.held_bytes += n
+        FRAME_BYTES_HELD.inc(n)
+
+    def _grant(self) -> None:
+        q = self._waiters
+        while q:
+            n, fut = q[0]
+            if fut.done():
+                q.popleft()
+            elif self.held_bytes + n <= self.limit_bytes:
+                q.popleft()
+                self._add(n)
+                fut.set_result(None)
+            else:
+                return
+
+
+def frame_deadline_s(n_bytes: int, floor_s: float, rate_bytes_per_s: float) -> float:
+    """How long a frame of `n_bytes` may take to arrive once its length prefix is read."""
+    return floor_s + n_bytes / rate_bytes_per_s
+
+
+class _Inbound:
+    """One inbound connection (for stop, the per-sender rule and the frame deadline)."""
+
+    __slots__ = ("writer", "ip", "authenticated", "expired", "waiting")
+
+    def __init__(self, writer: asyncio.StreamWriter, ip: str) -> None:
+        self.writer = writer
+        self.ip = ip
+        self.authenticated = False
+        self.expired = False
+        self.waiting: asyncio.Future[None] | None = None
+
+    def abort(self) -> None:
+        self.writer.transport.abort()
+
+    def expire(self) -> None:
+        """Its frame's deadline passed: close the connection (and end a budget wait)."""
+        self.expired = True
+        INBOUND_CLOSED.labels("frame_deadline").inc()
+        waiting = self.waiting
+        if waiting is not None and not waiting.done():
+            waiting.set_exception(TimeoutError("frame deadline"))
+        self.abort()
 
 
 class TcpRaftTransport:
@@ -280,6 +388,12 @@ class TcpRaftTransport:
         flush_timeout_s: float = 0.5,
         rng: random.Random | None = None,
         tls: NodeTls | LiveTls | None = None,
+        frame_budget_bytes: int = FRAME_BUDGET_BYTES,
+        budget_exempt_bytes: int = BUDGET_EXEMPT_BYTES,
+        frame_floor_s: float = FRAME_FLOOR_S,
+        frame_rate_bytes_per_s: float = FRAME_RATE_BYTES_PER_S,
+        max_unauthenticated: int = MAX_UNAUTHENTICATED,
+        max_unauthenticated_per_address: int = MAX_UNAUTHENTICATED_PER_ADDRESS,
     ) -> None:
         self.node_id = node_id
         self._live = tls if isinstance(tls, LiveTls) or tls is None else LiveTls(tls)
@@ -297,7 +411,16 @@ class TcpRaftTransport:
         self._rng = rng or random.Random()
         self._peers: dict[str, _Peer] = {}
         self._retired: set[asyncio.Task[None]] = set()
-        self._inbound: set[asyncio.Task[None]] = set()
+        self._inbound: dict[asyncio.Task[None], _Inbound] = {}
+        self._by_sender: dict[str, _Inbound] = {}  # the one authenticated connection of each sender
+        self._unauthenticated: dict[str, int] = {}  # source address -> connections not yet authenticated
+        self._unauthenticated_total = 0
+        self._max_unauthenticated = max_unauthenticated
+        self._max_unauthenticated_per_address = max_unauthenticated_per_address
+        self.budget = FrameBudget(max(frame_budget_bytes, FRAME_MAX_BYTES))
+        self._budget_exempt_bytes = budget_exempt_bytes
+        self._frame_floor_s = frame_floor_s
+        self._frame_rate_bytes_per_s = frame_rate_bytes_per_s
         self._server: asyncio.Server | None = None
         self._started = False
         self._closing = asyncio.Event()
@@ -367,22 +490,11 @@ class TcpRaftTransport:
 
     async def start(self) -> None:
         """Listen on `listen_addr` and connect to the peers set so far."""
-        ssl_ctx = None
-        if self._contexts is not None:
-            contexts = self._contexts
-            ssl_ctx = contexts.server()  # raises if the material cannot be loaded: the node does not start
-
-            def current(ssl_obj: ssl.SSLObject, _name: str | None, _ctx: ssl.SSLContext) -> None:
-                # every handshake gets the material current then (doq.tls.live); called
-                # with or without a server name in the hello
-                ssl_obj.context = contexts.server()
-
-            ssl_ctx.sni_callback = current  # type: ignore[assignment]
         try:
             host, port = _split(self.listen_addr)
-            server = await asyncio.start_server(
-                self._accept, host or None, port, ssl=ssl_ctx,
-                ssl_handshake_timeout=self._connect_timeout_s if ssl_ctx is not None else None)
+            # plain TCP: TLS starts in _accept, so the node counts and bounds connections
+            # from their first byte and stop() ends the ones still in their TLS handshake
+            server = await asyncio.start_server(self._accept, host or None, port)
         except (OSError, ValueError) as e:
             raise OSError(f"cannot listen for Raft peers on {self.listen_addr}: {e}") from e
         self._server = server
@@ -404,12 +516,15 @@ class TcpRaftTransport:
         server, self._server = self._server, None
         if server is not None:
             server.close()
+        for conn in self._inbound.values():
+            conn.abort()  # TLS handshakes in progress included
         tasks += self._inbound
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._retired.clear()
         self._inbound.clear()
+        self._by_sender.clear()
         if server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), self._flush_timeout_s)
@@ -539,19 +654,67 @@ class TcpRaftTransport:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._inbound.add(task)
+        peer = writer.get_extra_info("peername")
+        ip = str(peer[0]) if isinstance(peer, tuple) and peer else "?"
+        per_address = self._unauthenticated.get(ip, 0)
+        if (self._unauthenticated_total >= self._max_unauthenticated
+                or per_address >= self._max_unauthenticated_per_address):
+            STREAMS_REFUSED.labels("unauthenticated_limit").inc()
+            _remote_log.warn("unauthenticated_limit", "refused a raft connection from %s: %d connections "
+                             "not yet authenticated (%d from it)", ip, self._unauthenticated_total, per_address)
+            writer.transport.abort()
+            return
+        conn = _Inbound(writer, ip)
+        self._unauthenticated[ip] = per_address + 1
+        self._unauthenticated_total += 1
+        self._inbound[task] = conn
         try:
             _keepalive(writer)
-            await self._serve(reader, writer)
+            if self._contexts is not None:
+                # the contexts current now (doq.tls.live): every handshake gets the current material
+                await writer.start_tls(self._contexts.server(), ssl_handshake_timeout=self._connect_timeout_s)
+            await self._serve(reader, writer, conn)
         except (OSError, ValueError, TimeoutError, asyncio.IncompleteReadError):
             pass  # the sender went away, or was refused
+        except asyncio.CancelledError:
+            pass  # stop(): ends normally (Python 3.11's start_server logs a cancelled handler's traceback)
         finally:
-            self._inbound.discard(task)
-            writer.close()
+            self._inbound.pop(task, None)
+            if not conn.authenticated:
+                self._authenticated(conn)
+            if conn.expired:
+                writer.transport.abort()
+            else:
+                writer.close()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _authenticated(self, conn: _Inbound) -> None:
+        """`conn` counts no more against the unauthenticated bounds."""
+        conn.authenticated = True
+        self._unauthenticated_total -= 1
+        left = self._unauthenticated[conn.ip] - 1
+        if left:
+            self._unauthenticated[conn.ip] = left
+        else:
+            del self._unauthenticated[conn.ip]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, conn: _Inbound) -> None:
         """One inbound connection (its TLS handshake done on a secure node): the handshake,
         then frames until it ends."""
+        contexts = self._contexts
+        trusted = b""
+        ssl_obj = None
+        if contexts is not None:
+            ssl_obj = writer.get_extra_info("ssl_object")
+            if ssl_obj is None:
+                return
+            if ssl_obj.session_reused:
+                # never offered (no tickets), but TLS 1.2 session ids cannot be turned off in
+                # Python's ssl: a resumed session skipped the certificate check
+                STREAMS_REFUSED.labels("session_reused").inc()
+                _remote_log.warn("session_reused", "refused a raft connection from %s: it resumed a TLS session",
+                                 conn.ip)
+                return
+            trusted = trusted_bundle(ssl_obj.context)
         try:
             first = await asyncio.wait_for(read_unit(reader, MAX_HELLO_BYTES), self._connect_timeout_s)
         except _NotAUnit:
@@ -562,32 +725,70 @@ class TcpRaftTransport:
             return
         frm_b, _, to_b = first[len(MAGIC):].partition(b"\0")
         frm, to = frm_b.decode(errors="replace"), to_b.decode(errors="replace")
-        trusted = b""
-        if self._contexts is not None:
-            ssl_obj = writer.get_extra_info("ssl_object")
-            der = ssl_obj.getpeercert(binary_form=True) if ssl_obj is not None else None
+        if ssl_obj is not None:
+            der = ssl_obj.getpeercert(binary_form=True)
             name = certificate_common_name(der) if der else ""
             if name != frm:
                 STREAMS_REFUSED.labels("certificate").inc()
                 _remote_log.warn("certificate", "refused a raft connection from %r: its certificate names %r",
                                  frm[:64], name[:64])
                 return
-            trusted = trusted_bundle(ssl_obj.context)
         if to != self.node_id:
             log.debug("refused a raft connection from %r meant for %r", frm[:64], to[:64])
             return
-        writer.write(unit(ACCEPT + self.node_id.encode()))
-        live = self._live
-        generation = -1  # the first frame compares the handshake's bundle with the current one
+        self._authenticated(conn)
+        old = self._by_sender.get(frm)
+        if old is not None:
+            # a sender keeps one connection; a new one means the old one is dead to it
+            INBOUND_CLOSED.labels("replaced").inc()
+            old.abort()
+        self._by_sender[frm] = conn
+        try:
+            writer.write(unit(ACCEPT + self.node_id.encode()))
+            await self._read_frames(reader, conn, frm, trusted)
+        finally:
+            if self._by_sender.get(frm) is conn:
+                del self._by_sender[frm]
+
+    async def _read_frames(self, reader: asyncio.StreamReader, conn: _Inbound, frm: str, trusted: bytes) -> None:
+        """Frames from `frm` until the connection ends. Each frame must arrive within
+        `frame_deadline_s` of its length prefix; a large one (past `budget_exempt_bytes`)
+        first reserves its size against the node-wide `budget`, waiting (within its
+        deadline) while it is spent."""
+        contexts = self._contexts
+        loop = asyncio.get_running_loop()
+        budget, exempt = self.budget, self._budget_exempt_bytes
+        floor_s, rate = self._frame_floor_s, self._frame_rate_bytes_per_s
         while True:
-            data = await read_unit(reader, FRAME_MAX_BYTES)
-            if live is not None and live.generation != generation:
-                generation = live.generation
-                if live.current.ca_cert != trusted:
-                    # the trust bundle changed since this connection's handshake: its sender
-                    # reconnects, and its certificate is checked against the new one
-                    log.info("closing the raft connection from %r: this node's trusted CAs changed", frm[:64])
-                    return
+            (n,) = _LEN.unpack(await reader.readexactly(_LEN.size))
+            if n > FRAME_MAX_BYTES:
+                raise _NotAUnit(f"a unit of {n} bytes (limit {FRAME_MAX_BYTES})")
+            timer = loop.call_later(frame_deadline_s(n, floor_s, rate), conn.expire)
+            reserved = 0
+            try:
+                if n > exempt:
+                    wait = budget.reserve(n)
+                    if wait is not None:
+                        FRAME_BUDGET_WAITS.inc()
+                        conn.waiting = wait
+                        try:
+                            await wait
+                        except BaseException:
+                            budget.cancel(n, wait)
+                            raise
+                        finally:
+                            conn.waiting = None
+                    reserved = n
+                data = await reader.readexactly(n)
+            finally:
+                timer.cancel()
+                if reserved:
+                    budget.release(reserved)
+            if contexts is not None and contexts.trusted != trusted:
+                # the trust bundle changed since this connection's handshake: its sender
+                # reconnects, and its certificate is checked against the new one
+                log.info("closing the raft connection from %r: this node's trusted CAs changed", frm[:64])
+                return
             try:
                 frame = raft_pb2.Frame.FromString(data)
                 batch = [decode_message(b) for b in frame.messages]
@@ -599,7 +800,7 @@ class TcpRaftTransport:
                 # a member's report of its own cluster only (the peer door's rule for messages;
                 # a stranger can neither fill this map nor raise an alarm)
                 self._peer_alarms[frm] = (tuple((a.reason, a.message) for a in frame.alarms),
-                                          asyncio.get_running_loop().time())
+                                          loop.time())
             if batch:
                 self._deliver(frm, tuple(frame.cluster_ids), batch)
 

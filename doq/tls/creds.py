@@ -17,7 +17,11 @@ or a client's CA file.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
 import ssl
+import tempfile
 from pathlib import Path
 
 import grpc
@@ -38,14 +42,46 @@ def _peer_context(tls: NodeTls, *, server: bool) -> ssl.SSLContext:
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.verify_mode = ssl.CERT_REQUIRED
     ctx.load_verify_locations(cadata=tls.ca_cert.decode())
-    ctx.load_cert_chain(tls.cert_file, tls.key_file)  # the files LiveTls read (Python's ssl reads only files)
+    load_chain_bytes(ctx, tls.node_cert, tls.node_key)  # the bytes LiveTls checked, not the files now
+    if server:
+        # no session resumption on the peer wire: a resumed session skips the certificate
+        # check, so it would outlive a change of the trusted CAs (the transport also refuses
+        # any connection that resumed one: TLS 1.2 session ids cannot be turned off here)
+        ctx.options |= ssl.OP_NO_TICKET
+        ctx.num_tickets = 0
     ctx.trusted = tls.ca_cert
     return ctx
 
 
+def load_chain_bytes(ctx: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> None:
+    """`ctx.load_cert_chain` from PEM bytes (Python's `ssl` reads only paths): through an
+    anonymous memory file (`os.memfd_create`, read via /proc/self/fd), else a 0600 file in
+    a private temporary directory removed right after. Raises ssl.SSLError when the key is
+    not the certificate's."""
+    data = key_pem.rstrip(b"\n") + b"\n" + cert_pem  # one PEM file: the key, then the chain
+    memfd = getattr(os, "memfd_create", None)
+    if memfd is not None and os.path.isdir("/proc/self/fd"):
+        fd = memfd("doq-peer-tls", getattr(os, "MFD_CLOEXEC", 0))
+        try:
+            os.write(fd, data)
+            ctx.load_cert_chain(f"/proc/self/fd/{fd}")
+            return
+        finally:
+            os.close(fd)
+    d = tempfile.mkdtemp(prefix="doq-tls-")  # 0700
+    try:
+        path = os.path.join(d, "chain.pem")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with contextlib.closing(os.fdopen(fd, "wb")) as f:
+            f.write(data)
+        ctx.load_cert_chain(path)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def peer_server_context(tls: NodeTls) -> ssl.SSLContext:
     """The peer port's server context: the node certificate; a client certificate of a
-    CA in `tls.ca_cert` required; TLS ≥ 1.2."""
+    CA in `tls.ca_cert` required; TLS ≥ 1.2; no session tickets (TLS 1.3 and 1.2)."""
     return _peer_context(tls, server=True)
 
 
