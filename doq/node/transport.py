@@ -288,7 +288,8 @@ class FrameBudget:
     """The node-wide bound on bytes held by large inbound frames being received: a frame
     reserves its size before its body is read and releases it once read (or its
     connection ends). Over the bound, a frame waits, first come first served, without
-    reading (its bytes stay in the sender's and the kernel's buffers: TCP backpressure)."""
+    reading (its bytes stay in the sender's and the kernel's buffers: TCP backpressure).
+    A frame larger than the bound is taken when nothing else is held."""
 
     def __init__(self, limit_bytes: int) -> None:
         self.limit_bytes = limit_bytes
@@ -302,7 +303,7 @@ class FrameBudget:
     def reserve(self, n: int) -> asyncio.Future[None] | None:
         """Reserve `n` bytes: None when reserved now, else a future that completes once they
         are (pass it to `cancel` to give up)."""
-        if not self._waiters and self.held_bytes + n <= self.limit_bytes:
+        if not self._waiters and self._fits(n):
             self._add(n)
             return None
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -321,6 +322,9 @@ class FrameBudget:
         self._add(-n)
         self._grant()
 
+    def _fits(self, n: int) -> bool:
+        return self.held_bytes + n <= self.limit_bytes or not self.held_bytes  # alone, any frame fits
+
     def _add(self, n: int) -> None:
         self.held_bytes += n
         FRAME_BYTES_HELD.inc(n)
@@ -331,7 +335,7 @@ class FrameBudget:
             n, fut = q[0]
             if fut.done():
                 q.popleft()
-            elif self.held_bytes + n <= self.limit_bytes:
+            elif self._fits(n):
                 q.popleft()
                 self._add(n)
                 fut.set_result(None)
@@ -417,7 +421,7 @@ class TcpRaftTransport:
         self._unauthenticated_total = 0
         self._max_unauthenticated = max_unauthenticated
         self._max_unauthenticated_per_address = max_unauthenticated_per_address
-        self.budget = FrameBudget(max(frame_budget_bytes, FRAME_MAX_BYTES))
+        self.budget = FrameBudget(frame_budget_bytes)
         self._budget_exempt_bytes = budget_exempt_bytes
         self._frame_floor_s = frame_floor_s
         self._frame_rate_bytes_per_s = frame_rate_bytes_per_s
