@@ -31,23 +31,48 @@ Implements `doq.node.transport_base.RaftTransport`. Contract:
   certificate of a trusted CA (in the TLS handshake) and one whose certificate's common
   name is not the handshake's sender (closed, counted as
   `doq_raft_streams_refused_total{reason="certificate"}`). The material is live
-  (`doq.tls.live`): each new handshake uses the material current then (new contexts when
-  its generation moves; the listener's `sni_callback` swaps in the current one), and an
-  inbound connection whose handshake trusted another bundle than the current one is
-  closed at its next frame, so its sender handshakes again against the new one.
+  (`doq.tls.live`): the SSL contexts are built when it changes, from the bytes `LiveTls`
+  checked (never the files again: a rotation may be between two renames); a build that
+  fails keeps the previous contexts, logged and counted in
+  `doq_raft_tls_context_failures_total`, and the next change is built again. Each new
+  handshake uses the contexts current then (the listener takes plain TCP and starts TLS
+  per connection), and an inbound connection whose handshake trusted another bundle than
+  the current contexts' is closed at its next frame, so its sender handshakes again
+  against the new one. No TLS session is ever resumed (a resumed session skips the
+  certificate check): the listener issues no tickets, the opener never offers a session,
+  and an inbound connection that resumed one is refused (`reason="session_reused"`).
 - Every frame carries the sender's storage alarms (`set_local_alarms`); the receiver keeps
   each peer's last report with its time (`peer_alarms`), from a member of its cluster only.
 - The port is reachable before any peer is authenticated, so a connection must finish
-  its TLS handshake within `connect_timeout_s` and then send its handshake unit within
-  `connect_timeout_s` (a sender itself waits that long), else it is closed: a stranger's
-  half-open or idle connections cost the node seconds. There is deliberately no bound on
-  the number of connections: whoever fills it would lock members out (a member
-  reconnects on a fresh connection after every broken one); the network (a
-  NetworkPolicy) is what keeps strangers from the port. TCP keepalive and a user timeout
-  end a connection whose peer stops answering within ~3 × `KEEPALIVE_S`.
+  its TLS handshake within `connect_timeout_s` and then send its handshake unit (at most
+  `MAX_HELLO_BYTES`) within `connect_timeout_s` (a sender itself waits that long), else it
+  is closed. Connections not yet authenticated (handshake unit not accepted) are bounded
+  node-wide (`max_unauthenticated`) and per source address
+  (`max_unauthenticated_per_address`): past either, a new one is closed at accept
+  (`reason="unauthenticated_limit"`; a member retries with its backoff). What keeps
+  strangers from the port is the network (a NetworkPolicy); these bounds cap what a flood
+  costs in memory and descriptors.
+- A sender has at most one inbound connection: its new accepted handshake closes the
+  previous one (`doq_raft_inbound_closed_total{reason="replaced"}`; a member opens a new
+  connection only when it takes the old one for dead). A frame must arrive within
+  `frame_deadline_s(size, frame_floor_s, frame_rate_bytes_per_s)` of its length prefix,
+  else its connection is closed (`reason="frame_deadline"`). A frame larger than
+  `budget_exempt_bytes` reserves its size against the node-wide `frame_budget_bytes`
+  before its body is read, and waits (not reading: TCP backpressure) while that is spent,
+  within its deadline (`doq_raft_frame_bytes_held`, `doq_raft_frame_budget_waits_total`):
+  waiting rather than closing, so a large frame goes through once others finish instead
+  of its sender reconnecting and resending it, while smaller frames (heartbeats, votes,
+  most appends) never wait behind large ones.
+- TCP keepalive and a user timeout (`KEEPALIVE_S`) end a connection whose peer host is
+  gone or partitioned. A paused peer process (SIGSTOP, a frozen VM) is not detected by
+  them: its kernel answers keepalive probes and acknowledges data until its buffers fill.
+  Raft's own timeouts cope: the others elect a leader when a paused leader's heartbeats
+  stop, a paused follower's queue here fills and drops (bounded), and the connection
+  carries on (stale terms refused) when the process resumes.
 - `stop()` gives connected peers up to `flush_timeout_s` to receive what is queued (so a
-  last TIMEOUT_NOW of a leadership transfer goes out), then cancels everything; no task
-  of the transport survives it.
+  last TIMEOUT_NOW of a leadership transfer goes out), then closes every connection (those
+  still in their TLS handshake included) and cancels every task, without logging a
+  traceback; no task of the transport survives it.
 
 The wire (members of one cluster run the same version, docs/reference.md "Upgrading"):
 
@@ -126,9 +151,9 @@ MAX_UNAUTHENTICATED_PER_ADDRESS = 64
 """Inbound connections not yet past the handshake (TLS and the handshake unit), node-wide
 and per source address; past them a new connection is closed at accept."""
 KEEPALIVE_S = 5
-"""A connection whose peer stops answering (a partition, a dead host, a paused process's
-kernel still acks) is closed within ~3 × this: TCP keepalive probes, and
-`TCP_USER_TIMEOUT` for unacknowledged data; the sender then reconnects."""
+"""A connection whose peer host stops answering (a partition, a dead host) is closed within
+~3 × this: TCP keepalive probes, and `TCP_USER_TIMEOUT` for unacknowledged data; the
+sender then reconnects. Not a paused process: its kernel still answers (module docstring)."""
 
 SENT = Counter("doq_raft_messages_sent_total", "Raft messages written to a peer's connection", ["peer"])
 FRAMES = Counter("doq_raft_frames_sent_total", "Frames (batches of Raft messages) written to a peer's connection",
@@ -520,9 +545,7 @@ class TcpRaftTransport:
         server, self._server = self._server, None
         if server is not None:
             server.close()
-        for conn in self._inbound.values():
-            conn.abort()  # TLS handshakes in progress included
-        tasks += self._inbound
+        tasks += self._inbound  # TLS handshakes in progress included (each task closes its connection)
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
