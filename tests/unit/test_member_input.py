@@ -6,7 +6,12 @@ import pytest
 
 from doq.errors import FailedPrecondition, InvalidArgument
 from doq.node.cluster import MemberAddrs
-from doq.node.member_input import check_member_addr, check_new_member, check_node_id, check_tls_node_id
+from doq.node.member_input import (
+    check_member_addr,
+    check_new_member,
+    check_node_id,
+    check_tls_node_id,
+)
 
 
 @pytest.mark.parametrize("nid", ["node-1", "n", "doq-0.doq", "A_b-9", "x" * 63])
