@@ -519,11 +519,23 @@ class TcpRaftTransport:
 
     async def start(self) -> None:
         """Listen on `listen_addr` and connect to the peers set so far."""
+        ssl_ctx = None
+        if self._contexts is not None:
+            contexts = self._contexts
+            ssl_ctx = contexts.server()
+
+            def current(ssl_obj: ssl.SSLObject, _name: str | None, _ctx: ssl.SSLContext) -> None:
+                # every handshake gets the contexts current then (doq.tls.live); called with
+                # or without a server name in the hello. (A plain accept with start_tls per
+                # connection loses a ClientHello read before it on uvloop.)
+                ssl_obj.context = contexts.server()
+
+            ssl_ctx.sni_callback = current  # type: ignore[assignment]
         try:
             host, port = _split(self.listen_addr)
-            # plain TCP: TLS starts in _accept, so the node counts and bounds connections
-            # from their first byte and stop() ends the ones still in their TLS handshake
-            server = await asyncio.start_server(self._accept, host or None, port)
+            server = await asyncio.start_server(
+                self._accept, host or None, port, ssl=ssl_ctx,
+                ssl_handshake_timeout=self._connect_timeout_s if ssl_ctx is not None else None)
         except (OSError, ValueError) as e:
             raise OSError(f"cannot listen for Raft peers on {self.listen_addr}: {e}") from e
         self._server = server
@@ -697,9 +709,6 @@ class TcpRaftTransport:
         self._inbound[task] = conn
         try:
             _keepalive(writer)
-            if self._contexts is not None:
-                # the contexts current now (doq.tls.live): every handshake gets the current material
-                await writer.start_tls(self._contexts.server(), ssl_handshake_timeout=self._connect_timeout_s)
             await self._serve(reader, writer, conn)
         except (OSError, ValueError, TimeoutError, asyncio.IncompleteReadError):
             pass  # the sender went away, or was refused

@@ -28,6 +28,7 @@ from doq.raft.codec import encode_message
 from doq.tls.certs import generate_ca, issue_node_cert, join_bundle
 from doq.tls.live import LiveTls
 from tests.node.test_transport import DEADLINE_S, Inbox, Pki, keep_sending, make, msg, until
+from tests.support.forge import send_frame
 
 MiB = 1024 * 1024
 
@@ -316,19 +317,32 @@ async def test_a_stranger_never_gets_past_the_handshake_prefix(wire: Pki | None)
 # -- 3. connections before authentication are bounded --------------------------------------
 
 
+async def idle_connection(wire: Pki | None, t: TcpRaftTransport) -> asyncio.StreamWriter:
+    """A connection that never sends its handshake unit (past its TLS handshake, a
+    member's certificate, on a secure wire: asyncio's server hands the node a connection
+    once TLS is done)."""
+    ctx = wire.client("idle") if wire is not None else None
+    _, writer = await asyncio.open_connection("127.0.0.1", t.port, ssl=ctx,
+                                              server_hostname=t.node_id if ctx else None)
+    return writer
+
+
 async def test_connections_not_yet_authenticated_are_bounded_per_address(wire: Pki | None) -> None:
-    """Two connections from 127.0.0.1 that never finish their handshake fill the bound
-    per address (injected: 2); a third is closed at accept, counted. Once they end, a
-    member connects again (the bound counts only connections not yet authenticated)."""
+    """Two connections from 127.0.0.1 that never send their handshake unit fill the bound
+    per address (injected: 2); a third is closed as the node takes it, counted. Once they
+    end, a member connects again (the bound counts only connections not yet
+    authenticated)."""
     async with receiver(wire, max_unauthenticated_per_address=2, connect_timeout_s=3600.0) as (t, inbox):
-        idle = [await asyncio.open_connection("127.0.0.1", t.port) for _ in range(2)]
+        idle = [await idle_connection(wire, t) for _ in range(2)]
         await until(lambda: t._unauthenticated_total == 2, "two connections accepted")
         before = sample("doq_raft_streams_refused_total", reason="unauthenticated_limit")
-        reader, writer = await asyncio.open_connection("127.0.0.1", t.port)
+        ctx = wire.client("x") if wire is not None else None
+        reader, writer = await asyncio.open_connection("127.0.0.1", t.port, ssl=ctx,
+                                                       server_hostname="b" if ctx else None)
         assert await closed_by_receiver(reader)
         assert sample("doq_raft_streams_refused_total", reason="unauthenticated_limit") == before + 1
         writer.close()
-        for _, w in idle:
+        for w in idle:
             w.close()
         await until(lambda: t._unauthenticated_total == 0, "the idle connections ended")
         _, w = await open_as(wire, t, "a")
@@ -339,10 +353,11 @@ async def test_connections_not_yet_authenticated_are_bounded_per_address(wire: P
 
 async def test_connections_not_yet_authenticated_are_bounded_node_wide(pki: Pki) -> None:
     async with receiver(pki, max_unauthenticated=1, connect_timeout_s=3600.0) as (t, _):
-        _, idle = await asyncio.open_connection("127.0.0.1", t.port)
+        idle = await idle_connection(pki, t)
         await until(lambda: t._unauthenticated_total == 1, "one connection accepted")
         before = sample("doq_raft_streams_refused_total", reason="unauthenticated_limit")
-        reader, writer = await asyncio.open_connection("127.0.0.1", t.port)
+        reader, writer = await asyncio.open_connection("127.0.0.1", t.port, ssl=pki.client("x"),
+                                                       server_hostname="b")
         assert await closed_by_receiver(reader)
         assert sample("doq_raft_streams_refused_total", reason="unauthenticated_limit") == before + 1
         writer.close()
@@ -436,17 +451,17 @@ async def test_a_failed_context_build_keeps_the_last_good_and_is_not_taken_as_do
 
 async def test_stop_ends_every_inbound_connection_without_a_traceback(
         pki: Pki, caplog: pytest.LogCaptureFixture) -> None:
-    """Open at stop: a connection that never starts TLS (its handshake bound is an hour),
-    an authenticated one idle, one in the middle of a frame. stop() closes all three
-    and nothing logs a traceback or a CancelledError."""
+    """Open at stop: a connection past TLS that never sends its handshake unit (its bound
+    is an hour), an authenticated one idle, one in the middle of a frame. stop() closes
+    all three and nothing logs a traceback or a CancelledError."""
     caplog.set_level(logging.DEBUG)
     t = make(pki, "b", "127.0.0.1:0", Inbox(), connect_timeout_s=3600.0)
     await t.start()
-    r0, w0 = await asyncio.open_connection("127.0.0.1", t.port)
+    r0, w0 = await asyncio.open_connection("127.0.0.1", t.port, ssl=pki.client("z"), server_hostname="b")
     r1, w1 = await open_as(pki, t, "a")
     r2, w2 = await open_as(pki, t, "c")
     w2.write(struct.pack(">I", 2 * MiB) + b"\0" * 1000)
-    await until(lambda: len(t._inbound) >= 2, "the authenticated connections")
+    await until(lambda: len(t._inbound) == 3, "three connections")
     await t.stop()
     for r in (r0, r1, r2):
         assert await closed_by_receiver(r)
@@ -455,3 +470,27 @@ async def test_stop_ends_every_inbound_connection_without_a_traceback(
     for w in (w0, w1, w2):
         w.close()
     assert "Traceback" not in caplog.text and "CancelledError" not in caplog.text
+
+
+def test_a_tls_hello_sent_at_once_is_taken_on_uvloop(tmp_path: Path) -> None:
+    """The node runs on uvloop: a TLS opener that sends its ClientHello at once (as every
+    client does) is served, 30 times in a row (a plain accept that started TLS per
+    connection lost a ClientHello read before it, about half the time)."""
+    import uvloop
+
+    async def run() -> int:
+        pki = Pki(tmp_path)
+        inbox = Inbox()
+        t = make(pki, "b", "127.0.0.1:0", inbox)
+        await t.start()
+        try:
+            ctx = pki.client("a")
+            for i in range(30):
+                await asyncio.to_thread(send_frame, f"127.0.0.1:{t.port}", stream_from="a", to="b",
+                                        messages=[msg("a", "b", i)], ssl_context=ctx)
+            return len(inbox.messages)
+        finally:
+            await t.stop()
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        assert runner.run(run()) == 30
