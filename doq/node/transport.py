@@ -35,8 +35,8 @@ Implements `doq.node.transport_base.RaftTransport`. Contract:
   checked (never the files again: a rotation may be between two renames); a build that
   fails keeps the previous contexts, logged and counted in
   `doq_raft_tls_context_failures_total`, and the next change is built again. Each new
-  handshake uses the contexts current then (the listener takes plain TCP and starts TLS
-  per connection), and an inbound connection whose handshake trusted another bundle than
+  handshake uses the contexts current then (the listener's `sni_callback` swaps them in),
+  and an inbound connection whose handshake trusted another bundle than
   the current contexts' is closed at its next frame, so its sender handshakes again
   against the new one. No TLS session is ever resumed (a resumed session skips the
   certificate check): the listener issues no tickets, the opener never offers a session,
@@ -46,12 +46,13 @@ Implements `doq.node.transport_base.RaftTransport`. Contract:
 - The port is reachable before any peer is authenticated, so a connection must finish
   its TLS handshake within `connect_timeout_s` and then send its handshake unit (at most
   `MAX_HELLO_BYTES`) within `connect_timeout_s` (a sender itself waits that long), else it
-  is closed. Connections not yet authenticated (handshake unit not accepted) are bounded
-  node-wide (`max_unauthenticated`) and per source address
-  (`max_unauthenticated_per_address`): past either, a new one is closed at accept
-  (`reason="unauthenticated_limit"`; a member retries with its backoff). What keeps
-  strangers from the port is the network (a NetworkPolicy); these bounds cap what a flood
-  costs in memory and descriptors.
+  is closed. Connections not yet authenticated (handshake unit not accepted; on a secure
+  node, from the end of their TLS handshake: asyncio's server does it before the node
+  sees the connection) are bounded node-wide (`max_unauthenticated`) and per source
+  address (`max_unauthenticated_per_address`): past either, a new one is closed at once
+  (`reason="unauthenticated_limit"`; a member retries with its backoff). TLS handshakes
+  in progress are bounded only by `connect_timeout_s`. What keeps strangers from the port
+  is the network (a NetworkPolicy).
 - A sender has at most one inbound connection: its new accepted handshake closes the
   previous one (`doq_raft_inbound_closed_total{reason="replaced"}`; a member opens a new
   connection only when it takes the old one for dead). A frame must arrive within
@@ -70,9 +71,10 @@ Implements `doq.node.transport_base.RaftTransport`. Contract:
   stop, a paused follower's queue here fills and drops (bounded), and the connection
   carries on (stale terms refused) when the process resumes.
 - `stop()` gives connected peers up to `flush_timeout_s` to receive what is queued (so a
-  last TIMEOUT_NOW of a leadership transfer goes out), then closes every connection (those
-  still in their TLS handshake included) and cancels every task, without logging a
-  traceback; no task of the transport survives it.
+  last TIMEOUT_NOW of a leadership transfer goes out), then closes every connection the
+  node has taken and cancels every task, without logging a traceback; no task of the
+  transport survives it. (A connection still in its TLS handshake is asyncio's server's
+  until the handshake ends, within `connect_timeout_s`.)
 
 The wire (members of one cluster run the same version, docs/reference.md "Upgrading"):
 
