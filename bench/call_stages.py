@@ -144,7 +144,7 @@ def install() -> None:  # noqa: C901 - one closure per probe point
 
     node_cls._on_messages = on_messages  # type: ignore[method-assign]
 
-    tr = transport.GrpcRaftTransport
+    tr = transport.TcpRaftTransport
     orig_send = tr.send
 
     def send(self: Any, messages: Any) -> None:
@@ -173,17 +173,17 @@ def install() -> None:  # noqa: C901 - one closure per probe point
     transport._Peer.take = take  # type: ignore[method-assign]
     orig_pump = tr._pump
 
-    async def pump(self: Any, peer: Any, call: Any) -> None:
-        orig_write = call.write
+    async def pump(self: Any, peer: Any, reader: Any, writer: Any) -> None:
+        orig_write = writer.writelines
 
-        async def write(frame: Any) -> None:
-            await orig_write(frame)
+        def writelines(data: Any) -> None:
+            orig_write(data)  # handed to the socket (or its buffer)
             t = now()
             for stage, key in getattr(peer, "_probe_keys", ()):
                 add((stage, key, t))
 
-        call.write = write
-        await orig_pump(self, peer, call)
+        writer.writelines = writelines
+        await orig_pump(self, peer, reader, writer)
 
     tr._pump = pump  # type: ignore[method-assign]
 

@@ -2,7 +2,7 @@
 workloads of `bench/side_by_side.py` (`e2e` at 1,000 msg/s and `calls`, one
 `client.enqueue()` at a time).
 
-    python bench/quorum_cpu.py --runs 3 [--nodes 3] [--workloads e2e,calls] [--json FILE]
+    python bench/quorum_cpu.py --runs 3 [--nodes 3] [--workloads e2e,calls] [--secure] [--json FILE]
 
 For each run, on a fresh cluster (clients on the leader, node-1): the workload's latency
 figures (as `side_by_side` prints them), and per node the CPU time per message of each
@@ -10,7 +10,8 @@ thread kind (`loop`: the main thread, which runs the event loop; `grpc`: gRPC's 
 threads, named `event_engine`; `other`: the other threads, i.e. the Raft writer thread
 and gRPC's Python poller thread, which Linux names alike) and the durable writes (LMDB commits, `doq_commit_seconds_count` of its
 `/metrics`) per message. On this machine of 2 vCPUs the three nodes and the clients share
-the CPUs, so CPU per message is what queueing at 1,000 msg/s is made of."""
+the CPUs, so CPU per message is what queueing at 1,000 msg/s is made of. `--secure`: the
+cluster runs `doq serve --secure` (TLS on every port, mutual TLS between the members)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import argparse
 import json
 import os
 import re
+import ssl
 import statistics
 import sys
 import tempfile
@@ -53,9 +55,14 @@ def thread_cpu_s(pid: int) -> dict[str, float]:
     return out
 
 
-def writes(http_url: str) -> float:
+def writes(http_url: str, server: sbs.Server) -> float:
     """Durable writes (LMDB commits) of one node so far."""
-    with urllib.request.urlopen(f"{http_url}/metrics", timeout=5) as r:
+    req = urllib.request.Request(f"{http_url}/metrics")
+    ctx = None
+    if server.ca_file:  # a secure cluster: its CA, its admin key
+        ctx = ssl.create_default_context(cafile=server.ca_file)
+        req.add_header("Authorization", f"Bearer {sbs.DOQ_KEY[server.addr]}")
+    with urllib.request.urlopen(req, timeout=5, context=ctx) as r:
         text = r.read().decode()
     m = re.search(r"^doq_commit_seconds_count (\S+)$", text, re.M)
     return float(m.group(1)) if m else 0.0
@@ -67,18 +74,18 @@ def http_urls(server: sbs.Server) -> list[str]:
     for pid in server.pids:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             args = f.read().decode().split("\0")
-        urls.append("http://" + args[args.index("--http-addr") + 1])
+        urls.append(("https://" if server.ca_file else "http://") + args[args.index("--http-addr") + 1])
     return urls
 
 
-def one_run(workload: str, run: int, args: sbs.Args, root: Path) -> dict[str, Any]:
-    with sbs.doq_server(root, args.nodes) as server:
+def one_run(workload: str, run: int, args: sbs.Args, root: Path, secure: bool = False) -> dict[str, Any]:
+    with sbs.doq_server(root, args.nodes, secure=secure) as server:
         urls = http_urls(server)
         c0 = [thread_cpu_s(p) for p in server.pids]
-        w0 = [writes(u) for u in urls]
-        r = sbs.run_once("doq", server, workload, run, args)
+        w0 = [writes(u, server) for u in urls]
+        r = sbs.run_once("doq-tls" if secure else "doq", server, workload, run, args)
         c1 = [thread_cpu_s(p) for p in server.pids]
-        w1 = [writes(u) for u in urls]
+        w1 = [writes(u, server) for u in urls]
     n = r["messages"]
     nodes = []
     for a, b, wa, wb in zip(c0, c1, w0, w1, strict=True):
@@ -93,6 +100,7 @@ def main() -> int:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--nodes", type=int, default=3)
     p.add_argument("--workloads", default="e2e,calls")
+    p.add_argument("--secure", action="store_true", help="doq serve --secure (TLS, mutual TLS between members)")
     p.add_argument("--json")
     ns = p.parse_args()
     args = sbs.Args(count=0, consume_count=0, e2e_count=5000, calls_count=3000, rate=1000.0,
@@ -101,7 +109,7 @@ def main() -> int:
     for run in range(1, ns.runs + 1):
         for workload in args.workloads:
             with tempfile.TemporaryDirectory(prefix="doq-qcpu-") as tmp:
-                r = one_run(workload, run, args, Path(tmp))
+                r = one_run(workload, run, args, Path(tmp), ns.secure)
             record["runs"].setdefault(workload, []).append(r)
             print(workload, run, json.dumps({k: r[k] for k in ("p50_ms", "p99_ms", "loadavg")}),
                   json.dumps(r["nodes"]), flush=True)

@@ -183,8 +183,11 @@ def doq_server(root: Path, nodes: int = 1, launcher: Sequence[str] = (), secure:
                         shutil.copy(Path(ca_file).with_name(name), root / "data" / f"node-{i}" / "tls" / name)
             if http_urls:
                 cmd += ["--join", http_urls[0].split("://")[1]]
+            env = child_env()
+            if secure and i > 1:  # `POST /cluster/join` is an admin action on a secure cluster
+                env["DOQ_KEY"] = (root / "data" / "admin.key").read_text().strip()
             with open(log, "ab") as logf:
-                procs.append(subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=child_env()))
+                procs.append(subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env))
             grpc_addrs.append(f"127.0.0.1:{grpc_port}")
             http_urls.append(f"{'https' if secure else 'http'}://127.0.0.1:{http_port}")
             url = http_urls[-1]

@@ -250,14 +250,17 @@ def server_url(value: str) -> str:
 
 def wrong_protocol(url: str, e: BaseException) -> str | None:
     """If `e` shows that `url` answered something other than HTTP/1.1 (a gRPC port answers
-    HTTP/2 frames), one line that says so and which port to use instead; else None."""
+    HTTP/2 frames, a Raft peer port one line of its own), one line that says so and which
+    port to use instead; else None."""
     if not isinstance(e, http.client.BadStatusLine):
         return None
     line = str(e.line if hasattr(e, "line") else e)
     if line.startswith("\x00\x00"):  # an HTTP/2 frame (a SETTINGS frame opens every answer)
         return (f"{url} answered in HTTP/2: that is a gRPC port (a node's --grpc-addr, default port "
-                f"10000, or its --raft-addr, default 9000), not its HTTP gateway (--http-addr, default "
-                f"port 8000)")
+                f"10000), not its HTTP gateway (--http-addr, default port 8000)")
+    if line.startswith("doq-raft:"):  # doq.node.transport.NOT_A_PEER_LINE
+        return (f"{url} is a node's Raft peer port (--raft-addr, default port 9000), not its HTTP "
+                f"gateway (--http-addr, default port 8000)")
     return f"{url} did not answer in HTTP/1.1 (is this a doq node's --http-addr?)"
 
 

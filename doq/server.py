@@ -172,10 +172,11 @@ def _import_serving_modules() -> None:
 
 
 def _transport(config: ServeConfig, on_messages: Any, tls: ServingTls | None) -> Any:
-    """The Raft transport; a secure node's follows its live TLS material (doq.tls.live)."""
-    from doq.node.transport import GrpcRaftTransport
+    """The Raft transport (asyncio TCP streams); a secure node's is mutual TLS following its
+    live TLS material (doq.tls.live)."""
+    from doq.node.transport import TcpRaftTransport
 
-    t = GrpcRaftTransport(config.node_id, config.raft_addr, on_messages, tls=tls.live if tls else None)
+    t = TcpRaftTransport(config.node_id, config.raft_addr, on_messages, tls=tls.live if tls else None)
     return t
 
 
@@ -306,7 +307,7 @@ async def _listen(rt: Runtime, authz: Authorizer) -> _Listeners:
     try:
         grpc_server, grpc_port = build_server(
             rt.api, config.grpc_addr, interceptors=interceptors,
-            credentials=tls.live.server_credentials(peer=False) if tls else None)
+            credentials=tls.live.server_credentials() if tls else None)
     except (OSError, RuntimeError) as e:
         raise StartupError(f"cannot listen on gRPC address {config.grpc_addr}: {e}") from e
     await grpc_server.start()

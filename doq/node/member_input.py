@@ -8,6 +8,9 @@ remove|transfer-leader`) calls these functions; reachability is not checked (a m
 may be down when it is added).
 
 - Node id: 1..63 characters of `A-Z a-z 0-9 . _ -`, starting with a letter or digit.
+  Enrollment into a secure cluster also needs a name its peers can dial over TLS
+  (`check_tls_node_id`: not an IP address, no empty label, not another member's id in
+  other case).
 - Member address: `HOST:PORT`, port 1..65535; HOST a DNS name (labels of
   `A-Z a-z 0-9 _ -`, 1..63 each, at most 253 in all), an IPv4 address, or an IPv6
   address in brackets. No scheme, path, user or spaces.
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from doq.errors import FailedPrecondition, InvalidArgument
 from doq.node.cluster import MemberAddrs
@@ -43,6 +46,27 @@ def check_node_id(node_id: str, what: str = "node id") -> str:
         raise InvalidArgument(
             f"invalid {what} {shown}: 1..{NODE_ID_MAX} characters of A-Z a-z 0-9 . _ -, "
             "starting with a letter or digit", reason="INVALID_NODE_ID")
+    return node_id
+
+
+def check_tls_node_id(node_id: str, members: Collection[str] = ()) -> str:
+    """`node_id` (valid for `check_node_id`) if a secure cluster can give it a certificate
+    its peers can dial: the Raft wire's TLS server name is the node id, which must then be
+    a DNS-like name (not an IP address: `0.0.0.0`, `01.2.3.4`; no empty label: `a..b`,
+    `a.`) and, TLS host names ignoring case, not another member's id in other case (its
+    certificate would pass for that member). Else InvalidArgument (400, INVALID_NODE_ID)."""
+    check_node_id(node_id)
+    if _IPV4ISH.fullmatch(node_id):
+        raise InvalidArgument(f"invalid node id {node_id!r} for a secure cluster: digits and dots only "
+                              "(an IP address is not a TLS server name)", reason="INVALID_NODE_ID")
+    if "" in node_id.split("."):
+        raise InvalidArgument(f"invalid node id {node_id!r} for a secure cluster: an empty label "
+                              "(a TLS server name has none)", reason="INVALID_NODE_ID")
+    folded = node_id.casefold()
+    twin = sorted(m for m in members if m != node_id and m.casefold() == folded)
+    if twin:
+        raise InvalidArgument(f"invalid node id {node_id!r} for a secure cluster: member {twin[0]!r} differs "
+                              "only by case (TLS host names ignore case)", reason="INVALID_NODE_ID")
     return node_id
 
 

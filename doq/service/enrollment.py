@@ -133,11 +133,13 @@ class Enrollment:
         except CsrError as e:
             raise InvalidArgument(str(e), reason="INVALID_CSR") from None
         members = {m.node_id for m in admin.cluster_status().members}
+        member_input.check_tls_node_id(node_id, members)
         if node_id in members:
             raise AlreadyExists(f"{node_id} is a member already: remove it first (DELETE /cluster/members/"
                                 f"{node_id}) to enroll a node under its id", reason="MEMBER_EXISTS")
         hosts = [host_of(a) for a in (addrs.raft_addr, addrs.grpc_addr, addrs.http_addr)]
-        taken = sorted(h for h in (*asked, *hosts) if h in members)  # it could pass for that member
+        folded = {m.casefold() for m in members}  # TLS host names ignore case
+        taken = sorted(h for h in (*asked, *hosts) if h.casefold() in folded)  # it could pass for that member
         if taken:
             raise InvalidArgument(f"the enrollment names the host {taken[0]!r}, the id of another member: "
                                   "a certificate naming it would pass for that member", reason="INVALID_CSR")

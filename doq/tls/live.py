@@ -5,12 +5,14 @@
 that grows with every change. Whoever serves or connects with the material reads it
 where it uses it, so a change takes effect at the next TLS handshake:
 
-- the gRPC servers (peer port, client port) use dynamic credentials whose fetcher
-  (`server_credentials`) hands gRPC the new certificate and trust bundle when the
-  generation moved: every new connection then gets them, open ones keep theirs;
-- subscribers (`subscribe`) are told after each change: the Raft transport (its next
-  outbound streams, and it ends inbound streams opened under older material so their
-  senders handshake again), the HTTP server's SSL context, the follower's forwarding.
+- the gRPC client port uses dynamic credentials whose fetcher (`server_credentials`)
+  hands gRPC the new certificate when the generation moved: every new connection then
+  gets it, open ones keep theirs;
+- the Raft transport (doq/node/transport.py) builds new SSL contexts when the generation
+  moved, for its next handshakes in and out, and ends inbound connections opened under
+  another trust bundle so their senders handshake again;
+- subscribers (`subscribe`) are told after each change: the HTTP server's SSL context,
+  the follower's forwarding.
 
 `reload` reads the files again (after `doq.tls.rotation` or an operator replaced them);
 a set of files that does not hold together (a node certificate of none of the trusted
@@ -94,16 +96,10 @@ class LiveTls:
                 log.exception("a TLS subscriber failed to take the new material")
         return new
 
-    def server_credentials(self, *, peer: bool) -> grpc.ServerCredentials:
-        """Dynamic gRPC server credentials: the peer port's (node certificate, client
-        certificates of the trusted CAs required) or a client port's (the client pair, no
-        client certificate). Each new connection gets the material current at its
-        handshake."""
+    def server_credentials(self) -> grpc.ServerCredentials:
+        """Dynamic gRPC server credentials of the client port (the client pair, no client
+        certificate). Each new connection gets the material current at its handshake."""
         def config() -> grpc.ServerCertificateConfiguration:
-            m = self.current
-            if peer:
-                return grpc.ssl_server_certificate_configuration([(m.node_key, m.node_cert)],
-                                                                 root_certificates=m.ca_cert)
             cert, key = self.client_pair()
             return grpc.ssl_server_certificate_configuration([(key, cert)])
 
@@ -116,4 +112,4 @@ class LiveTls:
             served[0] = gen
             return config()
 
-        return grpc.dynamic_ssl_server_credentials(config(), fetch, require_client_authentication=peer)
+        return grpc.dynamic_ssl_server_credentials(config(), fetch, require_client_authentication=False)

@@ -63,7 +63,8 @@ def test_a_grpc_or_raft_port_given_as_server_is_named_as_such(node: NodeProc, po
     for args in (["cluster", "status"], ["backup", "-o", os.devnull]):
         r = doq(*args, "--server", server)
         assert r.returncode == 1, r
-        assert "answered in HTTP/2: that is a gRPC port" in r.stderr and "--http-addr" in r.stderr, r.stderr
+        said = "answered in HTTP/2: that is a gRPC port" if port == "grpc_port" else "is a node's Raft peer port"
+        assert said in r.stderr and "--http-addr" in r.stderr, r.stderr
         assert "\x00" not in r.stderr + r.stdout and "Traceback" not in r.stderr
 
 

@@ -27,7 +27,6 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
-import grpc
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -48,7 +47,7 @@ from tests.integration.test_tls import (
     wait_https_ready,
 )
 from tests.support.cluster import until
-from tests.support.forge import delete_queue_append, send_frame
+from tests.support.forge import delete_queue_append, peer_context, send_frame
 from tests.support.proc import NodeProc
 
 pytestmark = pytest.mark.integration
@@ -248,8 +247,7 @@ def test_a_removed_member_with_its_valid_certificate_changes_nothing(
         before = until("equal digests", lambda: (lambda d: d if len(d) == 1 else None)(_digests(rest)))
         term = view(n1)["term"]
         cluster_id = view(n1)["cluster_id"]
-        creds = grpc.ssl_channel_credentials(root_certificates=stolen["ca.crt"], private_key=stolen["node.key"],
-                                             certificate_chain=stolen["node.crt"])
+        ctx = peer_context(stolen["ca.crt"], stolen["node.crt"], stolen["node.key"])
         for target in rest:
             count0 = _refused_total(target, "not_member")
             commit = view(target)["commit_index"]
@@ -260,7 +258,7 @@ def test_a_removed_member_with_its_valid_certificate_changes_nothing(
                           log_term=term + 4, index=commit + 100)
             # the stream's TLS handshake passes (a valid certificate of the cluster CA, CN node-3)...
             send_frame(f"127.0.0.1:{target.raft_port}", stream_from="node-3", to=target.node_id,
-                       messages=[append, vote, pre], cluster_ids=[cluster_id], credentials=creds)
+                       messages=[append, vote, pre], cluster_ids=[cluster_id], ssl_context=ctx)
             # ...but node-3 is no member: every message is dropped before Raft
             until(f"{target.node_id} refused node-3's messages",
                   lambda target=target, count0=count0: _refused_total(target, "not_member") >= count0 + 3)  # type: ignore[misc]

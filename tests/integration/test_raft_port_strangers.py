@@ -1,7 +1,7 @@
 """Strangers on the Raft port (issue 18): the port is reachable before any peer is
-authenticated, so connections that never finish their handshake, or finish it and open no
-stream, must cost the node seconds, not gRPC's default 120 s, and must never keep a member
-out. Real: `doq serve` processes on 127.0.0.1 (a three-member loopback cluster with a plain
+authenticated, so connections that never finish their handshake (TLS, then the peer
+wire's handshake unit), or send something else (an HTTP/2 preface), must cost the node
+seconds, and must never keep a member out. Real: `doq serve` processes on 127.0.0.1 (a three-member loopback cluster with a plain
 Raft port, and one `--secure` node whose Raft port wants mutual TLS), raw TCP sockets as
 the stranger, writes through the HTTP API."""
 
@@ -21,8 +21,8 @@ pytestmark = pytest.mark.integration
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # + an empty SETTINGS
 CLOSED_WITHIN_S = 30
-"""How long the test waits for the node to close a stranger's connections: half of what
-gRPC itself gives them (measured with grpcio 1.81: 60 s on a plain port, 120 s with TLS),
+"""How long the test waits for the node to close a stranger's connections: half of
+asyncio's own default TLS handshake timeout (60 s; a plain connection has none at all),
 so it fails without the node's bound, and six times the bound (5 s), so load on the
 machine does not make it fail."""
 

@@ -69,13 +69,13 @@ def openapi_document() -> dict[str, object]:
     runs (a RaftNode, unstarted: it has the `/cluster` routes)."""
     from doq.node.cluster import MemberAddrs
     from doq.node.raft_node import RaftNode
-    from doq.node.transport import GrpcRaftTransport
+    from doq.node.transport import TcpRaftTransport
 
     with tempfile.TemporaryDirectory() as tmp:
         env = open_env(Path(tmp) / "doq.lmdb")
         try:
             node = RaftNode(StateStore(env), node_id="node-1", addrs=MemberAddrs("", "", ""),
-                            transport=lambda cb: GrpcRaftTransport("node-1", "127.0.0.1:0", cb))
+                            transport=lambda cb: TcpRaftTransport("node-1", "127.0.0.1:0", cb))
             return create_app(QueueService(node)).openapi()
         finally:
             env.close()

@@ -6,7 +6,12 @@ import pytest
 
 from doq.errors import FailedPrecondition, InvalidArgument
 from doq.node.cluster import MemberAddrs
-from doq.node.member_input import check_member_addr, check_new_member, check_node_id
+from doq.node.member_input import (
+    check_member_addr,
+    check_new_member,
+    check_node_id,
+    check_tls_node_id,
+)
 
 
 @pytest.mark.parametrize("nid", ["node-1", "n", "doq-0.doq", "A_b-9", "x" * 63])
@@ -20,6 +25,30 @@ def test_malformed_node_ids_are_refused(nid: str) -> None:
     with pytest.raises(InvalidArgument) as e:
         check_node_id(nid)
     assert e.value.reason == "INVALID_NODE_ID"
+
+
+@pytest.mark.parametrize("nid", ["0.0.0.0", "01.2.3.4", "1", "12.34", "a..b", "a.", "node-1..x"])
+def test_ids_no_tls_peer_could_dial_are_refused_for_a_secure_cluster(nid: str) -> None:
+    """They pass the plain rule (a loopback cluster may use them) but cannot be a TLS server
+    name: an IP address (`server_hostname` would be taken as one), an empty label."""
+    assert check_node_id(nid) == nid
+    with pytest.raises(InvalidArgument) as e:
+        check_tls_node_id(nid)
+    assert e.value.reason == "INVALID_NODE_ID"
+
+
+def test_an_id_differing_only_by_case_from_a_members_is_refused_for_a_secure_cluster() -> None:
+    """TLS host names ignore case, node ids do not: "Node-1"'s certificate would pass a
+    dialer's check for "node-1"."""
+    with pytest.raises(InvalidArgument) as e:
+        check_tls_node_id("Node-1", ["node-1", "node-2"])
+    assert "node-1" in str(e.value)
+    assert check_tls_node_id("node-3", ["node-1", "node-2"]) == "node-3"
+
+
+@pytest.mark.parametrize("nid", ["node-1", "n", "doq-0.doq", "A_b-9", "1a", "10-0-0-1", "x" * 63])
+def test_dns_like_node_ids_pass_for_a_secure_cluster(nid: str) -> None:
+    assert check_tls_node_id(nid, ["other"]) == nid
 
 
 @pytest.mark.parametrize("addr", ["localhost:9002", "127.0.0.1:1", "[::1]:65535", "doq-0.doq.svc.cluster.local:7000",

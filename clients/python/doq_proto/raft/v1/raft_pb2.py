@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x64oq/raft/v1/raft.proto\x12\x0b\x64oq.raft.v1\"Y\n\x05\x46rame\x12\x10\n\x08messages\x18\x01 \x03(\x0c\x12\x13\n\x0b\x63luster_ids\x18\x02 \x03(\t\x12)\n\x06\x61larms\x18\x03 \x03(\x0b\x32\x19.doq.raft.v1.StorageAlarm\"/\n\x0cStorageAlarm\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\"/\n\x0bSendSummary\x12\x0e\n\x06\x66rames\x18\x01 \x01(\x04\x12\x10\n\x08messages\x18\x02 \x01(\x04\x32G\n\rRaftTransport\x12\x36\n\x04Send\x12\x12.doq.raft.v1.Frame\x1a\x18.doq.raft.v1.SendSummary(\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x64oq/raft/v1/raft.proto\x12\x0b\x64oq.raft.v1\"Y\n\x05\x46rame\x12\x10\n\x08messages\x18\x01 \x03(\x0c\x12\x13\n\x0b\x63luster_ids\x18\x02 \x03(\t\x12)\n\x06\x61larms\x18\x03 \x03(\x0b\x32\x19.doq.raft.v1.StorageAlarm\"/\n\x0cStorageAlarm\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,8 +35,4 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_FRAME']._serialized_end=128
   _globals['_STORAGEALARM']._serialized_start=130
   _globals['_STORAGEALARM']._serialized_end=177
-  _globals['_SENDSUMMARY']._serialized_start=179
-  _globals['_SENDSUMMARY']._serialized_end=226
-  _globals['_RAFTTRANSPORT']._serialized_start=228
-  _globals['_RAFTTRANSPORT']._serialized_end=299
 # @@protoc_insertion_point(module_scope)

@@ -23,11 +23,3 @@ class StorageAlarm(_message.Message):
     reason: str
     message: str
     def __init__(self, reason: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
-
-class SendSummary(_message.Message):
-    __slots__ = ("frames", "messages")
-    FRAMES_FIELD_NUMBER: _ClassVar[int]
-    MESSAGES_FIELD_NUMBER: _ClassVar[int]
-    frames: int
-    messages: int
-    def __init__(self, frames: _Optional[int] = ..., messages: _Optional[int] = ...) -> None: ...

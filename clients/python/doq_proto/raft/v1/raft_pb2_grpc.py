@@ -3,7 +3,6 @@
 import grpc
 import warnings
 
-from doq_proto.raft.v1 import raft_pb2 as doq_dot_raft_dot_v1_dot_raft__pb2
 
 GRPC_GENERATED_VERSION = '1.81.1'
 GRPC_VERSION = grpc.__version__
@@ -23,85 +22,3 @@ if _version_not_supported:
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
     )
-
-
-class RaftTransportStub:
-    """Raft messages between members.
-    """
-
-    def __init__(self, channel):
-        """Constructor.
-
-        Args:
-            channel: A grpc.Channel.
-        """
-        self.Send = channel.stream_unary(
-                '/doq.raft.v1.RaftTransport/Send',
-                request_serializer=doq_dot_raft_dot_v1_dot_raft__pb2.Frame.SerializeToString,
-                response_deserializer=doq_dot_raft_dot_v1_dot_raft__pb2.SendSummary.FromString,
-                _registered_method=True)
-
-
-class RaftTransportServicer:
-    """Raft messages between members.
-    """
-
-    def Send(self, request_iterator, context):
-        """One long-lived stream per (sender, receiver) pair, opened by the sender. The call
-        carries metadata `doq-raft-from` (the sender's node id) and `doq-raft-to` (the
-        receiver's): the receiver rejects a stream meant for another node with
-        FAILED_PRECONDITION, else accepts with initial metadata `doq-raft-accepted` (its
-        node id; the handshake) and then hands each frame's messages, in order, to its
-        Raft node. Delivery is best effort:
-        a frame in flight when the stream breaks is lost (Raft retries).
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-
-def add_RaftTransportServicer_to_server(servicer, server):
-    rpc_method_handlers = {
-            'Send': grpc.stream_unary_rpc_method_handler(
-                    servicer.Send,
-                    request_deserializer=doq_dot_raft_dot_v1_dot_raft__pb2.Frame.FromString,
-                    response_serializer=doq_dot_raft_dot_v1_dot_raft__pb2.SendSummary.SerializeToString,
-            ),
-    }
-    generic_handler = grpc.method_handlers_generic_handler(
-            'doq.raft.v1.RaftTransport', rpc_method_handlers)
-    server.add_generic_rpc_handlers((generic_handler,))
-    server.add_registered_method_handlers('doq.raft.v1.RaftTransport', rpc_method_handlers)
-
-
- # This class is part of an EXPERIMENTAL API.
-class RaftTransport:
-    """Raft messages between members.
-    """
-
-    @staticmethod
-    def Send(request_iterator,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.stream_unary(
-            request_iterator,
-            target,
-            '/doq.raft.v1.RaftTransport/Send',
-            doq_dot_raft_dot_v1_dot_raft__pb2.Frame.SerializeToString,
-            doq_dot_raft_dot_v1_dot_raft__pb2.SendSummary.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
