@@ -12,6 +12,7 @@ from doq.config import ServeConfig
 from doq.enrollment_client import EnrollError, enroll
 from doq.errors import DoqError
 from doq.node.cluster import ClusterStatus
+from doq.node.member_input import check_tls_node_id
 from doq.tls.certs import (
     CA_CERT,
     TLS_DIR,
@@ -82,6 +83,13 @@ def node_tls(config: ServeConfig, node_path: Path) -> ServingTls | None:
     if bool(config.tls_cert) != bool(config.tls_key):
         raise TlsSetupError("give --tls-cert and --tls-key together")
     directory = node_path / TLS_DIR
+    if not config.join and not (directory / CA_CERT).exists():
+        # a new secure cluster: its first node's id must be one its future peers can dial over
+        # TLS (a data dir made before this check keeps its id: a lone node needs no dialling)
+        try:
+            check_tls_node_id(config.node_id)
+        except DoqError as e:
+            raise TlsSetupError(f"{e}; choose another --node-id") from None
     try:
         tls = ensure_node_tls(directory, config.node_id, config_hosts(config), may_create_ca=not config.join)
     except TlsSetupError as e:

@@ -63,7 +63,16 @@ Implements `doq.node.transport_base.RaftTransport`. Contract:
   within its deadline (`doq_raft_frame_bytes_held`, `doq_raft_frame_budget_waits_total`):
   waiting rather than closing, so a large frame goes through once others finish instead
   of its sender reconnecting and resending it, while smaller frames (heartbeats, votes,
-  most appends) never wait behind large ones.
+  most appends) never wait behind large ones. That budget is the members' (senders this
+  node sends to); any other sender that passed the handshake (a removed member whose
+  certificate is still trusted, a node joining before it knows this one, anyone on a
+  plaintext node) reserves from a budget of its own of one `FRAME_MAX_BYTES`
+  (`others_budget`), so non-members cannot make the members' large frames wait.
+- The trust bundle a connection's handshake checked is compared with the current one
+  before the connection replaces a sender's previous one, after each frame's length
+  prefix (before anything is reserved or read) and after its body: a connection opened
+  under a bundle that has since changed is closed (its sender reconnects and is checked
+  against the new one).
 - TCP keepalive and a user timeout (`KEEPALIVE_S`) end a connection whose peer host is
   gone or partitioned. A paused peer process (SIGSTOP, a frozen VM) is not detected by
   them: its kernel answers keepalive probes and acknowledges data until its buffers fill.
@@ -167,7 +176,8 @@ STREAMS_REFUSED = Counter("doq_raft_streams_refused_total",
                           "Inbound peer connections refused before any message was read", ["reason"])
 INBOUND_CLOSED = Counter("doq_raft_inbound_closed_total",
                          "Authenticated inbound peer connections the node closed (replaced: the same "
-                         "sender handshook again; frame_deadline: a frame not received within its bound)",
+                         "sender handshook again; frame_deadline: a frame not received within its bound; "
+                         "trust_changed: the trusted CAs changed since its handshake)",
                          ["reason"])
 FRAME_BYTES_HELD = Gauge("doq_raft_frame_bytes_held",
                          "Bytes reserved by large inbound frames being received (against frame_budget_bytes)")
@@ -420,6 +430,7 @@ class TcpRaftTransport:
         rng: random.Random | None = None,
         tls: NodeTls | LiveTls | None = None,
         frame_budget_bytes: int = FRAME_BUDGET_BYTES,
+        others_budget_bytes: int = FRAME_MAX_BYTES,
         budget_exempt_bytes: int = BUDGET_EXEMPT_BYTES,
         frame_floor_s: float = FRAME_FLOOR_S,
         frame_rate_bytes_per_s: float = FRAME_RATE_BYTES_PER_S,
@@ -448,7 +459,8 @@ class TcpRaftTransport:
         self._unauthenticated_total = 0
         self._max_unauthenticated = max_unauthenticated
         self._max_unauthenticated_per_address = max_unauthenticated_per_address
-        self.budget = FrameBudget(frame_budget_bytes)
+        self.budget = FrameBudget(frame_budget_bytes)  # the members' large frames
+        self.others_budget = FrameBudget(others_budget_bytes)  # any other sender's (one frame at a time)
         self._budget_exempt_bytes = budget_exempt_bytes
         self._frame_floor_s = frame_floor_s
         self._frame_rate_bytes_per_s = frame_rate_bytes_per_s
@@ -559,7 +571,7 @@ class TcpRaftTransport:
         server, self._server = self._server, None
         if server is not None:
             server.close()
-        tasks += self._inbound  # TLS handshakes in progress included (each task closes its connection)
+        tasks += self._inbound  # connections past their TLS handshake (each task closes its connection)
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -774,6 +786,9 @@ class TcpRaftTransport:
         if to != self.node_id:
             log.debug("refused a raft connection from %r meant for %r", frm[:64], to[:64])
             return
+        if contexts is not None and contexts.trusted != trusted:
+            _trust_changed(frm)  # the handshake checked a bundle since replaced
+            return
         self._authenticated(conn)
         old = self._by_sender.get(frm)
         if old is not None:
@@ -795,14 +810,18 @@ class TcpRaftTransport:
         deadline) while it is spent."""
         contexts = self._contexts
         loop = asyncio.get_running_loop()
-        budget, exempt = self.budget, self._budget_exempt_bytes
+        exempt = self._budget_exempt_bytes
         floor_s, rate = self._frame_floor_s, self._frame_rate_bytes_per_s
         while True:
             (n,) = _LEN.unpack(await reader.readexactly(_LEN.size))
             if n > FRAME_MAX_BYTES:
                 raise _NotAUnit(f"a unit of {n} bytes (limit {FRAME_MAX_BYTES})")
+            if contexts is not None and contexts.trusted != trusted:
+                _trust_changed(frm)
+                return
             timer = loop.call_later(frame_deadline_s(n, floor_s, rate), conn.expire)
             reserved = 0
+            budget = self.budget if frm in self._peers else self.others_budget
             try:
                 if n > exempt:
                     wait = budget.reserve(n)
@@ -823,9 +842,7 @@ class TcpRaftTransport:
                 if reserved:
                     budget.release(reserved)
             if contexts is not None and contexts.trusted != trusted:
-                # the trust bundle changed since this connection's handshake: its sender
-                # reconnects, and its certificate is checked against the new one
-                log.info("closing the raft connection from %r: this node's trusted CAs changed", frm[:64])
+                _trust_changed(frm)
                 return
             try:
                 frame = raft_pb2.Frame.FromString(data)
@@ -848,6 +865,13 @@ class TcpRaftTransport:
             self._on_messages(PeerFrame(frm, cluster_ids, messages))
         except Exception:
             log.exception("on_messages failed on %d messages from %s", len(messages), frm)
+
+
+def _trust_changed(frm: str) -> None:
+    """The trust bundle changed since a connection's handshake: it is closed; its sender
+    reconnects, and its certificate is checked against the new bundle."""
+    INBOUND_CLOSED.labels("trust_changed").inc()
+    log.info("closing the raft connection from %r: this node's trusted CAs changed", frm[:64])
 
 
 def _implements_protocol(t: TcpRaftTransport) -> RaftTransport:

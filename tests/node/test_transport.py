@@ -7,6 +7,7 @@ and the TLS handshake's refusals, live TLS material. Every contract test runs on
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import socket
 import ssl
@@ -364,22 +365,46 @@ async def test_only_a_member_of_the_same_cluster_can_report_a_storage_alarm(wire
         member.close()
 
 
+def _own_socket(addr: tuple[str, int]) -> socket.socket:
+    """A duplicate of this process's TCP socket bound to `addr` (found among its fds)."""
+    for fd in map(int, os.listdir("/proc/self/fd")):
+        try:
+            sock = socket.fromfd(fd, socket.AF_INET, socket.SOCK_STREAM)
+        except OSError:
+            continue
+        try:
+            if sock.type == socket.SOCK_STREAM and sock.getsockname() == addr:
+                return sock
+        except OSError:
+            pass
+        sock.close()
+    raise AssertionError(f"no socket bound to {addr}")
+
+
+def _keeps_alive(sock: socket.socket) -> bool:
+    ok = sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+    if hasattr(socket, "TCP_KEEPIDLE"):
+        ok = ok and sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == transport.KEEPALIVE_S
+    if hasattr(socket, "TCP_USER_TIMEOUT"):
+        ok = ok and sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 3000 * transport.KEEPALIVE_S
+    return ok
+
+
 async def test_connections_keep_alive_so_a_silent_peer_is_dropped() -> None:
-    """Both ends of a connection turn on TCP keepalive and a user timeout (a partitioned
-    peer's connection ends, as gRPC's keepalive made it)."""
-    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
-    try:
-        _, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
-        transport._keepalive(writer)
-        sock = writer.get_extra_info("socket")
-        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
-        if hasattr(socket, "TCP_KEEPIDLE"):
-            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == transport.KEEPALIVE_S
-        if hasattr(socket, "TCP_USER_TIMEOUT"):
-            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 3000 * transport.KEEPALIVE_S
-        writer.close()
-    finally:
-        server.close()
+    """Both ends of a connection between two transports turn on TCP keepalive and a user
+    timeout (a partitioned peer's connection ends, as gRPC's keepalive made it): read on
+    the transports' own sockets, the receiver's accepted one and the sender's dialled one."""
+    async with transports(None, "a", "b") as (ts, inbox):
+        ts["a"].send([msg("a", "b", 1)])
+        await until(lambda: inbox["b"].seqs("a") == [1], "a delivery")
+        (conn,) = ts["b"]._inbound.values()
+        accepted = conn.writer.get_extra_info("socket")
+        assert _keeps_alive(accepted)
+        dialled = _own_socket(accepted.getpeername())
+        try:
+            assert _keeps_alive(dialled)
+        finally:
+            dialled.close()
 
 
 # -- TLS: the refusals (each with its control: the same connection with the right material passes)

@@ -29,6 +29,7 @@ from doq.tls.certs import generate_ca, issue_node_cert, join_bundle
 from doq.tls.live import LiveTls
 from tests.node.test_transport import DEADLINE_S, Inbox, Pki, keep_sending, make, msg, until
 from tests.support.forge import send_frame
+from tests.support.proc import refused_addr
 
 MiB = 1024 * 1024
 
@@ -262,14 +263,21 @@ async def test_a_frame_not_received_within_its_deadline_closes_the_connection(wi
 
 
 async def test_large_frames_being_received_are_bounded_node_wide(wire: Pki | None) -> None:
-    """The reviewer's big_prefix: four senders each announce a large frame and send part
+    """The reviewer's big_prefix: four members each announce a large frame and send part
     of it. With a budget of 3 MiB and frames of ~2 MiB, one is read and three wait
     without reading (counted); the held bytes are the budget's and the gauge's. A small
     frame from a fifth sender is delivered meanwhile (exempt: heartbeats keep flowing).
     The first frame completed, the next waiter takes the budget; the connections closed,
     nothing stays held."""
+    with refused_addr() as dead:
+        await _bounded_node_wide(wire, dead)
+
+
+async def _bounded_node_wide(wire: Pki | None, dead: str) -> None:
     async with receiver(wire, frame_budget_bytes=3 * MiB, budget_exempt_bytes=64 * 1024,
                         frame_floor_s=3600.0) as (t, inbox):
+        for i in range(4):
+            t.set_peer(f"x{i}", dead)  # members: the members' budget (unreachable: no matter)
         gauge_before = sample("doq_raft_frame_bytes_held")
         waits_before = sample("doq_raft_frame_budget_waits_total")
         frames = {f"x{i}": frame_of(f"x{i}", "b", i, b"z" * 2 * MiB) for i in range(4)}
@@ -298,6 +306,66 @@ async def test_large_frames_being_received_are_bounded_node_wide(wire: Pki | Non
         wm.close()
         await until(lambda: t.budget.held_bytes == 0 and t.budget.waiting == 0, "everything released")
         assert sample("doq_raft_frame_bytes_held") == gauge_before
+
+
+async def test_non_members_large_frames_never_make_a_members_wait(wire: Pki | None) -> None:
+    """The second review's budget.py: two senders that are not members (on a secure node,
+    removed members whose certificates are still trusted) each announce a large frame and
+    trickle it. They reserve from a budget of their own (one frame at a time: the second
+    waits), so a member's large frame reserves from the members' budget at once and is
+    delivered meanwhile. (With one shared budget, the member's frame waits behind them.)"""
+    with refused_addr() as dead:
+        async with receiver(wire, frame_budget_bytes=3 * MiB, others_budget_bytes=3 * MiB,
+                            budget_exempt_bytes=64 * 1024, frame_floor_s=3600.0) as (t, inbox):
+            t.set_peer("m", dead)  # a member (this node sends to it), unreachable: no matter
+            conns = []
+            for i in range(2):
+                frame = frame_of(f"x{i}", "b", i, b"z" * 2 * MiB)
+                conns.append(await open_as(wire, t, f"x{i}"))
+                conns[-1][1].write(struct.pack(">I", len(frame)) + frame[:100_000])
+                await until(lambda: t.others_budget.held_bytes > 0, "the first non-member frame reserved")
+            await until(lambda: t.others_budget.waiting == 1, "the second non-member frame waiting")
+            assert t.budget.held_bytes == 0 and t.budget.waiting == 0
+            _, wm = await open_as(wire, t, "m")
+            wm.write(transport.unit(frame_of("m", "b", 99, b"y" * 2 * MiB)))
+            await until(lambda: inbox.seqs("m") == [99], "the member's large frame")
+            assert t.others_budget.waiting == 1 and t.budget.held_bytes == 0
+            for _, w in conns:
+                w.close()
+            wm.close()
+            await until(lambda: t.others_budget.held_bytes == 0 and t.others_budget.waiting == 0,
+                        "everything released")
+
+
+async def test_a_connection_from_before_a_trust_change_reserves_nothing(pki: Pki) -> None:
+    """A sender's connection opened under the old trust bundle is closed at its next
+    frame's length prefix (counted), before anything is reserved or read, and a hello
+    whose TLS handshake checked the old bundle does not replace the sender's connection."""
+    live = LiveTls(pki.node("b"))
+    inbox = Inbox()
+    t = TcpRaftTransport("b", "127.0.0.1:0", inbox, tls=live, budget_exempt_bytes=64 * 1024,
+                         frame_floor_s=3600.0)
+    await t.start()
+    try:
+        reader, writer = await open_as(pki, t, "x")
+        ctx = pki.client("x")
+        r2, w2 = await asyncio.open_connection("127.0.0.1", t.port, ssl=ctx, server_hostname="b")
+        (live.directory / "ca.crt").write_bytes(join_bundle(pki.ca_cert, generate_ca("next")[0]))
+        live.reload()
+        before = sample("doq_raft_inbound_closed_total", reason="trust_changed")
+        waits = sample("doq_raft_frame_budget_waits_total")
+        writer.write(struct.pack(">I", 2 * MiB) + b"\0" * 1000)
+        assert await closed_by_receiver(reader)
+        assert t.budget.held_bytes == 0 and t.others_budget.held_bytes == 0
+        assert sample("doq_raft_frame_budget_waits_total") == waits
+        w2.write(transport.hello("x", "b"))  # its TLS handshake checked the old bundle
+        assert await closed_by_receiver(r2)
+        assert sample("doq_raft_inbound_closed_total", reason="trust_changed") == before + 2
+        assert inbox.messages == []
+        for w in (writer, w2):
+            w.close()
+    finally:
+        await t.stop()
 
 
 async def test_a_stranger_never_gets_past_the_handshake_prefix(wire: Pki | None) -> None:

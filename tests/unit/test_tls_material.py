@@ -99,3 +99,23 @@ def test_fingerprints_differ_per_ca_and_are_stable() -> None:
     b, _ = generate_ca()
     assert fingerprint(a) == fingerprint(a) and fingerprint(a) != fingerprint(b)
     assert len(fingerprint(a)) == 64
+
+
+@pytest.mark.parametrize("node_id", ["10.0.0.1", "01.2.3.4", "a..b"])
+def test_a_new_secure_cluster_refuses_a_node_id_no_peer_could_dial(tmp_path: Path, node_id: str) -> None:
+    """Bootstrapping a secure cluster (no CA yet, no --join) with an id that is not a TLS
+    server name (IP-like, an empty label) fails before any material is made; a good id
+    bootstraps, and a data dir that already has its CA keeps its id (a lone node)."""
+    from doq.config import ServeConfig
+    from doq.server_tls import node_tls
+    from doq.tls.certs import TLS_DIR, TlsSetupError
+
+    with pytest.raises(TlsSetupError, match="choose another --node-id"):
+        node_tls(ServeConfig(node_id=node_id, secure=True), tmp_path / node_id)
+    assert not (tmp_path / node_id / TLS_DIR / "ca.crt").exists()
+    assert node_tls(ServeConfig(node_id="node-1", secure=True), tmp_path / "node-1") is not None
+    made = tmp_path / node_id / TLS_DIR
+    made.mkdir(parents=True)
+    for name in ("ca.crt", "ca.key"):
+        (made / name).write_bytes((tmp_path / "node-1" / TLS_DIR / name).read_bytes())
+    assert node_tls(ServeConfig(node_id=node_id, secure=True), tmp_path / node_id) is not None
