@@ -165,24 +165,32 @@ async def test_a_resumed_session_does_not_pass_a_removed_ca(pki: Pki, version: s
         await b.stop()
 
 
-@pytest.mark.parametrize("version", ["1.2", "1.3"])
-async def test_the_peer_port_gives_no_session_to_resume(pki: Pki, version: str) -> None:
-    """No TLS 1.3 ticket, no TLS 1.2 ticket: a client offering the session of its last
-    connection gets a full handshake (and passes, its certificate being trusted)."""
+@asynccontextmanager
+async def _b_and_a_client(pki: Pki, version: str
+                          ) -> AsyncIterator[tuple[TcpRaftTransport, Inbox, ssl.SSLContext]]:
+    """A started secure transport `b`, its inbox, and a client context with `a`'s
+    certificate limited to TLS `version` ("1.2" or "1.3")."""
     tls_version = {"1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}[version]
     inbox = Inbox()
     b = TcpRaftTransport("b", "127.0.0.1:0", inbox, tls=pki.node("b"))
     await b.start()
     try:
         a_tls = pki.node("a")
-        ctx = _client_ctx(tls_version, pki.ca_cert, a_tls.node_cert, a_tls.node_key)
+        yield b, inbox, _client_ctx(tls_version, pki.ca_cert, a_tls.node_cert, a_tls.node_key)
+    finally:
+        await b.stop()
+
+
+@pytest.mark.parametrize("version", ["1.2", "1.3"])
+async def test_the_peer_port_gives_no_session_to_resume(pki: Pki, version: str) -> None:
+    """No TLS 1.3 ticket, no TLS 1.2 ticket: a client offering the session of its last
+    connection gets a full handshake (and passes, its certificate being trusted)."""
+    async with _b_and_a_client(pki, version) as (b, inbox, ctx):
         session = None
         for seq in (1, 2, 3):
             accepted, session, reused = await asyncio.to_thread(_send_one, b.port, ctx, session, seq)
             assert accepted and not reused
         await until(lambda: inbox.seqs("a") == [1, 2, 3], "three frames")
-    finally:
-        await b.stop()
 
 
 @pytest.mark.parametrize("version", ["1.2", "1.3"])
@@ -201,13 +209,7 @@ async def test_a_resumed_session_is_refused_whatever_the_context_allows(
         return ctx
 
     monkeypatch.setattr(transport, "peer_server_context", with_tickets)
-    tls_version = {"1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}[version]
-    inbox = Inbox()
-    b = TcpRaftTransport("b", "127.0.0.1:0", inbox, tls=pki.node("b"))
-    await b.start()
-    try:
-        a_tls = pki.node("a")
-        ctx = _client_ctx(tls_version, pki.ca_cert, a_tls.node_cert, a_tls.node_key)
+    async with _b_and_a_client(pki, version) as (b, inbox, ctx):
         accepted, session, reused = await asyncio.to_thread(_send_one, b.port, ctx, None, 1)
         assert accepted and not reused
         refused = sample("doq_raft_streams_refused_total", reason="session_reused")
@@ -217,8 +219,6 @@ async def test_a_resumed_session_is_refused_whatever_the_context_allows(
         accepted, _, _ = await asyncio.to_thread(_send_one, b.port, ctx, None, 3)
         assert accepted
         await until(lambda: inbox.seqs("a") == [1, 3], "the full handshakes' frames")
-    finally:
-        await b.stop()
 
 
 # -- 2. half-received frames: one connection per sender, a deadline, a budget (big_prefix) ----
